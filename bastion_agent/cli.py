@@ -1,0 +1,128 @@
+"""The command line: argument parsing and the one error boundary.
+
+``main(argv) -> int`` parses, runs one command and turns every
+``BastionError`` into one line on stderr, ``bastion_agent COMMAND: message``,
+with the exit status of the error's class (no traceback: the message says
+what to do). Tests call ``main`` directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from . import __version__
+from .errors import BastionError
+from .layout import Layout
+
+EXIT_INTERRUPTED = 130
+
+PIPELINE_STAGES = {
+    "extract": "turn each file under source.root into text in the private extract store",
+    "sanitize": "remove secrets and personal data; write the sanitized store",
+    "chunk": "split sanitized text into overlapping windows (chunks.jsonl)",
+    "embed": "embed each window through EMBED_URL into vectors.db",
+    "sweep": "extract, sanitize, chunk and embed, stopping at the first failure",
+}
+
+DESCRIPTION = """\
+Make a folder of sensitive documents searchable by meaning. The manifest names
+the folder, the embedding model and its dimension; the model server comes from
+the environment (EMBED_URL, EMBED_API, EMBED_BATCH, EMBED_TIMEOUT). Nothing that
+has not been sanitized leaves the private extract store."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    os.umask(0o077)  # every file and SQLite side file we create is private
+    try:
+        return args.run(args)
+    except BastionError as exc:
+        print(f"bastion_agent {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"bastion_agent {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bastion_agent",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"bastion_agent {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, summary in PIPELINE_STAGES.items():
+        stage = commands.add_parser(name, help=summary, description=_stage_description(name))
+        add_manifest_arguments(stage)
+        if name == "extract":
+            stage.add_argument("--report", action="store_true", help="print a table of what was read and skipped, by kind and by folder")
+        stage.set_defaults(run=run_stage)
+    for name, module_name, summary in EXTRA_COMMANDS:
+        module = __import__(f"{__package__}.{module_name}", fromlist=["add_arguments"])
+        sub = commands.add_parser(name, help=summary, description=module.__doc__.split("\n\n")[0])
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+# Commands whose module adds its own arguments and runs itself: (name, module, help).
+EXTRA_COMMANDS = [
+    ("search", "search_cli", "answer a query by meaning from vectors.db"),
+]
+
+
+def add_manifest_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments every manifest-driven command shares."""
+    parser.add_argument("manifest", type=Path, help="the manifest (.toml, or .json)")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: .bastion/ beside the manifest)")
+    parser.add_argument(
+        "--require-signed",
+        action="store_true",
+        help="refuse a manifest without a valid MANIFEST.sig from a key in BASTION_ALLOWED_SIGNERS",
+    )
+
+
+def load_manifest_and_layout(args: argparse.Namespace):
+    """The verified manifest and the output folder a command works in."""
+    from . import manifest
+
+    loaded = manifest.load(args.manifest, require_signed=args.require_signed)
+    return loaded, Layout.for_manifest(loaded.path, args.out)
+
+
+def run_stage(args: argparse.Namespace) -> int:
+    from .pipeline import STAGES, run_sweep
+
+    loaded, layout = load_manifest_and_layout(args)
+    if args.command == "sweep":
+        run_sweep(loaded, layout)
+    else:
+        STAGES[args.command](loaded, layout)
+    if getattr(args, "report", False):
+        from .extract import print_report
+
+        print_report(layout)
+    return 0
+
+
+def _stage_description(name: str) -> str:
+    return {
+        "extract": "Walk source.root (include/exclude globs; links never leave the root) and turn each "
+        "file into UTF-8 text in <out>/extract/ (0700), keyed by the sha256 of its bytes. Writes "
+        "extract/listing.jsonl (every file seen, with its status) and extract.summary.json.",
+        "sanitize": "Read only the extract store; replace secrets and personal data with typed "
+        "placeholders such as [REDACTED:aws-access-key]; write <out>/sanitized/ and sanitize.summary.json.",
+        "chunk": "Read only the sanitized store; write chunks.jsonl (overlapping windows of "
+        "embed.chunk.size_tokens tokens with content-addressed ids) and chunk.summary.json.",
+        "embed": "Probe the model server named by EMBED_URL (wrong dimension or no answer: stop before "
+        "the store is opened), then embed every window that has no vector for the manifest's model "
+        "into vectors.db; write embed.summary.json.",
+        "sweep": "Run extract, sanitize, chunk and embed in order; stop at the first failing stage.",
+    }[name]

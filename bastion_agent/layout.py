@@ -1,0 +1,129 @@
+"""Where each stage writes, and how: the output folder and private files.
+
+Every file the agent writes is created 0600 inside folders created 0700, and
+written atomically (a temporary file in the same folder, then ``os.replace``),
+so a crash never leaves a half-written store file behind and no other local
+user can read what the bastion holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_OUT_NAME = ".bastion"
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The paths of one output folder (``--out DIR``)."""
+
+    root: Path
+
+    @classmethod
+    def for_manifest(cls, manifest_path: Path, out: str | os.PathLike | None) -> "Layout":
+        """``--out`` when given, else ``.bastion/`` beside the manifest."""
+        if out is not None:
+            return cls(Path(out))
+        return cls(Path(manifest_path).resolve().parent / DEFAULT_OUT_NAME)
+
+    @property
+    def extract_dir(self) -> Path:
+        return self.root / "extract"
+
+    @property
+    def extract_listing(self) -> Path:
+        """Every file seen by extract; inside the private store (raw paths)."""
+        return self.extract_dir / "listing.jsonl"
+
+    @property
+    def sanitized_dir(self) -> Path:
+        return self.root / "sanitized"
+
+    @property
+    def sanitized_listing(self) -> Path:
+        """One row per sanitized document: its doc id and sanitized paths."""
+        return self.sanitized_dir / "listing.jsonl"
+
+    @property
+    def chunks_path(self) -> Path:
+        return self.root / "chunks.jsonl"
+
+    @property
+    def vectors_db(self) -> Path:
+        return self.root / "vectors.db"
+
+    def summary_path(self, stage: str) -> Path:
+        return self.root / f"{stage}.summary.json"
+
+    @staticmethod
+    def doc_text_path(store: Path, doc: str) -> Path:
+        """A document's text in a store (extract or sanitized), keyed by doc id."""
+        return store / f"{doc}.txt"
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) 0700; tighten it if it already exists."""
+    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    os.chmod(path, PRIVATE_DIR_MODE)
+    return path
+
+
+def write_private(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` atomically with mode 0600."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    ensure_private_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_json(path: Path, value: object) -> None:
+    """Write ``value`` as pretty, key-sorted JSON, privately and atomically."""
+    write_private(path, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def write_jsonl(path: Path, rows) -> None:
+    """Write an iterable of JSON-able rows, one per line, privately and atomically."""
+    lines = [json.dumps(row, sort_keys=True, ensure_ascii=False) for row in rows]
+    write_private(path, "".join(line + "\n" for line in lines))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Read a JSON-lines file written by ``write_jsonl``."""
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def write_summary(layout: Layout, stage: str, counts: dict, signature) -> dict:
+    """Write ``STAGE.summary.json``: the stage's counts and how the manifest was signed.
+
+    ``signature`` is the manifest's ``SignatureStatus``. Summaries hold counts
+    and settings only, never a document's text or a found secret.
+    """
+    summary = {
+        "stage": stage,
+        **counts,
+        "manifest_signed": bool(signature.signed),
+        "signed_by": signature.principal,
+    }
+    ensure_private_dir(layout.root)
+    write_json(layout.summary_path(stage), summary)
+    return summary

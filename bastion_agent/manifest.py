@@ -1,0 +1,260 @@
+"""Load and validate the manifest: what to sweep and which model to use.
+
+The manifest is read once, as bytes: the signature (when there is one) is
+checked on exactly those bytes, and exactly those bytes are parsed, so the
+file cannot change between the check and its use. Every problem is a
+``ManifestError`` whose one line names the key and what is allowed.
+
+The endpoint of the model server never comes from here: it is a property of
+the machine (``EMBED_URL``), not of the documents.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ManifestError
+from . import signing
+
+DEFAULT_INCLUDE = ("**",)
+DEFAULT_EXCLUDE = (".git/**", ".hg/**", ".svn/**", ".bastion/**", "**/.DS_Store")
+DEFAULT_MAX_FILE_MB = 64.0
+
+# Keys each table may hold; anything else is refused so that a typo
+# ("overlap_token") cannot silently fall back to a default.
+ALLOWED_KEYS = {
+    "": {"source", "embed", "sanitize", "search"},
+    "source": {"root", "include", "exclude", "max_file_mb"},
+    "embed": {"model", "dim", "chunk", "query_prefix", "passage_prefix"},
+    "embed.chunk": {"size_tokens", "overlap_tokens"},
+    "search": {"mode"},
+}
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """``[source]``: the folder to sweep and which of its files to read."""
+
+    root: Path
+    include: tuple[str, ...] = DEFAULT_INCLUDE
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    max_file_mb: float = DEFAULT_MAX_FILE_MB
+
+    @property
+    def max_file_bytes(self) -> int:
+        return int(self.max_file_mb * 1024 * 1024)
+
+
+@dataclass(frozen=True)
+class EmbedSettings:
+    """``[embed]`` and ``[embed.chunk]``: the pinned model and the window shape."""
+
+    model: str
+    dim: int
+    size_tokens: int
+    overlap_tokens: int
+    query_prefix: str = ""
+    passage_prefix: str = ""
+
+    @property
+    def vector_key(self) -> str:
+        """What a stored vector is keyed by besides its chunk id.
+
+        The model name alone when no prefix is set (the specification's
+        ``model`` column); with prefixes, the name plus the passage prefix,
+        because a window embedded with another prefix is another vector and
+        must never be reused or compared as if it were the same.
+        """
+        if not self.passage_prefix:
+            return self.model
+        return f"{self.model}+passage_prefix={json.dumps(self.passage_prefix)}"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A validated manifest and how it was signed."""
+
+    path: Path
+    data: dict[str, Any]
+    source: SourceSettings
+    embed: EmbedSettings
+    sanitize: Any
+    search_mode: str | None
+    signature: signing.SignatureStatus = field(default_factory=signing.SignatureStatus)
+
+    def section(self, name: str) -> dict[str, Any]:
+        """A top-level table as parsed (empty when absent)."""
+        value = self.data.get(name, {})
+        return value if isinstance(value, dict) else {}
+
+
+def load(path: str | Path, *, require_signed: bool = False) -> Manifest:
+    """Read, verify and validate the manifest at ``path``."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ManifestError(f"manifest {path}: no such file") from None
+    except IsADirectoryError:
+        raise ManifestError(f"manifest {path}: is a folder, expected a .toml or .json file") from None
+    except OSError as exc:
+        raise ManifestError(f"manifest {path}: cannot read it ({exc.strerror})") from None
+    status = signing.check_manifest(path, raw, require_signed=require_signed)
+    data = parse(path, raw)
+    return validate(path, data, status)
+
+
+def parse(path: Path, raw: bytes) -> dict[str, Any]:
+    """Parse TOML, or JSON when the file's name ends in ``.json``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"manifest {path}: not UTF-8 (byte {exc.start})") from None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            data = tomllib.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"manifest {path}: invalid JSON: {exc.msg} (at line {exc.lineno}, column {exc.colno})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ManifestError(f"manifest {path}: invalid TOML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"manifest {path}: the top level must be a table of sections")
+    return data
+
+
+def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) -> Manifest:
+    """Check every key the stages read; return the typed settings."""
+    where = _Where(path)
+    where.known_keys("", data)
+    source = where.table(data, "source", required=True)
+    embed = where.table(data, "embed", required=True)
+    chunk = where.table(embed, "chunk", required=True, name="embed.chunk")
+    search = where.table(data, "search", required=False)
+    for name, table in (("source", source), ("embed", embed), ("embed.chunk", chunk), ("search", search)):
+        where.known_keys(name, table)
+    return Manifest(
+        path=path,
+        data=data,
+        source=_source_settings(where, source),
+        embed=_embed_settings(where, embed, chunk),
+        sanitize=_sanitize_settings(path, data.get("sanitize", {})),
+        search_mode=_search_mode(where, search),
+        signature=status,
+    )
+
+
+def _source_settings(where: "_Where", source: dict) -> SourceSettings:
+    root_text = where.string(source, "source", "root")
+    root = Path(root_text).expanduser()
+    if not root.is_absolute():
+        root = where.path.resolve().parent / root
+    if not root.exists():
+        where.fail("source", "root", f"the folder {root} does not exist")
+    if not root.is_dir():
+        where.fail("source", "root", f"{root} is not a folder")
+    max_mb = source.get("max_file_mb", DEFAULT_MAX_FILE_MB)
+    if isinstance(max_mb, bool) or not isinstance(max_mb, (int, float)) or not max_mb > 0:
+        where.fail("source", "max_file_mb", f"must be a number > 0 (megabytes); got {max_mb!r}")
+    return SourceSettings(
+        root=root,
+        include=where.globs(source, "include", DEFAULT_INCLUDE),
+        exclude=where.globs(source, "exclude", DEFAULT_EXCLUDE),
+        max_file_mb=float(max_mb),
+    )
+
+
+def _embed_settings(where: "_Where", embed: dict, chunk: dict) -> EmbedSettings:
+    model = where.string(embed, "embed", "model")
+    dim = where.integer(embed, "embed", "dim", minimum=1)
+    size = where.integer(chunk, "embed.chunk", "size_tokens", minimum=1)
+    overlap = where.integer(chunk, "embed.chunk", "overlap_tokens", minimum=0)
+    if overlap >= size:
+        where.fail("embed.chunk", "overlap_tokens", f"must be >= 0 and < size_tokens ({size}); got {overlap}")
+    prefixes = {}
+    for key in ("query_prefix", "passage_prefix"):
+        value = embed.get(key, "")
+        if not isinstance(value, str):
+            where.fail("embed", key, f"must be a string (e.g. \"query: \"); got {value!r}")
+        prefixes[key] = value
+    return EmbedSettings(model=model, dim=dim, size_tokens=size, overlap_tokens=overlap, **prefixes)
+
+
+SEARCH_MODES = ("vector", "keyword", "hybrid")
+
+
+def _search_mode(where: "_Where", search: dict) -> str | None:
+    mode = search.get("mode")
+    if mode is not None and mode not in SEARCH_MODES:
+        where.fail("search", "mode", f"must be one of {', '.join(SEARCH_MODES)}; got {mode!r}")
+    return mode
+
+
+def _sanitize_settings(path: Path, raw: Any):
+    """``[sanitize]`` is validated by the sanitizer, which owns its rules."""
+    from . import sanitize
+
+    if not isinstance(raw, dict):
+        raise ManifestError(f"manifest {path}: [sanitize] must be a table; got {type(raw).__name__}")
+    try:
+        return sanitize.parse_settings(raw)
+    except ManifestError as exc:
+        raise ManifestError(f"manifest {path}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Builds error messages that name the manifest, the table and the key."""
+
+    path: Path
+
+    def fail(self, table: str, key: str, message: str):
+        name = f"[{table}] {key}" if table else key
+        raise ManifestError(f"manifest {self.path}: {name} {message}")
+
+    def known_keys(self, table: str, value: dict) -> None:
+        allowed = ALLOWED_KEYS[table]
+        for key in value:
+            if key not in allowed:
+                where = f"[{table}]" if table else "the top level"
+                raise ManifestError(
+                    f"manifest {self.path}: unknown key {key!r} in {where}; allowed: {', '.join(sorted(allowed))}"
+                )
+
+    def table(self, parent: dict, key: str, *, required: bool, name: str | None = None) -> dict:
+        name = name or key
+        if key not in parent:
+            if required:
+                raise ManifestError(f"manifest {self.path}: missing table [{name}]")
+            return {}
+        value = parent[key]
+        if not isinstance(value, dict):
+            raise ManifestError(f"manifest {self.path}: [{name}] must be a table; got {type(value).__name__}")
+        return value
+
+    def string(self, table: dict, name: str, key: str) -> str:
+        if key not in table:
+            self.fail(name, key, "is missing (a non-empty string)")
+        value = table[key]
+        if not isinstance(value, str) or not value.strip():
+            self.fail(name, key, f"must be a non-empty string; got {value!r}")
+        return value
+
+    def integer(self, table: dict, name: str, key: str, *, minimum: int) -> int:
+        if key not in table:
+            self.fail(name, key, f"is missing (a whole number >= {minimum})")
+        value = table[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.fail(name, key, f"must be a whole number >= {minimum}; got {value!r}")
+        return value
+
+    def globs(self, table: dict, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = table.get(key, list(default))
+        if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+            self.fail("source", key, f"must be a list of glob strings (e.g. [\"**/*.md\"]); got {value!r}")
+        return tuple(value)

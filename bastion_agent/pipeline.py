@@ -1,0 +1,41 @@
+"""The stages in order, and ``sweep``, which runs them one after another.
+
+Each stage is a function ``(manifest, layout) -> summary dict`` that reads
+only what the stage before it wrote and writes its own ``STAGE.summary.json``.
+"""
+
+from __future__ import annotations
+
+from .layout import Layout
+
+
+def _extract(manifest, layout: Layout) -> dict:
+    from . import extract
+
+    return extract.run(manifest, layout)
+
+
+def _sanitize(manifest, layout: Layout) -> dict:
+    from . import sanitize
+
+    return sanitize.run(manifest, layout)
+
+
+def _chunk(manifest, layout: Layout) -> dict:
+    from . import embed
+
+    return embed.run_chunk(manifest, layout)
+
+
+def _embed(manifest, layout: Layout) -> dict:
+    from . import embed
+
+    return embed.run_embed(manifest, layout)
+
+
+STAGES = {"extract": _extract, "sanitize": _sanitize, "chunk": _chunk, "embed": _embed}
+
+
+def run_sweep(manifest, layout: Layout) -> dict[str, dict]:
+    """Run every stage in order; the first failure propagates and stops the sweep."""
+    return {name: stage(manifest, layout) for name, stage in STAGES.items()}

@@ -1,0 +1,55 @@
+"""``search MANIFEST "QUERY"``: the command-line face of ``embed.search``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+from dataclasses import asdict
+
+from . import embed
+from .cli import add_manifest_arguments, load_manifest_and_layout
+
+SNIPPET_CHARS = 400
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1; got {text!r}")
+    return value
+
+
+def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    add_manifest_arguments(parser)
+    parser.add_argument("query", help="what to look for, in your own words")
+    parser.add_argument("-k", type=positive_int, default=embed.DEFAULT_K, help="how many hits (default 5)")
+    parser.add_argument("--json", action="store_true", help="print a JSON array of hits, best first")
+
+
+def run_search(args: argparse.Namespace) -> int:
+    manifest, layout = load_manifest_and_layout(args)
+    hits = embed.search(manifest, layout, args.query, args.k)
+    if args.json:
+        print(json.dumps([asdict(hit) for hit in hits], ensure_ascii=False, indent=2))
+    else:
+        print(format_hits(hits))
+    return 0
+
+
+def format_hits(hits: list[embed.Hit]) -> str:
+    """Hits for a person: rank, score, path(s), document and window, then the text."""
+    if not hits:
+        return "no hits"
+    blocks = []
+    for rank, hit in enumerate(hits, start=1):
+        where = ", ".join(hit.paths) or "(no path)"
+        head = f"{rank}. {hit.score:.4f}  {where}  [doc {hit.doc[:12]} window {hit.idx}]"
+        text = " ".join(hit.text.split())
+        if len(text) > SNIPPET_CHARS:
+            text = text[: SNIPPET_CHARS - 1] + "…"
+        blocks.append(head + "\n" + textwrap.indent(textwrap.fill(text, 96), "    "))
+    return "\n\n".join(blocks)

@@ -1,0 +1,170 @@
+"""A loopback model server for tests and benchmarks: both wire formats, no model.
+
+It embeds text as a deterministic bag of words (each lowercase ``\\w+`` word
+adds 1 to a bucket chosen by its sha256), so a query shares score with the
+windows that share its words, and every run gives the same vectors. It
+speaks Ollama's ``POST /api/embed`` and the OpenAI-style ``POST
+/v1/embeddings`` (float and base64), each of which can be switched off to
+test detection, and records every request it gets.
+
+``python3 -m bastion_agent.stub_server --port 11434 --dim 64`` runs it by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import re
+import struct
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+WORD_RE = re.compile(r"\w+")
+
+
+def bag_of_words(text: str, dim: int) -> list[float]:
+    """The stub's embedding of ``text``."""
+    vector = [0.0] * dim
+    for word in WORD_RE.findall(text.lower()):
+        bucket = int.from_bytes(hashlib.sha256(word.encode("utf-8")).digest()[:8], "big") % dim
+        vector[bucket] += 1.0
+    return vector
+
+
+class StubServer:
+    """``with StubServer(dim=64) as stub:`` a server on ``stub.url`` until the block ends.
+
+    ``apis`` lists the wire formats it answers (the others get 404);
+    ``models``, when given, lists the model names it knows (others get the
+    server's "model not found"); ``requests`` holds ``(path, body)`` pairs.
+    """
+
+    def __init__(self, dim: int = 64, apis=("ollama", "openai"), models=None, host: str = "127.0.0.1", port: int = 0):
+        self.dim = dim
+        self.apis = tuple(apis)
+        self.models = None if models is None else set(models)
+        self.requests: list[tuple[str, dict]] = []
+        self.lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer((host, port), _handler_for(self))
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "StubServer":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.thread.join()
+        self.httpd.server_close()
+
+    def __enter__(self) -> "StubServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def inputs(self) -> list[str]:
+        """Every text embedded so far, in arrival order."""
+        with self.lock:
+            return [text for _, body in self.requests for text in _as_list(body.get("input"))]
+
+    def record(self, path: str, body: dict) -> None:
+        with self.lock:
+            self.requests.append((path, body))
+
+
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def _handler_for(stub: StubServer):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # quiet: tests read stderr
+            pass
+
+        def do_GET(self) -> None:
+            if self.path in ("/", "/health", "/api/tags", "/v1/models"):
+                self._send(200, {"status": "ok", "models": sorted(stub.models or [])})
+            else:
+                self._send(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                self._send(400, {"error": "invalid JSON"})
+                return
+            api = {"/api/embed": "ollama", "/v1/embeddings": "openai"}.get(self.path)
+            if api is None or api not in stub.apis:
+                self._send(404, {"error": "not found"} if api != "openai" else "404 page not found")
+                return
+            stub.record(self.path, body)
+            model = body.get("model")
+            if stub.models is not None and model not in stub.models:
+                self._model_not_found(api, model)
+                return
+            texts = _as_list(body.get("input"))
+            if not texts or not all(isinstance(text, str) for text in texts):
+                self._send(400, {"error": "input must be a string or a list of strings"})
+                return
+            vectors = [bag_of_words(text, stub.dim) for text in texts]
+            if api == "ollama":
+                self._send(200, {"model": model, "embeddings": vectors})
+            else:
+                self._send(200, _openai_answer(model, vectors, body.get("encoding_format", "float")))
+
+        def _model_not_found(self, api: str, model) -> None:
+            if api == "ollama":
+                self._send(404, {"error": f'model "{model}" not found, try pulling it first'})
+            else:
+                self._send(404, {"error": {"code": 404, "message": f"model {model} not found", "type": "not_found_error"}})
+
+        def _send(self, status: int, value) -> None:
+            data = json.dumps(value).encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+def _openai_answer(model, vectors: list[list[float]], encoding: str) -> dict:
+    data = []
+    # Listed in reverse: clients must match results to inputs by index.
+    for index in reversed(range(len(vectors))):
+        vector = vectors[index]
+        if encoding == "base64":
+            embedding = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+        else:
+            embedding = vector
+        data.append({"object": "embedding", "index": index, "embedding": embedding})
+    return {"object": "list", "model": model, "data": data, "usage": {"prompt_tokens": 0, "total_tokens": 0}}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python3 -m bastion_agent.stub_server", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=11434)
+    parser.add_argument("--dim", type=int, default=64)
+    args = parser.parse_args(argv)
+    stub = StubServer(dim=args.dim, host=args.host, port=args.port)
+    print(f"stub model server on {stub.url} (dim {args.dim}); Ctrl-C stops it", flush=True)
+    try:
+        stub.httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

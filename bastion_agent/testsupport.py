@@ -1,0 +1,91 @@
+"""Helpers the test modules share: manifests, a clean environment, hand-made stores."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import socket
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+from .layout import Layout, ensure_private_dir, write_jsonl, write_private
+
+ENV_PREFIXES = ("EMBED_", "BASTION_")
+
+
+def write_manifest(folder: Path, *, model: str = "stub-model", dim: int = 64, size: int = 16,
+                   overlap: int = 4, root: str = "docs", extra: str = "", name: str = "manifest.toml") -> Path:
+    """A valid TOML manifest in ``folder`` whose source root exists."""
+    (folder / root).mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(
+        f'[source]\nroot = "{root}"\n\n[embed]\nmodel = "{model}"\ndim = {dim}\n\n'
+        f"[embed.chunk]\nsize_tokens = {size}\noverlap_tokens = {overlap}\n{extra}",
+        encoding="utf-8",
+    )
+    return path
+
+
+@contextlib.contextmanager
+def clean_env(**values: str):
+    """An environment without stray ``EMBED_*``/``BASTION_*`` variables, plus ``values``."""
+    kept = {key: value for key, value in os.environ.items() if not key.startswith(ENV_PREFIXES)}
+    kept.update(values)
+    with mock.patch.dict(os.environ, kept, clear=True):
+        yield
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_sanitized_store(layout: Layout, documents: dict[str, list[str]]) -> dict[str, str]:
+    """Stand in for extract + sanitize: ``{text: [paths]}`` -> both listings and texts.
+
+    Returns ``{text: doc}``. The doc id here is the sha256 of the text, which
+    is what extract gives a UTF-8 text file.
+    """
+    ensure_private_dir(layout.extract_dir)
+    ensure_private_dir(layout.sanitized_dir)
+    ids = {text: sha256_hex(text) for text in documents}
+    extract_rows, sanitized_rows = [], []
+    for text, paths in documents.items():
+        doc = ids[text]
+        write_private(layout.doc_text_path(layout.sanitized_dir, doc), text)
+        for path in paths:
+            extract_rows.append({"path": path, "doc": doc, "size": len(text.encode()), "kind": "text",
+                                 "status": "extracted", "reason": None})
+        sanitized_rows.append({"doc": doc, "paths": sorted(paths), "kind": "text"})
+    write_jsonl(layout.extract_listing, sorted(extract_rows, key=lambda row: row["path"]))
+    write_jsonl(layout.sanitized_listing, sorted(sanitized_rows, key=lambda row: row["doc"]))
+    return ids
+
+
+def closed_port_url() -> str:
+    """A loopback URL where nothing listens (connection refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """``cli.main(argv)`` with stdout and stderr captured."""
+    from .cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(arg) for arg in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+class TempFolder:
+    """Mixin: ``self.tmp`` is a fresh folder removed after the test."""
+
+    def make_tmp(self) -> Path:
+        holder = tempfile.TemporaryDirectory()
+        self.addCleanup(holder.cleanup)
+        return Path(holder.name)
