@@ -255,8 +255,77 @@ class Hit:
     end: int
 
 
-def search(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: EmbedClient | None = None) -> list[Hit]:
-    """The top ``k`` current windows for ``query`` by cosine similarity, best first.
+class SearchIndex:
+    """The current windows and vectors of one model, loaded once and kept warm.
+
+    ``search`` for the CLI loads one per query; ``serve`` keeps one and
+    reloads it when ``vectors.db`` changes (``is_current``). Stale vectors
+    (chunks not in this sweep) are never loaded, so they never appear.
+    """
+
+    def __init__(self, layout: Layout, key: str, rows: list[tuple], paths: dict[str, list[str]], version: tuple):
+        self.layout = layout
+        self.key = key
+        self.rows = rows  # (chunk_id, doc, idx, start, end, text, packed vector)
+        self.paths = paths
+        self.version = version
+        self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    @classmethod
+    def load(cls, manifest, layout: Layout) -> "SearchIndex":
+        """Read one consistent snapshot of the manifest's model from ``vectors.db``."""
+        version = store_version(layout)
+        db = vectorstore.connect(layout.vectors_db, create=False)
+        try:
+            with vectorstore.transaction(db, write=False):  # one snapshot, even while embed writes
+                rows = list(vectorstore.searchable(db, manifest.embed.vector_key))
+                paths = vectorstore.document_paths(db, (row[1] for row in rows))
+        finally:
+            db.close()
+        return cls(layout, manifest.embed.vector_key, rows, paths, version)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def is_current(self) -> bool:
+        """False once ``vectors.db`` has changed since this index was loaded."""
+        return store_version(self.layout) == self.version
+
+    def search(self, query: str, query_vector: Sequence[float], k: int, mode: str = "vector") -> list[Hit]:
+        """The top ``k`` hits for a query already embedded as ``query_vector``."""
+        if mode != "vector":
+            raise ConfigError(f"search mode {mode!r} is not available; use vector")
+        best = top_k(query_vector, self.rows, k)
+        return [
+            Hit(score, doc, idx, chunk_id_, text, self.paths.get(doc, []), start, end)
+            for score, (chunk_id_, doc, idx, start, end, text, _) in best
+        ]
+
+
+def store_version(layout: Layout) -> tuple:
+    """What changes when a writer commits to ``vectors.db`` (the file or its WAL)."""
+    parts = []
+    for path in (layout.vectors_db, layout.vectors_db.with_name(layout.vectors_db.name + "-wal")):
+        try:
+            stat = path.stat()
+            parts.append((stat.st_mtime_ns, stat.st_size, stat.st_ino))
+        except FileNotFoundError:
+            parts.append(None)
+    return tuple(parts)
+
+
+def embed_query(manifest, query: str, client: EmbedClient | None = None) -> list[float]:
+    """The query's vector, with the manifest's query prefix, through the same endpoint."""
+    client = client or EmbedClient(EndpointConfig.from_env(), manifest.embed.model)
+    if client.dim is None:
+        client.probe(manifest.embed.dim)
+    (vector,) = client.embed([manifest.embed.query_prefix + query])
+    return vector
+
+
+def search(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: EmbedClient | None = None,
+           mode: str = "vector") -> list[Hit]:
+    """The top ``k`` current windows for ``query``, best first.
 
     A model with no vectors gives ``[]`` without calling the model server.
     """
@@ -264,23 +333,10 @@ def search(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: Emb
         raise ConfigError("the query is empty")
     if k < 1:
         raise ConfigError(f"k must be a whole number >= 1; got {k}")
-    db = vectorstore.connect(layout.vectors_db, create=False)
-    try:
-        key = manifest.embed.vector_key
-        if not vectorstore.count(db, "SELECT COUNT(*) FROM vectors WHERE model = ?", key):
-            return []
-        client = client or EmbedClient(EndpointConfig.from_env(), manifest.embed.model)
-        if client.dim is None:
-            client.probe(manifest.embed.dim)
-        (query_vector,) = client.embed([manifest.embed.query_prefix + query])
-        best = top_k(query_vector, vectorstore.searchable(db, key), k)
-        paths = vectorstore.document_paths(db, (row[1] for _, row in best))
-    finally:
-        db.close()
-    return [
-        Hit(score, doc, idx, chunk_id_, text, paths[doc], start, end)
-        for score, (chunk_id_, doc, idx, start, end, text, _) in best
-    ]
+    index = SearchIndex.load(manifest, layout)
+    if not len(index):
+        return []
+    return index.search(query, embed_query(manifest, query, client), k, mode)
 
 
 def cosine(query: Sequence[float], query_norm: float, vector: Sequence[float]) -> float:

@@ -89,13 +89,18 @@ def migrate(db: sqlite3.Connection) -> None:
 
 
 class transaction:
-    """``with transaction(db):`` one ``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on error)."""
+    """``with transaction(db):`` one ``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on error).
 
-    def __init__(self, db: sqlite3.Connection):
+    ``write=False`` begins a deferred transaction: a reader's consistent
+    snapshot that takes no write lock.
+    """
+
+    def __init__(self, db: sqlite3.Connection, write: bool = True):
         self.db = db
+        self.write = write
 
     def __enter__(self) -> sqlite3.Connection:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.db.execute("BEGIN IMMEDIATE" if self.write else "BEGIN")
         return self.db
 
     def __exit__(self, exc_type, exc, tb) -> None:
