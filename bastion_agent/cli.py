@@ -9,6 +9,7 @@ what to do). Tests call ``main`` directly.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -31,7 +32,8 @@ PIPELINE_STAGES = {
 DESCRIPTION = """\
 Make a folder of sensitive documents searchable by meaning. The manifest names
 the folder, the embedding model and its dimension; the model server comes from
-the environment (EMBED_URL, EMBED_API, EMBED_BATCH, EMBED_TIMEOUT). Nothing that
+the environment (EMBED_URL, EMBED_API, EMBED_BATCH, EMBED_TIMEOUT, EMBED_CONCURRENCY,
+EMBED_RETRY_DEADLINE; see docs/embedding.md). Nothing that
 has not been sanitized leaves the private extract store."""
 
 
@@ -65,16 +67,25 @@ def build_parser() -> argparse.ArgumentParser:
             stage.add_argument("--report", action="store_true", help="print a table of what was read and skipped, by kind and by folder")
         stage.set_defaults(run=run_stage)
     for name, module_name, summary in EXTRA_COMMANDS:
-        module = __import__(f"{__package__}.{module_name}", fromlist=["add_arguments"])
-        sub = commands.add_parser(name, help=summary, description=module.__doc__.split("\n\n")[0])
-        module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+        module = importlib.import_module(f"{__package__}.{module_name}")
+        attr = name.replace("-", "_")
+        sub = commands.add_parser(name, help=summary, description=summary)
+        getattr(module, f"add_{attr}_arguments")(sub)
+        sub.set_defaults(run=getattr(module, f"run_{attr}"))
     return parser
 
 
-# Commands whose module adds its own arguments and runs itself: (name, module, help).
+# Commands whose module adds its own arguments and runs itself: (name, module,
+# help). The module defines ``add_NAME_arguments(parser)`` and
+# ``run_NAME(args) -> int`` (NAME with "-" as "_"); keep its top-level imports
+# to the standard library so ``--help`` never needs an optional extra.
 EXTRA_COMMANDS = [
     ("search", "search_cli", "answer a query by meaning from vectors.db"),
+    ("sign", "signing_cli", "sign a manifest with your SSH key (writes MANIFEST.sig)"),
+    ("verify", "signing_cli", "check MANIFEST.sig against BASTION_ALLOWED_SIGNERS; print who signed it"),
+    ("serve", "serve", "answer search over HTTP (loopback by default)"),
+    ("model-server", "modelserver", "serve the embedded model (multilingual-e5-small) on loopback, Ollama and OpenAI style"),
+    ("demo", "demo", "the main job on the bundled sample: start the embedded model, sweep, search, stop"),
 ]
 
 
@@ -126,3 +137,8 @@ def _stage_description(name: str) -> str:
         "into vectors.db; write embed.summary.json.",
         "sweep": "Run extract, sanitize, chunk and embed in order; stop at the first failing stage.",
     }[name]
+
+
+def main_entry() -> None:
+    """The ``bastion-agent`` console script."""
+    sys.exit(main())

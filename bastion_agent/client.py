@@ -4,26 +4,41 @@ The endpoint is a property of the machine, never of the manifest: the
 environment names it (``EMBED_URL``), and the manifest only pins the model
 name and dimension. Two wire formats are spoken:
 
-- ``ollama``: ``POST /api/embed`` with ``{"model", "input": [...]}``, answer
-  ``{"embeddings": [[...], ...]}`` (never the legacy ``/api/embeddings``,
-  which answers an empty vector when sent ``input``);
+- ``ollama``: ``POST /api/embed`` with ``{"model", "input": [...],
+  "truncate": false}``, answer ``{"embeddings": [[...], ...]}`` (never the
+  legacy ``/api/embeddings``, which answers an empty vector when sent
+  ``input``);
 - ``openai``: ``POST /v1/embeddings`` with ``{"model", "input": [...],
-  "encoding_format": "float"}``, answer ``{"data": [{"index", "embedding"}]}``
-  (llama.cpp server, TEI); results are matched to inputs by ``index``.
+  "encoding_format": "base64"|"float"}``, answer ``{"data": [{"index",
+  "embedding"}]}`` (llama.cpp server, TEI, vLLM); results are matched to
+  inputs by ``index``. The probe asks for base64 (little-endian float32, a
+  third of the bytes of JSON floats) and falls back to floats when the server
+  refuses it; an answer in floats is read either way.
 
-Requests never go through an HTTP proxy from the environment: the text sent
-is the bastion's, and it goes to the server named, or nowhere.
+Every failure of a request is classified (``RequestFailure.kind``) so the
+embed stage can tell what to do: wait and retry, split the batch, retry one
+input truncated, record one chunk as failed, or stop. Requests never go
+through an HTTP proxy from the environment: the text sent is the bastion's,
+and it goes to the server named, or nowhere.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import http.client
 import json
 import math
 import os
+import re
+import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from array import array
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Callable, Mapping, Sequence
 
 from .errors import ConfigError, ModelServerError
@@ -31,28 +46,57 @@ from .errors import ConfigError, ModelServerError
 DEFAULT_URL = "http://127.0.0.1:11434"
 DEFAULT_BATCH = 32
 DEFAULT_TIMEOUT = 300.0
+DEFAULT_CONCURRENCY = 1
+DEFAULT_RETRY_DEADLINE = 600.0
+MAX_CONCURRENCY = 64
 APIS = ("ollama", "openai")
 PATHS = {"ollama": "/api/embed", "openai": "/v1/embeddings"}
 PROBE_TEXT = "bastion agent probe: is this the pinned model?"
 
+# Request failure kinds (RequestFailure.kind).
+TRANSIENT = "transient"  # connection refused/reset, timeout, 429/502/503/504, a cut answer: wait and retry
+BATCH_TOO_LARGE = "batch_too_large"  # the server's batch or body limit: split, remember the smaller size
+INPUT_TOO_LONG = "input_too_long"  # one input over the context or physical batch: isolate, truncate or fail
+REJECTED = "rejected"  # another refusal of this content (400, 500, 424, a bad vector): isolate, then fail
+FATAL = "fatal"  # the server cannot serve this run at all (auth, model gone, dimension changed): stop
+WRONG_API = "wrong_api"  # this path does not speak this wire format (another may)
+
+RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
+FATAL_STATUSES = frozenset({401, 403, 404, 405, 501})
+_BATCH_LIMIT_RE = re.compile(r"batch size (\d+) > maximum allowed batch size (\d+)", re.I)
+_TOO_LONG_RE = re.compile(
+    r"context length|context size|exceeds? the (?:maximum )?context|too large to process|"
+    r"must have less than \d+ tokens|input is too large|too many tokens|input \(\d+ tokens\)",
+    re.I,
+)
+_BATCH_WORDS_RE = re.compile(r"batch|payload|body|length limit|request entity|too large", re.I)
+
 
 @dataclass(frozen=True)
 class EndpointConfig:
-    """``EMBED_URL``, ``EMBED_API``, ``EMBED_BATCH``, ``EMBED_TIMEOUT``, validated."""
+    """``EMBED_URL``, ``EMBED_API``, ``EMBED_BATCH``, ``EMBED_TIMEOUT``,
+    ``EMBED_CONCURRENCY`` and ``EMBED_RETRY_DEADLINE``, validated."""
 
     url: str = DEFAULT_URL
     api: str | None = None
     batch: int = DEFAULT_BATCH
     timeout: float = DEFAULT_TIMEOUT
+    concurrency: int = DEFAULT_CONCURRENCY
+    retry_deadline: float = DEFAULT_RETRY_DEADLINE
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "EndpointConfig":
         env = os.environ if environ is None else environ
+        concurrency = _positive(env, "EMBED_CONCURRENCY", DEFAULT_CONCURRENCY, int)
+        if concurrency > MAX_CONCURRENCY:
+            raise ConfigError(f"EMBED_CONCURRENCY must be at most {MAX_CONCURRENCY}; got {concurrency}")
         return cls(
             url=_base_url(env.get("EMBED_URL") or DEFAULT_URL),
             api=_api(env.get("EMBED_API") or None),
             batch=_positive(env, "EMBED_BATCH", DEFAULT_BATCH, int),
             timeout=_positive(env, "EMBED_TIMEOUT", DEFAULT_TIMEOUT, float),
+            concurrency=concurrency,
+            retry_deadline=_positive(env, "EMBED_RETRY_DEADLINE", DEFAULT_RETRY_DEADLINE, float),
         )
 
     @property
@@ -101,21 +145,29 @@ def _positive(env: Mapping[str, str], name: str, default, kind):
 
 
 class HTTPFailure(Exception):
-    """A non-2xx answer, with the server's own error message when it gave one."""
+    """A non-2xx answer, with the server's own error message and ``Retry-After`` when it gave them."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, retry_after: float | None = None):
         super().__init__(f"HTTP {status}: {message}" if message else f"HTTP {status}")
         self.status = status
         self.message = message
+        self.retry_after = retry_after
+
+
+class BadAnswer(Exception):
+    """A 2xx answer that is not JSON (cut short, or not an API server): worth another try."""
 
 
 _NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER) -> object:
-    """POST ``body`` as JSON; return the parsed answer or raise ``HTTPFailure``.
+    """POST ``body`` as JSON; return the parsed answer.
 
-    Connection failures surface as ``OSError`` (``urllib.error.URLError`` is one).
+    Raises ``HTTPFailure`` for a non-2xx answer, ``BadAnswer`` for a 2xx
+    answer that is not JSON, and ``OSError`` for a connection that failed,
+    was reset or timed out (``urllib.error.URLError`` is one; a cut
+    ``http.client`` exchange is turned into ``ConnectionError``).
     """
     data = json.dumps(body).encode("utf-8")
     request = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
@@ -123,15 +175,36 @@ def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER) -> 
         with opener.open(request, timeout=timeout) as response:
             payload = response.read()
     except urllib.error.HTTPError as exc:
-        raise HTTPFailure(exc.code, _error_message(exc.read())) from None
+        try:
+            text = exc.read()
+        except (OSError, http.client.HTTPException):
+            text = b""
+        raise HTTPFailure(exc.code, _error_message(text), parse_retry_after(exc.headers.get("Retry-After"))) from None
+    except http.client.HTTPException as exc:  # IncompleteRead, BadStatusLine: the exchange was cut
+        raise ConnectionError(f"{type(exc).__name__}: {exc}") from None
     try:
         return json.loads(payload)
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise HTTPFailure(200, "the answer is not JSON") from None
+        raise BadAnswer("the answer is not JSON") from None
+
+
+def parse_retry_after(value: str | None, now: Callable[[], float] = time.time) -> float | None:
+    """``Retry-After`` in seconds (delta-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - now()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def _error_message(body: bytes) -> str:
-    """The message of Ollama's ``{"error": "..."}`` or llama.cpp's ``{"error": {"message"}}``."""
+    """The message of Ollama's ``{"error": "..."}``, llama.cpp's ``{"error": {"message"}}`` or TEI's ``{"error"|"message"}``."""
     try:
         value = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -146,81 +219,45 @@ def _error_message(body: bytes) -> str:
     return ""
 
 
-class EmbedClient:
-    """Embeds texts with ``model`` at the endpoint of ``config``.
+class RequestFailure(Exception):
+    """One request that did not give usable vectors, and what kind of failure it was.
 
-    ``probe(dim)`` must be called first: it settles the wire format (the
-    configured one, or the one that answers) and refuses a server whose
-    vectors do not have the pinned dimension.
+    ``reason`` is the short label failed chunks are counted under in the
+    summary (``http_500``, ``too_long``, ``non_finite``...); ``limit`` is the
+    server's batch limit when its message names one; ``retry_after`` is the
+    server's ``Retry-After`` in seconds.
     """
 
-    def __init__(self, config: EndpointConfig, model: str, post: Callable = post_json):
-        self.config = config
-        self.model = model
-        self.api = config.api
-        self.dim: int | None = None
-        self._post = post
-
-    def probe(self, dim: int) -> str:
-        """Embed the probe text; return the API in use. Raises ``ModelServerError``."""
-        apis = [self.api] if self.api else list(APIS)
-        failures = []
-        for api in apis:
-            try:
-                vectors = self._embed_with(api, [PROBE_TEXT])
-            except _WrongAPI as exc:
-                failures.append(f"{PATHS[api]}: {exc}")
-                continue
-            served = len(vectors[0])
-            if served != dim:
-                raise ModelServerError(
-                    f"model {self.model!r} at {self.config.display_url} ({api}) serves {served}-dimensional "
-                    f"vectors but the manifest pins dim = {dim}; nothing was stored"
-                )
-            self.api, self.dim = api, dim
-            return api
-        raise ModelServerError(
-            f"{self.config.display_url} did not answer as an embedding server ({'; '.join(failures)}); "
-            "check EMBED_URL and EMBED_API"
-        )
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One request for ``texts``; vectors in input order, checked."""
-        if self.api is None or self.dim is None:
-            raise RuntimeError("probe() must succeed before embed()")
-        try:
-            vectors = self._embed_with(self.api, list(texts))
-        except _WrongAPI as exc:
-            raise ModelServerError(f"{self.config.display_url}{PATHS[self.api]}: {exc}") from None
-        for vector in vectors:
-            if len(vector) != self.dim:
-                raise ModelServerError(
-                    f"{self.config.display_url} returned a {len(vector)}-dimensional vector, expected {self.dim}"
-                )
-        return vectors
-
-    def _embed_with(self, api: str, texts: list[str]) -> list[list[float]]:
-        url = self.config.url + PATHS[api]
-        body: dict = {"model": self.model, "input": texts}
-        if api == "openai":
-            body["encoding_format"] = "float"
-        try:
-            answer = self._post(url, body, self.config.timeout)
-        except HTTPFailure as exc:
-            if exc.status in (404, 405, 501) and not _names_the_model(exc.message, self.model):
-                raise _WrongAPI(str(exc)) from None
-            raise ModelServerError(f"{self.config.display_url}{PATHS[api]} refused the request: {exc}") from None
-        except (OSError, TimeoutError) as exc:
-            raise ModelServerError(f"cannot reach the model server at {self.config.display_url}: {_reason(exc)}") from None
-        vectors = _vectors_from(api, answer)
-        if vectors is None:
-            raise _WrongAPI("the answer does not have the shape of this API")
-        _check_vectors(vectors, len(texts), self.config.display_url)
-        return vectors
+    def __init__(self, kind: str, reason: str, detail: str, status: int | None = None,
+                 retry_after: float | None = None, limit: int | None = None):
+        super().__init__(detail)
+        self.kind = kind
+        self.reason = reason
+        self.detail = detail
+        self.status = status
+        self.retry_after = retry_after
+        self.limit = limit
 
 
-class _WrongAPI(Exception):
-    """The endpoint does not speak this wire format (another may)."""
+def classify_http(exc: HTTPFailure, model: str) -> RequestFailure:
+    """What an HTTP error answer means for the stage (see the module docstring)."""
+    status, message = exc.status, exc.message
+    reason = f"http_{status}"
+    detail = str(exc)
+    if status in RETRY_STATUSES:
+        return RequestFailure(TRANSIENT, reason, detail, status, exc.retry_after)
+    if status in (404, 405, 501) and not _names_the_model(message, model):
+        return RequestFailure(WRONG_API, reason, detail, status)
+    if status in FATAL_STATUSES:
+        return RequestFailure(FATAL, reason, detail, status)
+    limit = _BATCH_LIMIT_RE.search(message)
+    if limit:
+        return RequestFailure(BATCH_TOO_LARGE, reason, detail, status, limit=int(limit.group(2)))
+    if _TOO_LONG_RE.search(message):
+        return RequestFailure(INPUT_TOO_LONG, "too_long", detail, status)
+    if status == 413 or (status == 422 and _BATCH_WORDS_RE.search(message)) or "too large" in message.lower():
+        return RequestFailure(BATCH_TOO_LARGE, reason, detail, status)
+    return RequestFailure(REJECTED, reason, detail, status)
 
 
 def _names_the_model(message: str, model: str) -> bool:
@@ -232,6 +269,147 @@ def _names_the_model(message: str, model: str) -> bool:
 def _reason(exc: BaseException) -> str:
     reason = getattr(exc, "reason", None) or exc
     return str(reason) or type(reason).__name__
+
+
+class EmbedClient:
+    """Embeds texts with ``model`` at the endpoint of ``config``.
+
+    ``probe(dim)`` must be called first: it settles the wire format (the
+    configured one, or the one that answers), the vector encoding, and
+    refuses a server whose vectors do not have the pinned dimension. The
+    probe fails fast (no retries): a server that is not there, or not the
+    pinned model, stops the stage before anything is opened.
+    """
+
+    def __init__(self, config: EndpointConfig, model: str, post: Callable = post_json):
+        self.config = config
+        self.model = model
+        self.api = config.api
+        self.dim: int | None = None
+        self.encoding = "float"
+        self._post = post
+
+    @property
+    def can_truncate(self) -> bool:
+        """Whether one too-long input can be resent asking the server to truncate it.
+
+        Ollama's ``/api/embed`` takes ``truncate``; the OpenAI-style route of
+        TEI and llama.cpp has no such field (TEI truncates only when started
+        with ``--auto-truncate``), so there a too-long input is recorded as failed.
+        """
+        return self.api == "ollama"
+
+    def probe(self, dim: int) -> str:
+        """Embed the probe text; return the API in use. Raises ``ModelServerError``."""
+        apis = [self.api] if self.api else list(APIS)
+        failures = []
+        for api in apis:
+            try:
+                vectors, encoding = self._probe_with(api)
+            except RequestFailure as exc:
+                if exc.kind == WRONG_API:
+                    failures.append(f"{PATHS[api]}: {exc.detail}")
+                    continue
+                raise ModelServerError(self._failure_message(api, exc)) from None
+            served = len(vectors[0])
+            if served != dim:
+                raise ModelServerError(
+                    f"model {self.model!r} at {self.config.display_url} ({api}) serves {served}-dimensional "
+                    f"vectors but the manifest pins dim = {dim}; nothing was stored"
+                )
+            self.api, self.dim, self.encoding = api, dim, encoding
+            return api
+        raise ModelServerError(
+            f"{self.config.display_url} did not answer as an embedding server ({'; '.join(failures)}); "
+            "check EMBED_URL and EMBED_API"
+        )
+
+    def _probe_with(self, api: str) -> tuple[list, str]:
+        if api != "openai":
+            return self._vectors(api, [PROBE_TEXT], "float", False), "float"
+        try:
+            answer = self._request(api, [PROBE_TEXT], "base64", False)
+        except RequestFailure as exc:
+            if exc.status not in (400, 422):
+                raise
+            return self._vectors(api, [PROBE_TEXT], "float", False), "float"  # base64 refused
+        vectors = _vectors_from(api, answer)
+        if vectors is None:
+            raise RequestFailure(WRONG_API, "bad_response", "the answer does not have the shape of this API")
+        encoding = "base64" if vectors and isinstance(vectors[0], str) else "float"
+        packed = _pack_all(vectors, 1, self.config.display_url)
+        return [unpack_floats(blob) for blob in packed], encoding
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One request for ``texts``; vectors in input order, checked. Raises ``ModelServerError``.
+
+        For a query (``search``, ``serve``): no retries, any failure is final.
+        """
+        self._require_probe()
+        try:
+            blobs = self.embed_packed(texts)
+        except RequestFailure as exc:
+            raise ModelServerError(self._failure_message(self.api, exc)) from None
+        return [list(unpack_floats(blob)) for blob in blobs]
+
+    def embed_packed(self, texts: Sequence[str], truncate: bool = False) -> list[bytes]:
+        """One request; each vector as checked little-endian float32 bytes. Raises ``RequestFailure``.
+
+        The answer is checked whole before anything is returned: one vector
+        per input, the pinned dimension, finite values, a non-zero norm
+        (llama.cpp answers all-zero vectors when it cannot read an embedding).
+        """
+        self._require_probe()
+        answer = self._request(self.api, list(texts), self.encoding, truncate)
+        vectors = _vectors_from(self.api, answer)
+        if vectors is None:
+            raise RequestFailure(REJECTED, "bad_response", "the answer does not have the shape of this API")
+        blobs = _pack_all(vectors, len(texts), self.config.display_url)
+        for blob in blobs:
+            if len(blob) != 4 * self.dim:
+                raise RequestFailure(
+                    FATAL, "wrong_dim",
+                    f"{self.config.display_url} returned a {len(blob) // 4}-dimensional vector, expected {self.dim} "
+                    "(was the model on the server changed?)",
+                )
+        return blobs
+
+    def _require_probe(self) -> None:
+        if self.api is None or self.dim is None:
+            raise RuntimeError("probe() must succeed before embed()")
+
+    def _vectors(self, api: str, texts: list[str], encoding: str, truncate: bool) -> list:
+        answer = self._request(api, texts, encoding, truncate)
+        vectors = _vectors_from(api, answer)
+        if vectors is None:
+            raise RequestFailure(WRONG_API, "bad_response", "the answer does not have the shape of this API")
+        return [unpack_floats(blob) for blob in _pack_all(vectors, len(texts), self.config.display_url)]
+
+    def _request(self, api: str, texts: list[str], encoding: str, truncate: bool) -> object:
+        """POST one batch; the parsed answer, or a classified ``RequestFailure``."""
+        url = self.config.url + PATHS[api]
+        body: dict = {"model": self.model, "input": texts}
+        if api == "openai":
+            body["encoding_format"] = encoding
+        else:
+            body["truncate"] = truncate
+        try:
+            return self._post(url, body, self.config.timeout)
+        except HTTPFailure as exc:
+            raise classify_http(exc, self.model) from None
+        except BadAnswer as exc:
+            raise RequestFailure(TRANSIENT, "bad_response", str(exc)) from None
+        except (OSError, TimeoutError) as exc:
+            kind = "timeout" if isinstance(exc, TimeoutError) or "timed out" in _reason(exc) else "connection"
+            raise RequestFailure(TRANSIENT, kind, f"cannot reach the model server: {_reason(exc)}") from None
+
+    def _failure_message(self, api: str | None, exc: RequestFailure) -> str:
+        where = self.config.display_url
+        if exc.reason in ("connection", "timeout"):
+            return f"cannot reach the model server at {where}: {exc.detail.split(': ', 1)[-1]}"
+        if exc.status is not None:
+            return f"{where}{PATHS.get(api or '', '')} refused the request: {exc.detail}"
+        return f"{where}{PATHS.get(api or '', '')}: {exc.detail}"
 
 
 def _vectors_from(api: str, answer: object) -> list | None:
@@ -248,16 +426,49 @@ def _vectors_from(api: str, answer: object) -> list | None:
         ordered = sorted(data, key=lambda item: int(item["index"]))
     except (KeyError, TypeError, ValueError):
         return None
+    if [int(item["index"]) for item in ordered] != list(range(len(ordered))):
+        return [None] * len(ordered)  # duplicate or missing indexes: caught as malformed below
     return [item.get("embedding") for item in ordered]
 
 
-def _check_vectors(vectors: list, expected: int, where: str) -> None:
-    """Never store a wrong vector: count, type, finiteness."""
+def _pack_all(vectors: list, expected: int, where: str) -> list[bytes]:
+    """Every vector as float32 bytes, checked; ``RequestFailure`` names the first problem."""
     if len(vectors) != expected:
-        raise ModelServerError(f"{where} returned {len(vectors)} vectors for {expected} inputs")
-    for vector in vectors:
-        if not isinstance(vector, list) or not vector:
-            raise ModelServerError(f"{where} returned an empty or malformed vector")
-        for value in vector:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ModelServerError(f"{where} returned a vector with a non-finite or non-numeric value")
+        raise RequestFailure(REJECTED, "wrong_count", f"{where} returned {len(vectors)} vectors for {expected} inputs")
+    return [_pack_one(vector, where) for vector in vectors]
+
+
+def _pack_one(vector: object, where: str) -> bytes:
+    if isinstance(vector, str):
+        try:
+            blob = base64.b64decode(vector, validate=True)
+        except (binascii.Error, ValueError):
+            raise RequestFailure(REJECTED, "bad_response", f"{where} returned a vector that is not base64") from None
+        if not blob or len(blob) % 4:
+            raise RequestFailure(REJECTED, "bad_response", f"{where} returned a base64 vector of {len(blob)} bytes")
+        values = array("f")
+        values.frombytes(blob)
+        if sys.byteorder != "little":
+            values.byteswap()
+    elif isinstance(vector, list) and vector:
+        if not all(type(value) in (int, float) for value in vector):
+            raise RequestFailure(REJECTED, "bad_response", f"{where} returned a vector with a non-numeric value")
+        values = array("f", vector)  # a value beyond float32 becomes inf and is caught below
+    else:
+        raise RequestFailure(REJECTED, "bad_response", f"{where} returned an empty or malformed vector")
+    if not math.isfinite(sum(values)):  # any NaN or infinity makes the sum non-finite
+        raise RequestFailure(REJECTED, "non_finite", f"{where} returned a vector with a non-finite value")
+    if not any(values):
+        raise RequestFailure(REJECTED, "zero_vector", f"{where} returned an all-zero vector")
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tobytes()
+
+
+def unpack_floats(blob: bytes) -> list[float]:
+    """Little-endian float32 bytes as a list of floats."""
+    values = array("f")
+    values.frombytes(blob)
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tolist()

@@ -9,6 +9,7 @@ cosine similarity. Standard library only.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import json
@@ -16,15 +17,15 @@ import math
 import operator
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import vectorstore
 from .client import EmbedClient, EndpointConfig
-from .errors import ConfigError, StoreError
-from .layout import Layout, read_jsonl, write_jsonl, write_summary
+from .errors import ConfigError, ModelServerError, StoreError
+from .layout import Layout, read_jsonl, write_private, write_summary
 from .progress import Progress
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
@@ -65,21 +66,59 @@ def windows(text: str, size: int, overlap: int) -> list[Window]:
     last one, so with any overlap every character of the text is inside at
     least one window; a text without tokens has no window.
     """
+    return _windows(text, size, overlap)[0]
+
+
+# One token of TOKEN_RE, matched atomically so that a repeat never splits a word.
+_ATOMIC_TOKEN = r"(?:\w++|[^\w\s])"
+
+
+@functools.lru_cache(maxsize=None)
+def _piece_re(tokens: int) -> re.Pattern:
+    """Up to ``tokens`` tokens and the whitespace before them; group 1 spans the tokens."""
+    return re.compile(rf"\s*+({_ATOMIC_TOKEN}(?:\s*+{_ATOMIC_TOKEN}){{0,{tokens - 1}}})")
+
+
+def _windows(text: str, size: int, overlap: int) -> tuple[list[Window], int]:
+    """The windows and the text's token count.
+
+    Only the characters where windows start and end matter, and those are
+    token boundaries at multiples of the step and at multiples of the step
+    plus ``overlap % step``. So the text is cut into pieces of alternating
+    token counts at exactly those boundaries, each piece one regular-expression
+    match: the same spans as walking every token, without a Python object
+    per token (bench/chunk_speed.py).
+    """
     if not 0 <= overlap < size:
         raise ValueError(f"need 0 <= overlap ({overlap}) < size ({size})")
-    spans = [match.span() for match in TOKEN_RE.finditer(text)]
-    result = []
     step = size - overlap
+    remainder = overlap % step
+    lengths = (remainder, step - remainder) if remainder else (step,)
+    starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    position = count = turn = 0
+    last = None
+    while match := _piece_re(lengths[turn % len(lengths)]).match(text, position):
+        last = match.span(1)
+        starts[count] = last[0]
+        count += lengths[turn % len(lengths)]
+        ends[count] = position = last[1]
+        turn += 1
+    if last is None:
+        return [], 0
+    short = lengths[(turn - 1) % len(lengths)] - len(TOKEN_RE.findall(text, *last))  # only the last piece may be short
+    if short:
+        del ends[count]
+        count -= short
+        ends[count] = last[1]
+    result = []
     first = 0
-    while spans:
-        last = min(first + size, len(spans)) - 1
-        start = 0 if first == 0 else spans[first][0]
-        end = len(text) if last == len(spans) - 1 else spans[last][1]
-        result.append(Window(start, end, last - first + 1))
-        if last == len(spans) - 1:
-            break
+    while True:
+        stop = min(first + size, count)
+        result.append(Window(starts[first] if first else 0, ends[stop] if stop < count else len(text), stop - first))
+        if stop == count:
+            return result, count
         first += step
-    return result
 
 
 def chunk_id(doc: str, window_text: str) -> str:
@@ -90,33 +129,62 @@ def chunk_id(doc: str, window_text: str) -> str:
     return digest.hexdigest()
 
 
+def _chunk_ids(doc: str, text: str, spans: list[Window]) -> list[str]:
+    """``chunk_id`` of each window, hashing the document's prefix once (and encoding ASCII text once)."""
+    prefix = hashlib.sha256(doc.encode("utf-8") + b"\0")
+    ids = []
+    if text.isascii():
+        data = memoryview(text.encode("ascii"))
+        for w in spans:
+            digest = prefix.copy()
+            digest.update(data[w.start : w.end])
+            ids.append(digest.hexdigest())
+    else:
+        for w in spans:
+            digest = prefix.copy()
+            digest.update(text[w.start : w.end].encode("utf-8"))
+            ids.append(digest.hexdigest())
+    return ids
+
+
 def chunk_document(doc: str, text: str, size: int, overlap: int) -> list[ChunkRow]:
     """The rows of one document, in order."""
+    spans = windows(text, size, overlap)
     return [
-        ChunkRow(chunk_id(doc, text[w.start : w.end]), doc, idx, w.start, w.end, w.end - w.start, w.tokens)
-        for idx, w in enumerate(windows(text, size, overlap))
+        ChunkRow(chunk, doc, idx, w.start, w.end, w.end - w.start, w.tokens)
+        for idx, (w, chunk) in enumerate(zip(spans, _chunk_ids(doc, text, spans)))
     ]
 
 
 def run_chunk(manifest, layout: Layout) -> dict:
-    """The ``chunk`` stage: sanitized store -> ``chunks.jsonl`` + ``chunk.summary.json``."""
+    """The ``chunk`` stage: sanitized store -> ``chunks.jsonl`` + ``chunk.summary.json``.
+
+    Rows are formatted straight to JSON lines, exactly as ``write_jsonl``
+    writes ``asdict(ChunkRow)`` (sorted keys), without the dataclass.
+    """
     documents = sanitized_documents(layout)
     size, overlap = manifest.embed.size_tokens, manifest.embed.overlap_tokens
-    rows: list[ChunkRow] = []
+    lines: list[str] = []
+    ids: set[str] = set()
     tokens = characters = 0
     with Progress("chunk", len(documents), "docs") as progress:
         for row in documents:
-            text = read_sanitized_text(layout, row["doc"])
-            doc_rows = chunk_document(row["doc"], text, size, overlap)
-            rows.extend(doc_rows)
-            tokens += len(TOKEN_RE.findall(text))
+            doc = row["doc"]
+            text = read_sanitized_text(layout, doc)
+            spans, count = _windows(text, size, overlap)
+            doc_json = json.dumps(doc, ensure_ascii=False)
+            for idx, (w, chunk) in enumerate(zip(spans, _chunk_ids(doc, text, spans))):
+                lines.append(f'{{"chars": {w.end - w.start}, "chunk_id": "{chunk}", "doc": {doc_json}, "end": {w.end},'
+                             f' "idx": {idx}, "start": {w.start}, "tokens": {w.tokens}, "v": {CHUNKER_VERSION}}}\n')
+                ids.add(chunk)
+            tokens += count
             characters += len(text)
             progress.advance()
-    write_jsonl(layout.chunks_path, (asdict(row) for row in rows))
+    write_private(layout.chunks_path, "".join(lines))
     counts = {
         "documents": len(documents),
-        "chunks": len(rows),
-        "unique_chunks": len({row.chunk_id for row in rows}),
+        "chunks": len(lines),
+        "unique_chunks": len(ids),
         "tokens": tokens,
         "characters": characters,
         "size_tokens": size,
@@ -159,59 +227,96 @@ def read_sanitized_text(layout: Layout, doc: str) -> str:
 # --- embed -----------------------------------------------------------------
 
 
-def run_embed(manifest, layout: Layout, client: EmbedClient | None = None) -> dict:
+def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry=None) -> dict:
     """The ``embed`` stage: ``chunks.jsonl`` -> ``vectors.db`` + ``embed.summary.json``.
 
     The probe runs before the store is opened or created: a wrong dimension
-    or an unreachable server never touches ``vectors.db``.
+    or an unreachable server never touches ``vectors.db``. After it, the
+    engine (``embed_engine``) retries, splits and isolates; ``retry`` is its
+    ``RetryPolicy`` (tests inject sleep and clock). The summary is written
+    whatever happens next (success, failed chunks, the server gone for good,
+    Ctrl-C); failed chunks then make the stage exit non-zero, and the next
+    run retries exactly the chunks that still have no vector.
     """
+    from .embed_engine import EmbedStats
+
     started = time.monotonic()
     chunk_rows, documents = current_windows(layout)
     client = client or EmbedClient(EndpointConfig.from_env(), manifest.embed.model)
     api = client.probe(manifest.embed.dim)
     key = manifest.embed.vector_key
+    stats = EmbedStats(batch_size_final=client.config.batch)
     db = vectorstore.connect(layout.vectors_db, create=True)
     try:
         vectorstore.replace_chunks(db, chunk_rows, documents)
         missing = vectorstore.missing_chunks(db, key)
-        batches = embed_missing(db, client, manifest, missing)
-        unique = vectorstore.count(db, "SELECT COUNT(*) FROM chunks")
-        counts = {
-            "model": manifest.embed.model,
-            "vector_key": key,
-            "dim": manifest.embed.dim,
-            "api": api,
-            "url": client.config.display_url,
-            "documents": len(documents),
-            "windows": len(chunk_rows),
-            "chunks": unique,
-            "embedded": len(missing),
-            "reused": unique - len(missing),
-            "batches": batches,
-            "stale_vectors": vectorstore.stale_vector_count(db),
-            "stale_vectors_this_model": vectorstore.stale_vector_count(db, key),
-            "seconds": round(time.monotonic() - started, 3),
-        }
+        stats.retried_failures = len(vectorstore.failed_chunk_ids(db, key))
+        try:
+            embed_missing(db, client, manifest, missing, stats, retry)
+        finally:
+            counts = _embed_counts(db, manifest, client, api, stats, documents, chunk_rows, missing, started)
+            summary = write_summary(layout, "embed", counts, manifest.signature)
+    except ModelServerError as exc:
+        raise ModelServerError(f"{exc}; {stats.embedded} new vectors are stored: re-run embed to resume") from None
     finally:
         db.close()
-    return write_summary(layout, "embed", counts, manifest.signature)
+    if stats.failed:
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(stats.failed_by_reason.items()))
+        raise ModelServerError(
+            f"the model server refused {stats.failed} of {len(missing)} chunks ({reasons}); {stats.embedded} "
+            "vectors are stored; see embed.summary.json, then re-run embed to retry only those"
+        )
+    return summary
 
 
-def embed_missing(db, client: EmbedClient, manifest, missing: Sequence[tuple[str, str]]) -> int:
-    """Embed ``(chunk_id, text)`` pairs in batches, one transaction each; return the batch count."""
-    size = client.config.batch
-    key, dim, prefix = manifest.embed.vector_key, manifest.embed.dim, manifest.embed.passage_prefix
-    batches = 0
-    with Progress("embed", len(missing), "chunks") as progress:
-        for first in range(0, len(missing), size):
-            batch = missing[first : first + size]
-            vectors = client.embed([prefix + text for _, text in batch])
-            created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            rows = [(chunk_id, vectorstore.pack(vector)) for (chunk_id, _), vector in zip(batch, vectors)]
-            vectorstore.add_vectors(db, key, dim, rows, created)
-            batches += 1
-            progress.advance(len(batch))
-    return batches
+def _embed_counts(db, manifest, client: EmbedClient, api: str, stats, documents, chunk_rows, missing,
+                  started: float) -> dict:
+    """The summary's counts: the specification's fields, then what this run met."""
+    key = manifest.embed.vector_key
+    unique = vectorstore.count(db, "SELECT COUNT(*) FROM chunks")
+    return {
+        "model": manifest.embed.model,
+        "vector_key": key,
+        "dim": manifest.embed.dim,
+        "api": api,
+        "encoding": client.encoding,
+        "url": client.config.display_url,
+        "documents": len(documents),
+        "windows": len(chunk_rows),
+        "chunks": unique,
+        "embedded": stats.embedded,
+        "reused": unique - len(missing),
+        "failed": stats.failed,
+        "failed_by_reason": dict(sorted(stats.failed_by_reason.items())),
+        "retried_failures": stats.retried_failures,
+        "still_missing": len(missing) - stats.embedded,
+        "batches": stats.batches,
+        "requests": stats.requests,
+        "retries": stats.retries,
+        "truncated": stats.truncated,
+        "batch_size": client.config.batch,
+        "batch_size_final": stats.batch_size_final,
+        "concurrency": client.config.concurrency,
+        "interrupted": stats.interrupted,
+        "stopped": stats.stopped,
+        "stale_vectors": vectorstore.stale_vector_count(db),
+        "stale_vectors_this_model": vectorstore.stale_vector_count(db, key),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def embed_missing(db, client: EmbedClient, manifest, missing: Sequence[tuple[str, str]], stats=None,
+                  retry=None) -> int:
+    """Embed ``(chunk_id, text)`` pairs in batches, one transaction each; return the batch count.
+
+    ``stats`` (an ``embed_engine.EmbedStats``) is updated as batches commit.
+    """
+    from .embed_engine import EmbedStats, embed_chunks
+
+    stats = stats if stats is not None else EmbedStats()
+    embed = manifest.embed
+    embed_chunks(db, client, embed.vector_key, embed.dim, embed.passage_prefix, missing, stats, retry)
+    return stats.batches
 
 
 def current_windows(layout: Layout) -> tuple[list[tuple], list[tuple]]:
@@ -255,51 +360,179 @@ class Hit:
     end: int
 
 
-class SearchIndex:
-    """The current windows and vectors of one model, loaded once and kept warm.
+DEFAULT_MODE = "hybrid"  # the best of the three on Cranfield and SciFact (docs/search.md)
+FUSION_CANDIDATES = 100  # how deep each ranking goes into reciprocal rank fusion
+RESCORE_MARGIN = 16  # extra candidates re-scored from the database, so float32 near-ties rank alike
 
-    ``search`` for the CLI loads one per query; ``serve`` keeps one and
-    reloads it when ``vectors.db`` changes (``is_current``). Stale vectors
-    (chunks not in this sweep) are never loaded, so they never appear.
+
+def needs_vector(mode: str) -> bool:
+    """Whether a search in ``mode`` needs the query's vector (keyword search does not)."""
+    return mode != "keyword"
+
+
+def resolve_mode(manifest, mode: str | None) -> str:
+    """The command line's mode, else the manifest's ``[search] mode``, else ``DEFAULT_MODE``."""
+    from .manifest import SEARCH_MODES
+
+    chosen = mode or getattr(manifest, "search_mode", None) or DEFAULT_MODE
+    if chosen not in SEARCH_MODES:
+        raise ConfigError(f"search mode must be one of {', '.join(SEARCH_MODES)}; got {chosen!r}")
+    return chosen
+
+
+class SearchIndex:
+    """One model's searchable state, opened once and kept warm.
+
+    ``search`` for the CLI opens one per query; ``serve`` keeps one and
+    reloads it when ``vectors.db`` changes (``is_current``). Opening brings
+    the derived vector file (``vectorfile``) and, above ``ann.MIN_ROWS``
+    current vectors, the ANN index (``ann``) in step with the database, then
+    memory-maps them: no vector is read from SQLite per query. Candidates
+    are re-scored from the database's own vectors and their windows read from
+    its ``chunks`` table, so only this sweep's windows (never stale vectors)
+    appear, whatever the derived files hold.
     """
 
-    def __init__(self, layout: Layout, key: str, rows: list[tuple], paths: dict[str, list[str]], version: tuple):
+    def __init__(self, manifest, layout: Layout, vectors, ann_index, version: tuple):
+        import sqlite3
+        import threading
+
         self.layout = layout
-        self.key = key
-        self.rows = rows  # (chunk_id, doc, idx, start, end, text, packed vector)
-        self.paths = paths
+        self.key = manifest.embed.vector_key
+        self.dim = manifest.embed.dim
+        self.default_mode = resolve_mode(manifest, None)
+        self.vectors = vectors
+        self.ann = ann_index
         self.version = version
         self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.lock = threading.Lock()
+        self.db = sqlite3.connect(layout.vectors_db, timeout=vectorstore.BUSY_TIMEOUT_MS / 1000,
+                                  isolation_level=None, check_same_thread=False)
 
     @classmethod
-    def load(cls, manifest, layout: Layout) -> "SearchIndex":
-        """Read one consistent snapshot of the manifest's model from ``vectors.db``."""
+    def load(cls, manifest, layout: Layout, *, use_numpy: bool | None = None, use_ann: bool = True) -> "SearchIndex":
+        """Open the manifest's model, refreshing the derived files first when the database moved on.
+
+        ``use_numpy=False`` forces the pure-Python scan (``True`` requires
+        numpy); ``use_ann=False`` never opens the ANN index.
+        """
+        from . import ann, vectorfile
+
         version = store_version(layout)
         db = vectorstore.connect(layout.vectors_db, create=False)
         try:
-            with vectorstore.transaction(db, write=False):  # one snapshot, even while embed writes
-                rows = list(vectorstore.searchable(db, manifest.embed.vector_key))
-                paths = vectorstore.document_paths(db, (row[1] for row in rows))
+            header = vectorfile.refresh(db, layout, manifest.embed.vector_key, manifest.embed.dim)
         finally:
             db.close()
-        return cls(layout, manifest.embed.vector_key, rows, paths, version)
+        files = vectorfile.Files.for_key(layout, manifest.embed.vector_key)
+        vectors = vectorfile.VectorFile(files, header, use_numpy)
+        ann_index = None
+        if use_ann and vectors.np is not None and vectors.current >= ann.MIN_ROWS and ann.available():
+            header = ann.update(files, header, vectors, limit=ann.LAZY_ROWS)
+            if header.get("ann_rows"):
+                ann_index = ann.AnnIndex(files, header, vectors)
+        return cls(manifest, layout, vectors, ann_index, version)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        """How many current windows have a vector of this model."""
+        return self.vectors.current
+
+    def close(self) -> None:
+        self.db.close()
 
     def is_current(self) -> bool:
         """False once ``vectors.db`` has changed since this index was loaded."""
         return store_version(self.layout) == self.version
 
-    def search(self, query: str, query_vector: Sequence[float], k: int, mode: str = "vector") -> list[Hit]:
-        """The top ``k`` hits for a query already embedded as ``query_vector``."""
-        if mode != "vector":
-            raise ConfigError(f"search mode {mode!r} is not available; use vector")
-        best = top_k(query_vector, self.rows, k)
+    def search(self, query: str, query_vector: Sequence[float] | None, k: int, mode: str | None = None,
+               exact: bool = False) -> list[Hit]:
+        """The top ``k`` hits; ``query_vector`` may be None in keyword mode.
+
+        ``mode`` is vector, keyword or hybrid (None: the manifest's default);
+        ``exact`` scans every vector even where the ANN index would answer.
+        """
+        from . import keyword
+
+        mode = mode or self.default_mode
+        if mode not in ("vector", "keyword", "hybrid"):
+            raise ConfigError(f"search mode must be one of vector, keyword, hybrid; got {mode!r}")
+        if needs_vector(mode) and query_vector is not None and len(query_vector) != self.dim:
+            raise ModelServerError(f"the query vector has {len(query_vector)} dimensions, the manifest says dim = {self.dim}")
+        with self.lock:
+            if mode == "keyword":
+                ranked = keyword.top(self.db, query, k)
+            elif mode == "vector":
+                ranked = self._vector_top(query_vector, k, exact)
+            else:
+                depth = max(FUSION_CANDIDATES, k)
+                by_vector = [chunk for _, chunk in self._vector_top(query_vector, depth, exact)]
+                by_keyword = [chunk for _, chunk in keyword.top(self.db, query, depth)]
+                ranked = keyword.fuse([by_vector, by_keyword], k)
+            return self._hits(ranked)
+
+    def _vector_top(self, query_vector, n: int, exact: bool) -> list[tuple[float, str]]:
+        """``(cosine, chunk_id)`` of the ``n`` nearest current windows, scored from the database's vectors."""
+        if query_vector is None or not len(self):
+            return []
+        want = n + RESCORE_MARGIN
+        candidates = self.ann.top(query_vector, want) if self.ann and not exact else self.vectors.top(query_vector, want)
+        rowids = [self.vectors.rowid(position) for _, position in candidates]
+        found = []
+        for first in range(0, len(rowids), 500):
+            part = rowids[first : first + 500]
+            marks = ",".join("?" * len(part))
+            found += self.db.execute(
+                f"SELECT c.chunk_id, v.vec FROM vectors v JOIN chunks c ON c.chunk_id = v.chunk_id"
+                f" WHERE v.rowid IN ({marks}) AND v.model = ? AND v.dim = ?", (*part, self.key, self.dim)).fetchall()
+        scores = cosines(query_vector, [blob for _, blob in found], self.dim, self.vectors.np)
+        scored = sorted(zip(scores, (chunk for chunk, _ in found)), key=lambda item: (-item[0], item[1]))
+        return scored[:n]
+
+    def _hits(self, ranked: list[tuple[float, str]]) -> list[Hit]:
+        if not ranked:
+            return []
+        marks = ",".join("?" * len(ranked))
+        rows = {row[0]: row for row in self.db.execute(
+            f'SELECT chunk_id, doc, idx, start, "end", text FROM chunks WHERE chunk_id IN ({marks})',
+            [chunk for _, chunk in ranked])}
+        paths = vectorstore.document_paths(self.db, (row[1] for row in rows.values()))
         return [
-            Hit(score, doc, idx, chunk_id_, text, self.paths.get(doc, []), start, end)
-            for score, (chunk_id_, doc, idx, start, end, text, _) in best
+            Hit(score, doc, idx, chunk, text, paths.get(doc, []), start, end)
+            for score, chunk in ranked if chunk in rows
+            for _, doc, idx, start, end, text in (rows[chunk],)
         ]
+
+
+def cosines(query: Sequence[float], blobs: list[bytes], dim: int, np=None) -> list[float]:
+    """Float64 cosine of ``query`` with each packed vector (0.0 for a zero vector), with numpy when given."""
+    if np is None or not blobs:
+        query_norm = math.sqrt(math.fsum(x * x for x in query))
+        return [cosine(query, query_norm, vectorstore.unpack(blob)) for blob in blobs]
+    matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, dim).astype(np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix)) * math.sqrt(float(q @ q))
+    dots = matrix @ q
+    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0).tolist()
+
+
+def refresh_derived(layout: Layout, manifest) -> None:
+    """Bring the derived search files of the manifest's model in step with ``vectors.db``.
+
+    The embed stage calls this at its end, so the first search after a sweep
+    opens ready files; building the ANN index of a large store takes minutes,
+    which a search never waits for (it scans what the index lacks exactly).
+    """
+    from . import ann, vectorfile
+
+    db = vectorstore.connect(layout.vectors_db, create=False)
+    try:
+        header = vectorfile.refresh(db, layout, manifest.embed.vector_key, manifest.embed.dim)
+    finally:
+        db.close()
+    files = vectorfile.Files.for_key(layout, manifest.embed.vector_key)
+    vectors = vectorfile.VectorFile(files, header)
+    if vectors.np is not None and ann.available():
+        ann.update(files, header, vectors)
 
 
 def store_version(layout: Layout) -> tuple:
@@ -324,19 +557,27 @@ def embed_query(manifest, query: str, client: EmbedClient | None = None) -> list
 
 
 def search(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: EmbedClient | None = None,
-           mode: str = "vector") -> list[Hit]:
+           mode: str | None = None, exact: bool = False) -> list[Hit]:
     """The top ``k`` current windows for ``query``, best first.
 
-    A model with no vectors gives ``[]`` without calling the model server.
+    ``mode`` (vector, keyword, hybrid) defaults to the manifest's ``[search]
+    mode``, else ``DEFAULT_MODE``. Keyword search never calls the model
+    server; a model with no vectors gives ``[]`` in the other modes without
+    calling it either.
     """
     if not query.strip():
         raise ConfigError("the query is empty")
     if k < 1:
         raise ConfigError(f"k must be a whole number >= 1; got {k}")
+    mode = resolve_mode(manifest, mode)
     index = SearchIndex.load(manifest, layout)
-    if not len(index):
-        return []
-    return index.search(query, embed_query(manifest, query, client), k, mode)
+    try:
+        if needs_vector(mode) and not len(index):
+            return []
+        vector = embed_query(manifest, query, client) if needs_vector(mode) else None
+        return index.search(query, vector, k, mode, exact=exact)
+    finally:
+        index.close()
 
 
 def cosine(query: Sequence[float], query_norm: float, vector: Sequence[float]) -> float:

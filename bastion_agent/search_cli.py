@@ -28,11 +28,16 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("query", help="what to look for, in your own words")
     parser.add_argument("-k", type=positive_int, default=embed.DEFAULT_K, help="how many hits (default 5)")
     parser.add_argument("--json", action="store_true", help="print a JSON array of hits, best first")
+    parser.add_argument("--mode", choices=("vector", "keyword", "hybrid"),
+                        help="vector (by meaning), keyword (exact words, no model server) or hybrid (both, fused);"
+                        f" default: the manifest's [search] mode, else {embed.DEFAULT_MODE}")
+    parser.add_argument("--exact", action="store_true",
+                        help="scan every vector instead of asking the ANN index (slower on large stores, exact)")
 
 
 def run_search(args: argparse.Namespace) -> int:
     manifest, layout = load_manifest_and_layout(args)
-    hits = embed.search(manifest, layout, args.query, args.k)
+    hits = embed.search(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact)
     if args.json:
         print(json.dumps([asdict(hit) for hit in hits], ensure_ascii=False, indent=2))
     else:

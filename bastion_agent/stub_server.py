@@ -25,11 +25,17 @@ WORD_RE = re.compile(r"\w+")
 
 
 def bag_of_words(text: str, dim: int) -> list[float]:
-    """The stub's embedding of ``text``."""
+    """The stub's embedding of ``text``.
+
+    A text without words gets 1 in bucket 0 rather than an all-zero vector,
+    which the embed stage rightly refuses (llama.cpp's sign of a failure).
+    """
     vector = [0.0] * dim
     for word in WORD_RE.findall(text.lower()):
         bucket = int.from_bytes(hashlib.sha256(word.encode("utf-8")).digest()[:8], "big") % dim
         vector[bucket] += 1.0
+    if dim and not any(vector):
+        vector[0] = 1.0
     return vector
 
 
@@ -80,6 +86,11 @@ class StubServer:
         with self.lock:
             self.requests.append((path, body))
 
+    def intercept(self, handler, api: str, body: dict) -> bool:
+        """A hook for subclasses: answer this request through ``handler`` and return True,
+        or return False to let the stub answer it."""
+        return False
+
 
 def _as_list(value) -> list:
     return value if isinstance(value, list) else [value]
@@ -108,6 +119,8 @@ def _handler_for(stub: StubServer):
                 self._send(404, {"error": "not found"} if api != "openai" else "404 page not found")
                 return
             stub.record(self.path, body)
+            if stub.intercept(self, api, body):  # a subclass answered (fault_stub.FaultStub)
+                return
             model = body.get("model")
             if stub.models is not None and model not in stub.models:
                 self._model_not_found(api, model)

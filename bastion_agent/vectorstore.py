@@ -9,6 +9,8 @@ Two tables from the specification, plus one for the documents' paths:
   document costs nothing;
 - ``documents(doc PK, paths)``: each document's sanitized source paths (JSON
   list), so a hit can say where it comes from.
+- ``embed_failures(chunk_id, model, reason, attempts, last_failed)``: chunks
+  the model server refused, so a re-run knows what it retries (no text).
 
 The schema is a list of numbered migrations applied in order, each with its
 ``PRAGMA user_version`` in the same transaction, so an older database
@@ -42,7 +44,66 @@ def _m001_create_tables(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE documents (doc TEXT PRIMARY KEY, paths TEXT NOT NULL)")
 
 
-MIGRATIONS = [_m001_create_tables]
+def _m002_embed_failures(db: sqlite3.Connection) -> None:
+    """Chunks the model server refused, per vector key, so a re-run knows what it retries.
+
+    Only a reason label, a count and a time: never the chunk's text.
+    """
+    db.execute(
+        "CREATE TABLE embed_failures (chunk_id TEXT NOT NULL, model TEXT NOT NULL, reason TEXT NOT NULL,"
+        " attempts INTEGER NOT NULL, last_failed TEXT NOT NULL, PRIMARY KEY (chunk_id, model))"
+    )
+
+
+def _m003_search_state(db: sqlite3.Connection) -> None:
+    """What the derived search files are checked against, and the keyword index.
+
+    ``search_state`` holds a random ``store_id`` (a copied or re-created
+    database is another store) and two counters that triggers bump on every
+    change a derived file cannot follow by itself: any change to ``chunks``,
+    and a vector deleted or rewritten (vectors are otherwise only added, which
+    ``max(rowid)`` shows). ``chunks_fts`` is an FTS5 index over the chunks'
+    sanitized text, kept in step by the same triggers; a Python whose SQLite
+    lacks FTS5 gets no keyword index (keyword search then says so).
+    """
+    import uuid
+
+    db.execute("CREATE TABLE search_state (name TEXT PRIMARY KEY, value NOT NULL)")
+    db.executemany("INSERT INTO search_state VALUES (?, ?)",
+                   [("store_id", uuid.uuid4().hex), ("chunks_generation", 0), ("vectors_generation", 0)])
+    bump = "UPDATE search_state SET value = value + 1 WHERE name = '{}';"
+    fts = fts5_available(db)
+    if fts:
+        db.execute(f"CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunks', content_rowid='rowid',"
+                   f" tokenize='{FTS_TOKENIZER}')")
+        db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+    add = "INSERT INTO chunks_fts(rowid, text) VALUES (new.rowid, new.text);" if fts else ""
+    remove = "INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.rowid, old.text);" if fts else ""
+    chunks_bump = bump.format("chunks_generation")
+    db.execute(f"CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN {chunks_bump} {add} END")
+    db.execute(f"CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN {chunks_bump} {remove} END")
+    db.execute(f"CREATE TRIGGER chunks_au AFTER UPDATE ON chunks BEGIN {chunks_bump} {remove} {add} END")
+    vectors_bump = bump.format("vectors_generation")
+    db.execute(f"CREATE TRIGGER vectors_ad AFTER DELETE ON vectors BEGIN {vectors_bump} END")
+    db.execute(f"CREATE TRIGGER vectors_au AFTER UPDATE ON vectors BEGIN {vectors_bump} END")
+
+
+# Porter stemming over Unicode words, accents folded: measured best of the
+# FTS5 tokenizers on Cranfield and SciFact (docs/search.md).
+FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+
+def fts5_available(db: sqlite3.Connection) -> bool:
+    """Whether this Python's SQLite has FTS5 compiled in."""
+    try:
+        db.execute("CREATE VIRTUAL TABLE temp.fts5_probe USING fts5(x)")
+        db.execute("DROP TABLE temp.fts5_probe")
+        return True
+    except sqlite3.OperationalError:
+        return False
+
+
+MIGRATIONS = [_m001_create_tables, _m002_embed_failures, _m003_search_state]
 
 
 def pack(vector: Iterable[float]) -> bytes:
@@ -71,6 +132,7 @@ def connect(path: Path, *, create: bool) -> sqlite3.Connection:
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")
+        db.execute("PRAGMA recursive_triggers = ON")  # a REPLACE's implicit delete fires the delete triggers too
         migrate(db)
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path} is not a usable vector store: {exc}") from None
@@ -82,10 +144,15 @@ def migrate(db: sqlite3.Connection) -> None:
     version = db.execute("PRAGMA user_version").fetchone()[0]
     if version > len(MIGRATIONS):
         raise StoreError(f"vectors.db has schema version {version}, newer than this agent knows ({len(MIGRATIONS)})")
-    for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
+    while version < len(MIGRATIONS):
         with transaction(db):
-            step(db)
-            db.execute(f"PRAGMA user_version = {number}")
+            # Read again under the write lock: another process (a reader opening
+            # the store while embed creates it) may have migrated meanwhile.
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version < len(MIGRATIONS):
+                MIGRATIONS[version](db)
+                version += 1
+                db.execute(f"PRAGMA user_version = {version}")
 
 
 class transaction:
@@ -112,11 +179,25 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: I
 
     ``chunks`` rows are ``(chunk_id, doc, idx, start, end, text)``; a chunk id
     seen twice (a repeated window) keeps its first position.
+
+    Only the difference is written: an unchanged chunk keeps its row, so the
+    keyword index (kept in step by triggers) and the derived search files
+    redo only what changed.
     """
     with transaction(db):
-        db.execute("DELETE FROM chunks")
+        db.execute('CREATE TEMP TABLE IF NOT EXISTS new_chunks (chunk_id TEXT PRIMARY KEY, doc TEXT, idx INTEGER,'
+                   ' start INTEGER, "end" INTEGER, text TEXT)')
+        db.execute("DELETE FROM temp.new_chunks")
+        db.executemany("INSERT OR IGNORE INTO temp.new_chunks VALUES (?, ?, ?, ?, ?, ?)", chunks)
+        db.execute("DELETE FROM chunks WHERE chunk_id NOT IN (SELECT chunk_id FROM temp.new_chunks)")
+        db.execute(
+            'INSERT INTO chunks SELECT * FROM temp.new_chunks WHERE true ON CONFLICT (chunk_id) DO UPDATE SET'
+            ' doc = excluded.doc, idx = excluded.idx, start = excluded.start, "end" = excluded."end", text = excluded.text'
+            ' WHERE (doc, idx, start, "end", text) IS NOT (excluded.doc, excluded.idx, excluded.start, excluded."end",'
+            ' excluded.text)'
+        )
+        db.execute("DELETE FROM temp.new_chunks")
         db.execute("DELETE FROM documents")
-        db.executemany("INSERT OR IGNORE INTO chunks VALUES (?, ?, ?, ?, ?, ?)", chunks)
         db.executemany("INSERT INTO documents VALUES (?, ?)", documents)
 
 
@@ -136,6 +217,41 @@ def add_vectors(db: sqlite3.Connection, model: str, dim: int, rows: Iterable[tup
             "INSERT OR IGNORE INTO vectors (chunk_id, model, dim, vec, created) VALUES (?, ?, ?, ?, ?)",
             ((chunk_id, model, dim, blob, created) for chunk_id, blob in rows),
         )
+
+
+def store_batch(db: sqlite3.Connection, model: str, dim: int, stored: Iterable[tuple[str, bytes]],
+                failed: Iterable[tuple[str, str]], created: str) -> None:
+    """One batch's outcome in one short transaction: its vectors, and its failures.
+
+    A stored chunk's earlier failure is forgotten; a failed chunk's row
+    counts its attempts. Readers see the batch whole or not at all.
+    """
+    stored, failed = list(stored), list(failed)
+    with transaction(db):
+        db.executemany(
+            "INSERT OR IGNORE INTO vectors (chunk_id, model, dim, vec, created) VALUES (?, ?, ?, ?, ?)",
+            ((chunk_id, model, dim, blob, created) for chunk_id, blob in stored),
+        )
+        db.executemany("DELETE FROM embed_failures WHERE chunk_id = ? AND model = ?",
+                       ((chunk_id, model) for chunk_id, _ in stored))
+        db.executemany(
+            "INSERT INTO embed_failures (chunk_id, model, reason, attempts, last_failed) VALUES (?, ?, ?, 1, ?)"
+            " ON CONFLICT (chunk_id, model) DO UPDATE SET reason = excluded.reason,"
+            " attempts = attempts + 1, last_failed = excluded.last_failed",
+            ((chunk_id, model, reason, created) for chunk_id, reason in failed),
+        )
+
+
+def failed_chunk_ids(db: sqlite3.Connection, model: str) -> set[str]:
+    """Chunks of this sweep that an earlier run recorded as refused for ``model`` (and still lack a vector)."""
+    return {
+        row[0]
+        for row in db.execute(
+            "SELECT f.chunk_id FROM embed_failures f JOIN chunks c ON c.chunk_id = f.chunk_id WHERE f.model = ?"
+            " AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = f.chunk_id AND v.model = f.model)",
+            (model,),
+        )
+    }
 
 
 def count(db: sqlite3.Connection, sql: str, *params) -> int:

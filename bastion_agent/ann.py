@@ -1,0 +1,132 @@
+"""The approximate-nearest-neighbour index: usearch's HNSW over a vector file.
+
+Why usearch (extra ``ann``): it memory-maps a saved index ("view", a load
+in milliseconds whatever the size), adds vectors to a saved index
+incrementally, stores them as int8 (a quarter of float32's size) and is
+actively maintained; hnswlib's last release is from 2023 and faiss is a far
+larger dependency. Measured choices are in docs/search.md.
+
+The index lives beside the vector file as ``<name>.<build>.usearch`` and
+keys each vector by its position in that build, so rows appended to the
+vector file are appended to the index. It holds every row, stale ones too
+(like the vector file): a search asks for more neighbours than it needs and
+drops rows that are not current. Candidates are then re-ranked by exact
+cosine on the float32 rows, so int8 quantisation costs little recall; rows
+the index does not hold yet are scanned exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from .errors import StoreError
+from .layout import write_json
+from .vectorfile import Files, VectorFile, read_header, writer_lock
+
+# Below this many current rows the exact scan is used: numpy scans 100k x 384
+# float32 in a few milliseconds (bench/search_latency.py), and exact has
+# perfect recall.
+MIN_ROWS = 100_000
+# A search (or serve's reload) adds at most this many rows to the index
+# itself; more is the embed stage's refresh_derived, which builds it whole.
+LAZY_ROWS = 20_000
+CONNECTIVITY = 16
+EXPANSION_ADD = 128
+EXPANSION_SEARCH = 96
+MIN_CANDIDATES = 96
+DTYPE = "i8"
+INSTALL_HINT = "pip install 'bastion-agent[ann]'"
+
+
+def usearch_or_none():
+    try:
+        from usearch import index as usearch_index
+    except ImportError:
+        return None
+    return usearch_index
+
+
+def available() -> bool:
+    return usearch_or_none() is not None
+
+
+def path_of(files: Files, header: dict):
+    return files.data(header["build"], "usearch")
+
+
+def update(files: Files, header: dict, view: VectorFile, limit: int | None = None) -> dict:
+    """Add the rows the index lacks (at most ``limit`` of them; all when None); return the header.
+
+    Builds the index when it is missing and the file holds at least
+    ``MIN_ROWS`` rows. The saved file is replaced atomically; a reader's
+    memory map keeps the file it opened.
+    """
+    module = usearch_or_none()
+    if module is None or view.rows < MIN_ROWS:
+        return header
+    with writer_lock(files):
+        latest = read_header(files)
+        if latest is None or latest["build"] != header["build"] or latest["rows"] != header["rows"]:
+            return header  # another writer moved on; the next load sees its work
+        header = latest
+        covered = header.get("ann_rows", 0) if path_of(files, header).exists() else 0
+        missing = header["rows"] - covered
+        if missing <= 0 or (limit is not None and missing > limit):
+            return header
+        index = _open_for_writing(module, files, header, covered, view.dim)
+        positions = range(covered, header["rows"])
+        for first in range(0, len(positions), 65_536):
+            chunk = positions[first : first + 65_536]
+            index.add(view.np.arange(chunk.start, chunk.stop, dtype="uint64"), view.matrix[chunk.start : chunk.stop],
+                      threads=os.cpu_count() or 1)
+        target = path_of(files, header)
+        temporary = target.with_name(target.name + ".tmp")
+        index.save(str(temporary))
+        os.chmod(temporary, 0o600)
+        os.replace(temporary, target)
+        header["ann_rows"] = header["rows"]
+        write_json(files.header, header)
+    return header
+
+
+def _open_for_writing(module, files: Files, header: dict, covered: int, dim: int):
+    if covered:
+        index = module.Index.restore(str(path_of(files, header)))
+        if index is not None and len(index) == covered and index.ndim == dim:
+            return index
+    return module.Index(ndim=dim, metric="cos", dtype=DTYPE, connectivity=CONNECTIVITY,
+                        expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
+
+
+class AnnIndex:
+    """A memory-mapped index over the first ``rows`` positions of a vector file."""
+
+    def __init__(self, files: Files, header: dict, view: VectorFile):
+        module = usearch_or_none()
+        if module is None:
+            raise StoreError(f"usearch is not installed: {INSTALL_HINT}")
+        self.view = view
+        self.rows = header.get("ann_rows", 0)
+        self.index = module.Index.restore(str(path_of(files, header)), view=True)
+        if self.index is None or len(self.index) < self.rows:
+            raise StoreError("the ANN index file is unreadable: it is rebuilt by the next embed or search")
+        self.index.expansion_search = EXPANSION_SEARCH
+
+    def top(self, query, n: int) -> list[tuple[float, int]]:
+        """About the ``n`` best current rows, re-ranked exactly, best first."""
+        view = self.view
+        share = view.current / view.rows if view.rows else 1.0
+        count = max(MIN_CANDIDATES, math.ceil(2 * n / max(share, 1e-6)))
+        query32 = view.np.asarray(query, dtype=view.np.float32)
+        while True:
+            count = min(count, self.rows)
+            keys = self.index.search(query32, count).keys
+            found = [int(key) for key in keys if key < self.rows and view.is_current_row(int(key))]
+            if len(found) >= 2 * n or count >= self.rows:
+                break
+            count *= 4
+        ranked = view.scores_of(query, found)
+        ranked += view.top(query, n, first=self.rows)  # rows the index does not hold yet
+        ranked.sort(reverse=True)
+        return ranked[:n]

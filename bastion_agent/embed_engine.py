@@ -1,0 +1,342 @@
+"""The embed stage's engine: keep the model server busy, survive its faults, lose nothing.
+
+``embed.run_embed`` hands it the chunks that have no vector yet. The engine
+
+- cuts them into batches of the working size and sends each batch from a
+  small pool of worker threads (``EMBED_CONCURRENCY``, default 1), while the
+  main thread writes the previous batch's vectors: the next request is built
+  and in flight while SQLite commits, so the server never waits on the stage;
+- retries what is worth retrying (connection refused or reset, timeouts,
+  429/502/503/504, an answer cut short) with exponential backoff and jitter,
+  honouring ``Retry-After``, until one request has spent
+  ``EMBED_RETRY_DEADLINE`` seconds failing;
+- splits a batch the server refuses as too large and keeps the smaller size
+  for the rest of the run; isolates one input the server refuses (too long,
+  a NaN or all-zero vector, a 500) by bisecting the batch, resends a too-long
+  input asking the server to truncate it where the API allows, and records
+  the rest as failed, by reason, so one bad chunk never aborts the sweep;
+- commits each batch's vectors and failures in one short transaction, in
+  batch order, so a kill at any moment leaves whole batches and a re-run
+  embeds only what is missing.
+
+Sleep, clock and randomness are injected (``RetryPolicy``) so tests never wait.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from queue import Empty, SimpleQueue
+from typing import Callable, Iterator, Sequence
+
+from . import vectorstore
+from .client import (BATCH_TOO_LARGE, DEFAULT_RETRY_DEADLINE, FATAL, INPUT_TOO_LONG, TRANSIENT, WRONG_API,
+                     EmbedClient, RequestFailure)
+from .errors import ModelServerError
+from .progress import Progress
+
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 30.0
+MIN_FAILURE_STREAK = 64
+
+
+@dataclass
+class RetryPolicy:
+    """How long to wait between tries, and for how long in all.
+
+    ``deadline`` bounds the time one request may spend failing, from its
+    first failure (a long sweep with a few 429s an hour never runs out).
+    ``sleep`` of None waits on the run's stop event, so Ctrl-C never waits
+    out a backoff.
+    """
+
+    deadline: float = DEFAULT_RETRY_DEADLINE
+    base: float = BACKOFF_BASE
+    cap: float = BACKOFF_CAP
+    sleep: Callable[[float], None] | None = None
+    clock: Callable[[], float] = time.monotonic
+    rand: Callable[[], float] = random.random
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """The wait before try ``attempt + 1``: the server's ``Retry-After``, else
+        half of ``min(cap, base * 2**attempt)`` plus a random part up to the other half."""
+        if retry_after is not None:
+            return retry_after
+        ceiling = min(self.cap, self.base * 2 ** attempt)
+        return ceiling / 2 + self.rand() * ceiling / 2
+
+
+@dataclass
+class EmbedStats:
+    """What one run did; the summary's counts. Updated as batches commit, so an
+    interrupted or failed run can still report what it stored."""
+
+    embedded: int = 0
+    failed_by_reason: collections.Counter = field(default_factory=collections.Counter)
+    retries: int = 0
+    requests: int = 0
+    batches: int = 0
+    truncated: int = 0
+    batch_size_final: int = 0
+    retried_failures: int = 0
+    interrupted: bool = False
+    stopped: str | None = None
+
+    @property
+    def failed(self) -> int:
+        return sum(self.failed_by_reason.values())
+
+
+@dataclass
+class BatchOutcome:
+    """One batch resolved: vectors for some chunks, a failure reason for the others."""
+
+    stored: list[tuple[str, bytes]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    retries: int = 0
+    requests: int = 0
+    truncated: int = 0
+
+
+class Stopped(Exception):
+    """The run was stopped (Ctrl-C or a failure elsewhere) while this batch waited."""
+
+
+class BatchSizer:
+    """The working batch size, shared by the workers; it only ever shrinks."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._lock = threading.Lock()
+
+    def shrink(self, refused: int, limit: int | None) -> int:
+        """A batch of ``refused`` inputs was too large: the size to use from now on."""
+        with self._lock:
+            wanted = limit if limit is not None and 0 < limit < refused else max(1, refused // 2)
+            self.size = min(self.size, wanted)
+            return self.size
+
+
+class BatchEmbedder:
+    """Turns one batch of ``(chunk_id, text)`` into a ``BatchOutcome``; runs in a worker thread."""
+
+    def __init__(self, client: EmbedClient, prefix: str, policy: RetryPolicy, sizer: BatchSizer,
+                 stop: threading.Event):
+        self.client = client
+        self.prefix = prefix
+        self.policy = policy
+        self.sizer = sizer
+        self.stop = stop
+        self.fatal: ModelServerError | None = None  # the error that stopped the run, for the main thread
+
+    def halt(self, error: ModelServerError) -> ModelServerError:
+        """Stop every worker (they send nothing more) and keep ``error`` as the reason."""
+        if self.fatal is None:
+            self.fatal = error
+        self.stop.set()
+        return error
+
+    def __call__(self, items: Sequence[tuple[str, str]]) -> BatchOutcome:
+        outcome = BatchOutcome()
+        size = self.sizer.size
+        for first in range(0, len(items), size):  # a batch cut before the size shrank
+            self._resolve(list(items[first : first + size]), outcome)
+        return outcome
+
+    def _resolve(self, items: list[tuple[str, str]], outcome: BatchOutcome, truncate: bool = False) -> None:
+        try:
+            blobs = self._send([self.prefix + text for _, text in items], outcome, truncate)
+        except RequestFailure as failure:
+            self._refused(items, outcome, failure, truncate)
+            return
+        outcome.stored.extend((chunk_id, blob) for (chunk_id, _), blob in zip(items, blobs))
+        if truncate:
+            outcome.truncated += len(items)
+
+    def _refused(self, items, outcome: BatchOutcome, failure: RequestFailure, truncate: bool) -> None:
+        if failure.kind in (FATAL, WRONG_API):
+            raise self.halt(_stop("refused_" + failure.reason,
+                                  f"{self._where()} refused the request: {failure.detail}; stopping"))
+        if len(items) > 1:
+            if failure.kind == BATCH_TOO_LARGE:
+                size = self.sizer.shrink(len(items), failure.limit)
+            else:  # isolate the input the server refuses; the working size stays
+                size = (len(items) + 1) // 2
+            for first in range(0, len(items), size):
+                self._resolve(items[first : first + size], outcome)
+            return
+        too_long = failure.kind in (INPUT_TOO_LONG, BATCH_TOO_LARGE)
+        if too_long and not truncate and self.client.can_truncate:
+            self._resolve(items, outcome, truncate=True)
+            return
+        outcome.failed.append((items[0][0], "too_long" if too_long else failure.reason))
+
+    def _send(self, texts: list[str], outcome: BatchOutcome, truncate: bool) -> list[bytes]:
+        """One request, tried again after transient failures until the deadline."""
+        first_failure = None
+        attempt = 0
+        while True:
+            if self.stop.is_set():
+                raise Stopped()
+            outcome.requests += 1
+            try:
+                return self.client.embed_packed(texts, truncate)
+            except RequestFailure as failure:
+                if failure.kind != TRANSIENT:
+                    raise
+                now = self.policy.clock()
+                first_failure = now if first_failure is None else first_failure
+                wait = self.policy.delay(attempt, failure.retry_after)
+                if now + wait - first_failure > self.policy.deadline:
+                    raise self.halt(_stop(
+                        "retry_deadline",
+                        f"the model server at {self._where()} did not recover within EMBED_RETRY_DEADLINE="
+                        f"{self.policy.deadline:g}s (last: {failure.detail})",
+                    )) from None
+                self._sleep(wait)
+                attempt += 1
+                outcome.retries += 1
+
+    def _sleep(self, seconds: float) -> None:
+        if self.policy.sleep is not None:
+            self.policy.sleep(seconds)
+        elif self.stop.wait(seconds):
+            raise Stopped()
+
+    def _where(self) -> str:
+        return self.client.config.display_url
+
+
+class WorkerPool:
+    """A few daemon threads running jobs in submission order.
+
+    Daemon threads, not ``ThreadPoolExecutor``: a worker blocked in a long
+    HTTP request must not hold the process open after Ctrl-C.
+    """
+
+    def __init__(self, count: int):
+        self.jobs: SimpleQueue = SimpleQueue()
+        self.threads = [threading.Thread(target=self._loop, name=f"embed-{n}", daemon=True) for n in range(count)]
+        for thread in self.threads:
+            thread.start()
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self.jobs.put((future, fn, args))
+        return future
+
+    def close(self) -> None:
+        """Cancel what has not started; let the workers end after their current job."""
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except Empty:
+                break
+            if job is not None:
+                job[0].cancel()
+        for _ in self.threads:
+            self.jobs.put(None)
+
+    def _loop(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # handed to the main thread, which decides
+                future.set_exception(exc)
+
+
+def embed_chunks(db, client: EmbedClient, key: str, dim: int, prefix: str,
+                 missing: Sequence[tuple[str, str]], stats: EmbedStats, policy: RetryPolicy | None = None) -> None:
+    """Embed ``missing`` ``(chunk_id, text)`` pairs into ``db``, updating ``stats`` batch by batch.
+
+    Raises ``ModelServerError`` when the server fails for good (deadline,
+    a fatal answer, or every chunk of a long stretch refused), and lets
+    ``KeyboardInterrupt`` through; either way, every batch committed before
+    is complete and counted in ``stats``.
+    """
+    config = client.config
+    policy = policy or RetryPolicy(deadline=config.retry_deadline)
+    stop = threading.Event()
+    sizer = BatchSizer(config.batch)
+    embedder = BatchEmbedder(client, prefix, policy, sizer, stop)
+    batches = _cut(missing, sizer)
+    window = 2 * config.concurrency  # a batch queued behind each request in flight
+    pool = WorkerPool(config.concurrency)
+    pending: collections.deque = collections.deque()
+    streak, streak_limit = 0, max(MIN_FAILURE_STREAK, 2 * config.batch)
+    try:
+        with Progress("embed", len(missing), "chunks") as progress:
+            _fill(pending, batches, pool, embedder, window)
+            while pending:
+                items, future = pending.popleft()
+                try:
+                    outcome = future.result()
+                except Stopped:  # another worker met the error that stopped the run
+                    raise embedder.fatal or _stop("stopped", "the embed workers stopped") from None
+                created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+                vectorstore.store_batch(db, key, dim, outcome.stored, outcome.failed, created)
+                _count(stats, outcome)
+                progress.advance(len(items))
+                streak = 0 if outcome.stored else streak + len(outcome.failed)
+                if streak >= streak_limit:
+                    reasons = ", ".join(sorted({reason for _, reason in outcome.failed}))
+                    raise _stop(
+                        "failure_streak",
+                        f"the model server at {config.display_url} refused each of the last {streak} chunks "
+                        f"({reasons}); stopping",
+                    )
+                _fill(pending, batches, pool, embedder, window)
+    except KeyboardInterrupt:
+        stats.interrupted = True
+        raise
+    except ModelServerError as exc:
+        stats.stopped = getattr(exc, "label", "model_server_error")  # a label: server messages may quote input
+        raise
+    finally:
+        stop.set()
+        pool.close()
+        stats.batch_size_final = sizer.size
+
+
+def _stop(label: str, message: str) -> ModelServerError:
+    """A ``ModelServerError`` that ends the run, with a text-free label for the summary."""
+    error = ModelServerError(message)
+    error.label = label
+    return error
+
+
+def _cut(missing: Sequence, sizer: BatchSizer) -> Iterator[list]:
+    """Batches of the working size at the moment each is cut."""
+    first = 0
+    while first < len(missing):
+        size = sizer.size
+        yield list(missing[first : first + size])
+        first += size
+
+
+def _fill(pending: collections.deque, batches: Iterator[list], pool: WorkerPool, embedder, window: int) -> None:
+    while len(pending) < window:
+        items = next(batches, None)
+        if items is None:
+            return
+        pending.append((items, pool.submit(embedder, items)))
+
+
+def _count(stats: EmbedStats, outcome: BatchOutcome) -> None:
+    stats.embedded += len(outcome.stored)
+    stats.failed_by_reason.update(reason for _, reason in outcome.failed)
+    stats.retries += outcome.retries
+    stats.requests += outcome.requests
+    stats.truncated += outcome.truncated
+    stats.batches += 1

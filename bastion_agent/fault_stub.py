@@ -1,0 +1,287 @@
+"""A loopback model server that misbehaves on purpose, the way real ones do.
+
+``FaultStub`` is the ``StubServer`` (same deterministic bag-of-words
+vectors, both wire formats) with a ``Fault`` chosen for each embedding
+request: first from ``plan`` (one per request, in order, the probe
+included), then from ``rule(n, texts, body)``. A fault can delay the answer,
+answer an error status with the body of Ollama, llama.cpp, TEI or an
+OpenAI-style server (and ``Retry-After``), reset the connection, cut the
+JSON short, or answer 200 with the wrong number of vectors, a NaN, an
+all-zero vector or the wrong dimension. ``go_away()`` and ``come_back()``
+close and reopen the listening port, as a restarting server does.
+
+Tests and the benchmarks use it; it never listens beyond loopback unless told.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from http.server import ThreadingHTTPServer
+from typing import Callable, Sequence
+
+from .stub_server import StubServer, _as_list, _handler_for, bag_of_words
+
+DIALECTS = ("ollama", "llamacpp", "tei", "openai")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What to do to one request (the default, ``Fault()``, answers it normally)."""
+
+    delay: float = 0.0
+    status: int | None = None  # answer this error status instead of vectors
+    message: str = "injected failure"
+    dialect: str = "ollama"  # the shape of the error body
+    retry_after: str | None = None
+    reset: bool = False  # close the connection with a TCP reset, answering nothing
+    truncated: bool = False  # a 200 whose JSON is cut in half
+    wrong_count: bool = False  # one vector fewer than inputs
+    nan: bool = False  # the first vector holds a NaN
+    zero: bool = False  # the first vector is all zeros
+    wrong_dim: bool = False  # every vector one value short
+
+
+# Errors as the real servers word them (see issue 8): status, message, dialect.
+def ollama_too_long() -> Fault:
+    return Fault(status=400, message="the input length exceeds the context length", dialect="ollama")
+
+
+def llamacpp_too_large(tokens: int = 600) -> Fault:
+    return Fault(status=500, dialect="llamacpp",
+                 message=f"input ({tokens} tokens) is too large to process. increase the physical batch size")
+
+
+def tei_batch_limit(size: int, limit: int = 32) -> Fault:
+    return Fault(status=422, dialect="tei", message=f"batch size {size} > maximum allowed batch size {limit}")
+
+
+def tei_body_too_large() -> Fault:
+    return Fault(status=413, dialect="tei", message="Failed to buffer the request body: length limit exceeded")
+
+
+def overloaded(status: int = 503, retry_after: str | None = None, dialect: str = "ollama") -> Fault:
+    return Fault(status=status, retry_after=retry_after, dialect=dialect, message="server busy, please retry")
+
+
+class FaultStub(StubServer):
+    """``with FaultStub(plan=[...], rule=...) as stub:``; ``stub.faults_served`` counts faults by kind.
+
+    ``float_only`` answers floats even when asked for base64 (as servers
+    that ignore ``encoding_format`` do); ``reject_base64`` answers 400 to a
+    base64 request (as servers that refuse it do).
+    """
+
+    def __init__(self, dim: int = 64, plan: Sequence[Fault] = (), rule: Callable | None = None,
+                 float_only: bool = False, reject_base64: bool = False, **kwargs):
+        super().__init__(dim=dim, **kwargs)
+        self.plan = list(plan)
+        self.rule = rule
+        self.float_only = float_only
+        self.reject_base64 = reject_base64
+        self.posts = 0
+        self.faults_served: dict[str, int] = {}
+        self.in_flight = self.max_in_flight = 0
+        self._quiet(self.httpd)
+
+    # -- the port going away and coming back --------------------------------
+
+    def go_away(self) -> None:
+        """Close the listening socket: new connections are refused until ``come_back``."""
+        self.stop()
+
+    def come_back(self) -> None:
+        """Listen again on the same port."""
+        host, port = self.httpd.server_address[:2]
+        self.httpd = ThreadingHTTPServer((host, port), _handler_for(self))
+        self.httpd.daemon_threads = True
+        self._quiet(self.httpd)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _quiet(httpd) -> None:
+        httpd.handle_error = lambda request, address: None  # resets are on purpose
+
+    # -- answering ----------------------------------------------------------
+
+    def next_fault(self, texts: list[str], body: dict) -> Fault:
+        with self.lock:
+            number = self.posts
+            self.posts += 1
+            if self.plan:
+                return self.plan.pop(0)
+        return (self.rule(number, texts, body) if self.rule else None) or Fault()
+
+    def intercept(self, handler, api: str, body: dict) -> bool:
+        texts = [text for text in _as_list(body.get("input")) if isinstance(text, str)]
+        fault = self.next_fault(texts, body)
+        self._count(fault)
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return self._answer(handler, api, body, texts, fault)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def _answer(self, handler, api: str, body: dict, texts: list[str], fault: Fault) -> bool:
+        if fault.delay:
+            time.sleep(fault.delay)
+        if fault.reset:
+            _reset(handler)
+            return True
+        if fault.status is not None:
+            _send(handler, fault.status, _error_body(fault), fault.retry_after)
+            return True
+        encoding = body.get("encoding_format", "float")
+        if api == "openai" and encoding == "base64" and self.reject_base64:
+            _send(handler, 400, {"error": {"code": 400, "message": "encoding_format base64 is not supported",
+                                           "type": "invalid_request_error"}})
+            return True
+        vectors = self._vectors(texts, fault)
+        if api == "ollama":
+            value = {"model": body.get("model"), "embeddings": vectors}
+        else:
+            value = _openai(body.get("model"), vectors, "float" if self.float_only else encoding)
+        data = json.dumps(value).encode("utf-8")  # NaN is written as the bare token NaN
+        if fault.truncated:
+            data = data[: len(data) // 2]
+        _send_bytes(handler, 200, data)
+        return True
+
+    def _vectors(self, texts: list[str], fault: Fault) -> list[list[float]]:
+        dim = self.dim - 1 if fault.wrong_dim else self.dim
+        vectors = [bag_of_words(text, dim) for text in texts]
+        if fault.wrong_count:
+            vectors = vectors[:-1]
+        if vectors and fault.nan:
+            vectors[0][0] = float("nan")
+        if vectors and fault.zero:
+            vectors[0] = [0.0] * dim
+        return vectors
+
+    def _count(self, fault: Fault) -> None:
+        kind = _kind(fault)
+        if kind:
+            with self.lock:
+                self.faults_served[kind] = self.faults_served.get(kind, 0) + 1
+
+
+def random_faults(rate: float, seed: int = 0, delay: float = 0.0, timeout_delay: float = 0.0) -> Callable:
+    """A ``rule`` that spoils ``rate`` of the requests at random: 429, 503, a reset,
+    or (when ``timeout_delay`` is given) an answer slower than the client waits."""
+    generator = random.Random(seed)
+    lock = threading.Lock()
+    kinds = [overloaded(429), overloaded(503), Fault(reset=True)]
+    if timeout_delay:
+        kinds.append(Fault(delay=timeout_delay))
+
+    def rule(number: int, texts: list[str], body: dict) -> Fault:
+        if number == 0:
+            return Fault(delay=delay)  # the probe fails fast by design: never spoil it
+        with lock:
+            spoil = generator.random() < rate
+            fault = generator.choice(kinds)
+        return fault if spoil else Fault(delay=delay)
+
+    return rule
+
+
+def _kind(fault: Fault) -> str | None:
+    if fault.reset:
+        return "reset"
+    if fault.status is not None:
+        return f"http_{fault.status}"
+    for name in ("truncated", "wrong_count", "nan", "zero", "wrong_dim"):
+        if getattr(fault, name):
+            return name
+    return "slow" if fault.delay >= 1.0 else None
+
+
+def _error_body(fault: Fault) -> dict:
+    if fault.dialect == "llamacpp":
+        kind = "server_error" if fault.status >= 500 else "invalid_request_error"
+        return {"error": {"code": fault.status, "message": fault.message, "type": kind}}
+    if fault.dialect == "tei":
+        return {"error": fault.message, "error_type": "Validation" if fault.status in (413, 422) else "Backend"}
+    if fault.dialect == "openai":
+        return {"message": fault.message, "code": fault.status, "type": "Validation"}
+    return {"error": fault.message}
+
+
+def _openai(model, vectors: list[list[float]], encoding: str) -> dict:
+    data = []
+    for index in reversed(range(len(vectors))):  # out of order on purpose: match by index
+        vector = vectors[index]
+        embedding = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii") \
+            if encoding == "base64" else vector
+        data.append({"object": "embedding", "index": index, "embedding": embedding})
+    return {"object": "list", "model": model, "data": data, "usage": {"prompt_tokens": 0, "total_tokens": 0}}
+
+
+def _send(handler, status: int, value, retry_after: str | None = None) -> None:
+    _send_bytes(handler, status, json.dumps(value).encode("utf-8"), retry_after)
+
+
+def _send_bytes(handler, status: int, data: bytes, retry_after: str | None = None) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    if retry_after is not None:
+        handler.send_header("Retry-After", retry_after)
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def _reset(handler) -> None:
+    """Drop the connection with an RST, as a crashing server does."""
+    handler.close_connection = True
+    try:
+        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        handler.connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    handler.connection.close()
+
+
+def main(argv=None) -> None:
+    """``python3 -m bastion_agent.fault_stub --delay 0.03 --fail-rate 0.1``: a faulty stub in its own
+    process (the benchmarks run it apart so it never competes with the stage for the GIL)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python3 -m bastion_agent.fault_stub", description=main.__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds added to every answer")
+    parser.add_argument("--fail-rate", type=float, default=0.0, help="share of requests spoiled at random")
+    parser.add_argument("--timeout-delay", type=float, default=0.0, help="also spoil with answers this slow")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    rule = random_faults(args.fail_rate, args.seed, args.delay, args.timeout_delay)
+    stub = FaultStub(dim=args.dim, rule=rule, host=args.host, port=args.port)
+    stub.requests = _Discard()  # a long benchmark keeps no request bodies
+    print(stub.url, flush=True)
+    try:
+        stub.httpd.serve_forever(poll_interval=0.05)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        print(json.dumps({"posts": stub.posts, "faults": stub.faults_served}), flush=True)
+
+
+class _Discard(list):
+    def append(self, item) -> None:
+        pass
+
+
+if __name__ == "__main__":
+    main()

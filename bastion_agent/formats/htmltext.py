@@ -1,0 +1,110 @@
+"""HTML as the text a reader sees: no script or style, blocks as lines, entities decoded."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+from .base import decode_text
+
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+
+_SKIPPED_ELEMENTS = frozenset({"script", "style", "template", "noscript"})
+# Elements that end a paragraph (a blank line) and those that only end a line.
+_PARAGRAPH_ELEMENTS = frozenset(
+    "article aside blockquote caption figure footer h1 h2 h3 h4 h5 h6 header hr main nav ol p pre section "
+    "table title ul dl details fieldset form address".split()
+)
+_LINE_ELEMENTS = frozenset("body dd div dt figcaption legend li option summary tr dialog tbody thead tfoot".split())
+_PARAGRAPH = "\x0c"
+_CELL_ELEMENTS = frozenset({"td", "th"})
+_VOID_ELEMENTS = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+
+
+# A newline inside <pre>, kept apart from the line breaks of the layout.
+_PRE_NEWLINE = "\x0b"
+
+
+class _HTMLText(HTMLParser):
+    """Collects visible text: script/style dropped, blocks as line breaks."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.skipping = 0
+        self.pre = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in _SKIPPED_ELEMENTS:
+            self.skipping += 1
+        elif tag == "br":
+            self.parts.append("\n")
+        elif tag in _CELL_ELEMENTS:
+            self.parts.append("\t")
+        else:
+            self._boundary(tag)
+        if tag == "pre":
+            self.pre += 1
+
+    def handle_startendtag(self, tag, attrs):
+        if tag not in _SKIPPED_ELEMENTS:
+            self.handle_starttag(tag, attrs)
+            if tag not in _VOID_ELEMENTS:
+                self.handle_endtag(tag)
+
+    def handle_endtag(self, tag):
+        if tag in _SKIPPED_ELEMENTS:
+            self.skipping = max(0, self.skipping - 1)
+        else:
+            self._boundary(tag)
+        if tag == "pre":
+            self.pre = max(0, self.pre - 1)
+
+    def _boundary(self, tag):
+        if tag in _PARAGRAPH_ELEMENTS:
+            self.parts.append(_PARAGRAPH)
+        elif tag in _LINE_ELEMENTS:
+            self.parts.append("\n")
+
+    def handle_data(self, data):
+        if self.skipping:
+            return
+        if self.pre:
+            self.parts.append(data.replace("\n", _PRE_NEWLINE))
+        else:
+            self.parts.append(re.sub(r"\s+", " ", data))
+
+
+def html_to_text(html: str) -> str:
+    """Visible text of an HTML document, one block per line, entities decoded.
+
+    Paragraph-like elements (p, headings, lists, tables, ...) are separated
+    by one blank line, other blocks (div, li, tr, br) by a line break; the
+    empty lines of the markup itself are dropped.
+    """
+    parser = _HTMLText()
+    try:
+        parser.feed(html)
+        parser.close()
+    except (AssertionError, ValueError):  # malformed markup the parser gives up on
+        pass
+    joined = "".join(parser.parts).replace("\xa0", " ").replace(_PARAGRAPH, "\n" + _PARAGRAPH + "\n")
+    lines: list[str] = []
+    blank_wanted = False
+    for line in joined.split("\n"):
+        if line == _PARAGRAPH:
+            blank_wanted = bool(lines)
+            continue
+        line = line.strip(" \t").replace(_PRE_NEWLINE, "\n")
+        if line:
+            if blank_wanted:
+                lines.append("")
+            lines.append(line)
+            blank_wanted = False
+    return "\n".join(lines)
+
+
+def read_html(data: bytes) -> str:
+    match = _META_CHARSET.search(data[:4096])
+    declared = match.group(1).decode("ascii") if match else None
+    return html_to_text(decode_text(data, declared))

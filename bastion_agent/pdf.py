@@ -1,0 +1,162 @@
+"""PDF text through the optional ``pypdf`` extra (``pip install 'bastion-agent[pdf]'``).
+
+pypdf is pure Python, well kept and has its own decompression limits, so a
+bastion can read PDFs without a compiled parser. It is imported here, lazily,
+never at the top of a core module: without it a PDF is skipped with a reason
+that says what to install.
+
+Text is read page by page in the order pypdf gives, one blank line between
+pages so that a window never glues the last words of a page to the first of
+the next. Every failure is a reason, never an exception:
+
+- ``encrypted``: a password is needed (an empty user password, common on
+  "protected" PDFs that only restrict printing, is tried and works);
+- ``no text layer``: no page has any text (a scan: it would need OCR);
+- ``damaged``: pypdf cannot parse it (truncated, corrupt);
+- ``too many pages``, ``too large unpacked``, ``timed out``: the limits
+  below, against PDF bombs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import signal
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+
+PDF_VERSION = "1"  # bump when this module's output changes
+MAX_PAGES = 5_000
+MAX_TEXT_CHARS = 64 * 1024 * 1024
+MAX_SECONDS = 120.0
+# One decompressed stream is capped by pypdf itself (75 MB by default, raised
+# as LimitReachedError), which we count as "too large unpacked".
+
+REASON_NOT_INSTALLED = "pdf support not installed (pip install 'bastion-agent[pdf]')"
+REASON_ENCRYPTED = "encrypted"
+REASON_NO_TEXT = "no text layer"
+REASON_DAMAGED = "damaged"
+REASON_PAGES = "too many pages"
+REASON_UNPACKED = "too large unpacked"
+REASON_TIME = "timed out"
+
+
+@dataclass(frozen=True)
+class PdfReading:
+    text: str | None
+    reason: str | None = None
+
+
+def _pypdf():
+    """The pypdf module, or None when the extra is not installed."""
+    try:
+        import pypdf
+    except ImportError:
+        return None
+    return pypdf
+
+
+def available() -> bool:
+    return _pypdf() is not None
+
+
+def version() -> str | None:
+    """What PDF text depends on besides the bytes: pypdf's version and our limits."""
+    pypdf = _pypdf()
+    if pypdf is None:
+        return None
+    return f"{PDF_VERSION}+pypdf-{pypdf.__version__}+pages-{MAX_PAGES}+chars-{MAX_TEXT_CHARS}"
+
+
+def read_pdf(data: bytes, *, max_seconds: float = MAX_SECONDS, clock=time.monotonic) -> PdfReading:
+    """Text of a PDF, or the reason there is none; never raises on bad input."""
+    pypdf = _pypdf()
+    if pypdf is None:
+        return PdfReading(None, REASON_NOT_INSTALLED)
+    try:
+        with _quiet(pypdf), _deadline(max_seconds):
+            return _read(pypdf, data, max_seconds, clock)
+    except _TimedOut:
+        return PdfReading(None, REASON_TIME)
+
+
+def _read(pypdf, data: bytes, max_seconds: float, clock) -> PdfReading:
+    from pypdf import errors
+
+    encrypted = (errors.FileNotDecryptedError, errors.DependencyError)
+    limited = getattr(errors, "LimitReachedError", ())  # pypdf >= 5 names its decompression caps
+    started = clock()
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted and reader.decrypt("") == pypdf.PasswordType.NOT_DECRYPTED:
+            return PdfReading(None, REASON_ENCRYPTED)
+        count = len(reader.pages)
+        if count > MAX_PAGES:
+            return PdfReading(None, REASON_PAGES)
+        pages, chars = [], 0
+        for page in reader.pages:
+            if clock() - started > max_seconds:
+                return PdfReading(None, REASON_TIME)
+            text = (page.extract_text() or "").strip("\n").rstrip()
+            chars += len(text)
+            if chars > MAX_TEXT_CHARS:
+                return PdfReading(None, REASON_UNPACKED)
+            if text:
+                pages.append(text)
+    except encrypted:
+        return PdfReading(None, REASON_ENCRYPTED)
+    except limited:
+        return PdfReading(None, REASON_UNPACKED)
+    except _TimedOut:
+        raise
+    except (Exception, RecursionError):  # a parser on hostile input may raise anything
+        return PdfReading(None, REASON_DAMAGED)
+    if count == 0:
+        return PdfReading(None, REASON_DAMAGED)
+    if not pages:
+        return PdfReading(None, REASON_NO_TEXT)
+    return PdfReading("\n\n".join(pages))
+
+
+class _TimedOut(BaseException):
+    """Raised by the alarm; a BaseException so that pypdf's ``except Exception`` cannot swallow it."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float):
+    """Interrupt a single slow page too, where a signal can be used (the main thread).
+
+    Elsewhere only the check between pages applies.
+    """
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable or seconds <= 0:
+        yield
+        return
+
+    def alarm(signum, frame):
+        raise _TimedOut()
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def _quiet(pypdf):
+    """pypdf logs and warns about every quirk of a file; the reason is what counts here."""
+    logger = logging.getLogger("pypdf")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)

@@ -1,0 +1,153 @@
+"""Turn one file's bytes into plain text: pick the format, run its reader, count a refusal.
+
+Every reader (in ``bastion_agent.formats``) is a pure function of the bytes:
+the same bytes always give the same text, because chunk ids are derived from
+that text. A reader never stops the stage: whatever it cannot read comes
+back as a ``Reading`` whose ``reason`` says why ("binary", "damaged", ...),
+and the extract stage counts it.
+
+Only the standard library is used here; PDF lives in ``pdf.py`` because it
+needs the optional ``pypdf`` extra, imported only when a PDF is read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from .formats import htmltext, mail, office, rtf
+from .formats.base import REASON_BINARY, REASON_DAMAGED, REASON_EMPTY, Refused, decode_text
+
+# Bump when any core reader's output changes: stored texts made by another
+# version are extracted again instead of reused.
+READER_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a reader made of a file: text, or the reason there is none."""
+
+    text: str | None
+    reason: str | None = None
+
+    @classmethod
+    def skip(cls, reason: str) -> "Reading":
+        return cls(None, reason)
+
+
+_KINDS_BY_SUFFIX = {
+    ".md": "markdown", ".markdown": "markdown", ".mdown": "markdown", ".mkd": "markdown",
+    ".html": "html", ".htm": "html", ".xhtml": "html",
+    ".docx": "docx", ".docm": "docx", ".dotx": "docx",
+    ".odt": "odt", ".ods": "ods", ".odp": "odp",
+    ".pptx": "pptx", ".pptm": "pptx",
+    ".xlsx": "xlsx", ".xlsm": "xlsx",
+    ".eml": "eml",
+    ".pdf": "pdf",
+    ".rtf": "rtf",
+    ".csv": "csv", ".tsv": "csv",
+    ".json": "json", ".jsonl": "json", ".ndjson": "json",
+    ".xml": "xml", ".svg": "xml",
+}
+
+# Formats that are binary by nature and that no reader here opens: they are
+# skipped as "binary" without being decoded as text.
+_BINARY_SUFFIXES = frozenset(
+    ".doc .xls .ppt .msg .zip .gz .tgz .bz2 .xz .7z .rar .tar .jar .png .jpg .jpeg .gif .bmp .tif .tiff "
+    ".webp .ico .heic .mp3 .mp4 .m4a .wav .flac .ogg .avi .mov .mkv .webm .exe .dll .so .dylib .o .a "
+    ".class .pyc .wasm .bin .iso .dmg .sqlite .db .woff .woff2 .ttf .otf .eot .psd".split()
+)
+
+def kind_for(name: str, head: bytes) -> str:
+    """The kind of a file from its name, or from its first bytes when the name says nothing."""
+    suffix = PurePosixPath(name).suffix.lower()
+    if head.startswith(b"%PDF-"):
+        return "pdf"
+    if suffix in _KINDS_BY_SUFFIX:
+        return _KINDS_BY_SUFFIX[suffix]
+    if suffix in _BINARY_SUFFIXES:
+        return "binary"
+    return "text"
+
+
+def read(kind: str, data: bytes) -> Reading:
+    """Text of ``data`` read as ``kind``; never raises on bad input."""
+    reader = _READERS.get(kind)
+    if reader is None:
+        return Reading.skip(REASON_BINARY)
+    try:
+        text = reader(data)
+    except Refused as refused:
+        return Reading.skip(refused.reason)
+    except (RecursionError, MemoryError):
+        return Reading.skip(REASON_DAMAGED)
+    except Exception:  # a hostile file must never stop the stage; it is counted instead
+        return Reading.skip(REASON_DAMAGED)
+    text = normalise(text)
+    if not text.strip():
+        return Reading.skip(REASON_EMPTY)
+    return Reading(text)
+
+
+def normalise(text: str) -> str:
+    """Newlines as ``\\n``, no BOM, no NUL; nothing else is touched."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = text.replace("\u2028", "\n").replace("\u2029", "\n")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if _SURROGATE.search(text):  # e.g. RTF's \uN pairs: join them, replace lone halves
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text.replace("\x00", "")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _read_text(data: bytes) -> str:
+    return decode_text(data)
+
+
+def _read_pdf(data: bytes) -> str:
+    from . import pdf
+
+    reading = pdf.read_pdf(data)
+    if reading.text is None:
+        raise Refused(reading.reason)
+    return reading.text
+
+
+_READERS = {
+    "text": _read_text,
+    "markdown": _read_text,
+    "csv": _read_text,
+    "json": _read_text,
+    "xml": _read_text,
+    "html": htmltext.read_html,
+    "docx": office.read_docx,
+    "odt": office.read_odf,
+    "ods": office.read_odf,
+    "odp": office.read_odf,
+    "pptx": office.read_pptx,
+    "xlsx": office.read_xlsx,
+    "eml": mail.read_eml,
+    "rtf": rtf.read_rtf,
+    "pdf": _read_pdf,
+}
+
+KINDS = frozenset(_READERS)
+
+
+def version(kind: str) -> str | None:
+    """What the text of ``kind`` depends on besides the bytes; None when it cannot be read now.
+
+    A stored text is reused only when this is unchanged, so upgrading a
+    reader (or installing the PDF extra) re-extracts what it affects.
+    """
+    if kind == "pdf":
+        from . import pdf
+
+        return pdf.version()
+    if kind in _READERS:
+        return READER_VERSION
+    return None

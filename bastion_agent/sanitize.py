@@ -1,0 +1,533 @@
+"""The sanitize stage: remove secrets and personal data before text moves on.
+
+It reads only the extract store and writes the sanitized store, the only
+text the later stages (chunk, embed, search, serve) ever see. Each finding is
+replaced by a typed placeholder, ``[REDACTED:<rule-id>]``; the result depends
+only on the text and the settings, so the same document always sanitizes to
+the same text and keeps its content-addressed chunk ids.
+
+How the scan stays fast as rules are added (see ``rules.py``): one combined
+pass finds every keyword of every rule, and a rule runs only in a window
+around its keywords; one pass finds long runs of token characters for the
+keyword-less token shapes; only a handful of personal-data shapes scan the
+whole text. Text with nothing to find comes out byte for byte unchanged.
+
+Overlapping findings are merged into one placeholder named after the finding
+that starts first (the longest one on a tie, then the earlier rule in the
+table), so no part of either survives.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from . import layout as store
+from .errors import ManifestError, StoreError
+from .progress import Progress
+from .rules import CATEGORIES, RULES, RULES_BY_ID, SCOPES, SECRET, Rule
+from .validators import CHECKS, is_placeholder, shannon_entropy
+
+PLACEHOLDER = "[REDACTED:{}]"
+SETTINGS_KEYS = ("disable", "allow", "allow_patterns", "rules")
+CUSTOM_RULE_KEYS = ("id", "name", "pattern", "keywords", "entropy")
+RULE_ID = re.compile(r"[a-z0-9][a-z0-9\-]{0,62}")
+DOC_ID = re.compile(r"[0-9a-f]{64}")
+
+# Windows around a keyword: from the start of its line (at most this far
+# back) to the end of the next line (at most this far ahead, then on to the
+# next whitespace so that no token is cut in two).
+WINDOW_BACK = 512
+WINDOW_AHEAD = 2048
+TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_.~\-]{20,}")
+NUMBER_RUN = re.compile(r"\d(?:[ \-.()/]{0,2}\d){6,}")
+WHITESPACE = re.compile(r"\s")
+
+
+# --- settings -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SanitizeSettings:
+    """The manifest's ``[sanitize]`` table, validated.
+
+    ``disable``: rule ids, categories or kinds ("secret", "personal") to turn
+    off. ``allow``: exact strings never redacted. ``allow_patterns``: regular
+    expressions; a finding that matches one in full is kept. ``rules``: custom
+    detectors (category "custom").
+    """
+
+    disable: tuple[str, ...] = ()
+    allow: tuple[str, ...] = ()
+    allow_patterns: tuple[str, ...] = ()
+    rules: tuple[Rule, ...] = field(default=())
+
+
+def parse_settings(raw: dict) -> SanitizeSettings:
+    """Validate ``[sanitize]``; raise ``ManifestError`` with one line naming the key."""
+    if not isinstance(raw, dict):
+        raise ManifestError(f"[sanitize] must be a table; got {type(raw).__name__}")
+    for key in raw:
+        if key not in SETTINGS_KEYS:
+            raise ManifestError(f"[sanitize] unknown key {key!r}; allowed: {', '.join(SETTINGS_KEYS)}")
+    custom = tuple(_custom_rule(index, item) for index, item in enumerate(_list(raw, "rules", dict, "tables")))
+    seen: set[str] = set()
+    for index, rule in enumerate(custom):
+        if rule.id in RULES_BY_ID or rule.id in seen:
+            raise ManifestError(f"[sanitize] rules[{index}].id {rule.id!r} is already used by another rule; choose another")
+        seen.add(rule.id)
+    names = set(RULES_BY_ID) | set(CATEGORIES) | {"secret", "personal"} | seen
+    disable = tuple(_list(raw, "disable", str, "strings"))
+    for index, name in enumerate(disable):
+        if name not in names:
+            raise ManifestError(
+                f"[sanitize] disable[{index}] {name!r} is not a rule id, a category or a kind; categories: "
+                f"{', '.join(CATEGORIES)}; kinds: secret, personal (rule ids: see docs/sanitize.md)"
+            )
+    patterns = tuple(_list(raw, "allow_patterns", str, "strings"))
+    for index, pattern in enumerate(patterns):
+        _compile(pattern, f"allow_patterns[{index}]")
+    return SanitizeSettings(
+        disable=disable,
+        allow=tuple(_list(raw, "allow", str, "strings")),
+        allow_patterns=patterns,
+        rules=custom,
+    )
+
+
+def _list(raw: dict, key: str, kind: type, what: str) -> list:
+    value = raw.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, kind) for item in value):
+        raise ManifestError(f"[sanitize] {key} must be a list of {what}; got {value!r}")
+    if kind is str and any(not item for item in value):
+        raise ManifestError(f"[sanitize] {key} must not contain empty strings")
+    return value
+
+
+def _compile(pattern: str, where: str) -> re.Pattern:
+    try:
+        return re.compile(pattern)
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise ManifestError(f"[sanitize] {where} is not a valid regular expression: {exc}") from None
+
+
+def _custom_rule(index: int, item: dict) -> Rule:
+    where = f"rules[{index}]"
+    for key in item:
+        if key not in CUSTOM_RULE_KEYS:
+            raise ManifestError(f"[sanitize] {where} unknown key {key!r}; allowed: {', '.join(CUSTOM_RULE_KEYS)}")
+    name = item.get("id", item.get("name"))
+    if not isinstance(name, str) or not name.strip():
+        raise ManifestError(f"[sanitize] {where} needs an id (or name): a short string such as \"employee-id\"")
+    rule_id = re.sub(r"[^a-z0-9]+", "-", name.strip().lower()).strip("-")
+    if not RULE_ID.fullmatch(rule_id):
+        raise ManifestError(f"[sanitize] {where}.id {name!r} must give letters, digits and dashes (at most 63)")
+    pattern = item.get("pattern")
+    if not isinstance(pattern, str) or not pattern:
+        raise ManifestError(f"[sanitize] {where}.pattern is missing (a regular expression)")
+    compiled = _compile(pattern, f"{where}.pattern")
+    if compiled.fullmatch(""):
+        raise ManifestError(f"[sanitize] {where}.pattern matches the empty string; it must match at least one character")
+    keywords = item.get("keywords", [])
+    if not isinstance(keywords, list) or not all(isinstance(k, str) and k for k in keywords):
+        raise ManifestError(f"[sanitize] {where}.keywords must be a list of non-empty strings; got {keywords!r}")
+    entropy = item.get("entropy")
+    if entropy is not None and (isinstance(entropy, bool) or not isinstance(entropy, (int, float)) or entropy < 0):
+        raise ManifestError(f"[sanitize] {where}.entropy must be a number >= 0 (bits per character); got {entropy!r}")
+    return Rule(
+        id=rule_id,
+        category="custom",
+        pattern=pattern,
+        keywords=tuple(sorted({k.lower() for k in keywords})),
+        entropy=float(entropy) if entropy is not None else None,
+    )
+
+
+# --- the scanner ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    """A span to replace: ``text[start:end]`` found by rule ``rule``."""
+
+    start: int
+    end: int
+    order: int
+    rule: str
+
+
+@dataclass(frozen=True)
+class _Active:
+    order: int
+    rule: Rule
+    regex: re.Pattern
+    has_secret_group: bool
+    placeholder_check: bool
+
+
+class Sanitizer:
+    """Finds and replaces secrets and personal data under one set of settings."""
+
+    def __init__(self, settings: SanitizeSettings | None = None):
+        self.settings = settings or SanitizeSettings()
+        off = set(self.settings.disable)
+        chosen = [
+            rule for rule in (*RULES, *self.settings.rules)
+            if rule.id not in off and rule.category not in off and rule.kind not in off
+        ]
+        self.rules = [
+            _Active(order, rule, regex := re.compile(rule.pattern), "secret" in regex.groupindex,
+                    rule.kind == SECRET and rule.category not in ("private-key", "custom"))
+            for order, rule in enumerate(chosen)
+        ]
+        self._by_scope: dict[str, list[_Active]] = {scope: [] for scope in SCOPES}
+        for active in self.rules:
+            self._by_scope[active.rule.effective_scope].append(active)
+        self._keyword_rules = _keyword_index(self.rules)
+        self._trigger = _trigger_regex(self._keyword_rules)
+        self._trigger_nocase = None
+        self._allow = frozenset(self.settings.allow)
+        self._allow_patterns = [re.compile(p) for p in self.settings.allow_patterns]
+
+    # The public API ------------------------------------------------------------
+
+    def redact(self, text: str) -> tuple[str, Counter]:
+        """The text with every finding replaced, and the number of placeholders per rule id."""
+        findings = merge(self.findings(text))
+        counts: Counter = Counter()
+        if not findings:
+            return text, counts
+        pieces, position = [], 0
+        for finding in findings:
+            pieces.append(text[position:finding.start])
+            pieces.append(PLACEHOLDER.format(finding.rule))
+            counts[finding.rule] += 1
+            position = finding.end
+        pieces.append(text[position:])
+        return "".join(pieces), counts
+
+    def redact_path(self, path: str) -> str:
+        """A path name as users may see it (search hits, serve)."""
+        return self.redact(path)[0]
+
+    def findings(self, text: str) -> list[Finding]:
+        """Every accepted finding, possibly overlapping, in no particular order."""
+        found: list[Finding] = []
+        if not text:
+            return found
+        hits = self._keyword_hits(text)
+        for active, positions in hits.items():
+            regex, anchor = active.regex, active.rule.anchor
+            if active.rule.effective_scope == "document":
+                found.extend(self._accept(active, text, regex.finditer(text)))
+            elif anchor == "keyword":
+                found.extend(self._accept(active, text, _matches_at(regex, text, positions)))
+            elif anchor == "line":
+                starts = [text.rfind("\n", 0, p) + 1 for p in positions]
+                found.extend(self._accept(active, text, _matches_at(regex, text, starts)))
+            else:
+                for start, end in _windows(text, positions):
+                    found.extend(self._accept(active, text, regex.finditer(text, start, end)))
+        run_rules = self._by_scope["run"]
+        if run_rules:
+            for run in TOKEN_RUN.finditer(text):
+                for active in run_rules:
+                    found.extend(self._accept(active, text, active.regex.finditer(text, run.start(), run.end())))
+        number_rules = self._by_scope["number"]
+        if number_rules:
+            for run in NUMBER_RUN.finditer(text):
+                start = run.start() - (run.start() > 0 and text[run.start() - 1] in "+(")
+                end = min(len(text), run.end() + 2)  # the rules' look-aheads see what follows
+                for active in number_rules:
+                    found.extend(self._accept(active, text, active.regex.finditer(text, start, end)))
+        for active in self._by_scope["text"]:
+            found.extend(self._accept(active, text, active.regex.finditer(text)))
+        return found
+
+    # Internals ------------------------------------------------------------------
+
+    def _keyword_hits(self, text: str) -> dict[_Active, list[int]]:
+        """Where each keyword rule's keywords occur: one pass for all rules."""
+        if self._trigger is None:
+            return {}
+        lowered = text.lower()
+        trigger = self._trigger
+        if len(lowered) != len(text):  # a character whose lower case is longer: keep offsets exact
+            lowered = text
+            if self._trigger_nocase is None:
+                self._trigger_nocase = re.compile(self._trigger.pattern, re.IGNORECASE)
+            trigger = self._trigger_nocase
+        hits: dict[_Active, list[int]] = {}
+        for match in trigger.finditer(lowered):
+            keyword = match.group(1).lower()
+            for active in self._keyword_rules[keyword]:
+                hits.setdefault(active, []).append(match.start())
+        return hits
+
+    def _accept(self, active: _Active, text: str, matches: Iterable[re.Match]) -> Iterable[Finding]:
+        """The findings among a rule's matches (entropy, placeholder, validator, allowlist)."""
+        rule = active.rule
+        check = CHECKS.get(rule.validator) if rule.validator else None
+        for match in matches:
+            if active.has_secret_group and match.start("secret") >= 0:
+                s, e = match.span("secret")
+            else:
+                s, e = match.span()
+            if e <= s:
+                continue
+            if rule.entropy is not None and shannon_entropy(text[s:e]) < rule.entropy:
+                continue
+            if active.placeholder_check and is_placeholder(text[s:e]):
+                continue
+            spans = [(s, e)]
+            if check is not None:
+                verdict = check(match, s, e)
+                if verdict is False or verdict is None:
+                    continue
+                if verdict is not True:
+                    spans = verdict
+            for s, e in spans:
+                if e > s and not self._allowed(text[s:e]):
+                    yield Finding(s, e, active.order, rule.id)
+
+    def _allowed(self, value: str) -> bool:
+        return value in self._allow or any(p.fullmatch(value) for p in self._allow_patterns)
+
+
+def merge(findings: list[Finding]) -> list[Finding]:
+    """Resolve overlaps: earliest start wins, then the longest, then the earlier rule; spans are merged."""
+    merged: list[Finding] = []
+    for finding in sorted(findings, key=lambda f: (f.start, -f.end, f.order)):
+        if merged and finding.start < merged[-1].end:
+            last = merged[-1]
+            if finding.end > last.end:
+                merged[-1] = Finding(last.start, finding.end, last.order, last.rule)
+            continue
+        merged.append(finding)
+    return merged
+
+
+def _keyword_index(rules: list[_Active]) -> dict[str, list[_Active]]:
+    """keyword -> the rules it triggers, including rules of keywords that are its prefixes.
+
+    The combined scan reports the longest keyword at each position; a shorter
+    keyword that starts there too (``pass`` inside ``passw``) is a prefix of it.
+    """
+    direct: dict[str, list[_Active]] = {}
+    for active in rules:
+        if active.rule.effective_scope in ("keyword", "document"):
+            for keyword in active.rule.keywords:
+                direct.setdefault(keyword.lower(), []).append(active)
+    index = {}
+    for keyword in direct:
+        triggered = []
+        for other, actives in direct.items():
+            if keyword.startswith(other):
+                triggered.extend(a for a in actives if a not in triggered)
+        index[keyword] = sorted(triggered, key=lambda a: a.order)
+    return index
+
+
+def _trigger_regex(index: dict[str, list[_Active]]) -> re.Pattern | None:
+    """One regular expression for all keywords, as a trie, matched at every position."""
+    if not index:
+        return None
+    trie: dict = {}
+    for keyword in index:
+        node = trie
+        for ch in keyword:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict) -> str:
+        ending = "" in node
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 and not ending else "(?:" + "|".join(branches) + ")"
+        return body + "?" if ending else body
+
+    return re.compile("(?=(" + build(trie) + "))")
+
+
+def _matches_at(regex: re.Pattern, text: str, positions: list[int]) -> Iterable[re.Match]:
+    """The rule's match starting exactly at each position (once per position)."""
+    done = -1
+    for position in positions:
+        if position <= done:
+            continue
+        match = regex.match(text, position)
+        if match is not None:
+            done = max(match.end() - 1, position)
+            yield match
+        else:
+            done = position
+
+
+def _windows(text: str, positions: list[int]) -> list[tuple[int, int]]:
+    """Merged windows around keyword positions (see WINDOW_BACK / WINDOW_AHEAD)."""
+    windows: list[tuple[int, int]] = []
+    for position in positions:
+        line_start = text.rfind("\n", 0, position) + 1
+        start = max(line_start, position - WINDOW_BACK)
+        line_end = text.find("\n", position)
+        if line_end != -1:
+            next_end = text.find("\n", line_end + 1)
+            line_end = len(text) if next_end == -1 else next_end
+        else:
+            line_end = len(text)
+        end = min(line_end, position + WINDOW_AHEAD)
+        if end < line_end:
+            space = WHITESPACE.search(text, end)
+            end = space.start() if space else len(text)
+        if windows and start <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], max(windows[-1][1], end))
+        else:
+            windows.append((start, end))
+    return windows
+
+
+@functools.lru_cache(maxsize=8)
+def sanitizer_for(settings: SanitizeSettings | None) -> Sanitizer:
+    """A shared sanitizer per settings (compiling the rules once)."""
+    return Sanitizer(settings)
+
+
+def sanitize_path(path: str, settings: SanitizeSettings | None) -> str:
+    """A path name shown to users, through the same sanitizer as the text."""
+    return sanitizer_for(settings).redact_path(path)
+
+
+def redact(text: str, settings: SanitizeSettings | None = None) -> str:
+    """Convenience: the sanitized text alone."""
+    return sanitizer_for(settings).redact(text)[0]
+
+
+# --- the stage ----------------------------------------------------------------------
+
+
+@dataclass
+class _Doc:
+    paths: list[str]
+    kind: str
+
+
+def run(manifest, layout) -> dict:
+    """Sanitize every extracted document into ``<out>/sanitized/``; write the summary."""
+    docs = _extracted_docs(layout)
+    settings = getattr(manifest, "sanitize", None) or SanitizeSettings()
+    sanitizer = sanitizer_for(settings)
+    store.ensure_private_dir(layout.root)
+    store.ensure_private_dir(layout.sanitized_dir)
+    by_rule: Counter = Counter()
+    changed = bytes_in = bytes_out = paths_redacted = 0
+    rows = []
+    with Progress("sanitize", len(docs), "docs") as progress:
+        for doc in sorted(docs):
+            raw = _read_extracted(layout, doc)
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise StoreError(f"extract store text of document {doc} is not UTF-8: run extract again") from None
+            clean, counts = sanitizer.redact(text)
+            data = clean.encode("utf-8")
+            _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), data)
+            by_rule.update(counts)
+            changed += bool(counts)
+            bytes_in += len(raw)
+            bytes_out += len(data)
+            paths = sorted(sanitizer.redact_path(p) for p in docs[doc].paths)
+            paths_redacted += sum(1 for p in docs[doc].paths if sanitizer.redact_path(p) != p)
+            rows.append({"doc": doc, "paths": paths, "kind": docs[doc].kind})
+            progress.advance()
+    store.write_jsonl(layout.sanitized_listing, rows)
+    removed = _remove_stale(layout, set(docs))
+    categories: Counter = Counter()
+    kinds: Counter = Counter()
+    for rule_id, count in by_rule.items():
+        rule = next(a.rule for a in sanitizer.rules if a.rule.id == rule_id)
+        categories[rule.category] += count
+        kinds[rule.kind] += count
+    counts = {
+        "documents": len(docs),
+        "documents_changed": changed,
+        "findings": sum(by_rule.values()),
+        "findings_by_rule": dict(sorted(by_rule.items())),
+        "findings_by_category": dict(sorted(categories.items())),
+        "findings_by_kind": dict(sorted(kinds.items())),
+        "paths_redacted": paths_redacted,
+        "bytes_in": bytes_in,
+        "bytes_out": bytes_out,
+        "removed_stale": removed,
+        "rules_active": len(sanitizer.rules),
+    }
+    return store.write_summary(layout, "sanitize", counts, manifest.signature)
+
+
+def _extracted_docs(layout) -> dict[str, _Doc]:
+    listing = Path(layout.extract_listing)
+    if not listing.is_file():
+        raise StoreError(f"no extract store at {layout.extract_dir}: run extract first")
+    try:
+        rows = store.read_jsonl(listing)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"extract listing {listing} is unreadable ({exc.__class__.__name__}): run extract again") from None
+    docs: dict[str, _Doc] = {}
+    for row in rows:
+        if not isinstance(row, dict) or row.get("status") != "extracted":
+            continue
+        doc = row.get("doc")
+        if not isinstance(doc, str) or not DOC_ID.fullmatch(doc):
+            raise StoreError(f"extract listing {listing} has an invalid doc id: run extract again")
+        entry = docs.setdefault(doc, _Doc(paths=[], kind=str(row.get("kind", ""))))
+        path = row.get("path")
+        if isinstance(path, str) and path not in entry.paths:
+            entry.paths.append(path)
+    for entry in docs.values():  # the kind of the first path in sorted order, whatever the listing's order
+        entry.paths.sort()
+    _kinds_from_first_path(rows, docs)
+    return docs
+
+
+def _kinds_from_first_path(rows: list[Any], docs: dict[str, _Doc]) -> None:
+    first: dict[str, tuple[str, str]] = {}
+    for row in rows:
+        if isinstance(row, dict) and row.get("status") == "extracted" and row.get("doc") in docs:
+            key = (str(row.get("path", "")), str(row.get("kind", "")))
+            if row["doc"] not in first or key < first[row["doc"]]:
+                first[row["doc"]] = key
+    for doc, (_, kind) in first.items():
+        docs[doc].kind = kind
+
+
+def _read_extracted(layout, doc: str) -> bytes:
+    try:
+        return layout.doc_text_path(layout.extract_dir, doc).read_bytes()
+    except FileNotFoundError:
+        raise StoreError(
+            f"extract store at {layout.extract_dir} lacks the text of document {doc}: run extract again"
+        ) from None
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    try:
+        if path.read_bytes() == data:
+            return
+    except FileNotFoundError:
+        pass
+    store.write_private(path, data)
+
+
+def _remove_stale(layout, keep: set[str]) -> int:
+    """Delete sanitized texts whose document is no longer extracted."""
+    removed = 0
+    for path in Path(layout.sanitized_dir).glob("*.txt"):
+        if DOC_ID.fullmatch(path.stem) and path.stem not in keep:
+            path.unlink()
+            removed += 1
+    return removed

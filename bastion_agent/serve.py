@@ -1,0 +1,818 @@
+"""``serve MANIFEST``: the search of ``search``, over HTTP, with a page for people.
+
+One process keeps the manifest's vectors warm (``embed.SearchIndex``) and
+answers ``/search`` from many threads at once. Everything it returns comes
+from ``vectors.db``'s sanitized windows; the extract store is never opened.
+
+Exposure is opt-in: it binds 127.0.0.1 unless told otherwise, and any other
+address needs ``BASTION_SERVE_TOKEN``, which every request except ``/`` (a
+static page holding no data) and ``/healthz`` must then carry as
+``Authorization: Bearer TOKEN``. On loopback, a request whose ``Host`` is not
+a loopback name is refused (421), so a web page cannot reach the index by
+rebinding its own domain name to 127.0.0.1.
+
+Each connection carries one request (HTTP/1.0) and lives at most
+``request_time_limit`` seconds: a watchdog answers 408 (request not received
+in time) or 503 (answer not ready in time) and closes it, so a slow or stalled
+client holds one thread for a bounded time and never blocks the others.
+
+The access log (stderr) names the method, the route, the status and the
+milliseconds, never the query string or an unknown path, which can hold what
+someone searched for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hmac
+import ipaddress
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, TextIO
+
+from . import __version__, embed
+from .client import EmbedClient, EndpointConfig
+from .errors import ConfigError, ModelServerError
+from .manifest import SEARCH_MODES
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+TOKEN_ENV = "BASTION_SERVE_TOKEN"
+MIN_TOKEN_CHARS = 16
+
+# Routes and the methods each answers; /openapi.json documents exactly these.
+ROUTES = {"/": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",), "/search": ("GET", "POST")}
+PUBLIC_ROUTES = ("/", "/healthz")  # never need the token: a static page and a liveness answer
+KNOWN_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT")
+SEARCH_PARAMETERS = ("q", "k", "mode")
+SEARCH_BODY_KEYS = ("query", "k", "mode")
+DRAIN_LIMIT_BYTES = 1024 * 1024  # read at most this much of a refused body, so the client sees the answer
+DRAIN_SECONDS = 1.0
+STOP_GRACE_SECONDS = 5.0  # how long a stopping server lets the requests in flight finish
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """How the server listens and what it accepts; the limits are documented in /openapi.json."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    token: str | None = None
+    default_k: int = embed.DEFAULT_K
+    max_k: int = 100
+    max_query_chars: int = 2000
+    max_body_bytes: int = 64 * 1024
+    request_time_limit: float = 30.0
+    reload_check_seconds: float = 1.0
+    reload_quiet_seconds: float = 10.0
+    reprobe_seconds: float = 5.0
+    model_concurrency: int = 4  # queries embedded at once; the others wait their turn (within the time limit)
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+
+class RequestError(Exception):
+    """A request the server refuses: its HTTP status and one line for the client."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+# --- settings from the command line and the environment ----------------------
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from .cli import add_manifest_arguments
+
+    add_manifest_arguments(parser)
+    parser.add_argument("--host", default=DEFAULT_HOST,
+                        help=f"address to listen on (default {DEFAULT_HOST}; any other needs {TOKEN_ENV})")
+    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
+                        help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
+
+
+def port_number(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,5}", text) or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 65535; got {text!r}")
+    return int(text)
+
+
+def settings_from(host: str, port: int, environ=None) -> ServeSettings:
+    """Check the exposure rules before anything is bound: a token for any non-loopback address."""
+    env = os.environ if environ is None else environ
+    token = env.get(TOKEN_ENV) or None
+    if token is not None:
+        if len(token) < MIN_TOKEN_CHARS or token != token.strip() or not token.isprintable():
+            raise ConfigError(
+                f"{TOKEN_ENV} must be at least {MIN_TOKEN_CHARS} printable characters without surrounding spaces; "
+                "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            )
+    if not is_loopback(host) and token is None:
+        raise ConfigError(
+            f"--host {host} would expose the search beyond this machine: set {TOKEN_ENV} "
+            f"(every client then sends 'Authorization: Bearer TOKEN'), or keep the default --host {DEFAULT_HOST}"
+        )
+    return ServeSettings(host=host, port=port, token=token)
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address ``host`` names is a loopback address (127.0.0.0/8, ::1)."""
+    literal = host.strip("[]")
+    try:
+        return ipaddress.ip_address(literal).is_loopback
+    except ValueError:
+        pass
+    if not literal or literal.lower() != "localhost" and not literal.lower().endswith(".localhost"):
+        return False  # a name that resolves elsewhere some day must not count as loopback
+    try:
+        infos = socket.getaddrinfo(literal, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def is_loopback_host_header(value: str) -> bool:
+    """A ``Host`` header that names this machine: localhost, 127.x.y.z or [::1], any port."""
+    host = value.strip().lower()
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else host
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# --- the warm index and the model server --------------------------------------
+
+
+class ModelLink:
+    """The model server as serve sees it: one probed client, or the reason there is none.
+
+    A failed probe or query never stops the server; ``/search`` answers 503
+    with the reason, and a probe is tried again at most every
+    ``reprobe_seconds`` (by the next query, or by the watcher thread).
+    """
+
+    def __init__(self, manifest, config: EndpointConfig, reprobe_seconds: float, concurrency: int = 4,
+                 client_factory: Callable[[EndpointConfig, str], EmbedClient] = EmbedClient,
+                 clock: Callable[[], float] = time.monotonic):
+        self.manifest = manifest
+        self.slots = threading.BoundedSemaphore(concurrency)
+        self.config = config
+        self.reprobe_seconds = reprobe_seconds
+        self.client_factory = client_factory
+        self.clock = clock
+        self.client: EmbedClient | None = None
+        self.error: str | None = "not probed yet"
+        self.last_probe: float | None = None
+        self._probe_lock = threading.Lock()
+
+    @property
+    def reachable(self) -> bool:
+        return self.client is not None and self.error is None
+
+    def probe(self) -> bool:
+        """Probe with a fresh client; keep it when the model answers with the pinned dimension."""
+        if not self._probe_lock.acquire(blocking=False):
+            return self.reachable  # another thread is probing; do not stampede the model server
+        try:
+            self.last_probe = self.clock()
+            client = self.client_factory(self.config, self.manifest.embed.model)
+            try:
+                client.probe(self.manifest.embed.dim)
+            except ModelServerError as exc:
+                self.error = str(exc)
+                return False
+            self.client, self.error = client, None
+            return True
+        finally:
+            self._probe_lock.release()
+
+    def probe_due(self) -> bool:
+        return self.last_probe is None or self.clock() - self.last_probe >= self.reprobe_seconds
+
+    def embed_query(self, query: str) -> list[float]:
+        """The query's vector, or ``RequestError(503)`` saying why there is none."""
+        if self.client is None and self.probe_due():
+            self.probe()
+        client = self.client
+        if client is None:
+            raise RequestError(503, f"the model server is unavailable: {self.error}; try again later")
+        try:
+            with self.slots:  # a burst of queries must not become a burst of connections to the model
+                vector = embed.embed_query(self.manifest, query, client)
+        except ModelServerError as exc:
+            self.error = str(exc)
+            raise RequestError(503, f"the model server is unavailable: {exc}; try again later") from None
+        self.error = None
+        return vector
+
+
+class SearchService:
+    """What every request thread shares: the warm index, the model link, their health.
+
+    The index is swapped as one reference: a request takes the current one
+    and uses it to the end, and a new one is loaded fully (one SQLite
+    snapshot) before it replaces the old, so no answer mixes two sweeps.
+    """
+
+    def __init__(self, manifest, layout, settings: ServeSettings, model: ModelLink,
+                 log: Callable[[str], None] = lambda line: None, clock: Callable[[], float] = time.monotonic):
+        self.manifest = manifest
+        self.layout = layout
+        self.settings = settings
+        self.model = model
+        self.log = log
+        self.clock = clock
+        self.summary_seen = summary_stamp(layout)  # taken before the load: a later summary means a later sweep
+        self.index = embed.SearchIndex.load(manifest, layout)
+        self.index_error: str | None = None
+        self.default_mode = default_mode(manifest)
+        self._seen_version: tuple | None = None
+        self._seen_since = 0.0
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="bastion-serve-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._watcher.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watcher.is_alive():
+            self._watcher.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.settings.reload_check_seconds):
+            self.check_reload()
+            if not self.model.reachable and self.model.probe_due():
+                self.model.probe()
+
+    def check_reload(self) -> bool:
+        """Load the new index when ``vectors.db`` changed and the change has settled; True if swapped.
+
+        Settled means embed has written a new summary since the index was
+        loaded (embed writes it last: the sweep finished), or nothing has
+        changed for ``reload_quiet_seconds`` (a store changed some other
+        way); until then the old index keeps answering, and a store in the
+        middle of an embed run is never loaded.
+        """
+        if self.index.is_current():
+            self._seen_version = None
+            return False
+        version = embed.store_version(self.layout)
+        now = self.clock()
+        if version != self._seen_version:
+            self._seen_version, self._seen_since = version, now
+        quiet = now - self._seen_since >= self.settings.reload_quiet_seconds
+        summary = summary_stamp(self.layout)
+        if summary == self.summary_seen and not quiet:
+            return False
+        try:
+            fresh = embed.SearchIndex.load(self.manifest, self.layout)
+        except Exception as exc:  # keep answering from the old index; say why once
+            message = f"could not reload the index ({exc}); still answering from the one loaded at {self.index.loaded_at}"
+            if message != self.index_error:
+                self.log(f"bastion_agent serve: {message}")
+            self.index_error = message
+            return False
+        # The old index is not closed here: requests may still be using it; it closes when the last one drops it.
+        self.index, self.index_error, self.summary_seen = fresh, None, summary
+        self.log(f"bastion_agent serve: reloaded the index: {len(fresh)} chunks")
+        return True
+
+    def health(self) -> dict:
+        index = self.index
+        return {
+            "status": "ok" if self.model.reachable else "degraded",
+            "model": self.manifest.embed.model,
+            "dim": self.manifest.embed.dim,
+            "chunks": len(index),
+            "loaded_at": index.loaded_at,
+            "index_error": self.index_error,
+            "model_server": "ok" if self.model.reachable else "unreachable",
+            "search_mode": self.default_mode,
+            "auth": "bearer" if self.settings.token else "none",
+            "limits": {"max_k": self.settings.max_k, "max_query_chars": self.settings.max_query_chars},
+            "version": __version__,
+        }
+
+    def search(self, query: str, k: int, mode: str) -> dict:
+        """What ``search --json`` would print, in an envelope; the same rules as ``embed.search``."""
+        index = self.index
+        vectors = needs_vector(mode)
+        hits = []
+        if len(index) or not vectors:  # no vectors: no hits and no model call, as the CLI does
+            vector = self.model.embed_query(query) if vectors else None
+            try:
+                hits = index.search(query, vector, k, mode)
+            except ConfigError as exc:
+                raise RequestError(400, str(exc)) from None
+            except ModelServerError as exc:
+                raise RequestError(503, str(exc)) from None
+        return {
+            "query": query,
+            "model": self.manifest.embed.model,
+            "mode": mode,
+            "k": k,
+            "hits": [dataclasses.asdict(hit) for hit in hits],
+        }
+
+
+def default_mode(manifest) -> str:
+    """The mode ``search`` uses when none is asked: the manifest's, else the index's default."""
+    resolve = getattr(embed, "resolve_mode", None)
+    return resolve(manifest, None) if resolve else (manifest.search_mode or "vector")
+
+
+def needs_vector(mode: str) -> bool:
+    """Keyword search needs no query vector, so it works while the model server is down."""
+    check = getattr(embed, "needs_vector", None)
+    return check(mode) if check else True
+
+
+def summary_stamp(layout) -> tuple | None:
+    """What changes when embed writes ``embed.summary.json`` (at the end of every run)."""
+    try:
+        stat = layout.summary_path("embed").stat()
+    except FileNotFoundError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
+
+# --- validating a query ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Query:
+    text: str
+    k: int
+    mode: str
+
+
+def query_from_string(query_string: str, settings: ServeSettings, default_mode: str) -> Query:
+    """``q``, ``k`` and ``mode`` of ``GET /search``, each given at most once."""
+    try:
+        pairs = urllib.parse.parse_qsl(query_string, keep_blank_values=True, encoding="utf-8", errors="strict",
+                                       max_num_fields=len(SEARCH_PARAMETERS) * 2)
+    except UnicodeDecodeError:
+        raise RequestError(400, "the query string is not valid UTF-8 after percent-decoding") from None
+    except ValueError:
+        raise RequestError(400, f"too many parameters; allowed: {', '.join(SEARCH_PARAMETERS)}") from None
+    values: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in SEARCH_PARAMETERS:
+            raise RequestError(400, f"unknown parameter {name[:40]!r}; allowed: {', '.join(SEARCH_PARAMETERS)}")
+        if name in values:
+            raise RequestError(400, f"parameter {name!r} is given more than once")
+        values[name] = value
+    if "k" in values and not re.fullmatch(r"[0-9]{1,6}", values["k"]):
+        raise RequestError(400, f"k must be a whole number from 1 to {settings.max_k}")
+    k = int(values["k"]) if "k" in values else None
+    return checked_query(values.get("q"), k, values.get("mode"), settings, default_mode, name="q")
+
+
+def query_from_body(body: bytes, settings: ServeSettings, default_mode: str) -> Query:
+    """``{"query": "...", "k": N, "mode": "..."}`` of ``POST /search``."""
+    try:
+        value = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise RequestError(400, 'the body must be JSON such as {"query": "budget review", "k": 5}') from None
+    if not isinstance(value, dict):
+        raise RequestError(400, 'the body must be a JSON object such as {"query": "budget review", "k": 5}')
+    unknown = [key for key in value if key not in SEARCH_BODY_KEYS]
+    if unknown:
+        raise RequestError(400, f"unknown key {unknown[0][:40]!r} in the body; allowed: {', '.join(SEARCH_BODY_KEYS)}")
+    k = value.get("k")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int)):
+        raise RequestError(400, f"k must be a whole number from 1 to {settings.max_k}")
+    query, mode = value.get("query"), value.get("mode")
+    if query is not None and not isinstance(query, str):
+        raise RequestError(400, "query must be a string")
+    if mode is not None and not isinstance(mode, str):
+        raise RequestError(400, f"mode must be one of {', '.join(SEARCH_MODES)}")
+    return checked_query(query, k, mode, settings, default_mode, name="query")
+
+
+def checked_query(text: str | None, k: int | None, mode: str | None, settings: ServeSettings,
+                  default_mode: str, name: str) -> Query:
+    if text is None or not text.strip():
+        raise RequestError(400, f"{name} is missing or empty: say what to look for")
+    if len(text) > settings.max_query_chars:
+        raise RequestError(400, f"{name} is longer than {settings.max_query_chars} characters")
+    if k is None:
+        k = settings.default_k
+    if not 1 <= k <= settings.max_k:
+        raise RequestError(400, f"k must be a whole number from 1 to {settings.max_k}")
+    mode = default_mode if mode is None else mode
+    if mode not in SEARCH_MODES:
+        raise RequestError(400, f"mode must be one of {', '.join(SEARCH_MODES)}")
+    return Query(text, k, mode)
+
+
+# --- HTTP --------------------------------------------------------------------
+
+
+class Watchdog:
+    """One thread that ends every connection still open ``limit`` seconds after it was accepted."""
+
+    def __init__(self, limit: float):
+        self.limit = limit
+        self._cond = threading.Condition()
+        self._due: dict[int, tuple[float, "Handler"]] = {}
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="bastion-serve-watchdog", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def watch(self, handler: "Handler") -> None:
+        with self._cond:
+            self._due[id(handler)] = (time.monotonic() + self.limit, handler)
+            self._cond.notify_all()
+
+    def forget(self, handler: "Handler") -> None:
+        with self._cond:
+            self._due.pop(id(handler), None)
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no connection is open (a graceful stop); False when some still are."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._due:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return
+                now = time.monotonic()
+                expired = [handler for due, handler in self._due.values() if due <= now]
+                for handler in expired:
+                    del self._due[id(handler)]
+                if not expired:
+                    nearest = min((due for due, _ in self._due.values()), default=None)
+                    self._cond.wait(None if nearest is None else nearest - now)
+                    continue
+            for handler in expired:
+                try:
+                    handler.expire()
+                except Exception:  # the watchdog must outlive any one connection
+                    pass
+
+
+class BastionHTTPServer(ThreadingHTTPServer):
+    """A thread per connection (daemon threads), the shared service, the watchdog, the access log."""
+
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, service: SearchService, settings: ServeSettings, log_stream: TextIO):
+        from . import serve_openapi, serve_page
+
+        self.service = service
+        self.settings = settings
+        self.log_stream = log_stream
+        self.log_lock = threading.Lock()
+        self.watchdog = Watchdog(settings.request_time_limit)
+        self.page = serve_page.PAGE.encode("utf-8")
+        self.page_csp = serve_page.content_security_policy()
+        self.address_family = address_family(settings.host)
+        super().__init__((settings.host, settings.port), Handler)
+        self.openapi = json.dumps(serve_openapi.document(settings, self.url), indent=2).encode("utf-8")
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+
+    def serve_forever(self, poll_interval: float = 0.1) -> None:
+        self.watchdog.start()
+        self.service.start()
+        super().serve_forever(poll_interval)
+
+    def server_close(self) -> None:
+        """Stop listening, let the requests in flight finish (bounded), then stop the helpers."""
+        super().server_close()
+        self.watchdog.wait_idle(STOP_GRACE_SECONDS)
+        self.watchdog.stop()
+        self.service.stop()
+
+    def handle_error(self, request, client_address) -> None:
+        """A connection that broke (client gone, time limit): one line, no traceback, no request data."""
+        kind = sys.exc_info()[0]
+        if kind is not None and issubclass(kind, (ConnectionError, TimeoutError)):
+            return
+        self.log(f"bastion_agent serve: error while answering a request: {kind.__name__ if kind else 'unknown'}")
+
+    def log(self, line: str) -> None:
+        with self.log_lock:
+            print(line, file=self.log_stream, flush=True)
+
+
+def address_family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One connection, one request; every answer is JSON except the page."""
+
+    server: BastionHTTPServer
+    server_version = "bastion-agent"
+    sys_version = ""
+    protocol_version = "HTTP/1.0"
+
+    def setup(self) -> None:
+        self.timeout = self.server.settings.request_time_limit + 1  # the watchdog acts first
+        super().setup()
+        # What the base class sets only once a request line parses; the watchdog may answer before.
+        self.command, self.request_version, self.requestline = None, "HTTP/1.0", ""
+        self.close_connection = True
+        self.started = time.monotonic()
+        self.send_lock = threading.Lock()
+        self.responded = False
+        self.request_read = False
+        self.body_read = False
+        self.status: int | None = None
+        self.route: str | None = None
+        self.server.watchdog.watch(self)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            if self.status is not None:
+                self._access_log()
+            self.server.watchdog.forget(self)
+
+    def __getattr__(self, name: str):
+        """Every method (``do_GET``, ``do_DELETE``, ``do_BREW``...) goes to one dispatcher."""
+        if name.startswith("do_"):
+            return self.dispatch
+        raise AttributeError(name)
+
+    # -- the answers
+
+    def dispatch(self) -> None:
+        path, _, query_string = self.path.partition("?")
+        self.route = path if path in ROUTES else None
+        try:
+            self.check_host()
+            if path not in PUBLIC_ROUTES:
+                self.check_token()
+            if path not in ROUTES:
+                raise RequestError(404, f"no such path; this server answers {', '.join(ROUTES)}")
+            if self.command not in ROUTES[path]:
+                allowed = ", ".join(ROUTES[path])
+                raise RequestError(405, f"{path} answers {allowed} only", {"Allow": allowed})
+            self.answer(path, query_string)
+        except RequestError as exc:
+            self.send_json(exc.status, {"error": exc.message}, exc.headers)
+        except Exception as exc:  # a bug: say so without details that could hold the query
+            self.server.log(f"bastion_agent serve: internal error: {type(exc).__name__}")
+            self.send_json(500, {"error": "internal error; see the server's log"})
+        finally:
+            self.drain_unread_body()
+
+    def answer(self, path: str, query_string: str) -> None:
+        service = self.server.service
+        if path == "/":
+            self.request_read = True
+            self.send_bytes(200, self.server.page, "text/html; charset=utf-8", {"Content-Security-Policy": self.server.page_csp})
+        elif path == "/healthz":
+            self.request_read = True
+            self.send_json(200, service.health())
+        elif path == "/openapi.json":
+            self.request_read = True
+            self.send_bytes(200, self.server.openapi, "application/json")
+        elif self.command == "GET":
+            self.request_read = True
+            query = query_from_string(query_string, self.server.settings, service.default_mode)
+            self.send_json(200, service.search(query.text, query.k, query.mode))
+        else:
+            body = self.read_body()
+            query = query_from_body(body, self.server.settings, service.default_mode)
+            self.send_json(200, service.search(query.text, query.k, query.mode))
+
+    def check_host(self) -> None:
+        host = self.headers.get("Host")
+        if self.server.settings.loopback and host is not None and not is_loopback_host_header(host):
+            raise RequestError(421, "this server answers only to a loopback Host (127.0.0.1, localhost, [::1])")
+
+    def check_token(self) -> None:
+        token = self.server.settings.token
+        if token is None:
+            return
+        scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("utf-8"), token.encode("utf-8")):
+            raise RequestError(401, f"send 'Authorization: Bearer TOKEN' with the server's {TOKEN_ENV}",
+                               {"WWW-Authenticate": 'Bearer realm="bastion"'})
+
+    def read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding"):
+            raise RequestError(400, "send the body with a Content-Length header, not Transfer-Encoding")
+        length_text = self.headers.get("Content-Length")
+        if length_text is None or not re.fullmatch(r"[0-9]{1,18}", length_text.strip()):
+            raise RequestError(400, "send the JSON body with a Content-Length header")
+        length = int(length_text)
+        if length > self.server.settings.max_body_bytes:
+            raise RequestError(413, f"the body is larger than {self.server.settings.max_body_bytes} bytes")
+        body = self.rfile.read(length)
+        self.body_read = True
+        if len(body) != length:
+            raise RequestError(400, "the body ended before Content-Length bytes")
+        self.request_read = True
+        return body
+
+    def drain_unread_body(self) -> None:
+        """Read (a bounded part of) a body we refused, so the client can read our answer."""
+        if self.command not in ("POST", "PUT", "PATCH") or self.body_read:
+            return
+        try:
+            remaining = min(int(self.headers.get("Content-Length") or 0), DRAIN_LIMIT_BYTES)
+        except ValueError:
+            return
+        try:
+            self.connection.settimeout(DRAIN_SECONDS)
+            while remaining > 0:
+                chunk = self.rfile.read1(min(remaining, 65536))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+        except OSError:
+            pass
+
+    def send_json(self, status: int, value, headers: dict | None = None) -> None:
+        data = json.dumps(value, ensure_ascii=False).encode("utf-8")
+        self.send_bytes(status, data, "application/json; charset=utf-8", headers)
+
+    def send_bytes(self, status: int, data: bytes, content_type: str, headers: dict | None = None) -> None:
+        """Send one answer; whichever of the handler and the watchdog comes first wins."""
+        with self.send_lock:
+            self._write_once(status, data, content_type, headers)
+
+    def _write_once(self, status: int, data: bytes, content_type: str, headers: dict | None) -> None:
+        if self.responded:
+            return
+        self.responded = True
+        self.send_response(status)
+        merged = {
+            "Content-Type": content_type,
+            "Content-Length": str(len(data)),
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            "X-Frame-Options": "DENY",
+            "Cross-Origin-Resource-Policy": "same-origin",
+            "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+            "Connection": "close",
+            **(headers or {}),
+        }
+        for name, value in merged.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The base class's errors (bad request line, headers too long...) as JSON too."""
+        self.close_connection = True
+        self.send_json(code, {"error": message or self.responses.get(code, ("error",))[0]})
+
+    def expire(self) -> None:
+        """Called by the watchdog when the time limit is up: answer if nothing was sent yet, then close.
+
+        It never waits: when the handler is busy writing its own answer, the
+        connection is simply shut down.
+        """
+        if self.send_lock.acquire(blocking=False):
+            try:
+                limit = self.server.settings.request_time_limit
+                if self.request_read:
+                    status, message = 503, f"the answer took longer than {limit:g} s; try again"
+                else:
+                    status, message = 408, f"the request was not received within {limit:g} s"
+                data = json.dumps({"error": message}).encode("utf-8")
+                self._write_once(status, data, "application/json; charset=utf-8", None)
+            except OSError:
+                pass
+            finally:
+                self.send_lock.release()
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    # -- the access log
+
+    def log_request(self, code="-", size="-") -> None:
+        self.status = int(code) if isinstance(code, int) or str(code).isdigit() else None
+
+    def log_message(self, format: str, *args) -> None:
+        """Silenced: the base class would log the request line, query string included."""
+
+    def _access_log(self) -> None:
+        method = self.command if self.command in KNOWN_METHODS else ("-" if not self.command else "<other>")
+        path = self.route or ("-" if not self.command else "<other>")
+        client = self.client_address[0] if self.client_address else "-"
+        millis = (time.monotonic() - self.started) * 1000
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.server.log(f"{stamp} {client} {method} {path} {self.status} {millis:.1f}ms")
+
+
+# --- running it ----------------------------------------------------------------
+
+
+class RunningServer:
+    """``with RunningServer(server):`` serve from a thread until the block ends (tests, the bench)."""
+
+    def __init__(self, server: BastionHTTPServer):
+        self.server = server
+        self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def __enter__(self) -> "RunningServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.thread.join()
+        self.server.server_close()
+
+
+def build_server(manifest, layout, settings: ServeSettings, log_stream: TextIO | None = None,
+                 endpoint: EndpointConfig | None = None, probe: bool = True) -> BastionHTTPServer:
+    """Load the index, bind, and probe the model server (a failed probe is reported, not fatal)."""
+    stream = log_stream or sys.stderr
+    config = endpoint or EndpointConfig.from_env()
+    config = dataclasses.replace(config, timeout=min(config.timeout, settings.request_time_limit))
+    model = ModelLink(manifest, config, settings.reprobe_seconds, settings.model_concurrency)
+    log = lambda line: print(line, file=stream, flush=True)  # noqa: E731
+    service = SearchService(manifest, layout, settings, model, log=log)
+    try:
+        server = BastionHTTPServer(service, settings, stream)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
+    if probe and not model.probe():
+        log(f"bastion_agent serve: the model server is unavailable ({model.error}); /search answers 503 "
+            f"until it answers (checked every {settings.reprobe_seconds:g} s)")
+    return server
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from .cli import load_manifest_and_layout
+
+    settings = settings_from(args.host, args.port)
+    manifest, layout = load_manifest_and_layout(args)
+    server = build_server(manifest, layout, settings)
+    print(f"bastion_agent serve: {server.url} (model {manifest.embed.model}, {len(server.service.index)} chunks; "
+          "Ctrl-C stops)", flush=True)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.server_close()
+    return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt

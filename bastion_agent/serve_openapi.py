@@ -1,0 +1,187 @@
+"""The OpenAPI 3.1 description ``serve`` answers at ``/openapi.json``.
+
+It is built from the running server's settings, so it lists what this
+server does and nothing else: 401 only when ``BASTION_SERVE_TOKEN`` is set,
+421 only on loopback (where the ``Host`` check applies), and the limits it
+enforces. ``test_serve`` provokes every documented status on every
+documented operation, and checks the server answers no other route.
+"""
+
+from __future__ import annotations
+
+from . import __version__
+from .manifest import SEARCH_MODES
+
+ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def document(settings, url: str) -> dict:
+    """The OpenAPI document for a server with ``settings`` listening at ``url``."""
+    from .serve import PUBLIC_ROUTES, ROUTES
+
+    operations = {
+        ("/", "GET"): _page(),
+        ("/healthz", "GET"): _health(),
+        ("/openapi.json", "GET"): _openapi(),
+        ("/search", "GET"): _search_get(settings),
+        ("/search", "POST"): _search_post(settings),
+    }
+    assert set(operations) == {(path, method) for path, methods in ROUTES.items() for method in methods}
+    paths: dict[str, dict] = {}
+    for (path, method), operation in operations.items():
+        responses = operation["responses"]
+        responses["408"] = _error(f"The request was not received within {settings.request_time_limit:g} s.")
+        if settings.loopback:
+            responses["421"] = _error("The Host header does not name a loopback address (DNS rebinding guard).")
+        if settings.token and path not in PUBLIC_ROUTES:
+            responses["401"] = _error("Missing or wrong `Authorization: Bearer TOKEN`.")
+            operation["security"] = [{"bearer": []}]
+        paths.setdefault(path, {})[method.lower()] = operation
+    doc = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "bastion agent search",
+            "version": __version__,
+            "description": (
+                "Search a bastion's sanitized documents by meaning. Every error is JSON `{\"error\": \"...\"}`. "
+                "A path not listed here answers 404, a method not listed for a path answers 405 (with `Allow`). "
+                "Text in hits comes only from the sanitized windows in vectors.db."
+            ),
+        },
+        "servers": [{"url": url.rstrip("/")}],
+        "paths": paths,
+        "components": {"schemas": _schemas(settings)},
+    }
+    if settings.token:
+        doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    return doc
+
+
+def _error(description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": ERROR}}}
+
+
+def _json(description: str, ref: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}}
+
+
+def _page() -> dict:
+    return {
+        "summary": "The search page (HTML, self-contained).",
+        "responses": {"200": {"description": "The page.", "content": {"text/html": {"schema": {"type": "string"}}}}},
+    }
+
+
+def _health() -> dict:
+    return {
+        "summary": "Liveness, the model, the number of searchable chunks and when the index was loaded.",
+        "description": "Never needs the token. `status` is `degraded` while the model server is unreachable.",
+        "responses": {"200": _json("The server's state.", "Health")},
+    }
+
+
+def _openapi() -> dict:
+    return {
+        "summary": "This document.",
+        "responses": {"200": {"description": "OpenAPI 3.1.", "content": {"application/json": {"schema": {"type": "object"}}}}},
+    }
+
+
+def _search_responses(settings, *, body: bool) -> dict:
+    reasons = (f"missing or empty query, query over {settings.max_query_chars} characters, "
+               f"k not a whole number in 1..{settings.max_k}, unknown mode or parameter")
+    if body:
+        reasons += ", body not a JSON object of the right shape, no Content-Length"
+    responses = {
+        "200": _json("Hits, best first.", "SearchAnswer"),
+        "400": _error(f"A bad query: {reasons}."),
+        "503": _error(f"The model server is unavailable, or the answer took longer than {settings.request_time_limit:g} s."),
+    }
+    if body:
+        responses["413"] = _error(f"The body is larger than {settings.max_body_bytes} bytes.")
+    return responses
+
+
+def _search_get(settings) -> dict:
+    return {
+        "summary": "Search by meaning (query in the URL).",
+        "description": "Prefer POST for sensitive queries: URLs end up in browser history and proxies' logs.",
+        "parameters": [
+            {"name": "q", "in": "query", "required": True,
+             "schema": {"type": "string", "minLength": 1, "maxLength": settings.max_query_chars}},
+            {"name": "k", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": settings.max_k, "default": settings.default_k}},
+            {"name": "mode", "in": "query", "required": False, "schema": {"type": "string", "enum": list(SEARCH_MODES)},
+             "description": "Defaults to the manifest's [search] mode, else vector; 400 when the index cannot search that way."},
+        ],
+        "responses": _search_responses(settings, body=False),
+    }
+
+
+def _search_post(settings) -> dict:
+    return {
+        "summary": "Search by meaning (query in a JSON body).",
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SearchRequest"}}},
+        },
+        "responses": _search_responses(settings, body=True),
+    }
+
+
+def _schemas(settings) -> dict:
+    return {
+        "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+        "SearchRequest": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["query"],
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "maxLength": settings.max_query_chars},
+                "k": {"type": "integer", "minimum": 1, "maximum": settings.max_k, "default": settings.default_k},
+                "mode": {"type": "string", "enum": list(SEARCH_MODES)},
+            },
+        },
+        "Hit": {
+            "type": "object",
+            "required": ["score", "doc", "idx", "chunk_id", "text", "paths", "start", "end"],
+            "properties": {
+                "score": {"type": "number", "description": "Similarity, higher is better."},
+                "doc": {"type": "string", "description": "sha256 of the original file's bytes."},
+                "idx": {"type": "integer", "description": "The window's position in its document."},
+                "chunk_id": {"type": "string"},
+                "text": {"type": "string", "description": "The sanitized window."},
+                "paths": {"type": "array", "items": {"type": "string"}, "description": "Source paths, relative to the source root."},
+                "start": {"type": "integer"},
+                "end": {"type": "integer"},
+            },
+        },
+        "SearchAnswer": {
+            "type": "object",
+            "required": ["query", "model", "mode", "k", "hits"],
+            "properties": {
+                "query": {"type": "string"},
+                "model": {"type": "string"},
+                "mode": {"type": "string", "enum": list(SEARCH_MODES)},
+                "k": {"type": "integer"},
+                "hits": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}},
+            },
+        },
+        "Health": {
+            "type": "object",
+            "required": ["status", "model", "dim", "chunks", "loaded_at", "model_server", "auth"],
+            "properties": {
+                "status": {"type": "string", "enum": ["ok", "degraded"]},
+                "model": {"type": "string"},
+                "dim": {"type": "integer"},
+                "chunks": {"type": "integer", "description": "Searchable windows in the loaded index."},
+                "loaded_at": {"type": "string", "description": "UTC time the index was loaded (ISO 8601)."},
+                "index_error": {"type": ["string", "null"], "description": "Why the last reload failed, if it did."},
+                "model_server": {"type": "string", "enum": ["ok", "unreachable"]},
+                "search_mode": {"type": "string", "enum": list(SEARCH_MODES)},
+                "auth": {"type": "string", "enum": ["none", "bearer"]},
+                "limits": {"type": "object"},
+                "version": {"type": "string"},
+            },
+        },
+    }

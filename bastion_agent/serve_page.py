@@ -1,0 +1,280 @@
+"""The search page ``serve`` answers at ``/``: one self-contained HTML document.
+
+No CDN, no build step, no external request: the style and the script are
+inline, and the Content-Security-Policy allows exactly those two blocks (by
+their sha256) and requests to the server itself. Hit text is only ever put in
+the page as text nodes (``textContent``), never parsed as HTML, so a window
+that contains markup shows as the characters it is.
+
+The page sends queries with ``POST /search`` so that what someone searched
+for never appears in a URL, the browser's history or an access log.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+
+STYLE = r"""
+:root {
+  color-scheme: light dark;
+  --bg: #f7f7f5; --panel: #ffffff; --text: #1d1f21; --muted: #5d6166; --line: #d9dadc;
+  --accent: #1f5fbf; --accent-text: #ffffff; --mark: #ffe680; --mark-text: #1d1f21;
+  --error-bg: #fdecea; --error-text: #8a1c12; --bar: #c7d7f0;
+  --mono: ui-monospace, "SFMono-Regular", "DejaVu Sans Mono", Menlo, Consolas, monospace;
+}
+@media (prefers-color-scheme: dark) {
+  :root {
+    --bg: #15171a; --panel: #1d2024; --text: #e6e6e3; --muted: #9aa0a6; --line: #33373d;
+    --accent: #6ea8ff; --accent-text: #0d1117; --mark: #6b5a12; --mark-text: #fff6cc;
+    --error-bg: #3a1d1b; --error-text: #ffb4a9; --bar: #2c4266;
+  }
+}
+* { box-sizing: border-box; }
+html { background: var(--bg); color: var(--text); }
+body {
+  margin: 0 auto; max-width: 52rem; padding: 2rem 1.25rem 4rem;
+  font: 16px/1.55 system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", "DejaVu Sans", sans-serif;
+}
+header { display: flex; align-items: baseline; justify-content: space-between; gap: 1rem; flex-wrap: wrap; }
+h1 { font-size: 1.35rem; margin: 0 0 .25rem; letter-spacing: -.01em; }
+h1 span { color: var(--muted); font-weight: 400; }
+#health { color: var(--muted); font-size: .875rem; margin: 0; }
+#health .dot { display: inline-block; width: .6rem; height: .6rem; border-radius: 50%; background: var(--muted); margin-right: .35rem; }
+#health.ok .dot { background: #2e9d5b; }
+#health.degraded .dot { background: #d08a1e; }
+form { margin: 1.25rem 0 .5rem; }
+label { display: block; font-weight: 600; margin-bottom: .35rem; }
+.row { display: flex; gap: .5rem; }
+input[type=search], input[type=password] {
+  flex: 1; min-width: 0; font: inherit; padding: .65rem .8rem; color: var(--text); background: var(--panel);
+  border: 1px solid var(--line); border-radius: .5rem;
+}
+input:focus-visible, button:focus-visible { outline: 3px solid var(--accent); outline-offset: 2px; }
+button {
+  font: inherit; font-weight: 600; padding: .6rem 1.1rem; border-radius: .5rem; cursor: pointer;
+  border: 1px solid var(--accent); background: var(--accent); color: var(--accent-text);
+}
+button.secondary { background: transparent; color: var(--accent); }
+button:disabled { opacity: .6; cursor: progress; }
+.hint { color: var(--muted); font-size: .85rem; margin: .35rem 0 0; }
+kbd { font-family: var(--mono); font-size: .8em; border: 1px solid var(--line); border-bottom-width: 2px; border-radius: .25rem; padding: 0 .3em; }
+#token-box { margin: 1rem 0; padding: .9rem 1rem; border: 1px solid var(--line); border-radius: .5rem; background: var(--panel); }
+#status { min-height: 1.5rem; margin: 1rem 0 .5rem; color: var(--muted); }
+#status.error { color: var(--error-text); background: var(--error-bg); padding: .6rem .8rem; border-radius: .5rem; }
+ol#results { list-style: none; margin: 0; padding: 0; }
+ol#results > li {
+  background: var(--panel); border: 1px solid var(--line); border-radius: .6rem;
+  padding: .85rem 1rem .95rem; margin: 0 0 .75rem;
+}
+.head { display: flex; align-items: flex-start; gap: .75rem; }
+.rank { font-weight: 700; color: var(--muted); min-width: 2rem; font-variant-numeric: tabular-nums; }
+.paths { list-style: none; margin: 0; padding: 0; flex: 1; min-width: 0; }
+.paths li { font-family: var(--mono); font-size: .92rem; color: var(--muted); overflow-wrap: anywhere; }
+.paths li:first-child { color: var(--text); font-weight: 600; }
+.score { display: inline-flex; align-items: center; gap: .45rem; font-family: var(--mono); font-size: .85rem;
+  color: var(--muted); white-space: nowrap; }
+.score .bar { display: inline-block; width: 4rem; height: .4rem; border-radius: .2rem; background: var(--line); overflow: hidden; }
+.score .bar i { display: block; height: 100%; background: var(--accent); }
+.text { margin: .5rem 0 .4rem 2.75rem; white-space: pre-wrap; overflow-wrap: anywhere; }
+.meta { margin-left: 2.75rem; font-size: .8rem; color: var(--muted); }
+mark { background: var(--mark); color: var(--mark-text); border-radius: .15rem; padding: 0 .05em; }
+#more-box { text-align: center; margin-top: 1rem; }
+[hidden] { display: none !important; }
+.sr-only { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
+"""
+
+SCRIPT = r"""
+"use strict";
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const form = $("search-form"), input = $("q"), button = $("go");
+  const statusBox = $("status"), results = $("results"), moreBox = $("more-box"), more = $("more");
+  const tokenBox = $("token-box"), tokenInput = $("token"), healthLine = $("health");
+  const FIRST_K = 10;
+  let maxK = 100, current = null, busy = false;
+
+  function token() {
+    return tokenInput.value.trim() || sessionStorage.getItem("bastion-token") || "";
+  }
+  function setStatus(text, isError) {
+    statusBox.textContent = text;
+    statusBox.className = isError ? "error" : "";
+  }
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+  function terms(query) {
+    const words = (query.toLowerCase().match(/[\p{L}\p{N}_]+/gu) || []);
+    const unique = [...new Set(words)].filter((w) => w.length > 1 || words.length === 1);
+    return unique.sort((a, b) => b.length - a.length);
+  }
+  function escapeRegExp(text) { return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"); }
+  // The window text as text nodes, with each word that starts with a query term in <mark>.
+  function highlighted(text, words) {
+    const box = el("p", "text");
+    if (!words.length) { box.textContent = text; return box; }
+    const pattern = new RegExp("(?<![\\p{L}\\p{N}_])(?:" + words.map(escapeRegExp).join("|") + ")", "giu");
+    let last = 0;
+    for (const match of text.matchAll(pattern)) {
+      if (match.index > last) box.append(document.createTextNode(text.slice(last, match.index)));
+      box.append(el("mark", "", match[0]));
+      last = match.index + match[0].length;
+    }
+    if (last < text.length) box.append(document.createTextNode(text.slice(last)));
+    return box;
+  }
+  // One hit: its path(s) first (where to look), the score (its bar relative to the best hit), the window.
+  function renderHit(hit, rank, words, best, mode) {
+    const item = el("li");
+    item.tabIndex = -1;
+    const head = el("div", "head");
+    const paths = el("ul", "paths");
+    paths.setAttribute("aria-label", "found in");
+    for (const path of (hit.paths.length ? hit.paths : ["(no path recorded)"])) paths.append(el("li", "", path));
+    const score = el("span", "score");
+    score.title = mode === "vector" ? "cosine similarity" : mode + " score";
+    const bar = el("span", "bar"), fill = el("i");
+    bar.setAttribute("aria-hidden", "true");
+    fill.style.width = (best > 0 ? Math.max(0, hit.score) / best : 0) * 100 + "%";
+    bar.append(fill);
+    score.append(bar, el("span", "", "score " + hit.score.toFixed(3)));
+    head.append(el("span", "rank", rank + "."), paths, score);
+    const meta = el("div", "meta", "document " + hit.doc.slice(0, 12) + " \u00b7 window " + hit.idx);
+    item.append(head, highlighted(hit.text, words), meta);
+    return item;
+  }
+  async function search(query, k, focusFrom) {
+    if (busy) return;
+    busy = true; button.disabled = true; more.disabled = true;
+    setStatus(k > FIRST_K ? "Loading more results\u2026" : "Searching\u2026", false);
+    const headers = { "Content-Type": "application/json" };
+    if (token()) headers["Authorization"] = "Bearer " + token();
+    let answer, body;
+    try {
+      answer = await fetch("search", { method: "POST", headers, body: JSON.stringify({ query, k }), cache: "no-store" });
+      body = await answer.json();
+    } catch (err) {
+      setStatus("Cannot reach the bastion server. Is it still running?", true);
+      busy = false; button.disabled = false; more.disabled = false;
+      return;
+    }
+    busy = false; button.disabled = false; more.disabled = false;
+    if (answer.status === 401) {
+      tokenBox.hidden = false;
+      setStatus("This server needs an access token: enter it above, then search again.", true);
+      tokenInput.focus();
+      return;
+    }
+    if (!answer.ok) {
+      const why = body && body.error ? body.error : "HTTP " + answer.status;
+      setStatus((answer.status === 503 ? "Search is unavailable right now: " : "The search was refused: ") + why, true);
+      return;
+    }
+    if (tokenInput.value.trim()) sessionStorage.setItem("bastion-token", tokenInput.value.trim());
+    current = { query, k };
+    const words = terms(query);
+    const best = body.hits.length ? Math.max(...body.hits.map((hit) => hit.score)) : 0;
+    results.replaceChildren(...body.hits.map((hit, i) => renderHit(hit, i + 1, words, best, body.mode)));
+    const n = body.hits.length;
+    setStatus(n === 0 ? "No results for \u201c" + query + "\u201d. Try other words." :
+      n + (n === 1 ? " result" : " results") + " for \u201c" + query + "\u201d \u00b7 " + body.mode + " search", false);
+    moreBox.hidden = !(n === k && k < maxK);
+    if (focusFrom !== undefined && results.children[focusFrom]) results.children[focusFrom].focus();
+  }
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const query = input.value.trim();
+    if (!query) { setStatus("Type what you are looking for, then press Enter.", true); input.focus(); return; }
+    search(query, FIRST_K);
+  });
+  more.addEventListener("click", () => {
+    if (current) search(current.query, Math.min(maxK, current.k * 2), current.k);
+  });
+  tokenInput.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") { event.preventDefault(); form.requestSubmit(); }
+  });
+  $("forget").addEventListener("click", () => {
+    sessionStorage.removeItem("bastion-token"); tokenInput.value = ""; tokenInput.focus();
+  });
+  document.addEventListener("keydown", (event) => {
+    const typing = event.target instanceof HTMLInputElement;
+    if (event.key === "/" && !typing) { event.preventDefault(); input.focus(); input.select(); }
+    else if (event.key === "Escape" && event.target === input) { input.value = ""; }
+  });
+  fetch("healthz", { cache: "no-store" }).then((r) => r.json()).then((h) => {
+    maxK = (h.limits && h.limits.max_k) || maxK;
+    healthLine.className = h.status;
+    healthLine.replaceChildren(el("span", "dot"), document.createTextNode(
+      h.chunks + " passages \u00b7 model " + h.model +
+      (h.model_server === "ok" ? "" : " \u00b7 model server unreachable")));
+    if (h.auth === "bearer") tokenBox.hidden = false;
+  }).catch(() => { healthLine.textContent = "server status unknown"; });
+  if (sessionStorage.getItem("bastion-token")) tokenInput.value = sessionStorage.getItem("bastion-token");
+  input.focus();
+})();
+"""
+
+BODY = """
+<header>
+  <div>
+    <h1>bastion <span>search</span></h1>
+    <p id="health" role="status"><span class="dot"></span>checking the server\u2026</p>
+  </div>
+</header>
+<main>
+  <div id="token-box" hidden>
+    <label for="token">Access token</label>
+    <div class="row">
+      <input id="token" type="password" autocomplete="off" spellcheck="false" aria-describedby="token-hint">
+      <button type="button" class="secondary" id="forget">Forget</button>
+    </div>
+    <p class="hint" id="token-hint">This server asks for its BASTION_SERVE_TOKEN. It is kept in this tab only.</p>
+  </div>
+  <form id="search-form" role="search" autocomplete="off">
+    <label for="q">Search the documents by meaning</label>
+    <div class="row">
+      <input id="q" name="q" type="search" autofocus spellcheck="false" aria-describedby="search-hint">
+      <button id="go" type="submit">Search</button>
+    </div>
+    <p class="hint" id="search-hint">Press <kbd>Enter</kbd> to search, <kbd>/</kbd> to come back here,
+      <kbd>Esc</kbd> to clear. Text shown has been sanitized.</p>
+  </form>
+  <p id="status" role="status" aria-live="polite"></p>
+  <h2 class="sr-only">Results</h2>
+  <ol id="results"></ol>
+  <div id="more-box" hidden><button type="button" class="secondary" id="more">More results</button></div>
+</main>
+"""
+
+PAGE = (
+    '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+    '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+    '<meta name="referrer" content="no-referrer">\n'
+    '<link rel="icon" href="data:,">\n'
+    "<title>bastion search</title>\n"
+    f"<style>{STYLE}</style>\n</head>\n<body>{BODY}<script>{SCRIPT}</script>\n</body>\n</html>\n"
+)
+
+
+def _sha256_source(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+def content_security_policy() -> str:
+    """Allow the page's own inline style and script (by hash) and requests to this server; nothing else."""
+    return (
+        "default-src 'none'; "
+        f"script-src {_sha256_source(SCRIPT)}; "
+        f"style-src {_sha256_source(STYLE)}; "
+        "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+
+
+def inline_blocks(page: str = PAGE) -> list[str]:
+    """The contents of every ``<script>`` and ``<style>`` element (the tests check each is hashed)."""
+    return re.findall(r"<(?:script|style)[^>]*>(.*?)</(?:script|style)>", page, flags=re.S)

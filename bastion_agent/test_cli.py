@@ -1,0 +1,147 @@
+"""End to end through ``cli.main``: sweep a folder, search it, and the CLI's promises."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+import unittest
+from pathlib import Path
+
+from .errors import ModelServerError
+from .layout import Layout
+from .stub_server import StubServer
+from .testsupport import TempFolder, clean_env, closed_port_url, run_cli, write_manifest
+
+PLANTED_KEY = "AKIAQ3EGRZ7PLX4WTN5B"
+PLANTED_PASSWORD = "Tr0ub4dor&3-horse-battery"
+
+FILES = {
+    "notes/roof.txt": "The roof of the north barn leaks when the wind blows from the west.\n"
+    "A carpenter will replace the cedar shingles before the autumn rains.\n",
+    "recipes/bread.md": "# Sourdough\n\nMix flour, water and salt with a lively starter; "
+    "let the dough rise overnight and bake it in a hot iron pot.\n",
+    "web/violin.html": "<html><head><style>body{color:red}</style><script>var x = 'ignored';</script></head>"
+    "<body><h1>Violin</h1><p>The violin has four strings tuned in fifths and is played with a bow.</p></body></html>",
+    "ops/deploy.txt": f"Deploy notes for the billing service.\naws_access_key_id = {PLANTED_KEY}\n"
+    f"password = \"{PLANTED_PASSWORD}\"\nRestart the workers after the migration.\n",
+    "copies/roof-copy.txt": "The roof of the north barn leaks when the wind blows from the west.\n"
+    "A carpenter will replace the cedar shingles before the autumn rains.\n",
+}
+
+
+class SweepAndSearchTests(TempFolder, unittest.TestCase):
+    def setUp(self):
+        self.tmp = self.make_tmp()
+        self.manifest = write_manifest(self.tmp, size=24, overlap=6)
+        for rel, text in FILES.items():
+            path = self.tmp / "docs" / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        self.out = self.tmp / "out"
+
+    def sweep(self, stub):
+        with clean_env(EMBED_URL=stub.url):
+            return run_cli("sweep", self.manifest, "--out", self.out)
+
+    def search(self, stub, query, *extra):
+        with clean_env(EMBED_URL=stub.url):
+            return run_cli("search", self.manifest, query, "--out", self.out, *extra)
+
+    def test_sweep_then_search_finds_the_right_file(self):
+        with StubServer() as stub:
+            code, out, err = self.sweep(stub)
+            self.assertEqual((code, err), (0, ""))  # quiet when stderr is not a terminal
+            code, out, err = self.search(stub, "cedar shingles roof leaks", "--json", "-k", "3")
+        self.assertEqual((code, err), (0, ""))
+        hits = json.loads(out)
+        self.assertEqual(sorted(hits[0]["paths"]), ["copies/roof-copy.txt", "notes/roof.txt"])
+        self.assertIn("cedar shingles", hits[0]["text"])
+
+    def test_every_stage_writes_its_summary(self):
+        with StubServer() as stub:
+            self.assertEqual(self.sweep(stub)[0], 0)
+        layout = Layout(self.out)
+        for stage in ("extract", "sanitize", "chunk", "embed"):
+            summary = json.loads(layout.summary_path(stage).read_text())
+            self.assertFalse(summary["manifest_signed"])
+        embed_summary = json.loads(layout.summary_path("embed").read_text())
+        self.assertEqual(embed_summary["documents"], 4)  # five files, one duplicate
+
+    def test_no_planted_secret_leaves_the_extract_store_nor_reaches_the_model_server(self):
+        with StubServer() as stub:
+            self.assertEqual(self.sweep(stub)[0], 0)
+            code, out, _ = self.search(stub, "billing service deploy notes", "--json")
+            sent = "\n".join(stub.inputs())
+        self.assertIn("billing service", sent)
+        for secret in (PLANTED_KEY, PLANTED_PASSWORD):
+            self.assertNotIn(secret, sent)
+            self.assertNotIn(secret, out)
+            for path in self.out.rglob("*"):
+                if path.is_file() and Layout(self.out).extract_dir not in path.parents:
+                    self.assertNotIn(secret.encode(), path.read_bytes(), path)
+        self.assertTrue(any(secret_free in out for secret_free in ("[REDACTED:",)))
+
+    def test_html_script_and_style_never_reach_the_index(self):
+        with StubServer() as stub:
+            self.sweep(stub)
+            sent = "\n".join(stub.inputs())
+        self.assertIn("four strings tuned in fifths", sent)
+        self.assertNotIn("ignored", sent)
+        self.assertNotIn("color:red", sent)
+
+    def test_files_and_folders_are_private(self):
+        with StubServer() as stub:
+            self.sweep(stub)
+        for path in [self.out, *self.out.rglob("*")]:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            with self.subTest(path=str(path.relative_to(self.tmp))):
+                self.assertEqual(mode & 0o077, 0, oct(mode))
+
+    def test_sweep_stops_at_the_first_failing_stage(self):
+        with clean_env(EMBED_URL=closed_port_url()):
+            code, out, err = run_cli("sweep", self.manifest, "--out", self.out)
+        self.assertEqual(code, ModelServerError.exit_code)
+        self.assertEqual(err.count("\n"), 1)
+        self.assertTrue(err.startswith("bastion_agent sweep: cannot reach the model server"))
+        layout = Layout(self.out)
+        self.assertTrue(layout.chunks_path.exists())  # the stages before embed ran
+        self.assertFalse(layout.vectors_db.exists())
+        self.assertFalse(layout.summary_path("embed").exists())
+
+    def test_a_deleted_file_leaves_the_index_on_the_next_sweep(self):
+        with StubServer() as stub:
+            self.sweep(stub)
+            (self.tmp / "docs" / "web" / "violin.html").unlink()
+            self.sweep(stub)
+            code, out, _ = self.search(stub, "violin four strings fifths bow", "--json", "-k", "10")
+        self.assertNotIn("web/violin.html", [p for hit in json.loads(out) for p in hit["paths"]])
+
+    def test_text_output_names_the_paths(self):
+        with StubServer() as stub:
+            self.sweep(stub)
+            code, out, err = self.search(stub, "sourdough flour starter")
+        self.assertEqual(code, 0)
+        self.assertIn("recipes/bread.md", out.splitlines()[0])
+
+
+class HelpTests(unittest.TestCase):
+    def test_help_explains_every_stage(self):
+        for command in ("extract", "sanitize", "chunk", "embed", "sweep", "search"):
+            with self.subTest(command):
+                result = subprocess.run([sys.executable, "-m", "bastion_agent", command, "--help"],
+                                        capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+                self.assertEqual(result.returncode, 0)
+                self.assertIn("--require-signed", result.stdout)
+                self.assertIn("--out", result.stdout)
+
+    def test_usage_errors_exit_non_zero_without_a_traceback(self):
+        code = subprocess.run([sys.executable, "-m", "bastion_agent", "search"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent.parent)
+        self.assertNotEqual(code.returncode, 0)
+        self.assertNotIn("Traceback", code.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,501 @@
+"""Tests of the extract stage: formats, encodings, links, globs, limits, the stores and the report."""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import hashlib
+import io
+import json
+import os
+import stat
+import tempfile
+import unittest
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
+
+from . import extract, readers, signing
+from .formats import office
+from .errors import StoreError
+from .layout import Layout, read_jsonl, write_private
+from .manifest import SourceSettings
+from .testsupport import clean_env, run_cli, write_manifest
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def make_manifest(root: Path, **source) -> SimpleNamespace:
+    """What extract.run reads of a manifest, without the rest of the manifest machinery."""
+    return SimpleNamespace(source=SourceSettings(root=root, **source), signature=signing.SignatureStatus())
+
+
+def docx(paragraphs_xml: str, extra: dict[str, str] | None = None) -> bytes:
+    """A minimal .docx: word/document.xml around ``paragraphs_xml`` (plus ``extra`` parts)."""
+    ns = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("[Content_Types].xml", "<Types/>")
+        archive.writestr("word/document.xml", f'<?xml version="1.0"?><w:document {ns}><w:body>{paragraphs_xml}</w:body></w:document>')
+        for name, body in (extra or {}).items():
+            archive.writestr(name, body)
+    return buffer.getvalue()
+
+
+def para(*runs: str) -> str:
+    return "<w:p>" + "".join(f"<w:r><w:t xml:space=\"preserve\">{run}</w:t></w:r>" for run in runs) + "</w:p>"
+
+
+def zipped(parts: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, body in parts.items():
+            archive.writestr(name, body)
+    return buffer.getvalue()
+
+
+class TempCase(unittest.TestCase):
+    """A temp folder with ``docs/`` (the source root) and ``out/`` (the output folder)."""
+
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self._tmp.cleanup)
+        env = clean_env()
+        env.__enter__()
+        self.addCleanup(env.__exit__, None, None, None)
+        self.base = Path(self._tmp.name)
+        self.root = self.base / "docs"
+        self.root.mkdir()
+        self.layout = Layout(self.base / "out")
+
+    def put(self, rel: str, data: bytes | str) -> Path:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+        return path
+
+    def run_stage(self, layout: Layout | None = None, **source) -> dict:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return extract.run(make_manifest(self.root, **source), layout or self.layout)
+
+    def listing(self, layout: Layout | None = None) -> dict[str, dict]:
+        return {row["path"]: row for row in read_jsonl((layout or self.layout).extract_listing)}
+
+    def text_of(self, rel: str) -> str:
+        row = self.listing()[rel]
+        self.assertEqual(row["status"], "extracted", row)
+        return Layout.doc_text_path(self.layout.extract_dir, row["doc"]).read_text(encoding="utf-8")
+
+
+class EncodingTests(unittest.TestCase):
+    def read(self, data: bytes, kind: str = "text") -> readers.Reading:
+        return readers.read(kind, data)
+
+    def test_each_encoding_decodes_to_the_same_text(self):
+        text = "Grüße, naïve café — “quoted” €5\nsecond line\n"
+        cases = {
+            "utf-8": text.encode("utf-8"),
+            "utf-8 with BOM": codecs.BOM_UTF8 + text.encode("utf-8"),
+            "utf-16-le with BOM": codecs.BOM_UTF16_LE + text.encode("utf-16-le"),
+            "utf-16-be with BOM": codecs.BOM_UTF16_BE + text.encode("utf-16-be"),
+            "utf-32-le with BOM": codecs.BOM_UTF32_LE + text.encode("utf-32-le"),
+            "utf-32-be with BOM": codecs.BOM_UTF32_BE + text.encode("utf-32-be"),
+            "utf-16-le without BOM": text.encode("utf-16-le"),
+            "cp1252": text.encode("cp1252"),
+        }
+        for name, data in cases.items():
+            with self.subTest(name):
+                self.assertEqual(self.read(data).text, text)
+
+    def test_latin1_bytes_that_cp1252_leaves_undefined(self):
+        data = b"caf\xe9 cr\xe8me " * 10 + b"\x81"
+        self.assertEqual(self.read(data).text, data.decode("latin-1"))
+
+    def test_newlines_are_normalised(self):
+        self.assertEqual(self.read(b"a\r\nb\rc\n").text, "a\nb\nc\n")
+        self.assertEqual(self.read(codecs.BOM_UTF16_LE + "x\r\ny".encode("utf-16-le")).text, "x\ny")
+
+    def test_binary_is_refused(self):
+        self.assertEqual(self.read(bytes(range(256)) * 4).reason, "binary")
+        self.assertEqual(self.read(b"text with a \x00 NUL byte").reason, "binary")
+        self.assertEqual(self.read(bytes([1, 2, 3, 4, 5, 6, 7, 8]) * 50 + b"some words").reason, "binary")
+
+    def test_a_few_escape_codes_do_not_make_a_log_binary(self):
+        log = b"\x1b[32mINFO\x1b[0m started\n" * 20
+        self.assertIsNotNone(self.read(log).text)
+
+    def test_whitespace_only_is_empty(self):
+        self.assertEqual(self.read(b" \n\t\n").reason, "empty")
+
+
+class HtmlTests(unittest.TestCase):
+    def test_text_only_without_script_and_style(self):
+        page = (b"<!doctype html><html><head><title>Quarterly</title><style>p{color:red}</style>"
+                b"<script>var token='abc';</script></head><body><h1>Results</h1><p>Revenue &amp; costs"
+                b" &lt;up&gt; &#233;t&eacute;</p><ul><li>one</li><li>two</li></ul>"
+                b"<table><tr><td>a</td><td>b</td></tr></table><noscript>enable js</noscript></body></html>")
+        text = readers.read("html", page).text
+        self.assertEqual(text, "Quarterly\n\nResults\n\nRevenue & costs <up> été\n\none\ntwo\n\na\tb")
+        self.assertNotIn("token", text)
+        self.assertNotIn("color", text)
+
+    def test_meta_charset_is_honoured(self):
+        page = '<html><head><meta charset="windows-1252"></head><body><p>caf\u00e9 \u2013 ok</p></body></html>'
+        self.assertEqual(readers.read("html", page.encode("cp1252")).text, "caf\u00e9 \u2013 ok")
+
+    def test_latin1_label_is_read_as_cp1252_like_browsers(self):
+        page = '<meta http-equiv="Content-Type" content="text/html; charset=iso-8859-1"><p>\u201cquoted\u201d caf\u00e9</p>'
+        self.assertEqual(readers.read("html", page.encode("cp1252")).text, "\u201cquoted\u201d caf\u00e9")
+
+    def test_pre_keeps_its_lines(self):
+        self.assertEqual(readers.read("html", b"<pre>a = 1\n  b = 2</pre>").text, "a = 1\n  b = 2")
+
+
+class OfficeTests(unittest.TestCase):
+    def test_docx_paragraphs_tables_and_headers(self):
+        body = (para("Hello ", "world") + '<w:p><w:r><w:t>a</w:t><w:tab/><w:t>b</w:t></w:r></w:p>'
+                + '<w:p><w:del><w:r><w:delText>deleted words</w:delText></w:r></w:del><w:r><w:t>kept</w:t></w:r></w:p>'
+                + "<w:tbl><w:tr><w:tc>" + para("c1") + para("more") + "</w:tc><w:tc>" + para("c2") + "</w:tc></w:tr></w:tbl>")
+        header = '<w:hdr xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">' + para("Confidential") + "</w:hdr>"
+        text = readers.read("docx", docx(body, {"word/header1.xml": header})).text
+        self.assertEqual(text, "Hello world\na\tb\nkept\nc1 more\tc2\n\nConfidential")
+        self.assertNotIn("deleted", text)
+
+    def test_docx_that_is_not_a_zip_is_damaged(self):
+        self.assertEqual(readers.read("docx", b"PK\x03\x04 not really").reason, "damaged")
+        self.assertEqual(readers.read("docx", zipped({"other.xml": "<a/>"})).reason, "damaged")
+
+    def test_password_protected_office_file_is_encrypted(self):
+        self.assertEqual(readers.read("docx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(512)).reason, "encrypted")
+
+    def test_doctype_is_refused(self):
+        bomb = ('<?xml version="1.0"?><!DOCTYPE d [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;">]>'
+                '<w:document xmlns:w="x"><w:body><w:p><w:r><w:t>&b;</w:t></w:r></w:p></w:body></w:document>')
+        self.assertEqual(readers.read("docx", zipped({"word/document.xml": bomb})).reason, "damaged")
+
+    def test_zip_bomb_limits(self):
+        data = docx(para("x" * 5000))
+        with mock.patch.object(office, "ZIP_MAX_UNPACKED_BYTES", 1000):
+            self.assertEqual(readers.read("docx", data).reason, "too large unpacked")
+        many = zipped({f"word/f{i}.xml": "" for i in range(20)} | {"word/document.xml": "<d/>"})
+        with mock.patch.object(office, "ZIP_MAX_MEMBERS", 10):
+            self.assertEqual(readers.read("docx", many).reason, "too large unpacked")
+
+    def test_a_member_that_lies_about_its_size_is_still_capped(self):
+        data = bytearray(docx(para("y" * 50_000)))
+        # Rewrite the declared uncompressed size of document.xml to 10 bytes in both headers.
+        archive = zipfile.ZipFile(io.BytesIO(bytes(data)))
+        info = archive.getinfo("word/document.xml")
+        real = info.file_size.to_bytes(4, "little")
+        data = bytes(data).replace(real, (10).to_bytes(4, "little"))
+        with mock.patch.object(office, "ZIP_MAX_UNPACKED_BYTES", 20_000):
+            self.assertIn(readers.read("docx", data).reason, ("too large unpacked", "damaged"))
+
+    def test_odt(self):
+        content = ('<office:document-content xmlns:office="o" xmlns:text="t"><office:body><office:text>'
+                   '<text:h>Title</text:h><text:p>one<text:s text:c="2"/>two<text:tab/>three</text:p>'
+                   '<text:p><text:span>spanned</text:span> text</text:p></office:text></office:body></office:document-content>')
+        self.assertEqual(readers.read("odt", zipped({"mimetype": "x", "content.xml": content})).text,
+                         "Title\none  two\tthree\nspanned text")
+
+    def test_ods_rows_and_cells(self):
+        content = ('<office:document-content xmlns:office="o" xmlns:table="tb" xmlns:text="t"><office:body>'
+                   '<office:spreadsheet><table:table><table:table-row><table:table-cell><text:p>name</text:p></table:table-cell>'
+                   '<table:table-cell><text:p>two</text:p><text:p>lines</text:p></table:table-cell></table:table-row>'
+                   '<table:table-row><table:table-cell><text:p>x</text:p></table:table-cell></table:table-row>'
+                   '</table:table></office:spreadsheet></office:body></office:document-content>')
+        self.assertEqual(readers.read("ods", zipped({"content.xml": content})).text, "name\ttwo lines\nx")
+
+    def test_pptx_slides_in_numeric_order(self):
+        def slide(text):
+            return f'<p:sld xmlns:p="p" xmlns:a="a"><a:p><a:r><a:t>{text}</a:t></a:r></a:p></p:sld>'
+        data = zipped({"ppt/slides/slide10.xml": slide("ten"), "ppt/slides/slide2.xml": slide("two"),
+                       "ppt/slides/slide1.xml": slide("one")})
+        self.assertEqual(readers.read("pptx", data).text, "one\n\ntwo\n\nten")
+
+    def test_xlsx_shared_inline_and_numbers(self):
+        shared = '<sst xmlns="s"><si><t>Name</t></si><si><r><t>Al</t></r><r><t>ice</t></r></si></sst>'
+        sheet = ('<worksheet xmlns="s"><sheetData><row><c t="s"><v>0</v></c><c><v>42</v></c></row>'
+                 '<row><c t="s"><v>1</v></c><c t="inlineStr"><is><t>inline</t></is></c><c t="b"><v>1</v></c>'
+                 '<c><f>SUM(A1)</f><v>7</v></c></row></sheetData></worksheet>')
+        data = zipped({"xl/sharedStrings.xml": shared, "xl/worksheets/sheet1.xml": sheet})
+        self.assertEqual(readers.read("xlsx", data).text, "Sheet 1\nName\t42\nAlice\tinline\tTRUE\t7")
+
+
+class EmailAndRtfTests(unittest.TestCase):
+    def test_eml_headers_plain_part_and_attachment(self):
+        message = (b"From: Ann <ann@example.org>\r\nTo: bob@example.org\r\nSubject: =?utf-8?q?Caf=C3=A9?= plans\r\n"
+                   b"Date: Mon, 1 Jan 2024 10:00:00 +0000\r\nMIME-Version: 1.0\r\n"
+                   b'Content-Type: multipart/mixed; boundary="B"\r\n\r\n'
+                   b'--B\r\nContent-Type: multipart/alternative; boundary="A"\r\n\r\n'
+                   b"--A\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nPlain body\r\n"
+                   b"--A\r\nContent-Type: text/html\r\n\r\n<p>HTML body</p>\r\n--A--\r\n"
+                   b'--B\r\nContent-Type: application/pdf\r\nContent-Disposition: attachment; filename="q3.pdf"\r\n'
+                   b"Content-Transfer-Encoding: base64\r\n\r\nJVBERg==\r\n--B--\r\n")
+        text = readers.read("eml", message).text
+        self.assertEqual(text, "Subject: Café plans\nFrom: Ann <ann@example.org>\nTo: bob@example.org\n"
+                               "Date: Mon, 01 Jan 2024 10:00:00 +0000\n\nPlain body\n\n[attachment: q3.pdf]")
+        self.assertNotIn("HTML body", text)
+
+    def test_eml_html_only_is_converted(self):
+        message = (b"Subject: s\r\nContent-Type: text/html; charset=latin-1\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n"
+                   b"<html><body><p>caf=E9</p><script>x()</script></body></html>\r\n")
+        self.assertEqual(readers.read("eml", message).text, "Subject: s\n\ncafé")
+
+    def test_rtf(self):
+        rtf = (rb"{\rtf1\ansi\ansicpg1252{\fonttbl{\f0 Arial;}}{\*\generator w;}\f0 Hello \b bold\b0  caf\'e9\par "
+               rb"Snowman \u9731?\tab end}")
+        self.assertEqual(readers.read("rtf", rtf).text, "Hello bold café\nSnowman \u2603\tend")
+
+
+class GlobTests(unittest.TestCase):
+    def test_patterns(self):
+        cases = [
+            ("**", "a/b/c.txt", True),
+            ("*.pdf", "deep/down/x.pdf", True),
+            ("*.pdf", "x.pdf.txt", False),
+            ("reports/*.pdf", "reports/q.pdf", True),
+            ("reports/*.pdf", "reports/2024/q.pdf", False),
+            ("reports/**/*.pdf", "reports/2024/q.pdf", True),
+            ("reports/**/*.pdf", "reports/q.pdf", True),
+            ("**/.DS_Store", ".DS_Store", True),
+            ("**/.DS_Store", "a/b/.DS_Store", True),
+            (".git/**", ".git", True),
+            (".git/**", ".git/objects/ab", True),
+            (".git/**", "x/.git/config", False),
+            ("/top.txt", "top.txt", True),
+            ("/top.txt", "a/top.txt", False),
+            ("build/", "build/out.o", True),
+            ("build/", "src/build/out.o", True),
+            ("build/", "build.txt", False),
+            ("/build/", "src/build/out.o", False),
+            ("file?.md", "file1.md", True),
+            ("file[0-9].md", "file7.md", True),
+            ("file[!0-9].md", "file7.md", False),
+            ("*.MD", "a.md", False),
+            ("notes[", "notes[", True),
+            ("**", "top.txt", True),
+            ("a/**/b/", "a/x/b/c.txt", True),
+        ]
+        for pattern, path, expected in cases:
+            with self.subTest(pattern=pattern, path=path):
+                self.assertEqual(extract.GlobSet([pattern]).matches(path), expected)
+
+
+class StageTests(TempCase):
+    def test_mixed_folder_rows_summary_and_store(self):
+        self.put("a.txt", "alpha\r\n")
+        self.put("sub/b.md", "# beta\n")
+        self.put("sub/page.html", "<p>gamma</p><script>secret()</script>")
+        self.put("sub/report.docx", docx(para("delta")))
+        self.put("blob.bin", bytes(range(256)))
+        self.put("noext", bytes(range(1, 32)) * 10)
+        self.put("empty.txt", b"")
+        summary = self.run_stage()
+        rows = self.listing()
+        self.assertEqual(list(rows), sorted(rows))
+        self.assertEqual(self.text_of("a.txt"), "alpha\n")
+        self.assertEqual(self.text_of("sub/b.md"), "# beta\n")
+        self.assertEqual(self.text_of("sub/page.html"), "gamma")
+        self.assertEqual(self.text_of("sub/report.docx"), "delta")
+        self.assertEqual(rows["blob.bin"]["reason"], "binary")
+        self.assertEqual((rows["noext"]["kind"], rows["noext"]["reason"]), ("binary", "binary"))
+        self.assertEqual(rows["empty.txt"]["reason"], "empty")
+        self.assertEqual(rows["a.txt"]["doc"], sha(b"alpha\r\n"))
+        self.assertEqual(set(rows["a.txt"]), {"path", "doc", "size", "kind", "status", "reason"})
+        self.assertEqual((summary["files"], summary["extracted"], summary["skipped"], summary["documents"]), (7, 4, 3, 4))
+        self.assertEqual(summary["skipped_by_reason"], {"binary": 2, "empty": 1})
+        self.assertEqual(summary["by_kind"]["docx"]["extracted"], 1)
+        self.assertEqual(summary["bytes_read"], sum(row["size"] for row in rows.values()))
+        stored = sorted(p.name for p in self.layout.extract_dir.glob("*.txt"))
+        self.assertEqual(stored, sorted(f"{rows[p]['doc']}.txt" for p in ("a.txt", "sub/b.md", "sub/page.html", "sub/report.docx")))
+        self.assertEqual(json.loads(self.layout.summary_path("extract").read_text())["documents"], 4)
+
+    def test_duplicates_share_one_document(self):
+        self.put("one.txt", "same words")
+        self.put("deep/two.txt", "same words")
+        summary = self.run_stage()
+        rows = self.listing()
+        self.assertEqual(rows["one.txt"]["doc"], rows["deep/two.txt"]["doc"])
+        self.assertEqual((summary["extracted"], summary["documents"]), (2, 1))
+        self.assertEqual(len(list(self.layout.extract_dir.glob("*.txt"))), 1)
+
+    def test_file_modes(self):
+        self.put("a.txt", "alpha")
+        self.run_stage()
+        self.assertEqual(stat.S_IMODE(os.stat(self.layout.extract_dir).st_mode), 0o700)
+        for path in [*self.layout.extract_dir.iterdir(), self.layout.summary_path("extract")]:
+            with self.subTest(path.name):
+                self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+
+    def test_link_outside_the_root_is_not_followed(self):
+        outside = self.base / "outside.txt"
+        outside.write_text("password=hunter2 outside")
+        (self.root / "escape.txt").symlink_to(outside)
+        (self.root / "escape-dir").symlink_to(self.base)
+        self.put("real.txt", "inside")
+        (self.root / "alias.txt").symlink_to(self.root / "real.txt")
+        (self.root / "folder-alias").symlink_to(self.root)
+        (self.root / "dangling.txt").symlink_to(self.root / "gone.txt")
+        summary = self.run_stage()
+        rows = self.listing()
+        self.assertEqual((rows["escape.txt"]["reason"], rows["escape.txt"]["doc"]), ("link outside root", None))
+        self.assertEqual(rows["escape-dir"]["reason"], "link outside root")
+        self.assertEqual(rows["folder-alias"]["reason"], "folder link")
+        self.assertEqual(rows["dangling.txt"]["reason"], "broken link")
+        self.assertEqual(rows["alias.txt"]["doc"], rows["real.txt"]["doc"])
+        self.assertEqual(summary["skipped_by_reason"]["link outside root"], 2)
+        for path in self.layout.root.rglob("*"):
+            if path.is_file():
+                self.assertNotIn("hunter2", path.read_text(errors="replace"), path)
+
+    def test_a_link_cannot_reach_an_excluded_file(self):
+        self.put(".git/config", "token=abc")
+        (self.root / "config.txt").symlink_to(self.root / ".git" / "config")
+        self.run_stage()
+        self.assertEqual(self.listing()["config.txt"]["reason"], "link to excluded file")
+
+    def test_special_files_are_skipped(self):
+        os.mkfifo(self.root / "pipe")
+        summary = self.run_stage()  # would block forever if the fifo were opened for reading
+        self.assertEqual(self.listing()["pipe"], {"path": "pipe", "doc": None, "size": 0, "kind": "special",
+                                                  "status": "skipped", "reason": "special file"})
+        self.assertEqual(summary["skipped_by_reason"], {"special file": 1})
+
+    @unittest.skipIf(os.geteuid() == 0, "root reads files whatever their mode")
+    def test_unreadable_file_is_counted(self):
+        path = self.put("locked.txt", "x")
+        path.chmod(0)
+        self.addCleanup(path.chmod, 0o600)
+        self.assertEqual(self.run_stage()["skipped_by_reason"], {"unreadable": 1})
+
+    def test_include_and_exclude_globs(self):
+        for rel in ("keep/a.md", "keep/b.txt", "keep/deep/c.md", "drop/d.md", ".git/HEAD", "top.md"):
+            self.put(rel, f"text of {rel}")
+        summary = self.run_stage(include=("*.md",), exclude=("drop/", ".git/**"))
+        self.assertEqual(sorted(self.listing()), ["keep/a.md", "keep/deep/c.md", "top.md"])
+        self.assertEqual(summary["excluded"], 1)  # keep/b.txt; drop/ and .git/ are not entered
+
+    def test_size_limit(self):
+        self.put("big.txt", "x" * 3000)
+        self.put("small.txt", "y" * 10)
+        summary = self.run_stage(max_file_mb=2000 / (1024 * 1024))
+        rows = self.listing()
+        self.assertEqual((rows["big.txt"]["reason"], rows["big.txt"]["doc"], rows["big.txt"]["size"]), ("too large", None, 3000))
+        self.assertEqual(rows["small.txt"]["status"], "extracted")
+        self.assertEqual(summary["skipped_by_reason"], {"too large": 1})
+
+    def test_deleted_file_is_dropped_from_both_stores(self):
+        self.put("keep.txt", "kept")
+        gone = self.put("gone.txt", "removed later")
+        self.run_stage()
+        gone_doc, keep_doc = self.listing()["gone.txt"]["doc"], self.listing()["keep.txt"]["doc"]
+        sanitized = self.layout.sanitized_dir
+        for doc in (gone_doc, keep_doc):
+            write_private(Layout.doc_text_path(sanitized, doc), "sanitized text")
+        write_private(self.layout.sanitized_listing, "{}\n")
+        gone.unlink()
+        summary = self.run_stage()
+        self.assertEqual(summary["removed"], 1)
+        self.assertFalse(Layout.doc_text_path(self.layout.extract_dir, gone_doc).exists())
+        self.assertFalse(Layout.doc_text_path(sanitized, gone_doc).exists())
+        self.assertTrue(Layout.doc_text_path(self.layout.extract_dir, keep_doc).exists())
+        self.assertTrue(Layout.doc_text_path(sanitized, keep_doc).exists())
+        self.assertEqual(self.layout.sanitized_listing.read_text(), "{}\n")
+        self.assertNotIn("gone.txt", self.listing())
+
+    def test_changed_file_replaces_its_document(self):
+        path = self.put("a.txt", "first version")
+        self.run_stage()
+        old = self.listing()["a.txt"]["doc"]
+        path.write_text("second version")
+        summary = self.run_stage()
+        self.assertNotEqual(self.listing()["a.txt"]["doc"], old)
+        self.assertEqual((summary["removed"], summary["documents"]), (1, 1))
+        self.assertEqual(self.text_of("a.txt"), "second version")
+
+    def test_deterministic_and_reuse_gives_the_same_result(self):
+        self.put("a.txt", "alpha")
+        self.put("b.html", "<p>beta</p>")
+        self.put("c.docx", docx(para("gamma")))
+        first = self.run_stage()
+        again = self.run_stage()
+        other = Layout(self.base / "other")
+        fresh = self.run_stage(other)
+        self.assertEqual((first["reused"], again["reused"]), (0, 3))
+        for key in ("files", "extracted", "documents", "by_kind", "skipped_by_reason", "bytes_read"):
+            self.assertEqual(again[key], fresh[key], key)
+        self.assertEqual(self.layout.extract_listing.read_bytes(), other.extract_listing.read_bytes())
+        texts = {p.name: p.read_bytes() for p in self.layout.extract_dir.glob("*.txt")}
+        self.assertEqual(texts, {p.name: p.read_bytes() for p in other.extract_dir.glob("*.txt")})
+
+    def test_a_changed_reader_version_extracts_again(self):
+        self.put("a.txt", "alpha")
+        self.run_stage()
+        text_path = Layout.doc_text_path(self.layout.extract_dir, sha(b"alpha"))
+        text_path.write_text("stale text from an older reader")
+        with mock.patch.object(readers, "READER_VERSION", "older-or-newer"):
+            summary = self.run_stage()
+        self.assertEqual(summary["reused"], 0)
+        self.assertEqual(text_path.read_text(), "alpha")
+
+    def test_output_folder_inside_the_root_is_not_read(self):
+        self.put("a.txt", "alpha")
+        inside = Layout(self.root / "store")
+        self.run_stage(inside)
+        summary = self.run_stage(inside)
+        self.assertEqual(list(self.listing(inside)), ["a.txt"])
+        self.assertEqual(summary["files"], 1)
+
+    def test_non_utf8_file_name(self):
+        name = os.fsencode(self.root) + b"/caf\xe9.txt"
+        with open(name, "wb") as handle:
+            handle.write(b"latin name")
+        self.run_stage()
+        self.assertEqual(list(self.listing()), ["caf\\xe9.txt"])
+
+    def test_a_reader_crash_is_counted_not_raised(self):
+        self.put("a.docx", docx(para("x")))
+        with mock.patch.dict(readers._READERS, {"docx": mock.Mock(side_effect=IndexError("a reader bug"))}):
+            summary = self.run_stage()
+        self.assertEqual(summary["skipped_by_reason"], {"damaged": 1})
+
+
+class ReportTests(TempCase):
+    def test_report_by_kind_reason_and_folder(self):
+        self.put("a/one.txt", "one")
+        self.put("a/blob.bin", bytes(range(256)))
+        self.put("b/two.html", "<p>two</p>")
+        self.run_stage()
+        out = io.StringIO()
+        extract.print_report(self.layout, out)
+        report = out.getvalue()
+        self.assertIn("3 files seen, 2 extracted (2 documents), 1 skipped", report)
+        lines = report.splitlines()
+        self.assertTrue(any(line.split()[:4] == ["html", "1", "1", "0"] for line in lines), report)
+        self.assertTrue(any(line.split() == ["binary", "1"] for line in lines), report)
+        self.assertTrue(any(line.split() == ["a/", "2", "1", "1", "binary", "1"] for line in lines), report)
+        self.assertTrue(any(line.split() == ["b/", "1", "1", "0", "-"] for line in lines), report)
+
+    def test_report_without_a_run(self):
+        with self.assertRaises(StoreError):
+            extract.print_report(self.layout, io.StringIO())
+
+
+class CliTests(TempCase):
+    def test_manifest_driven_run_and_report(self):
+        manifest = write_manifest(self.base, model="m", dim=8, size=16, overlap=4)
+        self.put("note.txt", "hello from the cli")
+        code, out, err = run_cli("extract", str(manifest), "--out", str(self.layout.root), "--report")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(err, "")
+        self.assertIn("By kind", out)
+        self.assertEqual(self.text_of("note.txt"), "hello from the cli")
+        self.assertEqual(json.loads(self.layout.summary_path("extract").read_text())["extracted"], 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,509 @@
+"""The embed stage against servers that fail: retries, limits, bad vectors, kills, readers.
+
+Every test runs against ``fault_stub.FaultStub`` on loopback with an
+injected sleep and clock (``FakeTime``), so no test waits out a backoff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from pathlib import Path
+from unittest import mock
+
+from . import embed, manifest as manifest_module, vectorstore
+from .client import (BATCH_TOO_LARGE, FATAL, INPUT_TOO_LONG, REJECTED, TRANSIENT, EndpointConfig, HTTPFailure,
+                     classify_http, parse_retry_after)
+from .embed_engine import RetryPolicy
+from .errors import ConfigError, ModelServerError
+from .fault_stub import (Fault, FaultStub, llamacpp_too_large, ollama_too_long, overloaded, tei_batch_limit,
+                         tei_body_too_large)
+from .layout import Layout, read_jsonl
+from .stub_server import bag_of_words
+from .testsupport import TempFolder, clean_env, closed_port_url, run_cli, write_manifest, write_sanitized_store
+
+POISON = "poison"
+
+
+class FakeTime:
+    """An injected clock and sleep: sleeping advances the clock at once."""
+
+    def __init__(self, on_sleep=None):
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+        self.lock = threading.Lock()
+        self.on_sleep = on_sleep
+
+    def clock(self) -> float:
+        with self.lock:
+            return self.now
+
+    def sleep(self, seconds: float) -> None:
+        with self.lock:
+            self.sleeps.append(seconds)
+            self.now += seconds
+            count = len(self.sleeps)
+        if self.on_sleep:
+            self.on_sleep(count)
+
+
+def documents(count: int, poison_in: int | None = None) -> dict[str, list[str]]:
+    """``count`` documents of 24 distinct words (3 windows of 8 each); one word is ``poison`` if asked."""
+    docs = {}
+    for d in range(count):
+        words = [f"d{d}w{j}" for j in range(24)]
+        if d == poison_in:
+            words[10] = POISON
+        docs[" ".join(words)] = [f"folder/doc{d}.txt"]
+    return docs
+
+
+def has_poison(texts) -> bool:
+    return any(POISON in text for text in texts)
+
+
+class FaultCase(TempFolder, unittest.TestCase):
+    """A sanitized store of ``docs`` chunked into windows of 8 tokens, no overlap."""
+
+    doc_count = 4
+    poison_in: int | None = None
+
+    def setUp(self):
+        self.tmp = self.make_tmp()
+        self.manifest_path = write_manifest(self.tmp, size=8, overlap=0)
+        self.layout = Layout(self.tmp / "out")
+        ids = write_sanitized_store(self.layout, documents(self.doc_count, self.poison_in))
+        self.doc_words = {doc: text.split() for text, doc in ids.items()}
+        with clean_env():
+            self.manifest = manifest_module.load(self.manifest_path)
+        embed.run_chunk(self.manifest, self.layout)
+        self.time = FakeTime()
+
+    def embed_with(self, stub, deadline: float = 60.0, **env):
+        policy = RetryPolicy(deadline=deadline, sleep=self.time.sleep, clock=self.time.clock, rand=lambda: 0.5)
+        with clean_env(EMBED_URL=stub.url, **env):
+            return embed.run_embed(self.manifest, self.layout, retry=policy)
+
+    def summary(self) -> dict:
+        return json.loads(self.layout.summary_path("embed").read_text())
+
+    def stored(self) -> dict[str, list[float]]:
+        """chunk text -> stored vector, for the manifest's model."""
+        with sqlite3.connect(self.layout.vectors_db) as db:
+            rows = db.execute(
+                "SELECT c.text, v.vec FROM vectors v JOIN chunks c USING (chunk_id) WHERE v.model = ?",
+                (self.manifest.embed.vector_key,),
+            ).fetchall()
+        return {text: list(vectorstore.unpack(blob)) for text, blob in rows}
+
+    def chunk_texts(self) -> list[str]:
+        with sqlite3.connect(self.layout.vectors_db) as db:
+            return [row[0] for row in db.execute("SELECT text FROM chunks")]
+
+    def assert_every_vector_right(self, except_texts=()):
+        stored = self.stored()
+        for text in self.chunk_texts():
+            if text in except_texts:
+                self.assertNotIn(text, stored)
+            else:
+                self.assertEqual(stored.get(text), bag_of_words(text, 64), text)
+
+
+class ProbeGateTests(FaultCase):
+    def test_a_busy_server_at_the_probe_stops_at_once_without_retrying(self):
+        with FaultStub(plan=[overloaded(503)]) as stub:
+            with self.assertRaisesRegex(ModelServerError, "HTTP 503"):
+                self.embed_with(stub)
+            self.assertEqual(stub.posts, 1)
+        self.assertEqual(self.time.sleeps, [])
+        self.assertFalse(self.layout.vectors_db.exists())
+
+    def test_a_wrong_answer_to_the_probe_stops_before_the_store(self):
+        with FaultStub(plan=[Fault(zero=True)], apis=("ollama",)) as stub:
+            with self.assertRaisesRegex(ModelServerError, "all-zero"):
+                self.embed_with(stub)
+        self.assertFalse(self.layout.vectors_db.exists())
+
+    def test_connection_refused_fails_fast_through_the_cli(self):
+        with clean_env(EMBED_URL=closed_port_url()):
+            code, out, err = run_cli("embed", self.manifest_path, "--out", self.layout.root)
+        self.assertEqual(code, ModelServerError.exit_code)
+        self.assertIn("cannot reach the model server", err)
+        self.assertFalse(self.layout.vectors_db.exists())
+
+
+class RetryTests(FaultCase):
+    def test_transient_failures_are_retried_and_nothing_is_lost(self):
+        plan = [Fault(), overloaded(503), overloaded(429, retry_after="7"), Fault(reset=True), Fault(truncated=True),
+                overloaded(502, dialect="llamacpp"), overloaded(504, dialect="tei")]
+        with FaultStub(plan=plan) as stub:
+            summary = self.embed_with(stub)
+        self.assertEqual(summary["retries"], 6)
+        self.assertEqual(summary["failed"], 0)
+        self.assertEqual(summary["embedded"], summary["chunks"])
+        self.assert_every_vector_right()
+        # backoff with jitter fixed at 0.5: 3/4 of 0.5 * 2**attempt; Retry-After honoured as given
+        self.assertEqual(self.time.sleeps, [0.375, 7.0, 1.5, 3.0, 6.0, 12.0])
+
+    def test_a_timeout_is_retried(self):
+        with FaultStub(plan=[Fault(), Fault(delay=0.6)]) as stub:
+            summary = self.embed_with(stub, EMBED_TIMEOUT="0.2")
+        self.assertEqual((summary["retries"], summary["failed"]), (1, 0))
+        self.assert_every_vector_right()
+
+    def test_retries_stop_at_the_deadline_with_the_server_and_last_status_named(self):
+        with FaultStub(rule=lambda n, texts, body: overloaded(503) if n else None) as stub:
+            with self.assertRaises(ModelServerError) as caught:
+                self.embed_with(stub, deadline=30.0)
+        message = str(caught.exception)
+        self.assertIn(stub.url, message)
+        self.assertIn("HTTP 503", message)
+        self.assertIn("EMBED_RETRY_DEADLINE=30s", message)
+        self.assertLessEqual(sum(self.time.sleeps), 30.0)
+        summary = self.summary()
+        self.assertEqual((summary["embedded"], summary["stopped"]), (0, "retry_deadline"))
+        self.assertEqual(self.stored(), {})
+
+    def test_the_server_going_away_and_coming_back_is_waited_for(self):
+        stub = FaultStub(plan=[Fault(), Fault(), overloaded(503)])
+
+        def on_sleep(count):
+            if count == 1:
+                stub.go_away()  # the next tries meet a closed port
+            elif count == 3:
+                stub.come_back()
+
+        self.time.on_sleep = on_sleep
+        with stub:
+            summary = self.embed_with(stub, EMBED_BATCH="4")
+        self.assertEqual(summary["retries"], 3)
+        self.assertEqual(summary["embedded"], summary["chunks"])
+        self.assert_every_vector_right()
+
+
+class BatchLimitTests(FaultCase):
+    def test_tei_batch_limit_splits_and_the_size_is_remembered(self):
+        rule = lambda n, texts, body: tei_batch_limit(len(texts), 4) if len(texts) > 4 else None
+        with FaultStub(rule=rule, apis=("openai",)) as stub:
+            summary = self.embed_with(stub, EMBED_BATCH="8")
+            sizes = [len(body["input"]) for _, body in stub.requests[1:]]
+        self.assertEqual(stub.faults_served, {"http_422": 1})
+        self.assertEqual(summary["batch_size_final"], 4)
+        self.assertTrue(all(size <= 4 for size in sizes[1:]))
+        self.assertEqual(summary["failed"], 0)
+        self.assert_every_vector_right()
+
+    def test_a_413_without_a_limit_halves_the_batch(self):
+        rule = lambda n, texts, body: tei_body_too_large() if len(texts) > 2 else None
+        with FaultStub(rule=rule, apis=("openai",)) as stub:
+            summary = self.embed_with(stub, EMBED_BATCH="8")
+        self.assertEqual(summary["batch_size_final"], 2)
+        self.assertEqual(summary["embedded"], summary["chunks"])
+        self.assert_every_vector_right()
+
+
+class PoisonCase(FaultCase):
+    poison_in = 1
+
+    def poison_text(self) -> str:
+        (text,) = [text for text in self.chunk_texts() if POISON in text]
+        return text
+
+
+class TooLongInputTests(PoisonCase):
+    def test_llamacpp_too_large_input_is_isolated_and_recorded_as_failed(self):
+        rule = lambda n, texts, body: llamacpp_too_large() if has_poison(texts) else None
+        with FaultStub(rule=rule, apis=("openai",)) as stub:
+            with self.assertRaisesRegex(ModelServerError, r"refused 1 of \d+ chunks \(too_long: 1\)"):
+                self.embed_with(stub, EMBED_BATCH="8")
+        summary = self.summary()
+        self.assertEqual((summary["failed"], summary["failed_by_reason"]), (1, {"too_long": 1}))
+        self.assertEqual(summary["batch_size_final"], 8)  # one long input does not shrink the batches
+        self.assertEqual(summary["embedded"], summary["chunks"] - 1)
+        self.assert_every_vector_right(except_texts={self.poison_text()})
+        self.assertNotIn(POISON, self.layout.summary_path("embed").read_text())
+
+    def test_ollama_too_long_input_is_retried_truncated(self):
+        def rule(n, texts, body):
+            return ollama_too_long() if has_poison(texts) and not body.get("truncate") else None
+
+        with FaultStub(rule=rule, apis=("ollama",)) as stub:
+            summary = self.embed_with(stub, EMBED_BATCH="8")
+            truncated = [body["input"] for _, body in stub.requests if body.get("truncate")]
+        self.assertEqual((summary["failed"], summary["truncated"]), (0, 1))
+        self.assertEqual(truncated, [[self.poison_text()]])
+        self.assert_every_vector_right()
+
+    def test_a_rerun_retries_only_the_failed_chunk(self):
+        rule = lambda n, texts, body: llamacpp_too_large() if has_poison(texts) else None
+        with FaultStub(rule=rule, apis=("openai",)) as stub:
+            with self.assertRaises(ModelServerError):
+                self.embed_with(stub)
+        with FaultStub(apis=("openai",)) as stub:
+            summary = self.embed_with(stub)
+            texts = stub.inputs()
+        self.assertEqual(texts[1:], [self.poison_text()])  # after the probe: the failed chunk only
+        self.assertEqual((summary["embedded"], summary["retried_failures"], summary["failed"]), (1, 1, 0))
+        self.assert_every_vector_right()
+        with sqlite3.connect(self.layout.vectors_db) as db:
+            self.assertEqual(db.execute("SELECT COUNT(*) FROM embed_failures").fetchone()[0], 0)
+
+    def test_the_cli_exits_non_zero_after_writing_the_summary(self):
+        rule = lambda n, texts, body: llamacpp_too_large() if has_poison(texts) else None
+        with FaultStub(rule=rule) as stub, clean_env(EMBED_URL=stub.url):
+            code, out, err = run_cli("embed", self.manifest_path, "--out", self.layout.root)
+        self.assertEqual(code, ModelServerError.exit_code)
+        self.assertIn("re-run embed to retry only those", err)
+        self.assertEqual(self.summary()["failed"], 1)
+
+
+class BadVectorTests(PoisonCase):
+    cases = {
+        "non_finite": Fault(nan=True),
+        "zero_vector": Fault(zero=True),
+        "wrong_count": Fault(wrong_count=True),
+        "http_500": Fault(status=500, message="failed to decode batch", dialect="llamacpp"),
+        "http_424": Fault(status=424, message="backend error", dialect="tei"),
+    }
+
+    def test_a_bad_answer_is_never_stored_and_only_its_input_fails(self):
+        for reason, fault in self.cases.items():
+            with self.subTest(reason=reason):
+                if self.layout.vectors_db.exists():
+                    self.layout.vectors_db.unlink()
+                rule = lambda n, texts, body, fault=fault: fault if has_poison(texts) else None
+                with FaultStub(rule=rule, apis=("openai",)) as stub:
+                    with self.assertRaises(ModelServerError):
+                        self.embed_with(stub, EMBED_BATCH="8")
+                summary = self.summary()
+                self.assertEqual(summary["failed_by_reason"], {reason: 1})
+                self.assert_every_vector_right(except_texts={self.poison_text()})
+
+    def test_a_wrong_dimension_mid_run_stops_the_stage(self):
+        with FaultStub(plan=[Fault(), Fault(), Fault(wrong_dim=True)]) as stub:
+            with self.assertRaisesRegex(ModelServerError, "63-dimensional vector, expected 64"):
+                self.embed_with(stub, EMBED_BATCH="4")
+        summary = self.summary()
+        self.assertEqual((summary["embedded"], summary["stopped"]), (4, "refused_wrong_dim"))
+        self.assertEqual(len(self.stored()), 4)
+        self.assert_every_vector_right(except_texts=set(self.chunk_texts()) - set(self.stored()))
+
+    def test_a_model_removed_mid_run_stops_at_once(self):
+        gone = Fault(status=404, message='model "stub-model" not found, try pulling it first')
+        with FaultStub(plan=[Fault(), gone]) as stub:
+            with self.assertRaisesRegex(ModelServerError, "not found"):
+                self.embed_with(stub, EMBED_BATCH="4")
+            self.assertEqual(stub.posts, 2)
+
+
+class FailureStreakTests(FaultCase):
+    doc_count = 30  # 90 windows
+
+    def test_a_server_refusing_everything_stops_after_a_streak(self):
+        with FaultStub(rule=lambda n, texts, body: Fault(status=500) if n else None) as stub:
+            with self.assertRaisesRegex(ModelServerError, "refused each of the last 64 chunks"):
+                self.embed_with(stub, EMBED_BATCH="2")
+        summary = self.summary()
+        self.assertEqual((summary["stopped"], summary["failed"], summary["embedded"]), ("failure_streak", 64, 0))
+
+
+class EncodingTests(FaultCase):
+    def test_base64_is_used_when_the_server_answers_it(self):
+        with FaultStub(apis=("openai",)) as stub:
+            summary = self.embed_with(stub)
+            formats = {body.get("encoding_format") for _, body in stub.requests}
+        self.assertEqual((summary["api"], summary["encoding"]), ("openai", "base64"))
+        self.assertEqual(formats, {"base64"})
+        self.assert_every_vector_right()
+
+    def test_floats_are_used_when_base64_is_ignored_or_refused(self):
+        for option in ("float_only", "reject_base64"):
+            with self.subTest(option=option):
+                if self.layout.vectors_db.exists():
+                    self.layout.vectors_db.unlink()
+                with FaultStub(apis=("openai",), **{option: True}) as stub:
+                    summary = self.embed_with(stub)
+                self.assertEqual(summary["encoding"], "float")
+                self.assertEqual(summary["failed"], 0)
+                self.assert_every_vector_right()
+
+
+class ConcurrencyTests(FaultCase):
+    doc_count = 8
+
+    def test_concurrent_requests_store_every_vector_once(self):
+        with FaultStub(rule=lambda n, texts, body: Fault(delay=0.1)) as stub:
+            summary = self.embed_with(stub, EMBED_BATCH="2", EMBED_CONCURRENCY="3")
+        self.assertGreater(stub.max_in_flight, 1)
+        self.assertEqual((summary["embedded"], summary["concurrency"]), (summary["chunks"], 3))
+        self.assert_every_vector_right()
+
+    def test_a_fatal_answer_in_one_worker_stops_the_others_with_that_error(self):
+        first_doc = min(row["doc"] for row in read_jsonl(self.layout.chunks_path))
+        first_words = set(self.doc_words[first_doc])
+
+        def rule(n, texts, body):
+            if n and first_words & set(" ".join(texts).split()):
+                return Fault(status=503, delay=0.3)  # the batch the stage waits on first: still failing
+            if n:
+                return Fault(status=404, message='model "stub-model" not found, try pulling it first')
+            return None
+
+        with FaultStub(rule=rule) as stub:
+            with self.assertRaisesRegex(ModelServerError, "not found"):
+                self.embed_with(stub, EMBED_BATCH="3", EMBED_CONCURRENCY="2")
+        self.assertEqual(self.summary()["stopped"], "refused_http_404")
+
+    def test_bad_settings_are_refused(self):
+        for name, value in {"EMBED_CONCURRENCY": "0", "EMBED_RETRY_DEADLINE": "never"}.items():
+            with self.subTest(name=name), clean_env(**{name: value}):
+                with self.assertRaisesRegex(ConfigError, name):
+                    EndpointConfig.from_env()
+
+
+class InterruptTests(FaultCase):
+    def test_ctrl_c_writes_the_summary_of_what_was_stored(self):
+        real = vectorstore.store_batch
+        calls = []
+
+        def interrupted_second_time(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+
+        with FaultStub() as stub, mock.patch.object(vectorstore, "store_batch", interrupted_second_time):
+            with clean_env(EMBED_URL=stub.url, EMBED_BATCH="4"):
+                code, out, err = run_cli("embed", self.manifest_path, "--out", self.layout.root)
+        self.assertEqual(code, 130)
+        summary = self.summary()
+        self.assertEqual((summary["interrupted"], summary["embedded"]), (True, 4))
+        self.assertEqual(len(self.stored()), 4)
+
+
+class ClassifyTests(unittest.TestCase):
+    def test_each_servers_errors_are_understood(self):
+        cases = [
+            (400, "the input length exceeds the context length", INPUT_TOO_LONG),
+            (500, "input (600 tokens) is too large to process. increase the physical batch size", INPUT_TOO_LONG),
+            (400, "input is too large to process. increase the context size", INPUT_TOO_LONG),
+            (413, "Input validation error: `inputs` must have less than 512 tokens. Given: 600", INPUT_TOO_LONG),
+            (422, "batch size 64 > maximum allowed batch size 32", BATCH_TOO_LARGE),
+            (413, "Failed to buffer the request body: length limit exceeded", BATCH_TOO_LARGE),
+            (429, "model is overloaded", TRANSIENT),
+            (503, "server busy, please try again. maximum pending requests exceeded", TRANSIENT),
+            (404, 'model "x" not found, try pulling it first', FATAL),
+            (401, "unauthorized", FATAL),
+            (424, "backend error", REJECTED),
+            (400, "failed to encode response: json: unsupported value: NaN", REJECTED),
+        ]
+        for status, message, kind in cases:
+            with self.subTest(message=message):
+                self.assertEqual(classify_http(HTTPFailure(status, message), "x").kind, kind)
+        self.assertEqual(classify_http(HTTPFailure(422, "batch size 64 > maximum allowed batch size 32"), "x").limit, 32)
+
+    def test_retry_after_in_seconds_or_as_a_date(self):
+        self.assertEqual(parse_retry_after("7"), 7.0)
+        self.assertEqual(parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", now=lambda: 1445412480.0), 10.0)
+        self.assertIsNone(parse_retry_after("soon"))
+        self.assertIsNone(parse_retry_after(None))
+
+
+class CrashSafetyTests(FaultCase):
+    doc_count = 40  # 120 windows, 30 batches of 4
+
+    def test_sigkill_midway_leaves_whole_batches_and_a_rerun_completes(self):
+        root = Path(__file__).resolve().parent.parent
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
+        with FaultStub(rule=lambda n, texts, body: Fault(delay=0.05)) as stub:
+            env.update(EMBED_URL=stub.url, EMBED_BATCH="4", PYTHONPATH=str(root))
+            process = subprocess.Popen(
+                [sys.executable, "-m", "bastion_agent", "embed", str(self.manifest_path), "--out", str(self.layout.root)],
+                cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            )
+            try:
+                stored = self.wait_for_vectors(process, at_least=8)
+                os.kill(process.pid, signal.SIGKILL)
+            finally:
+                process.wait(timeout=30)
+                process.stderr.close()
+        self.assertEqual(process.returncode, -signal.SIGKILL)
+        with sqlite3.connect(self.layout.vectors_db) as db:
+            self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+            count = db.execute("SELECT COUNT(*) FROM vectors").fetchone()[0]
+        self.assertGreaterEqual(count, stored)
+        self.assertLess(count, 120)  # killed midway
+        self.assertEqual(count % 4, 0)  # whole batches only
+        with FaultStub() as stub:
+            summary = self.embed_with(stub, EMBED_BATCH="4")
+        self.assertEqual(summary["embedded"], 120 - count)
+        with sqlite3.connect(self.layout.vectors_db) as db:
+            per_chunk = db.execute("SELECT COUNT(*) FROM vectors GROUP BY chunk_id").fetchall()
+        self.assertEqual(len(per_chunk), 120)
+        self.assertEqual({n for (n,) in per_chunk}, {1})
+        self.assert_every_vector_right()
+
+    def wait_for_vectors(self, process, at_least: int) -> int:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                self.fail(f"embed ended before it was killed: {process.stderr.read().decode()[-500:]}")
+            if self.layout.vectors_db.exists():
+                try:
+                    with sqlite3.connect(self.layout.vectors_db, timeout=5) as db:
+                        count = db.execute("SELECT COUNT(*) FROM vectors").fetchone()[0]
+                except sqlite3.OperationalError:  # the schema is being created
+                    count = 0
+                if count >= at_least:
+                    return count
+            time.sleep(0.02)
+        self.fail("embed stored nothing within a minute")
+
+
+class ConcurrentReaderTests(FaultCase):
+    doc_count = 16  # 48 windows, 12 batches of 4
+
+    def test_a_reader_never_sees_half_a_batch_nor_a_locked_database(self):
+        errors, seen = [], []
+        done = threading.Event()
+
+        def reader():
+            while not done.is_set():
+                if not self.layout.vectors_db.exists():
+                    time.sleep(0.005)
+                    continue
+                try:
+                    db = vectorstore.connect(self.layout.vectors_db, create=False)
+                    try:
+                        with vectorstore.transaction(db, write=False):
+                            rows = list(vectorstore.searchable(db, self.manifest.embed.vector_key))
+                    finally:
+                        db.close()
+                except Exception as exc:  # any error at all is a failure of the store
+                    errors.append(repr(exc))
+                    return
+                seen.append(len(rows))
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        try:
+            with FaultStub(rule=lambda n, texts, body: Fault(delay=0.02)) as stub:
+                summary = self.embed_with(stub, EMBED_BATCH="4")
+        finally:
+            done.set()
+            thread.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(summary["embedded"], 48)
+        self.assertGreater(len(set(seen)), 2)  # it read while embed wrote
+        self.assertTrue(all(n % 4 == 0 for n in seen), sorted(set(seen)))
+
+
+if __name__ == "__main__":
+    unittest.main()

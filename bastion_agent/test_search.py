@@ -1,0 +1,385 @@
+"""Search at scale: the derived vector file, numpy and pure scans, the ANN index, keyword and hybrid modes."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import unittest
+from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
+
+from . import ann, embed, keyword, vectorfile, vectorstore
+from .layout import Layout, ensure_private_dir
+from .stub_server import StubServer
+from .testsupport import TempFolder, clean_env, closed_port_url, run_cli, sha256_hex, write_manifest, write_sanitized_store
+
+HAS_NUMPY = vectorfile.numpy_or_none() is not None
+HAS_USEARCH = ann.available()
+DIM = 16
+
+
+def fake_manifest(key: str = "synthetic", dim: int = DIM, mode: str | None = None):
+    """What SearchIndex reads from a manifest."""
+    return SimpleNamespace(embed=SimpleNamespace(vector_key=key, dim=dim), search_mode=mode)
+
+
+class SyntheticStore(TempFolder, unittest.TestCase):
+    """A vectors.db written directly: ``n`` windows with random vectors and a word each."""
+
+    def setUp(self):
+        self.layout = Layout(self.make_tmp() / "out")
+        self.rng = random.Random(7)
+        ensure_private_dir(self.layout.root)
+        self.db = vectorstore.connect(self.layout.vectors_db, create=True)
+        self.addCleanup(self.db.close)
+
+    def rows(self, n: int, start: int = 0, text=lambda i: f"window number {i} about topic{i % 7}"):
+        chunks, vectors = [], []
+        for i in range(start, start + n):
+            chunk = sha256_hex(f"chunk {i}")
+            chunks.append((chunk, sha256_hex(f"doc {i // 3}"), i % 3, 0, 10, text(i)))
+            vectors.append((chunk, vectorstore.pack([self.rng.gauss(0, 1) for _ in range(DIM)])))
+        return chunks, vectors
+
+    def store(self, chunks, vectors, key: str = "synthetic"):
+        vectorstore.replace_chunks(self.db, chunks, sorted({(c[1], json.dumps([f"{c[1][:6]}.txt"])) for c in chunks}))
+        vectorstore.add_vectors(self.db, key, DIM, vectors, "2026-01-01T00:00:00+00:00")
+
+    def query(self):
+        return [self.rng.gauss(0, 1) for _ in range(DIM)]
+
+    def reference(self, query, k: int) -> list[str]:
+        """The specification's scan over every current row: the ranking to reproduce."""
+        return [row[0] for _, row in embed.top_k(query, vectorstore.searchable(self.db, "synthetic"), k)]
+
+    def load(self, **options) -> embed.SearchIndex:
+        index = embed.SearchIndex.load(fake_manifest(), self.layout, **options)
+        self.addCleanup(index.close)
+        return index
+
+    def ids(self, hits) -> list[str]:
+        return [hit.chunk_id for hit in hits]
+
+
+class ExactScanTests(SyntheticStore):
+    def setUp(self):
+        super().setUp()
+        self.store(*self.rows(300))
+
+    def test_pure_scan_gives_the_specifications_ranking(self):
+        index = self.load(use_numpy=False)
+        for _ in range(5):
+            query = self.query()
+            self.assertEqual(self.ids(index.search("", query, 10, "vector")), self.reference(query, 10))
+
+    @unittest.skipUnless(HAS_NUMPY, "numpy is not installed (pip install 'bastion-agent[fast]')")
+    def test_numpy_and_pure_scans_agree_on_ranking_and_scores(self):
+        fast, pure = self.load(use_numpy=True), self.load(use_numpy=False)
+        for _ in range(10):
+            query = self.query()
+            fast_hits, pure_hits = fast.search("", query, 10, "vector"), pure.search("", query, 10, "vector")
+            self.assertEqual(self.ids(fast_hits), self.ids(pure_hits))
+            for fast_hit, pure_hit in zip(fast_hits, pure_hits):
+                self.assertAlmostEqual(fast_hit.score, pure_hit.score, places=9)
+
+    def test_hits_carry_text_doc_and_paths_from_the_database(self):
+        hit = self.load().search("", self.query(), 1, "vector")[0]
+        text, doc = self.db.execute("SELECT text, doc FROM chunks WHERE chunk_id = ?", (hit.chunk_id,)).fetchone()
+        self.assertEqual((hit.text, hit.doc, hit.paths), (text, doc, [f"{doc[:6]}.txt"]))
+
+    def test_a_zero_query_vector_scores_zero_without_error(self):
+        hits = self.load().search("", [0.0] * DIM, 3, "vector")
+        self.assertEqual([h.score for h in hits], [0.0, 0.0, 0.0])
+
+    def test_a_query_vector_of_the_wrong_dimension_is_refused(self):
+        with self.assertRaisesRegex(Exception, "dimensions"):
+            self.load().search("", [1.0] * (DIM + 1), 3, "vector")
+
+
+class DerivedFileTests(SyntheticStore):
+    def setUp(self):
+        super().setUp()
+        self.chunks, self.vectors = self.rows(120)
+        self.store(self.chunks, self.vectors)
+        self.files = vectorfile.Files.for_key(self.layout, "synthetic")
+
+    def header(self) -> dict:
+        return json.loads(self.files.header.read_text())
+
+    def data(self, kind: str) -> Path:
+        return self.files.data(self.header()["build"], kind)
+
+    def assert_matches_reference(self):
+        query = self.query()
+        self.assertEqual(self.ids(self.load().search("", query, 8, "vector")), self.reference(query, 8))
+
+    def test_files_are_built_beside_vectors_db_and_private(self):
+        self.load()
+        self.assertEqual(self.header()["rows"], 120)
+        self.assertEqual(self.data("f32").stat().st_size, 120 * DIM * 4)
+        for path in self.files.folder.iterdir():
+            self.assertEqual(path.stat().st_mode & 0o077, 0, path.name)
+
+    def test_rebuilt_when_missing(self):
+        self.load()
+        for path in self.files.folder.iterdir():
+            path.unlink()
+        self.assert_matches_reference()
+        self.assertEqual(self.header()["rows"], 120)
+
+    def test_extended_not_rebuilt_when_vectors_are_added(self):
+        self.load()
+        build = self.header()["build"]
+        self.store(*self.rows(130))  # 10 new windows; the first 120 stay current
+        self.assert_matches_reference()
+        self.assertEqual((self.header()["build"], self.header()["rows"]), (build, 130))
+
+    def test_a_corrupt_matrix_is_never_trusted(self):
+        self.load()
+        size = self.data("f32").stat().st_size
+        self.data("f32").write_bytes(b"\x00" * size)
+        self.assert_matches_reference()
+        self.assertNotEqual(self.data("f32").read_bytes(), b"\x00" * size)
+
+    def test_a_header_that_disagrees_with_the_database_is_never_trusted(self):
+        self.load()
+        for change in ({"rows": 5000}, {"store_id": "someone-else"}, {"max_rowid": 10**9}, {"format": 99}):
+            with self.subTest(change=change):
+                header = self.header()
+                header.update(change)
+                self.files.header.write_text(json.dumps(header))
+                self.assert_matches_reference()
+                self.assertEqual(self.header()["rows"], 120)
+
+    def test_a_truncated_matrix_is_rebuilt(self):
+        self.load()
+        with open(self.data("f32"), "r+b") as handle:
+            handle.truncate(100)
+        self.assert_matches_reference()
+
+    def test_a_rewritten_vector_is_seen(self):
+        self.load()
+        chunk = self.reference(self.query(), 1)[0]
+        self.db.execute("UPDATE vectors SET vec = ? WHERE chunk_id = ?", (vectorstore.pack([0.0] * DIM), chunk))
+        target = [self.rng.gauss(0, 1) for _ in range(DIM)]
+        self.db.execute("UPDATE vectors SET vec = ? WHERE chunk_id = ?", (vectorstore.pack(target), chunk))
+        self.assertEqual(self.ids(self.load().search("", target, 1, "vector")), [chunk])
+
+    def test_stale_rows_never_rank_and_come_back_when_current_again(self):
+        chunks, vectors = self.chunks, self.vectors
+        query = vectorstore.unpack(vectors[5][1]).tolist()
+        self.assertEqual(self.ids(self.load().search("", query, 1, "vector")), [chunks[5][0]])
+        self.store([c for i, c in enumerate(chunks) if i != 5], [])
+        self.assertNotIn(chunks[5][0], self.ids(self.load().search("", query, 200, "vector")))
+        self.store(chunks, [])
+        self.assertEqual(self.ids(self.load().search("", query, 1, "vector")), [chunks[5][0]])
+
+    def test_another_models_vectors_never_mix_in(self):
+        chunks, _ = self.rows(120)
+        other = [(chunk[0], vectorstore.pack([1.0] * DIM)) for chunk in chunks]
+        vectorstore.add_vectors(self.db, "other-model", DIM, other, "2026-01-01T00:00:00+00:00")
+        self.assert_matches_reference()
+        self.assertEqual(len(self.load()), 120)
+
+
+@unittest.skipUnless(HAS_NUMPY and HAS_USEARCH, "the ANN index needs numpy and usearch (pip install 'bastion-agent[ann]')")
+class AnnTests(SyntheticStore):
+    def setUp(self):
+        super().setUp()
+        patcher = mock.patch.multiple(ann, MIN_ROWS=50, LAZY_ROWS=100_000)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        self.chunks, self.vectors = self.rows(400)
+        self.store(self.chunks, self.vectors)
+
+    def test_ann_is_used_above_the_threshold_and_exact_forces_the_scan(self):
+        index = self.load()
+        self.assertIsNotNone(index.ann)
+        query = self.query()
+        with mock.patch.object(ann.AnnIndex, "top", wraps=index.ann.top) as ann_top:
+            approximate = index.search("", query, 5, "vector")
+            self.assertEqual(ann_top.call_count, 1)
+            exact = index.search("", query, 5, "vector", exact=True)
+            self.assertEqual(ann_top.call_count, 1)
+        self.assertEqual(self.ids(exact), self.reference(query, 5))
+        self.assertEqual(self.ids(approximate), self.ids(exact))  # 400 rows: HNSW finds them all
+
+    def test_below_the_threshold_no_ann_is_built(self):
+        with mock.patch.object(ann, "MIN_ROWS", 10_000):
+            self.assertIsNone(self.load().ann)
+        self.assertEqual(list(self.layout.root.glob("index/*.usearch")), [])
+
+    def test_the_index_grows_with_new_vectors_and_rows_it_lacks_are_scanned(self):
+        self.load()
+        chunks, vectors = self.rows(450)
+        self.store(chunks, vectors)
+        query = vectorstore.unpack(vectors[440][1]).tolist()
+        with mock.patch.object(ann, "LAZY_ROWS", 0):  # the index is not extended: the new rows are scanned
+            self.assertEqual(self.ids(self.load().search("", query, 1, "vector")), [chunks[440][0]])
+        index = self.load()
+        self.assertEqual(index.ann.rows, 450)
+        self.assertEqual(self.ids(index.search("", query, 1, "vector")), [chunks[440][0]])
+
+    def test_stale_vectors_never_come_from_the_ann_index(self):
+        self.load()
+        query = vectorstore.unpack(self.vectors[7][1]).tolist()
+        self.store(self.chunks[8:], [])
+        hits = self.load().search("", query, 50, "vector")
+        self.assertEqual(len(hits), 50)
+        self.assertFalse({c[0] for c in self.chunks[:8]} & set(self.ids(hits)))
+
+    def test_refresh_derived_builds_the_index(self):
+        embed.refresh_derived(self.layout, fake_manifest())
+        self.assertEqual(len(list(self.layout.root.glob("index/*.usearch"))), 1)
+
+
+class KeywordTests(SyntheticStore):
+    HOSTILE = ['"', '""', "AND", "OR NOT", "NEAR(a b, 2)", "text:window", "*", "^window", "a -b", "(((",
+               "'; DROP TABLE chunks; --", "window*", "{text}: x", "\u0000", "🙂 ünïcödé"]
+
+    def setUp(self):
+        super().setUp()
+        self.chunks, self.vectors = self.rows(30)
+        self.chunks[4] = (*self.chunks[4][:5], "maintenance of pump ZX-4471-B failed on Tuesday")
+        self.store(self.chunks, self.vectors)
+
+    def test_keyword_mode_finds_an_exact_code_without_a_query_vector(self):
+        hits = self.load().search("ZX-4471-B", None, 3, "keyword")
+        self.assertEqual(hits[0].chunk_id, self.chunks[4][0])
+        self.assertEqual(len(hits), 1)
+
+    def test_stemming_matches_word_forms(self):
+        hits = self.load().search("pumps failing", None, 3, "keyword")
+        self.assertEqual(hits[0].chunk_id, self.chunks[4][0])
+
+    def test_hostile_query_syntax_is_plain_text(self):
+        index = self.load()
+        for query in self.HOSTILE:
+            with self.subTest(query=query):
+                for mode in ("keyword", "hybrid"):
+                    index.search(query, self.query(), 5, mode)
+        self.assertEqual(vectorstore.count(self.db, "SELECT COUNT(*) FROM chunks"), 30)
+
+    def test_query_words_are_quoted_phrases(self):
+        self.assertEqual(keyword.fts_query('say "hi" AND NEAR(x)'), '"say" OR "hi" OR "and" OR "near" OR "x"')
+        self.assertEqual(keyword.fts_query("?!"), "")
+
+    def test_hybrid_adds_a_window_only_keywords_find(self):
+        target = self.chunks[4][0]
+        query = vectorstore.unpack(self.vectors[9][1]).tolist()
+        index = self.load()
+        vector_hits = self.ids(index.search("ZX-4471-B", query, 3, "vector"))
+        self.assertNotIn(target, vector_hits)
+        hybrid_hits = self.ids(index.search("ZX-4471-B", query, 3, "hybrid"))
+        self.assertIn(target, hybrid_hits)
+        self.assertEqual(hybrid_hits[0], vector_hits[0]) if hybrid_hits[0] != target else None
+
+    def test_keyword_index_follows_the_chunks(self):
+        self.store(self.chunks[:4] + self.chunks[5:], [])
+        self.assertEqual(self.load().search("ZX-4471-B", None, 3, "keyword"), [])
+        self.store(self.chunks, [])
+        self.assertEqual(self.ids(self.load().search("ZX-4471-B", None, 3, "keyword")), [self.chunks[4][0]])
+
+    def test_fusion_sums_reciprocal_ranks(self):
+        fused = keyword.fuse([["a", "b"], ["b", "c"]], 3, k=60)
+        self.assertEqual([chunk for _, chunk in fused], ["b", "a", "c"])
+        self.assertAlmostEqual(fused[0][0], 1 / 62 + 1 / 61)
+
+    def test_an_older_store_gets_its_keyword_index_on_upgrade(self):
+        path = self.layout.root / "old.db"
+        with mock.patch.object(vectorstore, "MIGRATIONS", vectorstore.MIGRATIONS[:2]):
+            old = vectorstore.connect(path, create=True)
+            vectorstore.replace_chunks(old, self.chunks, [])
+            old.close()
+        upgraded = vectorstore.connect(path, create=False)
+        self.addCleanup(upgraded.close)
+        self.assertEqual([c for _, c in keyword.top(upgraded, "ZX-4471-B", 3)], [self.chunks[4][0]])
+
+
+class PipelineModeTests(TempFolder, unittest.TestCase):
+    """Modes through ``embed.search`` and the CLI, over a real chunk + embed."""
+
+    docs = {
+        "The rocket engine burns liquid oxygen and kerosene; part RK-77 is its turbopump.": ["space/engine.txt"],
+        "Sourdough bread needs flour, water, salt and a lively starter culture.": ["kitchen/bread.txt"],
+        "The violin has four strings tuned in fifths and is played with a bow.": ["music/violin.md"],
+    }
+
+    def setUp(self):
+        self.tmp = self.make_tmp()
+        self.manifest_path = write_manifest(self.tmp, size=8, overlap=2)
+        self.out = self.tmp / "out"
+        self.layout = Layout(self.out)
+        self.ids = write_sanitized_store(self.layout, self.docs)
+        self.stub = StubServer().start()
+        self.addCleanup(self.stub.stop)
+        self.sweep()
+
+    def manifest(self):
+        from . import manifest
+
+        with clean_env():
+            return manifest.load(self.manifest_path)
+
+    def sweep(self, docs=None):
+        if docs is not None:
+            for path in self.layout.sanitized_dir.iterdir():
+                path.unlink()
+            self.ids = write_sanitized_store(self.layout, docs)
+        embed.run_chunk(self.manifest(), self.layout)
+        with clean_env(EMBED_URL=self.stub.url):
+            embed.run_embed(self.manifest(), self.layout)
+
+    def search(self, query, mode, k=10, url=None, exact=False):
+        with clean_env(EMBED_URL=url or self.stub.url):
+            return embed.search(self.manifest(), self.layout, query, k, mode=mode, exact=exact)
+
+    def test_stale_vectors_never_appear_in_any_mode(self):
+        bread = "Sourdough bread needs flour, water, salt and a lively starter culture."
+        bread_doc = self.ids[bread]
+        for mode in ("vector", "keyword", "hybrid"):
+            self.assertIn(bread_doc, {h.doc for h in self.search("flour water salt starter", mode)})
+        self.sweep({t: p for t, p in self.docs.items() if t != bread})
+        for mode in ("vector", "keyword", "hybrid"):
+            for exact in (False, True):
+                with self.subTest(mode=mode, exact=exact):
+                    hits = self.search("flour water salt starter", mode, exact=exact)
+                    self.assertNotIn(bread_doc, {h.doc for h in hits})
+                    self.assertTrue(hits or mode == "keyword")
+
+    def test_keyword_mode_needs_no_model_server(self):
+        hits = self.search("RK-77", "keyword", url=closed_port_url())
+        self.assertEqual(hits[0].paths, ["space/engine.txt"])
+
+    def test_mode_and_exact_through_the_cli(self):
+        with clean_env(EMBED_URL=closed_port_url()):
+            code, out, err = run_cli("search", self.manifest_path, "RK-77", "--mode", "keyword", "--out", self.out, "--json")
+        self.assertEqual((code, err), (0, ""))
+        self.assertEqual(json.loads(out)[0]["paths"], ["space/engine.txt"])
+        for mode in ("vector", "hybrid"):
+            with self.subTest(mode=mode), clean_env(EMBED_URL=self.stub.url):
+                code, out, err = run_cli("search", self.manifest_path, "violin strings fifths", "--mode", mode,
+                                         "--exact", "--out", self.out, "--json", "-k", "1")
+                self.assertEqual((code, err), (0, ""))
+                self.assertEqual(json.loads(out)[0]["paths"], ["music/violin.md"])
+
+    def test_an_unknown_mode_is_refused(self):
+        from .cli import build_parser
+
+        with self.assertRaises(SystemExit) as caught, mock.patch("sys.stderr", new_callable=io.StringIO) as err:
+            build_parser().parse_args(["search", str(self.manifest_path), "x", "--mode", "fuzzy"])
+        self.assertEqual(caught.exception.code, 2)
+        self.assertIn("--mode", err.getvalue())
+
+    def test_the_manifests_search_mode_is_the_default(self):
+        write_manifest(self.tmp, size=8, overlap=2, extra='\n[search]\nmode = "keyword"\n')
+        with clean_env(EMBED_URL=closed_port_url()):  # keyword: no server needed
+            code, out, err = run_cli("search", self.manifest_path, "RK-77", "--out", self.out, "--json")
+        self.assertEqual((code, err), (0, ""))
+        self.assertEqual(json.loads(out)[0]["paths"], ["space/engine.txt"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,699 @@
+"""``serve``: the HTTP API, its limits and exposure rules, reloads, bursts, the log, OpenAPI."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from . import embed, manifest as manifest_module, serve, serve_page, vectorstore
+from .client import EmbedClient, EndpointConfig
+from .errors import ConfigError
+from .layout import Layout
+from .stub_server import StubServer
+from .testsupport import clean_env, closed_port_url, run_cli, write_manifest, write_sanitized_store
+
+DOCS = {
+    "The rocket engine burns liquid oxygen and kerosene in its combustion chamber.": ["space/engine.txt"],
+    "Sourdough bread needs flour, water, salt and a lively starter culture.": ["kitchen/bread.txt", "copy/bread.txt"],
+    "The violin has four strings tuned in fifths and is played with a bow.": ["music/violin.md"],
+    "Quarterly budget review: revenue rose, costs fell, the reserve fund grew.": ["finance/budget.txt"],
+}
+BREAD = "Sourdough bread needs flour, water, salt and a lively starter culture."
+TOKEN = "correct-horse-battery-staple-42"
+WAIT_SECONDS = 15.0  # the longest any test waits for something that should happen at once
+
+
+class Store:
+    """A manifest and an output folder with chunks and vectors, built through the real stages."""
+
+    def __init__(self, tmp: Path, stub: StubServer, docs: dict[str, list[str]] = DOCS):
+        self.tmp = tmp
+        self.manifest_path = write_manifest(tmp, size=8, overlap=2)
+        self.layout = Layout(tmp / "out")
+        self.stub = stub
+        self.ids = write_sanitized_store(self.layout, docs)
+        self.sweep()
+
+    def manifest(self):
+        with clean_env():
+            return manifest_module.load(self.manifest_path)
+
+    def sweep(self, docs: dict[str, list[str]] | None = None) -> None:
+        if docs is not None:
+            for path in self.layout.sanitized_dir.glob("*.txt"):
+                path.unlink()
+            self.ids = write_sanitized_store(self.layout, docs)
+        manifest = self.manifest()
+        with clean_env(EMBED_URL=self.stub.url):
+            embed.run_chunk(manifest, self.layout)
+            embed.run_embed(manifest, self.layout)
+
+
+def start(store: Store, testcase: unittest.TestCase, endpoint_url: str | None = None, **settings) -> serve.RunningServer:
+    """A serve on a free loopback port for the rest of the test; its log goes to ``testcase.log``."""
+    values = {"port": 0, "reload_check_seconds": 3600.0, **settings}
+    testcase.log = io.StringIO()
+    config = EndpointConfig(url=endpoint_url or store.stub.url)
+    server = serve.build_server(store.manifest(), store.layout, serve.ServeSettings(**values), testcase.log, endpoint=config)
+    running = serve.RunningServer(server).__enter__()
+    testcase.addCleanup(running.__exit__, None, None, None)
+    return running
+
+
+def request(url: str, method: str = "GET", path: str = "/", body=None, headers: dict | None = None):
+    """``(status, headers, value)``; ``value`` is parsed JSON for JSON answers, else bytes."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=WAIT_SECONDS)
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode("utf-8")
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        answer = connection.getresponse()
+        data = answer.read()
+        value = json.loads(data) if answer.getheader("Content-Type", "").startswith("application/json") and data else data
+        return answer.status, answer, value
+    finally:
+        connection.close()
+
+
+def raw_exchange(url: str, payload: bytes) -> bytes:
+    """Send ``payload`` as is, then read until the server closes the connection."""
+    parts = urllib.parse.urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=WAIT_SECONDS) as sock:
+        sock.sendall(payload)
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+
+def status_of(raw: bytes) -> int:
+    return int(raw.split(b" ", 2)[1])
+
+
+def wait_for(condition, what: str):
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+class StoreCase(unittest.TestCase):
+    """One stub model server and one store for the whole class; a fresh server per test."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.holder = tempfile.TemporaryDirectory()
+        cls.stub = StubServer().start()
+        cls.store = Store(Path(cls.holder.name), cls.stub)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stub.stop()
+        cls.holder.cleanup()
+
+
+class SearchApiTests(StoreCase):
+    def setUp(self):
+        self.server = start(self.store, self)
+        self.url = self.server.url
+
+    def search(self, query: str, **params):
+        return request(self.url, path="/search?" + urllib.parse.urlencode({"q": query, **params}))
+
+    def test_get_search_answers_the_hits_search_json_prints(self):
+        status, _, answer = self.search("flour water salt starter", k=3)
+        self.assertEqual(status, 200)
+        with clean_env(EMBED_URL=self.stub.url):
+            code, out, err = run_cli("search", self.store.manifest_path, "flour water salt starter", "-k", "3",
+                                     "--out", self.store.layout.root, "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(answer["hits"], json.loads(out))
+        self.assertEqual((answer["query"], answer["model"], answer["k"]), ("flour water salt starter", "stub-model", 3))
+        self.assertEqual(answer["hits"][0]["doc"], self.store.ids[BREAD])
+        self.assertEqual(answer["hits"][0]["paths"], ["copy/bread.txt", "kitchen/bread.txt"])
+
+    def test_post_search_answers_the_same_as_get(self):
+        _, _, by_get = self.search("violin four strings tuned in fifths", k=2)
+        status, _, by_post = request(self.url, "POST", "/search", {"query": "violin four strings tuned in fifths", "k": 2})
+        self.assertEqual(status, 200)
+        self.assertEqual(by_post, by_get)
+        self.assertEqual(by_post["hits"][0]["paths"], ["music/violin.md"])
+
+    def test_k_defaults_to_the_cli_default_and_caps_the_hits(self):
+        _, _, answer = self.search("the")
+        self.assertEqual(answer["k"], embed.DEFAULT_K)
+        _, _, answer = self.search("the", k=1)
+        self.assertEqual(len(answer["hits"]), 1)
+
+    def test_healthz_names_the_model_the_chunks_and_the_load_time(self):
+        status, answer, health = request(self.url, path="/healthz")
+        self.assertEqual(status, 200)
+        self.assertEqual(health["status"], "ok")
+        self.assertEqual((health["model"], health["dim"], health["model_server"]), ("stub-model", 64, "ok"))
+        self.assertEqual(health["chunks"], len(embed.SearchIndex.load(self.store.manifest(), self.store.layout)))
+        self.assertGreater(health["chunks"], 0)
+        self.assertRegex(health["loaded_at"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+        self.assertEqual(answer.getheader("Cache-Control"), "no-store")
+
+    def test_each_bad_input_gets_its_status_and_the_server_stays_healthy(self):
+        long_query = "x" * 2001
+        cases = [
+            ("no q", "GET", "/search", None, {}, 400, "missing or empty"),
+            ("empty q", "GET", "/search?q=", None, {}, 400, "missing or empty"),
+            ("blank q", "GET", "/search?q=%20%20", None, {}, 400, "missing or empty"),
+            ("k zero", "GET", "/search?q=bread&k=0", None, {}, 400, "k must be"),
+            ("k 101", "GET", "/search?q=bread&k=101", None, {}, 400, "k must be"),
+            ("k word", "GET", "/search?q=bread&k=ten", None, {}, 400, "k must be"),
+            ("k fraction", "GET", "/search?q=bread&k=2.5", None, {}, 400, "k must be"),
+            ("k negative", "GET", "/search?q=bread&k=-1", None, {}, 400, "k must be"),
+            ("k underscore", "GET", "/search?q=bread&k=1_0", None, {}, 400, "k must be"),
+            ("q twice", "GET", "/search?q=a&q=b", None, {}, 400, "more than once"),
+            ("unknown parameter", "GET", "/search?query=bread", None, {}, 400, "unknown parameter"),
+            ("bad utf-8", "GET", "/search?q=%ff%fe", None, {}, 400, "UTF-8"),
+            ("unknown mode", "GET", "/search?q=bread&mode=psychic", None, {}, 400, "mode must be"),
+            ("long q", "GET", "/search?q=" + long_query, None, {}, 400, "longer than 2000"),
+            ("body not json", "POST", "/search", b"query=bread", {}, 400, "must be JSON"),
+            ("body not utf-8", "POST", "/search", b'{"query": "\xff"}', {}, 400, "must be JSON"),
+            ("body a list", "POST", "/search", ["bread"], {}, 400, "JSON object"),
+            ("body without query", "POST", "/search", {"k": 3}, {}, 400, "missing or empty"),
+            ("query not a string", "POST", "/search", {"query": 7}, {}, 400, "must be a string"),
+            ("k a string", "POST", "/search", {"query": "bread", "k": "3"}, {}, 400, "k must be"),
+            ("k a float", "POST", "/search", {"query": "bread", "k": 3.0}, {}, 400, "k must be"),
+            ("k a bool", "POST", "/search", {"query": "bread", "k": True}, {}, 400, "k must be"),
+            ("k too big", "POST", "/search", {"query": "bread", "k": 1000}, {}, 400, "k must be"),
+            ("unknown key", "POST", "/search", {"query": "bread", "top": 3}, {}, 400, "unknown key"),
+            ("long query", "POST", "/search", {"query": long_query}, {}, 400, "longer than 2000"),
+            ("body too large", "POST", "/search", b"{" + b" " * (64 * 1024) + b"}", {}, 413, "larger than"),
+            ("unknown path", "GET", "/search/bread", None, {}, 404, "no such path"),
+            ("index.html", "GET", "/index.html", None, {}, 404, "no such path"),
+            ("wrong method", "DELETE", "/search", None, {}, 405, "answers GET, POST"),
+            ("post to healthz", "POST", "/healthz", b"{}", {}, 405, "answers GET"),
+            ("invented method", "BREW", "/search", None, {}, 405, "answers GET, POST"),
+        ]
+        for name, method, path, body, headers, expected, words in cases:
+            with self.subTest(name):
+                status, answer, value = request(self.url, method, path, body, headers)
+                self.assertEqual(status, expected)
+                self.assertIn(words, value["error"])
+                self.assertEqual(answer.getheader("Content-Type"), "application/json; charset=utf-8")
+                health = request(self.url, path="/healthz")
+                self.assertEqual((health[0], health[2]["status"]), (200, "ok"))
+        self.assertEqual(self.search("flour water")[0], 200)
+
+    def test_405_says_which_methods_are_allowed(self):
+        status, answer, _ = request(self.url, "PUT", "/search", b"{}")
+        self.assertEqual((status, answer.getheader("Allow")), (405, "GET, POST"))
+
+    def test_a_mode_the_index_refuses_is_a_400_with_its_reason(self):
+        class Refusing(type(self.server.server.service.index)):
+            def search(self, query, vector, k, mode="vector"):
+                raise ConfigError(f"search mode {mode!r} is not available here")
+
+        service = self.server.server.service
+        service.index.__class__ = Refusing
+        status, _, value = self.search("bread", mode="hybrid")
+        self.assertEqual(status, 400)
+        self.assertIn("'hybrid' is not available", value["error"])
+
+    def test_the_search_default_mode_is_used_when_none_is_asked(self):
+        seen = []
+        service = self.server.server.service
+        original = service.index.search
+        service.index.search = lambda query, vector, k, mode=None: seen.append(mode) or original(query, vector, k, mode)
+        expected = embed.resolve_mode(self.store.manifest(), None) if hasattr(embed, "resolve_mode") else "vector"
+        _, _, answer = self.search("bread")
+        self.assertEqual((seen, answer["mode"]), ([expected], expected))
+        _, _, answer = self.search("bread", mode="vector")
+        self.assertEqual((seen[-1], answer["mode"]), ("vector", "vector"))
+
+    def test_never_serves_text_from_the_extract_store(self):
+        for doc in self.store.ids.values():
+            self.store.layout.doc_text_path(self.store.layout.extract_dir, doc).write_text(
+                "RAW hunter2 AKIAABCDEFGHIJKLMNOP flour water salt", encoding="utf-8")
+        everything = b""
+        for path in ("/search?q=flour+water+salt&k=100", "/search?q=RAW+AKIA&k=100", "/search?q=RAW&k=100&mode=keyword",
+                     "/healthz", "/", "/openapi.json"):
+            status, _, value = request(self.url, path=path)
+            if isinstance(value, dict):
+                value.pop("query", None)  # the query itself is echoed back
+            everything += value if isinstance(value, bytes) else json.dumps(value).encode()
+        self.assertNotIn(b"hunter2", everything)
+        self.assertNotIn(b"AKIAABCDEFGHIJKLMNOP", everything)
+
+    def test_api_answers_carry_the_security_headers(self):
+        for path in ("/healthz", "/search?q=bread", "/nope"):
+            with self.subTest(path):
+                _, answer, _ = request(self.url, path=path)
+                self.assertEqual(answer.getheader("Cache-Control"), "no-store")
+                self.assertEqual(answer.getheader("X-Content-Type-Options"), "nosniff")
+                self.assertEqual(answer.getheader("Referrer-Policy"), "no-referrer")
+                self.assertIn("default-src 'none'", answer.getheader("Content-Security-Policy"))
+                self.assertIsNone(answer.getheader("Access-Control-Allow-Origin"))
+                self.assertNotIn("Python", answer.getheader("Server"))
+
+    def test_a_foreign_host_header_is_refused_on_loopback(self):
+        for host in ("evil.example", "evil.example:8765", "10.0.0.5"):
+            with self.subTest(host):
+                status, _, value = request(self.url, path="/search?q=bread", headers={"Host": host})
+                self.assertEqual(status, 421)
+                self.assertIn("loopback Host", value["error"])
+        for host in ("localhost:9000", "127.0.0.1", "[::1]:8080", "LOCALHOST"):  # an SSH tunnel may change the port
+            with self.subTest(host):
+                self.assertEqual(request(self.url, path="/healthz", headers={"Host": host})[0], 200)
+
+    def test_a_burst_of_400_queries_from_16_clients_is_all_answered(self):
+        queries = ["flour water salt", "rocket oxygen kerosene", "violin strings", "budget revenue reserve"]
+        expected = {q: self.search(q, k=1)[2]["hits"][0]["chunk_id"] for q in queries}
+
+        def one(i):
+            query = queries[i % len(queries)]
+            if i % 2:
+                status, _, value = request(self.url, "POST", "/search", {"query": query, "k": 1})
+            else:
+                status, _, value = self.search(query, k=1)
+            return status, query, value["hits"][0]["chunk_id"] if status == 200 else value
+
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            results = list(pool.map(one, range(400)))
+        self.assertEqual([status for status, _, _ in results], [200] * 400)
+        self.assertTrue(all(chunk == expected[query] for _, query, chunk in results))
+        wait_for(lambda: self.log.getvalue().count(" /search 200 ") == 400 + len(queries), "an access log line per query")
+
+    def test_the_access_log_has_method_route_status_and_ms_but_never_the_query(self):
+        secret = "zanzibar-payroll-7731"
+        exchanges = [
+            lambda: self.search(secret),
+            lambda: request(self.url, "POST", "/search", {"query": secret}),
+            lambda: request(self.url, path="/search?q=&secret=" + secret),
+            lambda: request(self.url, path=f"/reports/{secret}"),
+        ]
+        for count, exchange in enumerate(exchanges, start=1):
+            exchange()  # the line is written just after the answer: wait for it, to keep the order
+            wait_for(lambda: len(self.log.getvalue().splitlines()) == count, "the access log line")
+        lines = self.log.getvalue().splitlines()
+        self.assertNotIn(secret, self.log.getvalue())
+        pattern = r"^\S+Z 127\.0\.0\.1 (GET|POST) (/search|<other>) (200|400|404) \d+\.\dms$"
+        for line in lines:
+            self.assertRegex(line, pattern)
+        self.assertEqual([line.split()[2:4] for line in lines],
+                         [["GET", "/search"], ["POST", "/search"], ["GET", "/search"], ["GET", "<other>"]])
+        self.assertEqual([line.split()[4] for line in lines], ["200", "200", "400", "404"])
+
+
+class PageTests(StoreCase):
+    def setUp(self):
+        self.server = start(self.store, self)
+
+    def test_the_page_is_self_contained_and_its_policy_allows_only_its_own_blocks(self):
+        status, answer, page = request(self.server.url, path="/")
+        self.assertEqual(status, 200)
+        self.assertEqual(answer.getheader("Content-Type"), "text/html; charset=utf-8")
+        policy = answer.getheader("Content-Security-Policy")
+        self.assertIn("default-src 'none'", policy)
+        self.assertIn("connect-src 'self'", policy)
+        self.assertNotIn("unsafe-inline", policy)
+        html = page.decode("utf-8")
+        blocks = serve_page.inline_blocks(html)
+        self.assertEqual(len(blocks), 2)
+        for block in blocks:
+            digest = base64.b64encode(hashlib.sha256(block.encode("utf-8")).digest()).decode()
+            self.assertIn(f"'sha256-{digest}'", policy)
+        self.assertNotRegex(html, r"(?i)(src|href)=\"(https?:)?//")  # nothing fetched from elsewhere
+        self.assertNotIn("innerHTML", html)
+        self.assertNotIn("insertAdjacentHTML", html)
+        self.assertEqual(answer.getheader("X-Content-Type-Options"), "nosniff")
+        self.assertEqual(answer.getheader("Referrer-Policy"), "no-referrer")
+
+    def test_the_page_sends_queries_in_a_post_body_never_in_the_url(self):
+        self.assertIn('method: "POST"', serve_page.SCRIPT)
+        self.assertNotIn("?q=", serve_page.SCRIPT)
+
+
+class TokenTests(StoreCase):
+    def setUp(self):
+        self.server = start(self.store, self, token=TOKEN)
+        self.url = self.server.url
+
+    def test_search_and_openapi_need_the_bearer_token(self):
+        for path in ("/search?q=bread", "/openapi.json", "/unknown"):
+            with self.subTest(path):
+                status, answer, value = request(self.url, path=path)
+                self.assertEqual(status, 401)
+                self.assertIn("Bearer", answer.getheader("WWW-Authenticate"))
+                self.assertIn("BASTION_SERVE_TOKEN", value["error"])
+        status, _, value = request(self.url, "POST", "/search", {"query": "bread"})
+        self.assertEqual(status, 401)
+
+    def test_a_wrong_or_malformed_token_is_refused(self):
+        for header in (f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", f"Basic {TOKEN}", TOKEN, "Bearer ", f"Bearer  {TOKEN} x"):
+            with self.subTest(header):
+                self.assertEqual(request(self.url, path="/search?q=bread", headers={"Authorization": header})[0], 401)
+
+    def test_the_right_token_opens_search_and_healthz_and_the_page_need_none(self):
+        for scheme in ("Bearer", "bearer"):
+            status, _, value = request(self.url, path="/search?q=bread", headers={"Authorization": f"{scheme} {TOKEN}"})
+            self.assertEqual(status, 200)
+            self.assertTrue(value["hits"])
+        status, _, health = request(self.url, path="/healthz")
+        self.assertEqual((status, health["auth"]), (200, "bearer"))
+        self.assertEqual(request(self.url, path="/")[0], 200)
+
+    def test_the_token_is_compared_in_constant_time(self):
+        import inspect
+
+        self.assertIn("hmac.compare_digest", inspect.getsource(serve.Handler.check_token))
+
+
+class ExposureTests(unittest.TestCase):
+    def test_a_non_loopback_address_needs_a_token(self):
+        with self.assertRaisesRegex(ConfigError, "BASTION_SERVE_TOKEN"):
+            serve.settings_from("0.0.0.0", 8765, environ={})
+        with self.assertRaisesRegex(ConfigError, "BASTION_SERVE_TOKEN"):
+            serve.settings_from("192.168.1.20", 8765, environ={"BASTION_SERVE_TOKEN": ""})
+        settings = serve.settings_from("0.0.0.0", 8765, environ={"BASTION_SERVE_TOKEN": TOKEN})
+        self.assertEqual((settings.token, settings.loopback), (TOKEN, False))
+
+    def test_loopback_needs_no_token_and_is_the_default(self):
+        settings = serve.settings_from(serve.DEFAULT_HOST, 0, environ={})
+        self.assertEqual((settings.host, settings.token, settings.loopback), ("127.0.0.1", None, True))
+        for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
+            with self.subTest(host):
+                self.assertTrue(serve.is_loopback(host))
+        for host in ("0.0.0.0", "", "::", "10.1.2.3", "example.com", "localhost.example.com"):
+            with self.subTest(host):
+                self.assertFalse(serve.is_loopback(host))
+
+    def test_a_weak_token_is_refused(self):
+        for token in ("short", " " + TOKEN, TOKEN + "\n"):
+            with self.subTest(token=token), self.assertRaisesRegex(ConfigError, "at least 16"):
+                serve.settings_from("127.0.0.1", 0, environ={"BASTION_SERVE_TOKEN": token})
+
+    def test_the_cli_refuses_an_exposed_address_without_a_token_in_one_line(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            manifest = write_manifest(Path(tmp))
+            with clean_env():
+                code, out, err = run_cli("serve", manifest, "--host", "0.0.0.0", "--port", "0")
+        self.assertEqual((code, out), (ConfigError.exit_code, ""))
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        self.assertIn("BASTION_SERVE_TOKEN", err)
+
+    def test_the_cli_refuses_a_missing_store_in_one_line(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            manifest = write_manifest(Path(tmp))
+            with clean_env():
+                code, out, err = run_cli("serve", manifest, "--port", "0")
+        self.assertNotEqual(code, 0)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        self.assertIn("run embed (or sweep) first", err)
+
+
+class ModelServerTests(StoreCase):
+    def test_unreachable_at_start_answers_503_and_says_so_then_recovers(self):
+        url = closed_port_url()
+        server = start(self.store, self, endpoint_url=url, reprobe_seconds=0.0)
+        status, _, value = request(server.url, path="/search?q=bread")
+        self.assertEqual(status, 503)
+        self.assertIn("model server is unavailable", value["error"])
+        health = request(server.url, path="/healthz")[2]
+        self.assertEqual((health["status"], health["model_server"]), ("degraded", "unreachable"))
+        self.assertIn("unavailable", self.log.getvalue())
+        port = urllib.parse.urlsplit(url).port
+        with StubServer(port=port):
+            status, _, value = request(server.url, path="/search?q=flour+water+salt")
+            self.assertEqual(status, 200)
+            self.assertEqual(value["hits"][0]["doc"], self.store.ids[BREAD])
+            self.assertEqual(request(server.url, path="/healthz")[2]["model_server"], "ok")
+
+    def test_a_model_server_that_goes_away_gives_503_and_the_server_stays_up(self):
+        stub = StubServer().start()
+        server = start(self.store, self, endpoint_url=stub.url, reprobe_seconds=3600.0)
+        self.assertEqual(request(server.url, path="/search?q=bread")[0], 200)
+        stub.stop()
+        status, _, value = request(server.url, path="/search?q=bread")
+        self.assertEqual(status, 503)
+        self.assertIn("cannot reach the model server", value["error"])
+        health = request(server.url, path="/healthz")
+        self.assertEqual((health[0], health[2]["model_server"]), (200, "unreachable"))
+
+    @unittest.skipUnless(hasattr(embed, "needs_vector"), "this index has no keyword search")
+    def test_keyword_search_works_while_the_model_server_is_down(self):
+        server = start(self.store, self, endpoint_url=closed_port_url(), reprobe_seconds=3600.0)
+        self.assertEqual(request(server.url, path="/search?q=bread")[0], 503)
+        status, _, value = request(server.url, path="/search?q=sourdough&mode=keyword&k=1")
+        self.assertEqual(status, 200)
+        self.assertEqual(value["hits"][0]["doc"], self.store.ids[BREAD])
+
+    def test_a_model_with_the_wrong_dimension_is_unavailable_not_fatal(self):
+        with StubServer(dim=32) as wrong:
+            server = start(self.store, self, endpoint_url=wrong.url, reprobe_seconds=3600.0)
+            status, _, value = request(server.url, path="/search?q=bread")
+        self.assertEqual(status, 503)
+        self.assertIn("32-dimensional", value["error"])
+
+
+class ReloadTests(unittest.TestCase):
+    def setUp(self):
+        holder = tempfile.TemporaryDirectory()
+        self.addCleanup(holder.cleanup)
+        self.stub = StubServer().start()
+        self.addCleanup(self.stub.stop)
+        self.store = Store(Path(holder.name), self.stub)
+
+    def test_a_finished_sweep_is_picked_up_without_a_restart(self):
+        server = start(self.store, self, reload_check_seconds=0.02)
+        before = request(server.url, path="/healthz")[2]
+        docs = dict(DOCS)
+        docs["Penguins huddle together through the antarctic winter to keep warm."] = ["nature/penguins.txt"]
+        self.store.sweep(docs)
+        wait_for(lambda: request(server.url, path="/healthz")[2]["chunks"] > before["chunks"], "the reload")
+        _, _, value = request(server.url, path="/search?q=penguins+antarctic+winter&k=1")
+        self.assertEqual(value["hits"][0]["paths"], ["nature/penguins.txt"])
+        self.assertIn("reloaded the index", self.log.getvalue())
+
+    def test_a_store_still_being_written_is_not_loaded_until_it_settles(self):
+        server = start(self.store, self, reload_quiet_seconds=60.0)
+        service = server.server.service
+        now = [1000.0]
+        service.clock = lambda: now[0]
+        old = service.index
+        self.add_vectors_without_a_summary()
+        self.assertFalse(service.check_reload())  # changed, but embed has not finished
+        self.assertIs(service.index, old)
+        now[0] += 61.0  # quiet for longer than reload_quiet_seconds: an embed that stopped early
+        self.assertTrue(service.check_reload())
+        self.assertIsNot(service.index, old)
+        self.assertFalse(service.check_reload())
+
+    def test_a_store_that_cannot_be_read_keeps_the_old_index_answering(self):
+        server = start(self.store, self, reload_quiet_seconds=0.0)
+        service = server.server.service
+        chunks = len(service.index)
+        saved = self.store.layout.vectors_db.with_name("saved.db")
+        os.replace(self.store.layout.vectors_db, saved)  # a new file in its place, as a copy or restore would do
+        self.store.layout.vectors_db.write_bytes(b"this is not a database" * 100)
+        self.assertFalse(service.check_reload())
+        status, _, value = request(server.url, path="/search?q=flour+water+salt&k=1")
+        self.assertEqual(status, 200)
+        self.assertEqual(value["hits"][0]["doc"], self.store.ids[BREAD])
+        health = request(server.url, path="/healthz")[2]
+        self.assertEqual(health["chunks"], chunks)
+        self.assertIn("could not reload the index", health["index_error"])
+        os.replace(saved, self.store.layout.vectors_db)
+        self.store.layout.summary_path("embed").touch()
+        self.assertTrue(service.check_reload())
+        self.assertIsNone(request(server.url, path="/healthz")[2]["index_error"])
+
+    def add_vectors_without_a_summary(self):
+        db = vectorstore.connect(self.store.layout.vectors_db, create=False)
+        try:
+            with vectorstore.transaction(db):
+                db.execute("INSERT INTO vectors (chunk_id, model, dim, vec, created) "
+                           "SELECT chunk_id, 'other-model', dim, vec, created FROM vectors")
+        finally:
+            db.close()
+
+
+class TimeLimitTests(StoreCase):
+    def setUp(self):
+        self.server = start(self.store, self, request_time_limit=0.5)
+        self.url = self.server.url
+
+    def test_a_stalled_client_gets_408_and_does_not_block_others(self):
+        results = {}
+        stalled = threading.Thread(target=lambda: results.update(raw=raw_exchange(
+            self.url, b"GET /search?q=bread HTTP/1.1\r\nHost: 127.0.0.1\r\n")))
+        stalled.start()
+        status, _, value = request(self.url, path="/search?q=flour+water&k=1")  # while the other one hangs
+        self.assertEqual(status, 200)
+        stalled.join(WAIT_SECONDS)
+        self.assertEqual(status_of(results["raw"]), 408)
+        self.assertIn(b"not received within 0.5 s", results["raw"])
+
+    def test_a_body_that_never_arrives_gets_408(self):
+        raw = raw_exchange(self.url, b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 40\r\n\r\n{\"que")
+        self.assertEqual(status_of(raw), 408)
+
+    def test_an_answer_over_the_time_limit_is_a_503(self):
+        service = self.server.server.service
+        original = service.index.search
+        release = threading.Event()
+        self.addCleanup(release.set)
+
+        def slow(*args, **kwargs):
+            release.wait(WAIT_SECONDS)
+            return original(*args, **kwargs)
+
+        service.index.search = slow
+        status, _, value = request(self.url, path="/search?q=bread")
+        self.assertEqual(status, 503)
+        self.assertIn("took longer than 0.5 s", value["error"])
+
+
+class OpenApiTests(StoreCase):
+    """/openapi.json lists exactly the server's routes, and every status it documents happens."""
+
+    def provoke(self, url: str, path: str, method: str, status: str, headers: dict):
+        """Make the server answer ``status`` on ``method path``; return what it answered."""
+        body_path = "/search" if path == "/search" else path
+        good = {"GET": {"/search": "/search?q=bread"}.get(path, path)}
+        if status == "200":
+            if method == "POST":
+                return request(url, "POST", path, {"query": "bread"}, headers)[0]
+            return request(url, method, good["GET"], None, headers)[0]
+        if status == "400":
+            if method == "POST":
+                return request(url, "POST", path, b"not json", headers)[0]
+            return request(url, "GET", "/search?k=3", None, headers)[0]
+        if status == "401":
+            return request(url, method, good["GET"] if method == "GET" else path, {"query": "bread"} if method == "POST" else None)[0]
+        if status == "408":
+            lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+            if method == "POST":
+                head = f"POST {body_path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{lines}Content-Length: 9\r\n\r\n{{"
+                return status_of(raw_exchange(url, head.encode()))
+            return status_of(raw_exchange(url, f"GET {good['GET']} HTTP/1.1\r\nHost: 127.0.0.1\r\n{lines}".encode()))
+        if status == "413":
+            return request(url, "POST", path, b" " * (70 * 1024), headers)[0]
+        if status == "421":
+            return request(url, method, good["GET"] if method == "GET" else path, {"query": "bread"} if method == "POST" else None,
+                           {**headers, "Host": "attacker.example"})[0]
+        if status == "503":
+            service = self.servers[url].server.service
+            working = service.model.client
+            broken = EmbedClient(EndpointConfig(url=closed_port_url()), "stub-model")
+            broken.api, broken.dim = working.api, working.dim
+            service.model.client = broken
+            try:
+                if method == "POST":
+                    return request(url, "POST", path, {"query": "bread"}, headers)[0]
+                return request(url, "GET", good["GET"], None, headers)[0]
+            finally:
+                service.model.client = working
+        raise AssertionError(f"no way to provoke {status} on {method} {path}: document it only if the server does it")
+
+    def check_document(self, **settings):
+        server = start(self.store, self, request_time_limit=1.0, **settings)
+        self.servers = {server.url: server}
+        headers = {"Authorization": f"Bearer {TOKEN}"} if settings.get("token") else {}
+        status, _, doc = request(server.url, path="/openapi.json", headers=headers)
+        self.assertEqual(status, 200)
+        self.assertEqual(doc["openapi"], "3.1.0")
+        documented = {(path, method.upper()) for path, ops in doc["paths"].items() for method in ops}
+        self.assertEqual(documented, {(p, m) for p, methods in serve.ROUTES.items() for m in methods})
+        seen = set()
+        slow = []  # 408s wait for the time limit: provoke them all at once
+        for path, operations in doc["paths"].items():
+            for method, operation in operations.items():
+                for code in operation["responses"]:
+                    seen.add(code)
+                    if code == "408":
+                        slow.append((path, method))
+                        continue
+                    with self.subTest(path=path, method=method, status=code, **{k: bool(v) for k, v in settings.items()}):
+                        self.assertEqual(self.provoke(server.url, path, method.upper(), code, headers), int(code))
+            # Every other method on a documented path is a 405, and HEAD is not silently a GET.
+            for other in ("PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "POST"):
+                if other.lower() not in operations:
+                    self.assertEqual(request(server.url, other, path, None, headers)[0], 405)
+        with ThreadPoolExecutor(max_workers=len(slow)) as pool:
+            timed_out = list(pool.map(lambda op: self.provoke(server.url, op[0], op[1].upper(), "408", headers), slow))
+        self.assertEqual(timed_out, [408] * len(slow))
+        for unknown in ("/search/", "/healthz/x", "/index.html", "/api/search", "/.env"):
+            self.assertEqual(request(server.url, path=unknown, headers=headers)[0], 404)
+        return doc, seen
+
+    def test_without_a_token_every_documented_status_happens(self):
+        doc, seen = self.check_document()
+        self.assertEqual(seen, {"200", "400", "408", "413", "421", "503"})
+        self.assertNotIn("securitySchemes", doc["components"])
+
+    def test_with_a_token_401_is_documented_and_happens(self):
+        doc, seen = self.check_document(token=TOKEN)
+        self.assertIn("401", seen)
+        self.assertEqual(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer")
+        self.assertNotIn("401", doc["paths"]["/healthz"]["get"]["responses"])
+
+    def test_answers_have_the_documented_required_fields(self):
+        server = start(self.store, self)
+        doc = request(server.url, path="/openapi.json")[2]
+        schemas = doc["components"]["schemas"]
+        answer = request(server.url, path="/search?q=bread")[2]
+        self.assertTrue(set(schemas["SearchAnswer"]["required"]) <= set(answer))
+        self.assertEqual(set(schemas["Hit"]["properties"]), set(answer["hits"][0]))
+        health = request(server.url, path="/healthz")[2]
+        self.assertEqual(set(schemas["Health"]["properties"]), set(health))
+        limits = doc["paths"]["/search"]["get"]["parameters"]
+        self.assertEqual({p["name"]: p["schema"].get("maximum") for p in limits}, {"q": None, "k": 100, "mode": None})
+
+
+class CommandTests(StoreCase):
+    """``python3 -m bastion_agent serve`` as a person runs it."""
+
+    def test_serve_prints_its_url_logs_requests_and_stops_on_sigterm(self):
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
+        env["EMBED_URL"] = self.stub.url
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bastion_agent", "serve", str(self.store.manifest_path), "--out",
+             str(self.store.layout.root), "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        try:
+            line = process.stdout.readline()
+            url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
+            status, _, value = request(url, path="/search?q=violin+secret-words&k=1")
+            self.assertEqual(status, 200)
+            self.assertEqual(value["hits"][0]["paths"], ["music/violin.md"])
+        finally:
+            process.terminate()
+            out, err = process.communicate(timeout=WAIT_SECONDS)
+        self.assertEqual(process.returncode, 0, err)
+        self.assertIn("stub-model", line)
+        self.assertRegex(err, r"GET /search 200 \d+\.\dms")
+        self.assertNotIn("secret-words", err)
+        self.assertNotIn("Traceback", err)
+
+
+if __name__ == "__main__":
+    unittest.main()

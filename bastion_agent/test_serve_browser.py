@@ -1,0 +1,244 @@
+"""The search page in a real headless browser: Debian's chromium, driven through chromedriver.
+
+The driver speaks W3C WebDriver over loopback HTTP with ``urllib`` (no
+Selenium). Skipped when ``chromium`` or ``chromedriver`` is missing; CI
+installs the Debian packages ``chromium`` and ``chromium-driver``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from . import serve
+from .client import EndpointConfig
+from .stub_server import StubServer
+from .test_serve import DOCS, TOKEN, Store
+from .testsupport import closed_port_url
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # the W3C key of an element reference
+ENTER = "\ue007"
+WAIT_SECONDS = 20.0
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+# Enough windows for a second page of results, and one that holds markup.
+MARKUP = "<b>jars</b> beware <img src=x onerror=alert(1)> claims about sourdough starter jars."  # 8-token windows
+BROWSER_DOCS = {
+    **DOCS,
+    MARKUP: ["notes/markup.html.txt"],
+    **{f"Loaf number {n} of sourdough bread used flour, water and salt from batch {n}.": [f"bakery/loaf-{n:02}.txt"]
+       for n in range(24)},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class WebDriver:
+    """The few W3C WebDriver commands the tests need, over chromedriver's loopback port."""
+
+    def __init__(self, profile: Path):
+        self.port = free_port()
+        self.process = subprocess.Popen([CHROMEDRIVER, f"--port={self.port}"], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        self.base = f"http://127.0.0.1:{self.port}"
+        self._wait(lambda: self._call("GET", "/status").get("ready"), "chromedriver to start")
+        options = {
+            "binary": CHROMIUM,
+            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                     "--window-size=1100,900", f"--user-data-dir={profile}"],
+        }
+        session = self._call("POST", "/session", {"capabilities": {"alwaysMatch": {"goog:chromeOptions": options}}})
+        self.session = f"/session/{session['sessionId']}"
+
+    def quit(self) -> None:
+        try:
+            self._call("DELETE", self.session)
+        finally:
+            self.process.terminate()
+            self.process.wait(WAIT_SECONDS)
+
+    def _call(self, method: str, path: str, body=None):
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(self.base + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with NO_PROXY.open(request, timeout=WAIT_SECONDS * 2) as answer:
+                return json.loads(answer.read()).get("value")
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"WebDriver {method} {path}: {exc.read()[:500]!r}") from None
+
+    def _wait(self, condition, what: str):
+        deadline = time.monotonic() + WAIT_SECONDS
+        while True:
+            try:
+                value = condition()
+            except (OSError, AssertionError):
+                value = None
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"gave up waiting for {what}")
+            time.sleep(0.05)
+
+    def open(self, url: str) -> None:
+        self._call("POST", self.session + "/url", {"url": url})
+
+    def script(self, source: str, *args):
+        return self._call("POST", self.session + "/execute/sync", {"script": source, "args": list(args)})
+
+    def find(self, css: str) -> str:
+        return self._call("POST", self.session + "/element", {"using": "css selector", "value": css})[ELEMENT]
+
+    def type(self, css: str, text: str) -> None:
+        self._call("POST", f"{self.session}/element/{self.find(css)}/value", {"text": text})
+
+    def click(self, css: str) -> None:
+        self._call("POST", f"{self.session}/element/{self.find(css)}/click", {})
+
+    def keys_to_focused(self, text: str) -> None:
+        """Type into whatever has the focus, as a person at the keyboard would."""
+        active = self._call("GET", self.session + "/element/active")[ELEMENT]
+        self._call("POST", f"{self.session}/element/{active}/value", {"text": text})
+
+    def wait_for(self, source: str, what: str, *args):
+        return self._wait(lambda: self.script(source, *args), what)
+
+    def screenshot(self, path: Path) -> None:
+        path.write_bytes(base64.b64decode(self._call("GET", self.session + "/screenshot")))
+
+
+STATUS_TEXT = "document.getElementById('status').textContent"
+STATUS = "return " + STATUS_TEXT
+RESULTS = """return [...document.querySelectorAll('#results > li')].map(li => ({
+  text: li.querySelector('.text').textContent,
+  paths: [...li.querySelectorAll('.paths li')].map(p => p.textContent),
+  marks: [...li.querySelectorAll('mark')].map(m => m.textContent),
+  elements: [...li.querySelector('.text').querySelectorAll('*')].map(e => e.tagName),
+  score: li.querySelector('.score').textContent,
+  meta: li.querySelector('.meta').textContent}))"""
+
+
+@unittest.skipUnless(CHROMIUM and CHROMEDRIVER, "needs chromium and chromedriver (apt-get install chromium chromium-driver)")
+class SearchPageTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.holder = tempfile.TemporaryDirectory()
+        root = Path(cls.holder.name)
+        cls.stub = StubServer().start()
+        store_dir = root / "store"
+        store_dir.mkdir()
+        cls.store = Store(store_dir, cls.stub, BROWSER_DOCS)
+        try:
+            cls.browser = WebDriver(root / "profile")
+        except BaseException:
+            cls.stub.stop()
+            cls.holder.cleanup()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.browser.quit()
+        cls.stub.stop()
+        cls.holder.cleanup()
+
+    def serve(self, endpoint: str | None = None, **settings) -> str:
+        values = {"port": 0, "reload_check_seconds": 3600.0, **settings}
+        config = EndpointConfig(url=endpoint or self.stub.url)
+        server = serve.build_server(self.store.manifest(), self.store.layout, serve.ServeSettings(**values),
+                                    io.StringIO(), endpoint=config)
+        running = serve.RunningServer(server).__enter__()
+        self.addCleanup(running.__exit__, None, None, None)
+        self.browser.open(running.url)
+        self.browser.script("sessionStorage.clear()")
+        return running.url
+
+    def test_typing_a_query_and_enter_shows_scored_highlighted_results_with_paths(self):
+        self.serve()
+        focused = self.browser.wait_for("return document.activeElement && document.activeElement.id", "the focus")
+        self.assertEqual(focused, "q")  # the search box has the focus on load
+        self.browser.keys_to_focused("flour water salt" + ENTER)
+        status = self.browser.wait_for(STATUS + ".match(/\\d+ results? for/) && " + STATUS_TEXT, "the results")
+        self.assertIn("10 results for \u201cflour water salt\u201d", status)
+        results = self.browser.script(RESULTS)
+        self.assertEqual(len(results), 10)
+        first = results[0]
+        self.assertRegex(first["score"], r"^score \d\.\d{3}$")
+        self.assertRegex(first["meta"], r"^document [0-9a-f]{12} \u00b7 window \d+$")
+        self.assertTrue(any(path.startswith(("bakery/", "kitchen/", "copy/")) for path in first["paths"]))
+        self.assertTrue({mark.lower() for mark in first["marks"]} >= {"flour", "water", "salt"})
+        self.assertEqual(set(first["elements"]), {"MARK"})  # only highlights, no markup from the text
+        health = self.browser.script("return document.getElementById('health').textContent")
+        self.assertIn("model stub-model", health)
+
+    def test_more_results_fetches_a_larger_k(self):
+        self.serve()
+        self.browser.type("#q", "sourdough loaf" + ENTER)
+        self.browser.wait_for("return document.querySelectorAll('#results > li').length === 10", "the first page")
+        self.assertFalse(self.browser.script("return document.getElementById('more-box').hidden"))
+        self.browser.click("#more")
+        self.browser.wait_for("return document.querySelectorAll('#results > li').length === 20", "the second page")
+        focused = self.browser.script("return [...document.querySelectorAll('#results > li')].indexOf(document.activeElement)")
+        self.assertEqual(focused, 10)  # the keyboard lands on the first new result
+
+    def test_markup_in_a_window_is_shown_as_text_never_run(self):
+        self.serve()
+        self.browser.type("#q", "jars beware img onerror claims" + ENTER)
+        self.browser.wait_for("return document.querySelectorAll('#results > li').length > 0", "the results")
+        results = self.browser.script(RESULTS)
+        shown = [r for r in results if r["paths"] == ["notes/markup.html.txt"]]
+        self.assertTrue(shown)
+        shown_text = " ".join(r["text"] for r in shown)
+        self.assertIn("<b>jars</b>", shown_text)
+        self.assertIn("<img src=x", shown_text)
+        self.assertTrue(all(set(r["elements"]) <= {"MARK"} for r in results))
+        self.assertEqual(self.browser.script("return document.querySelectorAll('#results img, #results b').length"), 0)
+
+    def test_an_empty_query_and_an_unavailable_model_server_say_so(self):
+        self.serve(endpoint=closed_port_url(), reprobe_seconds=3600.0)
+        self.browser.type("#q", ENTER)
+        self.assertIn("Type what you are looking for", self.browser.wait_for(STATUS, "the hint"))
+        self.browser.type("#q", "bread" + ENTER)
+        status = self.browser.wait_for(STATUS + ".includes('unavailable') && " + STATUS_TEXT, "the error")
+        self.assertIn("Search is unavailable right now", status)
+        self.assertEqual(self.browser.script("return document.getElementById('status').className"), "error")
+        self.assertIn("model server unreachable", self.browser.script("return document.getElementById('health').textContent"))
+
+    def test_a_server_with_a_token_asks_for_it_and_then_searches(self):
+        self.serve(token=TOKEN)
+        self.browser.wait_for("return !document.getElementById('token-box').hidden", "the token field")
+        self.browser.type("#q", "violin" + ENTER)
+        self.assertIn("needs an access token", self.browser.wait_for(
+            STATUS + ".includes('token') && " + STATUS_TEXT, "the 401 message"))
+        self.browser.type("#token", TOKEN + ENTER)
+        self.browser.wait_for("return document.querySelectorAll('#results > li').length > 0", "the results")
+        self.assertEqual(self.browser.script("return sessionStorage.getItem('bastion-token')"), TOKEN)
+
+    def test_the_page_makes_no_request_outside_the_server(self):
+        url = self.serve()
+        self.browser.type("#q", "rocket" + ENTER)
+        self.browser.wait_for("return document.querySelectorAll('#results > li').length > 0", "the results")
+        origins = self.browser.script(
+            "return performance.getEntriesByType('resource').map(e => new URL(e.name).origin)")
+        self.assertEqual(set(origins) - {url.rstrip("/")}, set())
+
+
+if __name__ == "__main__":
+    unittest.main()

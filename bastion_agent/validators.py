@@ -1,0 +1,518 @@
+"""Checks a candidate must pass before it is redacted: checksums and heuristics.
+
+A pattern finds text *shaped* like a secret; these functions decide whether
+it *is* one. Checksums (Luhn for card numbers, mod-97 for IBANs) turn a
+shape into near-certainty; the heuristics (Shannon entropy, placeholders,
+templated values, indirect references) keep ``password = "${DB_PASSWORD}"``
+or ``api_key = "xxxxxxxx"`` from being redacted, in the manner of
+detect-secrets' filters. Every function here is pure and cheap.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from collections import Counter
+
+# --- entropy --------------------------------------------------------------
+
+
+def shannon_entropy(value: str) -> float:
+    """Bits per character of ``value`` (0 for the empty string)."""
+    if not value:
+        return 0.0
+    length = len(value)
+    return -sum(n / length * math.log2(n / length) for n in Counter(value).values())
+
+
+HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def is_hex(value: str) -> bool:
+    return bool(value) and all(ch in HEX_DIGITS for ch in value)
+
+
+def looks_random(value: str, *, base64_bits: float = 4.5, hex_bits: float = 3.0) -> bool:
+    """High entropy for its alphabet, with both letters and digits.
+
+    The limits are detect-secrets' defaults: 4.5 bits per character for a
+    base64-like string and 3.0 for a hex string.
+    """
+    has_digit = any(ch.isdigit() for ch in value)
+    has_alpha = any(ch.isalpha() for ch in value)
+    if not (has_digit and has_alpha):
+        return False
+    limit = hex_bits if is_hex(value) else base64_bits
+    return shannon_entropy(value) >= limit
+
+
+# --- placeholders, templates, references -----------------------------------
+
+PLACEHOLDER_WORDS = frozenset(
+    """
+    changeme change_me change-me changethis password passwd secret token apikey api_key
+    example sample placeholder dummy fake redacted masked hidden none null nil true false
+    yes no on off undefined empty todo fixme tbd test testing string str int bool boolean
+    required optional value your_password your_token your_api_key mypassword mysecret
+    secretpassword notasecret not_a_secret insert_here replace_me replaceme foo bar foobar
+    bearer basic xxx
+    """.split()
+)
+
+# Whole-value templates: ${VAR}, {{ var }}, <placeholder>, %(name)s, $VAR, %VAR%, [PASSWORD]
+TEMPLATE_PARTS = re.compile(
+    r"\$\{[^{}\s]*\}|\{\{[^{}]*\}\}|\{%[^{}]*%\}|<[^<>]*>|%\(\w+\)[sd]|%[sd]|\$\(?[A-Za-z_]\w*\)?|%[A-Za-z_]\w*%|"
+    r"\[[A-Z_ ]+\]|\{[A-Za-z_][A-Za-z_.]*\d?\}|\$\d"
+)
+
+# An indirect reference to where the secret really lives.
+REFERENCE = re.compile(
+    r"(?i)^(?:os\.environ|os\.getenv|getenv|env\[|env\.|process\.env|system\.getenv|environment\.|"
+    r"settings\.|config\.|conf\.|cfg\.|self\.|this\.|params\.|args\.|options\.|opts\.|secrets\.|vault\.|"
+    r"var\.|local\.|data\.|module\.|input\(|request\.|req\.)"
+)
+
+
+def is_placeholder(value: str) -> bool:
+    """An obvious stand-in rather than a real value."""
+    stripped = value.strip().strip("\"'`")
+    lowered = stripped.lower()
+    if not stripped or lowered in PLACEHOLDER_WORDS:
+        return True
+    if re.fullmatch(r"[xX*#._\-0]+|(.)\1+", stripped) or re.search(r"x{6,}|X{6,}|\*{6,}|#{6,}|\.{6,}|0{8,}", stripped):
+        return True
+    counts = Counter(lowered)
+    if len(stripped) >= 8 and counts.most_common(1)[0][1] / len(stripped) > 0.6:
+        return True
+    # Runs of x/X/* stand for elided characters: ghp_xxxxxxxx..., sha256~XXXX_PUT_YOUR_TOKEN_HERE
+    elided = sum(len(run) for run in re.findall(r"x{4,}|X{4,}|\*{3,}|\.{3,}|#{4,}", stripped))
+    if elided and elided * 2 >= len(stripped):
+        return True
+    if re.search(r"(?i)your[_\- ]?(?:own[_\- ]?)?(?:api[_\- ]?)?(?:key|token|secret|password|pass)|put[_\- ]your|"
+                 r"_here\b|here_?$|\benter[_\- ]your|replace[_\- ]?(?:me|with)|<[^>]*>", stripped):
+        return True
+    return False
+
+
+def is_templated(value: str) -> bool:
+    """The value is mostly a template expression or a variable reference."""
+    if not TEMPLATE_PARTS.search(value) and not value.startswith(("$", "%")):
+        return False
+    rest = TEMPLATE_PARTS.sub("", value)
+    return sum(ch.isalnum() for ch in rest) < 3
+
+
+def is_reference(value: str) -> bool:
+    """``os.environ[...]``, ``settings.SECRET``, ``var.db_password``: where a secret is, not the secret."""
+    return bool(REFERENCE.match(value))
+
+
+def has_alnum(value: str) -> bool:
+    return any(ch.isalnum() for ch in value)
+
+
+def plausible_secret(value: str) -> bool:
+    """Neither a placeholder, nor a template, nor a reference, and has a letter or digit."""
+    return has_alnum(value) and not is_placeholder(value) and not is_templated(value) and not is_reference(value)
+
+
+# --- checksums ---------------------------------------------------------------
+
+
+def luhn_ok(digits: str) -> bool:
+    """The Luhn checksum of a string of digits (other characters ignored)."""
+    numbers = [int(ch) for ch in digits if ch.isdigit()]
+    if not numbers:
+        return False
+    total = 0
+    for index, digit in enumerate(reversed(numbers)):
+        if index % 2 == 1:
+            digit *= 2
+            if digit > 9:
+                digit -= 9
+        total += digit
+    return total % 10 == 0
+
+
+# Length of the IBAN of each country that issues them (ISO 13616 registry).
+IBAN_LENGTHS = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BI": 27,
+    "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DJ": 27, "DK": 18, "DO": 28,
+    "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FK": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23,
+    "GL": 18, "GR": 27, "GT": 28, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26, "IT": 27,
+    "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20, "LV": 21, "LY": 25,
+    "MC": 27, "MD": 24, "ME": 22, "MK": 19, "MN": 20, "MR": 27, "MT": 31, "MU": 30, "NI": 28, "NL": 18,
+    "NO": 15, "OM": 23, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22, "RU": 33,
+    "SA": 24, "SC": 31, "SD": 18, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "SO": 23, "ST": 25, "SV": 28,
+    "TL": 23, "TN": 24, "TR": 26, "UA": 29, "VA": 22, "VG": 24, "XK": 20, "YE": 30,
+}
+
+
+def iban_ok(value: str) -> bool:
+    """Country length and the ISO 7064 mod-97 check of an IBAN (spaces ignored)."""
+    iban = re.sub(r"[\s-]", "", value).upper()
+    if IBAN_LENGTHS.get(iban[:2]) != len(iban) or not iban.isalnum():
+        return False
+    rearranged = iban[4:] + iban[:4]
+    return int("".join(str(int(ch, 36)) for ch in rearranged)) % 97 == 1
+
+
+# --- network addresses -------------------------------------------------------
+
+
+def public_ip(value: str) -> bool:
+    """A globally routable address: not private, loopback, link-local, documentation or reserved."""
+    try:
+        address = ipaddress.ip_address(value.strip("[]"))
+    except ValueError:
+        return False
+    if address.version == 6 and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_global and not address.is_multicast
+
+
+RESERVED_EMAIL_DOMAINS = ("example.com", "example.org", "example.net")
+RESERVED_EMAIL_TLDS = (".example", ".test", ".invalid", ".localhost", ".local")
+
+
+def personal_email(value: str) -> bool:
+    """An address outside the documentation domains of RFC 2606 / RFC 6761."""
+    domain = value.rsplit("@", 1)[-1].lower().rstrip(".")
+    if domain in RESERVED_EMAIL_DOMAINS or domain.endswith(tuple("." + d for d in RESERVED_EMAIL_DOMAINS)):
+        return False
+    if domain.endswith(RESERVED_EMAIL_TLDS) or "." not in domain:
+        return False
+    # icon@2x.png (retina assets) is a file name, not an address
+    tld = domain.rsplit(".", 1)[-1]
+    return tld.isalpha() and not re.fullmatch(r"\d+(?:\.\d+)?x", domain.split(".")[0])
+
+
+def digit_count(value: str) -> int:
+    return sum(ch.isdigit() for ch in value)
+
+
+# --- checks a rule names in its ``validator`` field ----------------------------
+#
+# Each takes the match and the span of the secret and returns True (redact the
+# span), False (not a finding) or a list of (start, end) spans to redact instead.
+
+Spans = list[tuple[int, int]]
+
+STRONG_WORDS = ("password", "passwd", "passphrase", "passcode", "secret", "token", "apikey", "credential",
+                "creds", "pwd", "privatekey", "accesskey", "secretkey", "authtoken", "sessionkey", "signingkey",
+                "masterkey", "encryptionkey", "accountkey", "clientsecret")
+STRONG_EXACT = frozenset({"pass", "pw", "psw", "pword"})
+KEY_COMPANIONS = frozenset({"api", "private", "access", "secret", "encryption", "signing", "master", "account",
+                            "session", "auth", "license", "app", "client", "service", "shared", "storage", "crypt",
+                            "cipher", "hmac", "jwt", "webhook", "deploy", "admin", "root"})
+NOT_SECRET_WORDS = frozenset({
+    "tokenizer", "tokenizers", "tokenize", "tokenized", "tokenization", "tokenise", "keyboard", "keyword",
+    "keywords", "keyframe", "keyframes", "monkey", "donkey", "turkey", "hockey", "jockey", "whiskey", "keychain",
+    "keymap", "keypress", "keydown", "keyup", "keycode", "hotkey", "keystore", "keytab", "keyring", "passenger",
+    "passengers", "passage", "compass", "bypass", "passport", "surpass", "secretary", "secretion", "secreted",
+    "author", "authors", "authority", "authored", "authoring", "keyed", "keystroke", "keyset", "passive",
+    "passed", "passes", "passing", "encrypted", "turnkey", "credit", "credits",
+})
+NON_SECRET_SUFFIX = frozenset({
+    "id", "ids", "url", "uri", "urls", "endpoint", "host", "hostname", "port", "path", "paths", "file", "filename",
+    "files", "dir", "directory", "folder", "name", "names", "type", "types", "length", "len", "size", "count",
+    "max", "min", "limit", "ttl", "timeout", "expiry", "expires", "expiration", "expire", "lifetime", "duration",
+    "age", "time", "date", "at", "ts", "timestamp", "enabled", "enable", "disabled", "required", "optional",
+    "field", "fields", "header", "headers", "param", "params", "parameter", "prefix", "suffix", "regex",
+    "pattern", "format", "mode", "policy", "policies", "version", "algorithm", "alg", "method", "methods",
+    "provider", "store", "manager", "label", "hint", "text", "message", "msg", "error", "errors", "placeholder",
+    "description", "desc", "title", "class", "style", "icon", "button", "input", "form", "link", "template",
+    "validator", "validation", "selector", "index", "idx", "column", "col", "table", "schema", "source", "src",
+    "reset", "rotation", "strength", "env", "var", "variable", "ref", "location", "kind", "category", "scope",
+    "scopes", "audience", "issuer", "usage", "generator", "results", "result", "status", "state", "flag",
+    "callback", "request", "response", "spec", "store", "service", "handler", "helper", "util", "utils",
+    "config", "settings", "option", "options", "id_", "ttl", "lock", "mask", "masked", "visible", "hidden",
+    "changed", "updated", "created", "valid", "invalid", "check", "input", "prompt", "dialog", "modal",
+})
+NON_SECRET_PREFIX = frozenset({"max", "min", "num", "count", "is", "has", "show", "hide", "enable", "disable",
+                               "require", "allow", "forgot", "len", "no", "skip", "validate", "check"})
+BOOLEANISH = frozenset({"true", "false", "yes", "no", "on", "off", "null", "none", "nil", "undefined"})
+
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+
+
+def key_words(key: str) -> list[str]:
+    """``mySecretString`` -> ``["my", "secret", "string"]``; ``API_KEY`` -> ``["api", "key"]``."""
+    return [word.lower() for word in _WORDS.findall(key)]
+
+
+def key_strength(key: str) -> str | None:
+    """"strong" for a password/secret/token-like name, "weak" for key/auth/cred-like, None otherwise."""
+    words = key_words(key)
+    strength, last = None, -1
+    for index, word in enumerate(words):
+        if word in NOT_SECRET_WORDS:
+            continue
+        if word in STRONG_EXACT or any(strong in word for strong in STRONG_WORDS):
+            strength, last = "strong", index
+        elif word == "key" and index > 0 and words[index - 1] in KEY_COMPANIONS:
+            strength, last = "strong", index
+        elif word.endswith("key") or word.startswith("auth") or "cred" in word:
+            strength, last = strength or "weak", index
+    if strength is None:
+        return None
+    if any(word in NON_SECRET_SUFFIX for word in words[last + 1:]):
+        return None
+    if any(word in NON_SECRET_PREFIX for word in words[:last]):
+        return None
+    return strength
+
+
+def unquote(raw: str, start: int) -> tuple[str, int, int, bool]:
+    """Strip the quotes around a matched value; return (value, start, end, quoted)."""
+    for opening in ('\\"', '"', "'", "`"):
+        if raw.startswith(opening):
+            closing = opening
+            if raw.endswith(closing) and len(raw) >= 2 * len(opening):
+                inner = raw[len(opening): len(raw) - len(closing)]
+                return inner, start + len(opening), start + len(raw) - len(closing), True
+    return raw, start, start + len(raw), False
+
+
+_REFERENCE_LIKE = re.compile(r"[A-Za-z_]+(?:\.[A-Za-z_]+)+|[A-Z][A-Z_]*_[A-Z_]*|[a-z]+(?:_[a-z]+)+|[A-Za-z]+")
+
+
+def assignment_value_ok(value: str, strength: str, quoted: bool, following: str) -> bool:
+    """Is the value of ``<secret-ish name> = value`` a secret? (detect-secrets-style filters)."""
+    if not plausible_secret(value) or value.lower() in BOOLEANISH:
+        return False
+    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("<", "/", "./", "~/", "../")):
+        return False
+    if len(value.split()) >= 6:  # a sentence (a message, a label), not a secret
+        return False
+    if strength == "weak":
+        compact = value.replace("-", "")
+        return len(value) >= 16 and not any(ch.isspace() for ch in value) and looks_random(compact, base64_bits=3.5)
+    if quoted:
+        return len(value) >= 4
+    if following[:1] in ("(", "["):  # a call or an index: code, not a value
+        return False
+    if len(value) < 6 or _REFERENCE_LIKE.fullmatch(value):
+        return False
+    return True
+
+
+def check_assignment(match: re.Match, start: int, end: int):
+    key = match.group("key")
+    strength = key_strength(key)
+    if strength is None:
+        return False
+    groups = match.groupdict()
+    if groups.get("op") == "," and not groups.get("kq"):
+        return False  # ``token, value = ...``: tuple unpacking, not an assignment
+    raw = match.group("value")
+    vstart = match.start("value")
+    value, vstart, vend, quoted = unquote(raw, vstart)
+    following = match.string[vend + (1 if quoted else 0): vend + 2]
+    if not assignment_value_ok(value, strength, quoted, following):
+        return False
+    return [(vstart, vend)]
+
+
+def block_value_spans(block: str, offset: int, *, minimum: int = 4) -> Spans:
+    """The values of the lines of an indented block (``key: value`` keeps its key)."""
+    spans: Spans = []
+    position = offset
+    for line in block.splitlines(keepends=True):
+        content = line.rstrip("\r\n")
+        stripped = content.strip()
+        lead = len(content) - len(content.lstrip())
+        if stripped and not stripped.startswith(("#", ";", "//")):
+            value_start = lead
+            mapping = re.match(r"\s*-?\s*[\w.\-\"']+\s*:\s+(?=\S)", content)
+            if mapping:
+                value_start = mapping.end()
+            elif stripped.startswith("- "):
+                value_start = lead + 2
+            value = content[value_start:].strip().strip("\"'")
+            if len(value) >= minimum and value not in (">", "|", ">-", "|-") and plausible_secret(value):
+                first = content.index(value, value_start) if value in content[value_start:] else value_start
+                spans.append((position + first, position + first + len(value)))
+        position += len(line)
+    return spans
+
+
+def check_secret_block(match: re.Match, start: int, end: int):
+    if key_strength(match.group("key")) != "strong":
+        return False
+    return block_value_spans(match.group("block"), match.start("block")) or False
+
+
+KIND_SECRET = re.compile(r"(?im)^[ \t]*kind:[ \t]*[\"']?secret\b")
+
+
+def check_kubernetes_secret(match: re.Match, start: int, end: int):
+    if not KIND_SECRET.search(match.string):
+        return False
+    return block_value_spans(match.group("block"), match.start("block")) or False
+
+
+def check_key_block(match: re.Match, start: int, end: int):
+    body = re.sub(r"\\[nr]|[\s\"'+,]", "", match.group("body") or "")
+    return len(body) >= 16
+
+
+def check_slack_token(match: re.Match, start: int, end: int):
+    token = match.string[start:end]
+    if digit_count(token) < 2:
+        return False
+    if token[:5] in ("xoxb-", "xoxp-", "xoxs-", "xoxe-", "xoxo-") and len(token) - 5 < 15:
+        return False
+    return not is_placeholder(token)
+
+
+def check_plausible(match: re.Match, start: int, end: int):
+    return plausible_secret(match.string[start:end])
+
+
+def check_url_credentials(match: re.Match, start: int, end: int):
+    user, _, password = match.string[start:end].partition(":")
+    return bool(password) and plausible_secret(password)
+
+
+def check_cli_user(match: re.Match, start: int, end: int):
+    value = match.string[start:end]
+    bare = value.replace('"', "").replace("'", "")
+    if ":" not in bare or is_placeholder(bare) or is_templated(bare):
+        return False
+    parts = [part for part in bare.split(":", 1) if part]
+    usable = [part for part in parts if plausible_secret(part) and not part.startswith(("[", "{$"))]
+    return bool(usable) and len(usable) == len(parts)
+
+
+def check_high_entropy(match: re.Match, start: int, end: int):
+    value = match.string[start:end].rstrip("=")
+    return looks_random(value) and not is_placeholder(value)
+
+
+def check_email(match: re.Match, start: int, end: int):
+    return personal_email(match.string[start:end])
+
+
+def left_ok(text: str, start: int, extra: str = "") -> bool:
+    """The character before ``start`` does not continue a word (or one of ``extra``)."""
+    if start == 0:
+        return True
+    before = text[start - 1]
+    return not (before.isalnum() or before == "_" or before in extra)
+
+
+def check_phone(match: re.Match, start: int, end: int):
+    if not left_ok(match.string, start, "+-./"):
+        return False
+    value = match.string[start:end]
+    digits = digit_count(value)
+    if value.startswith("+"):
+        return 8 <= digits <= 15
+    if value.startswith("00"):
+        return 10 <= digits <= 17
+    if value.startswith("0"):
+        return 10 <= digits <= 12 and any(sep in value for sep in " .-/")
+    return 10 <= digits <= 11
+
+
+def check_phone_labelled(match: re.Match, start: int, end: int):
+    return 7 <= digit_count(match.string[start:end]) <= 15
+
+
+CARD_PREFIXES = re.compile(
+    r"4|5[1-5]|2(?:2[2-9][1-9]|2[3-9]|[3-6]|7[01]|720)|3[47]|6011|65|64[4-9]|35(?:2[89]|[3-8])|30[0-5]|3[689]|62|5[06-8]|6[37]"
+)
+
+
+def check_card(match: re.Match, start: int, end: int):
+    if not left_ok(match.string, start, "-.,"):
+        return False
+    digits = re.sub(r"\D", "", match.string[start:end])
+    return 13 <= len(digits) <= 19 and bool(CARD_PREFIXES.match(digits)) and luhn_ok(digits)
+
+
+def check_iban(match: re.Match, start: int, end: int):
+    if not left_ok(match.string, start):
+        return False
+    text = match.string[start:end]
+    expected = IBAN_LENGTHS.get(text[:2])
+    if expected is None:
+        return False
+    taken, index = 0, 0
+    while index < len(text) and taken < expected:
+        if text[index] != " ":
+            taken += 1
+        index += 1
+    if taken != expected or (index < len(text) and text[index] != " "):
+        return False
+    return [(start, start + index)] if iban_ok(text[:index]) else False
+
+
+def check_ssn(match: re.Match, start: int, end: int):
+    if not left_ok(match.string, start, "-"):
+        return False
+    digits = re.sub(r"\D", "", match.string[start:end])
+    return len(digits) == 9 and not digits.startswith(("000", "666", "9")) and digits[3:5] != "00" and digits[5:] != "0000"
+
+
+NOT_AN_ADDRESS_BEFORE = re.compile(r"(?i)(?:\bEC|\bversion|\bv(?:er)?\.?|\bOID|\bSNMP)[ :]*$")
+
+
+def check_public_ip(match: re.Match, start: int, end: int):
+    """The match starts at the first dot: take back the first number."""
+    text = match.string
+    first = start
+    while first > 0 and start - first < 3 and text[first - 1].isdigit():
+        first -= 1
+    if first == start:
+        return False
+    start = first
+    if not left_ok(text, start, ".:") or NOT_AN_ADDRESS_BEFORE.search(text, max(0, start - 12), start):
+        return False  # "EC 1.14.16.2" is an enzyme, "version 1.2.3.4" a release
+    return [(start, end)] if public_ip(text[start:end]) else False
+
+
+HEX_OR_COLON = frozenset("0123456789abcdefABCDEF")
+
+
+def check_public_ipv6(match: re.Match, start: int, end: int):
+    """The match starts at the first colon: take back the hex digits of the first group."""
+    text = match.string
+    first = start
+    while first > 0 and start - first < 4 and text[first - 1] in HEX_OR_COLON:
+        first -= 1
+    if not left_ok(text, first, ":."):
+        return False
+    value = text[first:end]
+    if "::" not in value and value.count(":") < 7:
+        return False
+    return [(first, end)] if public_ip(value) else False
+
+
+def check_has_digit(match: re.Match, start: int, end: int):
+    value = match.string[start:end]
+    return any(ch.isdigit() for ch in value) and any(ch.isalpha() for ch in value)
+
+
+CHECKS = {
+    "has_digit": check_has_digit,
+    "assignment": check_assignment,
+    "secret_block": check_secret_block,
+    "kubernetes_secret": check_kubernetes_secret,
+    "key_block": check_key_block,
+    "slack_token": check_slack_token,
+    "plausible": check_plausible,
+    "url_credentials": check_url_credentials,
+    "cli_user": check_cli_user,
+    "high_entropy": check_high_entropy,
+    "email": check_email,
+    "phone": check_phone,
+    "phone_labelled": check_phone_labelled,
+    "card": check_card,
+    "iban": check_iban,
+    "ssn": check_ssn,
+    "public_ip": check_public_ip,
+    "public_ipv6": check_public_ipv6,
+}

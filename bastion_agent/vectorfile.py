@@ -1,0 +1,369 @@
+"""The derived vector file: one model's vectors as a memory-mappable float32 matrix.
+
+Loading a million vectors from SQLite BLOBs takes seconds; opening a raw
+matrix by memory map takes a millisecond. So beside ``vectors.db`` each
+vector key gets, under ``<out>/index/``:
+
+- ``<name>.json``: the header, the only file a reader trusts first. It names
+  the build, how many rows the data files hold, and the database state they
+  were built from (``store_id``, the two generation counters and
+  ``max(rowid)`` of ``vectors``, see ``vectorstore._m003_search_state``);
+- ``<name>.<build>.f32``: every vector of the key, in ``vectors.rowid``
+  order, as little-endian float32 rows (the BLOBs as they are);
+- ``<name>.<build>.rowid`` (int64) and ``.inv`` (float32 1/norm, 0 for a
+  zero vector): which database row each matrix row is, and its scale;
+- ``<name>.<build>.mask``: one byte per row, 1 when its chunk is in this
+  sweep. Stale rows stay in the matrix (vectors are only ever added, like
+  the table) but never rank.
+
+The files are derived and never trusted over the database: ``refresh``
+compares the header with the database's state, checks the files' sizes and
+spot-checks rows against their BLOBs, then appends what is new (vectors are
+only added), recomputes the mask when the chunks changed, or rebuilds from
+scratch when anything disagrees. Data files only grow, and the header is
+written last and atomically, so a reader that read a header can always
+use the first ``rows`` rows; a rebuild writes a new build's files, so an
+open memory map keeps its old ones. Writers take a lock file.
+
+Standard library only; numpy (extra ``fast``) makes building and scanning
+fast, the pure scan gives the same candidates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import heapq
+import math
+import operator
+import os
+import random
+import sys
+import uuid
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import vectorstore
+from .errors import StoreError
+from .layout import Layout, ensure_private_dir, write_json
+
+FORMAT = 1
+INDEX_DIR = "index"
+SPOT_CHECKS = 8
+FETCH_ROWS = 16_384
+DATA_FILES = ("f32", "rowid", "inv", "mask")
+
+
+def numpy_or_none():
+    """numpy when the ``fast`` extra is installed, else None (the pure scan)."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+@dataclass(frozen=True)
+class StoreState:
+    """What a derived file must have been built from to be current."""
+
+    store_id: str
+    chunks_generation: int
+    vectors_generation: int
+    max_rowid: int
+
+    def as_dict(self) -> dict:
+        return {"store_id": self.store_id, "chunks_generation": self.chunks_generation,
+                "vectors_generation": self.vectors_generation, "max_rowid": self.max_rowid}
+
+
+def read_state(db) -> StoreState:
+    values = dict(db.execute("SELECT name, value FROM search_state"))
+    max_rowid = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM vectors").fetchone()[0]
+    return StoreState(str(values["store_id"]), int(values["chunks_generation"]),
+                      int(values["vectors_generation"]), int(max_rowid))
+
+
+@dataclass(frozen=True)
+class Files:
+    """The paths of one vector key's derived files."""
+
+    folder: Path
+    name: str
+
+    @classmethod
+    def for_key(cls, layout: Layout, key: str) -> "Files":
+        return cls(layout.root / INDEX_DIR, hashlib.sha256(key.encode("utf-8")).hexdigest()[:24])
+
+    @property
+    def header(self) -> Path:
+        return self.folder / f"{self.name}.json"
+
+    @property
+    def lock(self) -> Path:
+        return self.folder / f"{self.name}.lock"
+
+    def data(self, build: str, kind: str) -> Path:
+        return self.folder / f"{self.name}.{build}.{kind}"
+
+
+@contextlib.contextmanager
+def writer_lock(files: Files):
+    """One writer at a time per key (embed's refresh, a search, serve's reload)."""
+    ensure_private_dir(files.folder)
+    fd = os.open(files.lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_header(files: Files) -> dict | None:
+    import json
+
+    try:
+        header = json.loads(files.header.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return header if isinstance(header, dict) and header.get("format") == FORMAT else None
+
+
+def refresh(db, layout: Layout, key: str, dim: int) -> dict:
+    """Bring ``key``'s derived files in step with ``db``; return the header to read them by."""
+    files = Files.for_key(layout, key)
+    with writer_lock(files), vectorstore.transaction(db, write=False):
+        state = read_state(db)
+        header = read_header(files)
+        trusted = header is not None and _consistent(db, files, header, key, dim, state)
+        if not trusted:
+            header = _rebuild(db, files, key, dim, state)
+        elif header["max_rowid"] != state.max_rowid:
+            header = _append(db, files, header, key, dim)
+        if header["chunks_generation"] != state.chunks_generation or header["mask_rows"] != header["rows"]:
+            _write_mask(db, files, header, key, dim)
+        if header["state"] != state.as_dict() or not trusted:
+            header.update(state.as_dict())
+            header["state"] = state.as_dict()
+            write_json(files.header, header)
+        _remove_old_builds(files, header["build"])
+    return header
+
+
+def _consistent(db, files: Files, header: dict, key: str, dim: int, state: StoreState) -> bool:
+    """Whether the header and its files can be extended rather than rebuilt."""
+    try:
+        if (header["key"], header["dim"], header["store_id"]) != (key, dim, state.store_id):
+            return False
+        if header["vectors_generation"] != state.vectors_generation or header["max_rowid"] > state.max_rowid:
+            return False
+        rows = header["rows"]
+        sizes = {"f32": 4 * dim, "rowid": 8, "inv": 4}
+        for kind, width in sizes.items():
+            if files.data(header["build"], kind).stat().st_size < rows * width:
+                return False
+        return _spot_check(db, files, header, key, dim)
+    except (KeyError, TypeError, OSError):
+        return False
+
+
+def _spot_check(db, files: Files, header: dict, key: str, dim: int) -> bool:
+    """A few rows (first, last, random) must be byte for byte the database's."""
+    rows = header["rows"]
+    if rows == 0:
+        return True
+    picks = {0, rows - 1, *(random.randrange(rows) for _ in range(SPOT_CHECKS))}
+    with open(files.data(header["build"], "rowid"), "rb") as rowids, open(files.data(header["build"], "f32"), "rb") as matrix:
+        for position in sorted(picks):
+            rowids.seek(8 * position)
+            rowid = int.from_bytes(rowids.read(8), "little", signed=True)
+            matrix.seek(4 * dim * position)
+            found = db.execute("SELECT vec FROM vectors WHERE rowid = ? AND model = ? AND dim = ?",
+                               (rowid, key, dim)).fetchone()
+            if found is None or found[0] != matrix.read(4 * dim):
+                return False
+    return True
+
+
+def _rebuild(db, files: Files, key: str, dim: int, state: StoreState) -> dict:
+    header = {"format": FORMAT, "key": key, "dim": dim, "build": uuid.uuid4().hex[:12], "rows": 0,
+              "mask_rows": -1, "current": 0, "max_rowid": 0, "chunks_generation": -1,
+              "store_id": state.store_id, "vectors_generation": state.vectors_generation, "state": {}}
+    for kind in DATA_FILES:
+        _create_empty(files.data(header["build"], kind))
+    return _append(db, files, header, key, dim)
+
+
+def _append(db, files: Files, header: dict, key: str, dim: int) -> dict:
+    """Add the key's vectors with a rowid above the header's, in rowid order."""
+    build, rows = header["build"], header["rows"]
+    for kind, width in (("f32", 4 * dim), ("rowid", 8), ("inv", 4)):
+        with open(files.data(build, kind), "r+b") as handle:
+            handle.truncate(rows * width)  # drop what a crashed writer left past the header's rows
+    cursor = db.execute("SELECT rowid, vec FROM vectors WHERE model = ? AND dim = ? AND rowid > ? ORDER BY rowid",
+                        (key, dim, header["max_rowid"]))
+    with open(files.data(build, "f32"), "ab") as matrix, open(files.data(build, "rowid"), "ab") as rowids, \
+            open(files.data(build, "inv"), "ab") as inverse:
+        while batch := cursor.fetchmany(FETCH_ROWS):
+            blob = b"".join(row[1] for row in batch)
+            matrix.write(blob)
+            rowids.write(_little(array("q", (row[0] for row in batch))))
+            inverse.write(_little(inverse_norms(blob, dim)))
+            rows += len(batch)
+            header["max_rowid"] = batch[-1][0]
+    header["rows"] = rows
+    return header
+
+
+def inverse_norms(blob: bytes, dim: int) -> array:
+    """1/‖v‖ of each float32 row in ``blob`` (0.0 for a zero vector)."""
+    np = numpy_or_none()
+    if np is not None:
+        matrix = np.frombuffer(blob, dtype="<f4").reshape(-1, dim).astype(np.float64)
+        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
+        inv = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
+        return array("f", inv.astype(np.float32).tobytes()) if sys.byteorder == "little" else array("f", inv.tolist())
+    values = vectorstore.unpack(blob)
+    result = array("f")
+    for first in range(0, len(values), dim):
+        norm = math.sqrt(math.fsum(x * x for x in values[first : first + dim]))
+        result.append(1.0 / norm if norm else 0.0)
+    return result
+
+
+def _write_mask(db, files: Files, header: dict, key: str, dim: int) -> None:
+    """One byte per row: 1 when the row's chunk is in this sweep."""
+    current = {row[0] for row in db.execute(
+        "SELECT v.rowid FROM vectors v JOIN chunks c ON c.chunk_id = v.chunk_id WHERE v.model = ? AND v.dim = ?",
+        (key, dim))}
+    rowids = _read_array(files.data(header["build"], "rowid"), "q", header["rows"])
+    mask = bytes(1 if rowid in current else 0 for rowid in rowids)
+    from .layout import write_private
+
+    write_private(files.data(header["build"], "mask"), mask)
+    header["mask_rows"] = header["rows"]
+    header["current"] = sum(mask)
+
+
+def _remove_old_builds(files: Files, build: str) -> None:
+    for path in files.folder.glob(f"{files.name}.*.*"):
+        if path.name.split(".")[1] != build:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def _create_empty(path: Path) -> None:
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+
+
+def _little(values: array) -> bytes:
+    if sys.byteorder != "little":
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
+def _read_array(path: Path, typecode: str, count: int) -> array:
+    values = array(typecode)
+    with open(path, "rb") as handle:
+        values.frombytes(handle.read(count * values.itemsize))
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values
+
+
+class VectorFile:
+    """A read-only view of one build: the first ``rows`` rows, by memory map when numpy is there.
+
+    ``top(query, n)`` gives ``(score, position)`` of the ``n`` best current
+    rows by cosine, best first. Positions are stable within a build (rows
+    are only appended), which is what the ANN index keys by.
+    """
+
+    def __init__(self, files: Files, header: dict, use_numpy: bool | None = None):
+        self.files = files
+        self.header = header
+        self.dim = header["dim"]
+        self.rows = header["rows"]
+        self.current = header["current"]
+        np = numpy_or_none() if use_numpy in (None, True) else None
+        if use_numpy and np is None:
+            raise StoreError("numpy is not installed: pip install 'bastion-agent[fast]'")
+        self.np = np
+        build = header["build"]
+        if np is not None:
+            self.matrix = self._map(np, "f32", "<f4", (self.rows, self.dim))
+            self.rowids = self._map(np, "rowid", "<i8", (self.rows,))
+            self.inverse = np.array(self._map(np, "inv", "<f4", (self.rows,)))
+            mask = self._map(np, "mask", "u1", (self.rows,)).astype(bool)
+            self.stale = None if mask.all() else ~mask
+            self.weights = self.inverse
+        else:
+            self.flat = _read_array(files.data(build, "f32"), "f", self.rows * self.dim)
+            self.rowids = _read_array(files.data(build, "rowid"), "q", self.rows)
+            self.inverse = _read_array(files.data(build, "inv"), "f", self.rows)
+            with open(files.data(build, "mask"), "rb") as handle:
+                self.mask = handle.read(self.rows)
+
+    def _map(self, np, kind: str, dtype: str, shape: tuple):
+        if not shape[0]:
+            return np.zeros(shape, dtype=dtype)
+        return np.memmap(self.files.data(self.header["build"], kind), dtype=dtype, mode="r", shape=shape)
+
+    def is_current_row(self, position: int) -> bool:
+        if self.np is not None:
+            return self.stale is None or not self.stale[position]
+        return bool(self.mask[position])
+
+    def top(self, query, n: int, first: int = 0) -> list[tuple[float, int]]:
+        """The ``n`` best current rows at or after ``first``, by cosine with ``query``."""
+        if n <= 0 or first >= self.rows:
+            return []
+        if self.np is not None:
+            return self._top_numpy(query, n, first)
+        return self._top_python(query, n, first)
+
+    def _top_numpy(self, query, n: int, first: int) -> list[tuple[float, int]]:
+        np = self.np
+        q = np.asarray(query, dtype=np.float32)
+        scores = self.matrix[first:] @ q
+        scores *= self.weights[first:]
+        if self.stale is not None:
+            scores[self.stale[first:]] = -np.inf
+        if n < len(scores):
+            picked = np.argpartition(scores, len(scores) - n)[len(scores) - n :]
+        else:
+            picked = np.arange(len(scores))
+        picked = picked[np.isfinite(scores[picked])]
+        order = picked[np.argsort(-scores[picked], kind="stable")]
+        return [(float(scores[i]), int(i) + first) for i in order]
+
+    def _top_python(self, query, n: int, first: int) -> list[tuple[float, int]]:
+        q = array("f", query)
+        view = memoryview(self.flat)
+        dim, mul, inverse, mask = self.dim, operator.mul, self.inverse, self.mask
+        scored = (
+            (sum(map(mul, q, view[i * dim : (i + 1) * dim])) * inverse[i], i)
+            for i in range(first, self.rows) if mask[i]
+        )
+        return heapq.nlargest(n, scored)
+
+    def scores_of(self, query, positions) -> list[tuple[float, int]]:
+        """Exact cosine ranking (up to the query's norm) of chosen rows, best first."""
+        if self.np is not None:
+            np = self.np
+            positions = np.asarray(sorted(positions), dtype=np.int64)
+            if not len(positions):
+                return []
+            scores = (self.matrix[positions] @ np.asarray(query, dtype=np.float32)) * self.weights[positions]
+            order = np.argsort(-scores, kind="stable")
+            return [(float(scores[i]), int(positions[i])) for i in order]
+        q = array("f", query)
+        view, dim = memoryview(self.flat), self.dim
+        scored = [(sum(map(operator.mul, q, view[i * dim : (i + 1) * dim])) * self.inverse[i], i) for i in positions]
+        return sorted(scored, reverse=True)
+
+    def rowid(self, position: int) -> int:
+        return int(self.rowids[position])

@@ -1,0 +1,85 @@
+"""Embed stage wall time against a bare serial client over the same stub and batches.
+
+The stub runs in its own process and adds a fixed delay to every answer, so
+the server dominates, as a real model does. The bare client sends the same
+batches one after another and only decodes the answers (no database, no
+checks); the stage does everything it does for real (probe, checks, SQLite
+commits per batch), with EMBED_CONCURRENCY 1, 2 and 4. Prints JSON.
+
+    python3 bench/embed_throughput.py [--chunks 4096] [--delay 0.03] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import statistics
+import time
+
+from _synthetic import clean_env, stub_process, synthetic_store, temp_folder, window_texts
+
+from bastion_agent import embed
+from bastion_agent.client import PATHS, post_json
+
+
+def bare_serial(url: str, api: str, model: str, texts: list[str], batch: int) -> float:
+    """Seconds for one request per batch, in order, decoding each answer: the floor the stage is held to."""
+    started = time.perf_counter()
+    for first in range(0, len(texts), batch):
+        body = {"model": model, "input": texts[first : first + batch]}
+        if api == "openai":
+            body["encoding_format"] = "base64"
+        answer = post_json(url + PATHS[api], body, 300.0)
+        if api == "openai":
+            vectors = [base64.b64decode(item["embedding"]) for item in answer["data"]]
+        else:
+            vectors = answer["embeddings"]
+        assert len(vectors) == len(body["input"])
+    return time.perf_counter() - started
+
+
+def stage(manifest, layout, url: str, api: str, batch: int, concurrency: int) -> float:
+    layout.vectors_db.unlink(missing_ok=True)
+    for suffix in ("-wal", "-shm"):
+        layout.vectors_db.with_name(layout.vectors_db.name + suffix).unlink(missing_ok=True)
+    with clean_env(EMBED_URL=url, EMBED_API=api, EMBED_BATCH=str(batch), EMBED_CONCURRENCY=str(concurrency)):
+        started = time.perf_counter()
+        summary = embed.run_embed(manifest, layout)
+        seconds = time.perf_counter() - started
+    assert summary["embedded"] == summary["chunks"] and summary["failed"] == 0, summary
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", type=int, default=4096)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--delay", type=float, default=0.03, help="seconds the stub adds to every answer")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--concurrency", default="1,2,4")
+    args = parser.parse_args()
+    levels = [int(level) for level in args.concurrency.split(",")]
+    result = {"chunks": args.chunks, "batch": args.batch, "dim": args.dim, "server_delay_s": args.delay,
+              "repeat": args.repeat, "figures": "median seconds of --repeat runs", "apis": {}}
+    with temp_folder() as folder:
+        _, manifest, layout = synthetic_store(__import__("pathlib").Path(folder), args.chunks, args.dim)
+        texts = window_texts(layout)
+        with stub_process("--dim", str(args.dim), "--delay", str(args.delay)) as (url, _):
+            for api in ("ollama", "openai"):
+                bare = statistics.median(bare_serial(url, api, manifest.embed.model, texts, args.batch)
+                                         for _ in range(args.repeat))
+                row = {"bare_serial_s": round(bare, 3)}
+                for level in levels:
+                    seconds = statistics.median(stage(manifest, layout, url, api, args.batch, level)
+                                                for _ in range(args.repeat))
+                    row[f"stage_c{level}_s"] = round(seconds, 3)
+                    row[f"stage_c{level}_over_bare"] = round(seconds / bare, 3)
+                result["apis"][api] = row
+    result["target"] = "stage_c1_over_bare <= 1.1; c2+ below 1 when the server runs requests in parallel"
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

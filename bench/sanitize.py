@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Benchmark of the sanitize stage: recall, kept negatives, throughput.
+
+Reads the labelled corpus in ``../shared/data/secrets/`` (override with
+``BASTION_SECRETS_DATA``) and a large prose corpus, the concatenated
+documents of ``../shared/data/ir/scifact/docs`` (override with
+``BASTION_PROSE_DATA``), and prints one JSON object:
+
+- ``recall``: share of ``secrets.jsonl`` values caught, a value counting as
+  caught when no substring of 8 or more of its characters survives in the
+  sanitized context (shorter values: when the value itself is gone); overall,
+  per family (the corpus's rule prefix) and per corpus rule, with the ids of
+  the missed records and which of our rules fired (never a value);
+- ``personal``: the same on personal data written here (phones, cards,
+  IBANs, SSNs, e-mail and IP addresses), generated from a fixed seed;
+- ``negatives``: share of clear (``ambiguous: false``) ``negatives.jsonl``
+  texts left byte for byte unchanged, and the ids of those changed;
+- ``throughput``: sanitize MB/s on the prose corpus repeated to ``--mb``
+  megabytes (best of ``--repeat`` interleaved runs), next to the chunk floor measured in the same run (tokenising
+  with ``\\w+|[^\\w\\s]`` and hashing 256-token windows, as the chunk stage
+  does), and their ratio.
+
+Usage: python3 bench/sanitize.py [--mb 24] [--repeat 3] [--no-throughput]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import os
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from bastion_agent import validators  # noqa: E402
+from bastion_agent.sanitize import Sanitizer  # noqa: E402
+
+DATA = Path(os.environ.get("BASTION_SECRETS_DATA", HERE.parent.parent / "shared" / "data" / "secrets"))
+PROSE = Path(os.environ.get("BASTION_PROSE_DATA", HERE.parent.parent / "shared" / "data" / "ir" / "scifact" / "docs"))
+TOKEN = re.compile(r"\w+|[^\w\s]")
+SURVIVOR = 8
+
+
+def load(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+PLACEHOLDERS = re.compile(r"\[REDACTED:[a-z0-9\-]+\]")
+
+
+def caught(value: str, context: str, clean: str) -> bool:
+    """No piece of ``value`` of SURVIVOR or more characters is left in ``clean``.
+
+    A piece counts as left when the sanitized text holds more copies of it
+    than the context without the value did (``<add key="Password"
+    value="CleartextPassword1">`` keeps the key's own "Password"), not
+    counting the placeholders' own names (``[REDACTED:rubygems-token]``).
+    """
+    clean = PLACEHOLDERS.sub("\0", clean)
+    rest = context.replace(value, "\0")
+    if len(value) < SURVIVOR:
+        return clean.count(value) <= rest.count(value)
+    pieces = {value[i:i + SURVIVOR] for i in range(len(value) - SURVIVOR + 1)}
+    return all(clean.count(piece) <= rest.count(piece) for piece in pieces)
+
+
+def family(record: dict) -> str:
+    rule = record["rule"]
+    if record["source"] == "gitleaks":
+        return rule.split("-")[0]
+    return rule
+
+
+def recall(sanitizer: Sanitizer, records: list[dict], family_of) -> dict:
+    total = collections.Counter()
+    hit = collections.Counter()
+    by_rule_total = collections.Counter()
+    by_rule_hit = collections.Counter()
+    fired = collections.Counter()
+    misses = []
+    for record in records:
+        clean, counts = sanitizer.redact(record["context"])
+        fired.update(counts)
+        ok = caught(record["value"], record["context"], clean)
+        fam = family_of(record)
+        total[fam] += 1
+        by_rule_total[record["rule"]] += 1
+        if ok:
+            hit[fam] += 1
+            by_rule_hit[record["rule"]] += 1
+        else:
+            misses.append({"id": record["id"], "rule": record["rule"], "fired": sorted(counts)})
+    n = len(records)
+    return {
+        "records": n,
+        "caught": sum(hit.values()),
+        "recall": round(sum(hit.values()) / n, 4) if n else None,
+        "per_family": {f: {"n": total[f], "recall": round(hit[f] / total[f], 4)} for f in sorted(total)},
+        "rules_missed": {r: by_rule_total[r] - by_rule_hit[r] for r in sorted(by_rule_total) if by_rule_hit[r] < by_rule_total[r]},
+        "misses": misses,
+        "our_rules_fired": dict(fired.most_common()),
+    }
+
+
+def negatives(sanitizer: Sanitizer, records: list[dict]) -> dict:
+    clear = [r for r in records if not r.get("ambiguous")]
+    ambiguous = [r for r in records if r.get("ambiguous")]
+    changed = []
+    for record in clear:
+        clean, counts = sanitizer.redact(record["text"])
+        if clean != record["text"]:
+            changed.append({"id": record["id"], "rule": record["rule"], "fired": sorted(counts)})
+    ambiguous_kept = sum(1 for r in ambiguous if sanitizer.redact(r["text"])[0] == r["text"])
+    return {
+        "clear": len(clear),
+        "clear_unchanged": len(clear) - len(changed),
+        "share_unchanged": round((len(clear) - len(changed)) / len(clear), 4) if clear else None,
+        "changed": changed,
+        "ambiguous": len(ambiguous),
+        "ambiguous_unchanged": ambiguous_kept,
+    }
+
+
+# --- personal data written here ---------------------------------------------------
+
+
+def _luhn_complete(prefix: str, length: int, rng: random.Random) -> str:
+    body = prefix + "".join(rng.choice("0123456789") for _ in range(length - len(prefix) - 1))
+    for check in "0123456789":
+        if validators.luhn_ok(body + check):
+            return body + check
+    raise AssertionError("unreachable")
+
+
+def _iban(country: str, rng: random.Random) -> str:
+    length = validators.IBAN_LENGTHS[country]
+    bban = "".join(rng.choice("0123456789") for _ in range(length - 4))
+    for check in range(2, 99):
+        candidate = f"{country}{check:02d}{bban}"
+        if validators.iban_ok(candidate):
+            return candidate
+    raise AssertionError("unreachable")
+
+
+def personal_records(seed: int = 7, per_form: int = 25) -> list[dict]:
+    """Personal data in the forms people write it, inside short sentences."""
+    rng = random.Random(seed)
+    digits = lambda n: "".join(rng.choice("0123456789") for _ in range(n))  # noqa: E731
+    names = ["anna.keller", "j.smith", "marie-claire.dupont", "o.brien+news", "li_wei", "tkowalski"]
+    domains = ["gmail.com", "posteo.de", "acme-corp.co.uk", "mail.univ-lyon.fr", "outlook.com"]
+    forms = {
+        "email": lambda: f"{rng.choice(names)}{digits(2)}@{rng.choice(domains)}",
+        "phone-e164": lambda: f"+{rng.choice(['1', '44', '33', '49', '41', '31'])} {digits(3)} {digits(3)} {digits(4)}",
+        "phone-e164-compact": lambda: f"+{rng.choice(['44', '49', '33'])}{digits(10)}",
+        "phone-us": lambda: f"({rng.randint(201, 989)}) {rng.randint(200, 999)}-{digits(4)}",
+        "phone-us-dashed": lambda: f"{rng.randint(201, 989)}-{rng.randint(200, 999)}-{digits(4)}",
+        "phone-fr": lambda: "0" + str(rng.randint(1, 9)) + "".join(" " + digits(2) for _ in range(4)),
+        "phone-uk": lambda: f"0{rng.randint(20, 29)} {digits(4)} {digits(4)}",
+        "phone-de": lambda: f"0{rng.randint(30, 89)} {digits(8)}",
+        "card-visa": lambda: " ".join(re.findall("....", _luhn_complete("4", 16, rng))),
+        "card-mastercard": lambda: "-".join(re.findall("....", _luhn_complete(str(rng.randint(51, 55)), 16, rng))),
+        "card-amex": lambda: _luhn_complete(rng.choice(["34", "37"]), 15, rng),
+        "iban-de": lambda: " ".join(re.findall(".{1,4}", _iban("DE", rng))),
+        "iban-fr": lambda: _iban("FR", rng),
+        "iban-gb": lambda: " ".join(re.findall(".{1,4}", _iban("GB", rng))),
+        "iban-nl": lambda: _iban("NL", rng),
+        "ssn": lambda: f"{rng.randint(1, 665):03d}-{rng.randint(1, 99):02d}-{rng.randint(1, 9999):04d}",
+        "ipv4-public": lambda: f"{rng.choice([23, 51, 81, 145, 185, 212])}.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}",
+        "ipv6-public": lambda: f"2a0{rng.randint(0, 9)}:{rng.randint(0, 65535):x}:{rng.randint(0, 65535):x}::{rng.randint(1, 65535):x}",
+    }
+    templates = [
+        "Please contact the customer at {v} before Friday.",
+        "{v}",
+        "Kontakt: {v}\n",
+        "| Jane Roe | {v} | active |",
+        '"value": "{v}",',
+    ]
+    records = []
+    for form, make in forms.items():
+        for index in range(per_form):
+            value = make()
+            records.append({
+                "id": f"pii-{form}-{index:02d}",
+                "rule": form,
+                "value": value,
+                "context": templates[index % len(templates)].format(v=value),
+            })
+    return records
+
+
+# --- throughput -------------------------------------------------------------------------
+
+
+def prose_corpus(megabytes: float) -> str:
+    files = sorted(PROSE.glob("*.txt"))
+    if not files:
+        raise SystemExit(f"no prose corpus at {PROSE} (set BASTION_PROSE_DATA)")
+    base = "\n\n".join(f.read_text(encoding="utf-8") for f in files)
+    repeat = max(1, int(megabytes * 1e6 / max(len(base.encode("utf-8")), 1) + 0.999))
+    return "\n\n".join([base] * repeat)
+
+
+def chunk_floor(text: str, size: int = 256, overlap: int = 32) -> int:
+    """What the chunk stage must at least do: tokenise, then hash each window."""
+    spans = [m.span() for m in TOKEN.finditer(text)]
+    doc = "0" * 64
+    windows = 0
+    for first in range(0, len(spans), size - overlap):
+        window = spans[first:first + size]
+        hashlib.sha256((doc + "\0" + text[window[0][0]:window[-1][1]]).encode("utf-8")).hexdigest()
+        windows += 1
+        if first + size >= len(spans):
+            break
+    return windows
+
+
+def throughput(sanitizer: Sanitizer, megabytes: float, repeat: int, doc_chars: int = 200_000) -> dict:
+    """Best of ``repeat`` interleaved timings of each, so a busy machine slows both alike."""
+    text = prose_corpus(megabytes)
+    size_mb = len(text.encode("utf-8")) / 1e6
+    # documents of realistic size, as the stage sees them
+    docs = [text[i:i + doc_chars] for i in range(0, len(text), doc_chars)]
+    floor_s = sanitize_s = float("inf")
+    changed = 0
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for doc in docs:
+            chunk_floor(doc)
+        floor_s = min(floor_s, time.perf_counter() - started)
+        started = time.perf_counter()
+        changed = 0
+        for doc in docs:
+            clean, counts = sanitizer.redact(doc)
+            changed += clean != doc
+        sanitize_s = min(sanitize_s, time.perf_counter() - started)
+    return {
+        "corpus": str(PROSE),
+        "megabytes": round(size_mb, 2),
+        "documents": len(docs),
+        "repeat": repeat,
+        "documents_changed": changed,
+        "sanitize_mb_s": round(size_mb / sanitize_s, 2),
+        "chunk_floor_mb_s": round(size_mb / floor_s, 2),
+        "ratio_sanitize_to_chunk": round(floor_s / sanitize_s, 3),
+        "target_ratio": 0.333,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mb", type=float, default=24.0, help="size of the throughput corpus in MB (default 24)")
+    parser.add_argument("--repeat", type=int, default=3, help="timings per measure; the best is kept (default 3)")
+    parser.add_argument("--no-throughput", action="store_true", help="skip the throughput measure")
+    args = parser.parse_args(argv)
+    sanitizer = Sanitizer()
+    report = {
+        "data": str(DATA),
+        "rules": len(sanitizer.rules),
+        "secrets": recall(sanitizer, load(DATA / "secrets.jsonl"), family),
+        "personal": recall(sanitizer, personal_records(), lambda r: r["rule"].split("-")[0]),
+        "negatives": negatives(sanitizer, load(DATA / "negatives.jsonl")),
+    }
+    if not args.no_throughput:
+        report["throughput"] = throughput(sanitizer, args.mb, max(1, args.repeat))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Warm latency of ``serve``'s ``/search`` at 10k and 100k synthetic chunks, against in-process search.
+
+For each size it writes a temporary ``vectors.db`` directly with
+``vectorstore`` (no model run): windows of 12 words over a 5000-word
+vocabulary, each with the loopback stub's bag-of-words vector at dim 384, so
+the stub's query vectors rank the windows that share the query's words.
+Then it starts ``python3 -m bastion_agent serve`` in its own process (the
+stub runs in this one), waits for it, warms it up and measures:
+
+- ``http_ms``: p50 / p95 of one ``GET /search?k=10`` at a time, per mode,
+  and of ``GET /healthz`` (the HTTP floor: a new connection, no search);
+- ``burst``: 16 clients sending ``--burst`` queries together (default mode):
+  every answer's status, the wall time, queries per second, p50 / p95;
+- ``in_process_ms``: the baseline, measured in the same run on the same
+  queries: ``embed_query`` through the same stub plus ``SearchIndex.search``
+  on an index opened in this process, no HTTP; and ``http_over_in_process``,
+  the ratio of the p50s (what serving over HTTP costs on top of the search).
+
+Usage: python3 bench/serve_latency.py [--sizes 10000,100000] [--queries 200] [--burst 400]
+Prints JSON on stdout (progress on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bastion_agent import embed, manifest as manifest_module, vectorstore  # noqa: E402
+from bastion_agent.client import EmbedClient, EndpointConfig  # noqa: E402
+from bastion_agent.layout import Layout, ensure_private_dir  # noqa: E402
+from bastion_agent.stub_server import StubServer, bag_of_words  # noqa: E402
+
+DIM = 384
+MODEL = "bench-model"
+WORDS_PER_WINDOW = 12
+WINDOWS_PER_DOC = 10
+CLIENTS = 16
+MODES = ("vector", "keyword", "hybrid")
+
+
+def vocabulary(rng: random.Random) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return sorted({"".join(rng.choice(letters) for _ in range(rng.randint(4, 9))) for _ in range(5200)})[:5000]
+
+
+def write_store(folder: Path, n: int, words: list[str], rng: random.Random) -> tuple[Path, Layout]:
+    """A manifest and ``n`` windows with their vectors, written straight into ``vectors.db``."""
+    (folder / "docs").mkdir()
+    manifest = folder / "manifest.toml"
+    manifest.write_text(f'[source]\nroot = "docs"\n\n[embed]\nmodel = "{MODEL}"\ndim = {DIM}\n\n'
+                        "[embed.chunk]\nsize_tokens = 12\noverlap_tokens = 0\n", encoding="utf-8")
+    layout = Layout(folder / "out")
+    ensure_private_dir(layout.root)
+    texts = [" ".join(rng.choice(words) for _ in range(WORDS_PER_WINDOW)) for _ in range(n)]
+    docs = [hashlib.sha256(f"doc {i}".encode()).hexdigest() for i in range(0, n, WINDOWS_PER_DOC)]
+    ids = [embed.chunk_id(docs[i // WINDOWS_PER_DOC], text) for i, text in enumerate(texts)]
+    chunks = ((ids[i], docs[i // WINDOWS_PER_DOC], i % WINDOWS_PER_DOC, 0, len(text), text) for i, text in enumerate(texts))
+    documents = [(doc, json.dumps([f"synthetic/doc{j:06d}.txt"])) for j, doc in enumerate(docs)]
+    db = vectorstore.connect(layout.vectors_db, create=True)
+    try:
+        vectorstore.replace_chunks(db, chunks, documents)
+        for first in range(0, n, 20_000):
+            rows = [(ids[i], vectorstore.pack(bag_of_words(texts[i], DIM))) for i in range(first, min(n, first + 20_000))]
+            vectorstore.add_vectors(db, MODEL, DIM, rows, "2026-01-01T00:00:00+00:00")
+    finally:
+        db.close()
+    return manifest, layout
+
+
+def percentiles(seconds: list[float]) -> dict:
+    ordered = sorted(seconds)
+    return {"p50": round(1000 * statistics.median(ordered), 2),
+            "p95": round(1000 * ordered[int(0.95 * (len(ordered) - 1))], 2)}
+
+
+def get(base: str, path: str) -> tuple[int, float]:
+    """One request on a new connection (as the server answers one per connection): status and seconds."""
+    parts = urllib.parse.urlsplit(base)
+    started = time.perf_counter()
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+    try:
+        connection.request("GET", path)
+        answer = connection.getresponse()
+        answer.read()
+    finally:
+        connection.close()
+    return answer.status, time.perf_counter() - started
+
+
+def search_path(query: str, mode: str | None) -> str:
+    params = {"q": query, "k": "10", **({"mode": mode} if mode else {})}
+    return "/search?" + urllib.parse.urlencode(params)
+
+
+def timed_requests(base: str, paths: list[str]) -> list[float]:
+    times = []
+    for path in paths:
+        status, seconds = get(base, path)
+        if status != 200:
+            raise SystemExit(f"serve answered {status} to {path.split('?')[0]}")
+        times.append(seconds)
+    return times
+
+
+def start_serve(manifest: Path, layout: Layout, stub_url: str) -> tuple[subprocess.Popen, str, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBED_", "BASTION_"))}
+    env.update(EMBED_URL=stub_url, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
+    started = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-m", "bastion_agent", "serve", str(manifest), "--out", str(layout.root),
+                                "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=REPO)
+    line = process.stdout.readline()
+    found = re.search(r"http://127\.0\.0\.1:\d+/", line)
+    if not found:
+        process.kill()
+        raise SystemExit(f"serve did not start: {line.strip()!r}")
+    return process, found.group(0), time.perf_counter() - started
+
+
+def in_process(manifest_path: Path, layout: Layout, stub_url: str, queries: list[str], mode: str) -> list[float]:
+    """The baseline: the same search without HTTP (query embedding through the same stub included)."""
+    manifest = manifest_module.load(manifest_path)
+    client = EmbedClient(EndpointConfig(url=stub_url), manifest.embed.model)
+    client.probe(manifest.embed.dim)
+    index = embed.SearchIndex.load(manifest, layout)
+    try:
+        times = []
+        for query in queries:
+            started = time.perf_counter()
+            vector = embed.embed_query(manifest, query, client) if mode != "keyword" else None
+            index.search(query, vector, 10, mode)
+            times.append(time.perf_counter() - started)
+        return times
+    finally:
+        getattr(index, "close", lambda: None)()
+
+
+def measure(n: int, queries: int, burst: int, stub: StubServer, seed: int = 0) -> dict:
+    rng = random.Random(seed)
+    words = vocabulary(rng)
+    asked = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 4))) for _ in range(queries)]
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        started = time.perf_counter()
+        manifest, layout = write_store(Path(tmp), n, words, rng)
+        result: dict = {"chunks": n, "dim": DIM, "write_store_s": round(time.perf_counter() - started, 1)}
+        process, base, _ = start_serve(manifest, layout, stub.url)
+        try:
+            result["serve_start_s"] = round(_wait_ready(base), 1)
+            default_mode = json.loads(_body(base, "/healthz"))["search_mode"]
+            result["default_mode"] = default_mode
+            timed_requests(base, [search_path(q, None) for q in asked[:10]])  # warm-up
+            http_ms = {"healthz": percentiles(timed_requests(base, ["/healthz"] * queries))}
+            for mode in MODES:
+                http_ms[mode] = percentiles(timed_requests(base, [search_path(q, mode) for q in asked]))
+            result["http_ms"] = http_ms
+            result["burst"] = run_burst(base, [asked[i % len(asked)] for i in range(burst)])
+        finally:
+            process.terminate()
+            process.wait(60)
+        baseline = {mode: percentiles(in_process(manifest, layout, stub.url, asked, mode)) for mode in MODES}
+        result["in_process_ms"] = baseline
+        result["http_over_in_process"] = {mode: round(result["http_ms"][mode]["p50"] / baseline[mode]["p50"], 2)
+                                          for mode in MODES}
+    return result
+
+
+def _body(base: str, path: str) -> bytes:
+    parts = urllib.parse.urlsplit(base)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().read()
+    finally:
+        connection.close()
+
+
+def _wait_ready(base: str) -> float:
+    """The URL line is printed once the index is loaded; time a first /healthz to be sure."""
+    started = time.perf_counter()
+    status, _ = get(base, "/healthz")
+    if status != 200:
+        raise SystemExit(f"/healthz answered {status}")
+    return time.perf_counter() - started
+
+
+def run_burst(base: str, queries: list[str]) -> dict:
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=CLIENTS) as pool:
+        answers = list(pool.map(lambda q: get(base, search_path(q, None)), queries))
+    wall = time.perf_counter() - started
+    statuses: dict[str, int] = {}
+    for status, _ in answers:
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+    return {"clients": CLIENTS, "queries": len(queries), "statuses": statuses, "wall_s": round(wall, 2),
+            "qps": round(len(queries) / wall, 1), **percentiles([seconds for _, seconds in answers])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--burst", type=int, default=400)
+    args = parser.parse_args()
+    results = []
+    with StubServer(dim=DIM) as stub:
+        for size in (int(text) for text in args.sizes.split(",")):
+            results.append(measure(size, args.queries, args.burst, stub))
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    print(json.dumps({"cpus": os.cpu_count(), "python": sys.version.split()[0], "sizes": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
