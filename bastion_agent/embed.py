@@ -15,6 +15,7 @@ import heapq
 import json
 import math
 import operator
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -66,7 +67,7 @@ def windows(text: str, size: int, overlap: int) -> list[Window]:
     last one, so with any overlap every character of the text is inside at
     least one window; a text without tokens has no window.
     """
-    return _windows(text, size, overlap)[0]
+    return [Window(*span) for span in _windows(text, size, overlap)[0]]
 
 
 # One token of TOKEN_RE, matched atomically so that a repeat never splits a word.
@@ -74,51 +75,57 @@ _ATOMIC_TOKEN = r"(?:\w++|[^\w\s])"
 
 
 @functools.lru_cache(maxsize=None)
-def _piece_re(tokens: int) -> re.Pattern:
-    """Up to ``tokens`` tokens and the whitespace before them; group 1 spans the tokens."""
-    return re.compile(rf"\s*+({_ATOMIC_TOKEN}(?:\s*+{_ATOMIC_TOKEN}){{0,{tokens - 1}}})")
+def _step_re(first: int, second: int) -> re.Pattern:
+    """One step of tokens as up to two pieces: ``first`` tokens (group 1), then ``second`` (group 2)."""
+    def piece(tokens: int) -> str:
+        return rf"({_ATOMIC_TOKEN}(?:\s*+{_ATOMIC_TOKEN}){{0,{tokens - 1}}})"
+
+    return re.compile(rf"\s*+{piece(first)}" + (rf"(?:\s*+{piece(second)})?" if second else ""))
 
 
-def _windows(text: str, size: int, overlap: int) -> tuple[list[Window], int]:
-    """The windows and the text's token count.
+def _windows(text: str, size: int, overlap: int) -> tuple[list[tuple[int, int, int]], int]:
+    """The windows as ``(start, end, tokens)`` and the text's token count.
 
     Only the characters where windows start and end matter, and those are
     token boundaries at multiples of the step and at multiples of the step
-    plus ``overlap % step``. So the text is cut into pieces of alternating
-    token counts at exactly those boundaries, each piece one regular-expression
-    match: the same spans as walking every token, without a Python object
-    per token (bench/chunk_speed.py).
+    plus ``overlap % step``. So the text is cut at exactly those boundaries,
+    one regular-expression match per step: the same spans as walking every
+    token, without a Python object per token (bench/chunk_speed.py).
     """
     if not 0 <= overlap < size:
         raise ValueError(f"need 0 <= overlap ({overlap}) < size ({size})")
     step = size - overlap
-    remainder = overlap % step
-    lengths = (remainder, step - remainder) if remainder else (step,)
+    first, second = (overlap % step, step - overlap % step) if overlap % step else (step, 0)
     starts: dict[int, int] = {}
     ends: dict[int, int] = {}
-    position = count = turn = 0
+    count = 0
     last = None
-    while match := _piece_re(lengths[turn % len(lengths)]).match(text, position):
-        last = match.span(1)
-        starts[count] = last[0]
-        count += lengths[turn % len(lengths)]
-        ends[count] = position = last[1]
-        turn += 1
+    pieces = ((1, first), (2, second)) if second else ((1, first),)
+    for match in _step_re(first, second).finditer(text):
+        for group, tokens in pieces:
+            start, end = match.span(group)
+            if start < 0:
+                break
+            starts[count] = start
+            count += tokens
+            ends[count] = end
+            last = (start, end, tokens)
     if last is None:
         return [], 0
-    short = lengths[(turn - 1) % len(lengths)] - len(TOKEN_RE.findall(text, *last))  # only the last piece may be short
+    short = last[2] - len(TOKEN_RE.findall(text, last[0], last[1]))  # only the last piece may be short
     if short:
         del ends[count]
         count -= short
         ends[count] = last[1]
     result = []
-    first = 0
+    first_token = 0
     while True:
-        stop = min(first + size, count)
-        result.append(Window(starts[first] if first else 0, ends[stop] if stop < count else len(text), stop - first))
+        stop = min(first_token + size, count)
+        result.append((starts[first_token] if first_token else 0, ends[stop] if stop < count else len(text),
+                       stop - first_token))
         if stop == count:
             return result, count
-        first += step
+        first_token += step
 
 
 def chunk_id(doc: str, window_text: str) -> str:
@@ -129,30 +136,30 @@ def chunk_id(doc: str, window_text: str) -> str:
     return digest.hexdigest()
 
 
-def _chunk_ids(doc: str, text: str, spans: list[Window]) -> list[str]:
+def _chunk_ids(doc: str, text: str, spans: list[tuple[int, int, int]]) -> list[str]:
     """``chunk_id`` of each window, hashing the document's prefix once (and encoding ASCII text once)."""
     prefix = hashlib.sha256(doc.encode("utf-8") + b"\0")
     ids = []
     if text.isascii():
         data = memoryview(text.encode("ascii"))
-        for w in spans:
+        for start, end, _ in spans:
             digest = prefix.copy()
-            digest.update(data[w.start : w.end])
+            digest.update(data[start:end])
             ids.append(digest.hexdigest())
     else:
-        for w in spans:
+        for start, end, _ in spans:
             digest = prefix.copy()
-            digest.update(text[w.start : w.end].encode("utf-8"))
+            digest.update(text[start:end].encode("utf-8"))
             ids.append(digest.hexdigest())
     return ids
 
 
 def chunk_document(doc: str, text: str, size: int, overlap: int) -> list[ChunkRow]:
     """The rows of one document, in order."""
-    spans = windows(text, size, overlap)
+    spans = _windows(text, size, overlap)[0]
     return [
-        ChunkRow(chunk, doc, idx, w.start, w.end, w.end - w.start, w.tokens)
-        for idx, (w, chunk) in enumerate(zip(spans, _chunk_ids(doc, text, spans)))
+        ChunkRow(chunk, doc, idx, start, end, end - start, tokens)
+        for idx, ((start, end, tokens), chunk) in enumerate(zip(spans, _chunk_ids(doc, text, spans)))
     ]
 
 
@@ -164,19 +171,21 @@ def run_chunk(manifest, layout: Layout) -> dict:
     """
     documents = sanitized_documents(layout)
     size, overlap = manifest.embed.size_tokens, manifest.embed.overlap_tokens
+    sanitized = str(layout.sanitized_dir)
     lines: list[str] = []
     ids: set[str] = set()
     tokens = characters = 0
     with Progress("chunk", len(documents), "docs") as progress:
         for row in documents:
             doc = row["doc"]
-            text = read_sanitized_text(layout, doc)
+            text = _read_text(sanitized, doc)
             spans, count = _windows(text, size, overlap)
             doc_json = json.dumps(doc, ensure_ascii=False)
-            for idx, (w, chunk) in enumerate(zip(spans, _chunk_ids(doc, text, spans))):
-                lines.append(f'{{"chars": {w.end - w.start}, "chunk_id": "{chunk}", "doc": {doc_json}, "end": {w.end},'
-                             f' "idx": {idx}, "start": {w.start}, "tokens": {w.tokens}, "v": {CHUNKER_VERSION}}}\n')
-                ids.add(chunk)
+            chunks = _chunk_ids(doc, text, spans)
+            lines += [f'{{"chars": {end - start}, "chunk_id": "{chunk}", "doc": {doc_json}, "end": {end},'
+                      f' "idx": {idx}, "start": {start}, "tokens": {tokens}, "v": {CHUNKER_VERSION}}}\n'
+                      for idx, ((start, end, tokens), chunk) in enumerate(zip(spans, chunks))]
+            ids.update(chunks)
             tokens += count
             characters += len(text)
             progress.advance()
@@ -214,6 +223,15 @@ def sanitized_documents(layout: Layout) -> list[dict]:
                 f"the sanitized store lacks {len(missing)} document(s) that extract has read: run sanitize first"
             )
     return documents
+
+
+def _read_text(folder: str, doc: str) -> str:
+    """``read_sanitized_text`` without building a Path per document (the chunk stage reads thousands)."""
+    try:
+        with open(os.path.join(folder, doc + ".txt"), encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise StoreError(f"the sanitized store lacks document {doc[:12]}: run sanitize again") from None
 
 
 def read_sanitized_text(layout: Layout, doc: str) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from . import readers
 from .errors import ManifestError, StoreError
-from .layout import Layout, ensure_private_dir, read_jsonl, write_jsonl, write_private, write_summary
+from .layout import Layout, ensure_private_dir, read_jsonl, sync_to_disk, write_jsonl, write_private, write_summary
 from .progress import Progress
 
 STATUS_EXTRACTED = "extracted"
@@ -344,6 +344,7 @@ def run(manifest, layout: Layout) -> dict:
             progress.advance()
     kept = {doc for doc, outcome in outcomes.items() if outcome.status == STATUS_EXTRACTED}
     removed = _drop_stale(layout, kept)
+    sync_to_disk()
     write_jsonl(layout.extract_listing, [asdict(row) for row in rows])
     counts = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions)
     _note_missing_extra(counts)
@@ -379,7 +380,7 @@ def _extract_doc(doc: str, kind: str, data: bytes, store: Path, previous: _Previ
             kind = "binary"  # a file without a telling name that turned out not to be text
         return _Outcome(kind, STATUS_SKIPPED, reading.reason)
     try:
-        write_private(text_path, reading.text)
+        write_private(text_path, reading.text, durable=False)
     except OSError as exc:
         raise StoreError(f"cannot write the extract store {store}: {exc.strerror or exc}") from None
     return _Outcome(kind, STATUS_EXTRACTED, None)

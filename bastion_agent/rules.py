@@ -108,11 +108,11 @@ R_ = Rule  # short alias for the table below
 RULES: tuple[Rule, ...] = (
     # --- private keys (multi-line) -------------------------------------------
     R_("private-key", "private-key",
-       r"-----BEGIN[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----(?P<body>[\s\S]{0,65536}?)"
-       r"(?:-----END[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----|(?=\n[ \t]*\n|\Z))",
+       r"-----BEGIN[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----(?:(?P<body>[\s\S]{0,16384}?)"
+       r"(?:-----END[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----|(?=\n[ \t]*\n|\Z))|[\s\S]{16384})",
        keywords=("-----begin",), validator="key_block", scope="document"),
     R_("putty-private-key", "private-key",
-       r"PuTTY-User-Key-File-\d+:[\s\S]{0,65536}?Private-MAC:[ \t]*[0-9a-fA-F]+",
+       r"PuTTY-User-Key-File-\d+:(?:[\s\S]{0,16384}?Private-MAC:[ \t]*[0-9a-fA-F]+|[\s\S]{16384})",
        keywords=("putty-user-key-file",), scope="document"),
     R_("age-secret-key", "private-key", r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}",
        keywords=("age-secret-key-1",), anchor="keyword"),
@@ -315,7 +315,7 @@ RULES: tuple[Rule, ...] = (
        r"|(?:[^\s\"'`,;&<>(){}\[\]\\|]|\\(?![nrt\\\"']))+)",
        keywords=("secret", "token", "pass", "pwd", "auth", "cred", "key"), validator="assignment"),
     R_("secret-block", "assignment",
-       r"(?im)^(?P<indent>[ \t]*)(?P<key>[\w.\-]*(?:secret|token|pass|pwd)[\w.\-]*)[ \t]*[:=][ \t]*(?:[|>][\-+]?)?[ \t]*\r?\n"
+       r"(?im)^(?P<indent>[ \t]*)(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd)[\w.\-]{0,80}?)[ \t]*[:=][ \t]*(?:[|>][\-+]?)?[ \t]*\r?\n"
        r"(?P<block>(?:(?P=indent)[ \t]+\S[^\n]*(?:\n|$))+)",
        keywords=("secret", "token", "pass", "pwd"), validator="secret_block", anchor="line"),
     R_("high-entropy-string", "high-entropy",
@@ -332,7 +332,7 @@ RULES: tuple[Rule, ...] = (
        r"|00[1-9]\d{0,2}(?:[ .\-]\(?\d{1,5}\)?){2,6}"  # 00 international prefix
        r"|(?:1[ .\-])?(?:\([2-9]\d{2}\)[ .\-]?|[2-9]\d{2}[ .\-])[2-9]\d{2}[ .\-]\d{4}"  # North America
        r"|0\d{1,4}(?:[ .\-/]\d{2,8}){1,4}"  # national numbers with a trunk 0 (FR, UK, DE, NL, ...)
-       r")(?![\w\-/]|[.,]\d)",
+       r")(?![\w\-/]|\.\d)",
        validator="phone", scope="number"),
     R_("phone-labelled", "phone",
        r"(?i)\b(?:phone|tel|telephone|mobile|cell|fax|whatsapp|telefon|t[ée]l[ée]phone|handy)\b[^\n\d+(]{0,20}"
@@ -341,7 +341,7 @@ RULES: tuple[Rule, ...] = (
        validator="phone_labelled", anchor="keyword"),
     R_("card-number", "card",
        r"\d(?:\d{3}([ \-]?)\d{4}\1\d{4}\1\d{4}(?:\1\d{3})?|\d{3}([ \-]?)\d{6}\2\d{5}|\d{12,18})"
-       r"(?![\w\-]|[.,]\d)",
+       r"(?![\w\-]|\.\d)",
        validator="card", scope="number"),
     R_("iban", "iban", r"[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}(?![a-z0-9])", validator="iban"),
     R_("us-ssn", "ssn", r"\d{3}([\- ])\d{2}\1\d{4}(?![\w\-])", validator="ssn", scope="number"),

@@ -228,8 +228,7 @@ class Sanitizer:
             elif anchor == "keyword":
                 found.extend(self._accept(active, text, _matches_at(regex, text, positions)))
             elif anchor == "line":
-                starts = [text.rfind("\n", 0, p) + 1 for p in positions]
-                found.extend(self._accept(active, text, _matches_at(regex, text, starts)))
+                found.extend(self._accept(active, text, _matches_at(regex, text, _line_starts(text, positions))))
             else:
                 for start, end in _windows(text, positions):
                     found.extend(self._accept(active, text, regex.finditer(text, start, end)))
@@ -370,26 +369,41 @@ def _matches_at(regex: re.Pattern, text: str, positions: list[int]) -> Iterable[
 
 
 def _windows(text: str, positions: list[int]) -> list[tuple[int, int]]:
-    """Merged windows around keyword positions (see WINDOW_BACK / WINDOW_AHEAD)."""
+    """Merged windows around keyword positions (see WINDOW_BACK / WINDOW_AHEAD).
+
+    Every search for a line boundary is bounded, so thousands of keywords on
+    one very long line cost no more than the line itself.
+    """
     windows: list[tuple[int, int]] = []
     for position in positions:
-        line_start = text.rfind("\n", 0, position) + 1
-        start = max(line_start, position - WINDOW_BACK)
-        line_end = text.find("\n", position)
+        back = max(0, position - WINDOW_BACK)
+        start = text.rfind("\n", back, position) + 1 or back
+        limit = min(len(text), position + WINDOW_AHEAD)
+        line_end = text.find("\n", position, limit)
         if line_end != -1:
-            next_end = text.find("\n", line_end + 1)
-            line_end = len(text) if next_end == -1 else next_end
+            next_end = text.find("\n", line_end + 1, limit)
+            end = limit if next_end == -1 else next_end
         else:
-            line_end = len(text)
-        end = min(line_end, position + WINDOW_AHEAD)
-        if end < line_end:
-            space = WHITESPACE.search(text, end)
-            end = space.start() if space else len(text)
+            end = limit
+        if end == limit and limit < len(text):
+            space = WHITESPACE.search(text, limit, limit + WINDOW_AHEAD)
+            end = space.start() if space else min(len(text), limit + WINDOW_AHEAD)
         if windows and start <= windows[-1][1]:
             windows[-1] = (windows[-1][0], max(windows[-1][1], end))
         else:
             windows.append((start, end))
     return windows
+
+
+def _line_starts(text: str, positions: list[int], reach: int = 4096) -> list[int]:
+    """The start of each position's line, when it is at most ``reach`` characters back."""
+    starts = []
+    for position in positions:
+        back = max(0, position - reach)
+        newline = text.rfind("\n", back, position)
+        if newline != -1 or back == 0:
+            starts.append(newline + 1)
+    return starts
 
 
 @functools.lru_cache(maxsize=8)
@@ -445,6 +459,7 @@ def run(manifest, layout) -> dict:
             paths_redacted += sum(1 for p in docs[doc].paths if sanitizer.redact_path(p) != p)
             rows.append({"doc": doc, "paths": paths, "kind": docs[doc].kind})
             progress.advance()
+    store.sync_to_disk()
     store.write_jsonl(layout.sanitized_listing, rows)
     removed = _remove_stale(layout, set(docs))
     categories: Counter = Counter()
@@ -520,7 +535,7 @@ def _write_if_changed(path: Path, data: bytes) -> None:
             return
     except FileNotFoundError:
         pass
-    store.write_private(path, data)
+    store.write_private(path, data, durable=False)
 
 
 def _remove_stale(layout, keep: set[str]) -> int:

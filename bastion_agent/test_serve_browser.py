@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import shutil
 import socket
 import subprocess

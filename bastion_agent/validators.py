@@ -354,7 +354,9 @@ def check_kubernetes_secret(match: re.Match, start: int, end: int):
 
 
 def check_key_block(match: re.Match, start: int, end: int):
-    body = re.sub(r"\\[nr]|[\s\"'+,]", "", match.group("body") or "")
+    if match.group("body") is None:  # a block longer than the scan budget: all of it goes
+        return True
+    body = re.sub(r"\\[nr]|[\s\"'+,]", "", match.group("body"))
     return len(body) >= 16
 
 
@@ -391,8 +393,18 @@ def check_high_entropy(match: re.Match, start: int, end: int):
     return looks_random(value) and not is_placeholder(value)
 
 
+FILE_EXTENSIONS = frozenset("txt md pdf doc docx odt rtf csv tsv xls xlsx ods json xml yaml yml html htm eml msg "
+                            "png jpg jpeg gif svg webp zip gz tar log ini cfg conf".split())
+
+
 def check_email(match: re.Match, start: int, end: int):
-    return personal_email(match.string[start:end])
+    """An address; a file name such as ``kim@corp.io.pdf`` keeps its extension."""
+    value = match.string[start:end]
+    head, _, extension = value.rpartition(".")
+    if extension.lower() in FILE_EXTENSIONS and "." in head.rsplit("@", 1)[-1]:
+        end -= len(extension) + 1
+        value = head
+    return [(start, end)] if personal_email(value) else False
 
 
 def left_ok(text: str, start: int, extra: str = "") -> bool:
@@ -427,7 +439,7 @@ CARD_PREFIXES = re.compile(
 
 
 def check_card(match: re.Match, start: int, end: int):
-    if not left_ok(match.string, start, "-.,"):
+    if not left_ok(match.string, start, "-."):
         return False
     digits = re.sub(r"\D", "", match.string[start:end])
     return 13 <= len(digits) <= 19 and bool(CARD_PREFIXES.match(digits)) and luhn_ok(digits)

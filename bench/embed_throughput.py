@@ -62,18 +62,21 @@ def main() -> None:
     args = parser.parse_args()
     levels = [int(level) for level in args.concurrency.split(",")]
     result = {"chunks": args.chunks, "batch": args.batch, "dim": args.dim, "server_delay_s": args.delay,
-              "repeat": args.repeat, "figures": "median seconds of --repeat runs", "apis": {}}
+              "repeat": args.repeat, "figures": "median seconds of --repeat interleaved runs", "load_average_1m": round(__import__("os").getloadavg()[0], 2), "apis": {}}
     with temp_folder() as folder:
         _, manifest, layout = synthetic_store(__import__("pathlib").Path(folder), args.chunks, args.dim)
         texts = window_texts(layout)
         with stub_process("--dim", str(args.dim), "--delay", str(args.delay)) as (url, _):
             for api in ("ollama", "openai"):
-                bare = statistics.median(bare_serial(url, api, manifest.embed.model, texts, args.batch)
-                                         for _ in range(args.repeat))
+                times: dict[str, list[float]] = {"bare": [], **{f"c{level}": [] for level in levels}}
+                for _ in range(args.repeat):  # interleaved, so a busy machine weighs on both alike
+                    times["bare"].append(bare_serial(url, api, manifest.embed.model, texts, args.batch))
+                    for level in levels:
+                        times[f"c{level}"].append(stage(manifest, layout, url, api, args.batch, level))
+                bare = statistics.median(times["bare"])
                 row = {"bare_serial_s": round(bare, 3)}
                 for level in levels:
-                    seconds = statistics.median(stage(manifest, layout, url, api, args.batch, level)
-                                                for _ in range(args.repeat))
+                    seconds = statistics.median(times[f"c{level}"])
                     row[f"stage_c{level}_s"] = round(seconds, 3)
                     row[f"stage_c{level}_over_bare"] = round(seconds / bare, 3)
                 result["apis"][api] = row

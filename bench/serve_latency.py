@@ -5,8 +5,8 @@ For each size it writes a temporary ``vectors.db`` directly with
 ``vectorstore`` (no model run): windows of 12 words over a 5000-word
 vocabulary, each with the loopback stub's bag-of-words vector at dim 384, so
 the stub's query vectors rank the windows that share the query's words.
-Then it starts ``python3 -m bastion_agent serve`` in its own process (the
-stub runs in this one), waits for it, warms it up and measures:
+Then it starts ``python3 -m bastion_agent serve`` in its own process (and the
+stub in another), waits for it, warms it up and measures:
 
 - ``http_ms``: p50 / p95 of one ``GET /search?k=10`` at a time, per mode,
   and of ``GET /healthz`` (the HTTP floor: a new connection, no search);
@@ -24,12 +24,14 @@ Prints JSON on stdout (progress on stderr).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import json
 import os
 import random
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -41,11 +43,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+if "--blas-threads-default" not in sys.argv:  # the in-process baseline runs as serve does (before numpy loads)
+    for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
 
 from bastion_agent import embed, manifest as manifest_module, vectorstore  # noqa: E402
 from bastion_agent.client import EmbedClient, EndpointConfig  # noqa: E402
 from bastion_agent.layout import Layout, ensure_private_dir  # noqa: E402
-from bastion_agent.stub_server import StubServer, bag_of_words  # noqa: E402
+from bastion_agent.stub_server import bag_of_words  # noqa: E402
 
 DIM = 384
 MODEL = "bench-model"
@@ -140,6 +145,8 @@ def in_process(manifest_path: Path, layout: Layout, stub_url: str, queries: list
     client.probe(manifest.embed.dim)
     index = embed.SearchIndex.load(manifest, layout)
     try:
+        for query in queries[:10]:  # warm-up, as for serve
+            index.search(query, embed.embed_query(manifest, query, client) if mode != "keyword" else None, 10, mode)
         times = []
         for query in queries:
             started = time.perf_counter()
@@ -151,7 +158,23 @@ def in_process(manifest_path: Path, layout: Layout, stub_url: str, queries: list
         getattr(index, "close", lambda: None)()
 
 
-def measure(n: int, queries: int, burst: int, stub: StubServer, seed: int = 0) -> dict:
+@contextlib.contextmanager
+def stub_process():
+    """The loopback stub in its own process, so neither serve nor the baseline shares a GIL with it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "bastion_agent.stub_server", "--port", str(port), "--dim", str(DIM)],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+    try:
+        process.stdout.readline()  # "stub model server on ..." once it listens
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def measure(n: int, queries: int, burst: int, stub_url: str, seed: int = 0) -> dict:
     rng = random.Random(seed)
     words = vocabulary(rng)
     asked = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 4))) for _ in range(queries)]
@@ -159,9 +182,10 @@ def measure(n: int, queries: int, burst: int, stub: StubServer, seed: int = 0) -
         started = time.perf_counter()
         manifest, layout = write_store(Path(tmp), n, words, rng)
         result: dict = {"chunks": n, "dim": DIM, "write_store_s": round(time.perf_counter() - started, 1)}
-        process, base, _ = start_serve(manifest, layout, stub.url)
+        process, base, start_seconds = start_serve(manifest, layout, stub_url)
         try:
-            result["serve_start_s"] = round(_wait_ready(base), 1)
+            result["serve_start_s"] = round(start_seconds, 2)  # launch to "listening": the index is loaded
+            _check_ready(base)
             default_mode = json.loads(_body(base, "/healthz"))["search_mode"]
             result["default_mode"] = default_mode
             timed_requests(base, [search_path(q, None) for q in asked[:10]])  # warm-up
@@ -173,7 +197,7 @@ def measure(n: int, queries: int, burst: int, stub: StubServer, seed: int = 0) -
         finally:
             process.terminate()
             process.wait(60)
-        baseline = {mode: percentiles(in_process(manifest, layout, stub.url, asked, mode)) for mode in MODES}
+        baseline = {mode: percentiles(in_process(manifest, layout, stub_url, asked, mode)) for mode in MODES}
         result["in_process_ms"] = baseline
         result["http_over_in_process"] = {mode: round(result["http_ms"][mode]["p50"] / baseline[mode]["p50"], 2)
                                           for mode in MODES}
@@ -190,13 +214,10 @@ def _body(base: str, path: str) -> bytes:
         connection.close()
 
 
-def _wait_ready(base: str) -> float:
-    """The URL line is printed once the index is loaded; time a first /healthz to be sure."""
-    started = time.perf_counter()
+def _check_ready(base: str) -> None:
     status, _ = get(base, "/healthz")
     if status != 200:
         raise SystemExit(f"/healthz answered {status}")
-    return time.perf_counter() - started
 
 
 def run_burst(base: str, queries: list[str]) -> dict:
@@ -216,13 +237,16 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--burst", type=int, default=400)
+    parser.add_argument("--blas-threads-default", action="store_true",
+                        help="leave BLAS its default thread count in the baseline (serve itself always sets 1)")
     args = parser.parse_args()
     results = []
-    with StubServer(dim=DIM) as stub:
+    with stub_process() as stub_url:
         for size in (int(text) for text in args.sizes.split(",")):
-            results.append(measure(size, args.queries, args.burst, stub))
+            results.append(measure(size, args.queries, args.burst, stub_url))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-    print(json.dumps({"cpus": os.cpu_count(), "python": sys.version.split()[0], "sizes": results}, indent=2))
+    print(json.dumps({"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                      "baseline_blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"), "sizes": results}, indent=2))
 
 
 if __name__ == "__main__":
