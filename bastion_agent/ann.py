@@ -59,40 +59,57 @@ def update(files: Files, header: dict, view: VectorFile, limit: int | None = Non
     """Add the rows the index lacks (at most ``limit`` of them; all when None); return the header.
 
     Builds the index when it is missing and the file holds at least
-    ``MIN_ROWS`` rows. The saved file is replaced atomically; a reader's
-    memory map keeps the file it opened.
+    ``MIN_ROWS`` rows. One builder at a time (its own lock file, so searches
+    never wait for a build); the saved file replaces the old one atomically
+    and the header names it last, so a reader's memory map keeps the file it
+    opened.
     """
     module = usearch_or_none()
-    if module is None or view.rows < MIN_ROWS:
+    if module is None or view.rows < MIN_ROWS or view.np is None:
         return header
-    with writer_lock(files):
+    with writer_lock(Files(files.folder, files.name + ".ann")):
         latest = read_header(files)
-        if latest is None or latest["build"] != header["build"] or latest["rows"] != header["rows"]:
-            return header  # another writer moved on; the next load sees its work
-        header = latest
-        covered = header.get("ann_rows", 0) if path_of(files, header).exists() else 0
-        missing = header["rows"] - covered
+        if latest is None or latest.get("build") != header["build"]:
+            return header  # rebuilt meanwhile: the next load sees the new build
+        covered = latest.get("ann_rows", 0) if _readable(module, files, latest) else 0
+        missing = view.rows - covered
         if missing <= 0 or (limit is not None and missing > limit):
-            return header
-        index = _open_for_writing(module, files, header, covered, view.dim)
-        positions = range(covered, header["rows"])
-        for first in range(0, len(positions), 65_536):
-            chunk = positions[first : first + 65_536]
-            index.add(view.np.arange(chunk.start, chunk.stop, dtype="uint64"), view.matrix[chunk.start : chunk.stop],
-                      threads=os.cpu_count() or 1)
-        target = path_of(files, header)
+            return latest
+        index = _open_for_writing(module, files, latest, covered, view.dim)
+        covered = len(index)
+        for first in range(covered, view.rows, 65_536):
+            stop = min(first + 65_536, view.rows)
+            index.add(view.np.arange(first, stop, dtype="uint64"), view.matrix[first:stop], threads=os.cpu_count() or 1)
+        target = path_of(files, latest)
         temporary = target.with_name(target.name + ".tmp")
         index.save(str(temporary))
         os.chmod(temporary, 0o600)
-        os.replace(temporary, target)
-        header["ann_rows"] = header["rows"]
-        write_json(files.header, header)
-    return header
+        with writer_lock(files):
+            latest = read_header(files)
+            if latest is None or latest.get("build") != header["build"]:
+                temporary.unlink()
+                return header
+            os.replace(temporary, target)
+            latest["ann_rows"] = view.rows
+            write_json(files.header, latest)
+    return latest
+
+
+def _readable(module, files: Files, header: dict) -> bool:
+    """Whether the saved index opens and holds the rows the header says."""
+    try:
+        index = module.Index.restore(str(path_of(files, header)), view=True)
+    except (RuntimeError, ValueError, OSError):
+        return False
+    return index is not None and len(index) == header.get("ann_rows", 0)
 
 
 def _open_for_writing(module, files: Files, header: dict, covered: int, dim: int):
     if covered:
-        index = module.Index.restore(str(path_of(files, header)))
+        try:
+            index = module.Index.restore(str(path_of(files, header)))
+        except (RuntimeError, ValueError, OSError):
+            index = None
         if index is not None and len(index) == covered and index.ndim == dim:
             return index
     return module.Index(ndim=dim, metric="cos", dtype=DTYPE, connectivity=CONNECTIVITY,

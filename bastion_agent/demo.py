@@ -54,10 +54,12 @@ def sample_manifest() -> Path:
 
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    from .search_cli import positive_int
+
     parser.add_argument("--out", metavar="DIR", help="keep the output in DIR (default: a temporary folder removed at the end)")
     parser.add_argument("--manifest", type=Path, help="sweep this manifest instead of examples/sample.toml")
     parser.add_argument("--query", action="append", metavar="TEXT", help="search for TEXT (repeatable) instead of the sample questions")
-    parser.add_argument("-k", type=int, default=2, help="hits per search (default 2)")
+    parser.add_argument("-k", type=positive_int, default=2, help="hits per search (default 2)")
     parser.add_argument("--mode", choices=("vector", "keyword", "hybrid"),
                         help="search mode (default: the manifest's [search] mode, else the search default)")
 
@@ -78,7 +80,7 @@ def run_demo(args: argparse.Namespace) -> int:
             with environment(EMBED_URL=server.url):
                 _sweep(loaded, layout)
                 for query in queries:
-                    _print_search(loaded, layout, query, max(1, args.k), args.mode)
+                    _print_search(loaded, layout, query, args.k, args.mode)
         where = f"output kept in {root}" if kept else "output removed (--out DIR keeps it)"
         print(f"done in {time.monotonic() - started:.1f} s; model server stopped; {where}")
     return 0

@@ -448,7 +448,10 @@ class SearchIndex:
         if use_ann and vectors.np is not None and vectors.current >= ann.MIN_ROWS and ann.available():
             header = ann.update(files, header, vectors, limit=ann.LAZY_ROWS)
             if header.get("ann_rows"):
-                ann_index = ann.AnnIndex(files, header, vectors)
+                try:
+                    ann_index = ann.AnnIndex(files, header, vectors)
+                except (StoreError, RuntimeError, ValueError, OSError):
+                    ann_index = None  # an unreadable index only costs speed: scan exactly, and rebuild after embed
         return cls(manifest, layout, vectors, ann_index, version)
 
     def __len__(self) -> int:

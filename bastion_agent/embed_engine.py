@@ -15,8 +15,8 @@
   a NaN or all-zero vector, a 500) by bisecting the batch, resends a too-long
   input asking the server to truncate it where the API allows, and records
   the rest as failed, by reason, so one bad chunk never aborts the sweep;
-- commits each batch's vectors and failures in one short transaction, in
-  batch order, so a kill at any moment leaves whole batches and a re-run
+- commits each batch's vectors and failures in one short transaction as the
+  batch completes, so a kill at any moment leaves whole batches and a re-run
   embeds only what is missing.
 
 Sleep, clock and randomness are injected (``RetryPolicy``) so tests never wait.
@@ -28,7 +28,7 @@ import collections
 import random
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from queue import Empty, SimpleQueue
@@ -273,29 +273,33 @@ def embed_chunks(db, client: EmbedClient, key: str, dim: int, prefix: str,
     batches = _cut(missing, sizer)
     window = 2 * config.concurrency  # a batch queued behind each request in flight
     pool = WorkerPool(config.concurrency)
-    pending: collections.deque = collections.deque()
+    pending: dict[Future, int] = {}  # future -> chunks in its batch
     streak, streak_limit = 0, max(MIN_FAILURE_STREAK, 2 * config.batch)
     try:
         with Progress("embed", len(missing), "chunks") as progress:
             _fill(pending, batches, pool, embedder, window)
             while pending:
-                items, future = pending.popleft()
-                try:
-                    outcome = future.result()
-                except Stopped:  # another worker met the error that stopped the run
-                    raise embedder.fatal or _stop("stopped", "the embed workers stopped") from None
-                created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-                vectorstore.store_batch(db, key, dim, outcome.stored, outcome.failed, created)
-                _count(stats, outcome)
-                progress.advance(len(items))
-                streak = 0 if outcome.stored else streak + len(outcome.failed)
-                if streak >= streak_limit:
-                    reasons = ", ".join(sorted({reason for _, reason in outcome.failed}))
-                    raise _stop(
-                        "failure_streak",
-                        f"the model server at {config.display_url} refused each of the last {streak} chunks "
-                        f"({reasons}); stopping",
-                    )
+                # Commit whichever batch is done first: one batch waiting out a
+                # backoff never holds back the others (each batch is atomic).
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in _in_submission_order(done, pending):
+                    size = pending.pop(future)
+                    try:
+                        outcome = future.result()
+                    except Stopped:  # another worker met the error that stopped the run
+                        raise embedder.fatal or _stop("stopped", "the embed workers stopped") from None
+                    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+                    vectorstore.store_batch(db, key, dim, outcome.stored, outcome.failed, created)
+                    _count(stats, outcome)
+                    progress.advance(size)
+                    streak = 0 if outcome.stored else streak + len(outcome.failed)
+                    if streak >= streak_limit:
+                        reasons = ", ".join(sorted({reason for _, reason in outcome.failed}))
+                        raise _stop(
+                            "failure_streak",
+                            f"the model server at {config.display_url} refused each of the last {streak} chunks "
+                            f"({reasons}); stopping",
+                        )
                 _fill(pending, batches, pool, embedder, window)
     except KeyboardInterrupt:
         stats.interrupted = True
@@ -325,12 +329,17 @@ def _cut(missing: Sequence, sizer: BatchSizer) -> Iterator[list]:
         first += size
 
 
-def _fill(pending: collections.deque, batches: Iterator[list], pool: WorkerPool, embedder, window: int) -> None:
+def _fill(pending: dict, batches: Iterator[list], pool: WorkerPool, embedder, window: int) -> None:
     while len(pending) < window:
         items = next(batches, None)
         if items is None:
             return
-        pending.append((items, pool.submit(embedder, items)))
+        pending[pool.submit(embedder, items)] = len(items)
+
+
+def _in_submission_order(done: set, pending: dict) -> list:
+    """``done`` in the order the batches were cut (``pending`` keeps insertion order)."""
+    return [future for future in pending if future in done]
 
 
 def _count(stats: EmbedStats, outcome: BatchOutcome) -> None:

@@ -23,7 +23,6 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 from typing import Callable, Sequence
 
 from .stub_server import StubServer, _as_list, _handler_for, bag_of_words
@@ -99,7 +98,7 @@ class FaultStub(StubServer):
     def come_back(self) -> None:
         """Listen again on the same port."""
         host, port = self.httpd.server_address[:2]
-        self.httpd = ThreadingHTTPServer((host, port), _handler_for(self))
+        self.httpd = type(self.httpd)((host, port), _handler_for(self))
         self.httpd.daemon_threads = True
         self._quiet(self.httpd)
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

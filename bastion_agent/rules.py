@@ -298,7 +298,7 @@ RULES: tuple[Rule, ...] = (
        r"(?i)(?<![\w\-])(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?"
        r"(?:(?:bearer|basic|token|api-?token|apikey|digest|negotiate|ntlm|sso-key|key)[ \t]+)?"
        r"(?P<secret>[A-Za-z0-9+/=._~\-:%]{8,})",
-       keywords=("authorization",), validator="plausible", anchor="keyword"),
+       keywords=("authorization",), validator="auth_header", anchor="keyword"),
     R_("cli-user-password", "url-credentials",
        r"(?:(?<=\s)-u|--user)(?:[ \t]+|=)(?P<secret>[^\s]+)",
        keywords=("-u", "--user"), validator="cli_user", anchor="keyword"),
@@ -343,7 +343,7 @@ RULES: tuple[Rule, ...] = (
        r"\d(?:\d{3}([ \-]?)\d{4}\1\d{4}\1\d{4}(?:\1\d{3})?|\d{3}([ \-]?)\d{6}\2\d{5}|\d{12,18})"
        r"(?![\w\-]|\.\d)",
        validator="card", scope="number"),
-    R_("iban", "iban", r"[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}(?![a-z0-9])", validator="iban"),
+    R_("iban", "iban", r"[A-Z][A-Z]\d\d(?: ?[A-Z0-9]){11,30}(?![a-z0-9])", validator="iban"),
     R_("us-ssn", "ssn", r"\d{3}([\- ])\d{2}\1\d{4}(?![\w\-])", validator="ssn", scope="number"),
     R_("us-ssn-labelled", "ssn",
        r"(?i:\b(?:ssn|social security(?: number| no\.?)?)\b[^\n\d]{0,20})(?P<secret>\d{9})(?!\d)",

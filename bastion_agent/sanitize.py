@@ -6,11 +6,14 @@ replaced by a typed placeholder, ``[REDACTED:<rule-id>]``; the result depends
 only on the text and the settings, so the same document always sanitizes to
 the same text and keeps its content-addressed chunk ids.
 
-How the scan stays fast as rules are added (see ``rules.py``): one combined
-pass finds every keyword of every rule, and a rule runs only in a window
-around its keywords; one pass finds long runs of token characters for the
-keyword-less token shapes; only a handful of personal-data shapes scan the
-whole text. Text with nothing to find comes out byte for byte unchanged.
+How the scan stays fast as rules are added (see ``rules.py``): one keyword
+scan (a literal-led pass per first character of a keyword, so bounded by the
+alphabet, not by the rules) finds every keyword of every rule, and a rule
+runs only in a window around its keywords; one pass finds long runs of token
+characters for the keyword-less token shapes, one pass finds runs of digits
+for phone, card and SSN shapes; only IBANs and IP addresses scan the whole
+text, from a character the engine skips to quickly. Text with nothing to
+find comes out byte for byte unchanged.
 
 Overlapping findings are merged into one placeholder named after the finding
 that starts first (the longest one on a tie, then the earlier rule in the
@@ -25,7 +28,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from . import layout as store
 from .errors import ManifestError, StoreError
@@ -47,6 +50,7 @@ WINDOW_AHEAD = 2048
 TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_.~\-]{20,}")
 NUMBER_RUN = re.compile(r"\d(?:[ \-.()/]{0,2}\d){6,}")
 WHITESPACE = re.compile(r"\s")
+SHORT_TEXT = 4096  # below this, the keyword scan first checks which first characters occur
 
 
 # --- settings -------------------------------------------------------------------
@@ -189,8 +193,8 @@ class Sanitizer:
         for active in self.rules:
             self._by_scope[active.rule.effective_scope].append(active)
         self._keyword_rules = _keyword_index(self.rules)
-        self._trigger = _trigger_regex(self._keyword_rules)
-        self._trigger_nocase = None
+        self._triggers = _trigger_regexes(self._keyword_rules)
+        self._triggers_nocase: list[tuple[str, re.Pattern]] | None = None
         self._allow = frozenset(self.settings.allow)
         self._allow_patterns = [re.compile(p) for p in self.settings.allow_patterns]
 
@@ -251,21 +255,28 @@ class Sanitizer:
     # Internals ------------------------------------------------------------------
 
     def _keyword_hits(self, text: str) -> dict[_Active, list[int]]:
-        """Where each keyword rule's keywords occur: one pass for all rules."""
-        if self._trigger is None:
+        """Where each keyword rule's keywords occur, sorted, for all rules at once."""
+        if not self._triggers:
             return {}
         lowered = text.lower()
-        trigger = self._trigger
+        triggers = self._triggers
         if len(lowered) != len(text):  # a character whose lower case is longer: keep offsets exact
             lowered = text
-            if self._trigger_nocase is None:
-                self._trigger_nocase = re.compile(self._trigger.pattern, re.IGNORECASE)
-            trigger = self._trigger_nocase
+            if self._triggers_nocase is None:
+                self._triggers_nocase = [(c, re.compile(t.pattern, re.IGNORECASE)) for c, t in self._triggers]
+            triggers = self._triggers_nocase
+        elif len(lowered) < SHORT_TEXT:  # a path, a line: skip the passes whose first character is absent
+            present = set(lowered)
+            triggers = [(c, t) for c, t in triggers if c in present]
         hits: dict[_Active, list[int]] = {}
-        for match in trigger.finditer(lowered):
-            keyword = match.group(1).lower()
-            for active in self._keyword_rules[keyword]:
-                hits.setdefault(active, []).append(match.start())
+        index = self._keyword_rules
+        for _, trigger in triggers:
+            for match in trigger.finditer(lowered):
+                keyword = (match.group(0) + match.group(1)).lower()
+                for active in index.get(keyword, ()):
+                    hits.setdefault(active, []).append(match.start())
+        for positions in hits.values():
+            positions.sort()
         return hits
 
     def _accept(self, active: _Active, text: str, matches: Iterable[re.Match]) -> Iterable[Finding]:
@@ -314,8 +325,8 @@ def merge(findings: list[Finding]) -> list[Finding]:
 def _keyword_index(rules: list[_Active]) -> dict[str, list[_Active]]:
     """keyword -> the rules it triggers, including rules of keywords that are its prefixes.
 
-    The combined scan reports the longest keyword at each position; a shorter
-    keyword that starts there too (``pass`` inside ``passw``) is a prefix of it.
+    The keyword scan reports the longest keyword at each position; a shorter
+    keyword that starts there too (``pass`` inside ``password``) is a prefix of it.
     """
     direct: dict[str, list[_Active]] = {}
     for active in rules:
@@ -332,10 +343,15 @@ def _keyword_index(rules: list[_Active]) -> dict[str, list[_Active]]:
     return index
 
 
-def _trigger_regex(index: dict[str, list[_Active]]) -> re.Pattern | None:
-    """One regular expression for all keywords, as a trie, matched at every position."""
-    if not index:
-        return None
+def _trigger_regexes(index: dict[str, list[_Active]]) -> list[tuple[str, re.Pattern]]:
+    """The keyword scan: one regular expression per first character of a keyword.
+
+    Each is that character (a literal, which the engine skips to at memchr
+    speed) followed by a look-ahead holding the trie of the keywords'
+    remainders, so overlapping keywords are all found. The number of passes
+    is bounded by the alphabet of the keywords' first characters, not by the
+    number of rules.
+    """
     trie: dict = {}
     for keyword in index:
         node = trie
@@ -351,7 +367,7 @@ def _trigger_regex(index: dict[str, list[_Active]]) -> re.Pattern | None:
         body = branches[0] if len(branches) == 1 and not ending else "(?:" + "|".join(branches) + ")"
         return body + "?" if ending else body
 
-    return re.compile("(?=(" + build(trie) + "))")
+    return [(first, re.compile(re.escape(first) + "(?=(" + build(child) + "))")) for first, child in sorted(trie.items())]
 
 
 def _matches_at(regex: re.Pattern, text: str, positions: list[int]) -> Iterable[re.Match]:
@@ -455,9 +471,9 @@ def run(manifest, layout) -> dict:
             changed += bool(counts)
             bytes_in += len(raw)
             bytes_out += len(data)
-            paths = sorted(sanitizer.redact_path(p) for p in docs[doc].paths)
-            paths_redacted += sum(1 for p in docs[doc].paths if sanitizer.redact_path(p) != p)
-            rows.append({"doc": doc, "paths": paths, "kind": docs[doc].kind})
+            shown = {path: sanitizer.redact_path(path) for path in docs[doc].paths}
+            paths_redacted += sum(1 for path, clean_path in shown.items() if clean_path != path)
+            rows.append({"doc": doc, "paths": sorted(shown.values()), "kind": docs[doc].kind})
             progress.advance()
     store.sync_to_disk()
     store.write_jsonl(layout.sanitized_listing, rows)
@@ -485,6 +501,7 @@ def run(manifest, layout) -> dict:
 
 
 def _extracted_docs(layout) -> dict[str, _Doc]:
+    """The documents extract read: their paths (sorted) and the kind of the first path."""
     listing = Path(layout.extract_listing)
     if not listing.is_file():
         raise StoreError(f"no extract store at {layout.extract_dir}: run extract first")
@@ -492,32 +509,19 @@ def _extracted_docs(layout) -> dict[str, _Doc]:
         rows = store.read_jsonl(listing)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StoreError(f"extract listing {listing} is unreadable ({exc.__class__.__name__}): run extract again") from None
-    docs: dict[str, _Doc] = {}
+    found: dict[str, list[tuple[str, str]]] = {}
     for row in rows:
         if not isinstance(row, dict) or row.get("status") != "extracted":
             continue
         doc = row.get("doc")
         if not isinstance(doc, str) or not DOC_ID.fullmatch(doc):
             raise StoreError(f"extract listing {listing} has an invalid doc id: run extract again")
-        entry = docs.setdefault(doc, _Doc(paths=[], kind=str(row.get("kind", ""))))
-        path = row.get("path")
-        if isinstance(path, str) and path not in entry.paths:
-            entry.paths.append(path)
-    for entry in docs.values():  # the kind of the first path in sorted order, whatever the listing's order
-        entry.paths.sort()
-    _kinds_from_first_path(rows, docs)
+        found.setdefault(doc, []).append((str(row.get("path", "")), str(row.get("kind", ""))))
+    docs = {}
+    for doc, entries in found.items():
+        entries.sort()
+        docs[doc] = _Doc(paths=sorted({path for path, _ in entries if path}), kind=entries[0][1])
     return docs
-
-
-def _kinds_from_first_path(rows: list[Any], docs: dict[str, _Doc]) -> None:
-    first: dict[str, tuple[str, str]] = {}
-    for row in rows:
-        if isinstance(row, dict) and row.get("status") == "extracted" and row.get("doc") in docs:
-            key = (str(row.get("path", "")), str(row.get("kind", "")))
-            if row["doc"] not in first or key < first[row["doc"]]:
-                first[row["doc"]] = key
-    for doc, (_, kind) in first.items():
-        docs[doc].kind = kind
 
 
 def _read_extracted(layout, doc: str) -> bytes:

@@ -53,8 +53,7 @@ class StubServer:
         self.models = None if models is None else set(models)
         self.requests: list[tuple[str, dict]] = []
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer((host, port), _handler_for(self))
-        self.httpd.daemon_threads = True
+        self.httpd = LoopbackServer((host, port), _handler_for(self))
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
@@ -90,6 +89,13 @@ class StubServer:
         """A hook for subclasses: answer this request through ``handler`` and return True,
         or return False to let the stub answer it."""
         return False
+
+
+class LoopbackServer(ThreadingHTTPServer):
+    """A threading server with a listen queue deep enough for a burst of clients."""
+
+    daemon_threads = True
+    request_queue_size = 128
 
 
 def _as_list(value) -> list:

@@ -420,14 +420,8 @@ class CrashSafetyTests(FaultCase):
     doc_count = 40  # 120 windows, 30 batches of 4
 
     def test_sigkill_midway_leaves_whole_batches_and_a_rerun_completes(self):
-        root = Path(__file__).resolve().parent.parent
-        env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
         with FaultStub(rule=lambda n, texts, body: Fault(delay=0.05)) as stub:
-            env.update(EMBED_URL=stub.url, EMBED_BATCH="4", PYTHONPATH=str(root))
-            process = subprocess.Popen(
-                [sys.executable, "-m", "bastion_agent", "embed", str(self.manifest_path), "--out", str(self.layout.root)],
-                cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            )
+            process = self.start_embed(stub)
             try:
                 stored = self.wait_for_vectors(process, at_least=8)
                 os.kill(process.pid, signal.SIGKILL)
@@ -449,6 +443,34 @@ class CrashSafetyTests(FaultCase):
         self.assertEqual(len(per_chunk), 120)
         self.assertEqual({n for (n,) in per_chunk}, {1})
         self.assert_every_vector_right()
+
+    def test_sigint_midway_exits_130_with_a_summary_of_what_was_stored(self):
+        with FaultStub(rule=lambda n, texts, body: Fault(delay=0.05)) as stub:
+            process = self.start_embed(stub, EMBED_CONCURRENCY="2")
+            try:
+                self.wait_for_vectors(process, at_least=8)
+                process.send_signal(signal.SIGINT)
+                _, err = process.communicate(timeout=30)
+            finally:
+                process.kill()
+        self.assertEqual(process.returncode, 130)
+        self.assertIn("interrupted", err.decode())
+        summary = self.summary()
+        with sqlite3.connect(self.layout.vectors_db) as db:
+            count = db.execute("SELECT COUNT(*) FROM vectors").fetchone()[0]
+        self.assertTrue(summary["interrupted"])
+        self.assertEqual(summary["embedded"], count)
+        self.assertEqual(summary["still_missing"], 120 - count)
+        self.assertLess(count, 120)
+
+    def start_embed(self, stub, **env_values) -> subprocess.Popen:
+        root = Path(__file__).resolve().parent.parent
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
+        env.update(EMBED_URL=stub.url, EMBED_BATCH="4", PYTHONPATH=str(root), **env_values)
+        return subprocess.Popen(
+            [sys.executable, "-m", "bastion_agent", "embed", str(self.manifest_path), "--out", str(self.layout.root)],
+            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
 
     def wait_for_vectors(self, process, at_least: int) -> int:
         deadline = time.monotonic() + 60

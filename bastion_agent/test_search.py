@@ -230,6 +230,18 @@ class AnnTests(SyntheticStore):
         self.assertEqual(len(hits), 50)
         self.assertFalse({c[0] for c in self.chunks[:8]} & set(self.ids(hits)))
 
+    def test_a_corrupt_index_falls_back_to_the_scan_and_is_rebuilt(self):
+        self.load()
+        (path,) = self.layout.root.glob("index/*.usearch")
+        path.write_bytes(b"garbage" * 100)
+        query = self.query()
+        with mock.patch.object(ann, "LAZY_ROWS", 0):
+            self.assertEqual(self.ids(self.load().search("", query, 5, "vector")), self.reference(query, 5))
+        embed.refresh_derived(self.layout, fake_manifest())
+        index = self.load()
+        self.assertEqual(index.ann.rows, 400)
+        self.assertEqual(self.ids(index.search("", query, 5, "vector")), self.reference(query, 5))
+
     def test_refresh_derived_builds_the_index(self):
         embed.refresh_derived(self.layout, fake_manifest())
         self.assertEqual(len(list(self.layout.root.glob("index/*.usearch"))), 1)
@@ -296,6 +308,41 @@ class KeywordTests(SyntheticStore):
         upgraded = vectorstore.connect(path, create=False)
         self.addCleanup(upgraded.close)
         self.assertEqual([c for _, c in keyword.top(upgraded, "ZX-4471-B", 3)], [self.chunks[4][0]])
+
+
+def reference_windows(text: str, size: int, overlap: int) -> list[tuple[int, int, int]]:
+    """The specification's windows, walking every token: what the fast chunker must reproduce."""
+    spans = [match.span() for match in embed.TOKEN_RE.finditer(text)]
+    result, first = [], 0
+    while spans:
+        last = min(first + size, len(spans)) - 1
+        result.append((0 if first == 0 else spans[first][0], len(text) if last == len(spans) - 1 else spans[last][1],
+                       last - first + 1))
+        if last == len(spans) - 1:
+            return result
+        first += size - overlap
+    return result
+
+
+class FastChunkerTests(unittest.TestCase):
+    """The chunk stage cuts windows one regular-expression match per step; it must equal the token walk."""
+
+    PIECES = ["a", "bb", "ccc", " ", "  ", "\n", ",", ".", "é", "ß", "_", "1", "-", "'", "\t", "日本", "🙂", '"', "x y"]
+
+    def test_windows_equal_the_token_walk_on_random_texts(self):
+        rng = random.Random(11)
+        for _ in range(3000):
+            text = "".join(rng.choice(self.PIECES) for _ in range(rng.randint(0, 80)))
+            size = rng.randint(1, 12)
+            overlap = rng.randint(0, size - 1)
+            got = [(w.start, w.end, w.tokens) for w in embed.windows(text, size, overlap)]
+            self.assertEqual(got, reference_windows(text, size, overlap), (text, size, overlap))
+
+    def test_chunk_ids_of_non_ascii_and_ascii_text_follow_the_definition(self):
+        for text in ("plain ascii words here and more", "Grüße aus Köln, 日本語 🙂 and more words"):
+            rows = embed.chunk_document("d" * 64, text, 3, 1)
+            for row in rows:
+                self.assertEqual(row.chunk_id, sha256_hex("d" * 64 + "\0" + text[row.start : row.end]))
 
 
 class PipelineModeTests(TempFolder, unittest.TestCase):

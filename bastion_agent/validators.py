@@ -56,14 +56,14 @@ PLACEHOLDER_WORDS = frozenset(
     yes no on off undefined empty todo fixme tbd test testing string str int bool boolean
     required optional value your_password your_token your_api_key mypassword mysecret
     secretpassword notasecret not_a_secret insert_here replace_me replaceme foo bar foobar
-    bearer basic xxx
+    bearer basic xxx pass
     """.split()
 )
 
 # Whole-value templates: ${VAR}, {{ var }}, <placeholder>, %(name)s, $VAR, %VAR%, [PASSWORD]
 TEMPLATE_PARTS = re.compile(
     r"\$\{[^{}\s]*\}|\{\{[^{}]*\}\}|\{%[^{}]*%\}|<[^<>]*>|%\(\w+\)[sd]|%[sd]|\$\(?[A-Za-z_]\w*\)?|%[A-Za-z_]\w*%|"
-    r"\[[A-Z_ ]+\]|\{[A-Za-z_][A-Za-z_.]*\d?\}|\$\d"
+    r"\[[A-Z_ ]+\]|\{[A-Za-z_][A-Za-z_.]*\d?\}|\{\d*\}|\$\d"
 )
 
 # An indirect reference to where the secret really lives.
@@ -275,7 +275,21 @@ def unquote(raw: str, start: int) -> tuple[str, int, int, bool]:
     return raw, start, start + len(raw), False
 
 
-_REFERENCE_LIKE = re.compile(r"[A-Za-z_]+(?:\.[A-Za-z_]+)+|[A-Z][A-Z_]*_[A-Z_]*|[a-z]+(?:_[a-z]+)+|[A-Za-z]+")
+_REFERENCE_LIKE = re.compile(r"[A-Z][A-Z_]*_[A-Z_]*|[a-z]+(?:_[a-z]+)+|[A-Za-z]+")
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+def looks_like_code(value: str, following: str) -> bool:
+    """``base64.encodebytes(...)``, ``config.token``, ``user_password``: code, not a value.
+
+    A dotted path counts as code when none of its parts looks random
+    (``s.ZC9Ecf4M5g9o34Q6RkzGsj0z`` is a token, ``win32api.RegOpenKeyEx`` is not).
+    """
+    if following[:1] in ("(", "[") or _REFERENCE_LIKE.fullmatch(value):
+        return True
+    if _DOTTED.fullmatch(value):
+        return all(len(part) < 16 or shannon_entropy(part) < 3.5 for part in value.split("."))
+    return False
 
 
 def assignment_value_ok(value: str, strength: str, quoted: bool, following: str) -> bool:
@@ -286,16 +300,14 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
         return False
     if len(value.split()) >= 6:  # a sentence (a message, a label), not a secret
         return False
+    if not quoted and looks_like_code(value, following):
+        return False
     if strength == "weak":
         compact = value.replace("-", "")
         return len(value) >= 16 and not any(ch.isspace() for ch in value) and looks_random(compact, base64_bits=3.5)
     if quoted:
         return len(value) >= 4
-    if following[:1] in ("(", "["):  # a call or an index: code, not a value
-        return False
-    if len(value) < 6 or _REFERENCE_LIKE.fullmatch(value):
-        return False
-    return True
+    return len(value) >= 6
 
 
 def check_assignment(match: re.Match, start: int, end: int):
@@ -304,10 +316,14 @@ def check_assignment(match: re.Match, start: int, end: int):
     if strength is None:
         return False
     groups = match.groupdict()
-    if groups.get("op") == "," and not groups.get("kq"):
-        return False  # ``token, value = ...``: tuple unpacking, not an assignment
+    if groups.get("op") == ",":
+        if not groups.get("kq"):
+            return False  # ``token, value = ...``: tuple unpacking, not an assignment
+        strength = "weak"  # ("API_TOKEN", "...") is a pair only when the value looks random
     raw = match.group("value")
     vstart = match.start("value")
+    if groups.get("xop") and (raw[:1] in "\"'`\\" or match.string[match.start("key") - 1: match.start("key")] != "<"):
+        return False  # ``<password>value</password>`` only: an XML element holds a bare value
     value, vstart, vend, quoted = unquote(raw, vstart)
     following = match.string[vend + (1 if quoted else 0): vend + 2]
     if not assignment_value_ok(value, strength, quoted, following):
@@ -373,6 +389,11 @@ def check_plausible(match: re.Match, start: int, end: int):
     return plausible_secret(match.string[start:end])
 
 
+def check_auth_header(match: re.Match, start: int, end: int):
+    value = match.string[start:end]
+    return plausible_secret(value) and not looks_like_code(value, match.string[end:end + 1])
+
+
 def check_url_credentials(match: re.Match, start: int, end: int):
     user, _, password = match.string[start:end].partition(":")
     return bool(password) and plausible_secret(password)
@@ -388,8 +409,13 @@ def check_cli_user(match: re.Match, start: int, end: int):
     return bool(usable) and len(usable) == len(parts)
 
 
+SEQUENCES = re.compile(r"(?i)0123456789|abcdefghij|qwertyuiop")
+
+
 def check_high_entropy(match: re.Match, start: int, end: int):
     value = match.string[start:end].rstrip("=")
+    if is_hex(value) and len(value) < 32 or SEQUENCES.search(value):
+        return False  # short hex strings and alphabets are not keys
     return looks_random(value) and not is_placeholder(value)
 
 
@@ -398,7 +424,7 @@ FILE_EXTENSIONS = frozenset("txt md pdf doc docx odt rtf csv tsv xls xlsx ods js
 
 
 def check_email(match: re.Match, start: int, end: int):
-    """An address; a file name such as ``kim@corp.io.pdf`` keeps its extension."""
+    """An address; in a file name the extension after it (``.pdf``, ``.txt``) stays."""
     value = match.string[start:end]
     head, _, extension = value.rpartition(".")
     if extension.lower() in FILE_EXTENSIONS and "." in head.rsplit("@", 1)[-1]:
@@ -420,6 +446,8 @@ def check_phone(match: re.Match, start: int, end: int):
         return False
     value = match.string[start:end]
     digits = digit_count(value)
+    if re.fullmatch(r"\+?\d+\.\d+", value):
+        return False  # a signed decimal number
     if value.startswith("+"):
         return 8 <= digits <= 15
     if value.startswith("00"):
@@ -469,7 +497,10 @@ def check_ssn(match: re.Match, start: int, end: int):
     return len(digits) == 9 and not digits.startswith(("000", "666", "9")) and digits[3:5] != "00" and digits[5:] != "0000"
 
 
-NOT_AN_ADDRESS_BEFORE = re.compile(r"(?i)(?:\bEC|\bversion|\bv(?:er)?\.?|\bOID|\bSNMP)[ :]*$")
+NOT_AN_ADDRESS_BEFORE = re.compile(
+    r"(?i)(?:\bEC|\bversions?|\brelease|\bv(?:er)?\.?|\bOID|\bSNMP|\bsections?|\bchapters?|\bclauses?|§|\bstep|"
+    r"\bfigure|\bfig\.|\btable)[ :\-#\"']*$"
+)
 
 
 def check_public_ip(match: re.Match, start: int, end: int):
@@ -481,7 +512,7 @@ def check_public_ip(match: re.Match, start: int, end: int):
     if first == start:
         return False
     start = first
-    if not left_ok(text, start, ".:") or NOT_AN_ADDRESS_BEFORE.search(text, max(0, start - 12), start):
+    if not left_ok(text, start, ".:") or NOT_AN_ADDRESS_BEFORE.search(text, max(0, start - 16), start):
         return False  # "EC 1.14.16.2" is an enzyme, "version 1.2.3.4" a release
     return [(start, end)] if public_ip(text[start:end]) else False
 
@@ -498,8 +529,8 @@ def check_public_ipv6(match: re.Match, start: int, end: int):
     if not left_ok(text, first, ":."):
         return False
     value = text[first:end]
-    if "::" not in value and value.count(":") < 7:
-        return False
+    if "::" not in value and value.count(":") < 7 or sum(1 for group in value.split(":") if group) < 3:
+        return False  # slices such as [1::2] are not addresses
     return [(first, end)] if public_ip(value) else False
 
 
@@ -516,6 +547,7 @@ CHECKS = {
     "key_block": check_key_block,
     "slack_token": check_slack_token,
     "plausible": check_plausible,
+    "auth_header": check_auth_header,
     "url_credentials": check_url_credentials,
     "cli_user": check_cli_user,
     "high_entropy": check_high_entropy,

@@ -132,8 +132,17 @@ def read_header(files: Files) -> dict | None:
 
 
 def refresh(db, layout: Layout, key: str, dim: int) -> dict:
-    """Bring ``key``'s derived files in step with ``db``; return the header to read them by."""
+    """Bring ``key``'s derived files in step with ``db``; return the header to read them by.
+
+    A current header is checked without the lock (readers never wait for a
+    writer that is only building an ANN index); an update takes it.
+    """
     files = Files.for_key(layout, key)
+    with vectorstore.transaction(db, write=False):
+        header = read_header(files)
+        if header is not None and header.get("state") == read_state(db).as_dict() \
+                and _consistent(db, files, header, key, dim, read_state(db)):
+            return header
     with writer_lock(files), vectorstore.transaction(db, write=False):
         state = read_state(db)
         header = read_header(files)
@@ -152,20 +161,26 @@ def refresh(db, layout: Layout, key: str, dim: int) -> dict:
     return header
 
 
+HEADER_KEYS = {"key", "dim", "store_id", "vectors_generation", "chunks_generation", "max_rowid", "rows", "mask_rows",
+               "current", "build", "state"}
+
+
 def _consistent(db, files: Files, header: dict, key: str, dim: int, state: StoreState) -> bool:
-    """Whether the header and its files can be extended rather than rebuilt."""
+    """Whether the header and its files can be used or extended rather than rebuilt."""
     try:
+        if not HEADER_KEYS <= set(header) or not isinstance(header["build"], str) or not header["build"].isalnum():
+            return False
         if (header["key"], header["dim"], header["store_id"]) != (key, dim, state.store_id):
             return False
         if header["vectors_generation"] != state.vectors_generation or header["max_rowid"] > state.max_rowid:
             return False
         rows = header["rows"]
-        sizes = {"f32": 4 * dim, "rowid": 8, "inv": 4}
+        sizes = {"f32": 4 * dim, "rowid": 8, "inv": 4, "mask": 1 if header["mask_rows"] == rows else 0}
         for kind, width in sizes.items():
             if files.data(header["build"], kind).stat().st_size < rows * width:
                 return False
         return _spot_check(db, files, header, key, dim)
-    except (KeyError, TypeError, OSError):
+    except (KeyError, TypeError, ValueError, OSError):
         return False
 
 
