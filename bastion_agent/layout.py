@@ -84,8 +84,11 @@ def write_private(path: Path, data: bytes | str, *, durable: bool = True) -> Non
     """
     if isinstance(data, str):
         data = data.encode("utf-8")
-    ensure_private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except FileNotFoundError:  # the folder is made once, not checked per file
+        ensure_private_dir(path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, PRIVATE_FILE_MODE)
         with os.fdopen(fd, "wb") as handle:
