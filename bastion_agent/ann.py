@@ -58,6 +58,9 @@ def path_of(files: Files, header: dict):
 def update(files: Files, header: dict, view: VectorFile, limit: int | None = None) -> dict:
     """Add the rows the index lacks (at most ``limit`` of them; all when None); return the header.
 
+    With a ``limit`` (a search's lazy update) it never waits for another
+    builder.
+
     Builds the index when it is missing and the file holds at least
     ``MIN_ROWS`` rows. One builder at a time (its own lock file, so searches
     never wait for a build); the saved file replaces the old one atomically
@@ -67,8 +70,10 @@ def update(files: Files, header: dict, view: VectorFile, limit: int | None = Non
     module = usearch_or_none()
     if module is None or view.rows < MIN_ROWS or view.np is None:
         return header
-    with writer_lock(Files(files.folder, files.name + ".ann")):
+    with writer_lock(Files(files.folder, files.name + "-ann"), wait=limit is None) as held:
         latest = read_header(files)
+        if not held:  # another process is building it: search with what is saved, scanning the rest
+            return latest if latest is not None and latest.get("build") == header["build"] else header
         if latest is None or latest.get("build") != header["build"]:
             return header  # rebuilt meanwhile: the next load sees the new build
         covered = latest.get("ann_rows", 0) if _readable(module, files, latest) else 0

@@ -74,13 +74,26 @@ def windows(text: str, size: int, overlap: int) -> list[Window]:
 _ATOMIC_TOKEN = r"(?:\w++|[^\w\s])"
 
 
+# The most tokens one regular-expression group takes: the last group of a
+# text, which may be short, is counted again, so it must stay small.
+PIECE_TOKENS = 32
+
+
+def _step_pieces(size: int, overlap: int) -> tuple[int, ...]:
+    """Token counts of the pieces one step is cut into; a piece boundary falls wherever a window starts or ends."""
+    step = size - overlap
+    remainder = overlap % step
+    rest = step - remainder
+    return (remainder,) * bool(remainder) + (PIECE_TOKENS,) * (rest // PIECE_TOKENS) + (rest % PIECE_TOKENS,) * bool(rest % PIECE_TOKENS)
+
+
 @functools.lru_cache(maxsize=None)
-def _step_re(first: int, second: int) -> re.Pattern:
-    """One step of tokens as up to two pieces: ``first`` tokens (group 1), then ``second`` (group 2)."""
+def _step_re(pieces: tuple[int, ...]) -> re.Pattern:
+    """One step of tokens: group ``i`` takes up to ``pieces[i - 1]`` tokens."""
     def piece(tokens: int) -> str:
         return rf"({_ATOMIC_TOKEN}(?:\s*+{_ATOMIC_TOKEN}){{0,{tokens - 1}}})"
 
-    return re.compile(rf"\s*+{piece(first)}" + (rf"(?:\s*+{piece(second)})?" if second else ""))
+    return re.compile(rf"\s*+{piece(pieces[0])}" + "".join(rf"(?:\s*+{piece(n)})?" for n in pieces[1:]))
 
 
 def _windows(text: str, size: int, overlap: int) -> tuple[list[tuple[int, int, int]], int]:
@@ -88,21 +101,23 @@ def _windows(text: str, size: int, overlap: int) -> tuple[list[tuple[int, int, i
 
     Only the characters where windows start and end matter, and those are
     token boundaries at multiples of the step and at multiples of the step
-    plus ``overlap % step``. So the text is cut at exactly those boundaries,
-    one regular-expression match per step: the same spans as walking every
-    token, without a Python object per token (bench/chunk_speed.py).
+    plus ``overlap % step``. So the text is cut into pieces of at most
+    ``PIECE_TOKENS`` tokens with boundaries there, one regular-expression
+    match per step: the same spans as walking every token, without a Python
+    object per token (bench/chunk_speed.py). A group takes fewer tokens than
+    its piece only where the text ends, so only the last is counted.
     """
     if not 0 <= overlap < size:
         raise ValueError(f"need 0 <= overlap ({overlap}) < size ({size})")
     step = size - overlap
-    first, second = (overlap % step, step - overlap % step) if overlap % step else (step, 0)
+    pieces = _step_pieces(size, overlap)
+    groups = tuple(enumerate(pieces, start=1))
     starts: dict[int, int] = {}
     ends: dict[int, int] = {}
     count = 0
     last = None
-    pieces = ((1, first), (2, second)) if second else ((1, first),)
-    for match in _step_re(first, second).finditer(text):
-        for group, tokens in pieces:
+    for match in _step_re(pieces).finditer(text):
+        for group, tokens in groups:
             start, end = match.span(group)
             if start < 0:
                 break
@@ -428,17 +443,21 @@ class SearchIndex:
                                   isolation_level=None, check_same_thread=False)
 
     @classmethod
-    def load(cls, manifest, layout: Layout, *, use_numpy: bool | None = None, use_ann: bool = True) -> "SearchIndex":
+    def load(cls, manifest, layout: Layout, *, use_numpy: bool | None = None, use_ann: bool = True,
+             vectors: bool = True) -> "SearchIndex":
         """Open the manifest's model, refreshing the derived files first when the database moved on.
 
         ``use_numpy=False`` forces the pure-Python scan (``True`` requires
-        numpy); ``use_ann=False`` never opens the ANN index.
+        numpy); ``use_ann=False`` never opens the ANN index; ``vectors=False``
+        opens only what keyword search reads (a one-off keyword query).
         """
         from . import ann, vectorfile
 
         version = store_version(layout)
         db = vectorstore.connect(layout.vectors_db, create=False)
         try:
+            if not vectors:
+                return cls(manifest, layout, None, None, version)
             header = vectorfile.refresh(db, layout, manifest.embed.vector_key, manifest.embed.dim)
         finally:
             db.close()
@@ -455,8 +474,8 @@ class SearchIndex:
         return cls(manifest, layout, vectors, ann_index, version)
 
     def __len__(self) -> int:
-        """How many current windows have a vector of this model."""
-        return self.vectors.current
+        """How many current windows have a vector of this model (0 when opened without vectors)."""
+        return self.vectors.current if self.vectors is not None else 0
 
     def close(self) -> None:
         self.db.close()
@@ -591,7 +610,7 @@ def search(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: Emb
     if k < 1:
         raise ConfigError(f"k must be a whole number >= 1; got {k}")
     mode = resolve_mode(manifest, mode)
-    index = SearchIndex.load(manifest, layout)
+    index = SearchIndex.load(manifest, layout, vectors=needs_vector(mode))
     try:
         if needs_vector(mode) and not len(index):
             return []

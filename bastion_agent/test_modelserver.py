@@ -401,7 +401,10 @@ class Demo(TempFolder, unittest.TestCase):
                          "[REDACTED:", "model server stopped"):
             self.assertIn(expected, stdout)
         self.assertIsNone(re.search(r"AKIA[A-Z0-9]{16}", stdout))
-        self.assertNotIn("AKIAZ7FAKEDEMO4KEY2X", (out / "vectors.db").read_bytes().decode("latin-1"))
+        stored = (out / "vectors.db").read_bytes().decode("latin-1")
+        for planted in ("AKIAZ7FAKEDEMO4KEY2X", "4532 0151 1283 0366", "dana.whitfield@fakemail-demo.net"):
+            self.assertNotIn(planted, stored)
+            self.assertNotIn(planted, stdout)
         pid = int(re.search(r"\(pid (\d+)\)", stdout).group(1))
         with self.assertRaises(ProcessLookupError):
             os.kill(pid, 0)

@@ -136,6 +136,20 @@ class DerivedFileTests(SyntheticStore):
         self.assert_matches_reference()
         self.assertEqual((self.header()["build"], self.header()["rows"]), (build, 130))
 
+    def test_vectors_added_while_embed_runs_are_marked_without_a_full_pass(self):
+        chunks, vectors = self.rows(140)
+        self.store(chunks, [])  # 20 windows without vectors yet, as while embed runs
+        self.assertEqual(len(self.load()), 120)
+        stale_chunk = sha256_hex("a window of another sweep")
+        added = vectors[120:] + [(stale_chunk, vectorstore.pack([1.0] * DIM))]
+        vectorstore.add_vectors(self.db, "synthetic", DIM, added, "2026-01-01T00:00:00+00:00")
+        with mock.patch.object(vectorfile, "_write_mask", side_effect=AssertionError("full mask pass")):
+            index = self.load()
+        self.assertEqual(len(index), 140)
+        query = vectorstore.unpack(vectors[130][1]).tolist()
+        self.assertEqual(self.ids(index.search("", query, 1, "vector")), [chunks[130][0]])
+        self.assertNotIn(stale_chunk, self.ids(index.search("", [1.0] * DIM, 140, "vector")))
+
     def test_a_corrupt_matrix_is_never_trusted(self):
         self.load()
         size = self.data("f32").stat().st_size
@@ -221,6 +235,17 @@ class AnnTests(SyntheticStore):
         index = self.load()
         self.assertEqual(index.ann.rows, 450)
         self.assertEqual(self.ids(index.search("", query, 1, "vector")), [chunks[440][0]])
+
+    def test_a_search_never_waits_for_an_index_being_built(self):
+        self.load()
+        chunks, vectors = self.rows(450)
+        self.store(chunks, vectors)
+        files = vectorfile.Files.for_key(self.layout, "synthetic")
+        query = vectorstore.unpack(vectors[445][1]).tolist()
+        with vectorfile.writer_lock(vectorfile.Files(files.folder, files.name + "-ann")):  # a builder at work
+            index = self.load()
+            self.assertEqual(index.ann.rows, 400)  # the saved index; the 50 new rows are scanned
+            self.assertEqual(self.ids(index.search("", query, 1, "vector")), [chunks[445][0]])
 
     def test_stale_vectors_never_come_from_the_ann_index(self):
         self.load()
@@ -337,6 +362,15 @@ class FastChunkerTests(unittest.TestCase):
             overlap = rng.randint(0, size - 1)
             got = [(w.start, w.end, w.tokens) for w in embed.windows(text, size, overlap)]
             self.assertEqual(got, reference_windows(text, size, overlap), (text, size, overlap))
+
+    def test_windows_longer_than_one_piece_equal_the_token_walk(self):
+        rng = random.Random(12)
+        for _ in range(300):
+            text = "".join(rng.choice(self.PIECES) for _ in range(rng.randint(0, 900)))
+            size = rng.randint(20, 150)
+            overlap = rng.choice([0, 1, size // 2, size - 1, rng.randint(0, size - 1)])
+            got = [(w.start, w.end, w.tokens) for w in embed.windows(text, size, overlap)]
+            self.assertEqual(got, reference_windows(text, size, overlap), (size, overlap))
 
     def test_chunk_ids_of_non_ascii_and_ascii_text_follow_the_definition(self):
         for text in ("plain ascii words here and more", "Grüße aus Köln, 日本語 🙂 and more words"):

@@ -110,13 +110,21 @@ class Files:
 
 
 @contextlib.contextmanager
-def writer_lock(files: Files):
-    """One writer at a time per key (embed's refresh, a search, serve's reload)."""
+def writer_lock(files: Files, wait: bool = True):
+    """One writer at a time per key (embed's refresh, a search, serve's reload).
+
+    Yields whether the lock is held: with ``wait=False`` it is False when
+    another process holds it, and the caller does without.
+    """
     ensure_private_dir(files.folder)
     fd = os.open(files.lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
     finally:
         os.close(fd)
 
@@ -151,8 +159,10 @@ def refresh(db, layout: Layout, key: str, dim: int) -> dict:
             header = _rebuild(db, files, key, dim, state)
         elif header["max_rowid"] != state.max_rowid:
             header = _append(db, files, header, key, dim)
-        if header["chunks_generation"] != state.chunks_generation or header["mask_rows"] != header["rows"]:
+        if header["chunks_generation"] != state.chunks_generation or header["mask_rows"] > header["rows"]:
             _write_mask(db, files, header, key, dim)
+        elif header["mask_rows"] != header["rows"]:
+            _extend_mask(db, files, header, key, dim)  # only vectors were added (embed at work): mark just those
         if header["state"] != state.as_dict() or not trusted:
             header.update(state.as_dict())
             header["state"] = state.as_dict()
@@ -262,9 +272,25 @@ def _write_mask(db, files: Files, header: dict, key: str, dim: int) -> None:
     header["current"] = sum(mask)
 
 
+def _extend_mask(db, files: Files, header: dict, key: str, dim: int) -> None:
+    rowids = _read_array(files.data(header["build"], "rowid"), "q", header["rows"])[header["mask_rows"] :]
+    current = {row[0] for row in db.execute(
+        "SELECT v.rowid FROM vectors v JOIN chunks c ON c.chunk_id = v.chunk_id WHERE v.model = ? AND v.dim = ?"
+        " AND v.rowid >= ?", (key, dim, rowids[0]))}
+    added = bytes(1 if rowid in current else 0 for rowid in rowids)
+    with open(files.data(header["build"], "mask"), "rb") as handle:
+        mask = handle.read(header["mask_rows"])
+    from .layout import write_private
+
+    write_private(files.data(header["build"], "mask"), mask + added)
+    header["mask_rows"] = header["rows"]
+    header["current"] += sum(added)
+
+
 def _remove_old_builds(files: Files, build: str) -> None:
+    """Delete the data files of earlier builds (an open memory map keeps its own)."""
     for path in files.folder.glob(f"{files.name}.*.*"):
-        if path.name.split(".")[1] != build:
+        if path.name.split(".")[1] != build and not path.name.endswith(".lock"):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
