@@ -33,7 +33,9 @@ MIN_ROWS = 100_000
 LAZY_ROWS = 20_000
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
-EXPANSION_SEARCH = 96
+# Measured at 1M clustered vectors (docs/search.md): recall@10 0.948 with 96/96,
+# 0.99 with 256/96, for about 1 ms either way.
+EXPANSION_SEARCH = 256
 MIN_CANDIDATES = 96
 DTYPE = "i8"
 INSTALL_HINT = "pip install 'bastion-agent[ann]'"

@@ -293,6 +293,7 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
         raise ModelServerError(f"{exc}; {stats.embedded} new vectors are stored: re-run embed to resume") from None
     finally:
         db.close()
+    refresh_derived(layout, manifest)
     if stats.failed:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(stats.failed_by_reason.items()))
         raise ModelServerError(
@@ -551,7 +552,7 @@ def cosines(query: Sequence[float], blobs: list[bytes], dim: int, np=None) -> li
     matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, dim).astype(np.float64)
     q = np.asarray(query, dtype=np.float64)
     norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix)) * math.sqrt(float(q @ q))
-    dots = matrix @ q
+    dots = np.einsum("ij,j->i", matrix, q)
     return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0).tolist()
 
 

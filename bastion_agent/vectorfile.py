@@ -369,7 +369,9 @@ class VectorFile:
     def _top_numpy(self, query, n: int, first: int) -> list[tuple[float, int]]:
         np = self.np
         q = np.asarray(query, dtype=np.float32)
-        scores = self.matrix[first:] @ q
+        # einsum, not "@": a matrix-vector product through a threaded BLAS waits for
+        # its worker threads, which costs milliseconds on a busy machine (bench/search_latency.py)
+        scores = np.einsum("ij,j->i", self.matrix[first:], q)
         scores *= self.weights[first:]
         if self.stale is not None:
             scores[self.stale[first:]] = -np.inf
@@ -398,7 +400,8 @@ class VectorFile:
             positions = np.asarray(sorted(positions), dtype=np.int64)
             if not len(positions):
                 return []
-            scores = (self.matrix[positions] @ np.asarray(query, dtype=np.float32)) * self.weights[positions]
+            scores = np.einsum("ij,j->i", self.matrix[positions], np.asarray(query, dtype=np.float32))
+            scores *= self.weights[positions]
             order = np.argsort(-scores, kind="stable")
             return [(float(scores[i]), int(positions[i])) for i in order]
         q = array("f", query)

@@ -30,7 +30,6 @@ sys.path.insert(0, str(REPO))
 
 from bastion_agent import embed, manifest as manifest_module  # noqa: E402
 from bastion_agent.layout import Layout  # noqa: E402
-from bastion_agent.progress import Progress  # noqa: E402
 from bastion_agent.testsupport import clean_env, write_manifest, write_sanitized_store  # noqa: E402
 
 

@@ -14,7 +14,9 @@ something) and short texts over a 5000-word vocabulary, then measures:
   threshold), and ``exact``;
 - ``recall_at_10``: the ANN ranking against the exact one on the same queries;
 - ``bare_numpy_ms``: p50 of ``matrix @ query`` on the same memory-mapped
-  matrix, and ``exact_over_bare``: the exact search's p50 over it.
+  matrix, and ``exact_over_bare``: the exact search's p50 over it (the scan
+  uses ``einsum``, single-threaded, which a busy machine does not stall:
+  ``bare_einsum_ms`` is that product alone).
 
 Usage: python3 bench/search_latency.py [--sizes 10000,100000,1000000] [--queries 200]
 Needs numpy and usearch (pip install -e '.[fast,ann]'). Prints JSON.
@@ -39,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from bastion_agent import ann, embed, vectorfile, vectorstore  # noqa: E402
+from bastion_agent import ann, embed, vectorstore  # noqa: E402
 from bastion_agent.layout import Layout, ensure_private_dir  # noqa: E402
 from bastion_agent.stub_server import StubServer  # noqa: E402
 
@@ -122,13 +124,17 @@ def cold_cli(manifest: Path, out: Path, url: str, mode: str, *extra: str, runs: 
     return {"wall_s": round(statistics.median(walls), 3), "cpu_s": round(statistics.median(cpus), 3)}
 
 
-def measure(n: int, queries: int, stub: StubServer, seed: int = 0) -> dict:
+def measure(n: int, queries: int, stub: StubServer, seed: int = 0, reuse: Path | None = None) -> dict:
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((1000, DIM), dtype=np.float32)
     with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
-        folder = Path(tmp)
+        folder = reuse or Path(tmp)
         layout = Layout(folder / "out")
-        result = {"chunks": n, "dim": DIM, "write_store_s": round(build_store(layout, n, rng, centres), 1)}
+        result = {"chunks": n, "dim": DIM}
+        if reuse and layout.vectors_db.exists():
+            result["reused_store"] = str(reuse)
+        else:
+            result["write_store_s"] = round(build_store(layout, n, rng, centres), 1)
         started = time.monotonic()
         embed.refresh_derived(layout, manifest_stub())
         result["refresh_s"] = round(time.monotonic() - started, 1)
@@ -158,6 +164,8 @@ def measure(n: int, queries: int, stub: StubServer, seed: int = 0) -> dict:
         bare, _ = timed(lambda v: matrix @ np.asarray(v, dtype=np.float32), vectors)
         scan, _ = timed(lambda v: index.vectors.top(v, 26), vectors)
         result["bare_numpy_ms"] = percentiles(bare)
+        bare_einsum, _ = timed(lambda v: np.einsum("ij,j->i", matrix, np.asarray(v, dtype=np.float32)), vectors)
+        result["bare_einsum_ms"] = percentiles(bare_einsum)
         result["exact_scan_ms"] = percentiles(scan)
         result["exact_over_bare"] = round(warm["exact"]["p50"] / result["bare_numpy_ms"]["p50"], 3)
         result["exact_scan_over_bare"] = round(result["exact_scan_ms"]["p50"] / result["bare_numpy_ms"]["p50"], 3)
@@ -176,13 +184,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--keep", metavar="DIR", type=Path,
+                        help="build each store in DIR/SIZE and keep it; a later run reuses it (delete DIR after)")
     args = parser.parse_args()
     if not ann.available():
         raise SystemExit("usearch is not installed: pip install -e '.[fast,ann]'")
     results = []
     with StubServer(dim=DIM) as stub:
         for size in (int(s) for s in args.sizes.split(",")):
-            results.append(measure(size, args.queries, stub))
+            reuse = args.keep / str(size) if args.keep else None
+            if reuse:
+                reuse.mkdir(parents=True, exist_ok=True)
+            results.append(measure(size, args.queries, stub, reuse=reuse))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     print(json.dumps({"ann_min_rows": ann.MIN_ROWS, "cpus": os.cpu_count(), "sizes": results}, indent=2))
 
