@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from . import __version__
 from .errors import BastionError

@@ -20,7 +20,6 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import vectorstore

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from .httpthread import make_server
 from .stub_server import StubServer, _as_list, _handler_for, bag_of_words
 
 DIALECTS = ("ollama", "llamacpp", "tei", "openai")
@@ -98,11 +99,9 @@ class FaultStub(StubServer):
     def come_back(self) -> None:
         """Listen again on the same port."""
         host, port = self.httpd.server_address[:2]
-        self.httpd = type(self.httpd)((host, port), _handler_for(self))
-        self.httpd.daemon_threads = True
+        self.httpd = make_server(host, port, _handler_for(self))
         self._quiet(self.httpd)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        self.start()
 
     @staticmethod
     def _quiet(httpd) -> None:

@@ -74,8 +74,8 @@ def ensure_private_dir(path: Path) -> Path:
     return path
 
 
-def write_private(path: Path, data: bytes | str, *, durable: bool = True) -> None:
-    """Write ``data`` to ``path`` atomically with mode 0600.
+def write_private(path: Path, data: bytes | str, *, durable: bool = True, mode: int = PRIVATE_FILE_MODE) -> None:
+    """Write ``data`` to ``path`` atomically with mode 0600 (or ``mode``).
 
     ``durable=False`` skips the per-file ``fsync``: a stage writing thousands
     of document texts calls ``sync_to_disk()`` once instead, before it writes
@@ -90,7 +90,7 @@ def write_private(path: Path, data: bytes | str, *, durable: bool = True) -> Non
         ensure_private_dir(path.parent)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, PRIVATE_FILE_MODE)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

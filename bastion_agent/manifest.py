@@ -95,17 +95,22 @@ class Manifest:
 def load(path: str | Path, *, require_signed: bool = False) -> Manifest:
     """Read, verify and validate the manifest at ``path``."""
     path = Path(path)
+    raw = read_manifest_bytes(path)
+    status = signing.check_manifest(path, raw, require_signed=require_signed)
+    data = parse(path, raw)
+    return validate(path, data, status)
+
+
+def read_manifest_bytes(path: Path) -> bytes:
+    """The manifest's bytes, read once; one line naming the file when that fails."""
     try:
-        raw = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise ManifestError(f"manifest {path}: no such file") from None
     except IsADirectoryError:
         raise ManifestError(f"manifest {path}: is a folder, expected a .toml or .json file") from None
     except OSError as exc:
         raise ManifestError(f"manifest {path}: cannot read it ({exc.strerror})") from None
-    status = signing.check_manifest(path, raw, require_signed=require_signed)
-    data = parse(path, raw)
-    return validate(path, data, status)
 
 
 def parse(path: Path, raw: bytes) -> dict[str, Any]:

@@ -30,7 +30,6 @@ import hashlib
 import ipaddress
 import json
 import re
-import socket
 import struct
 import sys
 import threading
@@ -38,11 +37,12 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Callable, Sequence
 
 from . import __version__
 from .errors import BastionError
+from .httpthread import ServesInBackground, make_server
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
@@ -159,7 +159,7 @@ class Reject(Exception):
 
 
 @dataclass
-class ModelServer:
+class ModelServer(ServesInBackground):
     """``with ModelServer(encode) as server:`` serves on ``server.url`` until the block ends.
 
     ``encode(texts) -> vectors`` does the embedding; ``count_tokens(text)``
@@ -179,36 +179,11 @@ class ModelServer:
 
     def __post_init__(self):
         self.started = datetime.now(timezone.utc)
-        server_class = _IPv6Server if ":" in self.host else _Server
-        self.httpd = server_class((self.host, self.port), _handler_for(self))
-        self.thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        self.httpd = make_server(self.host, self.port, _handler_for(self))
 
     def names(self) -> set[str]:
         """The model names this server answers to."""
         return {self.model} if ":" in self.model else {self.model, f"{self.model}:latest"}
-
-    def start(self) -> "ModelServer":
-        """Serve on a background thread."""
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        if self.thread is not None:
-            self.thread.join()
-        self.httpd.server_close()
-
-    def __enter__(self) -> "ModelServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     # -- the answers ---------------------------------------------------------
 
@@ -317,15 +292,6 @@ def _encoded(vector: Sequence[float], encoding: str):
     if encoding == "base64":
         return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
     return list(vector)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 64
-
-
-class _IPv6Server(_Server):
-    address_family = socket.AF_INET6
 
 
 # (method, path) -> how to answer; POST routes take the parsed JSON body.

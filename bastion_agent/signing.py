@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import functools
 import hashlib
 import os
 import struct
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .errors import SignatureError
+from .layout import write_private
 
 NAMESPACE = "bastion-manifest"
 ALLOWED_SIGNERS_ENV = "BASTION_ALLOWED_SIGNERS"
@@ -203,6 +203,8 @@ def sign_file(manifest: Path, key: Path) -> tuple[Path, SignatureInfo]:
     covers exactly what was read; its terminal stays the operator's for a
     passphrase prompt. The ``.sig`` replaces any older one atomically.
     """
+    from .manifest import read_manifest_bytes
+
     raw = read_manifest_bytes(manifest)
     if not key.is_file():
         raise SignatureError(f"signing key {key}: no such file (make one with `ssh-keygen -t ed25519 -f {key}`)")
@@ -224,21 +226,6 @@ def sign_file(manifest: Path, key: Path) -> tuple[Path, SignatureInfo]:
     return target, info
 
 
-def read_manifest_bytes(path: Path) -> bytes:
-    """The manifest's bytes, with the same one-line errors as the manifest loader."""
-    from .errors import ManifestError
-
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ManifestError(f"manifest {path}: no such file") from None
-    except IsADirectoryError:
-        raise ManifestError(f"manifest {path}: is a folder, expected a .toml or .json file") from None
-    except OSError as exc:
-        raise ManifestError(f"manifest {path}: cannot read it ({exc.strerror})") from None
-
-
-@functools.lru_cache(maxsize=1)
 def ssh_keygen_path() -> str | None:
     """The absolute path of ``ssh-keygen`` in a system folder, or None."""
     for folder in SYSTEM_BIN_DIRS:
@@ -405,20 +392,7 @@ def _write_signature(target: Path, signature: bytes, *, like: Path) -> None:
         mode = (os.stat(like).st_mode & 0o444) | 0o600
     except OSError:
         mode = 0o600
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(signature)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_private(target, signature, mode=mode)
 
 
 def _text(value: bytes, what: str) -> str:

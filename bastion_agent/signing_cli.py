@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from . import signing
+from .manifest import read_manifest_bytes
 
 
 def add_sign_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +36,7 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    raw = signing.read_manifest_bytes(args.manifest)
+    raw = read_manifest_bytes(args.manifest)
     status = signing.check_manifest(args.manifest, raw, require_signed=True)
     print(f"{args.manifest}: signed by {status.principal} (key {status.key}, namespace {signing.NAMESPACE})")
     return 0

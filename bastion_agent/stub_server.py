@@ -19,7 +19,9 @@ import json
 import re
 import struct
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from .httpthread import ServesInBackground, make_server
 
 WORD_RE = re.compile(r"\w+")
 
@@ -39,7 +41,7 @@ def bag_of_words(text: str, dim: int) -> list[float]:
     return vector
 
 
-class StubServer:
+class StubServer(ServesInBackground):
     """``with StubServer(dim=64) as stub:`` a server on ``stub.url`` until the block ends.
 
     ``apis`` lists the wire formats it answers (the others get 404);
@@ -53,28 +55,7 @@ class StubServer:
         self.models = None if models is None else set(models)
         self.requests: list[tuple[str, dict]] = []
         self.lock = threading.Lock()
-        self.httpd = LoopbackServer((host, port), _handler_for(self))
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> "StubServer":
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.thread.join()
-        self.httpd.server_close()
-
-    def __enter__(self) -> "StubServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        self.httpd = make_server(host, port, _handler_for(self))
 
     def inputs(self) -> list[str]:
         """Every text embedded so far, in arrival order."""
@@ -89,13 +70,6 @@ class StubServer:
         """A hook for subclasses: answer this request through ``handler`` and return True,
         or return False to let the stub answer it."""
         return False
-
-
-class LoopbackServer(ThreadingHTTPServer):
-    """A threading server with a listen queue deep enough for a burst of clients."""
-
-    daemon_threads = True
-    request_queue_size = 128
 
 
 def _as_list(value) -> list:

@@ -7,10 +7,9 @@ import math
 import sqlite3
 import struct
 import unittest
-from pathlib import Path
 
 from . import embed, manifest as manifest_module, vectorstore
-from .client import EmbedClient, EndpointConfig
+from .client import EndpointConfig
 from .errors import ConfigError, ModelServerError, StoreError
 from .layout import Layout, read_jsonl
 from .stub_server import StubServer, bag_of_words
