@@ -8,12 +8,12 @@ import sqlite3
 import struct
 import unittest
 
-from . import embed, manifest as manifest_module, vectorstore
+from . import embed, vectorstore
 from .client import EndpointConfig
 from .errors import ConfigError, ModelServerError, StoreError
-from .layout import Layout, read_jsonl
+from .layout import read_jsonl
 from .stub_server import StubServer, bag_of_words
-from .testsupport import TempFolder, clean_env, closed_port_url, run_cli, sha256_hex, write_manifest, write_sanitized_store
+from .testsupport import SanitizedStoreCase, clean_env, closed_port_url, run_cli, sha256_hex, write_manifest, write_sanitized_store
 
 PROSE = (
     "The committee met on Tuesday to review the budget. Revenue rose, costs fell, "
@@ -106,7 +106,7 @@ class PackingTests(unittest.TestCase):
         self.assertEqual(embed.cosine([0.0, 0.0], 0.0, [1.0, 1.0]), 0.0)
 
 
-class StageCase(TempFolder, unittest.TestCase):
+class StageCase(SanitizedStoreCase):
     """A manifest, an output folder and a hand-made sanitized store."""
 
     docs = {
@@ -114,26 +114,6 @@ class StageCase(TempFolder, unittest.TestCase):
         "Sourdough bread needs flour, water, salt and a lively starter culture.": ["kitchen/bread.txt", "copy/bread.txt"],
         "The violin has four strings tuned in fifths and is played with a bow.": ["music/violin.md"],
     }
-
-    def setUp(self):
-        self.tmp = self.make_tmp()
-        self.manifest_path = write_manifest(self.tmp, size=8, overlap=2)
-        self.out = self.tmp / "out"
-        self.layout = Layout(self.out)
-        self.ids = write_sanitized_store(self.layout, self.docs)
-
-    def manifest(self, **changes):
-        if changes:
-            write_manifest(self.tmp, **{"size": 8, "overlap": 2, **changes})
-        with clean_env():
-            return manifest_module.load(self.manifest_path)
-
-    def chunk(self):
-        return embed.run_chunk(self.manifest(), self.layout)
-
-    def embed_with(self, stub, manifest=None, **env):
-        with clean_env(EMBED_URL=stub.url, **env):
-            return embed.run_embed(manifest or self.manifest(), self.layout)
 
     def vector_rows(self):
         with sqlite3.connect(self.layout.vectors_db) as db:
@@ -258,9 +238,7 @@ class EmbedStageTests(StageCase):
             changed = dict(self.docs)
             del changed["The violin has four strings tuned in fifths and is played with a bow."]
             changed["The cello has four strings tuned in fifths and is played with a bow."] = ["music/violin.md"]
-            for path in self.layout.sanitized_dir.iterdir():
-                path.unlink()
-            write_sanitized_store(self.layout, changed)
+            self.restock(changed)
             self.chunk()
             second = self.embed_with(stub)
         violin_chunks = len(embed.windows("The violin has four strings tuned in fifths and is played with a bow.", 8, 2))
@@ -374,15 +352,13 @@ class SearchTests(StageCase):
         with StubServer() as stub:
             self.embed_with(stub)
             bread = "Sourdough bread needs flour, water, salt and a lively starter culture."
-            remaining = {t: p for t, p in self.docs.items() if t != bread}
-            for path in self.layout.sanitized_dir.iterdir():
-                path.unlink()
-            write_sanitized_store(self.layout, remaining)
+            bread_doc = self.ids[bread]
+            self.restock({t: p for t, p in self.docs.items() if t != bread})
             self.chunk()
             self.embed_with(stub)
             with clean_env(EMBED_URL=stub.url):
                 hits = embed.search(self.manifest(), self.layout, "flour water salt starter", k=10)
-        self.assertNotIn(self.ids[bread], {hit.doc for hit in hits})
+        self.assertNotIn(bread_doc, {hit.doc for hit in hits})
 
     def test_search_before_any_embed_says_what_to_do(self):
         with clean_env():

@@ -13,7 +13,7 @@ from unittest import mock
 from . import ann, embed, keyword, vectorfile, vectorstore
 from .layout import Layout, ensure_private_dir
 from .stub_server import StubServer
-from .testsupport import TempFolder, clean_env, closed_port_url, run_cli, sha256_hex, write_manifest, write_sanitized_store
+from .testsupport import SanitizedStoreCase, TempFolder, clean_env, closed_port_url, run_cli, sha256_hex, write_manifest
 
 HAS_NUMPY = vectorfile.numpy_or_none() is not None
 HAS_USEARCH = ann.available()
@@ -379,7 +379,7 @@ class FastChunkerTests(unittest.TestCase):
                 self.assertEqual(row.chunk_id, sha256_hex("d" * 64 + "\0" + text[row.start : row.end]))
 
 
-class PipelineModeTests(TempFolder, unittest.TestCase):
+class PipelineModeTests(SanitizedStoreCase):
     """Modes through ``embed.search`` and the CLI, over a real chunk + embed."""
 
     docs = {
@@ -389,29 +389,16 @@ class PipelineModeTests(TempFolder, unittest.TestCase):
     }
 
     def setUp(self):
-        self.tmp = self.make_tmp()
-        self.manifest_path = write_manifest(self.tmp, size=8, overlap=2)
-        self.out = self.tmp / "out"
-        self.layout = Layout(self.out)
-        self.ids = write_sanitized_store(self.layout, self.docs)
+        super().setUp()
         self.stub = StubServer().start()
         self.addCleanup(self.stub.stop)
         self.sweep()
 
-    def manifest(self):
-        from . import manifest
-
-        with clean_env():
-            return manifest.load(self.manifest_path)
-
     def sweep(self, docs=None):
         if docs is not None:
-            for path in self.layout.sanitized_dir.iterdir():
-                path.unlink()
-            self.ids = write_sanitized_store(self.layout, docs)
-        embed.run_chunk(self.manifest(), self.layout)
-        with clean_env(EMBED_URL=self.stub.url):
-            embed.run_embed(self.manifest(), self.layout)
+            self.restock(docs)
+        self.chunk()
+        self.embed_with(self.stub)
 
     def search(self, query, mode, k=10, url=None, exact=False):
         with clean_env(EMBED_URL=url or self.stub.url):

@@ -8,6 +8,7 @@ import io
 import os
 import socket
 import tempfile
+import unittest
 from pathlib import Path
 from unittest import mock
 
@@ -89,3 +90,43 @@ class TempFolder:
         holder = tempfile.TemporaryDirectory()
         self.addCleanup(holder.cleanup)
         return Path(holder.name)
+
+
+class SanitizedStoreCase(TempFolder, unittest.TestCase):
+    """A manifest, an output folder and a sanitized store of ``docs`` (``{text: [paths]}``)."""
+
+    docs: dict[str, list[str]] = {}
+    size, overlap = 8, 2
+
+    def setUp(self):
+        self.tmp = self.make_tmp()
+        self.manifest_path = write_manifest(self.tmp, size=self.size, overlap=self.overlap)
+        self.out = self.tmp / "out"
+        self.layout = Layout(self.out)
+        self.ids = write_sanitized_store(self.layout, self.docs)
+
+    def manifest(self, **changes):
+        """The manifest, loaded; ``changes`` rewrite it first (``model=``, ``dim=``...)."""
+        from . import manifest
+
+        if changes:
+            write_manifest(self.tmp, **{"size": self.size, "overlap": self.overlap, **changes})
+        with clean_env():
+            return manifest.load(self.manifest_path)
+
+    def restock(self, docs: dict[str, list[str]]) -> None:
+        """Replace the sanitized store by one of ``docs`` (a later sweep)."""
+        for path in self.layout.sanitized_dir.iterdir():
+            path.unlink()
+        self.ids = write_sanitized_store(self.layout, docs)
+
+    def chunk(self):
+        from . import embed
+
+        return embed.run_chunk(self.manifest(), self.layout)
+
+    def embed_with(self, stub, manifest=None, **env):
+        from . import embed
+
+        with clean_env(EMBED_URL=stub.url, **env):
+            return embed.run_embed(manifest or self.manifest(), self.layout)
