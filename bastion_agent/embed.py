@@ -26,6 +26,7 @@ from . import vectorstore
 from .client import EmbedClient, EndpointConfig
 from .errors import ConfigError, ModelServerError, StoreError
 from .layout import Layout, read_jsonl, write_private, write_summary
+from .manifest import SEARCH_MODES
 from .progress import Progress
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
@@ -249,11 +250,7 @@ def _read_text(folder: str, doc: str) -> str:
 
 
 def read_sanitized_text(layout: Layout, doc: str) -> str:
-    path = layout.doc_text_path(layout.sanitized_dir, doc)
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise StoreError(f"the sanitized store lacks document {doc[:12]}: run sanitize again") from None
+    return _read_text(str(layout.sanitized_dir), doc)
 
 
 # --- embed -----------------------------------------------------------------
@@ -405,8 +402,6 @@ def needs_vector(mode: str) -> bool:
 
 def resolve_mode(manifest, mode: str | None) -> str:
     """The command line's mode, else the manifest's ``[search] mode``, else ``DEFAULT_MODE``."""
-    from .manifest import SEARCH_MODES
-
     chosen = mode or getattr(manifest, "search_mode", None) or DEFAULT_MODE
     if chosen not in SEARCH_MODES:
         raise ConfigError(f"search mode must be one of {', '.join(SEARCH_MODES)}; got {chosen!r}")
@@ -494,8 +489,8 @@ class SearchIndex:
         from . import keyword
 
         mode = mode or self.default_mode
-        if mode not in ("vector", "keyword", "hybrid"):
-            raise ConfigError(f"search mode must be one of vector, keyword, hybrid; got {mode!r}")
+        if mode not in SEARCH_MODES:
+            raise ConfigError(f"search mode must be one of {', '.join(SEARCH_MODES)}; got {mode!r}")
         if needs_vector(mode) and query_vector is not None and len(query_vector) != self.dim:
             raise ModelServerError(f"the query vector has {len(query_vector)} dimensions, the manifest says dim = {self.dim}")
         with self.lock:
