@@ -21,6 +21,7 @@ import math
 import os
 
 from .errors import StoreError
+from .extras import optional
 from .layout import write_json
 from .vectorfile import Files, VectorFile, read_header, writer_lock
 
@@ -42,11 +43,7 @@ INSTALL_HINT = "pip install 'bastion-agent[ann]'"
 
 
 def usearch_or_none():
-    try:
-        from usearch import index as usearch_index
-    except ImportError:
-        return None
-    return usearch_index
+    return optional("usearch.index")
 
 
 def available() -> bool:

@@ -28,6 +28,8 @@ import time
 import warnings
 from dataclasses import dataclass
 
+from .extras import optional
+
 PDF_VERSION = "1"  # bump when this module's output changes
 MAX_PAGES = 5_000
 MAX_TEXT_CHARS = 64 * 1024 * 1024
@@ -52,11 +54,7 @@ class PdfReading:
 
 def _pypdf():
     """The pypdf module, or None when the extra is not installed."""
-    try:
-        import pypdf
-    except ImportError:
-        return None
-    return pypdf
+    return optional("pypdf")
 
 
 def available() -> bool:

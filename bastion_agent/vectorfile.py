@@ -47,6 +47,7 @@ from pathlib import Path
 
 from . import vectorstore
 from .errors import StoreError
+from .extras import optional
 from .layout import Layout, ensure_private_dir, write_json
 
 FORMAT = 1
@@ -58,11 +59,7 @@ DATA_FILES = ("f32", "rowid", "inv", "mask")
 
 def numpy_or_none():
     """numpy when the ``fast`` extra is installed, else None (the pure scan)."""
-    try:
-        import numpy
-    except ImportError:
-        return None
-    return numpy
+    return optional("numpy")
 
 
 @dataclass(frozen=True)
