@@ -15,7 +15,6 @@ Tests and the benchmarks use it; it never listens beyond loopback unless told.
 
 from __future__ import annotations
 
-import base64
 import json
 import random
 import socket
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .httpthread import make_server
-from .stub_server import StubServer, _as_list, _handler_for, bag_of_words
+from .stub_server import StubServer, _as_list, _handler_for, bag_of_words, openai_answer
 
 DIALECTS = ("ollama", "llamacpp", "tei", "openai")
 
@@ -148,7 +147,7 @@ class FaultStub(StubServer):
         if api == "ollama":
             value = {"model": body.get("model"), "embeddings": vectors}
         else:
-            value = _openai(body.get("model"), vectors, "float" if self.float_only else encoding)
+            value = openai_answer(body.get("model"), vectors, "float" if self.float_only else encoding)
         data = json.dumps(value).encode("utf-8")  # NaN is written as the bare token NaN
         if fault.truncated:
             data = data[: len(data) // 2]
@@ -213,16 +212,6 @@ def _error_body(fault: Fault) -> dict:
     if fault.dialect == "openai":
         return {"message": fault.message, "code": fault.status, "type": "Validation"}
     return {"error": fault.message}
-
-
-def _openai(model, vectors: list[list[float]], encoding: str) -> dict:
-    data = []
-    for index in reversed(range(len(vectors))):  # out of order on purpose: match by index
-        vector = vectors[index]
-        embedding = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii") \
-            if encoding == "base64" else vector
-        data.append({"object": "embedding", "index": index, "embedding": embedding})
-    return {"object": "list", "model": model, "data": data, "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 
 
 def _send(handler, status: int, value, retry_after: str | None = None) -> None:

@@ -25,12 +25,10 @@ model is loaded. docs/model-server.md has the choices and the figures.
 from __future__ import annotations
 
 import argparse
-import base64
 import hashlib
 import ipaddress
 import json
 import re
-import struct
 import sys
 import threading
 import time
@@ -43,6 +41,7 @@ from typing import Callable, Sequence
 from . import __version__
 from .errors import BastionError
 from .httpthread import ServesInBackground, make_server
+from .vectorstore import pack_base64
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
@@ -290,7 +289,7 @@ _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
 def _encoded(vector: Sequence[float], encoding: str):
     if encoding == "base64":
-        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+        return pack_base64(vector)
     return list(vector)
 
 

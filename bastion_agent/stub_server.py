@@ -13,15 +13,14 @@ test detection, and records every request it gets.
 from __future__ import annotations
 
 import argparse
-import base64
 import hashlib
 import json
 import re
-import struct
 import threading
 from http.server import BaseHTTPRequestHandler
 
 from .httpthread import ServesInBackground, make_server
+from .vectorstore import pack_base64
 
 WORD_RE = re.compile(r"\w+")
 
@@ -113,7 +112,7 @@ def _handler_for(stub: StubServer):
             if api == "ollama":
                 self._send(200, {"model": model, "embeddings": vectors})
             else:
-                self._send(200, _openai_answer(model, vectors, body.get("encoding_format", "float")))
+                self._send(200, openai_answer(model, vectors, body.get("encoding_format", "float")))
 
         def _model_not_found(self, api: str, model) -> None:
             if api == "ollama":
@@ -132,15 +131,12 @@ def _handler_for(stub: StubServer):
     return Handler
 
 
-def _openai_answer(model, vectors: list[list[float]], encoding: str) -> dict:
+def openai_answer(model, vectors: list[list[float]], encoding: str) -> dict:
     data = []
     # Listed in reverse: clients must match results to inputs by index.
     for index in reversed(range(len(vectors))):
         vector = vectors[index]
-        if encoding == "base64":
-            embedding = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
-        else:
-            embedding = vector
+        embedding = pack_base64(vector) if encoding == "base64" else vector
         data.append({"object": "embedding", "index": index, "embedding": embedding})
     return {"object": "list", "model": model, "data": data, "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 

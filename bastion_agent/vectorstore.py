@@ -20,6 +20,7 @@ work while embed writes, and see either the old or the new state.
 
 from __future__ import annotations
 
+import base64
 import sqlite3
 import sys
 from array import array
@@ -112,6 +113,11 @@ def pack(vector: Iterable[float]) -> bytes:
     if sys.byteorder != "little":
         values.byteswap()
     return values.tobytes()
+
+
+def pack_base64(vector: Iterable[float]) -> str:
+    """A vector as the OpenAI-style ``encoding_format: "base64"`` sends it (little-endian float32)."""
+    return base64.b64encode(pack(vector)).decode("ascii")
 
 
 def unpack(blob: bytes) -> array:
