@@ -288,7 +288,15 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
     stats = EmbedStats(batch_size_final=client.config.batch)
     db = vectorstore.connect(layout.vectors_db, create=True)
     try:
-        vectorstore.replace_chunks(db, chunk_rows, documents)
+        rebuilding = vectorstore.rekey_pending(db)  # a store of old, raw-file ids (legacy_ids.py)
+        removed = vectorstore.replace_chunks(db, chunk_rows, documents)
+        if rebuilding:
+            from . import legacy_ids
+
+            legacy_ids.announce("embed")
+            stats.reused_by_text = vectorstore.reuse_vectors_by_text(db)
+        if removed or rebuilding:
+            vectorstore.scrub(db)  # the removed windows' words leave vectors.db's bytes
         missing = vectorstore.missing_chunks(db, key)
         stats.retried_failures = len(vectorstore.failed_chunk_ids(db, key))
         try:
@@ -296,6 +304,7 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
         finally:
             counts = _embed_counts(db, manifest, client, api, stats, documents, chunk_rows, missing, started)
             summary = write_summary(layout, "embed", counts, manifest.signature)
+            vectorstore.checkpoint(db)
     except ModelServerError as exc:
         raise ModelServerError(f"{exc}; {stats.embedded} new vectors are stored: re-run embed to resume") from None
     finally:
@@ -327,6 +336,7 @@ def _embed_counts(db, manifest, client: EmbedClient, api: str, stats, documents,
         "chunks": unique,
         "embedded": stats.embedded,
         "reused": unique - len(missing),
+        "reused_by_text": stats.reused_by_text,
         "failed": stats.failed,
         "failed_by_reason": dict(sorted(stats.failed_by_reason.items())),
         "retried_failures": stats.retried_failures,
@@ -464,6 +474,9 @@ class SearchIndex:
         version = store_version(layout)
         db = vectorstore.connect(layout.vectors_db, create=False)
         try:
+            if vectorstore.rekey_pending(db):
+                raise StoreError("this output folder was written with document ids taken from the raw files: "
+                                 "run sweep (or chunk and embed) to rebuild it")
             if not vectors:
                 return cls(manifest, layout, None, None, version)
             header = vectorfile.refresh(db, layout, manifest.embed.vector_key, manifest.embed.dim)

@@ -133,3 +133,41 @@ class SanitizedIdTests(IdCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def output_bytes(out, *, skip_extract: bool = True) -> dict[str, bytes]:
+    """Every file of the output folder (vectors.db, its -wal/-shm, index/...) as raw bytes."""
+    found = {}
+    for path in sorted(out.rglob("*")):
+        rel = path.relative_to(out).as_posix()
+        if path.is_file() and not (skip_extract and rel.startswith("extract/")):
+            found[rel] = path.read_bytes()
+    return found
+
+
+REMOVED_TEXT = ("The quokkazanzibar ledger lists marmaladeflux payments to xylophonequest partners "
+                "and the brontowhistle accounts.\n")
+REMOVED_WORDS = ("quokkazanzibar", "marmaladeflux", "xylophonequest", "brontowhistle")
+
+
+class RemovedTextTests(IdCase):
+    def test_a_removed_files_words_leave_every_byte_of_the_output_folder(self):
+        self.put("keep.txt", "Backups are rotated every friday by the operations team.\n" * 3)
+        gone = self.docs / "ledger.txt"
+        gone.write_text(REMOVED_TEXT * 3, encoding="utf-8")
+        with StubServer(dim=64) as stub:
+            self.stage("sweep", EMBED_URL=stub.url)
+            before = output_bytes(self.out)
+            self.assertTrue(any(b"quokkazanzibar" in data for name, data in before.items() if name.startswith("vectors.db")))
+            gone.unlink()
+            self.stage("sweep", EMBED_URL=stub.url)
+            with clean_env(EMBED_URL=stub.url):
+                code, out, err = run_cli("search", self.manifest, "backups friday", "--json", "--out", self.out)
+        self.assertEqual(code, 0, err)
+        self.assertTrue(json.loads(out))
+        after = output_bytes(self.out, skip_extract=False)
+        self.assertIn("vectors.db", after)
+        for name, data in after.items():
+            for word in REMOVED_WORDS:
+                with self.subTest(file=name, word=word):
+                    self.assertFalse(word.encode() in data or word.encode("utf-16-le") in data, f"{word} in {name}")
