@@ -171,3 +171,122 @@ class RemovedTextTests(IdCase):
             for word in REMOVED_WORDS:
                 with self.subTest(file=name, word=word):
                     self.assertFalse(word.encode() in data or word.encode("utf-16-le") in data, f"{word} in {name}")
+
+
+def write_old_format_folder(layout: Layout, files: dict[str, bytes], size: int, overlap: int, dim: int) -> set[str]:
+    """An output folder as the agent before sanitized ids wrote it; returns every old id it holds.
+
+    There the doc id was the sha256 of the raw file, and the extract
+    listing, both stores, ``chunks.jsonl`` and ``vectors.db`` (schema
+    version 3) all used it.
+    """
+    from unittest import mock
+
+    from . import vectorstore
+    from .embed import chunk_document
+    from .layout import ensure_private_dir, write_jsonl, write_private
+    from .sanitize import redact
+    from .stub_server import bag_of_words
+
+    ensure_private_dir(layout.extract_dir)
+    old_ids, extract_rows, sanitized_rows, chunk_rows, db_chunks = set(), [], [], [], []
+    for path, data in sorted(files.items()):
+        doc = sha(data)
+        old_ids.add(doc)
+        text = data.decode("utf-8")
+        write_private(layout.doc_text_path(layout.extract_dir, doc), text)
+        clean = redact(text)
+        write_private(layout.doc_text_path(layout.sanitized_dir, doc), clean)
+        extract_rows.append({"path": path, "doc": doc, "size": len(data), "kind": "text", "status": "extracted",
+                             "reason": None})
+        sanitized_rows.append({"doc": doc, "paths": [path], "kind": "text"})
+        for row in chunk_document(doc, clean, size, overlap):
+            old_ids.add(row.chunk_id)
+            chunk_rows.append(row.__dict__)
+            db_chunks.append((row.chunk_id, doc, row.idx, row.start, row.end, clean[row.start:row.end]))
+    write_jsonl(layout.extract_listing, extract_rows)
+    write_jsonl(layout.sanitized_listing, sanitized_rows)
+    write_jsonl(layout.chunks_path, chunk_rows)
+    with mock.patch.object(vectorstore, "MIGRATIONS", vectorstore.MIGRATIONS[:3]):
+        db = vectorstore.connect(layout.vectors_db, create=True)
+    vectorstore.replace_chunks(db, db_chunks, [(row["doc"], json.dumps(row["paths"])) for row in sanitized_rows])
+    vectorstore.store_batch(db, "stub-model", dim,
+                            [(chunk, vectorstore.pack(bag_of_words(text, dim))) for chunk, _, _, _, _, text in db_chunks[1:]],
+                            [(db_chunks[0][0], "http_500")], "2026-01-01T00:00:00+00:00")
+    vectorstore.add_vectors(db, "stub-model", dim, [(sha(b"a vector of an older sweep"), vectorstore.pack([1.0] * dim))],
+                            "2026-01-01T00:00:00+00:00")
+    old_ids.add(sha(b"a vector of an older sweep"))
+    db.close()
+    return old_ids
+
+
+class OldFolderTests(IdCase):
+    FILES = {
+        "deploy.txt": f"Deploy on friday with key {AWS_KEY} and rotate the backup tapes afterwards.\n".encode(),
+        "notes.txt": b"The cafeteria menu changes every monday; soup is served at noon.\n",
+    }
+
+    def setUp(self):
+        super().setUp()
+        for name, data in self.FILES.items():
+            (self.docs / name).write_bytes(data)
+        self.old_ids = write_old_format_folder(self.layout, self.FILES, size=8, overlap=2, dim=64)
+        self.old_texts = {row[5] for row in self._old_windows()}
+
+    def _old_windows(self):
+        import sqlite3
+
+        db = sqlite3.connect(self.layout.vectors_db)
+        try:
+            return db.execute('SELECT chunk_id, doc, idx, start, "end", text FROM chunks').fetchall()
+        finally:
+            db.close()
+
+    def test_search_on_an_old_folder_says_run_sweep(self):
+        with StubServer(dim=64) as stub, clean_env(EMBED_URL=stub.url):
+            code, out, err = run_cli("search", self.manifest, "backup tapes", "--json", "--out", self.out)
+        self.assertEqual((code, out), (4, ""))
+        self.assertIn("run sweep", err)
+
+    def test_sweep_rebuilds_an_old_folder_reusing_vectors_by_text_and_leaves_no_old_id(self):
+        (self.docs / "new.txt").write_text("A brand new file about penguins and glaciers.\n", encoding="utf-8")
+        with StubServer(dim=64) as stub:
+            with clean_env(EMBED_URL=stub.url):
+                code, out, err = run_cli("sweep", self.manifest, "--out", self.out)
+                self.assertEqual(code, 0, err)
+                search_code, hits_json, search_err = run_cli("search", self.manifest, "backup tapes", "--json",
+                                                             "--out", self.out)
+            inputs = stub.inputs()
+        self.assertEqual([line for line in err.splitlines() if "raw files" in line], err.splitlines()[:1])
+        self.assertEqual(err.count("raw files"), 1)
+        summary = json.loads(self.layout.summary_path("embed").read_text(encoding="utf-8"))
+        reusable = len(self.old_texts) - 1  # the first window had failed: it never had a vector
+        self.assertEqual(summary["reused_by_text"], reusable)
+        asked = set(inputs)
+        failed_text = self._first_old_text()
+        self.assertFalse((self.old_texts - {failed_text}) & asked, "a reused window was sent to the model server")
+        self.assertIn(failed_text, asked)
+        self.assertTrue(any("penguins" in text for text in asked))
+        self.assertEqual(search_code, 0, search_err)
+        hits = json.loads(hits_json)
+        self.assertTrue(hits)
+        listing = self.listing()
+        self.assertTrue({hit["doc"] for hit in hits} <= set(listing))
+        for doc in listing:
+            self.assertEqual(doc, sha(self.layout.doc_text_path(self.layout.sanitized_dir, doc).read_bytes()))
+        current = set(listing) | {row["chunk_id"] for row in read_jsonl(self.layout.chunks_path)}
+        gone = self.old_ids - current  # a text with nothing redacted has the same id either way
+        self.assertGreater(len(gone), 3)
+        for name, data in output_bytes(self.out).items():
+            for old in gone:
+                with self.subTest(file=name, old=old[:12]):
+                    self.assertFalse(old.encode() in data, f"old id {old[:12]} in {name}")
+
+    def _first_old_text(self) -> str:
+        from .embed import chunk_document
+        from .sanitize import redact
+
+        first = sorted(self.FILES.items(), key=lambda item: sha(item[1]))[0][1].decode("utf-8")
+        clean = redact(first)
+        row = chunk_document(sha(first.encode()), clean, 8, 2)[0]
+        return clean[row.start:row.end]
