@@ -290,3 +290,76 @@ class OldFolderTests(IdCase):
         clean = redact(first)
         row = chunk_document(sha(first.encode()), clean, 8, 2)[0]
         return clean[row.start:row.end]
+
+
+PATH_SECRET = "tok-9f2Kq7XvLm3Rw8Zp"
+
+
+class PrefixedStub(StubServer):
+    """The stub behind a path prefix, as a reverse proxy that keys on a secret path would serve it."""
+
+    def __init__(self, prefix: str, **kwargs):
+        super().__init__(**kwargs)
+        base = self.httpd.RequestHandlerClass
+
+        class Prefixed(base):
+            def parse_request(self):
+                ok = super().parse_request()
+                if ok and self.path.startswith(prefix):
+                    self.path = self.path[len(prefix):]
+                return ok
+
+        self.httpd.RequestHandlerClass = Prefixed
+
+
+class EchoTests(IdCase):
+    def test_an_invalid_embed_url_is_not_echoed_whole(self):
+        self.put("a.txt", "words to embed\n")
+        self.stage("extract", "sanitize", "chunk")
+        for url in ("ftp://user:s3cretPw@host:1/path?key=q1uery", "s3cretPw", "http://user:s3cretPw@host:notaport/",
+                    "http://host:1/sec ret?key=q1uery"):
+            with self.subTest(url=url), clean_env(EMBED_URL=url):
+                code, out, err = run_cli("embed", self.manifest, "--out", self.out)
+                self.assertEqual((code, out, err.count("\n")), (2, "", 1), err)
+                for secret in ("s3cretPw", "user", "q1uery", "path", "ret"):
+                    self.assertNotIn(secret, err)
+        with clean_env(EMBED_URL="ftp://user:s3cretPw@host:1/path"):
+            err = run_cli("embed", self.manifest, "--out", self.out)[2]
+        self.assertIn("ftp://host:1", err)
+
+    def test_embed_api_and_numbers_are_not_echoed_when_they_look_like_keys(self):
+        self.put("a.txt", "words to embed\n")
+        self.stage("extract", "sanitize", "chunk")
+        for name in ("EMBED_API", "EMBED_BATCH", "EMBED_TIMEOUT"):
+            with self.subTest(name=name), clean_env(**{name: "sk-live-" + PATH_SECRET}):
+                code, _, err = run_cli("embed", self.manifest, "--out", self.out)
+                self.assertEqual(code, 2)
+                self.assertIn(name, err)
+                self.assertNotIn(PATH_SECRET, err)
+
+    def test_a_secret_in_the_url_path_reaches_no_summary_or_output(self):
+        self.put("a.txt", "words to embed through a proxy\n")
+        with PrefixedStub("/" + PATH_SECRET, dim=64) as stub:
+            url = f"{stub.url}/{PATH_SECRET}/"
+            with clean_env(EMBED_URL=url):
+                code, out, err = run_cli("sweep", self.manifest, "--out", self.out)
+                self.assertEqual(code, 0, err)
+                search = run_cli("search", self.manifest, "proxy", "--json", "--out", self.out)
+            self.assertTrue(stub.requests)  # the path was used to reach the server
+        self.assertEqual(search[0], 0)
+        summary = json.loads(self.layout.summary_path("embed").read_text(encoding="utf-8"))
+        self.assertEqual(summary["url"], stub.url)
+        for name, data in output_bytes(self.out, skip_extract=False).items():
+            self.assertFalse(PATH_SECRET.encode() in data, name)
+        self.assertNotIn(PATH_SECRET, out + err + search[1] + search[2])
+
+    def test_an_unreachable_server_behind_a_secret_path_is_named_by_host_only(self):
+        self.put("a.txt", "words to embed\n")
+        self.stage("extract", "sanitize", "chunk")
+        from .testsupport import closed_port_url
+
+        with clean_env(EMBED_URL=f"{closed_port_url()}/{PATH_SECRET}"):
+            code, out, err = run_cli("embed", self.manifest, "--out", self.out)
+        self.assertEqual(code, 5)
+        self.assertIn("127.0.0.1", err)
+        self.assertNotIn(PATH_SECRET, err)
