@@ -624,7 +624,7 @@ def _extracted_keys(layout) -> dict[str, _Extracted]:
     for row in rows:
         if not isinstance(row, dict) or row.get("status") != "extracted":
             continue
-        key = row.get("key")
+        key = row.get("key") or row.get("doc")  # "doc": a listing of an older agent, whose doc was this key
         if not isinstance(key, str) or not DOC_ID.fullmatch(key):
             raise StoreError(f"extract listing {listing} has an invalid or missing key: run extract again")
         found.setdefault(key, []).append((str(row.get("path", "")), str(row.get("kind", ""))))

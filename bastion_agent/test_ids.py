@@ -282,6 +282,23 @@ class OldFolderTests(IdCase):
                 with self.subTest(file=name, old=old[:12]):
                     self.assertFalse(old.encode() in data, f"old id {old[:12]} in {name}")
 
+    def test_sanitize_alone_rebuilds_an_old_sanitized_store_and_says_so_once(self):
+        old_docs = {sha(data) for data in self.FILES.values()}
+        with clean_env():
+            code, out, err = run_cli("sanitize", self.manifest, "--out", self.out)
+        self.assertEqual((code, out, err.count("\n"), err.count("raw files")), (0, "", 1, 1), err)
+        listing = self.listing()
+        self.assertEqual(len(listing), 2)
+        for doc in listing:
+            self.assertEqual(doc, sha(self.layout.doc_text_path(self.layout.sanitized_dir, doc).read_bytes()))
+        stored = {path.stem for path in self.layout.sanitized_dir.glob("*.txt")}
+        self.assertEqual(stored, set(listing))
+        self.assertTrue(old_docs - set(listing))  # the file with a secret got a new id; its old one is gone
+        self.assertFalse((old_docs - set(listing)) & stored)
+        with clean_env():
+            again = run_cli("sanitize", self.manifest, "--out", self.out)
+        self.assertEqual(again[:3], (0, "", ""))  # rebuilt: nothing more to say
+
     def _first_old_text(self) -> str:
         from .embed import chunk_document
         from .sanitize import redact
