@@ -49,7 +49,8 @@ DEFAULT_NEIGHBOURS = 1
 MAX_NEIGHBOURS = 2
 MAX_PASSAGE_CHARS = (2 * MAX_NEIGHBOURS + 1) * MAX_TEXT_CHARS
 CHUNK_ID_RE = re.compile(r"[0-9a-f]{64}")
-ENVELOPE_KEYS = ("query", "model", "mode", "k", "hits", "fallback", "notice")
+# serve's envelope, less the query: the assistant sent it, and a result never echoes what a user typed.
+ENVELOPE_KEYS = ("model", "mode", "k", "hits", "fallback", "notice")
 
 INSTRUCTIONS = (
     "Search a folder of documents that bastion agent has swept and sanitized: secrets and personal data "
@@ -288,7 +289,6 @@ def search_output_schema() -> dict:
     return {
         "type": "object",
         "properties": {
-            "query": {"type": "string"},
             "model": {"type": "string"},
             "mode": {"type": "string", "enum": list(SEARCH_MODES)},
             "k": {"type": "integer"},
@@ -296,7 +296,7 @@ def search_output_schema() -> dict:
             "fallback": {"type": "string", "description": "set when another mode answered (the model server is down)"},
             "notice": {"type": "string", "description": "one line for the reader when fallback is set"},
         },
-        "required": ["query", "model", "mode", "k", "hits"],
+        "required": ["model", "mode", "k", "hits"],
     }
 
 
