@@ -395,12 +395,23 @@ def build_server(tools: BastionTools):
 # --- the command ------------------------------------------------------------------
 
 
+DEFAULT_HTTP_PORT = 8766  # serve's 8765 + 1, so both can run side by side
+HTTP_PATH = "/mcp"
+
+
 def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
     from .cli import add_manifest_arguments
 
     add_manifest_arguments(parser)
-    parser.epilog = ("Speaks the Model Context Protocol on stdin/stdout: start it from an assistant's "
-                     f"configuration (docs/mcp.md). Needs the [mcp] extra: {INSTALL_HINT}")
+    parser.add_argument("--http", action="store_true",
+                        help=f"serve MCP's Streamable HTTP transport at http://HOST:PORT{HTTP_PATH} instead of stdio")
+    parser.add_argument("--host", default=serve.DEFAULT_HOST,
+                        help=f"with --http: address to listen on (default {serve.DEFAULT_HOST}; any other needs "
+                             f"{serve.TOKEN_ENV})")
+    parser.add_argument("--port", type=serve.port_number, default=DEFAULT_HTTP_PORT,
+                        help=f"with --http: port to listen on (default {DEFAULT_HTTP_PORT}; 0 picks a free one)")
+    parser.epilog = ("Speaks the Model Context Protocol on stdin/stdout (or, with --http, over HTTP on loopback): "
+                     f"start it from an assistant's configuration (docs/mcp.md). Needs the [mcp] extra: {INSTALL_HINT}")
 
 
 def run_mcp(args: argparse.Namespace) -> int:
@@ -409,15 +420,83 @@ def run_mcp(args: argparse.Namespace) -> int:
 
     anyio, _, _, stdio_server, _ = import_sdk()
     serve.limit_math_threads()
+    settings = serve.settings_from(args.host, args.port) if args.http else None  # exposure rules before anything else
     manifest, layout = load_manifest_and_layout(args)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731 -- stdout is the protocol's
     tools = BastionTools(manifest, layout, EndpointConfig.from_env(), log=log)
     tools.warm()
     server = build_server(tools)
+    if settings is not None:
+        return run_http(server, settings, log)
 
     async def serve_stdio() -> None:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     anyio.run(serve_stdio)
+    return 0
+
+
+# --- Streamable HTTP, under serve's exposure rules ----------------------------------
+
+
+class BearerGate:
+    """ASGI: every request carries ``Authorization: Bearer TOKEN`` when a token is set, else 401."""
+
+    def __init__(self, app, token: str | None):
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and self.token is not None and not self.authorized(scope):
+            body = json.dumps({"error": f"send 'Authorization: Bearer TOKEN' with the server's {serve.TOKEN_ENV}"})
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"www-authenticate", b'Bearer realm="bastion"')]})
+            await send({"type": "http.response.body", "body": body.encode("utf-8")})
+            return
+        await self.app(scope, receive, send)
+
+    def authorized(self, scope) -> bool:
+        import hmac
+
+        given = dict(scope.get("headers") or []).get(b"authorization", b"")
+        scheme, _, value = given.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), self.token.encode("utf-8"))
+
+
+def transport_security(settings: serve.ServeSettings):
+    """On loopback, only loopback ``Host`` and ``Origin`` values (no DNS rebinding); elsewhere the token guards."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if not settings.loopback:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
+
+def run_http(server, settings: serve.ServeSettings, log: Callable[[str], None]) -> int:
+    """Serve the tools at ``http://HOST:PORT/mcp`` until interrupted."""
+    import socket
+
+    import uvicorn
+
+    app = BearerGate(server.streamable_http_app(streamable_http_path=HTTP_PATH, host=settings.host,
+                                                transport_security=transport_security(settings)), settings.token)
+    try:
+        listener = socket.socket(serve.address_family(settings.host), socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((settings.host.strip("[]"), settings.port))
+        listener.listen(128)  # before the address is announced: a client that reads it can connect at once
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
+    host, port = listener.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    log(f"bastion_agent mcp: http://{shown}:{port}{HTTP_PATH} (Streamable HTTP; "
+        f"{'bearer token required' if settings.token else 'loopback only'}; Ctrl-C stops)")
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    uvicorn.Server(config).run(sockets=[listener])
     return 0

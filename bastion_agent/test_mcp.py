@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from . import embed, mcp_server
@@ -18,7 +21,9 @@ from .testsupport import TempFolder, clean_env, closed_port_url, run_cli, write_
 
 try:
     import anyio
+    import httpx2
     from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
 except ImportError:  # the [mcp] extra is missing: only the tests that need no SDK run
     anyio = None
 
@@ -333,6 +338,99 @@ class WithoutAnIndexOrAModelTests(SweptFolder, unittest.TestCase):
             self.assertTrue(self.vector.structured_content.get("notice"))
         self.assertFalse(self.keyword.is_error)
         self.assertEqual(self.keyword.structured_content["hits"][0]["paths"], ["notes/roof.txt"])
+
+
+TOKEN = "correct-horse-battery-staple-42"
+
+
+@NEEDS_SDK
+class StreamableHttpTests(SweptFolder, unittest.TestCase):
+    """``mcp --http``: the same tools over HTTP, under serve's exposure rules."""
+
+    def setUp(self):
+        self.stub = StubServer().__enter__()
+        self.addCleanup(self.stub.__exit__, None, None, None)
+        self.make_folder()
+
+    def start_http(self, *extra: str, token: str | None = None) -> str:
+        """The server's URL, once it listens; stopped at the end of the test."""
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
+        env["EMBED_URL"] = self.stub.url
+        if token:
+            env["BASTION_SERVE_TOKEN"] = token
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bastion_agent", "mcp", str(self.manifest), "--out", str(self.out), "--http",
+             "--port", "0", *extra], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True)
+
+        def stop():
+            process.terminate()
+            process.wait(timeout=WAIT_SECONDS)
+            process.stderr.close()
+
+        self.addCleanup(stop)
+        for line in process.stderr:
+            found = re.search(r"(http://\S+/mcp) ", line)
+            if found:
+                return found.group(1)
+        self.fail(f"the server stopped before listening (exit {process.wait(timeout=WAIT_SECONDS)})")
+
+    def over_http(self, url: str, body, token: str | None = None) -> None:
+        async def session_then_body():
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            with anyio.fail_after(WAIT_SECONDS):
+                async with httpx2.AsyncClient(headers=headers) as client:
+                    async with streamable_http_client(url, http_client=client) as (read_stream, write_stream, *_):
+                        async with ClientSession(read_stream, write_stream) as session:
+                            await session.initialize()
+                            await body(session)
+
+        anyio.run(session_then_body)
+
+    def raw_post(self, url: str, headers: dict) -> int:
+        request = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json",
+                                                                   "Accept": "application/json, text/event-stream",
+                                                                   **headers})
+        try:
+            with urllib.request.urlopen(request, timeout=WAIT_SECONDS) as answer:
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    def test_loopback_answers_the_tools_and_refuses_a_foreign_host(self):
+        url = self.start_http()
+        self.assertTrue(url.startswith("http://127.0.0.1:"))
+
+        async def body(session):
+            self.listed = sorted(tool.name for tool in (await session.list_tools()).tools)
+            self.found = await session.call_tool("search", {"query": "billing deploy password", "k": 3})
+
+        self.over_http(url, body)
+        self.assertEqual(self.listed, ["fetch", "search"])
+        self.assertFalse(self.found.is_error)
+        self.assertEqual(self.found.structured_content["hits"][0]["paths"], ["ops/deploy.txt"])
+        self.assert_nothing_planted(self.found)
+        # A web page whose name was rebound to 127.0.0.1 sends its own name as Host, and its own Origin.
+        self.assertEqual(self.raw_post(url, {"Host": "attacker.example"}), 421)
+        self.assertEqual(self.raw_post(url, {"Origin": "http://attacker.example"}), 403)
+
+    def test_with_a_token_every_request_must_carry_it(self):
+        url = self.start_http(token=TOKEN)
+        self.assertEqual(self.raw_post(url, {}), 401)
+        self.assertEqual(self.raw_post(url, {"Authorization": "Bearer " + TOKEN[:-1] + "x"}), 401)
+
+        async def body(session):
+            self.found = await session.call_tool("search", {"query": "cedar shingles", "k": 1})
+
+        self.over_http(url, body, token=TOKEN)
+        self.assertEqual(self.found.structured_content["hits"][0]["paths"], ["notes/roof.txt"])
+
+    def test_off_loopback_it_refuses_to_start_without_a_token(self):
+        with clean_env(EMBED_URL=self.stub.url):
+            code, out, err = run_cli("mcp", self.manifest, "--out", self.out, "--http", "--host", "0.0.0.0")
+        self.assertEqual((code, out), (2, ""))
+        self.assertIn("set BASTION_SERVE_TOKEN", err)
+        self.assertEqual(err.count("\n"), 1)
 
 
 class WithoutTheSdkTests(TempFolder, unittest.TestCase):
