@@ -420,6 +420,8 @@ def run_mcp(args: argparse.Namespace) -> int:
 
     anyio, _, _, stdio_server, _ = import_sdk()
     serve.limit_math_threads()
+    if not args.http and (args.host != serve.DEFAULT_HOST or args.port != DEFAULT_HTTP_PORT):
+        raise ConfigError("--host and --port are for --http; without it the server speaks on stdin/stdout")
     settings = serve.settings_from(args.host, args.port) if args.http else None  # exposure rules before anything else
     manifest, layout = load_manifest_and_layout(args)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731 -- stdout is the protocol's

@@ -432,6 +432,12 @@ class StreamableHttpTests(SweptFolder, unittest.TestCase):
         self.assertIn("set BASTION_SERVE_TOKEN", err)
         self.assertEqual(err.count("\n"), 1)
 
+    def test_host_or_port_without_http_is_refused(self):
+        code, out, err = run_cli("mcp", self.manifest, "--out", self.out, "--port", "9000")
+        self.assertEqual((code, out), (2, ""))
+        self.assertEqual(err, "bastion_agent mcp: --host and --port are for --http; without it the server speaks "
+                              "on stdin/stdout\n")
+
 
 class WithoutTheSdkTests(TempFolder, unittest.TestCase):
     """The command line without the [mcp] extra: help works, the server says what to install."""
