@@ -24,13 +24,13 @@ of the command line work without the extra.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
 import threading
 import traceback
 import typing
-from dataclasses import fields
 from typing import Callable
 
 from . import __version__, embed, serve, vectorstore
@@ -81,6 +81,8 @@ class BastionTools:
         self.layout = layout
         self.log = log
         self.settings = serve.ServeSettings(max_k=MAX_K, max_query_chars=MAX_QUERY_CHARS)
+        # As serve: a query waits at most request_time_limit for the model, within an assistant's tool timeout.
+        endpoint = dataclasses.replace(endpoint, timeout=min(endpoint.timeout, self.settings.request_time_limit))
         self.model = serve.ModelLink(manifest, endpoint, self.settings.reprobe_seconds,
                                      self.settings.model_concurrency)
         self.default_mode = serve.default_mode(manifest)
@@ -276,8 +278,8 @@ def json_type(annotation) -> dict:
 
 def hit_schema() -> dict:
     """A hit's schema, built from ``embed.Hit``'s fields, so a field added there is described here too."""
-    properties = {field.name: json_type(hint) for field, hint in
-                  ((field, typing.get_type_hints(embed.Hit)[field.name]) for field in fields(embed.Hit))}
+    hints = typing.get_type_hints(embed.Hit)
+    properties = {field.name: json_type(hints[field.name]) for field in dataclasses.fields(embed.Hit)}
     properties["paths"] = PATHS_SCHEMA
     properties["text"] = {"type": "string", "description": f"the sanitized window (at most {MAX_TEXT_CHARS} characters)"}
     properties["truncated"] = {"type": "boolean", "description": "whether text was cut to the limit"}
