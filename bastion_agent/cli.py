@@ -91,6 +91,7 @@ EXTRA_COMMANDS = [
     ("serve", "serve", "answer search over HTTP (loopback by default)"),
     ("model-server", "modelserver", "serve the embedded model (multilingual-e5-small) on loopback, Ollama and OpenAI style"),
     ("demo", "demo", "the main job on the bundled sample: start the embedded model, sweep, search, stop"),
+    ("mcp", "mcp_server", "let AI assistants search over the Model Context Protocol (stdio; needs the [mcp] extra)"),
 ]
 
 
