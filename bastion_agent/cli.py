@@ -89,6 +89,7 @@ EXTRA_COMMANDS = [
     ("sign", "signing_cli", "sign a manifest with your SSH key (writes MANIFEST.sig)"),
     ("verify", "signing_cli", "check MANIFEST.sig against BASTION_ALLOWED_SIGNERS; print who signed it"),
     ("serve", "serve", "answer search over HTTP (loopback by default)"),
+    ("publish", "publish", "send this bastion's sanitized windows and vectors to PostgreSQL (BASTION_PUBLISH_DSN)"),
     ("model-server", "modelserver", "serve the embedded model (multilingual-e5-small) on loopback, Ollama and OpenAI style"),
     ("demo", "demo", "the main job on the bundled sample: start the embedded model, sweep, search, stop"),
 ]
