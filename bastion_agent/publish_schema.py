@@ -199,14 +199,21 @@ def lock_key(bastion: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+LOCK_WAIT_SECONDS = 30.0  # a killed publisher's session can take a moment to end on the server
+
+
 @contextlib.contextmanager
-def bastion_lock(conn, bastion: str):
+def bastion_lock(conn, bastion: str, wait: float = LOCK_WAIT_SECONDS):
     """One publish per bastion at a time (a session lock: a killed publisher's ends with its connection)."""
+    import time
+
     from .errors import DatabaseError
 
-    got = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(bastion),)).fetchone()[0]
-    if not got:
-        raise DatabaseError(f"another publish of bastion {bastion!r} is running; try again when it ends")
+    deadline = time.monotonic() + wait
+    while not conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(bastion),)).fetchone()[0]:
+        if time.monotonic() >= deadline:
+            raise DatabaseError(f"another publish of bastion {bastion!r} is running; try again when it ends")
+        time.sleep(0.5)
     try:
         yield
     finally:

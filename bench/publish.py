@@ -144,9 +144,14 @@ def documents(windows, vectors, first: int, count: int) -> dict[str, publish.Loc
 # --- server ----------------------------------------------------------------
 
 
-def server(cache: Path) -> ThrowawayPostgres:
+def server(cache: Path) -> tuple[ThrowawayPostgres, bool]:
+    """The cached server, and whether this run started it (another phase may be using it already)."""
     pg = ThrowawayPostgres(port=PORT, folder=cache / "pg", settings=SERVER_SETTINGS, password="bench")
-    return pg.start()
+    try:
+        psycopg.connect(pg.dsn(), connect_timeout=3).close()
+        return pg, False
+    except psycopg.OperationalError:
+        return pg.start(), True
 
 
 def connect(pg: ThrowawayPostgres, dbname: str = "postgres"):
@@ -329,7 +334,7 @@ def main() -> None:
     if args.phase == "data":
         print(json.dumps({"data": str(args.cache)}))
         return
-    pg = server(args.cache)
+    pg, started = server(args.cache)
     try:
         if args.phase in ("load", "search", "all"):
             result["load"] = load(args.cache, pg, args.windows)
@@ -340,7 +345,7 @@ def main() -> None:
         if args.phase in ("publish", "all"):
             result["publish"] = publish_throughput(args.cache, pg, args.publish_windows)
     finally:
-        if not args.keep_server:
+        if started and not args.keep_server:
             pg.stop(remove=False)
     print(json.dumps(result, indent=2))
 
