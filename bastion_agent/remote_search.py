@@ -118,6 +118,10 @@ class RemoteIndex:
         if self.model is None:
             return []
         with self.lock, self._errors():
+            if self.conn.closed or self.conn.broken:  # the server restarted: one new connection, then on
+                from . import publish
+
+                self.conn = publish.connect(self.dsn)
             if mode == "keyword":
                 ranked = self.keyword_top(query, k)
             elif mode == "vector":

@@ -43,7 +43,7 @@ from typing import Callable, TextIO
 
 from . import __version__, embed
 from .client import EmbedClient, EndpointConfig
-from .errors import ConfigError, ModelServerError
+from .errors import ConfigError, DatabaseError, ModelServerError
 from .manifest import SEARCH_MODES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -334,6 +334,9 @@ class SearchService:
                 raise RequestError(400, str(exc)) from None
             except ModelServerError as exc:
                 raise RequestError(503, str(exc)) from None
+            except DatabaseError as exc:  # serve --remote: the details go to the log, not to the client
+                self.log(f"bastion_agent serve: {exc}")
+                raise RequestError(503, "the central index is unavailable; try again later") from None
         return {
             "query": query,
             "model": self.manifest.embed.model,

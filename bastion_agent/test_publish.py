@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import unittest
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -99,7 +100,7 @@ class PublishCase(TempFolder, unittest.TestCase):
         self.tmp = self.make_tmp()
         self.database = f"t{os.getpid()}_{time.monotonic_ns()}"
         query(SERVER.dsn(), f'CREATE DATABASE "{self.database}"')
-        self.addCleanup(query, SERVER.dsn(), f'DROP DATABASE "{self.database}" WITH (FORCE)')
+        self.addCleanup(query, SERVER.dsn(), f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
         self.dsn = SERVER.dsn(dbname=self.database)
         self.stub = StubServer(dim=64).__enter__()
         self.addCleanup(self.stub.__exit__, None, None, None)
@@ -338,6 +339,31 @@ class RemoteSearchTests(PublishCase):
         index.close()
         self.assertEqual({hit["bastion"] for hit in body["hits"]}, {"fs-01", "hr-02"})
         self.assertEqual(health["chunks"], len(self.fs1.local_windows()) + len(self.fs2.local_windows()))
+
+
+    def test_serve_remote_answers_503_when_the_database_goes_away(self):
+        from . import remote_search, serve
+        from .client import EndpointConfig
+        from .manifest import load
+
+        with clean_env(BASTION_PUBLISH_DSN=self.dsn):
+            manifest = load(self.fs1.manifest_path)
+            index = remote_search.open_index(manifest)
+        self.addCleanup(index.close)
+        log = io.StringIO()
+        settings = serve.ServeSettings(port=0, reload_check_seconds=3600.0)
+        server = serve.build_server(manifest, self.fs1.layout, settings, log,
+                                    endpoint=EndpointConfig(url=self.stub.url), remote=index)
+        with serve.RunningServer(server) as running:
+            query(SERVER.dsn(), f'DROP DATABASE "{self.database}" WITH (FORCE)')
+            with self.assertRaises(urllib.error.HTTPError) as caught:
+                urllib.request.urlopen(running.url + "/search?q=backup+keys&mode=keyword", timeout=30)
+            body = json.loads(caught.exception.read())
+            caught.exception.close()
+        self.assertEqual(caught.exception.code, 503)
+        self.assertIn("central index is unavailable", json.dumps(body))
+        self.assertIn("host 127.0.0.1", log.getvalue())
+        self.assertNotIn(SERVER.password, log.getvalue() + json.dumps(body))
 
 
 class RoleSetup:
