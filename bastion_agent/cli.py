@@ -141,7 +141,8 @@ def _stage_description(name: str) -> str:
         "embed": "Probe the model server named by EMBED_URL (wrong dimension or no answer: stop before "
         "the store is opened), then embed every window that has no vector for the manifest's model "
         "into vectors.db; write embed.summary.json.",
-        "sweep": "Run extract, sanitize, chunk and embed in order; stop at the first failing stage.",
+        "sweep": "Run extract, sanitize, chunk and embed in order; stop at the first failing stage. Then "
+        "publish, when the manifest has a [publish] table and BASTION_PUBLISH_DSN is set.",
     }[name]
 
 
