@@ -42,7 +42,7 @@ from .errors import ConfigError, DatabaseError, ManifestError, StoreError
 from .layout import Layout, write_summary
 
 DSN_VARIABLE = "BASTION_PUBLISH_DSN"
-BATCH_WINDOWS = 5000  # windows per transaction (whole documents; a larger document gets its own)
+BATCH_WINDOWS = 10000  # windows per transaction (whole documents; a larger document gets its own)
 # Test hook: publish one document per transaction and, after this many, stop
 # inside the next transaction (rows copied, not committed) until killed.
 PAUSE_VARIABLE = "BASTION_PUBLISH_TEST_PAUSE_AFTER"
@@ -308,10 +308,11 @@ def publish_documents(conn, bastion: str, model: str, local: dict[str, LocalDocu
     # new and changed documents first, then the gone ones: an interrupted run never leaves the index
     # with less than it had
     limit = 1 if pause_after is not None else BATCH_WINDOWS
+    staged = row_security_active(conn)
     for batch in batches(todo.write, limit):
         with conn.transaction():
-            counts["deleted"] += write_batch(conn, bastion, model, batch,
-                                             pause=pause_after is not None and counts["documents_written"] >= pause_after)
+            pause = pause_after is not None and counts["documents_written"] >= pause_after
+            counts["deleted"] += write_batch(conn, bastion, model, batch, pause, staged)
         counts["documents_written"] += len(batch)
         counts["inserted"] += sum(len(document.windows) for document in batch)
     if todo.paths_only:
@@ -333,29 +334,24 @@ def publish_documents(conn, bastion: str, model: str, local: dict[str, LocalDocu
     return counts
 
 
-def write_batch(conn, bastion: str, model: str, batch: list[LocalDocument], pause: bool = False) -> int:
+def write_batch(conn, bastion: str, model: str, batch: list[LocalDocument], pause: bool = False,
+                staged: bool = True) -> int:
     """Inside the caller's transaction: replace these documents' windows and rows; return the rows deleted."""
     docs = [document.doc for document in batch]
     deleted = conn.execute("DELETE FROM bastion_agent.windows WHERE bastion = %s AND model = %s AND doc = ANY(%s)",
                            (bastion, model, docs)).rowcount
     columns = ", ".join(COPY_COLUMNS)
     with conn.cursor() as cur:
-        # PostgreSQL refuses COPY FROM into a table with row-level security: copy into a temp table
-        # (no WAL, no policies), then one INSERT ... SELECT, which the policies check row by row
-        cur.execute("CREATE TEMP TABLE IF NOT EXISTS publish_staging (bastion text, model text, chunk_id text,"
-                    ' doc text, idx integer, start integer, "end" integer, text text, embedding vector)'
-                    " ON COMMIT DELETE ROWS")
-        with cur.copy(f"COPY publish_staging ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.write(COPY_HEADER)
-            pending, size = [], 0
-            for row in copy_rows(bastion, model, batch):
-                pending.append(row)
-                size += len(row)
-                if size > 1 << 20:
-                    copy.write(b"".join(pending))
-                    pending, size = [], 0
-            copy.write(b"".join(pending) + COPY_TRAILER)
-        cur.execute(f"INSERT INTO bastion_agent.windows ({columns}) SELECT {columns} FROM publish_staging")
+        if staged:
+            # PostgreSQL refuses COPY FROM into a table under row-level security: copy into a temp
+            # table (no WAL, no policies), then one INSERT ... SELECT, which the policies check
+            cur.execute("CREATE TEMP TABLE IF NOT EXISTS publish_staging (bastion text, model text, chunk_id text,"
+                        ' doc text, idx integer, start integer, "end" integer, text text, embedding vector)'
+                        " ON COMMIT DELETE ROWS")
+            copy_into(cur, "publish_staging", copy_rows(bastion, model, batch))
+            cur.execute(f"INSERT INTO bastion_agent.windows ({columns}) SELECT {columns} FROM publish_staging")
+        else:  # the owner (setting up, or a bulk load): straight in
+            copy_into(cur, "bastion_agent.windows", copy_rows(bastion, model, batch))
         cur.executemany(
             "INSERT INTO bastion_agent.documents (bastion, model, doc, chunks_fingerprint, paths, windows, published_at)"
             " VALUES (%s, %s, %s, %s, %s::jsonb, %s, now()) ON CONFLICT (bastion, doc, model) DO UPDATE SET"
@@ -366,6 +362,25 @@ def write_batch(conn, bastion: str, model: str, batch: list[LocalDocument], paus
         print("bastion_agent publish: paused inside a transaction (test hook)", file=sys.stderr, flush=True)
         time.sleep(3600)
     return deleted
+
+
+def copy_into(cur, table: str, rows: Iterable[bytes]) -> None:
+    """One binary COPY of ``rows`` (``copy_rows`` tuples) into ``table``, sent in pieces of about 1 MiB."""
+    with cur.copy(f"COPY {table} ({', '.join(COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.write(COPY_HEADER)
+        pending, size = [], 0
+        for row in rows:
+            pending.append(row)
+            size += len(row)
+            if size > 1 << 20:
+                copy.write(b"".join(pending))
+                pending, size = [], 0
+        copy.write(b"".join(pending) + COPY_TRAILER)
+
+
+def row_security_active(conn) -> bool:
+    """Whether the policies bind this role on ``windows`` (not for its owner or a superuser)."""
+    return conn.execute("SELECT row_security_active('bastion_agent.windows')").fetchone()[0]
 
 
 def _pause_after() -> int | None:
