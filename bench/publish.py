@@ -265,6 +265,8 @@ def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
                 times.append(time.perf_counter() - started)
             result[f"{label}_{mode}"] = percentiles(times)
             log(f"{label} {mode}: {result[f'{label}_{mode}']}")
+        if not recall_queries:
+            continue
         result[f"{label}_by_ef_search"] = ef_sweep(index, vectors[:recall_queries])
         log(f"{label} by ef_search: {result[f'{label}_by_ef_search']}")
     everywhere.close()
