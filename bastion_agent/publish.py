@@ -233,7 +233,6 @@ class Plan:
     paths_only: list[LocalDocument]
     delete: list[str]
     unchanged: int
-    old_windows: dict[str, int]  # windows the server holds per doc, for the counts
 
 
 def plan(local: dict[str, LocalDocument], remote: dict[str, tuple[str, str, int]]) -> Plan:
@@ -249,7 +248,7 @@ def plan(local: dict[str, LocalDocument], remote: dict[str, tuple[str, str, int]
         else:
             unchanged += 1
     delete = sorted(doc for doc in remote if doc not in local)
-    return Plan(write, paths_only, delete, unchanged, {doc: held[2] for doc, held in remote.items()})
+    return Plan(write, paths_only, delete, unchanged)
 
 
 def batches(documents: list[LocalDocument], limit: int) -> Iterator[list[LocalDocument]]:

@@ -33,7 +33,6 @@ import argparse
 import gzip
 import hashlib
 import json
-import os
 import re
 import statistics
 import sys
