@@ -31,7 +31,8 @@ from . import embed
 from .errors import ConfigError, DatabaseError, ModelServerError
 from .manifest import SEARCH_MODES
 
-EF_SEARCH = 100  # measured: recall@10 >= 0.95 at 1M windows (docs/publish.md)
+EF_SEARCH = 100  # the default; BASTION_HNSW_EF_SEARCH raises it (recall against latency: docs/publish.md)
+EF_SEARCH_VARIABLE = "BASTION_HNSW_EF_SEARCH"
 KEYWORD_POOL = 1000  # matching rows ranked per keyword pass (ranking costs ~20 us a row at 1M windows)
 MAX_TERMS = 64
 WORD_RE = re.compile(r"\w+")
@@ -60,6 +61,18 @@ def tsquery_text(query: str, operator: str) -> str:
     return f" {operator} ".join(f"'{word}'" for word in words[:MAX_TERMS])
 
 
+def ef_search_from_env(environ=None) -> int:
+    """``BASTION_HNSW_EF_SEARCH`` (10..1000), else ``EF_SEARCH``."""
+    import os
+
+    text = (os.environ if environ is None else environ).get(EF_SEARCH_VARIABLE, "").strip()
+    if not text:
+        return EF_SEARCH
+    if not text.isdigit() or not 10 <= int(text) <= 1000:
+        raise ConfigError(f"{EF_SEARCH_VARIABLE} must be a whole number from 10 to 1000; got {text!r}")
+    return int(text)
+
+
 def _key(bastion: str, chunk_id: str) -> str:
     return f"{bastion}\0{chunk_id}"  # the same document on two bastions is two hits
 
@@ -77,6 +90,7 @@ class RemoteIndex:
         self.default_mode = embed.resolve_mode(manifest, None)
         self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.lock = threading.Lock()
+        self.ef_search = ef_search_from_env()
         self.conn = publish.connect(dsn)
         with self._errors():
             if publish_schema.current_version(self.conn) == 0:
@@ -159,7 +173,7 @@ class RemoteIndex:
             if exact:
                 self.conn.execute("SET LOCAL enable_indexscan = off")
             else:
-                self.conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(EF_SEARCH, n))))
+                self.conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))))
                 self.conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             rows = self.conn.execute(statement, params).fetchall()
         ranked = sorted(((1.0 - float(distance), _key(bastion, chunk)) for bastion, chunk, distance in rows),

@@ -481,6 +481,10 @@ class ErrorTests(PublishCase):
             code, _, err = run_cli("search", fs.manifest_path, "keys", "--remote", "--bastion", "Bad_Name")
             self.assertEqual(code, 2)
             self.assertIn("--bastion must be", err)
+        with clean_env(EMBED_URL=self.stub.url, BASTION_PUBLISH_DSN=self.dsn, BASTION_HNSW_EF_SEARCH="lots"):
+            code, _, err = run_cli("search", fs.manifest_path, "keys", "--remote")
+        self.assertEqual(code, 2)
+        self.assertIn("BASTION_HNSW_EF_SEARCH must be a whole number", err)
 
 
 class ManifestTests(TempFolder, unittest.TestCase):

@@ -229,10 +229,10 @@ def recall(approximate: list, exact: list) -> float:
 def ef_sweep(index, vectors) -> dict:
     """Vector-mode p50 and recall@10 against exact search in the same database, per hnsw.ef_search."""
     exact = [index.vector_top(vector, 10, exact=True) for vector in vectors]
-    sweep, default = {}, remote_search.EF_SEARCH
+    sweep, default = {}, index.ef_search
     try:
         for ef in EF_SWEEP:
-            remote_search.EF_SEARCH = ef
+            index.ef_search = ef
             times, recalls = [], []
             for vector, truth in zip(vectors, exact):
                 started = time.perf_counter()
@@ -241,7 +241,7 @@ def ef_sweep(index, vectors) -> dict:
                 recalls.append(recall(found, truth))
             sweep[str(ef)] = {"recall_at_10": round(statistics.mean(recalls), 4), **percentiles(times)}
     finally:
-        remote_search.EF_SEARCH = default
+        index.ef_search = default
     return sweep
 
 
@@ -252,7 +252,7 @@ def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
     texts_ = queries(count)
     vectors = [bow(text) for text in texts_]
     result = {"windows": len(everywhere), "bastions": BASTIONS, "queries": len(texts_), "dim": DIM,
-              "ef_search": remote_search.EF_SEARCH}
+              "ef_search": everywhere.ef_search}
     for label, index in (("all_bastions", everywhere), ("one_bastion", one)):
         for mode in ("vector", "keyword", "hybrid"):
             for text, vector in zip(texts_[:10], vectors[:10]):  # warm-up
