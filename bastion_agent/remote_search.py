@@ -6,7 +6,9 @@ The same three modes as the local search, answered by PostgreSQL:
   ``hnsw.iterative_scan = relaxed_order`` so that a filter on bastions keeps
   scanning the graph until it has enough rows (pgvector >= 0.8), then
   re-sorted by exact distance; ``hnsw.ef_search`` is ``EF_SEARCH`` (or the
-  depth asked, when larger). ``exact`` scans every row instead.
+  depth asked, when larger), and the query asks for that many rows, so a
+  filtered search gathers as many candidates from the bastions' rows as an
+  unfiltered one does from all rows. ``exact`` scans every row instead.
 - **keyword**: the GIN index on ``tsv`` (English stemming). Windows holding
   every word of the query rank first (score ``1 + r``), then windows holding
   any of them (score ``r``), where ``r = ts_rank / (1 + ts_rank)``
@@ -163,7 +165,9 @@ class RemoteIndex:
         literal = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
         params: list = [literal]
         where = self._filter(params)
-        params.append(n)
+        # ask the index for ef_search rows that pass the filter, not just n: an iterative scan then walks
+        # the graph until it has that many of the bastions' rows, and the n nearest are taken from them
+        params.append(n if exact else max(n, self.ef_search))
         expression = self.model.expression
         statement = sql.SQL(
             "SELECT bastion, chunk_id, " + expression + " <=> %s::" + f"{self.model.kind}({self.dim})" + " AS distance"
