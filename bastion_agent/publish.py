@@ -302,8 +302,8 @@ def publish_documents(conn, bastion: str, model: str, local: dict[str, LocalDocu
     counts = {"documents": len(local), "documents_written": 0, "documents_deleted": 0,
               "documents_unchanged": todo.unchanged, "documents_paths_updated": 0,
               "windows": sum(len(d.windows) for d in local.values()), "inserted": 0, "deleted": 0}
-    counts["unchanged"] = sum(len(local[doc].windows) for doc in local
-                              if doc not in {d.doc for d in todo.write})
+    written = {document.doc for document in todo.write}
+    counts["unchanged"] = sum(len(document.windows) for doc, document in local.items() if doc not in written)
     # new and changed documents first, then the gone ones: an interrupted run never leaves the index
     # with less than it had
     limit = 1 if pause_after is not None else BATCH_WINDOWS
