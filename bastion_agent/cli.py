@@ -89,6 +89,7 @@ EXTRA_COMMANDS = [
     ("sign", "signing_cli", "sign a manifest with your SSH key (writes MANIFEST.sig)"),
     ("verify", "signing_cli", "check MANIFEST.sig against BASTION_ALLOWED_SIGNERS; print who signed it"),
     ("serve", "serve", "answer search over HTTP (loopback by default)"),
+    ("publish", "publish", "send this bastion's sanitized windows and vectors to PostgreSQL (BASTION_PUBLISH_DSN)"),
     ("model-server", "modelserver", "serve the embedded model (multilingual-e5-small) on loopback, Ollama and OpenAI style"),
     ("demo", "demo", "the main job on the bundled sample: start the embedded model, sweep, search, stop"),
     ("mcp", "mcp_server", "let AI assistants search over the Model Context Protocol (stdio; needs the [mcp] extra)"),
@@ -142,7 +143,8 @@ def _stage_description(name: str) -> str:
         "embed": "Probe the model server named by EMBED_URL (wrong dimension or no answer: stop before "
         "the store is opened), then embed every window that has no vector for the manifest's model "
         "into vectors.db; write embed.summary.json.",
-        "sweep": "Run extract, sanitize, chunk and embed in order; stop at the first failing stage.",
+        "sweep": "Run extract, sanitize, chunk and embed in order; stop at the first failing stage. Then "
+        "publish, when the manifest has a [publish] table and BASTION_PUBLISH_DSN is set.",
     }[name]
 
 
