@@ -460,7 +460,7 @@ class ErrorTests(PublishCase):
         fs.layout.doc_text_path(fs.layout.sanitized_dir, doc).write_text(CHANGED)
         code, out, err = fs.publish(self.dsn)
         self.assertEqual((code, out), (4, ""))
-        self.assertIn("run chunk again", err)
+        self.assertIn("run sanitize again", err)
         fs.restock({**DOCS_V1, CHANGED: ["ops/keys.txt"]})
         with clean_env(EMBED_URL=self.stub.url):
             run_cli("chunk", fs.manifest_path, "--out", fs.layout.root)
