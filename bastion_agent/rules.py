@@ -107,9 +107,15 @@ R_ = Rule  # short alias for the table below
 
 RULES: tuple[Rule, ...] = (
     # --- private keys (multi-line) -------------------------------------------
+    # BEGIN to END whatever lies between (Proc-Type/DEK-Info, Version:, Comment:
+    # headers, the blank line of every armour, CRLF, escaped \n in a string);
+    # without an END within the budget, every following line that looks like
+    # armour (a header, base64, a blank line, the =CRC line) goes too.
     R_("private-key", "private-key",
-       r"-----BEGIN[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----(?:(?P<body>[\s\S]{0,16384}?)"
-       r"(?:-----END[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----|(?=\n[ \t]*\n|\Z))|[\s\S]{16384})",
+       r"-----BEGIN[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----(?:(?P<body>[\s\S]{0,32768}?)"
+       r"-----END[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----"
+       r"|(?P<open>(?:[ \t]*\r?\n[ \t]*(?:[A-Za-z][\w\-]{0,40}:[^\r\n]*|[A-Za-z0-9+/=]{1,128})[ \t]*\r?(?=\n|\Z)"
+       r"|[ \t]*\r?\n[ \t]*\r?(?=\n))*)(?:\r?\n-----END[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----)?)",
        keywords=("-----begin",), validator="key_block", scope="document"),
     R_("putty-private-key", "private-key",
        r"PuTTY-User-Key-File-\d+:(?:[\s\S]{0,16384}?Private-MAC:[ \t]*[0-9a-fA-F]+|[\s\S]{16384})",

@@ -22,6 +22,7 @@ table), so no part of either survives.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import re
@@ -32,6 +33,7 @@ from typing import Iterable
 
 from . import layout as store
 from .errors import ManifestError, StoreError
+from .normalise import joined_view, junctions, lookalike_view
 from .progress import Progress
 from .rules import CATEGORIES, RULES, RULES_BY_ID, SCOPES, SECRET, Rule
 from .validators import CHECKS, is_placeholder, shannon_entropy
@@ -220,7 +222,49 @@ class Sanitizer:
         return self.redact(path)[0]
 
     def findings(self, text: str) -> list[Finding]:
-        """Every accepted finding, possibly overlapping, in no particular order."""
+        """Every accepted finding, possibly overlapping, in no particular order.
+
+        Three views are scanned: the text itself; its look-alike view
+        (``normalise.lookalike_view``: NFKC, invisible characters removed,
+        homoglyphs folded, character references and percent escapes
+        decoded), whose findings are mapped back to the span of the
+        original they came from; and, around each line break that may split
+        a value, the two lines joined (``normalise.junctions``), keeping only
+        findings that cross the break and whose first half was not already
+        a finding (the value of ``password = x`` does not swallow the next
+        line's first word). Plain ASCII text skips the look-alike view.
+        """
+        if not text:
+            return []
+        found = self._scan(text)
+        view = lookalike_view(text)
+        if view is not None:
+            for finding in self._scan(view.text):
+                start, end = view.span(finding.start, finding.end)
+                found.append(Finding(start, end, finding.order, finding.rule))
+        if "\n" in text:
+            found.extend(self._joined_findings(text, found))
+        return found
+
+    def _joined_findings(self, text: str, found: list[Finding]) -> list[Finding]:
+        spans = junctions(text)
+        if not spans:
+            return []
+        covered = sorted((f.start, f.end) for f in found)
+        extra: list[Finding] = []
+        for first, last, group in _junction_windows(text, spans):
+            view = joined_view(text[first:last], [(s - first, e - first, j) for s, e, j in group])
+            for finding in self._scan(view.text):
+                start, end = view.span(finding.start, finding.end)
+                start, end = start + first, end + first
+                for s, e, _ in group:
+                    if start < s and end > e and not _covered(covered, s - 1):
+                        extra.append(Finding(start, end, finding.order, finding.rule))
+                        break
+        return extra
+
+    def _scan(self, text: str) -> list[Finding]:
+        """The findings of the rules in ``text`` as it is."""
         found: list[Finding] = []
         if not text:
             return found
@@ -307,6 +351,35 @@ class Sanitizer:
 
     def _allowed(self, value: str) -> bool:
         return value in self._allow or any(p.fullmatch(value) for p in self._allow_patterns)
+
+
+JUNCTION_CONTEXT = 256  # characters scanned on either side of a line break that may split a value
+
+
+def _junction_windows(text: str, spans: list[tuple[int, int, str]]):
+    """Merged windows around the junctions (their two lines, at most JUNCTION_CONTEXT
+    characters each side): (start, end, the junctions inside)."""
+    windows: list[tuple[int, int, list]] = []
+    for span in spans:
+        first = max(0, span[0] - JUNCTION_CONTEXT)
+        first = text.rfind("\n", first, span[0]) + 1 or first
+        last = min(len(text), span[1] + JUNCTION_CONTEXT)
+        line_end = text.find("\n", span[1], last)
+        last = line_end if line_end != -1 else last
+        if windows and first <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], max(windows[-1][1], last), windows[-1][2] + [span])
+        else:
+            windows.append((first, last, [span]))
+    return windows
+
+
+def _covered(spans: list[tuple[int, int]], position: int) -> bool:
+    """Does one of the (start, end) spans, sorted by start, cover ``position``?"""
+    index = bisect.bisect_right(spans, (position, 1 << 62))
+    for start, end in reversed(spans[max(0, index - 64):index]):  # findings are short: look at the last few
+        if end > position:
+            return True
+    return False
 
 
 def merge(findings: list[Finding]) -> list[Finding]:

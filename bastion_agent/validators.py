@@ -370,9 +370,10 @@ def check_kubernetes_secret(match: re.Match, start: int, end: int):
 
 
 def check_key_block(match: re.Match, start: int, end: int):
-    if match.group("body") is None:  # a block longer than the scan budget: all of it goes
-        return True
-    body = re.sub(r"\\[nr]|[\s\"'+,]", "", match.group("body"))
+    body = match.group("body")
+    if body is None:  # no END within the budget: the armour lines that follow
+        body = match.group("open") or ""
+    body = re.sub(r"\\[nr]|[\s\"'+,]", "", body)
     return len(body) >= 16
 
 
