@@ -63,9 +63,14 @@ def plain_mode() -> bool:
     return _PLAIN.get()
 
 
+# The shift sequences of the 7-bit ISO 2022 encodings (ESC $ B, ESC ( B, SO, SI):
+# in the plain view they separate words instead of gluing to the next one.
+_ISO2022_SHIFTS = re.compile(rb"\x1b\$[()*+]?[@A-Z]|\x1b[()*+][@A-Z]|[\x0e\x0f]")
+
+
 def plain_text(data: bytes) -> str:
-    """The dumb view of bytes: NULs dropped, each other byte one latin-1 character."""
-    return data.replace(b"\x00", b"").decode("latin-1")
+    """The dumb view of bytes: NULs dropped, ISO 2022 shifts made spaces, each other byte one latin-1 character."""
+    return _ISO2022_SHIFTS.sub(b" ", data.replace(b"\x00", b"")).decode("latin-1")
 
 
 def decode_text(data: bytes, declared: str | None = None) -> str:
