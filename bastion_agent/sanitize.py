@@ -52,6 +52,12 @@ WINDOW_AHEAD = 2048
 TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_.~\-]{20,}")
 NUMBER_RUN = re.compile(r"\d(?:[ \-.()/]{0,2}\d){6,}")
 WHITESPACE = re.compile(r"\s")
+# Views of a path in which its separators read as spaces (see Sanitizer.redact_path).
+PATH_BOUNDARY_VIEWS = (
+    str.maketrans("/_", "  "),
+    str.maketrans("/_.", "   "),
+    str.maketrans("/_.-", "    "),
+)
 SHORT_TEXT = 4096  # below this, the keyword scan first checks which first characters occur
 
 
@@ -218,8 +224,28 @@ class Sanitizer:
         return "".join(pieces), counts
 
     def redact_path(self, path: str) -> str:
-        """A path name as users may see it (search hits, serve)."""
-        return self.redact(path)[0]
+        """A path name as users may see it (search hits, serve).
+
+        In a path ``/ - _ .`` separate words as spaces do in text: besides
+        the path itself, views in which they are spaces are scanned
+        (character for character, so a finding's span is the same in the
+        path), and the findings of all views are replaced together. So
+        ``scan_219-09-9999.pdf``, ``n/+41 44 668 18 11 call log.txt`` and
+        ``password=NamePw998877.txt`` lose their number and password.
+        """
+        found = self.findings(path)
+        for view in {path.translate(table) for table in PATH_BOUNDARY_VIEWS} - {path}:
+            found.extend(self.findings(view))
+        findings = merge(found)
+        if not findings:
+            return path
+        pieces, position = [], 0
+        for finding in findings:
+            pieces.append(path[position:finding.start])
+            pieces.append(PLACEHOLDER.format(finding.rule))
+            position = finding.end
+        pieces.append(path[position:])
+        return "".join(pieces)
 
     def findings(self, text: str) -> list[Finding]:
         """Every accepted finding, possibly overlapping, in no particular order.

@@ -431,6 +431,12 @@ def check_email(match: re.Match, start: int, end: int):
     if extension.lower() in FILE_EXTENSIONS and "." in head.rsplit("@", 1)[-1]:
         end -= len(extension) + 1
         value = head
+    last_label = value.rsplit(".", 1)[-1]
+    if "-" in last_label and not last_label.lower().startswith("xn--"):
+        # no top-level domain has a dash: ``corp.com-cv`` is ``corp.com`` then a word
+        cut = len(last_label) - last_label.index("-")
+        end -= cut
+        value = value[:-cut]
     return [(start, end)] if personal_email(value) else False
 
 
@@ -478,7 +484,7 @@ def check_iban(match: re.Match, start: int, end: int):
     if not left_ok(match.string, start):
         return False
     text = match.string[start:end]
-    expected = IBAN_LENGTHS.get(text[:2])
+    expected = IBAN_LENGTHS.get(text[:2].upper())
     if expected is None:
         return False
     taken, index = 0, 0
@@ -540,7 +546,64 @@ def check_has_digit(match: re.Match, start: int, end: int):
     return any(ch.isdigit() for ch in value) and any(ch.isalpha() for ch in value)
 
 
+def check_cli_password(match: re.Match, start: int, end: int):
+    """``mysql -pX`` / ``sshpass -p 'X'``: the value without its quotes, unless a placeholder."""
+    value, start, end, _ = unquote(match.string[start:end], start)
+    return [(start, end)] if plausible_secret(value) and not value.startswith(("$", "%")) else False
+
+
+def check_prose_secret(match: re.Match, start: int, end: int):
+    """"the password is X", "PIN is 4921": X is a secret when it does not read as a word.
+
+    A PIN is 4 to 8 digits; a password needs a digit, a symbol or a capital
+    after its first letter ("the password is stored..." names no password).
+    """
+    value = match.string[start:end].rstrip(".:")
+    end = start + len(value)
+    label = match.group(0)[: match.start("secret") - match.start()].lower()
+    if label.startswith("pin"):
+        return [(start, end)] if value.isdigit() and 4 <= len(value) <= 8 else False
+    if not plausible_secret(value) or is_templated(value) or len(value) < 4:
+        return False
+    telling = any(ch.isdigit() for ch in value) or any(not ch.isalnum() for ch in value) or any(
+        ch.isupper() for ch in value[1:])
+    return [(start, end)] if telling and not value.lower().startswith(("http", "www.")) else False
+
+
+NINO_BAD_PREFIXES = frozenset({"BG", "GB", "NK", "KN", "TN", "NT", "ZZ"})
+
+
+def check_uk_nino(match: re.Match, start: int, end: int):
+    """A UK National Insurance number: two letters (not the unused pairs), six digits, A-D."""
+    return match.string[start:start + 2] not in NINO_BAD_PREFIXES
+
+
+def de_tax_id_ok(digits: str) -> bool:
+    """The German tax id (Steuer-ID): 11 digits, first not 0, one digit repeated in the first ten
+    (twice, or three times but not three in a row), and the ISO 7064 MOD 11,10 check digit."""
+    if len(digits) != 11 or digits[0] == "0":
+        return False
+    counts = Counter(digits[:10])
+    repeated = [d for d, n in counts.items() if n > 1]
+    if len(repeated) != 1 or counts[repeated[0]] > 3 or repeated[0] * 3 in digits[:10]:
+        return False
+    product = 10
+    for ch in digits[:10]:
+        total = (int(ch) + product) % 10 or 10
+        product = (total * 2) % 11
+    check = (11 - product) % 10
+    return check == int(digits[10])
+
+
+def check_de_tax_id(match: re.Match, start: int, end: int):
+    return de_tax_id_ok(re.sub(r"\D", "", match.string[start:end]))
+
+
 CHECKS = {
+    "cli_password": check_cli_password,
+    "prose_secret": check_prose_secret,
+    "uk_nino": check_uk_nino,
+    "de_tax_id": check_de_tax_id,
     "has_digit": check_has_digit,
     "assignment": check_assignment,
     "secret_block": check_secret_block,
