@@ -368,8 +368,8 @@ RULES: tuple[Rule, ...] = (
        r"(?:"
        r"\+[1-9]\d{0,2}(?:[ .\-]?\(?\d{1,5}\)?){1,6}"  # E.164 / international
        r"|00[1-9]\d{0,2}(?:[ .\-]\(?\d{1,5}\)?){2,6}"  # 00 international prefix
-       r"|(?:1[ .\-])?(?:\([2-9]\d{2}\)[ .\-]?|[2-9]\d{2}[ .\-])[2-9]\d{2}[ .\-]\d{4}"  # North America
-       r"|0\d{1,4}(?:[ .\-/]\d{2,8}){1,4}"  # national numbers with a trunk 0 (FR, UK, DE, NL, ...)
+       r"|(?:1[ .\-])?(?:\([2-9]\d{2}\)[ .\-]?[2-9]\d{2}[ .\-]|[2-9]\d{2}(?P<nsep>[ .\-])[2-9]\d{2}(?P=nsep))\d{4}"  # North America, one separator
+       r"|0[1-9]\d{0,3}(?:[ .\-/]\d{2,8}){1,4}"  # national numbers with a trunk 0 (FR, UK, DE, NL, ...)
        r")(?![\w\-/]|\.\d)",
        validator="phone", scope="number"),
     R_("phone-labelled", "phone",

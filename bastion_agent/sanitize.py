@@ -200,6 +200,7 @@ class Sanitizer:
         self._by_scope: dict[str, list[_Active]] = {scope: [] for scope in SCOPES}
         for active in self.rules:
             self._by_scope[active.rule.effective_scope].append(active)
+        self._rule_category = {active.order: active.rule.category for active in self.rules}
         self._keyword_rules = _keyword_index(self.rules)
         self._triggers = _trigger_regexes(self._keyword_rules)
         self._triggers_nocase: list[tuple[str, re.Pattern]] | None = None
@@ -281,6 +282,8 @@ class Sanitizer:
         for first, last, group in _junction_windows(text, spans):
             view = joined_view(text[first:last], [(s - first, e - first, j) for s, e, j in group])
             for finding in self._scan(view.text):
+                if self._rule_category[finding.order] in JOIN_SKIPS:
+                    continue
                 start, end = view.span(finding.start, finding.end)
                 start, end = start + first, end + first
                 for s, e, _ in group:
@@ -379,6 +382,10 @@ class Sanitizer:
         return value in self._allow or any(p.fullmatch(value) for p in self._allow_patterns)
 
 
+# Joined lines are searched for values split in two (tokens, keys, numbers),
+# not for the keyed and free shapes, which would read the next line's first
+# word as the rest of a value.
+JOIN_SKIPS = frozenset({"assignment", "high-entropy", "url-credentials"})
 JUNCTION_CONTEXT = 256  # characters scanned on either side of a line break that may split a value
 
 

@@ -296,6 +296,8 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
     """Is the value of ``<secret-ish name> = value`` a secret? (detect-secrets-style filters)."""
     if not plausible_secret(value) or value.lower() in BOOLEANISH:
         return False
+    if not quoted and re.fullmatch(r"[A-Za-z]+[.:]", value):
+        return False  # ``(check_password): Likewise.``: a sentence of a GNU change log
     if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("<", "/", "./", "~/", "../")):
         return False
     if len(value.split()) >= 6:  # a sentence (a message, a label), not a secret
@@ -397,6 +399,9 @@ def check_auth_header(match: re.Match, start: int, end: int):
 
 def check_url_credentials(match: re.Match, start: int, end: int):
     user, _, password = match.string[start:end].partition(":")
+    host = re.match(r"[^\s/?#:\"'<>]*", match.string[end + 1:end + 256]).group(0).lower().rstrip(".")
+    if host.endswith(RESERVED_EMAIL_DOMAINS) or host.endswith(RESERVED_EMAIL_TLDS):
+        return False  # https://abc:xyz@example.com is documentation (RFC 2606), not a credential
     return bool(password) and plausible_secret(password)
 
 
@@ -413,10 +418,17 @@ def check_cli_user(match: re.Match, start: int, end: int):
 SEQUENCES = re.compile(r"(?i)0123456789|abcdefghij|qwertyuiop")
 
 
+NOT_A_KEY_PREFIXES = ("sha256-", "sha384-", "sha512-", "_Z")  # integrity hashes, C++ mangled names
+
+
 def check_high_entropy(match: re.Match, start: int, end: int):
     value = match.string[start:end].rstrip("=")
-    if is_hex(value) and len(value) < 32 or SEQUENCES.search(value):
-        return False  # short hex strings and alphabets are not keys
+    text = match.string
+    quoted = start > 0 and text[start - 1] in "\"'`" and text[end:end + 1] == text[start - 1]
+    if is_hex(value) and (len(value) < 32 or not quoted) or SEQUENCES.search(value) or value.startswith(NOT_A_KEY_PREFIXES):
+        # Bare hex strings are digests: commit hashes, checksums, key fingerprints (a hex
+        # secret behind ``secret =`` is secret-assignment's; a quoted one still counts).
+        return False
     return looks_random(value) and not is_placeholder(value)
 
 
@@ -449,7 +461,7 @@ def left_ok(text: str, start: int, extra: str = "") -> bool:
 
 
 def check_phone(match: re.Match, start: int, end: int):
-    if not left_ok(match.string, start, "+-./"):
+    if not left_ok(match.string, start, "+-./~:"):
         return False
     value = match.string[start:end]
     digits = digit_count(value)
@@ -510,6 +522,13 @@ NOT_AN_ADDRESS_BEFORE = re.compile(
 )
 
 
+VERSION_WORDS = re.compile(
+    r"(?i)\b(?:versions?|releases?|released|upgraded?|updated?|bump(?:ed)?|upstream|backport(?:ed)?|"
+    r"fixed in|patch|changelog)\b[^\n]{0,40}$"
+)
+SECTION_TITLE = re.compile(r"\.?[ \t]+[A-Z][a-z]")
+
+
 def check_public_ip(match: re.Match, start: int, end: int):
     """The match starts at the first dot: take back the first number."""
     text = match.string
@@ -519,8 +538,16 @@ def check_public_ip(match: re.Match, start: int, end: int):
     if first == start:
         return False
     start = first
-    if not left_ok(text, start, ".:") or NOT_AN_ADDRESS_BEFORE.search(text, max(0, start - 16), start):
-        return False  # "EC 1.14.16.2" is an enzyme, "version 1.2.3.4" a release
+    if not left_ok(text, start, ".:-_~+(") or NOT_AN_ADDRESS_BEFORE.search(text, max(0, start - 16), start):
+        return False  # "EC 1.14.16.2" is an enzyme, "version 1.2.3.4" a release, "libfoo-1.2.3.4" a package
+    if text[end:end + 1] in ("-", "~", "+", "_") or VERSION_WORDS.search(text, max(0, start - 48), start):
+        return False  # "1.8.1.2-1", "upgrade to 2.39.90.1": a version
+    parts = text[start:end].split(".")
+    if len(parts[0]) == 1 and len(set(parts)) > 1 and all(len(part) <= 2 for part in parts):
+        return False  # 4.3.99.16, 1.2.8.1: shaped like a version (8.8.8.8, 1.1.1.1 are addresses)
+    line_start = text.rfind("\n", 0, start) + 1
+    if not text[line_start:start].strip() and SECTION_TITLE.match(text, end):
+        return False  # "2.3.4.1 Arrays": a section number at the start of its line
     return [(start, end)] if public_ip(text[start:end]) else False
 
 
@@ -538,6 +565,8 @@ def check_public_ipv6(match: re.Match, start: int, end: int):
     value = text[first:end]
     if "::" not in value and value.count(":") < 7 or sum(1 for group in value.split(":") if group) < 3:
         return False  # slices such as [1::2] are not addresses
+    if not any(len(group) >= 3 for group in value.split(":")):
+        return False  # 2:4:6:8:10:12:14:16 or 0:1:2:3:4:5:6:7 is a list of numbers
     return [(first, end)] if public_ip(value) else False
 
 
