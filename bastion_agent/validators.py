@@ -296,6 +296,8 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
     """Is the value of ``<secret-ish name> = value`` a secret? (detect-secrets-style filters)."""
     if not plausible_secret(value) or value.lower() in BOOLEANISH:
         return False
+    if not quoted and (value.startswith(":") or value.endswith(":")):
+        return False  # ``node::credentials::HasOnly``, ``password: label:``: code or a label
     if not quoted and re.fullmatch(r"[A-Za-z]+[.:]", value):
         return False  # ``(check_password): Likewise.``: a sentence of a GNU change log
     if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("<", "/", "./", "~/", "../")):
@@ -312,8 +314,13 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
     return len(value) >= 6
 
 
+SOURCE_FILE_KEY = re.compile(r"(?i).+\.(?:[ch]|cc|cpp|hh|hpp|py|js|ts|go|rs|java|rb|pl|pm|sh|el|md|txt|in|am|ac|[1-9])")
+
+
 def check_assignment(match: re.Match, start: int, end: int):
     key = match.group("key")
+    if SOURCE_FILE_KEY.fullmatch(key):
+        return False  # ``src/chpasswd.c: s/exit/...``: a change-log entry names a file, not a key
     strength = key_strength(key)
     if strength is None:
         return False
@@ -402,7 +409,7 @@ def check_url_credentials(match: re.Match, start: int, end: int):
     host = re.match(r"[^\s/?#:\"'<>]*", match.string[end + 1:end + 256]).group(0).lower().rstrip(".")
     if host.endswith(RESERVED_EMAIL_DOMAINS) or host.endswith(RESERVED_EMAIL_TLDS):
         return False  # https://abc:xyz@example.com is documentation (RFC 2606), not a credential
-    return bool(password) and plausible_secret(password)
+    return len(password) >= 3 and plausible_secret(password)
 
 
 def check_cli_user(match: re.Match, start: int, end: int):
@@ -418,6 +425,7 @@ def check_cli_user(match: re.Match, start: int, end: int):
 SEQUENCES = re.compile(r"(?i)0123456789|abcdefghij|qwertyuiop")
 
 
+DIGEST_LENGTHS = frozenset({40, 56, 64, 96, 128})  # hex SHA-1, SHA-224, SHA-256, SHA-384, SHA-512
 NOT_A_KEY_PREFIXES = ("sha256-", "sha384-", "sha512-", "_Z")  # integrity hashes, C++ mangled names
 
 
@@ -425,7 +433,11 @@ def check_high_entropy(match: re.Match, start: int, end: int):
     value = match.string[start:end].rstrip("=")
     text = match.string
     quoted = start > 0 and text[start - 1] in "\"'`" and text[end:end + 1] == text[start - 1]
-    if is_hex(value) and (len(value) < 32 or not quoted) or SEQUENCES.search(value) or value.startswith(NOT_A_KEY_PREFIXES):
+    if is_hex(value) and (len(value) < 32 or not quoted or len(value) in DIGEST_LENGTHS):
+        return False
+    if value.count("/") >= 2 and re.fullmatch(r"[a-z]+", value.split("/", 1)[0]):
+        return False  # tools/javac/lambda/T8129740/CaptureInCtorChainingTest: a path
+    if SEQUENCES.search(value) or value.startswith(NOT_A_KEY_PREFIXES):
         # Bare hex strings are digests: commit hashes, checksums, key fingerprints (a hex
         # secret behind ``secret =`` is secret-assignment's; a quoted one still counts).
         return False
@@ -472,6 +484,9 @@ def check_phone(match: re.Match, start: int, end: int):
     if value.startswith("00"):
         return 10 <= digits <= 17
     if value.startswith("0"):
+        groups = re.split(r"[ .\-/]", value)
+        if len(groups) >= 4 and all(group.startswith("0") for group in groups):
+            return False  # 01 02 03 04 05: a byte dump, not a number with a trunk 0
         return 10 <= digits <= 12 and any(sep in value for sep in " .-/")
     return 10 <= digits <= 11
 
