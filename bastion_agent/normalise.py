@@ -66,6 +66,26 @@ class View:
     piece_orig: list[int]
     piece_len: list[int]
     piece_linear: list[bool]
+    deletions: list[int]  # view positions where characters were dropped
+
+    def changed_windows(self, reach: int = 256) -> list[tuple[int, int]]:
+        """Merged spans of the view around its rewritten pieces (``reach`` characters each
+        side, widened to whitespace): only there can the view hold a finding the text lacks."""
+        windows: list[tuple[int, int]] = []
+        text = self.text
+        changed = [self.piece_view[k] for k, linear in enumerate(self.piece_linear) if not linear]
+        for position in sorted(changed + self.deletions):
+            start = max(0, position - reach)
+            end = min(len(text), position + reach)
+            while start > 0 and not text[start - 1].isspace() and position - start < 4 * reach:
+                start -= 1
+            while end < len(text) and not text[end].isspace() and end - position < 4 * reach:
+                end += 1
+            if windows and start <= windows[-1][1]:
+                windows[-1] = (windows[-1][0], max(windows[-1][1], end))
+            else:
+                windows.append((start, end))
+        return windows
 
     def span(self, start: int, end: int) -> tuple[int, int]:
         """The span of the original text that view[start:end] came from."""
@@ -95,6 +115,7 @@ class _Builder:
         self.po: list[int] = []
         self.pl: list[int] = []
         self.lin: list[bool] = []
+        self.deleted: list[int] = []
 
     def copy(self, text: str, start: int, end: int) -> None:
         if end > start:
@@ -103,6 +124,8 @@ class _Builder:
     def replace(self, replacement: str, start: int, end: int) -> None:
         if replacement:
             self._add(replacement, start, end - start, False)
+        else:
+            self.deleted.append(self.view_at)
 
     def _add(self, piece: str, orig: int, length: int, linear: bool) -> None:
         self.parts.append(piece)
@@ -113,7 +136,7 @@ class _Builder:
         self.view_at += len(piece)
 
     def view(self) -> View:
-        return View("".join(self.parts), self.pv, self.po, self.pl, self.lin)
+        return View("".join(self.parts), self.pv, self.po, self.pl, self.lin, self.deleted)
 
 
 def needs_lookalike_view(text: str) -> bool:
@@ -197,8 +220,10 @@ def lookalike_view(text: str) -> View | None:
 # The end of a line that looks like the first half of a value (a token with
 # a digit, an underscore or base64 punctuation; a capitalised prefix such as
 # AKIA; a long token), and the start of the next line (the second half).
-HEAD = re.compile(r"(?:[A-Za-z0-9+/=_\-]*[0-9_+/=][A-Za-z0-9+/=_\-]*|[A-Z0-9]{4,}|[A-Za-z0-9+/=_\-]{16,})[ \t]?\r?\Z")
-TAIL = re.compile(r"[ \t]*(?=[A-Za-z0-9+/=_\-]{3})")
+HEAD = re.compile(
+    r"(?:(?=[A-Za-z0-9+/=_\-]*\d)[A-Za-z0-9+/=_\-]{8,}|[A-Z0-9]{8,}|\d{4}[ \-]\d{4}|[A-Za-z0-9+/=_\-]{20,})[ \t]?\r?\Z"
+)
+TAIL = re.compile(r"[ \t]*(?=[A-Za-z0-9+/=_\-]{4})")
 REACH = 64  # characters looked at on either side of a line break
 
 

@@ -266,9 +266,10 @@ class Sanitizer:
         found = self._scan(text)
         view = lookalike_view(text)
         if view is not None:
-            for finding in self._scan(view.text):
-                start, end = view.span(finding.start, finding.end)
-                found.append(Finding(start, end, finding.order, finding.rule))
+            for first, last in view.changed_windows():
+                for finding in self._scan(view.text[first:last]):
+                    start, end = view.span(finding.start + first, finding.end + first)
+                    found.append(Finding(start, end, finding.order, finding.rule))
         if "\n" in text:
             found.extend(self._joined_findings(text, found))
         return found
