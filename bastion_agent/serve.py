@@ -246,7 +246,8 @@ class SearchService:
         self.clock = clock
         self.summary_seen = summary_stamp(layout)  # taken before the load: a later summary means a later sweep
         self.index = embed.SearchIndex.load(manifest, layout)
-        self.index_error: str | None = None
+        self.index_error: str | None = None  # what /healthz says (no local path)
+        self._reload_failure: str | None = None  # what the log said
         self.default_mode = default_mode(manifest)
         self._seen_version: tuple | None = None
         self._seen_since = 0.0
@@ -291,12 +292,15 @@ class SearchService:
             fresh = embed.SearchIndex.load(self.manifest, self.layout)
         except Exception as exc:  # keep answering from the old index; say why once
             message = f"could not reload the index ({exc}); still answering from the one loaded at {self.index.loaded_at}"
-            if message != self.index_error:
-                self.log(f"bastion_agent serve: {message}")
-            self.index_error = message
+            if message != self._reload_failure:
+                self.log(f"bastion_agent serve: {message}")  # the operator's log may name local paths
+            self._reload_failure = message
+            # /healthz needs no token: it says what failed, never where on this machine.
+            self.index_error = (f"could not reload the index ({without_paths(str(exc))}); still answering from the one "
+                                f"loaded at {self.index.loaded_at}")
             return False
         # The old index is not closed here: requests may still be using it; it closes when the last one drops it.
-        self.index, self.index_error, self.summary_seen = fresh, None, summary
+        self.index, self.index_error, self.summary_seen, self._reload_failure = fresh, None, summary, None
         self.log(f"bastion_agent serve: reloaded the index: {len(fresh)} chunks")
         return True
 
@@ -336,6 +340,14 @@ class SearchService:
             "k": k,
             "hits": [dataclasses.asdict(hit) for hit in hits],
         }
+
+
+_PATH_RE = re.compile(r"""(?:[A-Za-z]:)?(?:~|\.{1,2})?[/\\][^\s'"()\[\],;]*""")
+
+
+def without_paths(text: str) -> str:
+    """``text`` with every file-system path in it replaced by ``<path>`` (for answers anyone may read)."""
+    return _PATH_RE.sub("<path>", text)
 
 
 def default_mode(manifest) -> str:
