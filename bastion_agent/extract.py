@@ -509,7 +509,8 @@ def _folder_rows(rows: list[dict]) -> list[list]:
         reasons = Counter(row["reason"] for row in members if row["status"] == STATUS_SKIPPED)
         why = ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
         extracted = sum(row["status"] == STATUS_EXTRACTED for row in members)
-        table.append([folder, len(members), extracted, len(members) - extracted, why or "-"])
+        shown = sanitize.sanitize_path(folder, None)  # folder names are path names: never shown raw
+        table.append([shown, len(members), extracted, len(members) - extracted, why or "-"])
     return table
 
 

@@ -129,6 +129,17 @@ class LookalikeTests(unittest.TestCase):
                 self.assertEqual(sanitize_path(path, None), path)
 
 
+class ReportPathTests(unittest.TestCase):
+    def test_extract_report_shows_sanitized_folder_names(self):
+        from .extract import report_lines
+        rows = [{"path": f"{folder}/notes.txt", "status": "extracted", "reason": None, "kind": "text"}
+                for folder in ("hr/alice.smith@corp-internal.com", "scans/scan_219-09-9999", "n/+41 44 668 18 11 calls")]
+        report = "\n".join(report_lines(rows, {"files": 3}))
+        for value in ("alice.smith@corp-internal.com", "219-09-9999", "+41 44 668 18 11"):
+            self.assertNotIn(value, report)
+        self.assertIn("[REDACTED:email]", report)
+
+
 class KeyBlockTests(unittest.TestCase):
     """Real key material from the tools people use, in LF and CRLF, with text around it."""
 

@@ -9,7 +9,7 @@ value (tabs and line breaks escaped). The labelled copy of this output is
 ``bastion_agent/testdata/real_findings.tsv`` (see its header), used by
 ``test_precision.py`` and ``bench/sanitize.py``.
 
-Usage: python3 bench/real_findings.py [--files 400] [--root /usr/share/doc]
+Usage: python3 bench/real_findings.py [--files 400] [--code DIR]
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+if "--code" in sys.argv:  # another checkout's sanitizer (main's, for the "before" counts)
+    sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--code") + 1]).resolve()))
+else:
+    sys.path.insert(0, str(HERE.parent))
 
 from bastion_agent.sanitize import Sanitizer, merge  # noqa: E402
 
@@ -63,6 +66,7 @@ def findings(sanitizer: Sanitizer, text: str) -> list[tuple[str, str]]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=400)
+    parser.add_argument("--code", help="root of another checkout whose bastion_agent to run")
     args = parser.parse_args(argv)
     sanitizer = Sanitizer()
     for path, rel in sample(args.files):
