@@ -172,6 +172,8 @@ class KeyBlockTests(unittest.TestCase):
         home = os.path.join(self.tmp, "gnupg")
         os.mkdir(home, 0o700)
         env = dict(os.environ, GNUPGHOME=home)
+        if shutil.which("gpgconf"):  # gpg starts an agent for this home: stop it when the test ends
+            self.addCleanup(subprocess.run, ["gpgconf", "--kill", "gpg-agent"], env=env, capture_output=True, timeout=30)
         self.run_tool("gpg", "--batch", "--passphrase", "", "--quick-gen-key", "Red Team <rt@example.org>",
                       "ed25519", "default", "never", env=env)
         block = self.run_tool("gpg", "--batch", "--armor", "--export-secret-keys", env=env).stdout

@@ -156,6 +156,8 @@ def gpg_private_key(folder: Path) -> Planted | None:
                     "ed25519", "default", "never"], check=True, capture_output=True, env=env, timeout=60)
     block = subprocess.run(["gpg", "--batch", "--armor", "--export-secret-keys"], check=True, capture_output=True,
                            env=env, timeout=60, text=True).stdout
+    if shutil.which("gpgconf"):  # stop the agent gpg started for this home
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, capture_output=True, timeout=30)
     shutil.rmtree(home, ignore_errors=True)
     body = [line for line in block.splitlines() if len(line) > 40 and not line.startswith("-----")]
     text = f"Ledger signing key backup.\n\n{block}\nKeep offline.\n"
