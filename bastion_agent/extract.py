@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import readers
+from . import readers, sanitize
 from .errors import ManifestError, StoreError
 from .layout import Layout, ensure_private_dir, read_jsonl, sync_to_disk, write_jsonl, write_private, write_summary
 from .progress import Progress
@@ -341,7 +341,8 @@ def run(manifest, layout: Layout) -> dict:
     bytes_read = 0
     with Progress("extract", len(entries), "files") as progress:
         for entry in entries:
-            row, size = _process(entry, selection, source.max_file_bytes, store, previous, versions, outcomes)
+            row, size = _process(entry, selection, source.max_file_bytes, store, previous, versions, outcomes,
+                                 getattr(manifest, "sanitize", None))
             rows.append(row)
             bytes_read += size
             progress.advance()
@@ -354,7 +355,7 @@ def run(manifest, layout: Layout) -> dict:
     return write_summary(layout, "extract", counts, manifest.signature)
 
 
-def _process(entry, selection, max_bytes, store, previous, versions, outcomes) -> tuple[Row, int]:
+def _process(entry, selection, max_bytes, store, previous, versions, outcomes, settings=None) -> tuple[Row, int]:
     """The listing row of one entry, and how many bytes were read for it."""
     if entry.row is not None:
         return entry.row, 0
@@ -366,11 +367,12 @@ def _process(entry, selection, max_bytes, store, previous, versions, outcomes) -
     outcome = outcomes.get(key)
     if outcome is None:
         kind = readers.kind_for(entry.rel, data[:8])
-        outcome = outcomes[key] = _extract_doc(key, kind, data, store, previous, versions.get(kind))
+        outcome = outcomes[key] = _extract_doc(key, kind, data, store, previous, versions.get(kind), settings)
     return Row(entry.rel, key, len(data), outcome.kind, outcome.status, outcome.reason), len(data)
 
 
-def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: _Previous, version) -> _Outcome:
+def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: _Previous, version,
+                 settings=None) -> _Outcome:
     """Read one content as ``kind`` and store its text (or reuse the stored one)."""
     if not data:
         return _Outcome(kind, STATUS_SKIPPED, REASON_EMPTY)
@@ -382,6 +384,9 @@ def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: _Previ
         if reading.reason == readers.REASON_BINARY:
             kind = "binary"  # a file without a telling name that turned out not to be text
         return _Outcome(kind, STATUS_SKIPPED, reading.reason)
+    hidden = sanitize.hidden_findings(data, reading.text, settings, kind)
+    if hidden:  # the bytes show what the decoded text hides: never sanitized, never indexed
+        return _Outcome(kind, STATUS_SKIPPED, f"{sanitize.QUARANTINE}: {', '.join(hidden)}")
     try:
         write_private(text_path, reading.text, durable=False)
     except OSError as exc:
@@ -504,7 +509,8 @@ def _folder_rows(rows: list[dict]) -> list[list]:
         reasons = Counter(row["reason"] for row in members if row["status"] == STATUS_SKIPPED)
         why = ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
         extracted = sum(row["status"] == STATUS_EXTRACTED for row in members)
-        table.append([folder, len(members), extracted, len(members) - extracted, why or "-"])
+        shown = sanitize.sanitize_path(folder, None)  # folder names are path names: never shown raw
+        table.append([shown, len(members), extracted, len(members) - extracted, why or "-"])
     return table
 
 

@@ -57,6 +57,8 @@ CATEGORIES = {
     "iban": PERSONAL,
     "ssn": PERSONAL,
     "ip": PERSONAL,
+    "password-hash": SECRET,
+    "national-id": PERSONAL,
 }
 
 SCOPES = ("keyword", "run", "number", "document", "text")
@@ -107,9 +109,15 @@ R_ = Rule  # short alias for the table below
 
 RULES: tuple[Rule, ...] = (
     # --- private keys (multi-line) -------------------------------------------
+    # BEGIN to END whatever lies between (Proc-Type/DEK-Info, Version:, Comment:
+    # headers, the blank line of every armour, CRLF, escaped \n in a string);
+    # without an END within the budget, every following line that looks like
+    # armour (a header, base64, a blank line, the =CRC line) goes too.
     R_("private-key", "private-key",
-       r"-----BEGIN[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----(?:(?P<body>[\s\S]{0,16384}?)"
-       r"(?:-----END[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----|(?=\n[ \t]*\n|\Z))|[\s\S]{16384})",
+       r"-----BEGIN[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----(?:(?P<body>[\s\S]{0,32768}?)"
+       r"-----END[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----"
+       r"|(?P<open>(?:[ \t]*\r?\n[ \t]*(?:[A-Za-z][\w\-]{0,40}:[^\r\n]*|[A-Za-z0-9+/=]{1,128})[ \t]*\r?(?=\n|\Z)"
+       r"|[ \t]*\r?\n[ \t]*\r?(?=\n))*)(?:\r?\n-----END[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----)?)",
        keywords=("-----begin",), validator="key_block", scope="document"),
     R_("putty-private-key", "private-key",
        r"PuTTY-User-Key-File-\d+:(?:[\s\S]{0,16384}?Private-MAC:[ \t]*[0-9a-fA-F]+|[\s\S]{16384})",
@@ -302,6 +310,35 @@ RULES: tuple[Rule, ...] = (
     R_("cli-user-password", "url-credentials",
        r"(?:(?<=\s)-u|--user)(?:[ \t]+|=)(?P<secret>[^\s]+)",
        keywords=("-u", "--user"), validator="cli_user", anchor="keyword"),
+    R_("netrc-password", "url-credentials",
+       r"(?i)(?<![\w\-])(?:machine[ \t]+\S+|default)(?:\s+(?:login|account|port|macdef)[ \t]+\S+){0,4}\s+password[ \t]+(?P<secret>\S+)",
+       keywords=("machine", "default"), validator="plausible", anchor="keyword"),
+    R_("pgpass-line", "url-credentials",
+       r"(?m)^(?:[A-Za-z0-9.\-_\[\]]+|\*):(?:\d{1,5}|\*):[^\s:]+:[^\s:]+:(?P<secret>(?:[^\s:\\]|\\.){1,200})[ \t]*\r?$",
+       validator="plausible"),
+    R_("mysql-password", "url-credentials",
+       r"(?<![\w\-])(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mariadb|mariadb-dump)(?:[ \t]+[^\s|;&]+){0,12}?"
+       r"[ \t]+-p(?P<secret>'[^'\n]+'|\"[^\"\n]+\"|[^\s'\"|;&]+)",
+       keywords=("mysql", "mariadb"), validator="cli_password", anchor="keyword"),
+    R_("sshpass-password", "url-credentials",
+       r"(?<![\w\-])sshpass(?:[ \t]+-[a-oq-z]\S*)*[ \t]+-p[ \t]*(?P<secret>'[^'\n]+'|\"[^\"\n]+\"|[^\s'\"]+)",
+       keywords=("sshpass",), validator="cli_password", anchor="keyword"),
+    R_("prose-password", "assignment",
+       r"(?i)(?<![\w\-])(?:pass(?:word|phrase|code|wort)|pin(?:[ \-]?(?:code|number))?)"
+       r"[ \t]+(?:is|was|will be|is now|is set to|ist|lautet)[ \t:]+[\"'\u201c\u2018]?(?P<secret>[^\s\"'\u201d\u2019]{4,64}?)[\"'\u201d\u2019]?"
+       r"(?=[\s,;!?)]|[.:](?:\s|$)|$)",
+       keywords=("password", "passphrase", "passcode", "passwort", "pin"),
+       validator="prose_secret", anchor="keyword"),
+    R_("password-hash", "password-hash",
+       r"\$(?:1|apr1|md5)\$[./0-9A-Za-z]{1,8}\$[./0-9A-Za-z]{22}(?![./0-9A-Za-z])"
+       r"|\$[56]\$(?:rounds=\d{1,9}\$)?[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{43,86}(?![./0-9A-Za-z])"
+       r"|\$2[abxy]?\$\d{2}\$[./A-Za-z0-9]{53}(?![./0-9A-Za-z])"
+       r"|\$(?:y|gy|7)\$[./A-Za-z0-9]{1,64}\$[./A-Za-z0-9]{1,86}\$[./A-Za-z0-9]{43}(?![./0-9A-Za-z])"
+       r"|\$argon2(?:id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]{8,}\$[A-Za-z0-9+/]{16,}"
+       r"|\$(?:pbkdf2(?:-sha\d+)?|sha1|scrypt)\$[\w=,.$/+\-]{20,}",
+       keywords=("$1$", "$apr1$", "$md5$", "$5$", "$6$", "$2$", "$2a$", "$2b$", "$2x$", "$2y$", "$y$", "$gy$", "$7$",
+                 "$argon2", "$pbkdf2", "$sha1$", "$scrypt$"),
+       anchor="keyword"),
     R_("config-key-value", "assignment",
        r"(?i)<add\s+key=\"(?P<key>[^\"]{1,100})\"\s+value=(?P<value>\"[^\"]{1,1000}\")",
        keywords=("<add",), validator="assignment", anchor="keyword"),
@@ -316,6 +353,7 @@ RULES: tuple[Rule, ...] = (
        keywords=("secret", "token", "pass", "pwd", "auth", "cred", "key"), validator="assignment"),
     R_("secret-block", "assignment",
        r"(?im)^(?P<indent>[ \t]*)(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd)[\w.\-]{0,80}?)[ \t]*[:=][ \t]*(?:[|>][\-+]?)?[ \t]*\r?\n"
+       r"(?:[ \t]*\r?\n){0,8}"  # YAML allows blank lines before the value
        r"(?P<block>(?:(?P=indent)[ \t]+\S[^\n]*(?:\n|$))+)",
        keywords=("secret", "token", "pass", "pwd"), validator="secret_block", anchor="line"),
     R_("high-entropy-string", "high-entropy",
@@ -330,8 +368,8 @@ RULES: tuple[Rule, ...] = (
        r"(?:"
        r"\+[1-9]\d{0,2}(?:[ .\-]?\(?\d{1,5}\)?){1,6}"  # E.164 / international
        r"|00[1-9]\d{0,2}(?:[ .\-]\(?\d{1,5}\)?){2,6}"  # 00 international prefix
-       r"|(?:1[ .\-])?(?:\([2-9]\d{2}\)[ .\-]?|[2-9]\d{2}[ .\-])[2-9]\d{2}[ .\-]\d{4}"  # North America
-       r"|0\d{1,4}(?:[ .\-/]\d{2,8}){1,4}"  # national numbers with a trunk 0 (FR, UK, DE, NL, ...)
+       r"|(?:1[ .\-])?(?:\([2-9]\d{2}\)[ .\-]?[2-9]\d{2}[ .\-]|[2-9]\d{2}(?P<nsep>[ .\-])[2-9]\d{2}(?P=nsep))\d{4}"  # North America, one separator
+       r"|0[1-9]\d{0,3}(?:[ .\-/]\d{2,8}){1,4}"  # national numbers with a trunk 0 (FR, UK, DE, NL, ...)
        r")(?![\w\-/]|\.\d)",
        validator="phone", scope="number"),
     R_("phone-labelled", "phone",
@@ -343,7 +381,12 @@ RULES: tuple[Rule, ...] = (
        r"\d(?:\d{3}([ \-]?)\d{4}\1\d{4}\1\d{4}(?:\1\d{3})?|\d{3}([ \-]?)\d{6}\2\d{5}|\d{12,18})"
        r"(?![\w\-]|\.\d)",
        validator="card", scope="number"),
-    R_("iban", "iban", r"[A-Z][A-Z]\d\d(?: ?[A-Z0-9]){11,30}(?![a-z0-9])", validator="iban"),
+    R_("iban", "iban", r"(?i:[A-Z][A-Z]\d\d(?: ?[A-Z0-9]){11,30})(?![A-Za-z0-9])", validator="iban"),
+    R_("uk-national-insurance", "national-id",
+       r"(?<![A-Za-z0-9])[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z](?P<sep>[ \-]?)\d{2}(?P=sep)\d{2}(?P=sep)\d{2}(?P=sep)[A-D](?![A-Za-z0-9])",
+       validator="uk_nino"),
+    R_("de-tax-id", "national-id", r"(?<![\d.,\-/])[1-9]\d(?P<sep>[ ]?)\d{3}(?P=sep)\d{3}(?P=sep)\d{3}(?![\d\-/]|[.,]\d)",
+       validator="de_tax_id", scope="number"),
     R_("us-ssn", "ssn", r"\d{3}([\- ])\d{2}\1\d{4}(?![\w\-])", validator="ssn", scope="number"),
     R_("us-ssn-labelled", "ssn",
        r"(?i:\b(?:ssn|social security(?: number| no\.?)?)\b[^\n\d]{0,20})(?P<secret>\d{9})(?!\d)",

@@ -22,6 +22,7 @@ table), so no part of either survives.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import re
@@ -32,6 +33,7 @@ from typing import Iterable
 
 from . import layout as store
 from .errors import ManifestError, StoreError
+from .normalise import joined_view, junctions, lookalike_view
 from .progress import Progress
 from .rules import CATEGORIES, RULES, RULES_BY_ID, SCOPES, SECRET, Rule
 from .validators import CHECKS, is_placeholder, shannon_entropy
@@ -50,6 +52,12 @@ WINDOW_AHEAD = 2048
 TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_.~\-]{20,}")
 NUMBER_RUN = re.compile(r"\d(?:[ \-.()/]{0,2}\d){6,}")
 WHITESPACE = re.compile(r"\s")
+# Views of a path in which its separators read as spaces (see Sanitizer.redact_path).
+PATH_BOUNDARY_VIEWS = (
+    str.maketrans("/_", "  "),
+    str.maketrans("/_.", "   "),
+    str.maketrans("/_.-", "    "),
+)
 SHORT_TEXT = 4096  # below this, the keyword scan first checks which first characters occur
 
 
@@ -192,6 +200,7 @@ class Sanitizer:
         self._by_scope: dict[str, list[_Active]] = {scope: [] for scope in SCOPES}
         for active in self.rules:
             self._by_scope[active.rule.effective_scope].append(active)
+        self._rule_category = {active.order: active.rule.category for active in self.rules}
         self._keyword_rules = _keyword_index(self.rules)
         self._triggers = _trigger_regexes(self._keyword_rules)
         self._triggers_nocase: list[tuple[str, re.Pattern]] | None = None
@@ -216,11 +225,76 @@ class Sanitizer:
         return "".join(pieces), counts
 
     def redact_path(self, path: str) -> str:
-        """A path name as users may see it (search hits, serve)."""
-        return self.redact(path)[0]
+        """A path name as users may see it (search hits, serve).
+
+        In a path ``/ - _ .`` separate words as spaces do in text: besides
+        the path itself, views in which they are spaces are scanned
+        (character for character, so a finding's span is the same in the
+        path), and the findings of all views are replaced together. So
+        ``scan_219-09-9999.pdf``, ``n/+41 44 668 18 11 call log.txt`` and
+        ``password=NamePw998877.txt`` lose their number and password.
+        """
+        found = self.findings(path)
+        for view in {path.translate(table) for table in PATH_BOUNDARY_VIEWS} - {path}:
+            found.extend(self.findings(view))
+        findings = merge(found)
+        if not findings:
+            return path
+        pieces, position = [], 0
+        for finding in findings:
+            pieces.append(path[position:finding.start])
+            pieces.append(PLACEHOLDER.format(finding.rule))
+            position = finding.end
+        pieces.append(path[position:])
+        return "".join(pieces)
 
     def findings(self, text: str) -> list[Finding]:
-        """Every accepted finding, possibly overlapping, in no particular order."""
+        """Every accepted finding, possibly overlapping, in no particular order.
+
+        Three views are scanned: the text itself; its look-alike view
+        (``normalise.lookalike_view``: NFKC, invisible characters removed,
+        homoglyphs folded, character references and percent escapes
+        decoded), whose findings are mapped back to the span of the
+        original they came from; and, around each line break that may split
+        a value, the two lines joined (``normalise.junctions``), keeping only
+        findings that cross the break and whose first half was not already
+        a finding (the value of ``password = x`` does not swallow the next
+        line's first word). Plain ASCII text skips the look-alike view.
+        """
+        if not text:
+            return []
+        found = self._scan(text)
+        view = lookalike_view(text)
+        if view is not None:
+            for first, last in view.changed_windows():
+                for finding in self._scan(view.text[first:last]):
+                    start, end = view.span(finding.start + first, finding.end + first)
+                    found.append(Finding(start, end, finding.order, finding.rule))
+        if "\n" in text:
+            found.extend(self._joined_findings(text, found))
+        return found
+
+    def _joined_findings(self, text: str, found: list[Finding]) -> list[Finding]:
+        spans = junctions(text)
+        if not spans:
+            return []
+        covered = sorted((f.start, f.end) for f in found)
+        extra: list[Finding] = []
+        for first, last, group in _junction_windows(text, spans):
+            view = joined_view(text[first:last], [(s - first, e - first, j) for s, e, j in group])
+            for finding in self._scan(view.text):
+                if self._rule_category[finding.order] in JOIN_SKIPS:
+                    continue
+                start, end = view.span(finding.start, finding.end)
+                start, end = start + first, end + first
+                for s, e, _ in group:
+                    if start < s and end > e and not _covered(covered, s - 1):
+                        extra.append(Finding(start, end, finding.order, finding.rule))
+                        break
+        return extra
+
+    def _scan(self, text: str) -> list[Finding]:
+        """The findings of the rules in ``text`` as it is."""
         found: list[Finding] = []
         if not text:
             return found
@@ -307,6 +381,39 @@ class Sanitizer:
 
     def _allowed(self, value: str) -> bool:
         return value in self._allow or any(p.fullmatch(value) for p in self._allow_patterns)
+
+
+# Joined lines are searched for values split in two (tokens, keys, numbers),
+# not for the keyed and free shapes, which would read the next line's first
+# word as the rest of a value.
+JOIN_SKIPS = frozenset({"assignment", "high-entropy", "url-credentials"})
+JUNCTION_CONTEXT = 256  # characters scanned on either side of a line break that may split a value
+
+
+def _junction_windows(text: str, spans: list[tuple[int, int, str]]):
+    """Merged windows around the junctions (their two lines, at most JUNCTION_CONTEXT
+    characters each side): (start, end, the junctions inside)."""
+    windows: list[tuple[int, int, list]] = []
+    for span in spans:
+        first = max(0, span[0] - JUNCTION_CONTEXT)
+        first = text.rfind("\n", first, span[0]) + 1 or first
+        last = min(len(text), span[1] + JUNCTION_CONTEXT)
+        line_end = text.find("\n", span[1], last)
+        last = line_end if line_end != -1 else last
+        if windows and first <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], max(windows[-1][1], last), windows[-1][2] + [span])
+        else:
+            windows.append((first, last, [span]))
+    return windows
+
+
+def _covered(spans: list[tuple[int, int]], position: int) -> bool:
+    """Does one of the (start, end) spans, sorted by start, cover ``position``?"""
+    index = bisect.bisect_right(spans, (position, 1 << 62))
+    for start, end in reversed(spans[max(0, index - 64):index]):  # findings are short: look at the last few
+        if end > position:
+            return True
+    return False
 
 
 def merge(findings: list[Finding]) -> list[Finding]:
@@ -436,6 +543,47 @@ def sanitize_path(path: str, settings: SanitizeSettings | None) -> str:
 def redact(text: str, settings: SanitizeSettings | None = None) -> str:
     """Convenience: the sanitized text alone."""
     return sanitizer_for(settings).redact(text)[0]
+
+
+# --- the byte-level scan (extract's second wall) ----------------------------------
+
+# Kinds whose bytes are text a reader decodes: the ones a decoding can hide text in.
+QUARANTINE_KINDS = frozenset({"text", "markdown", "csv", "json", "xml", "html", "eml", "rtf"})
+QUARANTINE = "quarantined"
+
+
+def hidden_findings(data: bytes, text: str, settings: SanitizeSettings | None, kind: str = "text") -> list[str]:
+    """Rule ids of what the raw bytes show and the extracted text does not.
+
+    The document is read a second time by the same reader under
+    ``formats.base.plain_decoding()`` (NUL bytes dropped, every other byte
+    one latin-1 character, RTF in cp1252), so whatever ASCII the bytes hold
+    is visible whatever charset the document claims. A finding of that
+    view whose value is ASCII and appears nowhere in the extracted text (or
+    its look-alike view) was hidden by the decoding: extract quarantines
+    the document. Findings with non-ASCII characters are left out, since
+    the plain view garbles those by design; parts the reader drops anyway
+    (HTML comments and scripts, e-mail headers other than the five it
+    keeps) are dropped from the view too, so they quarantine nothing.
+    """
+    if kind not in QUARANTINE_KINDS or not data:
+        return []
+    from . import readers  # extract's readers; imported here so sanitize stays usable alone
+    from .formats.base import plain_decoding
+
+    with plain_decoding():
+        view = readers.read(kind, data).text
+    if not view or view == text:
+        return []
+    sanitizer = sanitizer_for(settings)
+    normal = lookalike_view(text)
+    seen = (text, normal.text if normal else text)
+    hidden = set()
+    for finding in merge(sanitizer.findings(view)):
+        value = view[finding.start:finding.end].strip()
+        if value and value.isascii() and not any(value in shown for shown in seen):
+            hidden.add(finding.rule)
+    return sorted(hidden)
 
 
 # --- the stage ----------------------------------------------------------------------

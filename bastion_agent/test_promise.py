@@ -24,10 +24,12 @@ check skips it.)
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import http.client
 import io
 import json
+import os
 import random
 import shutil
 import string
@@ -91,6 +93,77 @@ CORPUS: list[Planted] = [
             (NAME_EMAIL,)),
 ]
 
+# The detect engineer's red-team cases (issue 12 items 2-6): decodings that
+# hid text, key blocks with headers, look-alike characters, new credential
+# forms and hostile file names. Values are fresh, so a leak is unambiguous.
+RT_AWS = "AKIA" + _token("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)
+RT_AWS2 = "AKIA" + _token("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)
+RT_AWS3 = "AKIA" + _token("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)
+RT_AWS4 = "AKIA" + _token("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)
+RT_MAIL = "ilse.brandt@harbourline-post.com"
+RT_GH = "ghp_" + _token(B62, 36)
+RT_NETRC = _token(B62, 10) + "-9x"
+RT_MYSQL = _token(B62, 11) + "4"
+RT_SSHPASS = _token(B62, 9) + "&2"
+RT_PROSE = "Kite-" + _token(B62, 8) + "5"
+RT_HASH = "$6$" + _token(B62, 8) + "$" + _token(B62 + "./", 86)
+RT_PGPASS = _token(B62, 12) + "8"
+RT_PEM_BODY = [_token(B62 + "+/", 64) for _ in range(8)]
+RT_PEM = ("-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n"
+          "DEK-Info: AES-128-CBC,B1ADB6CC4CEDC36D5C42551F5914B46A\n\n" + "\n".join(RT_PEM_BODY)
+          + "\n-----END RSA PRIVATE KEY-----\n")
+ZWSP = "\u200b"
+
+CORPUS += [
+    Planted("logs/transcript.log", codecs.BOM_UTF16_LE + "Transcript started\r\n".encode("utf-16-le")
+            + f"appended by cmd.exe: key {RT_AWS} mail {RT_MAIL}\r\n".encode("ascii"), (RT_AWS, RT_MAIL)),
+    Planted("web/page.html", (f'<html><head><meta charset="utf-16"></head><body><p>Deploy key {RT_AWS2} '
+                              "for the ledger service.</p></body></html>").encode("ascii"), (RT_AWS2,)),
+    Planted("mail/keys.eml", ("From: ops@example.org\r\nSubject: ledger keys\r\nMIME-Version: 1.0\r\n"
+                              'Content-Type: text/plain; charset="utf-16"\r\n\r\n'
+                              f"The ledger key is {RT_AWS3}.\r\n").encode("ascii"), (RT_AWS3,)),
+    Planted("docs/ledger.rtf", ("{\\rtf1\\ansi\\ansicpg500 {\\fonttbl{\\f0 Arial;}}\\f0 Ledger key "
+                                f"{RT_AWS4} for the service.\\par}}").encode("ascii"), (RT_AWS4,)),
+    Planted("ops/legacy.pem", f"Old ledger key, encrypted:\n{RT_PEM}".encode("ascii"), tuple(RT_PEM_BODY)),
+    Planted("ops/lookalikes.md", (f"Token {RT_GH[:8]}{ZWSP}{RT_GH[8:]} for the ledger deploy.\n"
+                                  f"Mail {RT_MAIL.replace('@', '&#64;')} or {RT_MAIL.replace('@', '%40')} or "
+                                  f"{RT_MAIL.replace('@', chr(0xFF20))}.\n"
+                                  f"Key \u0410\u041a{RT_AWS[2:]} and \uff21\uff2b\uff29\uff21{RT_AWS2[4:]}.\n").encode("utf-8"),
+            (RT_GH, RT_GH[8:], RT_MAIL, RT_AWS[4:], RT_AWS2[4:])),
+    Planted("ops/credentials.txt", (
+        f"machine ledger.corp.io login deploy password {RT_NETRC}\n"
+        f"ledger-db.corp.io:5432:ledger:app:{RT_PGPASS}\n"
+        f"mysqldump -u root -p{RT_MYSQL} ledger > ledger.sql\n"
+        f"sshpass -p '{RT_SSHPASS}' ssh deploy@ledger\n"
+        f"Hi Tom, the wifi password is {RT_PROSE} until Friday.\n"
+        f"deploy:{RT_HASH}:19700:0:99999:7:::\n").encode("ascii"),
+        (RT_NETRC, RT_PGPASS, RT_MYSQL, RT_SSHPASS, RT_PROSE, RT_HASH)),
+    Planted("hr/ilse.brandt@harbourline-post.com-cv.txt", b"Curriculum vitae: ledger systems, ten years.\n",
+            ("ilse.brandt@harbourline-post.com",)),
+    Planted("scans/scan_219-09-9999.txt", b"Scanned form about the ledger service.\n", ("219-09-9999",)),
+    Planted("notes/password=NamePw998877.txt", b"Notes on the ledger service.\n", ("NamePw998877",)),
+]
+
+
+def gpg_private_key(folder: Path) -> Planted | None:
+    """Real ``gpg --armor --export-secret-keys`` output in a notes file; None without gpg."""
+    if shutil.which("gpg") is None:
+        return None
+    home = folder / "gnupg"
+    home.mkdir(mode=0o700)
+    env = dict(os.environ, GNUPGHOME=str(home))
+    subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key", "Ledger Ops <ops@example.org>",
+                    "ed25519", "default", "never"], check=True, capture_output=True, env=env, timeout=60)
+    block = subprocess.run(["gpg", "--batch", "--armor", "--export-secret-keys"], check=True, capture_output=True,
+                           env=env, timeout=60, text=True).stdout
+    if shutil.which("gpgconf"):  # stop the agent gpg started for this home
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, capture_output=True, timeout=30)
+    shutil.rmtree(home, ignore_errors=True)
+    body = [line for line in block.splitlines() if len(line) > 40 and not line.startswith("-----")]
+    text = f"Ledger signing key backup.\n\n{block}\nKeep offline.\n"
+    return Planted("ops/signing-key.txt", text.encode("ascii"), tuple(line[:48] for line in body))
+
+
 INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e"))
 QUERIES = ("deploy the ledger service", "customer phone notes", "cafeteria menu")
 
@@ -152,9 +225,10 @@ class PromiseTests(TempFolder, unittest.TestCase):
         self.out = self.tmp / "out"
         self.layout = Layout(self.out)
         self.corpus = list(CORPUS)
-        generated = ssh_private_key(self.tmp)
-        if generated is not None:
-            self.corpus.append(generated)
+        for make in (ssh_private_key, gpg_private_key):
+            generated = make(self.tmp)
+            if generated is not None:
+                self.corpus.append(generated)
         for planted in self.corpus:
             path = self.docs / planted.name
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +249,7 @@ class PromiseTests(TempFolder, unittest.TestCase):
         for planted in self.corpus:
             for index, value in enumerate(planted.secrets):
                 values[f"{planted.name} #{index}"] = value
-            text = planted.data.decode("utf-8")
+            text = planted.data.decode("utf-8", "replace")
             if not any(value in text for value in planted.secrets):
                 continue  # nothing to redact: the sanitized text is the raw text, so its hash is its public id
             for label, digest in (("sha256 of the raw file", hashlib.sha256(planted.data).hexdigest()),

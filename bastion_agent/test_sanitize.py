@@ -194,6 +194,18 @@ POSITIVES = [
     ("us-ssn-labelled", "social security number {v}", "219099999"),
     ("ipv4", "login from {v} at 03:12", "81.169.145.105"),
     ("ipv6", "peer {v} port 443", "2a01:4f8:10a:b8b::2"),
+    ("netrc-password", "machine api.corp.io login deploy password {v}\n", "Wq8-" + rand(B62, 12)),
+    ("pgpass-line", "db.corp.io:5432:billing:app:{v}\n", rand(B62, 14)),
+    ("mysql-password", "mysqldump -u root -p{v} billing > dump.sql", rand(B62, 12)),
+    ("sshpass-password", "sshpass -p '{v}' ssh deploy@10.0.0.5", "Tr0ub4dor&" + rand(B62, 4)),
+    ("prose-password", "Hi Tom, the wifi password is {v} until Friday.", "Blue-" + rand(B62, 8)),
+    ("prose-password", "Your new PIN is {v}.", "4921"),
+    ("password-hash", "alice:{v}:19700:0:99999:7:::", "$6$" + rand(B62, 8) + "$" + rand(B62 + "./", 86)),
+    ("password-hash", "admin:{v}", "$apr1$" + rand(B62, 8) + "$" + rand(B62 + "./", 22)),
+    ("password-hash", 'hash = "{v}"', "$2b$12$" + rand(B62 + "./", 53)),
+    ("uk-national-insurance", "NI number {v} on the payslip", "AB 12 34 56 C"),
+    ("de-tax-id", "Steuer-ID: {v}", "86095742719"),
+    ("iban", "iban {v} (lower case)", "de89370400440532013000"),
 ]
 
 # Text that looks like a finding but is not one: it must come out unchanged.
@@ -244,6 +256,22 @@ LOOKALIKES = [
     ("pair of names", 'fields = ("password", "password_confirm")'),
     ("header from code", "authorization = authorization.split()"),
     ("hex alphabet", 'HEX = "0123456789abcdefABCDEF"'),
+    ("netrc without password", "machine api.corp.io login deploy"),
+    ("netrc prompt", "default login anonymous"),
+    ("pgpass template", "hostname:port:database:username:password"),
+    ("passwd line", "root:x:0:0:root:/root:/bin/bash"),
+    ("mysql prompt", "mysql -u root -p billing"),
+    ("mysql port flag", "mysql -h db -P 3306 -u app -p"),
+    ("sshpass from env", "sshpass -e ssh deploy@10.0.0.5"),
+    ("prose word", "The password is stored in the keychain, and the PIN is required."),
+    ("prose short pin", "the PIN is 12 characters long"),
+    ("crypt prefix alone", "hashes start with $6$ or $2b$ in /etc/shadow"),
+    ("shadow locked", "daemon:*:19700:0:99999:7:::"),
+    ("nino example prefix", "QQ 12 34 56 C is the HMRC example"),
+    ("nino bad prefix", "GB 12 34 56 A"),
+    ("tax id bad check", "Steuer-ID 86095742718"),
+    ("lower iban bad check", "de89370400440532013001"),
+    ("hex hash", "commit 3f2b8c1e9d4a4e7b8c6d1a2b3c4d5e6f7a8b9c0d"),
 ]
 
 PROSE = (

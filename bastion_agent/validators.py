@@ -296,6 +296,10 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
     """Is the value of ``<secret-ish name> = value`` a secret? (detect-secrets-style filters)."""
     if not plausible_secret(value) or value.lower() in BOOLEANISH:
         return False
+    if not quoted and (value.startswith(":") or value.endswith(":")):
+        return False  # ``node::credentials::HasOnly``, ``password: label:``: code or a label
+    if not quoted and re.fullmatch(r"[A-Za-z]+[.:]", value):
+        return False  # ``(check_password): Likewise.``: a sentence of a GNU change log
     if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("<", "/", "./", "~/", "../")):
         return False
     if len(value.split()) >= 6:  # a sentence (a message, a label), not a secret
@@ -310,8 +314,13 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
     return len(value) >= 6
 
 
+SOURCE_FILE_KEY = re.compile(r"(?i).+\.(?:[ch]|cc|cpp|hh|hpp|py|js|ts|go|rs|java|rb|pl|pm|sh|el|md|txt|in|am|ac|[1-9])")
+
+
 def check_assignment(match: re.Match, start: int, end: int):
     key = match.group("key")
+    if SOURCE_FILE_KEY.fullmatch(key):
+        return False  # ``src/chpasswd.c: s/exit/...``: a change-log entry names a file, not a key
     strength = key_strength(key)
     if strength is None:
         return False
@@ -370,9 +379,10 @@ def check_kubernetes_secret(match: re.Match, start: int, end: int):
 
 
 def check_key_block(match: re.Match, start: int, end: int):
-    if match.group("body") is None:  # a block longer than the scan budget: all of it goes
-        return True
-    body = re.sub(r"\\[nr]|[\s\"'+,]", "", match.group("body"))
+    body = match.group("body")
+    if body is None:  # no END within the budget: the armour lines that follow
+        body = match.group("open") or ""
+    body = re.sub(r"\\[nr]|[\s\"'+,]", "", body)
     return len(body) >= 16
 
 
@@ -396,7 +406,10 @@ def check_auth_header(match: re.Match, start: int, end: int):
 
 def check_url_credentials(match: re.Match, start: int, end: int):
     user, _, password = match.string[start:end].partition(":")
-    return bool(password) and plausible_secret(password)
+    host = re.match(r"[^\s/?#:\"'<>]*", match.string[end + 1:end + 256]).group(0).lower().rstrip(".")
+    if host.endswith(RESERVED_EMAIL_DOMAINS) or host.endswith(RESERVED_EMAIL_TLDS):
+        return False  # https://abc:xyz@example.com is documentation (RFC 2606), not a credential
+    return len(password) >= 3 and plausible_secret(password)
 
 
 def check_cli_user(match: re.Match, start: int, end: int):
@@ -412,10 +425,22 @@ def check_cli_user(match: re.Match, start: int, end: int):
 SEQUENCES = re.compile(r"(?i)0123456789|abcdefghij|qwertyuiop")
 
 
+DIGEST_LENGTHS = frozenset({40, 56, 64, 96, 128})  # hex SHA-1, SHA-224, SHA-256, SHA-384, SHA-512
+NOT_A_KEY_PREFIXES = ("sha256-", "sha384-", "sha512-", "_Z")  # integrity hashes, C++ mangled names
+
+
 def check_high_entropy(match: re.Match, start: int, end: int):
     value = match.string[start:end].rstrip("=")
-    if is_hex(value) and len(value) < 32 or SEQUENCES.search(value):
-        return False  # short hex strings and alphabets are not keys
+    text = match.string
+    quoted = start > 0 and text[start - 1] in "\"'`" and text[end:end + 1] == text[start - 1]
+    if is_hex(value) and (len(value) < 32 or not quoted or len(value) in DIGEST_LENGTHS):
+        return False
+    if value.count("/") >= 2 and re.fullmatch(r"[a-z]+", value.split("/", 1)[0]):
+        return False  # tools/javac/lambda/T8129740/CaptureInCtorChainingTest: a path
+    if SEQUENCES.search(value) or value.startswith(NOT_A_KEY_PREFIXES):
+        # Bare hex strings are digests: commit hashes, checksums, key fingerprints (a hex
+        # secret behind ``secret =`` is secret-assignment's; a quoted one still counts).
+        return False
     return looks_random(value) and not is_placeholder(value)
 
 
@@ -430,6 +455,12 @@ def check_email(match: re.Match, start: int, end: int):
     if extension.lower() in FILE_EXTENSIONS and "." in head.rsplit("@", 1)[-1]:
         end -= len(extension) + 1
         value = head
+    last_label = value.rsplit(".", 1)[-1]
+    if "-" in last_label and not last_label.lower().startswith("xn--"):
+        # no top-level domain has a dash: ``corp.com-cv`` is ``corp.com`` then a word
+        cut = len(last_label) - last_label.index("-")
+        end -= cut
+        value = value[:-cut]
     return [(start, end)] if personal_email(value) else False
 
 
@@ -442,7 +473,7 @@ def left_ok(text: str, start: int, extra: str = "") -> bool:
 
 
 def check_phone(match: re.Match, start: int, end: int):
-    if not left_ok(match.string, start, "+-./"):
+    if not left_ok(match.string, start, "+-./~:"):
         return False
     value = match.string[start:end]
     digits = digit_count(value)
@@ -453,6 +484,9 @@ def check_phone(match: re.Match, start: int, end: int):
     if value.startswith("00"):
         return 10 <= digits <= 17
     if value.startswith("0"):
+        groups = re.split(r"[ .\-/]", value)
+        if len(groups) >= 4 and all(group.startswith("0") for group in groups):
+            return False  # 01 02 03 04 05: a byte dump, not a number with a trunk 0
         return 10 <= digits <= 12 and any(sep in value for sep in " .-/")
     return 10 <= digits <= 11
 
@@ -477,7 +511,7 @@ def check_iban(match: re.Match, start: int, end: int):
     if not left_ok(match.string, start):
         return False
     text = match.string[start:end]
-    expected = IBAN_LENGTHS.get(text[:2])
+    expected = IBAN_LENGTHS.get(text[:2].upper())
     if expected is None:
         return False
     taken, index = 0, 0
@@ -503,6 +537,13 @@ NOT_AN_ADDRESS_BEFORE = re.compile(
 )
 
 
+VERSION_WORDS = re.compile(
+    r"(?i)\b(?:versions?|releases?|released|upgraded?|updated?|bump(?:ed)?|upstream|backport(?:ed)?|"
+    r"fixed in|patch|changelog)\b[^\n]{0,40}$"
+)
+SECTION_TITLE = re.compile(r"\.?[ \t]+[A-Z][a-z]")
+
+
 def check_public_ip(match: re.Match, start: int, end: int):
     """The match starts at the first dot: take back the first number."""
     text = match.string
@@ -512,8 +553,16 @@ def check_public_ip(match: re.Match, start: int, end: int):
     if first == start:
         return False
     start = first
-    if not left_ok(text, start, ".:") or NOT_AN_ADDRESS_BEFORE.search(text, max(0, start - 16), start):
-        return False  # "EC 1.14.16.2" is an enzyme, "version 1.2.3.4" a release
+    if not left_ok(text, start, ".:-_~+(") or NOT_AN_ADDRESS_BEFORE.search(text, max(0, start - 16), start):
+        return False  # "EC 1.14.16.2" is an enzyme, "version 1.2.3.4" a release, "libfoo-1.2.3.4" a package
+    if text[end:end + 1] in ("-", "~", "+", "_") or VERSION_WORDS.search(text, max(0, start - 48), start):
+        return False  # "1.8.1.2-1", "upgrade to 2.39.90.1": a version
+    parts = text[start:end].split(".")
+    if len(parts[0]) == 1 and len(set(parts)) > 1 and all(len(part) <= 2 for part in parts):
+        return False  # 4.3.99.16, 1.2.8.1: shaped like a version (8.8.8.8, 1.1.1.1 are addresses)
+    line_start = text.rfind("\n", 0, start) + 1
+    if not text[line_start:start].strip() and SECTION_TITLE.match(text, end):
+        return False  # "2.3.4.1 Arrays": a section number at the start of its line
     return [(start, end)] if public_ip(text[start:end]) else False
 
 
@@ -531,6 +580,8 @@ def check_public_ipv6(match: re.Match, start: int, end: int):
     value = text[first:end]
     if "::" not in value and value.count(":") < 7 or sum(1 for group in value.split(":") if group) < 3:
         return False  # slices such as [1::2] are not addresses
+    if not any(len(group) >= 3 for group in value.split(":")):
+        return False  # 2:4:6:8:10:12:14:16 or 0:1:2:3:4:5:6:7 is a list of numbers
     return [(first, end)] if public_ip(value) else False
 
 
@@ -539,7 +590,64 @@ def check_has_digit(match: re.Match, start: int, end: int):
     return any(ch.isdigit() for ch in value) and any(ch.isalpha() for ch in value)
 
 
+def check_cli_password(match: re.Match, start: int, end: int):
+    """``mysql -pX`` / ``sshpass -p 'X'``: the value without its quotes, unless a placeholder."""
+    value, start, end, _ = unquote(match.string[start:end], start)
+    return [(start, end)] if plausible_secret(value) and not value.startswith(("$", "%")) else False
+
+
+def check_prose_secret(match: re.Match, start: int, end: int):
+    """"the password is X", "PIN is 4921": X is a secret when it does not read as a word.
+
+    A PIN is 4 to 8 digits; a password needs a digit, a symbol or a capital
+    after its first letter ("the password is stored..." names no password).
+    """
+    value = match.string[start:end].rstrip(".:")
+    end = start + len(value)
+    label = match.group(0)[: match.start("secret") - match.start()].lower()
+    if label.startswith("pin"):
+        return [(start, end)] if value.isdigit() and 4 <= len(value) <= 8 else False
+    if not plausible_secret(value) or is_templated(value) or len(value) < 4:
+        return False
+    telling = any(ch.isdigit() for ch in value) or any(not ch.isalnum() for ch in value) or any(
+        ch.isupper() for ch in value[1:])
+    return [(start, end)] if telling and not value.lower().startswith(("http", "www.")) else False
+
+
+NINO_BAD_PREFIXES = frozenset({"BG", "GB", "NK", "KN", "TN", "NT", "ZZ"})
+
+
+def check_uk_nino(match: re.Match, start: int, end: int):
+    """A UK National Insurance number: two letters (not the unused pairs), six digits, A-D."""
+    return match.string[start:start + 2] not in NINO_BAD_PREFIXES
+
+
+def de_tax_id_ok(digits: str) -> bool:
+    """The German tax id (Steuer-ID): 11 digits, first not 0, one digit repeated in the first ten
+    (twice, or three times but not three in a row), and the ISO 7064 MOD 11,10 check digit."""
+    if len(digits) != 11 or digits[0] == "0":
+        return False
+    counts = Counter(digits[:10])
+    repeated = [d for d, n in counts.items() if n > 1]
+    if len(repeated) != 1 or counts[repeated[0]] > 3 or repeated[0] * 3 in digits[:10]:
+        return False
+    product = 10
+    for ch in digits[:10]:
+        total = (int(ch) + product) % 10 or 10
+        product = (total * 2) % 11
+    check = (11 - product) % 10
+    return check == int(digits[10])
+
+
+def check_de_tax_id(match: re.Match, start: int, end: int):
+    return de_tax_id_ok(re.sub(r"\D", "", match.string[start:end]))
+
+
 CHECKS = {
+    "cli_password": check_cli_password,
+    "prose_secret": check_prose_secret,
+    "uk_nino": check_uk_nino,
+    "de_tax_id": check_de_tax_id,
     "has_digit": check_has_digit,
     "assignment": check_assignment,
     "secret_block": check_secret_block,

@@ -22,7 +22,18 @@ documents of ``../shared/data/ir/scifact/docs`` (override with
   own Python source, dense in the keywords (token, key, password) that wake
   the assignment detectors.
 
-Usage: python3 bench/sanitize.py [--mb 24] [--repeat 3] [--no-throughput]
+- ``redteam``: recall per family on attacker's forms written here (look-alike
+  characters, values split over lines, new credential and personal-data
+  forms, key blocks with headers, path names), and ``negatives`` per family;
+- ``real``: precision on the hand-labelled findings of real files
+  (``bastion_agent/testdata/real_findings.tsv``, rows whose file is absent
+  skipped), and ``quarantine``: how many of a fixed sample of
+  ``/usr/share/doc`` files extract would quarantine (should be none).
+
+``--code DIR`` measures another checkout's ``bastion_agent`` (e.g. main's,
+for the "before" figures) with this script's data.
+
+Usage: python3 bench/sanitize.py [--mb 24] [--repeat 3] [--no-throughput] [--code DIR]
 """
 
 from __future__ import annotations
@@ -39,10 +50,16 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+if "--code" in sys.argv:  # measure another checkout's sanitizer with this script's data
+    sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--code") + 1]).resolve()))
+else:
+    sys.path.insert(0, str(HERE.parent))
 
+from bastion_agent import sanitize as sanitize_module  # noqa: E402
 from bastion_agent import validators  # noqa: E402
 from bastion_agent.sanitize import Sanitizer  # noqa: E402
+
+LABELS = HERE.parent / "bastion_agent" / "testdata" / "real_findings.tsv"
 
 DATA = Path(os.environ.get("BASTION_SECRETS_DATA", HERE.parent.parent / "shared" / "data" / "secrets"))
 PROSE = Path(os.environ.get("BASTION_PROSE_DATA", HERE.parent.parent / "shared" / "data" / "ir" / "scifact" / "docs"))
@@ -116,16 +133,23 @@ def negatives(sanitizer: Sanitizer, records: list[dict]) -> dict:
     clear = [r for r in records if not r.get("ambiguous")]
     ambiguous = [r for r in records if r.get("ambiguous")]
     changed = []
+    per_family = collections.Counter()
+    kept = collections.Counter()
     for record in clear:
         clean, counts = sanitizer.redact(record["text"])
+        fam = family(record)
+        per_family[fam] += 1
         if clean != record["text"]:
             changed.append({"id": record["id"], "rule": record["rule"], "fired": sorted(counts)})
+        else:
+            kept[fam] += 1
     ambiguous_kept = sum(1 for r in ambiguous if sanitizer.redact(r["text"])[0] == r["text"])
     return {
         "clear": len(clear),
         "clear_unchanged": len(clear) - len(changed),
         "share_unchanged": round((len(clear) - len(changed)) / len(clear), 4) if clear else None,
         "changed": changed,
+        "per_family_kept": {f: round(kept[f] / per_family[f], 4) for f in sorted(per_family) if kept[f] < per_family[f]},
         "ambiguous": len(ambiguous),
         "ambiguous_unchanged": ambiguous_kept,
     }
@@ -206,6 +230,122 @@ def personal_records(seed: int = 7, per_form: int = 25) -> list[dict]:
     return records
 
 
+# --- the attacker's forms (issue 12) -----------------------------------------------
+
+RT_TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+
+
+def redteam_records() -> list[dict]:
+    """(family, context, value) in the forms issue 12 found passing; written here, not real secrets."""
+    zw, shy = "\u200b", "\u00ad"
+    pem = ("-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,B1ADB6CC4CEDC36D5C42551F5914B46A\n\n"
+           + "\n".join("MIICXAIBAAKBgQC7" + "x9Qz" * 12 for _ in range(6)) + "\n-----END RSA PRIVATE KEY-----")
+    pgp = ("-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlFgEaw6pIRYJKwYBBAHaRw8BAQdAvWi2kDLr+eajjoU7ddwa78e4qyqhtf9RFbUS\n"
+           "TFGNvHAAAP0S/qh/lWtzxC5lfhjz2iNodJkQjlPWvY3w0yDoc5mrFRGhtBRUZXN0\n=Ab12\n-----END PGP PRIVATE KEY BLOCK-----")
+    cases = [
+        ("lookalike", f"token {RT_TOKEN[:6]}{zw}{RT_TOKEN[6:]} end", RT_TOKEN[7:]),
+        ("lookalike", f"token {RT_TOKEN[:10]}{shy}{RT_TOKEN[10:]} end", RT_TOKEN[11:]),
+        ("lookalike", f"mail alice.smith{zw}@gmail.com", "gmail.com"),
+        ("lookalike", "mail alice.smith\uff20gmail.com", "alice.smith"),
+        ("lookalike", "key \uff21\uff2b\uff29\uff21IOSFODNN7EXAMPLE", "IOSFODNN7EXAMPLE"),
+        ("lookalike", "key \u0410\u041aIAIOSFODNN7EXAMPLE", "IOSFODNN7EXAMPLE"),
+        ("lookalike", "mail alice.smith&#64;gmail.com", "alice.smith"),
+        ("lookalike", "mail alice.smith&#x40;gmail.com", "alice.smith"),
+        ("lookalike", "mail alice.smith%40gmail.com", "alice.smith"),
+        ("lookalike", f"card 4111{zw}1111{zw}1111{zw}1111", "1111"),
+        ("split", "card 4111 1111\n1111 1111 exp", "4111 1111"),
+        ("split", "aws AKIAIOSF\nODNN7EXAMPLE end", "ODNN7EXAMPLE"),
+        ("key-block", pem, "x9Qzx9Qz"),
+        ("key-block", pgp, "lFgEaw6pIRYJ"),
+        ("key-block", pgp.replace("\n", "\r\n"), "lFgEaw6pIRYJ"),
+        ("forms", "machine api.corp.io login deploy password Wq8-Lk2mPz9x", "Wq8-Lk2mPz9x"),
+        ("forms", "db.corp.io:5432:billing:app:Pg7Secret99", "Pg7Secret99"),
+        ("forms", "mysql -u root -pS3cretPw88 billing", "S3cretPw88"),
+        ("forms", "sshpass -p 'Tr0ub4dor&3' ssh deploy@host", "Tr0ub4dor&3"),
+        ("forms", "Hi Tom, the wifi password is Blue-Kx72pq until Friday.", "Blue-Kx72pq"),
+        ("forms", "Your new PIN is 4921.", "4921"),
+        ("forms", "db:\n  password:\n\n    Hunter2Secret99\n", "Hunter2Secret99"),
+        ("forms", "alice:$6$saltsalt$" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hI6kL9nO2qR5tU8wX1zA4cD7fG0iJ3lM6oP9rS2uV5xY8" + "Qw3rTy" + ":19700:0:99999:7:::", "saltsalt"),
+        ("forms", "hash $2b$12$R9h/cIPz0gi.URNNX3kh2OPST9/PgBkqquzi.Ss7KIUgO2t0jWMUW", "R9h/cIPz0gi"),
+        ("forms", "NI number AB 12 34 56 C", "AB 12 34 56 C"),
+        ("forms", "Steuer-ID 86095742719", "86095742719"),
+        ("forms", "iban de89370400440532013000", "de89370400440532013000"),
+    ]
+    return [{"id": f"rt-{i:02d}", "rule": fam, "value": value, "context": context}
+            for i, (fam, context, value) in enumerate(cases)]
+
+
+def redteam_paths(sanitizer: Sanitizer) -> dict:
+    cases = [("hr/alice.smith@corp-internal.com-cv.txt", "alice.smith"), ("password=NamePw998877.txt", "NamePw998877"),
+             ("scans/scan_219-09-9999.pdf", "219-09-9999"), ("n/+41 44 668 18 11 call log.txt", "668 18 11")]
+    caught_paths = sum(1 for path, value in cases if value not in sanitizer.redact_path(path))
+    return {"paths": len(cases), "caught": caught_paths, "recall": round(caught_paths / len(cases), 4)}
+
+
+def real_precision(sanitizer: Sanitizer) -> dict:
+    """Precision on the labelled findings of real files (the rows whose file is here)."""
+    import gzip
+    by_path: dict[str, list] = {}
+    for line in LABELS.read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            path, rule, value, label = line.split("\t")[:4]
+            value = value.replace("\\n", "\n").replace("\\t", "\t").replace("\\r", "\r").replace("\\\\", "\\")
+            by_path.setdefault(path, []).append((rule, value, label))
+    found = collections.Counter()
+    per_rule = collections.defaultdict(collections.Counter)
+    rows = 0
+    for rel, entries in sorted(by_path.items()):
+        path = Path("/usr/share") / rel
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        text = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8", errors="replace")
+        values = {text[f.start:f.end] for f in sanitize_module.merge(sanitizer.findings(text))}
+        for rule, value, label in entries:
+            rows += 1
+            outcome = ("found_" if value in values else "missed_") + label
+            found[outcome] += 1
+            per_rule[rule][outcome] += 1
+    hits = found["found_tp"] + found["found_fp"]
+
+    def share(counter):
+        total = counter["found_tp"] + counter["found_fp"]
+        return round(counter["found_tp"] / total, 4) if total else None
+    return {"rows": rows, "found": hits, "false_found": found["found_fp"], "true_lost": found["missed_tp"],
+            "precision": share(found), "per_rule_precision": {r: share(c) for r, c in sorted(per_rule.items())}}
+
+
+def quarantine_rate(files: int = 400) -> dict:
+    """How many files of a fixed /usr/share/doc sample extract would quarantine (the byte-level scan)."""
+    if not hasattr(sanitize_module, "hidden_findings"):
+        return {"available": False}
+    import gzip
+    from bastion_agent import readers
+    paths = sorted(p for p in Path("/usr/share/doc").rglob("*") if p.is_file() and not p.is_symlink())
+    step = max(1, len(paths) // files)
+    checked = quarantined = 0
+    reasons = collections.Counter()
+    for path in paths[::step][:files]:
+        data = path.read_bytes()
+        name = path.name
+        if path.suffix == ".gz":
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError):
+                continue
+            name = path.stem
+        kind = readers.kind_for(name, data[:8])
+        reading = readers.read(kind, data)
+        if reading.text is None or kind not in sanitize_module.QUARANTINE_KINDS:
+            continue
+        checked += 1
+        hidden = sanitize_module.hidden_findings(data, reading.text, None, kind)
+        if hidden:
+            quarantined += 1
+            reasons.update(hidden)
+    return {"files_checked": checked, "quarantined": quarantined, "by_rule": dict(reasons)}
+
+
 # --- throughput -------------------------------------------------------------------------
 
 
@@ -270,6 +410,8 @@ def main(argv=None) -> int:
     parser.add_argument("--mb", type=float, default=24.0, help="size of the throughput corpus in MB (default 24)")
     parser.add_argument("--repeat", type=int, default=3, help="timings per measure; the best is kept (default 3)")
     parser.add_argument("--no-throughput", action="store_true", help="skip the throughput measure")
+    parser.add_argument("--code", help="root of another checkout whose bastion_agent to measure")
+    parser.add_argument("--no-real", action="store_true", help="skip the real-document precision and quarantine")
     args = parser.parse_args(argv)
     sanitizer = Sanitizer()
     report = {
@@ -279,6 +421,11 @@ def main(argv=None) -> int:
         "personal": recall(sanitizer, personal_records(), lambda r: r["rule"].split("-")[0]),
         "negatives": negatives(sanitizer, load(DATA / "negatives.jsonl")),
     }
+    report["redteam"] = recall(sanitizer, redteam_records(), lambda r: r["rule"])
+    report["redteam"]["paths"] = redteam_paths(sanitizer)
+    if not args.no_real:
+        report["real"] = real_precision(sanitizer)
+        report["quarantine"] = quarantine_rate()
     if not args.no_throughput:
         report["throughput"] = throughput(sanitizer, PROSE, "*.txt", args.mb, max(1, args.repeat))
         # Source code is dense in the keywords (token, key, password...): the slow case.

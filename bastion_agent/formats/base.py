@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
+import contextvars
 import re
 import unicodedata
 
@@ -34,6 +36,42 @@ _BOMS = (  # longest first: the UTF-32-LE BOM begins with the UTF-16-LE one
     (codecs.BOM_UTF16_BE, "utf-16-be"),
 )
 
+# While set (``plain_decoding()``), every reader decodes bytes the dumb way:
+# NUL bytes dropped, then latin-1. The byte-level scan of extract reads a
+# document a second time like this, to see what a clever decoding may hide.
+_PLAIN = contextvars.ContextVar("plain_decoding", default=False)
+
+# A code unit of UTF-16 whose two bytes are both printable ASCII (or tab,
+# line feed, carriage return) is what 8-bit text looks like read pair-wise.
+_ASCII_BYTES = frozenset(b"\t\n\r" + bytes(range(0x20, 0x7F)))
+_UTF16_WINDOW = 16  # code units per window of the UTF-16 plausibility check
+_UTF16_EIGHT_BIT = 15  # ... of which this many pairs of ASCII bytes make the window 8-bit text
+_ASCII_PROBE = bytes(sorted(_ASCII_BYTES))
+
+
+@contextlib.contextmanager
+def plain_decoding():
+    """Within this block, ``decode_text`` (and the RTF reader) decode NUL-stripped latin-1."""
+    token = _PLAIN.set(True)
+    try:
+        yield
+    finally:
+        _PLAIN.reset(token)
+
+
+def plain_mode() -> bool:
+    return _PLAIN.get()
+
+
+# The shift sequences of the 7-bit ISO 2022 encodings (ESC $ B, ESC ( B, SO, SI):
+# in the plain view they separate words instead of gluing to the next one.
+_ISO2022_SHIFTS = re.compile(rb"\x1b\$[()*+]?[@A-Z]|\x1b[()*+][@A-Z]|[\x0e\x0f]")
+
+
+def plain_text(data: bytes) -> str:
+    """The dumb view of bytes: NULs dropped, ISO 2022 shifts made spaces, each other byte one latin-1 character."""
+    return _ISO2022_SHIFTS.sub(b" ", data.replace(b"\x00", b"")).decode("latin-1")
+
 
 def decode_text(data: bytes, declared: str | None = None) -> str:
     """Decode bytes that should be text, or raise ``Refused("binary")``.
@@ -43,21 +81,54 @@ def decode_text(data: bytes, declared: str | None = None) -> str:
     cp1252 (a superset of latin-1's printable range, the usual legacy
     encoding), and latin-1 for the few bytes cp1252 leaves undefined. The
     result is refused as binary when it is full of control characters.
+
+    A decoding is used only where it is plausible for the bytes
+    (``plausible_encoding``): a declared charset that does not read ASCII
+    as ASCII (EBCDIC, UTF-7) is ignored, and UTF-16 is applied only to the
+    stretches whose bytes have the shape of UTF-16; stretches of ordinary
+    8-bit text after a UTF-16 mark (a log that another program appended to)
+    are decoded as 8-bit text. Otherwise an attacker's ASCII would come out
+    as CJK characters that sanitize cannot read.
     """
+    if _PLAIN.get():
+        return _checked(plain_text(data))
     for bom, encoding in _BOMS:
         if data.startswith(bom):
-            return _checked(data[len(bom):].decode(encoding, errors="replace"))
+            body = data[len(bom):]
+            if encoding.startswith("utf-16"):
+                return _checked(_decode_utf16(body, encoding))
+            if encoding.startswith("utf-32") and not _utf32_plausible(body, encoding):
+                return _decode_8bit(body, None)
+            return _checked(body.decode(encoding, errors="replace"))
     guessed = _utf16_without_bom(data)
     if guessed:
-        return _checked(data.decode(guessed, errors="replace"))
+        return _checked(_decode_utf16(data, guessed))
+    return _decode_8bit(data, declared)
+
+
+def _decode_8bit(data: bytes, declared: str | None) -> str:
     if b"\x00" in data:
         raise Refused(REASON_BINARY)
     for encoding in _candidates(declared):
+        if encoding.startswith("utf-32"):
+            continue  # UTF-32 without NUL bytes is not UTF-32
+        if encoding.startswith("utf-16"):
+            if any(is_utf16 for _, is_utf16 in _utf16_segments(data, encoding)):
+                return _checked(_decode_utf16(data, encoding))
+            continue
         try:
             return _checked(data.decode(encoding))
         except (UnicodeDecodeError, LookupError):
             continue
     return _checked(data.decode("latin-1"))
+
+
+def ascii_compatible(encoding: str) -> bool:
+    """Does the codec read printable ASCII (and tab, CR, LF) as itself? EBCDIC, UTF-7, UTF-16 do not."""
+    try:
+        return _ASCII_PROBE.decode(encoding) == _ASCII_PROBE.decode("ascii")
+    except (UnicodeDecodeError, LookupError):
+        return False
 
 
 def _candidates(declared: str | None) -> list[str]:
@@ -69,9 +140,72 @@ def _candidates(declared: str | None) -> list[str]:
             name = None
         # As browsers do: a page labelled latin-1 or ASCII is read as cp1252,
         # whose printable range is a superset (curly quotes, dashes, euro).
-        if name:
-            names.append("cp1252" if name in ("iso8859-1", "ascii") else name)
+        if name in ("iso8859-1", "ascii"):
+            names.append("cp1252")
+        elif name and (ascii_compatible(name) or name.startswith(("utf-16", "utf-32"))):
+            names.append(name)
     return names + ["utf-8", "cp1252"]
+
+
+def _utf16_segments(data: bytes, encoding: str) -> list[tuple[bytes, bool]]:
+    """Split bytes into stretches that look like UTF-16 (True) and like 8-bit text (False).
+
+    A window of 16 code units is 8-bit text when at least 15 of its units are
+    two printable ASCII bytes: real UTF-16 text has a NUL high byte for
+    ASCII, and CJK text has such units about a quarter of the time. An
+    8-bit stretch is widened unit by unit over neighbouring ASCII pairs so
+    its first and last characters are not read pair-wise.
+    """
+    unit_ok = [a in _ASCII_BYTES and b in _ASCII_BYTES for a, b in zip(data[0::2], data[1::2])]
+    units = len(unit_ok)
+    eight_bit = [False] * units
+    for first in range(0, units, _UTF16_WINDOW):
+        window = unit_ok[first:first + _UTF16_WINDOW]
+        needed = _UTF16_EIGHT_BIT if len(window) == _UTF16_WINDOW else len(window)
+        if sum(window) >= needed:
+            for index in range(first, first + len(window)):
+                eight_bit[index] = True
+    for index in range(1, units):  # widen 8-bit stretches forwards, then backwards
+        if eight_bit[index - 1] and unit_ok[index]:
+            eight_bit[index] = True
+    for index in range(units - 2, -1, -1):
+        if eight_bit[index + 1] and unit_ok[index]:
+            eight_bit[index] = True
+    segments: list[tuple[bytes, bool]] = []
+    start = 0
+    for index in range(1, units + 1):
+        if index == units or eight_bit[index] != eight_bit[start]:
+            end = 2 * index if index < units else len(data)
+            segments.append((data[2 * start:end], not eight_bit[start]))
+            start = index
+    if not segments:
+        segments.append((data, True))
+    return segments
+
+
+def _decode_utf16(data: bytes, encoding: str) -> str:
+    """UTF-16 where the bytes have its shape, 8-bit text (NULs dropped) where they do not."""
+    parts = []
+    for chunk, is_utf16 in _utf16_segments(data, encoding):
+        if is_utf16:
+            parts.append(chunk.decode(encoding, errors="replace"))
+        else:
+            parts.append(_decode_plain_8bit(chunk.replace(b"\x00", b"")))
+    return "".join(parts)
+
+
+def _decode_plain_8bit(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("cp1252", errors="replace")
+
+
+def _utf32_plausible(data: bytes, encoding: str) -> bool:
+    """UTF-32 text has two NUL bytes in every code unit below U+10000."""
+    sample = data[:4096]
+    high = sample[2::4] + sample[3::4] if encoding.endswith("le") else sample[0::4] + sample[1::4]
+    return len(sample) >= 4 and high.count(0) >= 0.9 * len(high)
 
 
 def _utf16_without_bom(data: bytes) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import codecs
 import re
 
-from .base import REASON_DAMAGED, Refused, tidy_lines
+from .base import REASON_DAMAGED, Refused, ascii_compatible, plain_mode, tidy_lines
 
 _RTF_TOKEN = re.compile(rb"\\([a-zA-Z]+)(-?\d+)? ?|\\'([0-9a-fA-F]{2})|\\(.)|([{}])|([^\\{}\r\n]+)|[\r\n]+", re.DOTALL)
 _RTF_SKIP_DESTINATIONS = frozenset(
@@ -61,7 +61,7 @@ def read_rtf(data: bytes) -> str:
         elif word is not None:
             if word in _RTF_SKIP_DESTINATIONS:
                 skipping = True
-            elif word == b"ansicpg" and arg:
+            elif word == b"ansicpg" and arg and not plain_mode():
                 codepage = _rtf_codepage(arg)
             elif word == b"uc" and arg:
                 uc = max(0, int(arg))
@@ -89,9 +89,16 @@ def read_rtf(data: bytes) -> str:
 
 
 def _rtf_codepage(arg: bytes) -> str:
+    """The code page of ``\\ansicpgN`` when it reads ASCII as ASCII, else cp1252.
+
+    RTF is written in 7-bit ASCII; a code page that maps ASCII bytes to
+    other characters (EBCDIC cp500, cp037...) is never what the author
+    meant, and would turn the document's plain text into symbols that
+    sanitize cannot read.
+    """
     name = f"cp{int(arg)}"
     try:
         codecs.lookup(name)
-        return name
     except LookupError:
         return "cp1252"
+    return name if ascii_compatible(name) else "cp1252"

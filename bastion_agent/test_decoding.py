@@ -1,0 +1,142 @@
+"""Decodings that would hide text from sanitize (issue 12 item 2): plausibility and quarantine.
+
+The attacker's bytes are written here: ordinary 8-bit text behind a UTF-16
+mark, an HTML page, an e-mail part and an RTF document that declare a
+charset turning ASCII into another script. The first wall is the decoding
+(only plausible ones are used); the second is extract's byte-level scan,
+which quarantines a document whose raw bytes show a finding the extracted
+text does not.
+"""
+
+from __future__ import annotations
+
+import codecs
+import unittest
+
+from . import readers, sanitize
+from .formats.base import decode_text
+from .test_extract import TempCase
+
+AWS = "AKIAIOSFODNN7EXAMPLE"
+MAIL = "alice.smith@corp-internal.com"
+SECRET_LINE = f"aws key {AWS} owner {MAIL}\r\n"
+
+
+def readable(kind: str, data: bytes) -> str:
+    reading = readers.read(kind, data)
+    assert reading.text is not None, reading
+    return reading.text
+
+
+class PlausibleDecodingTests(unittest.TestCase):
+    def assert_sanitized(self, text: str) -> None:
+        clean = sanitize.redact(text)
+        self.assertNotIn(AWS, clean)
+        self.assertNotIn(MAIL, clean)
+        for view in (clean.encode("utf-16-le", "ignore"), clean.encode("cp500", "ignore")):
+            self.assertNotIn(AWS.encode("ascii"), view)
+
+    def test_utf16_mark_followed_by_8bit_text(self):
+        data = codecs.BOM_UTF16_LE + SECRET_LINE.encode("ascii") * 3
+        text = readable("text", data)
+        self.assertIn(AWS, text)
+        self.assert_sanitized(text)
+
+    def test_utf16_log_that_8bit_text_was_appended_to(self):
+        head = "PowerShell transcript start\r\nCommand: Get-Item\r\n".encode("utf-16-le")
+        data = codecs.BOM_UTF16_LE + head + SECRET_LINE.encode("ascii") + b"more output 42\r\n"
+        text = readable("text", data)
+        self.assertIn("PowerShell transcript start", text)
+        self.assertIn(SECRET_LINE.strip(), text)
+        self.assert_sanitized(text)
+
+    def test_real_utf16_text_still_decodes(self):
+        for sample in ("Grüße, Zoë — déjà vu\r\n" * 20, "中文文本测试，这是一个很长的句子用于检测编码。\n" * 20,
+                       "Русский текст для проверки.\n" * 20):
+            for encoding, bom in (("utf-16-le", codecs.BOM_UTF16_LE), ("utf-16-be", codecs.BOM_UTF16_BE)):
+                with self.subTest(sample=sample[:8], encoding=encoding):
+                    self.assertEqual(decode_text(bom + sample.encode(encoding)), sample)
+
+    def test_html_meta_charset_utf16(self):
+        for charset in ("utf-16", "utf-16le", "UTF-16BE", "utf-32", "cp500", "utf-7"):
+            data = (f'<html><head><meta charset="{charset}"></head><body><p>{SECRET_LINE}</p></body></html>').encode()
+            with self.subTest(charset=charset):
+                text = readable("html", data)
+                self.assertIn(AWS, text)
+                self.assert_sanitized(text)
+
+    def test_email_part_charset_utf16(self):
+        for charset in ("utf-16", "utf-16-be", "cp500", "cp037"):
+            data = (
+                "From: a@example.org\r\nSubject: keys\r\nMIME-Version: 1.0\r\n"
+                f'Content-Type: text/plain; charset="{charset}"\r\nContent-Transfer-Encoding: 8bit\r\n\r\n'
+                + SECRET_LINE
+            ).encode("ascii")
+            with self.subTest(charset=charset):
+                text = readable("eml", data)
+                self.assertIn(AWS, text)
+                self.assert_sanitized(text)
+
+    def test_email_part_really_in_utf16_still_reads(self):
+        body = "Grüße aus Zürich\r\n".encode("utf-16")
+        data = (b"From: a@example.org\r\nSubject: hi\r\nMIME-Version: 1.0\r\n"
+                b"Content-Type: text/plain; charset=utf-16\r\nContent-Transfer-Encoding: 8bit\r\n\r\n" + body)
+        self.assertIn("Grüße aus Zürich", readable("eml", data))
+
+    def test_rtf_ebcdic_code_page(self):
+        for page in ("500", "037", "1026"):
+            data = ("{\\rtf1\\ansi\\ansicpg" + page + " {\\fonttbl{\\f0 Arial;}}\\f0 " + SECRET_LINE + "\\par}").encode()
+            with self.subTest(page=page):
+                text = readable("rtf", data)
+                self.assertIn(AWS, text)
+                self.assert_sanitized(text)
+
+    def test_rtf_ascii_compatible_code_page_is_kept(self):
+        data = b"{\\rtf1\\ansi\\ansicpg1251 \\'cf\\'f0\\'e8\\'e2\\'e5\\'f2 world\\par}"
+        self.assertEqual(readable("rtf", data), "Привет world")
+
+
+class QuarantineTests(TempCase):
+    """The second wall: raw bytes that show a finding the text hides keep the document out."""
+
+    def test_hidden_finding_quarantines_the_document(self):
+        # ISO-2022-JP is a legitimate charset whose shift sequence turns ASCII pairs into kanji.
+        hidden = b"key \x1b$B" + AWS.encode() + b"\x1b(B done"
+        self.put("page.html", b'<html><head><meta charset="iso-2022-jp"></head><body><p>' + hidden + b"</p></body></html>")
+        self.put("mail.eml", b"From: a@example.org\r\nSubject: x\r\nContent-Type: text/plain; charset=iso-2022-jp\r\n\r\n"
+                 + hidden + b"\r\n")
+        self.put("plain.txt", "nothing to see here\n")
+        summary = self.run_stage()
+        rows = self.listing()
+        for rel in ("page.html", "mail.eml"):
+            with self.subTest(rel=rel):
+                self.assertEqual(rows[rel]["status"], "skipped")
+                self.assertEqual(rows[rel]["reason"], "quarantined: aws-access-key")
+        self.assertEqual(rows["plain.txt"]["status"], "extracted")
+        self.assertEqual(summary["skipped_by_reason"].get("quarantined: aws-access-key"), 2)
+        stored = b"".join(p.read_bytes() for p in self.layout.extract_dir.glob("*.txt"))
+        self.assertNotIn("阻".encode(), stored)
+
+    def test_plausible_documents_are_not_quarantined(self):
+        self.put("bom.log", codecs.BOM_UTF16_LE + SECRET_LINE.encode("ascii"))
+        self.put("utf8.txt", f"Grüße von Jürgen, {MAIL}, password = \"pässwörd1\"\n")
+        self.put("utf16.txt", codecs.BOM_UTF16_LE + f"Zoë {MAIL} {AWS}\r\n".encode("utf-16-le"))
+        self.put("entity.html", f"<p>write to alice&#64;corp-internal.com or {MAIL}</p>")
+        self.put("dropped.html", "<!-- maintainer bob@corp-internal.com --><script>k='AKIAIOSFODNN7EXAMPLF'</script><p>hi</p>")
+        self.put("qp.eml", "From: a@example.org\r\nSubject: x\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                 "Content-Transfer-Encoding: quoted-printable\r\n\r\npassword=3D\"hunter22\" caf=C3=A9 " + MAIL + "\r\n")
+        self.run_stage()
+        for rel, row in self.listing().items():
+            with self.subTest(rel=rel):
+                self.assertEqual(row["status"], "extracted", row)
+
+    def test_hidden_findings_function(self):
+        data = b"{\\rtf1 \\u-24000?AKIA}"  # text only
+        self.assertEqual(sanitize.hidden_findings(data, readable("rtf", data), None, "rtf"), [])
+        self.assertEqual(sanitize.hidden_findings(b"\x00\x01", "", None, "pdf"), [])
+        data = b"<meta charset=\"iso-2022-jp\"><p>\x1b$B" + AWS.encode() + b"\x1b(B</p>"
+        self.assertEqual(sanitize.hidden_findings(data, readable("html", data), None, "html"), ["aws-access-key"])
+
+
+if __name__ == "__main__":
+    unittest.main()
