@@ -23,12 +23,14 @@ from . import signing
 DEFAULT_INCLUDE = ("**",)
 DEFAULT_EXCLUDE = (".git/**", ".hg/**", ".svn/**", ".bastion/**", "**/.DS_Store")
 DEFAULT_MAX_FILE_MB = 64.0
+DEFAULT_BUDGET_SECONDS = 30.0   # per file read / document sanitized, plus 1 s per MiB (budget.py)
+DEFAULT_BUDGET_MEMORY_MB = 1024  # address space of the worker reading one file
 
 # Keys each table may hold; anything else is refused so that a typo
 # ("overlap_token") cannot silently fall back to a default.
 ALLOWED_KEYS = {
     "": {"source", "embed", "sanitize", "search"},
-    "source": {"root", "include", "exclude", "max_file_mb"},
+    "source": {"root", "include", "exclude", "max_file_mb", "budget_seconds", "budget_memory_mb"},
     "embed": {"model", "dim", "chunk", "query_prefix", "passage_prefix"},
     "embed.chunk": {"size_tokens", "overlap_tokens"},
     "search": {"mode"},
@@ -43,6 +45,8 @@ class SourceSettings:
     include: tuple[str, ...] = DEFAULT_INCLUDE
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     max_file_mb: float = DEFAULT_MAX_FILE_MB
+    budget_seconds: float = DEFAULT_BUDGET_SECONDS
+    budget_memory_mb: int = DEFAULT_BUDGET_MEMORY_MB
 
     @property
     def max_file_bytes(self) -> int:
@@ -171,7 +175,16 @@ def _source_settings(where: "_Where", source: dict) -> SourceSettings:
         include=where.globs(source, "include", DEFAULT_INCLUDE),
         exclude=where.globs(source, "exclude", DEFAULT_EXCLUDE),
         max_file_mb=float(max_mb),
+        budget_seconds=float(_positive(where, source, "budget_seconds", DEFAULT_BUDGET_SECONDS, "seconds")),
+        budget_memory_mb=int(_positive(where, source, "budget_memory_mb", DEFAULT_BUDGET_MEMORY_MB, "megabytes", minimum=64)),
     )
+
+
+def _positive(where: "_Where", source: dict, key: str, default, unit: str, minimum: float = 0):
+    value = source.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > minimum:
+        where.fail("source", key, f"must be a number > {minimum:g} ({unit}); got {value!r}")
+    return value
 
 
 def _embed_settings(where: "_Where", embed: dict, chunk: dict) -> EmbedSettings:
