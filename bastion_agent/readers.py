@@ -21,7 +21,7 @@ from .formats.base import REASON_BINARY, REASON_DAMAGED, REASON_EMPTY, REASON_OU
 
 # Bump when any core reader's output changes: stored texts made by another
 # version are extracted again instead of reused.
-READER_VERSION = "1"
+READER_VERSION = "2"
 
 
 @dataclass(frozen=True)
