@@ -131,10 +131,11 @@ def run_stage(args: argparse.Namespace) -> int:
 def _stage_description(name: str) -> str:
     return {
         "extract": "Walk source.root (include/exclude globs; links never leave the root) and turn each "
-        "file into UTF-8 text in <out>/extract/ (0700), keyed by the sha256 of its bytes. Writes "
+        "file into UTF-8 text in <out>/extract/ (0700), keyed privately by the sha256 of its bytes. Writes "
         "extract/listing.jsonl (every file seen, with its status) and extract.summary.json.",
         "sanitize": "Read only the extract store; replace secrets and personal data with typed "
-        "placeholders such as [REDACTED:aws-access-key]; write <out>/sanitized/ and sanitize.summary.json.",
+        "placeholders such as [REDACTED:aws-access-key]; write <out>/sanitized/<doc>.txt (doc: the sha256 "
+        "of the sanitized text) and sanitize.summary.json.",
         "chunk": "Read only the sanitized store; write chunks.jsonl (overlapping windows of "
         "embed.chunk.size_tokens tokens with content-addressed ids) and chunk.summary.json.",
         "embed": "Probe the model server named by EMBED_URL (wrong dimension or no answer: stop before "

@@ -1,13 +1,15 @@
 """The ``extract`` stage: every file under ``source.root`` into text in the private store.
 
 The walk sees each file once, in path order. Each file's bytes are read
-once; their sha256 is the document id and the name of its text,
-``<out>/extract/<doc>.txt``. Identical content at several paths is one
-document, read once. Nothing that cannot be read stops the stage: it gets a
-row in ``extract/listing.jsonl`` with the reason, and the reason is counted
-in ``extract.summary.json``. Documents that left the source are removed from
-both the extract and the sanitized store, so a deleted file leaves no text
-behind.
+once; their sha256 is the file's **extract key** and the name of its text,
+``<out>/extract/<key>.txt``. The key is private to the extract store: it is
+computed from unsanitized bytes, so it never leaves ``extract/`` (the
+document id that the later stages see is the sha256 of the *sanitized*
+text, given by the sanitize stage). Identical content at several paths is
+read once. Nothing that cannot be read stops the stage: it gets a row in
+``extract/listing.jsonl`` with the reason, and the reason is counted in
+``extract.summary.json``. Texts of files that left the source are removed
+from the extract store; the sanitize stage removes its own stale documents.
 
 Links: a link to a file is read when its target resolves inside the root; a
 link whose target is outside the root, a broken link and a link to a folder
@@ -55,7 +57,7 @@ class Row:
     """One file seen: a line of ``extract/listing.jsonl``."""
 
     path: str
-    doc: str | None
+    key: str | None  # sha256 of the file's bytes: private to the extract store
     size: int
     kind: str
     status: str
@@ -336,17 +338,18 @@ class _Previous:
         self.versions: dict[str, str] = {}
         try:
             for row in read_jsonl(layout.extract_listing):
-                if row.get("status") == STATUS_EXTRACTED and row.get("doc"):
-                    self.kinds[row["doc"]] = row.get("kind")
+                key = row.get("key") or row.get("doc")  # "doc": a listing written before the key was named so
+                if row.get("status") == STATUS_EXTRACTED and key:
+                    self.kinds[key] = row.get("kind")
             summary = json.loads(layout.summary_path("extract").read_text(encoding="utf-8"))
             self.versions = dict(summary.get("readers") or {})
         except (OSError, ValueError, TypeError, AttributeError):
             self.kinds, self.versions = {}, {}
 
-    def reusable(self, doc: str, kind: str, version: str | None, text_path: Path) -> bool:
+    def reusable(self, key: str, kind: str, version: str | None, text_path: Path) -> bool:
         return (
             version is not None
-            and self.kinds.get(doc) == kind
+            and self.kinds.get(key) == kind
             and self.versions.get(kind) == version
             and text_path.is_file()
         )
@@ -367,20 +370,20 @@ class _Costly:
         self.budget_key = budget.key()
         try:
             found = json.loads(self.path.read_text(encoding="utf-8"))
-            self.known = {doc: entry for doc, entry in found.items()
+            self.known = {key: entry for key, entry in found.items()
                           if entry.get("budget") == self.budget_key and entry.get("reason") in COSTLY_REASONS}
         except (OSError, ValueError, AttributeError):
             self.known = {}
         self.seen: dict[str, dict] = {}
 
-    def reason(self, doc: str) -> str | None:
-        entry = self.known.get(doc)
+    def reason(self, key: str) -> str | None:
+        entry = self.known.get(key)
         if entry is not None:
-            self.seen[doc] = entry
+            self.seen[key] = entry
         return entry and entry["reason"]
 
-    def remember(self, doc: str, reason: str) -> None:
-        self.seen[doc] = {"reason": reason, "budget": self.budget_key}
+    def remember(self, key: str, reason: str) -> None:
+        self.seen[key] = {"reason": reason, "budget": self.budget_key}
 
     def save(self) -> None:
         """Only the contents still in the source are kept; nothing costly: no file."""
@@ -418,7 +421,7 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
                 sweep.settle(job, answer)
                 progress.advance()
     outcomes, rows, bytes_read, versions = sweep.outcomes, sweep.rows(), sweep.bytes_read, sweep.versions
-    kept = {doc for doc, outcome in outcomes.items() if outcome.status == STATUS_EXTRACTED}
+    kept = {key for key, outcome in outcomes.items() if outcome.status == STATUS_EXTRACTED}
     removed = _drop_stale(layout, kept)
     sweep.costly.save()
     sync_to_disk()
@@ -430,11 +433,11 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
 
 @dataclass
 class _Job:
-    """One entry of the walk on its way through the pool: its row, or the doc it holds."""
+    """One entry of the walk on its way through the pool: its row, or the content (extract key) it holds."""
 
     rel: str
     row: Row | None = None
-    doc: str | None = None
+    key: str | None = None
     size: int = 0
     kind: str | None = None  # set when this job reads the content (the first path holding it)
 
@@ -460,25 +463,25 @@ class _Sweep:
                 continue
             data = loaded.data
             self.bytes_read += len(data)
-            doc = hashlib.sha256(data).hexdigest()
-            job = _Job(entry.rel, doc=doc, size=len(data))
-            if doc in self.outcomes:
+            key = hashlib.sha256(data).hexdigest()
+            job = _Job(entry.rel, key=key, size=len(data))
+            if key in self.outcomes:
                 yield job, None
                 continue
             kind = readers.kind_for(entry.rel, data[:8])
-            decided = _extract_doc(doc, kind, data, self.store, self.previous, self.versions.get(kind), self.costly)
+            decided = _extract_doc(key, kind, data, self.store, self.previous, self.versions.get(kind), self.costly)
             if isinstance(decided, _Outcome):
-                self.outcomes[doc] = decided
+                self.outcomes[key] = decided
                 yield job, None
             else:
-                self.outcomes[doc] = _Outcome(kind, STATUS_SKIPPED, None)  # a place holder until the answer
+                self.outcomes[key] = _Outcome(kind, STATUS_SKIPPED, None)  # a place holder until the answer
                 job.kind = kind
                 yield job, decided
 
     def settle(self, job: _Job, answer) -> None:
         self.jobs_done.append(job)
         if answer is not None:
-            self.outcomes[job.doc] = _stored(job.doc, job.kind, answer, self.store, self.costly)
+            self.outcomes[job.key] = _stored(job.key, job.kind, answer, self.store, self.costly)
 
     def rows(self) -> list[Row]:
         rows = []
@@ -486,29 +489,29 @@ class _Sweep:
             if job.row is not None:
                 rows.append(job.row)
             else:
-                outcome = self.outcomes[job.doc]
-                rows.append(Row(job.rel, job.doc, job.size, outcome.kind, outcome.status, outcome.reason))
+                outcome = self.outcomes[job.key]
+                rows.append(Row(job.rel, job.key, job.size, outcome.kind, outcome.status, outcome.reason))
         return rows
 
 
-def _extract_doc(doc: str, kind: str, data: bytes, store: Path, previous: "_Previous", version, costly: _Costly):
+def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: "_Previous", version, costly: _Costly):
     """What to do with one content: an ``_Outcome`` when it is settled without reading
     (empty, reused, known too costly), else the budgeted ``Call`` that reads it."""
     if not data:
         return _Outcome(kind, STATUS_SKIPPED, REASON_EMPTY)
-    text_path = Layout.doc_text_path(store, doc)
-    if previous.reusable(doc, kind, version, text_path):
+    text_path = Layout.doc_text_path(store, key)
+    if previous.reusable(key, kind, version, text_path):
         return _Outcome(kind, STATUS_EXTRACTED, None, reused=True)
-    known = costly.reason(doc) or readers.unavailable(kind)
+    known = costly.reason(key) or readers.unavailable(kind)
     if known:
         return _Outcome(kind, STATUS_SKIPPED, known)
     return Call("read", (kind, data), len(data))
 
 
-def _stored(doc: str, kind: str, answer, store: Path, costly: _Costly) -> _Outcome:
+def _stored(key: str, kind: str, answer, store: Path, costly: _Costly) -> _Outcome:
     """Store what the worker read (or count why it could not)."""
     if answer.reason is not None:  # over budget: remembered, so the next sweep does not pay again
-        costly.remember(doc, answer.reason)
+        costly.remember(key, answer.reason)
         return _Outcome(kind, STATUS_SKIPPED, answer.reason)
     reason = answer.header.get("reason") or (readers.REASON_DAMAGED if "error" in answer.header else None)
     if reason is not None:
@@ -516,28 +519,27 @@ def _stored(doc: str, kind: str, answer, store: Path, costly: _Costly) -> _Outco
             kind = "binary"  # a file without a telling name that turned out not to be text
         return _Outcome(kind, STATUS_SKIPPED, str(reason))
     try:
-        write_private(Layout.doc_text_path(store, doc), answer.data, durable=False)
+        write_private(Layout.doc_text_path(store, key), answer.data, durable=False)
     except OSError as exc:
         raise StoreError(f"cannot write the extract store {store}: {exc.strerror or exc}") from None
     return _Outcome(kind, STATUS_EXTRACTED, None)
 
 
 def _drop_stale(layout: Layout, kept: set[str]) -> int:
-    """Remove the texts of documents no longer extracted, from both stores; return how many docs."""
-    removed: set[str] = set()
-    for store in (layout.extract_dir, layout.sanitized_dir):
-        try:
-            names = os.listdir(store)
-        except FileNotFoundError:
-            continue
-        for name in names:
-            doc = name[:-4]
-            if _DOC_TEXT.fullmatch(name) and doc not in kept:
-                _unlink(store / name)
-                removed.add(doc)
-            elif store == layout.extract_dir and name.startswith(".") and name.endswith(".tmp"):
-                _unlink(store / name)  # left by a run that was killed mid-write
-    return len(removed)
+    """Remove the texts of contents no longer extracted from the extract store; return how many.
+
+    The sanitized store is keyed by the sanitized text, which only the
+    sanitize stage knows: it removes its own stale documents.
+    """
+    removed = 0
+    store = layout.extract_dir
+    for name in os.listdir(store):
+        if _DOC_TEXT.fullmatch(name) and name[:-4] not in kept:
+            _unlink(store / name)
+            removed += 1
+        elif name.startswith(".") and name.endswith(".tmp"):
+            _unlink(store / name)  # left by a run that was killed mid-write
+    return removed
 
 
 def _unlink(path: Path) -> None:
@@ -567,7 +569,7 @@ def _counts(rows, outcomes, kept, removed, excluded, bytes_read, max_bytes, vers
         },
         "bytes_read": bytes_read,
         "documents": len(kept),
-        "reused": sum(1 for doc in kept if outcomes[doc].reused),
+        "reused": sum(1 for key in kept if outcomes[key].reused),
         "removed": removed,
         "excluded": excluded,
         "max_file_bytes": max_bytes,

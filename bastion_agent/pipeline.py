@@ -38,4 +38,7 @@ STAGES = {"extract": _extract, "sanitize": _sanitize, "chunk": _chunk, "embed": 
 
 def run_sweep(manifest, layout: Layout) -> dict[str, dict]:
     """Run every stage in order; the first failure propagates and stops the sweep."""
-    return {name: stage(manifest, layout) for name, stage in STAGES.items()}
+    from . import legacy_ids
+
+    with legacy_ids.once():  # an old-id folder is said once, not by every stage that rebuilds
+        return {name: stage(manifest, layout) for name, stage in STAGES.items()}

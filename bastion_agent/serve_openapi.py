@@ -147,7 +147,7 @@ def _schemas(settings) -> dict:
             "required": ["score", "doc", "idx", "chunk_id", "text", "paths", "start", "end"],
             "properties": {
                 "score": {"type": "number", "description": "Similarity, higher is better."},
-                "doc": {"type": "string", "description": "sha256 of the original file's bytes."},
+                "doc": {"type": "string", "description": "The document id: sha256 of its sanitized text."},
                 "idx": {"type": "integer", "description": "The window's position in its document."},
                 "chunk_id": {"type": "string"},
                 "text": {"type": "string", "description": "The sanitized window."},
