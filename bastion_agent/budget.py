@@ -111,6 +111,7 @@ class _Worker:
         self.process = subprocess.Popen(
             [sys.executable, "-c", code, str(memory_bytes)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+            bufsize=0,  # unbuffered: a message read ahead into a buffer would be invisible to select()
         )
         self.job: list | None = None
         self.deadline = 0.0
@@ -119,8 +120,9 @@ class _Worker:
     def send(self, job: list, call: Call, seconds: float) -> bool:
         blob = pickle.dumps((call.task, call.args), protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            self.process.stdin.write(_FRAME.pack(len(blob)) + blob)
-            self.process.stdin.flush()
+            view = memoryview(_FRAME.pack(len(blob)) + blob)
+            while view:
+                view = view[self.process.stdin.write(view):]
         except (BrokenPipeError, OSError):
             return False
         self.job, self.deadline, self.progress = job, time.monotonic() + seconds, None

@@ -125,7 +125,8 @@ def claim_out_dir(path: Path) -> Path:
         raise StoreError(f"output folder {path} exists and is not a folder; choose another --out")
     if path.is_dir():
         try:
-            empty = not any(os.scandir(path))
+            with os.scandir(path) as scan:
+                empty = not any(scan)
         except OSError as exc:
             raise StoreError(f"output folder {path} cannot be read ({exc.strerror}); choose another --out") from None
         if not empty and not is_out_dir(path):
