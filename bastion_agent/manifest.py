@@ -23,6 +23,7 @@ from . import signing
 DEFAULT_INCLUDE = ("**",)
 DEFAULT_EXCLUDE = (".git/**", ".hg/**", ".svn/**", ".bastion/**", "**/.DS_Store")
 DEFAULT_MAX_FILE_MB = 64.0
+MAX_MANIFEST_BYTES = 1 << 20
 DEFAULT_BUDGET_SECONDS = 30.0   # per file read / document sanitized, plus 1 s per MiB (budget.py)
 DEFAULT_BUDGET_MEMORY_MB = 1024  # address space of the worker reading one file
 
@@ -107,14 +108,21 @@ def load(path: str | Path, *, require_signed: bool = False) -> Manifest:
 
 def read_manifest_bytes(path: Path) -> bytes:
     """The manifest's bytes, read once; one line naming the file when that fails."""
+    from .confine import NotRegular, read_regular
+
     try:
-        return path.read_bytes()
+        raw = read_regular(path, MAX_MANIFEST_BYTES)
+    except NotRegular:
+        raise ManifestError(f"manifest {path}: not a regular file (a FIFO, socket or device)") from None
     except FileNotFoundError:
         raise ManifestError(f"manifest {path}: no such file") from None
     except IsADirectoryError:
         raise ManifestError(f"manifest {path}: is a folder, expected a .toml or .json file") from None
     except OSError as exc:
         raise ManifestError(f"manifest {path}: cannot read it ({exc.strerror})") from None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"manifest {path}: larger than {MAX_MANIFEST_BYTES // (1 << 20)} MiB; a manifest is a few lines")
+    return raw
 
 
 def parse(path: Path, raw: bytes) -> dict[str, Any]:
