@@ -31,8 +31,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import readers, sanitize
+from .budget import COSTLY_REASONS, Budget, Call, WorkerPool
+from .confine import NotRegular, SourceRoot
 from .errors import ManifestError, StoreError
-from .layout import Layout, ensure_private_dir, read_jsonl, sync_to_disk, write_jsonl, write_private, write_summary
+from .layout import Layout, claim_out_dir, ensure_private_dir, remove_stale_temps, read_jsonl, sync_to_disk, write_jsonl, write_private, write_summary
 from .progress import Progress
 
 STATUS_EXTRACTED = "extracted"
@@ -48,7 +50,6 @@ REASON_LINK_EXCLUDED = "link to excluded file"
 REASON_SPECIAL = "special file"
 
 _DOC_TEXT = re.compile(r"[0-9a-f]{64}\.txt")
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass(frozen=True)
@@ -146,84 +147,109 @@ def _segment_regex(segment: str) -> str:
 
 @dataclass(frozen=True)
 class _Entry:
-    """Something the walk found: a file to read, or a row already decided."""
+    """Something the walk found: a file to read (its names from the root), or a row already decided."""
 
     rel: str
-    path: Path
+    parts: tuple[str, ...]
     row: Row | None = None
 
 
 class Selection:
-    """Which paths under the (real) root the stage reads: the globs, minus the output folder."""
+    """Which paths under the root the stage reads: the globs, minus the output folder."""
 
     def __init__(self, root_real: str, include: GlobSet, exclude: GlobSet, out: Path | None = None):
         self.root_real = root_real
         self.include, self.exclude = include, exclude
-        self.out_real = os.path.realpath(out) if out is not None else None
+        try:
+            info = os.stat(out) if out is not None else None
+            self.out_id = (info.st_dev, info.st_ino) if info else None
+        except OSError:
+            self.out_id = None
 
-    def enters(self, rel: str, path: str) -> bool:
-        """Whether the walk goes into the folder ``rel``."""
-        return not self.exclude.matches(rel) and not self._is_out(path)
+    def enters(self, rel: str) -> bool:
+        """Whether the walk goes into the folder ``rel`` (the output folder is checked once opened)."""
+        return not self.exclude.matches(rel)
+
+    def is_out(self, info: os.stat_result) -> bool:
+        return self.out_id is not None and (info.st_dev, info.st_ino) == self.out_id
 
     def selects(self, rel: str) -> bool:
         """Whether the file ``rel`` is read (its folders are assumed entered)."""
         return self.include.matches(rel) and not self.exclude.matches(rel)
 
-    def reaches(self, target_real: str) -> bool:
-        """Whether a link may be read through to ``target_real``: inside the root, and
-        a file the walk itself would read (so a link cannot get round the globs)."""
-        if not _inside(target_real, self.root_real) or target_real == self.root_real:
+    def reaches(self, root: SourceRoot, parts: list[str]) -> bool:
+        """Whether a link may be read through to ``parts`` (resolved below the root): a file
+        the walk itself would read, so a link cannot get round the globs or into the output folder."""
+        if not parts:
             return False
-        rel = Path(os.path.relpath(target_real, self.root_real)).as_posix()
-        parts = rel.split("/")
-        folders_ok = all(
-            self.enters("/".join(parts[:depth]), os.path.join(self.root_real, *parts[:depth]))
-            for depth in range(1, len(parts))
-        )
-        return folders_ok and self.selects(rel)
+        names = [_display(name) for name in parts]
+        for depth in range(1, len(parts)):
+            if not self.enters("/".join(names[:depth])):
+                return False
+            try:
+                fd = root.open_dir(parts[:depth])
+            except OSError:
+                return False
+            try:
+                if self.is_out(os.fstat(fd)):
+                    return False
+            finally:
+                os.close(fd)
+        return self.selects("/".join(names))
 
-    def _is_out(self, path: str) -> bool:
-        return self.out_real is not None and os.path.realpath(path) == self.out_real
 
-
-def walk(selection: Selection) -> tuple[list[_Entry], int]:
+def walk(root: SourceRoot, selection: Selection) -> tuple[list[_Entry], int]:
     """Entries under the root that the selection reads, in path order, and how many files it excluded.
 
-    The output folder is never entered, even when it lies inside the root,
-    so the agent never reads its own stores.
+    Every folder is opened from the root descriptor, one name at a time with
+    O_NOFOLLOW, so a link is never entered. The output folder is never
+    entered, even when it lies inside the root, so the agent never reads its
+    own stores.
     """
     entries: list[_Entry] = []
     excluded = 0
     seen_dirs: set[tuple[int, int]] = set()
-    pending = [(Path(selection.root_real), "")]
+    pending: list[tuple[str, ...]] = [()]
     while pending:
-        folder, prefix = pending.pop()
+        parts = pending.pop()
+        prefix = "".join(_display(name) + "/" for name in parts)
         try:
-            info = os.stat(folder)
-            if (info.st_dev, info.st_ino) in seen_dirs:  # a bind-mount loop
-                continue
-            seen_dirs.add((info.st_dev, info.st_ino))
-            with os.scandir(folder) as scan:
-                children = sorted(scan, key=lambda item: item.name)
+            fd = root.open_dir(parts)
         except OSError:
             rel = prefix.rstrip("/") or "."
-            entries.append(_Entry(rel, folder, Row(rel, None, 0, "folder", STATUS_SKIPPED, REASON_UNREADABLE)))
+            entries.append(_Entry(rel, parts, Row(rel, None, 0, "folder", STATUS_SKIPPED, REASON_UNREADABLE)))
             continue
-        for child in children:
-            rel = prefix + _display(child.name)
-            try:
-                is_dir = child.is_dir(follow_symlinks=False)
-            except OSError:
-                is_dir = False
+        try:
+            info = os.fstat(fd)
+            if (info.st_dev, info.st_ino) in seen_dirs or (parts and selection.is_out(info)):
+                continue  # a bind-mount loop, or our own output folder
+            seen_dirs.add((info.st_dev, info.st_ino))
+            with os.scandir(fd) as scan:
+                children = sorted(((item.name, _is_dir(item)) for item in scan))
+        except OSError:
+            rel = prefix.rstrip("/") or "."
+            entries.append(_Entry(rel, parts, Row(rel, None, 0, "folder", STATUS_SKIPPED, REASON_UNREADABLE)))
+            continue
+        finally:
+            os.close(fd)
+        for name, is_dir in children:
+            rel = prefix + _display(name)
             if is_dir:
-                if selection.enters(rel, child.path):
-                    pending.append((Path(child.path), rel + "/"))
+                if selection.enters(rel):
+                    pending.append(parts + (name,))
             elif selection.selects(rel):
-                entries.append(_Entry(rel, Path(child.path)))
+                entries.append(_Entry(rel, parts + (name,)))
             else:
                 excluded += 1
     entries.sort(key=lambda entry: entry.rel)
     return entries, excluded
+
+
+def _is_dir(item: os.DirEntry) -> bool:
+    try:
+        return item.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _display(name: str) -> str:
@@ -241,43 +267,44 @@ class _Loaded:
     row: Row | None = None
 
 
-def load(entry: _Entry, selection: Selection, max_bytes: int) -> _Loaded:
-    """Read a file's bytes once, following a link only to a file the walk would read itself."""
+def load(entry: _Entry, root: SourceRoot, selection: Selection, max_bytes: int) -> _Loaded:
+    """Read a file's bytes once, opened from the root descriptor; a link is followed (by hand,
+    below the root) only to a file the walk would read itself."""
     rel = entry.rel
     try:
-        info = os.lstat(entry.path)
+        info = root.lstat(entry.parts)
     except OSError:
         return _Loaded(None, Row(rel, None, 0, "file", STATUS_SKIPPED, REASON_UNREADABLE))
-    target = entry.path
+    target = list(entry.parts)
     if stat.S_ISLNK(info.st_mode):
-        target_text = os.path.realpath(entry.path)
-        if not _inside(target_text, selection.root_real):
-            return _Loaded(None, Row(rel, None, 0, "link", STATUS_SKIPPED, REASON_LINK_OUTSIDE))
         try:
-            info = os.stat(target_text, follow_symlinks=False)
+            resolved = root.resolve(entry.parts)
+            if resolved is None:
+                return _Loaded(None, Row(rel, None, 0, "link", STATUS_SKIPPED, REASON_LINK_OUTSIDE))
+            info = root.lstat(resolved) if resolved else os.fstat(root.fd)
         except OSError:
             return _Loaded(None, Row(rel, None, 0, "link", STATUS_SKIPPED, REASON_BROKEN_LINK))
         if stat.S_ISDIR(info.st_mode):
             return _Loaded(None, Row(rel, None, 0, "link", STATUS_SKIPPED, REASON_FOLDER_LINK))
-        if not selection.reaches(target_text):
+        if not selection.reaches(root, resolved):
             return _Loaded(None, Row(rel, None, 0, "link", STATUS_SKIPPED, REASON_LINK_EXCLUDED))
-        target = Path(target_text)
+        target = resolved
     if not stat.S_ISREG(info.st_mode):
         return _Loaded(None, Row(rel, None, 0, "special", STATUS_SKIPPED, REASON_SPECIAL))
     if info.st_size > max_bytes:
         return _Loaded(None, Row(rel, None, info.st_size, _kind_by_name(rel), STATUS_SKIPPED, REASON_TOO_LARGE))
     try:
-        fd = os.open(target, _OPEN_FLAGS)
+        fd = root.open_file(target)
+    except NotRegular:  # swapped between the check and the open
+        return _Loaded(None, Row(rel, None, 0, "special", STATUS_SKIPPED, REASON_SPECIAL))
     except OSError:
         return _Loaded(None, Row(rel, None, info.st_size, _kind_by_name(rel), STATUS_SKIPPED, REASON_UNREADABLE))
     with os.fdopen(fd, "rb") as handle:
-        opened = os.fstat(handle.fileno())
-        if not stat.S_ISREG(opened.st_mode):  # swapped between the check and the open
-            return _Loaded(None, Row(rel, None, 0, "special", STATUS_SKIPPED, REASON_SPECIAL))
+        os.set_blocking(fd, True)
         try:
             data = handle.read(max_bytes + 1)
         except OSError:
-            return _Loaded(None, Row(rel, None, opened.st_size, _kind_by_name(rel), STATUS_SKIPPED, REASON_UNREADABLE))
+            return _Loaded(None, Row(rel, None, info.st_size, _kind_by_name(rel), STATUS_SKIPPED, REASON_UNREADABLE))
     if len(data) > max_bytes:  # it grew after the check
         return _Loaded(None, Row(rel, None, len(data), _kind_by_name(rel), STATUS_SKIPPED, REASON_TOO_LARGE))
     return _Loaded(data)
@@ -328,26 +355,76 @@ class _Previous:
         )
 
 
-def run(manifest, layout: Layout) -> dict:
-    """Extract every selected file under ``manifest.source.root``; return the summary."""
+COSTLY_FILE = "costly.json"
+
+
+class _Costly:
+    """Contents that overran their budget: not tried again until their bytes (or the budget) change.
+
+    Kept in the private extract store (``extract/costly.json``), keyed like
+    the store itself, because the key is computed from unsanitized bytes.
+    """
+
+    def __init__(self, layout: Layout, budget: Budget):
+        self.path = layout.extract_dir / COSTLY_FILE
+        self.budget_key = budget.key()
+        try:
+            found = json.loads(self.path.read_text(encoding="utf-8"))
+            self.known = {key: entry for key, entry in found.items()
+                          if entry.get("budget") == self.budget_key and entry.get("reason") in COSTLY_REASONS}
+        except (OSError, ValueError, AttributeError):
+            self.known = {}
+        self.seen: dict[str, dict] = {}
+
+    def reason(self, key: str) -> str | None:
+        entry = self.known.get(key)
+        if entry is not None:
+            self.seen[key] = entry
+        return entry and entry["reason"]
+
+    def remember(self, key: str, reason: str) -> None:
+        self.seen[key] = {"reason": reason, "budget": self.budget_key}
+
+    def save(self) -> None:
+        """Only the contents still in the source are kept; nothing costly: no file."""
+        if self.seen:
+            write_private(self.path, json.dumps(self.seen, sort_keys=True, indent=1) + "\n")
+        elif self.path.exists():
+            _unlink(self.path)
+
+
+def budget_of(source) -> Budget:
+    """The per-file budget ``[source]`` asks for (defaults in ``budget.py``)."""
+    return Budget(seconds=getattr(source, "budget_seconds", Budget.seconds),
+                  memory_mb=getattr(source, "budget_memory_mb", Budget.memory_mb))
+
+
+def run(manifest, layout: Layout, workers: int | None = None) -> dict:
+    """Extract every selected file under ``manifest.source.root``; return the summary.
+
+    Files are read in ``workers`` budgeted processes (default: one per core);
+    their texts are written here, in path order, so the store and the
+    listing do not depend on which worker finished first.
+    """
     source = manifest.source
-    selection = Selection(os.path.realpath(source.root), GlobSet(source.include), GlobSet(source.exclude), layout.root)
-    entries, excluded = walk(selection)
-    store = ensure_private_dir(layout.extract_dir)
-    previous = _Previous(layout)
-    versions = {kind: readers.version(kind) for kind in sorted(readers.KINDS)}
-    outcomes: dict[str, _Outcome] = {}
-    rows: list[Row] = []
-    bytes_read = 0
-    with Progress("extract", len(entries), "files") as progress:
-        for entry in entries:
-            row, size = _process(entry, selection, source.max_file_bytes, store, previous, versions, outcomes,
-                                 getattr(manifest, "sanitize", None))
-            rows.append(row)
-            bytes_read += size
-            progress.advance()
+    claim_out_dir(layout.root)
+    remove_stale_temps(layout.extract_dir)
+    budget = budget_of(source)
+    with SourceRoot(source.root) as root:
+        selection = Selection(root.real, GlobSet(source.include), GlobSet(source.exclude), layout.root)
+        entries, excluded = walk(root, selection)
+        store = ensure_private_dir(layout.extract_dir)
+        sweep = _Sweep(store, _Previous(layout), _Costly(layout, budget),
+                       {kind: readers.version(kind) for kind in sorted(readers.KINDS)},
+                       getattr(manifest, "sanitize", None))
+        with Progress("extract", len(entries), "files") as progress, WorkerPool(budget, workers) as pool:
+            for job, answer in pool.ordered(sweep.jobs(entries, root, selection, source.max_file_bytes)):
+                sweep.settle(job, answer)
+                progress.advance()
+    outcomes, rows, bytes_read, versions = sweep.outcomes, sweep.rows(), sweep.bytes_read, sweep.versions
     kept = {key for key, outcome in outcomes.items() if outcome.status == STATUS_EXTRACTED}
     removed = _drop_stale(layout, kept)
+    sweep.costly.save()
     sync_to_disk()
     write_jsonl(layout.extract_listing, [asdict(row) for row in rows])
     counts = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions)
@@ -355,40 +432,98 @@ def run(manifest, layout: Layout) -> dict:
     return write_summary(layout, "extract", counts, manifest.signature)
 
 
-def _process(entry, selection, max_bytes, store, previous, versions, outcomes, settings=None) -> tuple[Row, int]:
-    """The listing row of one entry, and how many bytes were read for it."""
-    if entry.row is not None:
-        return entry.row, 0
-    loaded = load(entry, selection, max_bytes)
-    if loaded.row is not None:
-        return loaded.row, 0
-    data = loaded.data
-    key = hashlib.sha256(data).hexdigest()
-    outcome = outcomes.get(key)
-    if outcome is None:
-        kind = readers.kind_for(entry.rel, data[:8])
-        outcome = outcomes[key] = _extract_doc(key, kind, data, store, previous, versions.get(kind), settings)
-    return Row(entry.rel, key, len(data), outcome.kind, outcome.status, outcome.reason), len(data)
+@dataclass
+class _Job:
+    """One entry of the walk on its way through the pool: its row, or the content (extract key) it holds."""
+
+    rel: str
+    row: Row | None = None
+    key: str | None = None
+    size: int = 0
+    kind: str | None = None  # set when this job reads the content (the first path holding it)
 
 
-def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: _Previous, version,
-                 settings=None) -> _Outcome:
-    """Read one content as ``kind`` and store its text (or reuse the stored one)."""
+class _Sweep:
+    """The documents of one run: what to read, and what each read became."""
+
+    def __init__(self, store: Path, previous: "_Previous", costly: _Costly, versions: dict, settings=None):
+        self.store, self.previous, self.costly, self.versions = store, previous, costly, versions
+        self.settings = settings  # [sanitize], for the byte-level scan the worker runs after reading
+        self.outcomes: dict[str, _Outcome] = {}
+        self.jobs_done: list[_Job] = []
+        self.bytes_read = 0
+
+    def jobs(self, entries, root, selection, max_bytes):
+        """``(job, call)`` per entry; the call is None when nothing needs reading."""
+        for entry in entries:
+            if entry.row is not None:
+                yield _Job(entry.rel, row=entry.row), None
+                continue
+            loaded = load(entry, root, selection, max_bytes)
+            if loaded.row is not None:
+                yield _Job(entry.rel, row=loaded.row), None
+                continue
+            data = loaded.data
+            self.bytes_read += len(data)
+            key = hashlib.sha256(data).hexdigest()
+            job = _Job(entry.rel, key=key, size=len(data))
+            if key in self.outcomes:
+                yield job, None
+                continue
+            kind = readers.kind_for(entry.rel, data[:8])
+            decided = _extract_doc(key, kind, data, self.store, self.previous, self.versions.get(kind), self.costly,
+                                   self.settings)
+            if isinstance(decided, _Outcome):
+                self.outcomes[key] = decided
+                yield job, None
+            else:
+                self.outcomes[key] = _Outcome(kind, STATUS_SKIPPED, None)  # a place holder until the answer
+                job.kind = kind
+                yield job, decided
+
+    def settle(self, job: _Job, answer) -> None:
+        self.jobs_done.append(job)
+        if answer is not None:
+            self.outcomes[job.key] = _stored(job.key, job.kind, answer, self.store, self.costly)
+
+    def rows(self) -> list[Row]:
+        rows = []
+        for job in self.jobs_done:
+            if job.row is not None:
+                rows.append(job.row)
+            else:
+                outcome = self.outcomes[job.key]
+                rows.append(Row(job.rel, job.key, job.size, outcome.kind, outcome.status, outcome.reason))
+        return rows
+
+
+def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: "_Previous", version, costly: _Costly,
+                 settings=None):
+    """What to do with one content: an ``_Outcome`` when it is settled without reading
+    (empty, reused, known too costly), else the budgeted ``Call`` that reads it."""
     if not data:
         return _Outcome(kind, STATUS_SKIPPED, REASON_EMPTY)
     text_path = Layout.doc_text_path(store, key)
     if previous.reusable(key, kind, version, text_path):
         return _Outcome(kind, STATUS_EXTRACTED, None, reused=True)
-    reading = readers.read(kind, data)
-    if reading.text is None:
-        if reading.reason == readers.REASON_BINARY:
+    known = costly.reason(key) or readers.unavailable(kind)
+    if known:
+        return _Outcome(kind, STATUS_SKIPPED, known)
+    return Call("read", (kind, data, settings), len(data))
+
+
+def _stored(key: str, kind: str, answer, store: Path, costly: _Costly) -> _Outcome:
+    """Store what the worker read (or count why it could not)."""
+    if answer.reason is not None:  # over budget: remembered, so the next sweep does not pay again
+        costly.remember(key, answer.reason)
+        return _Outcome(kind, STATUS_SKIPPED, answer.reason)
+    reason = answer.header.get("reason") or (readers.REASON_DAMAGED if "error" in answer.header else None)
+    if reason is not None:
+        if reason == readers.REASON_BINARY:
             kind = "binary"  # a file without a telling name that turned out not to be text
-        return _Outcome(kind, STATUS_SKIPPED, reading.reason)
-    hidden = sanitize.hidden_findings(data, reading.text, settings, kind)
-    if hidden:  # the bytes show what the decoded text hides: never sanitized, never indexed
-        return _Outcome(kind, STATUS_SKIPPED, f"{sanitize.QUARANTINE}: {', '.join(hidden)}")
+        return _Outcome(kind, STATUS_SKIPPED, str(reason))
     try:
-        write_private(text_path, reading.text, durable=False)
+        write_private(Layout.doc_text_path(store, key), answer.data, durable=False)
     except OSError as exc:
         raise StoreError(f"cannot write the extract store {store}: {exc.strerror or exc}") from None
     return _Outcome(kind, STATUS_EXTRACTED, None)

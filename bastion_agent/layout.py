@@ -68,10 +68,102 @@ class Layout:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) 0700; tighten it if it already exists."""
-    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
-    os.chmod(path, PRIVATE_DIR_MODE)
+    """Create ``path`` (and missing parents) 0700; a folder that exists is left as it is.
+
+    Only folders the agent creates get its mode: an existing folder may be
+    someone else's (a shared 1777 folder, the current folder under
+    ``--out .``), and changing its mode would break it for its owners. What
+    the agent puts inside is private anyway (files 0600, folders 0700).
+    """
+    path = Path(path)
+    missing = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=PRIVATE_DIR_MODE)
+        except FileExistsError:  # made meanwhile by another process: not ours to chmod
+            continue
+        os.chmod(folder, PRIVATE_DIR_MODE)  # mkdir's mode is reduced by the umask
+    if not path.is_dir():
+        raise FileExistsError(f"{path} exists and is not a folder")
     return path
+
+
+OUT_MARKER = ".bastion-out"
+_OUT_MARKER_TEXT = "This folder is a bastion agent output folder (made by `python3 -m bastion_agent`).\n"
+_KNOWN_DIRS = ("extract", "sanitized")
+_KNOWN_FILES = ("vectors.db", "chunks.jsonl")
+
+
+def is_out_dir(path: Path) -> bool:
+    """Whether ``path`` is an output folder of ours: the marker, or (made before the marker
+    existed) an extract/ or sanitized/ folder, a vectors.db or a stage summary."""
+    path = Path(path)
+    if (path / OUT_MARKER).is_file():
+        return True
+    if any((path / name).is_dir() for name in _KNOWN_DIRS) or any((path / name).is_file() for name in _KNOWN_FILES):
+        return True
+    return any(entry.is_file() for entry in path.glob("*.summary.json"))
+
+
+def claim_out_dir(path: Path) -> Path:
+    """Make sure ``--out`` may be written: missing (created 0700), empty, or ours; mark it ours.
+
+    A folder that holds anything else (``--out .`` in a project, ``--out
+    ~/Documents``) is refused with one line: the stages replace and delete
+    files by name there, and must not do so among someone else's files.
+    """
+    from .errors import StoreError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"output folder {path} exists and is not a folder; choose another --out")
+    if path.is_dir():
+        try:
+            with os.scandir(path) as scan:
+                empty = not any(scan)
+        except OSError as exc:
+            raise StoreError(f"output folder {path} cannot be read ({exc.strerror}); choose another --out") from None
+        if not empty and not is_out_dir(path):
+            raise StoreError(
+                f"output folder {path} already holds files that are not a bastion output folder; "
+                "choose an empty or new folder for --out"
+            )
+    ensure_private_dir(path)
+    marker = path / OUT_MARKER
+    if not marker.is_file():
+        write_private(marker, _OUT_MARKER_TEXT)
+    return path
+
+
+def remove_stale_temps(folder: Path, stems: tuple[str, ...] | None = None) -> int:
+    """Delete the temporary files ``write_private`` leaves when a run is killed mid-write.
+
+    Each stage calls it at its start for the files it writes (``stems``, or
+    every ``.*.tmp`` in a folder of its own), so a ``kill -9`` leaves
+    nothing behind for ever. Returns how many were removed.
+    """
+    removed = 0
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    for name in names:
+        if not (name.startswith(".") and name.endswith(".tmp")):
+            continue
+        if stems is not None and not any(name.startswith(f".{stem}.") for stem in stems):
+            continue
+        try:
+            os.unlink(Path(folder) / name)
+            removed += 1
+        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            pass
+    return removed
 
 
 def write_private(path: Path, data: bytes | str, *, durable: bool = True, mode: int = PRIVATE_FILE_MODE) -> None:

@@ -23,12 +23,15 @@ from . import signing
 DEFAULT_INCLUDE = ("**",)
 DEFAULT_EXCLUDE = (".git/**", ".hg/**", ".svn/**", ".bastion/**", "**/.DS_Store")
 DEFAULT_MAX_FILE_MB = 64.0
+MAX_MANIFEST_BYTES = 1 << 20
+DEFAULT_BUDGET_SECONDS = 30.0   # per file read / document sanitized, plus 1 s per MiB (budget.py)
+DEFAULT_BUDGET_MEMORY_MB = 1024  # address space of the worker reading one file
 
 # Keys each table may hold; anything else is refused so that a typo
 # ("overlap_token") cannot silently fall back to a default.
 ALLOWED_KEYS = {
     "": {"source", "embed", "sanitize", "search", "publish"},
-    "source": {"root", "include", "exclude", "max_file_mb"},
+    "source": {"root", "include", "exclude", "max_file_mb", "budget_seconds", "budget_memory_mb"},
     "embed": {"model", "dim", "chunk", "query_prefix", "passage_prefix"},
     "embed.chunk": {"size_tokens", "overlap_tokens"},
     "search": {"mode"},
@@ -44,6 +47,8 @@ class SourceSettings:
     include: tuple[str, ...] = DEFAULT_INCLUDE
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     max_file_mb: float = DEFAULT_MAX_FILE_MB
+    budget_seconds: float = DEFAULT_BUDGET_SECONDS
+    budget_memory_mb: int = DEFAULT_BUDGET_MEMORY_MB
 
     @property
     def max_file_bytes(self) -> int:
@@ -105,14 +110,21 @@ def load(path: str | Path, *, require_signed: bool = False) -> Manifest:
 
 def read_manifest_bytes(path: Path) -> bytes:
     """The manifest's bytes, read once; one line naming the file when that fails."""
+    from .confine import NotRegular, read_regular
+
     try:
-        return path.read_bytes()
+        raw = read_regular(path, MAX_MANIFEST_BYTES)
+    except NotRegular:
+        raise ManifestError(f"manifest {path}: not a regular file (a FIFO, socket or device)") from None
     except FileNotFoundError:
         raise ManifestError(f"manifest {path}: no such file") from None
     except IsADirectoryError:
         raise ManifestError(f"manifest {path}: is a folder, expected a .toml or .json file") from None
     except OSError as exc:
         raise ManifestError(f"manifest {path}: cannot read it ({exc.strerror})") from None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"manifest {path}: larger than {MAX_MANIFEST_BYTES // (1 << 20)} MiB; a manifest is a few lines")
+    return raw
 
 
 def parse(path: Path, raw: bytes) -> dict[str, Any]:
@@ -190,7 +202,16 @@ def _source_settings(where: "_Where", source: dict) -> SourceSettings:
         include=where.globs(source, "include", DEFAULT_INCLUDE),
         exclude=where.globs(source, "exclude", DEFAULT_EXCLUDE),
         max_file_mb=float(max_mb),
+        budget_seconds=float(_positive(where, source, "budget_seconds", DEFAULT_BUDGET_SECONDS, "seconds")),
+        budget_memory_mb=int(_positive(where, source, "budget_memory_mb", DEFAULT_BUDGET_MEMORY_MB, "megabytes", minimum=64)),
     )
+
+
+def _positive(where: "_Where", source: dict, key: str, default, unit: str, minimum: float = 0):
+    value = source.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > minimum:
+        where.fail("source", key, f"must be a number > {minimum:g} ({unit}); got {value!r}")
+    return value
 
 
 def _embed_settings(where: "_Where", embed: dict, chunk: dict) -> EmbedSettings:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from .layout import Layout
+from .layout import Layout, remove_stale_temps
 
 
 def _extract(manifest, layout: Layout) -> dict:
@@ -26,11 +26,15 @@ def _sanitize(manifest, layout: Layout) -> dict:
 def _chunk(manifest, layout: Layout) -> dict:
     from . import embed
 
+    remove_stale_temps(layout.root, ("chunks.jsonl", "chunk.summary.json"))  # left by a killed run
+
     return embed.run_chunk(manifest, layout)
 
 
 def _embed(manifest, layout: Layout) -> dict:
     from . import embed
+
+    remove_stale_temps(layout.root, ("embed.summary.json",))
 
     return embed.run_embed(manifest, layout)
 

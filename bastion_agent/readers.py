@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from .formats import htmltext, mail, office, rtf
-from .formats.base import REASON_BINARY, REASON_DAMAGED, REASON_EMPTY, Refused, decode_text
+from .formats.base import REASON_BINARY, REASON_DAMAGED, REASON_EMPTY, REASON_OUTPUT, OutputMeter, Refused, decode_text
 
 # Bump when any core reader's output changes: stored texts made by another
 # version are extracted again instead of reused.
-READER_VERSION = "2"  # 2: plausible decodings (UTF-16 shapes, ASCII-compatible charsets)
+READER_VERSION = "3"  # 2: plausible decodings (UTF-16 shapes, ASCII-compatible charsets); 3: linear readers, output caps
 
 
 @dataclass(frozen=True)
@@ -71,19 +71,32 @@ def kind_for(name: str, head: bytes) -> str:
     return "text"
 
 
-def read(kind: str, data: bytes) -> Reading:
-    """Text of ``data`` read as ``kind``; never raises on bad input."""
+def read(kind: str, data: bytes, max_chars: int | None = None) -> Reading:
+    """Text of ``data`` read as ``kind``; never raises on bad input.
+
+    ``max_chars`` caps the text: readers that expand their input stop as
+    soon as they pass it, and the file is skipped as ``too_costly: output``.
+    A ``MemoryError`` is left to the caller: in a budgeted worker it means
+    the memory budget, which the parent reports as such.
+    """
     reader = _READERS.get(kind)
     if reader is None:
         return Reading.skip(REASON_BINARY)
+    OutputMeter.left = max_chars
     try:
         text = reader(data)
     except Refused as refused:
         return Reading.skip(refused.reason)
-    except (RecursionError, MemoryError):
+    except RecursionError:
         return Reading.skip(REASON_DAMAGED)
+    except MemoryError:
+        raise
     except Exception:  # a hostile file must never stop the stage; it is counted instead
         return Reading.skip(REASON_DAMAGED)
+    finally:
+        OutputMeter.left = None
+    if max_chars is not None and len(text) > max_chars:
+        return Reading.skip(REASON_OUTPUT)
     text = normalise(text)
     if not text.strip():
         return Reading.skip(REASON_EMPTY)
@@ -136,6 +149,19 @@ _READERS = {
 }
 
 KINDS = frozenset(_READERS)
+
+
+def unavailable(kind: str) -> str | None:
+    """Why ``kind`` cannot be read here at all (an extra not installed), else None.
+
+    Asked by the extract stage before it sends a file to a worker, so the
+    listing and ``version`` agree on what this installation can read.
+    """
+    if kind == "pdf":
+        from . import pdf
+
+        return None if pdf.available() else pdf.REASON_NOT_INSTALLED
+    return None
 
 
 def version(kind: str) -> str | None:

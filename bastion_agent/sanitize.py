@@ -666,11 +666,18 @@ def run(manifest, layout) -> dict:
     """Sanitize every extracted text into ``<out>/sanitized/<doc>.txt``; write the listing and summary."""
     from . import legacy_ids
 
+    from .budget import WorkerPool
+    from .extract import budget_of
+
     extracted = _extracted_keys(layout)
     settings = getattr(manifest, "sanitize", None) or SanitizeSettings()
     sanitizer = sanitizer_for(settings)
-    store.ensure_private_dir(layout.root)
+    store.claim_out_dir(layout.root)
     store.ensure_private_dir(layout.sanitized_dir)
+    store.remove_stale_temps(layout.sanitized_dir)
+    store.remove_stale_temps(layout.root, ("sanitize.summary.json",))
+    pool = WorkerPool(budget_of(getattr(manifest, "source", None)))
+    failed: Counter = Counter()
     previous = read_map(layout)
     if not previous and legacy_ids.sanitized_store_is_legacy(layout):
         legacy_ids.announce("sanitize")
@@ -679,13 +686,17 @@ def run(manifest, layout) -> dict:
     documents: dict[str, _Document] = {}
     mapped: list[MapRow] = []
     changed = bytes_in = reused = 0
-    with Progress("sanitize", len(extracted), "docs") as progress:
+    with Progress("sanitize", len(extracted), "docs") as progress, pool:
         for key in sorted(extracted):
             row = _reusable(previous.get(key), fingerprint, layout)
             if row is None:
-                row = _sanitize_one(layout, sanitizer, key, fingerprint)
+                row = _sanitize_one(layout, (pool, settings), key, fingerprint)
             else:
                 reused += 1
+            if isinstance(row, str):  # over budget: fails closed, not indexed, counted
+                failed[row] += 1
+                progress.advance()
+                continue
             mapped.append(row)
             by_rule.update(row.findings)
             changed += bool(row.findings)
@@ -720,6 +731,8 @@ def run(manifest, layout) -> dict:
         "bytes_out": bytes_out,
         "removed_stale": removed,
         "rules_active": len(sanitizer.rules),
+        "skipped": sum(failed.values()),
+        "skipped_by_reason": dict(sorted(failed.items())),
     }
     return store.write_summary(layout, "sanitize", counts, manifest.signature)
 
@@ -740,10 +753,63 @@ def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str) -> M
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise StoreError("a text in the extract store is not UTF-8: run extract again") from None
-    clean, counts = sanitizer.redact(text)
+    clean, counts = _redact_in_budget(*sanitizer, text)
+    if clean is None:
+        return counts  # the reason it was not sanitized
     doc = doc_id(clean)
     _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), clean.encode("utf-8"))
     return MapRow(key, doc, fingerprint, dict(sorted(counts.items())), len(raw))
+
+
+def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
+    """``(clean, counts)`` from a budgeted worker, or ``(None, reason)`` when it overran.
+
+    A custom pattern that backtracks without end (``(a+)+$``) is stopped by
+    the time budget like a runaway reader; the reason names the rule that
+    was running, so the manifest's author knows which pattern to fix.
+    """
+    import pickle
+
+    from .budget import Call
+
+    data = text.encode("utf-8")
+    answer = pool.run(Call("redact", (pickle.dumps(settings), data), len(data)))
+    if answer.reason is not None:
+        rule = answer.progress
+        return None, f"{answer.reason} (rule {rule})" if rule and rule != "built-in" else answer.reason
+    if "error" in answer.header:
+        raise StoreError(f"sanitize failed on a text of the extract store ({answer.header['error']}); run it again")
+    return answer.data.decode("utf-8"), Counter(answer.header.get("findings", {}))
+
+
+_WORKER_SANITIZERS: dict[bytes, "Sanitizer"] = {}
+
+
+def budget_task_redact(note, settings_blob: bytes, data: bytes):
+    """The worker's side of ``_redact_in_budget``: redact, saying which custom rule is running."""
+    import hashlib
+    import pickle
+
+    digest = hashlib.sha256(settings_blob).digest()
+    sanitizer = _WORKER_SANITIZERS.get(digest)
+    if sanitizer is None:
+        _WORKER_SANITIZERS.clear()
+        sanitizer = _WORKER_SANITIZERS[digest] = Sanitizer(pickle.loads(settings_blob))
+    accept, running = sanitizer._accept, [None]
+
+    def noted(active, text, matches):  # the matching itself happens while _accept iterates
+        name = active.rule.id if active.rule.category == "custom" else "built-in"
+        if name != running[0]:
+            running[0] = name
+            note(name)
+        return accept(active, text, matches)
+
+    sanitizer._accept = noted
+    try:
+        clean, counts = sanitizer.redact(data.decode("utf-8"))
+    finally:
+        sanitizer._accept = accept
+    return {"findings": dict(counts)}, clean.encode("utf-8")
 
 
 def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer) -> tuple[list[dict], int]:

@@ -60,6 +60,14 @@ SEARCH_BODY_KEYS = ("query", "k", "mode")
 DRAIN_LIMIT_BYTES = 1024 * 1024  # read at most this much of a refused body, so the client sees the answer
 DRAIN_SECONDS = 1.0
 STOP_GRACE_SECONDS = 5.0  # how long a stopping server lets the requests in flight finish
+MAX_CONNECTIONS = 64  # connections served at once (one thread each); more are answered 503 at once
+_BUSY_ANSWER = (
+    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"
+    b"Content-Length: 52\r\nRetry-After: 1\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+    b"X-Frame-Options: DENY\r\nContent-Security-Policy: default-src 'none'; frame-ancestors 'none'\r\n"
+    b"Connection: close\r\n\r\n"
+    b'{"error": "too many connections; try again shortly"}'
+)
 
 
 @dataclass(frozen=True)
@@ -414,7 +422,9 @@ def query_from_string(query_string: str, settings: ServeSettings, default_mode: 
 def query_from_body(body: bytes, settings: ServeSettings, default_mode: str) -> Query:
     """``{"query": "...", "k": N, "mode": "..."}`` of ``POST /search``."""
     try:
-        value = json.loads(body.decode("utf-8"))
+        value = json.loads(body.decode("utf-8"), object_pairs_hook=_object_without_duplicates)
+    except _DuplicateKey as exc:
+        raise RequestError(400, f"key {str(exc)[:40]!r} is given more than once in the body") from None
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise RequestError(400, 'the body must be JSON such as {"query": "budget review", "k": 5}') from None
     if not isinstance(value, dict):
@@ -433,10 +443,28 @@ def query_from_body(body: bytes, settings: ServeSettings, default_mode: str) -> 
     return checked_query(query, k, mode, settings, default_mode, name="query")
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _object_without_duplicates(pairs: list) -> dict:
+    """A JSON object whose keys are each given once (two "query" keys: which one would count?)."""
+    value = {}
+    for key, item in pairs:
+        if key in value:
+            raise _DuplicateKey(key)
+        value[key] = item
+    return value
+
+
 def checked_query(text: str | None, k: int | None, mode: str | None, settings: ServeSettings,
                   default_mode: str, name: str) -> Query:
     if text is None or not text.strip():
         raise RequestError(400, f"{name} is missing or empty: say what to look for")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in JSON): not text
+        raise RequestError(400, f"{name} is not valid Unicode text (a lone surrogate)") from None
     if len(text) > settings.max_query_chars:
         raise RequestError(400, f"{name} is longer than {settings.max_query_chars} characters")
     if k is None:
@@ -532,6 +560,33 @@ class BastionHTTPServer(ThreadingHTTPServer):
         self.address_family = address_family(settings.host)
         super().__init__((settings.host, settings.port), Handler)
         self.openapi = json.dumps(serve_openapi.document(settings, self.url), indent=2).encode("utf-8")
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address) -> None:
+        """A thread per connection, at most ``MAX_CONNECTIONS``: idle sockets cannot pile up threads."""
+        if not self.slots.acquire(blocking=False):
+            self._refuse_busy(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def _refuse_busy(self, request) -> None:
+        """503 without reading the request, in one non-blocking write, on the accepting thread."""
+        try:
+            request.setblocking(False)
+            request.send(_BUSY_ANSWER)
+        except OSError:
+            pass
+        self.shutdown_request(request)
 
     @property
     def url(self) -> str:
@@ -573,6 +628,17 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "bastion-agent"
     sys_version = ""
     protocol_version = "HTTP/1.0"
+    default_request_version = "HTTP/1.0"  # so that even an error answer has a status line and headers
+
+    def parse_request(self) -> bool:
+        """HTTP/1.0 and later only: a request line without a version (HTTP/0.9) gets a 400."""
+        words = self.raw_requestline.split()
+        if len(words) == 2:
+            self.request_version = "HTTP/1.0"
+            self.command = None
+            self.send_error(400, "HTTP/0.9 requests are not served; send HTTP/1.0 or later")
+            return False
+        return super().parse_request()
 
     def version_string(self) -> str:
         return self.server_version  # no Python version in the Server header

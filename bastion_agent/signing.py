@@ -252,9 +252,12 @@ def _read_signature(sig_path: Path) -> bytes | None:
     """The ``.sig`` bytes, None when there is none; refuse one we cannot read."""
     if not os.path.lexists(sig_path):
         return None
+    from .confine import NotRegular, read_regular
+
     try:
-        with open(sig_path, "rb") as handle:
-            data = handle.read(MAX_SIGNATURE_BYTES + 1)
+        data = read_regular(sig_path, MAX_SIGNATURE_BYTES)
+    except NotRegular:  # a FIFO would block every command for ever
+        raise SignatureError(f"signature {sig_path} is not a regular file (a FIFO, socket or device): remove it") from None
     except OSError as exc:
         raise SignatureError(f"signature {sig_path} exists but cannot be read ({exc.strerror}): fix or remove it") from None
     if len(data) > MAX_SIGNATURE_BYTES:

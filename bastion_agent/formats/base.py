@@ -13,6 +13,7 @@ REASON_DAMAGED = "damaged"
 REASON_EMPTY = "empty"
 REASON_ENCRYPTED = "encrypted"
 REASON_UNPACKED = "too large unpacked"
+REASON_OUTPUT = "too_costly: output"
 
 # Binary detection: any NUL byte (outside UTF-16/32), or more than this share
 # of control characters in the first part of the decoded text.
@@ -26,6 +27,28 @@ class Refused(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+class OutputMeter:
+    """Characters of text the reader running now may still produce.
+
+    Formats that expand (a shared string repeated by many cells, a zip)
+    spend from it as they produce text, so a small file that would become
+    gigabytes stops at the cap instead of after it. One reader runs at a
+    time per process (``readers.read`` sets the cap), hence one meter.
+    """
+
+    left: int | None = None
+
+    @classmethod
+    def spend(cls, count: int) -> None:
+        if cls.left is not None:
+            cls.left -= count
+            if cls.left < 0:
+                raise Refused(REASON_OUTPUT)
+
+
+spend_output = OutputMeter.spend
 
 
 _BOMS = (  # longest first: the UTF-32-LE BOM begins with the UTF-16-LE one

@@ -75,6 +75,32 @@ class _HTMLText(HTMLParser):
             self.parts.append(re.sub(r"\s+", " ", data))
 
 
+def _close_open_tags(html: str) -> str:
+    """The markup with every ``<`` that no ``>`` follows written as ``&lt;``.
+
+    ``html.parser`` retries an unfinished construct (``</``, ``<!``, ``<a``)
+    by scanning for a ``>`` to the end of the input, once per ``<``: a
+    document made of ``</`` repeated costs the square of its length. After
+    the last ``>`` no construct can finish, so those ``<`` are text anyway
+    (as a browser shows them), and escaping them keeps the parse linear.
+    Inside one ``<...>`` the parser is linear already.
+    """
+    last = html.rfind(">")
+    tail = html[last + 1:]
+    if "<" not in tail:
+        return html
+    return html[:last + 1] + tail.replace("&", "&amp;").replace("<", "&lt;")
+
+
+def _escape_unclosed_comments(html: str) -> str:
+    """``<!--`` with no ``-->`` after it is text: escaped, for the same reason as above."""
+    last = html.rfind("-->")
+    start = html.find("<!--", last + 3 if last >= 0 else 0)
+    if start < 0:
+        return html
+    return html[:start] + html[start:].replace("&", "&amp;").replace("<", "&lt;")
+
+
 def html_to_text(html: str) -> str:
     """Visible text of an HTML document, one block per line, entities decoded.
 
@@ -84,7 +110,7 @@ def html_to_text(html: str) -> str:
     """
     parser = _HTMLText()
     try:
-        parser.feed(html)
+        parser.feed(_escape_unclosed_comments(_close_open_tags(html)))
         parser.close()
     except (AssertionError, ValueError):  # malformed markup the parser gives up on
         pass

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import email
+import email.header
 import email.policy
+import re
 
 from .base import REASON_DAMAGED, Refused, decode_text
 from .htmltext import html_to_text
@@ -19,9 +21,9 @@ def read_eml(data: bytes) -> str:
     messages are read the same way, nested.
     """
     try:
-        message = email.message_from_bytes(data, policy=email.policy.default)
+        message = email.message_from_bytes(data, policy=email.policy.compat32)
         return _render_message(message, depth=0)
-    except Refused:
+    except (Refused, MemoryError):
         raise
     except Exception:  # the email package raises many types on hostile input
         raise Refused(REASON_DAMAGED) from None
@@ -32,14 +34,60 @@ def _render_message(message, depth: int) -> str:
         raise Refused(REASON_DAMAGED)
     lines = []
     for name in _HEADERS:
+        raw = message.get(name)
+        if raw is None:
+            continue
         try:
-            value = message.get(name)
+            value = _date_text(raw) if name == "Date" else header_text(raw)
         except Exception:  # a malformed header is left out, the rest of the message is read
             continue
-        if value is not None:
-            lines.append(f"{name}: {' '.join(str(value).split())}")
+        lines.append(f"{name}: {' '.join(value.split())}")
     body = _render_part(message, depth)
     return "\n".join(lines) + ("\n\n" + body if body else "")
+
+
+_ENCODED_WORD = re.compile(r"=\?([^?\s]+)\?([QqBb])\?([^?\s]*)\?=")
+_BETWEEN_WORDS = re.compile(r"(?<=\?=)[ \t\r\n]+(?==\?)")
+
+
+def header_text(raw) -> str:
+    """A header's value with its encoded words (RFC 2047) decoded, in time linear in its length.
+
+    The default ``email`` policy parses headers into a token tree whose
+    memory grows with the square of a long header (a Subject of 70,000
+    encoded words took gigabytes). The message is parsed with ``compat32``,
+    which keeps headers as strings, and the encoded words are decoded here,
+    one pass, word by word.
+    """
+    text = str(raw)
+    if "=?" not in text:
+        return text
+    text = _BETWEEN_WORDS.sub("", text)  # white space between two encoded words is not shown
+
+    def decoded(match: re.Match) -> str:
+        try:
+            (data, charset), = email.header.decode_header(match.group(0))
+        except (ValueError, TypeError):
+            return match.group(0)
+        if isinstance(data, str):
+            return data
+        try:
+            return data.decode(charset or "ascii", errors="replace")
+        except LookupError:
+            return data.decode("latin-1")
+
+    return _ENCODED_WORD.sub(decoded, text)
+
+
+def _date_text(raw) -> str:
+    """A Date as the standard form (``Mon, 01 Jan 2024 10:00:00 +0000``), or as written if it does not parse."""
+    import email.utils
+
+    text = str(raw)
+    try:
+        return email.utils.format_datetime(email.utils.parsedate_to_datetime(text))
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return text
 
 
 def _render_part(part, depth: int) -> str:
@@ -49,13 +97,13 @@ def _render_part(part, depth: int) -> str:
         nested = nested if isinstance(nested, list) else [nested]
         return "\n\n".join(_render_message(m, depth + 1) for m in nested if hasattr(m, "get_content_type"))
     if part.is_multipart():
-        children = list(part.iter_parts())
+        children = [child for child in part.get_payload() if hasattr(child, "get_content_type")]
         if content_type == "multipart/alternative" and children:
             return _render_part(_best_alternative(children), depth)
         texts = [_render_part(child, depth) for child in children]
         return "\n\n".join(t for t in texts if t)
     filename = part.get_filename()
-    label = f"[attachment: {' '.join(filename.split())}]" if filename else ""
+    label = f"[attachment: {' '.join(header_text(filename).split())}]" if filename else ""
     if content_type == "text/plain":
         text = _part_text(part).strip("\n")
     elif content_type == "text/html":

@@ -14,7 +14,7 @@ import re
 import zipfile
 from xml.parsers import expat
 
-from .base import REASON_DAMAGED, REASON_ENCRYPTED, REASON_UNPACKED, Refused, tidy_lines
+from .base import REASON_DAMAGED, REASON_ENCRYPTED, REASON_UNPACKED, Refused, spend_output, tidy_lines
 
 ZIP_MAX_MEMBERS = 10_000
 ZIP_MAX_UNPACKED_BYTES = 256 * 1024 * 1024
@@ -126,9 +126,11 @@ class _XMLText:
 
     def _data(self, data):
         if not self.skipping and self.stack and self.stack[-1] in self.text_tags:
+            spend_output(len(data))
             self.sink.append(data)
 
     def emit(self, text: str) -> None:
+        spend_output(len(text))
         self.sink.append(text)
 
     def end_cell(self) -> None:
@@ -310,7 +312,9 @@ def _xlsx_rows(archive, name, shared, budget) -> list[str]:
 
     def end(xml, tag):
         if tag == "c":
-            cells.append(_xlsx_value(cell["type"], xml.text(), shared))
+            value = _xlsx_value(cell["type"], xml.text(), shared)
+            spend_output(len(value))  # a shared string is stored once but shown in every cell using it
+            cells.append(value)
             xml.sink.clear()
         elif tag == "row":
             rows.append("\t".join(cells).rstrip("\t"))

@@ -1,0 +1,397 @@
+"""Run one hostile-input job (read a file, sanitize a document) in a worker process under limits.
+
+A parser fed by strangers can loop, allocate without end or expand a small
+file into gigabytes. Fixing each known path is not enough: the next format
+(or the next pypdf) brings its own. So every file is read, and every
+document sanitized, in a worker process that the parent can kill:
+
+- **memory**: the worker lowers its own ``RLIMIT_AS`` to the budget before
+  it runs anything; an allocation beyond it fails (``MemoryError``, or the
+  worker dies) and the job is reported ``too_costly: memory``;
+- **time**: the parent waits for an answer until the job's deadline, then
+  kills the worker (``SIGKILL``: a regular expression running in C does not
+  look at signals) and reports ``too_costly: time``;
+- **output**: the job counts the text it produces against a cap that grows
+  with the input (the readers stop as they produce it), and the parent
+  refuses any answer above the absolute cap: ``too_costly: output``.
+
+A killed worker is replaced; the other jobs go on. ``WorkerPool.ordered``
+keeps one worker per core busy and hands the answers back in submission
+order, so what the parent writes does not depend on which worker was faster.
+
+Requests go to the worker pickled (the parent is trusted); answers come back
+as a JSON header and raw bytes, never pickled, so a worker that a hostile
+file managed to subvert cannot make the parent run code by what it answers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import resource
+import selectors
+import struct
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from .formats.base import REASON_OUTPUT
+
+REASON_MEMORY = "too_costly: memory"
+REASON_TIME = "too_costly: time"
+COSTLY_REASONS = (REASON_MEMORY, REASON_TIME, REASON_OUTPUT)
+
+DEFAULT_SECONDS = 30.0           # per job, plus SECONDS_PER_MIB for each MiB of input
+SECONDS_PER_MIB = 1.0
+DEFAULT_MEMORY_MB = 1024         # address space of one worker (Python itself is ~50 MB of it)
+OUTPUT_PER_INPUT_BYTE = 64       # text characters per byte of input...
+OUTPUT_FLOOR_CHARS = 1 << 20     # ...but always at least 1 Mi characters...
+OUTPUT_MAX_CHARS = 64 << 20      # ...and never more than 64 Mi characters per file
+
+_FRAME = struct.Struct(">I")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The limits of one job; ``seconds`` and ``memory_mb`` come from ``[source]``."""
+
+    seconds: float = DEFAULT_SECONDS
+    memory_mb: int = DEFAULT_MEMORY_MB
+
+    def seconds_for(self, size: int) -> float:
+        """Wall time allowed for a job on ``size`` bytes: big honest files get longer."""
+        return self.seconds + SECONDS_PER_MIB * size / (1 << 20)
+
+    @staticmethod
+    def output_for(size: int) -> int:
+        """Characters of text a job on ``size`` bytes may produce."""
+        return min(OUTPUT_MAX_CHARS, max(OUTPUT_FLOOR_CHARS, OUTPUT_PER_INPUT_BYTE * size))
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_mb) << 20
+
+    def key(self) -> str:
+        """What a remembered verdict depends on: a larger budget retries the file."""
+        return f"s{self.seconds:g}+m{self.memory_mb}+o{OUTPUT_PER_INPUT_BYTE}/{OUTPUT_FLOOR_CHARS}/{OUTPUT_MAX_CHARS}"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One job: a task name (see ``_TASKS``), its arguments, and the input size its budget scales with."""
+
+    task: str
+    args: tuple
+    size: int
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A job's result: ``reason`` is None when it ran within budget; ``header``/``data`` are what it returned."""
+
+    reason: str | None
+    header: dict
+    data: bytes = b""
+    progress: str | None = None  # the last progress note (e.g. the rule running when time ran out)
+
+
+# ---------------------------------------------------------------- the parent side
+
+class _Worker:
+    """One worker process and the job it is running."""
+
+    def __init__(self, memory_bytes: int):
+        package_parent = str(Path(__file__).resolve().parent.parent)
+        code = f"import sys; sys.path.insert(0, {package_parent!r}); from bastion_agent.budget import worker_main; worker_main()"
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code, str(memory_bytes)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+            bufsize=0,  # unbuffered: a message read ahead into a buffer would be invisible to select()
+        )
+        self.job: list | None = None
+        self.deadline = 0.0
+        self.progress: str | None = None
+
+    def send(self, job: list, call: Call, seconds: float) -> bool:
+        blob = pickle.dumps((call.task, call.args), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            view = memoryview(_FRAME.pack(len(blob)) + blob)
+            while view:
+                view = view[self.process.stdin.write(view):]
+        except (BrokenPipeError, OSError):
+            return False
+        self.job, self.deadline, self.progress = job, time.monotonic() + seconds, None
+        return True
+
+    def read_message(self) -> tuple[dict, bytes] | None:
+        """One framed answer (header, data), None when the worker is gone."""
+        out = self.process.stdout
+        head = _read_exact(out, _FRAME.size)
+        if head is None:
+            return None
+        header_bytes = _read_exact(out, _FRAME.unpack(head)[0])
+        size = _read_exact(out, _FRAME.size)
+        if header_bytes is None or size is None:
+            return None
+        data = _read_exact(out, _FRAME.unpack(size)[0])
+        if data is None:
+            return None
+        try:
+            header = json.loads(header_bytes)
+        except ValueError:
+            return None
+        return (header, data) if isinstance(header, dict) else None
+
+    def kill(self) -> None:
+        try:
+            self.process.kill()
+        except OSError:
+            pass
+        self.close()
+
+    def close(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self.process.wait()
+
+
+def _read_exact(stream, count: int) -> bytes | None:
+    chunks, left = [], count
+    while left:
+        chunk = stream.read(left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+class WorkerPool:
+    """``workers`` processes (default: one per core), started when the first job comes."""
+
+    def __init__(self, budget: Budget, workers: int | None = None):
+        self.budget = budget
+        self.size = max(1, workers or os.cpu_count() or 1)
+        self._workers: list[_Worker] = []
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.close()
+        self._workers.clear()
+
+    def run(self, call: Call) -> Answer:
+        """One job, waited for."""
+        return next(self.ordered([(None, call)]))[1]
+
+    def ordered(self, items: Iterable[tuple[Any, Call | None]]) -> Iterator[tuple[Any, Answer | None]]:
+        """``(payload, answer)`` for each ``(payload, call)`` in the order given.
+
+        Items are pulled from ``items`` lazily, at most two per worker ahead
+        of the first unanswered one, so the parent holds only a few inputs
+        in memory. An item whose call is None passes through (answer None).
+        """
+        source = iter(items)
+        queue: deque[list] = deque()  # [payload, call, answer, started]
+        exhausted = False
+        while True:
+            while not exhausted and sum(1 for job in queue if job[2] is None) < 2 * self.size:
+                try:
+                    payload, call = next(source)
+                except StopIteration:
+                    exhausted = True
+                    break
+                queue.append([payload, call, None if call is not None else _PASS, False])
+            while queue and queue[0][2] is not None:
+                payload, _, answer, _ = queue.popleft()
+                yield payload, (None if answer is _PASS else answer)
+            if not queue:
+                if exhausted:
+                    return
+                continue
+            self._start_jobs(queue)
+            self._collect()
+
+    def _start_jobs(self, queue: deque) -> None:
+        for job in queue:
+            if job[2] is not None or job[3]:
+                continue
+            worker = self._idle_worker()
+            if worker is None:
+                return
+            call = job[1]
+            if worker.send(job, call, self.budget.seconds_for(call.size)):
+                job[3] = True
+            else:  # the worker died between jobs: replace it and try again next round
+                self._retire(worker)
+
+    def _idle_worker(self) -> _Worker | None:
+        for worker in self._workers:
+            if worker.job is None:
+                return worker
+        if len(self._workers) < self.size:
+            worker = _Worker(self.budget.memory_bytes)
+            self._workers.append(worker)
+            return worker
+        return None
+
+    def _collect(self) -> None:
+        """Wait for an answer or a deadline, whichever comes first, and settle it."""
+        busy = [worker for worker in self._workers if worker.job is not None]
+        if not busy:
+            return
+        timeout = max(0.0, min(worker.deadline for worker in busy) - time.monotonic())
+        with selectors.DefaultSelector() as selector:
+            for worker in busy:
+                selector.register(worker.process.stdout, selectors.EVENT_READ, worker)
+            ready = selector.select(timeout)
+        for key, _ in ready:
+            self._settle(key.data)
+        now = time.monotonic()
+        for worker in busy:
+            if worker.job is not None and now >= worker.deadline:
+                self._finish(worker, Answer(REASON_TIME, {}, progress=worker.progress))
+                self._retire(worker)
+
+    def _settle(self, worker: _Worker) -> None:
+        message = worker.read_message()
+        if message is None:  # died without answering: the kernel or the allocator gave up on it
+            self._finish(worker, Answer(REASON_MEMORY, {}, progress=worker.progress))
+            self._retire(worker)
+            return
+        header, data = message
+        if "progress" in header:
+            worker.progress = str(header["progress"])[:200]
+            return
+        reason = header.get("costly")
+        if reason not in (None, *COSTLY_REASONS):
+            reason = REASON_MEMORY
+        if reason is None and len(data) > 4 * OUTPUT_MAX_CHARS:  # UTF-8: at most 4 bytes a character
+            reason = REASON_OUTPUT
+        self._finish(worker, Answer(reason, header if reason is None else {}, data if reason is None else b"",
+                                    progress=worker.progress))
+        if header.get("retire"):
+            self._retire(worker)
+
+    @staticmethod
+    def _finish(worker: _Worker, answer: Answer) -> None:
+        worker.job[2] = answer
+        worker.job = None
+
+    def _retire(self, worker: _Worker) -> None:
+        worker.kill()
+        self._workers.remove(worker)
+
+
+_PASS = object()
+
+
+# ---------------------------------------------------------------- the worker side
+
+def worker_main() -> None:
+    """The worker's loop: lower the memory limit, then answer jobs until stdin closes."""
+    memory = int(sys.argv[1])
+    _limit_memory(memory)
+    requests = sys.stdin.buffer
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout = sys.stderr  # a stray print from a library must not corrupt the answers
+    while True:
+        head = _read_exact(requests, _FRAME.size)
+        if head is None:
+            return
+        blob = _read_exact(requests, _FRAME.unpack(head)[0])
+        if blob is None:
+            return
+        task, args = pickle.loads(blob)
+
+        def note(text: str) -> None:
+            _send(answers, {"progress": text}, b"")
+
+        retire = False
+        try:
+            header, data = _task(task)(note, *args)
+        except MemoryError:
+            header, data, retire = {"costly": REASON_MEMORY}, b"", True
+        except RecursionError:
+            header, data = {"error": "recursion"}, b""
+        if retire:
+            header["retire"] = True
+        try:
+            _send(answers, header, data)
+        except MemoryError:
+            _send(answers, {"costly": REASON_MEMORY, "retire": True}, b"")
+        if retire:
+            return
+
+
+def _limit_memory(memory: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = memory if hard == resource.RLIM_INFINITY else min(memory, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _send(stream, header: dict, data: bytes) -> None:
+    header_bytes = json.dumps(header).encode("utf-8")
+    stream.write(_FRAME.pack(len(header_bytes)) + header_bytes + _FRAME.pack(len(data)))
+    stream.write(data)
+    stream.flush()
+
+
+def _task_read(note, kind: str, data: bytes, settings=None) -> tuple[dict, bytes]:
+    """Read one file's bytes as ``kind``; the text comes back as UTF-8 (surrogates escaped).
+
+    The byte-level scan (``sanitize.hidden_findings``) runs here too, under
+    the same budget: a document whose bytes show a finding its decoded text
+    hides comes back quarantined, without its text.
+    """
+    from . import readers, sanitize
+
+    reading = readers.read(kind, data, max_chars=Budget.output_for(len(data)))
+    if reading.text is None:
+        if reading.reason == REASON_OUTPUT:
+            return {"costly": REASON_OUTPUT}, b""
+        return {"reason": reading.reason}, b""
+    hidden = sanitize.hidden_findings(data, reading.text, settings, kind)
+    if hidden:
+        return {"reason": f"{sanitize.QUARANTINE}: {', '.join(hidden)}"}, b""
+    return {}, reading.text.encode("utf-8", "surrogatepass")
+
+
+def _task_call(note, module: str, name: str, *args) -> tuple[dict, bytes]:
+    """A named function of this package (tests, benches): its JSON-able result, or a string as data."""
+    import importlib
+
+    if not module.startswith("bastion_agent."):
+        raise ValueError("only this package's functions run in a worker")
+    result = getattr(importlib.import_module(module), name)(*args)
+    if isinstance(result, str):
+        return {}, result.encode("utf-8", "surrogatepass")
+    return {"result": result}, b""
+
+
+_TASKS = {"read": _task_read, "call": _task_call}
+# Tasks defined next to the code they run, imported in the worker on first use.
+_LAZY_TASKS = {"redact": ("bastion_agent.sanitize", "budget_task_redact")}
+
+
+def _task(name: str):
+    if name not in _TASKS and name in _LAZY_TASKS:
+        import importlib
+
+        module, attribute = _LAZY_TASKS[name]
+        _TASKS[name] = getattr(importlib.import_module(module), attribute)
+    return _TASKS[name]
