@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import textwrap
 from dataclasses import asdict
 
@@ -37,7 +38,10 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_search(args: argparse.Namespace) -> int:
     manifest, layout = load_manifest_and_layout(args)
-    hits = embed.search(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact)
+    result = embed.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact)
+    if result.notice:
+        print(f"bastion_agent search: {result.notice}", file=sys.stderr)
+    hits = result.hits
     if args.json:
         print(json.dumps([asdict(hit) for hit in hits], ensure_ascii=False, indent=2))
     else:
@@ -46,13 +50,17 @@ def run_search(args: argparse.Namespace) -> int:
 
 
 def format_hits(hits: list[embed.Hit]) -> str:
-    """Hits for a person: rank, score, path(s), document and window, then the text."""
+    """Hits for a person: rank, relevance (0-100), path(s), document and window, then the text.
+
+    The relevance, not the fused score, is what a person can compare
+    between queries (``fusion``); ``--json`` keeps every score.
+    """
     if not hits:
         return "no hits"
     blocks = []
     for rank, hit in enumerate(hits, start=1):
         where = ", ".join(hit.paths) or "(no path)"
-        head = f"{rank}. {hit.score:.4f}  {where}  [doc {hit.doc[:12]} window {hit.idx}]"
+        head = f"{rank}. relevance {hit.relevance:3d}  {where}  [doc {hit.doc[:12]} window {hit.idx}]"
         text = " ".join(hit.text.split())
         if len(text) > SNIPPET_CHARS:
             text = text[: SNIPPET_CHARS - 1] + "…"

@@ -310,6 +310,7 @@ class SearchService:
             "loaded_at": index.loaded_at,
             "index_error": self.index_error,
             "model_server": "ok" if self.model.reachable else "unreachable",
+            "fallback": None if self.model.reachable else "keyword",  # /search answers by keyword meanwhile
             "search_mode": self.default_mode,
             "auth": "bearer" if self.settings.token else "none",
             "limits": {"max_k": self.settings.max_k, "max_query_chars": self.settings.max_query_chars},
@@ -321,21 +322,33 @@ class SearchService:
         index = self.index
         vectors = needs_vector(mode)
         hits = []
+        notice = None
+        asked = mode
         if len(index) or not vectors:  # no vectors: no hits and no model call, as the CLI does
-            vector = self.model.embed_query(query) if vectors else None
+            vector = None
+            if vectors:
+                try:
+                    vector = self.model.embed_query(query)
+                except RequestError as exc:  # the model server is down: keyword search answers, and says so
+                    if exc.status != 503:
+                        raise
+                    mode, notice = "keyword", f"{exc.message.removesuffix('; try again later')}; answered with keyword search instead of {asked} search"
             try:
                 hits = index.search(query, vector, k, mode)
             except ConfigError as exc:
                 raise RequestError(400, str(exc)) from None
             except ModelServerError as exc:
                 raise RequestError(503, str(exc)) from None
-        return {
+        envelope = {
             "query": query,
             "model": self.manifest.embed.model,
             "mode": mode,
             "k": k,
             "hits": [dataclasses.asdict(hit) for hit in hits],
         }
+        if notice:
+            envelope.update(fallback="keyword", notice=notice)
+        return envelope
 
 
 def default_mode(manifest) -> str:
