@@ -79,19 +79,6 @@ def out_folder(out: str | None):
             yield Path(tmp)
 
 
-def ranked_docs(hits) -> list[str]:
-    """Collection doc ids (file stems) by their best window, first ``RANKED_DOCS`` distinct."""
-    ranked: list[str] = []
-    seen: set[str] = set()
-    for hit in hits:
-        for path in sorted(hit.paths):  # identical files share a doc: each path is a document
-            doc = Path(path).stem
-            if doc not in seen:
-                seen.add(doc)
-                ranked.append(doc)
-    return ranked[:RANKED_DOCS]
-
-
 def evaluate(rank, queries, qrels, baseline) -> dict:
     """Mean nDCG@10 and recall@100 over queries with a relevant document, as the baseline counts them."""
     ndcgs, recalls = [], []
