@@ -544,22 +544,27 @@ class SearchIndex:
         from . import fusion
 
         if self._floor is None:
-            bounds = self.db.execute("SELECT min(rowid), max(rowid) FROM vectors WHERE model = ? AND dim = ?",
-                                     (self.key, self.dim)).fetchone()
-            blobs = []
-            if bounds[0] is not None:
-                low, high = bounds
-                step = max(1, (high - low) // fusion.FLOOR_SAMPLE)
-                marks = list(range(low, high + 1, step))[: fusion.FLOOR_SAMPLE]
-                blobs = [blob for (blob,) in self.db.execute(
-                    f"SELECT vec FROM vectors WHERE rowid IN ({','.join('?' * len(marks))}) AND model = ? AND dim = ?",
-                    (*marks, self.key, self.dim))]
-            pairs = []
-            for first in range(len(blobs) - 1):
-                pairs += cosines(vectorstore.unpack(blobs[first]), blobs[first + 1:], self.dim,
-                                 self.vectors.np if self.vectors is not None else None)
-            self._floor = fusion.cosine_floor(pairs)
+            self._floor = fusion.cosine_floor(self._sample_cosines(fusion.FLOOR_SAMPLE))
         return self._floor
+
+    def _sample_cosines(self, count: int) -> list[float]:
+        """Cosines between ``count`` current rows of the vector file spread evenly over it (read from the map)."""
+        vectors = self.vectors
+        if vectors is None or not vectors.rows:
+            return []
+        step = max(1, vectors.rows // count)
+        positions = [p for p in range(0, vectors.rows, step) if vectors.is_current_row(p)][:count]
+        if vectors.np is not None:
+            np = vectors.np
+            rows = np.asarray(vectors.matrix[positions], dtype=np.float64)
+            norms = np.linalg.norm(rows, axis=1)
+            rows = rows[norms > 0] / norms[norms > 0, None]
+            products = rows @ rows.T
+            return products[np.triu_indices(len(rows), 1)].tolist()
+        rows = [vectors.flat[p * self.dim:(p + 1) * self.dim] for p in positions]
+        norms = [math.sqrt(math.fsum(x * x for x in row)) for row in rows]
+        return [cosine(rows[i], norms[i], rows[j]) for i in range(len(rows)) for j in range(i + 1, len(rows))
+                if norms[i] > 0]
 
     def _cosines_of(self, query_vector, chunk_ids: list[str]) -> dict[str, float]:
         """The cosine of each listed window's stored vector with the query (windows without one are left out)."""
