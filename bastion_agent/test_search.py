@@ -401,6 +401,20 @@ class ParaphraseTests(SanitizedStoreCase):
             weak = embed.search(self.manifest(), self.layout, "orchard violins trumpets drums", 1, mode="keyword")
         self.assertLess(weak[0].relevance, hits[0].relevance)  # one word of four matched reads lower
 
+    @unittest.skipUnless(HAS_NUMPY, "numpy is not installed")
+    def test_numpy_and_pure_python_calibrate_and_fuse_alike(self):
+        with clean_env(EMBED_URL=self.stub.url):
+            manifest = self.manifest()
+            vector = embed.embed_query(manifest, "orchard pears ferry")
+        answers = []
+        for use_numpy in (True, False):
+            index = embed.SearchIndex.load(manifest, self.layout, use_numpy=use_numpy)
+            self.addCleanup(index.close)
+            answers.append((round(index.cosine_floor(), 9),
+                            [(h.chunk_id, h.relevance) for h in index.search("orchard pears ferry", vector, 4, "hybrid")]))
+        self.assertEqual(answers[0], answers[1])
+        self.assertTrue(0 < answers[0][0] < 1)
+
     def test_cli_answers_by_keyword_when_the_model_server_is_down(self):
         with clean_env(EMBED_URL=closed_port_url()):
             code, out, err = run_cli("search", self.manifest_path, "orchard pears", "--out", self.out, "--json")
