@@ -267,3 +267,20 @@ def _rank(db: sqlite3.Connection, expression: str, n: int, bounded: bool) -> lis
             parameters += (last[0],)
     # bm25() sorted by SQLite: about twice as fast as FTS5's own "ORDER BY rank" path here (docs/search.md)
     return db.execute(sql + " ORDER BY 2 LIMIT ?", (*parameters, n)).fetchall()
+
+
+RRF_K = 60
+
+
+def fuse(rankings: list[list[str]], n: int, k: int = RRF_K) -> list[tuple[float, str]]:
+    """Reciprocal rank fusion of best-first lists of chunk ids, for callers that have ranks but no evidence.
+
+    Local hybrid search fuses calibrated evidence instead (``fusion``);
+    this stays for rankings that come without comparable scores (the
+    central index of ``search --remote``). Ties go to the smaller chunk id.
+    """
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, chunk_id in enumerate(ranking, start=1):
+            scores[chunk_id] = scores.get(chunk_id, 0.0) + 1.0 / (k + rank)
+    return sorted(((score, chunk_id) for chunk_id, score in scores.items()), key=lambda item: (-item[0], item[1]))[:n]

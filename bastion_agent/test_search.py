@@ -323,6 +323,11 @@ class KeywordTests(SyntheticStore):
         self.store(self.chunks, [])
         self.assertEqual(self.ids(self.load().search("ZX-4471-B", None, 3, "keyword")), [self.chunks[4][0]])
 
+    def test_rank_fusion_for_rankings_without_scores_sums_reciprocal_ranks(self):
+        fused = keyword.fuse([["a", "b"], ["b", "c"]], 3, k=60)
+        self.assertEqual([chunk for _, chunk in fused], ["b", "a", "c"])
+        self.assertAlmostEqual(fused[0][0], 1 / 62 + 1 / 61)
+
     def test_an_older_store_gets_its_keyword_index_on_upgrade(self):
         path = self.layout.root / "old.db"
         with mock.patch.object(vectorstore, "MIGRATIONS", vectorstore.MIGRATIONS[:2]):
