@@ -89,8 +89,10 @@ EXTRA_COMMANDS = [
     ("sign", "signing_cli", "sign a manifest with your SSH key (writes MANIFEST.sig)"),
     ("verify", "signing_cli", "check MANIFEST.sig against BASTION_ALLOWED_SIGNERS; print who signed it"),
     ("serve", "serve", "answer search over HTTP (loopback by default)"),
+    ("publish", "publish", "send this bastion's sanitized windows and vectors to PostgreSQL (BASTION_PUBLISH_DSN)"),
     ("model-server", "modelserver", "serve the embedded model (multilingual-e5-small) on loopback, Ollama and OpenAI style"),
     ("demo", "demo", "the main job on the bundled sample: start the embedded model, sweep, search, stop"),
+    ("mcp", "mcp_server", "let AI assistants search over the Model Context Protocol (stdio; needs the [mcp] extra)"),
 ]
 
 
@@ -131,16 +133,18 @@ def run_stage(args: argparse.Namespace) -> int:
 def _stage_description(name: str) -> str:
     return {
         "extract": "Walk source.root (include/exclude globs; links never leave the root) and turn each "
-        "file into UTF-8 text in <out>/extract/ (0700), keyed by the sha256 of its bytes. Writes "
+        "file into UTF-8 text in <out>/extract/ (0700), keyed privately by the sha256 of its bytes. Writes "
         "extract/listing.jsonl (every file seen, with its status) and extract.summary.json.",
         "sanitize": "Read only the extract store; replace secrets and personal data with typed "
-        "placeholders such as [REDACTED:aws-access-key]; write <out>/sanitized/ and sanitize.summary.json.",
+        "placeholders such as [REDACTED:aws-access-key]; write <out>/sanitized/<doc>.txt (doc: the sha256 "
+        "of the sanitized text) and sanitize.summary.json.",
         "chunk": "Read only the sanitized store; write chunks.jsonl (overlapping windows of "
         "embed.chunk.size_tokens tokens with content-addressed ids) and chunk.summary.json.",
         "embed": "Probe the model server named by EMBED_URL (wrong dimension or no answer: stop before "
         "the store is opened), then embed every window that has no vector for the manifest's model "
         "into vectors.db; write embed.summary.json.",
-        "sweep": "Run extract, sanitize, chunk and embed in order; stop at the first failing stage.",
+        "sweep": "Run extract, sanitize, chunk and embed in order; stop at the first failing stage. Then "
+        "publish, when the manifest has a [publish] table and BASTION_PUBLISH_DSN is set.",
     }[name]
 
 

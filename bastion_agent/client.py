@@ -101,23 +101,41 @@ class EndpointConfig:
 
     @property
     def display_url(self) -> str:
-        """The URL without credentials, for messages and summaries."""
-        parts = urllib.parse.urlsplit(self.url)
+        """``scheme://host:port`` of the URL, for messages and summaries.
+
+        Never the credentials, the path or the query: a reverse proxy's path
+        (``/v1/<api key>/``) can be a secret as much as ``user:password@``.
+        """
+        return shown_url(self.url)
+
+
+def shown_url(value: str) -> str:
+    """What a message may say of a URL: ``scheme://host:port`` at most (never userinfo, path or query)."""
+    try:
+        parts = urllib.parse.urlsplit(value.strip())
         host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+        port = parts.port
+    except ValueError:
+        return ""
+    if not parts.scheme or not re.fullmatch(r"[A-Za-z0-9.\-:\[\]]{1,255}", host or "-"):
+        return ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
 
 
 def _base_url(value: str) -> str:
     parts = urllib.parse.urlsplit(value.strip())
+    shown = shown_url(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"EMBED_URL must be an http:// or https:// URL such as {DEFAULT_URL}; got {value!r}")
+        got = f"; got {shown}" if shown and "://" in value else ""
+        raise ConfigError(f"EMBED_URL must be an http:// or https:// URL such as {DEFAULT_URL}{got}")
     try:
         parts.port
     except ValueError:
-        raise ConfigError(f"EMBED_URL has an invalid port: {value!r}") from None
+        raise ConfigError(f"EMBED_URL has an invalid port (host {parts.hostname})") from None
+    if any(char.isspace() or not char.isprintable() for char in value.strip()):
+        raise ConfigError(f"EMBED_URL {shown} must not contain spaces or control characters")
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):  # an OpenAI "base URL": the paths below add /v1 themselves
         path = path[: -len("/v1")]
@@ -126,7 +144,8 @@ def _base_url(value: str) -> str:
 
 def _api(value: str | None) -> str | None:
     if value is not None and value not in APIS:
-        raise ConfigError(f"EMBED_API must be 'ollama' or 'openai' (or unset to detect); got {value!r}")
+        # Not echoed: EMBED_API reads like "the API key", and people put keys there.
+        raise ConfigError("EMBED_API must be 'ollama' or 'openai' (or unset to detect)")
     return value
 
 
@@ -140,7 +159,8 @@ def _positive(env: Mapping[str, str], name: str, default, kind):
         value = None
     if value is None or not value > 0 or (kind is float and not math.isfinite(value)):
         noun = "a whole number" if kind is int else "a number of seconds"
-        raise ConfigError(f"{name} must be {noun} > 0; got {text!r}")
+        got = f"; got {text!r}" if re.fullmatch(r"[-+0-9.eE]{1,24}", text.strip()) else ""  # echo numbers only
+        raise ConfigError(f"{name} must be {noun} > 0{got}")
     return value
 
 

@@ -222,31 +222,42 @@ def sanitized_documents(layout: Layout) -> list[dict]:
     """The sanitized listing, sorted by doc, after the sanitize-first guard.
 
     Chunk reads only sanitized text. It refuses to run when the sanitized
-    store is missing, or when it lacks a document that the extract listing
-    has read (sanitize has not run since extract). When the extract store
-    has been deleted after sanitizing, the sanitized store stands alone.
+    store is missing, or when the extract store holds a text that sanitize
+    has not mapped to a document of the listing (sanitize has not run since
+    extract). When the extract store has been deleted after sanitizing, the
+    sanitized store stands alone.
     """
+    from .sanitize import read_map
+
     if not layout.sanitized_listing.exists():
         raise StoreError(f"no sanitized store at {layout.sanitized_dir}: run sanitize first (chunk reads only sanitized text)")
     documents = sorted(read_jsonl(layout.sanitized_listing), key=lambda row: row["doc"])
     if layout.extract_listing.exists():
         sanitized = {row["doc"] for row in documents}
-        extracted = {row["doc"] for row in read_jsonl(layout.extract_listing) if row.get("status") == "extracted"}
-        missing = extracted - sanitized
+        mapped = read_map(layout)
+        extracted = {row.get("key") for row in read_jsonl(layout.extract_listing) if row.get("status") == "extracted"}
+        missing = [key for key in extracted if key not in mapped or mapped[key].doc not in sanitized]
         if missing:
             raise StoreError(
-                f"the sanitized store lacks {len(missing)} document(s) that extract has read: run sanitize first"
+                f"the sanitized store lacks {len(missing)} text(s) that extract has read: run sanitize first"
             )
     return documents
 
 
+LEGACY_STORE = ("the sanitized store names its documents by the raw files (an older agent wrote it), "
+                "or was changed by hand: run sanitize again")
+
+
 def _read_text(folder: str, doc: str) -> str:
-    """``read_sanitized_text`` without building a Path per document (the chunk stage reads thousands)."""
+    """A sanitized text, checked against its id (the sha256 of the text), without a Path per document."""
     try:
-        with open(os.path.join(folder, doc + ".txt"), encoding="utf-8") as handle:
-            return handle.read()
+        with open(os.path.join(folder, doc + ".txt"), "rb") as handle:
+            data = handle.read()
     except FileNotFoundError:
         raise StoreError(f"the sanitized store lacks document {doc[:12]}: run sanitize again") from None
+    if hashlib.sha256(data).hexdigest() != doc:
+        raise StoreError(LEGACY_STORE)
+    return data.decode("utf-8")
 
 
 def read_sanitized_text(layout: Layout, doc: str) -> str:
@@ -277,7 +288,15 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
     stats = EmbedStats(batch_size_final=client.config.batch)
     db = vectorstore.connect(layout.vectors_db, create=True)
     try:
-        vectorstore.replace_chunks(db, chunk_rows, documents)
+        rebuilding = vectorstore.rekey_pending(db)  # a store of old, raw-file ids (legacy_ids.py)
+        removed = vectorstore.replace_chunks(db, chunk_rows, documents)
+        if rebuilding:
+            from . import legacy_ids
+
+            legacy_ids.announce("embed")
+            stats.reused_by_text = vectorstore.reuse_vectors_by_text(db)
+        if removed or rebuilding:
+            vectorstore.scrub(db)  # the removed windows' words leave vectors.db's bytes
         missing = vectorstore.missing_chunks(db, key)
         stats.retried_failures = len(vectorstore.failed_chunk_ids(db, key))
         try:
@@ -285,6 +304,7 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
         finally:
             counts = _embed_counts(db, manifest, client, api, stats, documents, chunk_rows, missing, started)
             summary = write_summary(layout, "embed", counts, manifest.signature)
+            vectorstore.checkpoint(db)
     except ModelServerError as exc:
         raise ModelServerError(f"{exc}; {stats.embedded} new vectors are stored: re-run embed to resume") from None
     finally:
@@ -316,6 +336,7 @@ def _embed_counts(db, manifest, client: EmbedClient, api: str, stats, documents,
         "chunks": unique,
         "embedded": stats.embedded,
         "reused": unique - len(missing),
+        "reused_by_text": stats.reused_by_text,
         "failed": stats.failed,
         "failed_by_reason": dict(sorted(stats.failed_by_reason.items())),
         "retried_failures": stats.retried_failures,
@@ -364,6 +385,8 @@ def current_windows(layout: Layout) -> tuple[list[tuple], list[tuple]]:
     for row in rows:
         doc = row["doc"]
         if doc not in texts:
+            if listing and doc not in listing:
+                raise StoreError(f"{layout.chunks_path.name} names a document the sanitized store does not have: run chunk again")
             texts[doc] = read_sanitized_text(layout, doc)
         window = texts[doc][row["start"] : row["end"]]
         if chunk_id(doc, window) != row["chunk_id"]:
@@ -468,6 +491,9 @@ class SearchIndex:
         version = store_version(layout)
         db = vectorstore.connect(layout.vectors_db, create=False)
         try:
+            if vectorstore.rekey_pending(db):
+                raise StoreError("this output folder was written with document ids taken from the raw files: "
+                                 "run sweep (or chunk and embed) to rebuild it")
             if not vectors:
                 return cls(manifest, layout, None, None, version)
             header = vectorfile.refresh(db, layout, manifest.embed.vector_key, manifest.embed.dim)

@@ -84,6 +84,7 @@ class EmbedStats:
     truncated: int = 0
     batch_size_final: int = 0
     retried_failures: int = 0
+    reused_by_text: int = 0  # vectors of an old-id store given the new id of the same window text
     interrupted: bool = False
     stopped: str | None = None
 

@@ -41,3 +41,9 @@ class ConfigError(BastionError):
     """An environment variable or command-line value is invalid."""
 
     exit_code = 2
+
+
+class DatabaseError(BastionError):
+    """The central PostgreSQL (publish, --remote search) is unreachable or refused the work."""
+
+    exit_code = 6

@@ -1,13 +1,15 @@
 """The ``extract`` stage: every file under ``source.root`` into text in the private store.
 
 The walk sees each file once, in path order. Each file's bytes are read
-once; their sha256 is the document id and the name of its text,
-``<out>/extract/<doc>.txt``. Identical content at several paths is one
-document, read once. Nothing that cannot be read stops the stage: it gets a
-row in ``extract/listing.jsonl`` with the reason, and the reason is counted
-in ``extract.summary.json``. Documents that left the source are removed from
-both the extract and the sanitized store, so a deleted file leaves no text
-behind.
+once; their sha256 is the file's **extract key** and the name of its text,
+``<out>/extract/<key>.txt``. The key is private to the extract store: it is
+computed from unsanitized bytes, so it never leaves ``extract/`` (the
+document id that the later stages see is the sha256 of the *sanitized*
+text, given by the sanitize stage). Identical content at several paths is
+read once. Nothing that cannot be read stops the stage: it gets a row in
+``extract/listing.jsonl`` with the reason, and the reason is counted in
+``extract.summary.json``. Texts of files that left the source are removed
+from the extract store; the sanitize stage removes its own stale documents.
 
 Links: a link to a file is read when its target resolves inside the root; a
 link whose target is outside the root, a broken link and a link to a folder
@@ -54,7 +56,7 @@ class Row:
     """One file seen: a line of ``extract/listing.jsonl``."""
 
     path: str
-    doc: str | None
+    key: str | None  # sha256 of the file's bytes: private to the extract store
     size: int
     kind: str
     status: str
@@ -309,17 +311,18 @@ class _Previous:
         self.versions: dict[str, str] = {}
         try:
             for row in read_jsonl(layout.extract_listing):
-                if row.get("status") == STATUS_EXTRACTED and row.get("doc"):
-                    self.kinds[row["doc"]] = row.get("kind")
+                key = row.get("key") or row.get("doc")  # "doc": a listing written before the key was named so
+                if row.get("status") == STATUS_EXTRACTED and key:
+                    self.kinds[key] = row.get("kind")
             summary = json.loads(layout.summary_path("extract").read_text(encoding="utf-8"))
             self.versions = dict(summary.get("readers") or {})
         except (OSError, ValueError, TypeError, AttributeError):
             self.kinds, self.versions = {}, {}
 
-    def reusable(self, doc: str, kind: str, version: str | None, text_path: Path) -> bool:
+    def reusable(self, key: str, kind: str, version: str | None, text_path: Path) -> bool:
         return (
             version is not None
-            and self.kinds.get(doc) == kind
+            and self.kinds.get(key) == kind
             and self.versions.get(kind) == version
             and text_path.is_file()
         )
@@ -342,7 +345,7 @@ def run(manifest, layout: Layout) -> dict:
             rows.append(row)
             bytes_read += size
             progress.advance()
-    kept = {doc for doc, outcome in outcomes.items() if outcome.status == STATUS_EXTRACTED}
+    kept = {key for key, outcome in outcomes.items() if outcome.status == STATUS_EXTRACTED}
     removed = _drop_stale(layout, kept)
     sync_to_disk()
     write_jsonl(layout.extract_listing, [asdict(row) for row in rows])
@@ -359,20 +362,20 @@ def _process(entry, selection, max_bytes, store, previous, versions, outcomes) -
     if loaded.row is not None:
         return loaded.row, 0
     data = loaded.data
-    doc = hashlib.sha256(data).hexdigest()
-    outcome = outcomes.get(doc)
+    key = hashlib.sha256(data).hexdigest()
+    outcome = outcomes.get(key)
     if outcome is None:
         kind = readers.kind_for(entry.rel, data[:8])
-        outcome = outcomes[doc] = _extract_doc(doc, kind, data, store, previous, versions.get(kind))
-    return Row(entry.rel, doc, len(data), outcome.kind, outcome.status, outcome.reason), len(data)
+        outcome = outcomes[key] = _extract_doc(key, kind, data, store, previous, versions.get(kind))
+    return Row(entry.rel, key, len(data), outcome.kind, outcome.status, outcome.reason), len(data)
 
 
-def _extract_doc(doc: str, kind: str, data: bytes, store: Path, previous: _Previous, version) -> _Outcome:
+def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: _Previous, version) -> _Outcome:
     """Read one content as ``kind`` and store its text (or reuse the stored one)."""
     if not data:
         return _Outcome(kind, STATUS_SKIPPED, REASON_EMPTY)
-    text_path = Layout.doc_text_path(store, doc)
-    if previous.reusable(doc, kind, version, text_path):
+    text_path = Layout.doc_text_path(store, key)
+    if previous.reusable(key, kind, version, text_path):
         return _Outcome(kind, STATUS_EXTRACTED, None, reused=True)
     reading = readers.read(kind, data)
     if reading.text is None:
@@ -387,21 +390,20 @@ def _extract_doc(doc: str, kind: str, data: bytes, store: Path, previous: _Previ
 
 
 def _drop_stale(layout: Layout, kept: set[str]) -> int:
-    """Remove the texts of documents no longer extracted, from both stores; return how many docs."""
-    removed: set[str] = set()
-    for store in (layout.extract_dir, layout.sanitized_dir):
-        try:
-            names = os.listdir(store)
-        except FileNotFoundError:
-            continue
-        for name in names:
-            doc = name[:-4]
-            if _DOC_TEXT.fullmatch(name) and doc not in kept:
-                _unlink(store / name)
-                removed.add(doc)
-            elif store == layout.extract_dir and name.startswith(".") and name.endswith(".tmp"):
-                _unlink(store / name)  # left by a run that was killed mid-write
-    return len(removed)
+    """Remove the texts of contents no longer extracted from the extract store; return how many.
+
+    The sanitized store is keyed by the sanitized text, which only the
+    sanitize stage knows: it removes its own stale documents.
+    """
+    removed = 0
+    store = layout.extract_dir
+    for name in os.listdir(store):
+        if _DOC_TEXT.fullmatch(name) and name[:-4] not in kept:
+            _unlink(store / name)
+            removed += 1
+        elif name.startswith(".") and name.endswith(".tmp"):
+            _unlink(store / name)  # left by a run that was killed mid-write
+    return removed
 
 
 def _unlink(path: Path) -> None:
@@ -431,7 +433,7 @@ def _counts(rows, outcomes, kept, removed, excluded, bytes_read, max_bytes, vers
         },
         "bytes_read": bytes_read,
         "documents": len(kept),
-        "reused": sum(1 for doc in kept if outcomes[doc].reused),
+        "reused": sum(1 for key in kept if outcomes[key].reused),
         "removed": removed,
         "excluded": excluded,
         "max_file_bytes": max_bytes,

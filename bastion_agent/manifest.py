@@ -27,11 +27,12 @@ DEFAULT_MAX_FILE_MB = 64.0
 # Keys each table may hold; anything else is refused so that a typo
 # ("overlap_token") cannot silently fall back to a default.
 ALLOWED_KEYS = {
-    "": {"source", "embed", "sanitize", "search"},
+    "": {"source", "embed", "sanitize", "search", "publish"},
     "source": {"root", "include", "exclude", "max_file_mb"},
     "embed": {"model", "dim", "chunk", "query_prefix", "passage_prefix"},
     "embed.chunk": {"size_tokens", "overlap_tokens"},
     "search": {"mode"},
+    "publish": {"bastion"},
 }
 
 
@@ -85,6 +86,7 @@ class Manifest:
     sanitize: Any
     search_mode: str | None
     signature: signing.SignatureStatus = field(default_factory=signing.SignatureStatus)
+    publish_bastion: str | None = None  # [publish] bastion: this bastion's name in the central index
 
     def section(self, name: str) -> dict[str, Any]:
         """A top-level table as parsed (empty when absent)."""
@@ -141,7 +143,9 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
     embed = where.table(data, "embed", required=True)
     chunk = where.table(embed, "chunk", required=True, name="embed.chunk")
     search = where.table(data, "search", required=False)
-    for name, table in (("source", source), ("embed", embed), ("embed.chunk", chunk), ("search", search)):
+    publish = where.table(data, "publish", required=False)
+    for name, table in (("source", source), ("embed", embed), ("embed.chunk", chunk), ("search", search),
+                        ("publish", publish)):
         where.known_keys(name, table)
     return Manifest(
         path=path,
@@ -151,7 +155,22 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
         sanitize=_sanitize_settings(path, data.get("sanitize", {})),
         search_mode=_search_mode(where, search),
         signature=status,
+        publish_bastion=_publish_bastion(where, data, publish),
     )
+
+
+def _publish_bastion(where: "_Where", data: dict, publish: dict) -> str | None:
+    """``[publish] bastion``: required when the table is there (lowercase letters, digits, dashes)."""
+    if "publish" not in data:
+        return None
+    if "bastion" not in publish:
+        where.fail("publish", "bastion", "is missing (this bastion's name, e.g. \"finance-fs01\")")
+    from .publish import validate_bastion_name
+
+    try:
+        return validate_bastion_name(publish["bastion"])
+    except ValueError as exc:
+        where.fail("publish", "bastion", str(exc))
 
 
 def _source_settings(where: "_Where", source: dict) -> SourceSettings:

@@ -26,7 +26,7 @@ import functools
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -439,53 +439,129 @@ def redact(text: str, settings: SanitizeSettings | None = None) -> str:
 
 
 # --- the stage ----------------------------------------------------------------------
+#
+# Ids. A document's id (``doc``) is the sha256 of its sanitized text: nothing
+# computed from unsanitized bytes leaves the extract store, so no hit, listing
+# or table can be used to test guesses of what was redacted. The extract store
+# keys its texts by the raw bytes' sha256 (its private "key"); this stage keeps
+# a private map, ``extract/sanitized.jsonl``, from each key to the document it
+# became, so an unchanged raw text is not sanitized again under the same
+# sanitizer and settings, and so the stage knows which documents went stale.
+
+
+SANITIZED_MAP = "sanitized.jsonl"
+# The modules whose code decides what sanitize removes: a change to any of them
+# (or to the manifest's [sanitize] settings) sanitizes every text again.
+SANITIZER_MODULES = ("sanitize", "rules", "validators")
 
 
 @dataclass
-class _Doc:
+class _Extracted:
+    """One extract key (one raw content): its raw paths, and the kind of the first."""
+
     paths: list[str]
     kind: str
 
 
+@dataclass
+class _Document:
+    """One sanitized document: the raw paths of every key whose sanitized text it is."""
+
+    raw_paths: set[str] = field(default_factory=set)
+    kind_by_path: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MapRow:
+    """A line of the private ``extract/sanitized.jsonl``: what one extract key became."""
+
+    key: str
+    doc: str
+    sanitizer: str
+    findings: dict
+    bytes_in: int
+
+
+def map_path(layout) -> Path:
+    return Path(layout.extract_dir) / SANITIZED_MAP
+
+
+def read_map(layout) -> dict[str, MapRow]:
+    """The private key -> document map of the last run ({} when missing or unreadable)."""
+    try:
+        rows = store.read_jsonl(map_path(layout))
+        return {row["key"]: MapRow(**row) for row in rows}
+    except (OSError, ValueError, TypeError, KeyError):
+        return {}
+
+
+def sanitizer_fingerprint(settings: SanitizeSettings) -> str:
+    """A digest of the settings and the sanitizer's code: equal means the same text sanitizes the same."""
+    import hashlib
+    import importlib
+
+    digest = hashlib.sha256(repr(settings).encode("utf-8"))
+    for name in SANITIZER_MODULES:
+        module = importlib.import_module(f"{__package__}.{name}")
+        digest.update(b"\0" + Path(module.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def doc_id(clean_text: str) -> str:
+    """A document's id: the lowercase hex sha256 of its sanitized text (UTF-8)."""
+    import hashlib
+
+    return hashlib.sha256(clean_text.encode("utf-8")).hexdigest()
+
+
 def run(manifest, layout) -> dict:
-    """Sanitize every extracted document into ``<out>/sanitized/``; write the summary."""
-    docs = _extracted_docs(layout)
+    """Sanitize every extracted text into ``<out>/sanitized/<doc>.txt``; write the listing and summary."""
+    from . import legacy_ids
+
+    extracted = _extracted_keys(layout)
     settings = getattr(manifest, "sanitize", None) or SanitizeSettings()
     sanitizer = sanitizer_for(settings)
     store.ensure_private_dir(layout.root)
     store.ensure_private_dir(layout.sanitized_dir)
+    previous = read_map(layout)
+    if not previous and legacy_ids.sanitized_store_is_legacy(layout):
+        legacy_ids.announce("sanitize")
+    fingerprint = sanitizer_fingerprint(settings)
     by_rule: Counter = Counter()
-    changed = bytes_in = bytes_out = paths_redacted = 0
-    rows = []
-    with Progress("sanitize", len(docs), "docs") as progress:
-        for doc in sorted(docs):
-            raw = _read_extracted(layout, doc)
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise StoreError(f"extract store text of document {doc} is not UTF-8: run extract again") from None
-            clean, counts = sanitizer.redact(text)
-            data = clean.encode("utf-8")
-            _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), data)
-            by_rule.update(counts)
-            changed += bool(counts)
-            bytes_in += len(raw)
-            bytes_out += len(data)
-            shown = {path: sanitizer.redact_path(path) for path in docs[doc].paths}
-            paths_redacted += sum(1 for path, clean_path in shown.items() if clean_path != path)
-            rows.append({"doc": doc, "paths": sorted(shown.values()), "kind": docs[doc].kind})
+    documents: dict[str, _Document] = {}
+    mapped: list[MapRow] = []
+    changed = bytes_in = reused = 0
+    with Progress("sanitize", len(extracted), "docs") as progress:
+        for key in sorted(extracted):
+            row = _reusable(previous.get(key), fingerprint, layout)
+            if row is None:
+                row = _sanitize_one(layout, sanitizer, key, fingerprint)
+            else:
+                reused += 1
+            mapped.append(row)
+            by_rule.update(row.findings)
+            changed += bool(row.findings)
+            bytes_in += row.bytes_in
+            document = documents.setdefault(row.doc, _Document())
+            document.raw_paths.update(extracted[key].paths)
+            document.kind_by_path.update((path, extracted[key].kind) for path in extracted[key].paths)
             progress.advance()
     store.sync_to_disk()
+    rows, paths_redacted = _listing_rows(documents, sanitizer)
     store.write_jsonl(layout.sanitized_listing, rows)
-    removed = _remove_stale(layout, set(docs))
+    store.write_jsonl(map_path(layout), [asdict(row) for row in mapped])
+    removed = _remove_stale(layout, set(documents))
+    bytes_out = sum(layout.doc_text_path(layout.sanitized_dir, doc).stat().st_size for doc in documents)
     categories: Counter = Counter()
     kinds: Counter = Counter()
     for rule_id, count in by_rule.items():
-        rule = next(a.rule for a in sanitizer.rules if a.rule.id == rule_id)
-        categories[rule.category] += count
-        kinds[rule.kind] += count
+        rule = next((a.rule for a in sanitizer.rules if a.rule.id == rule_id), None)
+        categories[rule.category if rule else "unknown"] += count
+        kinds[rule.kind if rule else "unknown"] += count
     counts = {
-        "documents": len(docs),
+        "documents": len(documents),
+        "texts": len(extracted),
+        "reused": reused,
         "documents_changed": changed,
         "findings": sum(by_rule.values()),
         "findings_by_rule": dict(sorted(by_rule.items())),
@@ -500,8 +576,43 @@ def run(manifest, layout) -> dict:
     return store.write_summary(layout, "sanitize", counts, manifest.signature)
 
 
-def _extracted_docs(layout) -> dict[str, _Doc]:
-    """The documents extract read: their paths (sorted) and the kind of the first path."""
+def _reusable(row: MapRow | None, fingerprint: str, layout) -> MapRow | None:
+    """Last run's result for this key, when the same sanitizer made it and its text is still there."""
+    if row is None or row.sanitizer != fingerprint or not DOC_ID.fullmatch(row.doc):
+        return None
+    if not layout.doc_text_path(layout.sanitized_dir, row.doc).is_file():
+        return None
+    return row
+
+
+def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str) -> MapRow:
+    """Sanitize one extracted text, store it under its document id, and say what it became."""
+    raw = _read_extracted(layout, key)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StoreError("a text in the extract store is not UTF-8: run extract again") from None
+    clean, counts = sanitizer.redact(text)
+    doc = doc_id(clean)
+    _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), clean.encode("utf-8"))
+    return MapRow(key, doc, fingerprint, dict(sorted(counts.items())), len(raw))
+
+
+def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer) -> tuple[list[dict], int]:
+    """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path) and how many paths changed."""
+    rows, paths_redacted = [], 0
+    for doc in sorted(documents):
+        document = documents[doc]
+        shown = {path: sanitizer.redact_path(path) for path in document.raw_paths}
+        paths_redacted += sum(1 for path, clean_path in shown.items() if clean_path != path)
+        first = min(document.raw_paths) if document.raw_paths else None
+        kind = document.kind_by_path.get(first, "") if first is not None else ""
+        rows.append({"doc": doc, "paths": sorted(set(shown.values())), "kind": kind})
+    return rows, paths_redacted
+
+
+def _extracted_keys(layout) -> dict[str, _Extracted]:
+    """The texts extract read, by extract key: their raw paths (sorted) and the kind of the first."""
     listing = Path(layout.extract_listing)
     if not listing.is_file():
         raise StoreError(f"no extract store at {layout.extract_dir}: run extract first")
@@ -513,24 +624,23 @@ def _extracted_docs(layout) -> dict[str, _Doc]:
     for row in rows:
         if not isinstance(row, dict) or row.get("status") != "extracted":
             continue
-        doc = row.get("doc")
-        if not isinstance(doc, str) or not DOC_ID.fullmatch(doc):
-            raise StoreError(f"extract listing {listing} has an invalid doc id: run extract again")
-        found.setdefault(doc, []).append((str(row.get("path", "")), str(row.get("kind", ""))))
-    docs = {}
-    for doc, entries in found.items():
+        key = row.get("key") or row.get("doc")  # "doc": a listing of an older agent, whose doc was this key
+        if not isinstance(key, str) or not DOC_ID.fullmatch(key):
+            raise StoreError(f"extract listing {listing} has an invalid or missing key: run extract again")
+        found.setdefault(key, []).append((str(row.get("path", "")), str(row.get("kind", ""))))
+    keys = {}
+    for key, entries in found.items():
         entries.sort()
-        docs[doc] = _Doc(paths=sorted({path for path, _ in entries if path}), kind=entries[0][1])
-    return docs
+        keys[key] = _Extracted(paths=sorted({path for path, _ in entries if path}), kind=entries[0][1])
+    return keys
 
 
-def _read_extracted(layout, doc: str) -> bytes:
+def _read_extracted(layout, key: str) -> bytes:
     try:
-        return layout.doc_text_path(layout.extract_dir, doc).read_bytes()
+        return layout.doc_text_path(layout.extract_dir, key).read_bytes()
     except FileNotFoundError:
-        raise StoreError(
-            f"extract store at {layout.extract_dir} lacks the text of document {doc}: run extract again"
-        ) from None
+        # No key in the message: it is a hash of raw bytes, and stderr is outside the extract store.
+        raise StoreError(f"extract store at {layout.extract_dir} lacks a text its listing names: run extract again") from None
 
 
 def _write_if_changed(path: Path, data: bytes) -> None:
@@ -543,7 +653,7 @@ def _write_if_changed(path: Path, data: bytes) -> None:
 
 
 def _remove_stale(layout, keep: set[str]) -> int:
-    """Delete sanitized texts whose document is no longer extracted."""
+    """Delete sanitized texts that are no document of this run (their file left, changed, or an old id)."""
     removed = 0
     for path in Path(layout.sanitized_dir).glob("*.txt"):
         if DOC_ID.fullmatch(path.stem) and path.stem not in keep:

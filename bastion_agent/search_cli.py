@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 from . import embed
 from .cli import add_manifest_arguments, load_manifest_and_layout
+from .errors import ConfigError
 
 SNIPPET_CHARS = 400
 
@@ -34,14 +35,31 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
                         f" default: the manifest's [search] mode, else {embed.DEFAULT_MODE}")
     parser.add_argument("--exact", action="store_true",
                         help="scan every vector instead of asking the ANN index (slower on large stores, exact)")
+    add_remote_arguments(parser)
+
+
+def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--remote`` and ``--bastion``: search the central PostgreSQL (BASTION_PUBLISH_DSN) instead of vectors.db."""
+    parser.add_argument("--remote", action="store_true",
+                        help="search every bastion that published to BASTION_PUBLISH_DSN (PostgreSQL + pgvector)")
+    parser.add_argument("--bastion", action="append", default=[], metavar="NAME",
+                        help="with --remote: only this bastion's windows (repeat for several)")
 
 
 def run_search(args: argparse.Namespace) -> int:
     manifest, layout = load_manifest_and_layout(args)
-    result = embed.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact)
-    if result.notice:
-        print(f"bastion_agent search: {result.notice}", file=sys.stderr)
-    hits = result.hits
+    if args.bastion and not args.remote:
+        raise ConfigError("--bastion filters a --remote search; add --remote")
+    if args.remote:
+        from . import remote_search
+
+        hits = remote_search.search(manifest, args.query, args.k, mode=args.mode, bastions=args.bastion,
+                                    exact=args.exact)
+    else:
+        result = embed.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact)
+        if result.notice:
+            print(f"bastion_agent search: {result.notice}", file=sys.stderr)
+        hits = result.hits
     if args.json:
         print(json.dumps([asdict(hit) for hit in hits], ensure_ascii=False, indent=2))
     else:
@@ -60,6 +78,8 @@ def format_hits(hits: list[embed.Hit]) -> str:
     blocks = []
     for rank, hit in enumerate(hits, start=1):
         where = ", ".join(hit.paths) or "(no path)"
+        if getattr(hit, "bastion", None):
+            where = f"{hit.bastion}: {where}"
         head = f"{rank}. relevance {hit.relevance:3d}  {where}  [doc {hit.doc[:12]} window {hit.idx}]"
         text = " ".join(hit.text.split())
         if len(text) > SNIPPET_CHARS:

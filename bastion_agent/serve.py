@@ -43,7 +43,7 @@ from typing import Callable, TextIO
 
 from . import __version__, embed
 from .client import EmbedClient, EndpointConfig
-from .errors import ConfigError, ModelServerError
+from .errors import ConfigError, DatabaseError, ModelServerError
 from .manifest import SEARCH_MODES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -105,6 +105,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"address to listen on (default {DEFAULT_HOST}; any other needs {TOKEN_ENV})")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                         help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
+    from .search_cli import add_remote_arguments
+
+    add_remote_arguments(parser)
 
 
 def port_number(text: str) -> int:
@@ -237,7 +240,8 @@ class SearchService:
     """
 
     def __init__(self, manifest, layout, settings: ServeSettings, model: ModelLink,
-                 log: Callable[[str], None] = lambda line: None, clock: Callable[[], float] = time.monotonic):
+                 log: Callable[[str], None] = lambda line: None, clock: Callable[[], float] = time.monotonic,
+                 remote=None):
         self.manifest = manifest
         self.layout = layout
         self.settings = settings
@@ -245,8 +249,10 @@ class SearchService:
         self.log = log
         self.clock = clock
         self.summary_seen = summary_stamp(layout)  # taken before the load: a later summary means a later sweep
-        self.index = embed.SearchIndex.load(manifest, layout)
-        self.index_error: str | None = None
+        # remote: a remote_search.RemoteIndex (serve --remote), always current, never reloaded
+        self.index = remote if remote is not None else embed.SearchIndex.load(manifest, layout)
+        self.index_error: str | None = None  # what /healthz says (no local path)
+        self._reload_failure: str | None = None  # what the log said
         self.default_mode = default_mode(manifest)
         self._seen_version: tuple | None = None
         self._seen_since = 0.0
@@ -291,12 +297,15 @@ class SearchService:
             fresh = embed.SearchIndex.load(self.manifest, self.layout)
         except Exception as exc:  # keep answering from the old index; say why once
             message = f"could not reload the index ({exc}); still answering from the one loaded at {self.index.loaded_at}"
-            if message != self.index_error:
-                self.log(f"bastion_agent serve: {message}")
-            self.index_error = message
+            if message != self._reload_failure:
+                self.log(f"bastion_agent serve: {message}")  # the operator's log may name local paths
+            self._reload_failure = message
+            # /healthz needs no token: it says what failed, never where on this machine.
+            self.index_error = (f"could not reload the index ({without_paths(str(exc))}); still answering from the one "
+                                f"loaded at {self.index.loaded_at}")
             return False
         # The old index is not closed here: requests may still be using it; it closes when the last one drops it.
-        self.index, self.index_error, self.summary_seen = fresh, None, summary
+        self.index, self.index_error, self.summary_seen, self._reload_failure = fresh, None, summary, None
         self.log(f"bastion_agent serve: reloaded the index: {len(fresh)} chunks")
         return True
 
@@ -339,6 +348,9 @@ class SearchService:
                 raise RequestError(400, str(exc)) from None
             except ModelServerError as exc:
                 raise RequestError(503, str(exc)) from None
+            except DatabaseError as exc:  # serve --remote: the details go to the log, not to the client
+                self.log(f"bastion_agent serve: {exc}")
+                raise RequestError(503, "the central index is unavailable; try again later") from None
         envelope = {
             "query": query,
             "model": self.manifest.embed.model,
@@ -349,6 +361,14 @@ class SearchService:
         if notice:
             envelope.update(fallback="keyword", notice=notice)
         return envelope
+
+
+_PATH_RE = re.compile(r"""(?:[A-Za-z]:)?(?:~|\.{1,2})?[/\\][^\s'"()\[\],;]*""")
+
+
+def without_paths(text: str) -> str:
+    """``text`` with every file-system path in it replaced by ``<path>`` (for answers anyone may read)."""
+    return _PATH_RE.sub("<path>", text)
 
 
 def default_mode(manifest) -> str:
@@ -799,14 +819,14 @@ class RunningServer:
 
 
 def build_server(manifest, layout, settings: ServeSettings, log_stream: TextIO | None = None,
-                 endpoint: EndpointConfig | None = None, probe: bool = True) -> BastionHTTPServer:
+                 endpoint: EndpointConfig | None = None, probe: bool = True, remote=None) -> BastionHTTPServer:
     """Load the index, bind, and probe the model server (a failed probe is reported, not fatal)."""
     stream = log_stream or sys.stderr
     config = endpoint or EndpointConfig.from_env()
     config = dataclasses.replace(config, timeout=min(config.timeout, settings.request_time_limit))
     model = ModelLink(manifest, config, settings.reprobe_seconds, settings.model_concurrency)
     log = lambda line: print(line, file=stream, flush=True)  # noqa: E731
-    service = SearchService(manifest, layout, settings, model, log=log)
+    service = SearchService(manifest, layout, settings, model, log=log, remote=remote)
     try:
         server = BastionHTTPServer(service, settings, stream)
     except OSError as exc:
@@ -838,7 +858,14 @@ def run_serve(args: argparse.Namespace) -> int:
     limit_math_threads()
     settings = settings_from(args.host, args.port)
     manifest, layout = load_manifest_and_layout(args)
-    server = build_server(manifest, layout, settings)
+    remote = None
+    if args.bastion and not args.remote:
+        raise ConfigError("--bastion filters a --remote search; add --remote")
+    if args.remote:
+        from . import remote_search
+
+        remote = remote_search.open_index(manifest, args.bastion)
+    server = build_server(manifest, layout, settings, remote=remote)
     print(f"bastion_agent serve: {server.url} (model {manifest.embed.model}, {len(server.service.index)} chunks; "
           "Ctrl-C stops)", flush=True)
     previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -154,7 +154,7 @@ def _schemas(settings) -> dict:
                 "vector_rank": {"type": ["integer", "null"], "description": "Its rank on the vector side, from 1."},
                 "keyword_score": {"type": ["number", "null"], "description": "BM25, if the keyword side returned the window."},
                 "keyword_rank": {"type": ["integer", "null"], "description": "Its rank on the keyword side, from 1."},
-                "doc": {"type": "string", "description": "sha256 of the original file's bytes."},
+                "doc": {"type": "string", "description": "The document id: sha256 of its sanitized text."},
                 "idx": {"type": "integer", "description": "The window's position in its document."},
                 "chunk_id": {"type": "string"},
                 "text": {"type": "string", "description": "The sanitized window."},

@@ -261,11 +261,17 @@ class EmbedStageTests(StageCase):
                 self.embed_with(stub)
             self.assertEqual(stub.requests, [])
 
-    def test_embed_refuses_when_the_sanitized_text_changed_since_chunk(self):
+    def test_embed_refuses_when_the_sanitized_store_changed_since_chunk(self):
+        self.restock({"something else entirely here": ["a.txt"]})  # sanitize ran again: new text, new doc id
+        with StubServer() as stub:
+            with self.assertRaisesRegex(StoreError, "run chunk again"):
+                self.embed_with(stub)
+
+    def test_embed_refuses_a_sanitized_text_that_is_not_its_id(self):
         doc = next(iter(self.ids.values()))
         self.layout.doc_text_path(self.layout.sanitized_dir, doc).write_text("something else entirely here")
         with StubServer() as stub:
-            with self.assertRaisesRegex(StoreError, "run chunk again"):
+            with self.assertRaisesRegex(StoreError, "run sanitize again"):
                 self.embed_with(stub)
 
 

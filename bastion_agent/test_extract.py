@@ -87,7 +87,7 @@ class TempCase(unittest.TestCase):
     def text_of(self, rel: str) -> str:
         row = self.listing()[rel]
         self.assertEqual(row["status"], "extracted", row)
-        return Layout.doc_text_path(self.layout.extract_dir, row["doc"]).read_text(encoding="utf-8")
+        return Layout.doc_text_path(self.layout.extract_dir, row["key"]).read_text(encoding="utf-8")
 
 
 class EncodingTests(unittest.TestCase):
@@ -304,14 +304,14 @@ class StageTests(TempCase):
         self.assertEqual(rows["blob.bin"]["reason"], "binary")
         self.assertEqual((rows["noext"]["kind"], rows["noext"]["reason"]), ("binary", "binary"))
         self.assertEqual(rows["empty.txt"]["reason"], "empty")
-        self.assertEqual(rows["a.txt"]["doc"], sha(b"alpha\r\n"))
-        self.assertEqual(set(rows["a.txt"]), {"path", "doc", "size", "kind", "status", "reason"})
+        self.assertEqual(rows["a.txt"]["key"], sha(b"alpha\r\n"))
+        self.assertEqual(set(rows["a.txt"]), {"path", "key", "size", "kind", "status", "reason"})
         self.assertEqual((summary["files"], summary["extracted"], summary["skipped"], summary["documents"]), (7, 4, 3, 4))
         self.assertEqual(summary["skipped_by_reason"], {"binary": 2, "empty": 1})
         self.assertEqual(summary["by_kind"]["docx"]["extracted"], 1)
         self.assertEqual(summary["bytes_read"], sum(row["size"] for row in rows.values()))
         stored = sorted(p.name for p in self.layout.extract_dir.glob("*.txt"))
-        self.assertEqual(stored, sorted(f"{rows[p]['doc']}.txt" for p in ("a.txt", "sub/b.md", "sub/page.html", "sub/report.docx")))
+        self.assertEqual(stored, sorted(f"{rows[p]['key']}.txt" for p in ("a.txt", "sub/b.md", "sub/page.html", "sub/report.docx")))
         self.assertEqual(json.loads(self.layout.summary_path("extract").read_text())["documents"], 4)
 
     def test_duplicates_share_one_document(self):
@@ -319,7 +319,7 @@ class StageTests(TempCase):
         self.put("deep/two.txt", "same words")
         summary = self.run_stage()
         rows = self.listing()
-        self.assertEqual(rows["one.txt"]["doc"], rows["deep/two.txt"]["doc"])
+        self.assertEqual(rows["one.txt"]["key"], rows["deep/two.txt"]["key"])
         self.assertEqual((summary["extracted"], summary["documents"]), (2, 1))
         self.assertEqual(len(list(self.layout.extract_dir.glob("*.txt"))), 1)
 
@@ -342,11 +342,11 @@ class StageTests(TempCase):
         (self.root / "dangling.txt").symlink_to(self.root / "gone.txt")
         summary = self.run_stage()
         rows = self.listing()
-        self.assertEqual((rows["escape.txt"]["reason"], rows["escape.txt"]["doc"]), ("link outside root", None))
+        self.assertEqual((rows["escape.txt"]["reason"], rows["escape.txt"]["key"]), ("link outside root", None))
         self.assertEqual(rows["escape-dir"]["reason"], "link outside root")
         self.assertEqual(rows["folder-alias"]["reason"], "folder link")
         self.assertEqual(rows["dangling.txt"]["reason"], "broken link")
-        self.assertEqual(rows["alias.txt"]["doc"], rows["real.txt"]["doc"])
+        self.assertEqual(rows["alias.txt"]["key"], rows["real.txt"]["key"])
         self.assertEqual(summary["skipped_by_reason"]["link outside root"], 2)
         for path in self.layout.root.rglob("*"):
             if path.is_file():
@@ -361,7 +361,7 @@ class StageTests(TempCase):
     def test_special_files_are_skipped(self):
         os.mkfifo(self.root / "pipe")
         summary = self.run_stage()  # would block forever if the fifo were opened for reading
-        self.assertEqual(self.listing()["pipe"], {"path": "pipe", "doc": None, "size": 0, "kind": "special",
+        self.assertEqual(self.listing()["pipe"], {"path": "pipe", "key": None, "size": 0, "kind": "special",
                                                   "status": "skipped", "reason": "special file"})
         self.assertEqual(summary["skipped_by_reason"], {"special file": 1})
 
@@ -384,36 +384,32 @@ class StageTests(TempCase):
         self.put("small.txt", "y" * 10)
         summary = self.run_stage(max_file_mb=2000 / (1024 * 1024))
         rows = self.listing()
-        self.assertEqual((rows["big.txt"]["reason"], rows["big.txt"]["doc"], rows["big.txt"]["size"]), ("too large", None, 3000))
+        self.assertEqual((rows["big.txt"]["reason"], rows["big.txt"]["key"], rows["big.txt"]["size"]), ("too large", None, 3000))
         self.assertEqual(rows["small.txt"]["status"], "extracted")
         self.assertEqual(summary["skipped_by_reason"], {"too large": 1})
 
-    def test_deleted_file_is_dropped_from_both_stores(self):
+    def test_deleted_file_leaves_the_extract_store_and_only_it(self):
         self.put("keep.txt", "kept")
         gone = self.put("gone.txt", "removed later")
         self.run_stage()
-        gone_doc, keep_doc = self.listing()["gone.txt"]["doc"], self.listing()["keep.txt"]["doc"]
-        sanitized = self.layout.sanitized_dir
-        for doc in (gone_doc, keep_doc):
-            write_private(Layout.doc_text_path(sanitized, doc), "sanitized text")
-        write_private(self.layout.sanitized_listing, "{}\n")
+        gone_key, keep_key = self.listing()["gone.txt"]["key"], self.listing()["keep.txt"]["key"]
+        sanitized = self.layout.doc_text_path(self.layout.sanitized_dir, "a" * 64)
+        write_private(sanitized, "sanitized text")  # the sanitize stage's own: it removes its stale documents
         gone.unlink()
         summary = self.run_stage()
         self.assertEqual(summary["removed"], 1)
-        self.assertFalse(Layout.doc_text_path(self.layout.extract_dir, gone_doc).exists())
-        self.assertFalse(Layout.doc_text_path(sanitized, gone_doc).exists())
-        self.assertTrue(Layout.doc_text_path(self.layout.extract_dir, keep_doc).exists())
-        self.assertTrue(Layout.doc_text_path(sanitized, keep_doc).exists())
-        self.assertEqual(self.layout.sanitized_listing.read_text(), "{}\n")
+        self.assertFalse(Layout.doc_text_path(self.layout.extract_dir, gone_key).exists())
+        self.assertTrue(Layout.doc_text_path(self.layout.extract_dir, keep_key).exists())
+        self.assertTrue(sanitized.exists())
         self.assertNotIn("gone.txt", self.listing())
 
     def test_changed_file_replaces_its_document(self):
         path = self.put("a.txt", "first version")
         self.run_stage()
-        old = self.listing()["a.txt"]["doc"]
+        old = self.listing()["a.txt"]["key"]
         path.write_text("second version")
         summary = self.run_stage()
-        self.assertNotEqual(self.listing()["a.txt"]["doc"], old)
+        self.assertNotEqual(self.listing()["a.txt"]["key"], old)
         self.assertEqual((summary["removed"], summary["documents"]), (1, 1))
         self.assertEqual(self.text_of("a.txt"), "second version")
 

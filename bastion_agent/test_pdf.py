@@ -173,7 +173,7 @@ class PdfStageTests(TempCase):
         self.assertNotIn("pdf", summary["readers"])
         self.assertEqual(stderr.getvalue().count(reason), 1)  # said once per run, not once per file
         rows = self.listing()
-        self.assertIsNotNone(rows["contracts/lease.pdf"]["doc"])
+        self.assertIsNotNone(rows["contracts/lease.pdf"]["key"])
         self.assertEqual(rows["notes.txt"]["status"], "extracted")
 
     @needs_pypdf
@@ -189,7 +189,7 @@ class PdfStageTests(TempCase):
     def test_text_made_with_the_extra_goes_when_the_extra_goes(self):
         self.fill()
         self.run_stage()
-        doc = self.listing()["contracts/lease.pdf"]["doc"]
+        doc = self.listing()["contracts/lease.pdf"]["key"]
         stored = Layout.doc_text_path(self.layout.extract_dir, doc)
         self.assertTrue(stored.exists())
         with without_pypdf():

@@ -455,15 +455,15 @@ class StageTests(unittest.TestCase):
         return code, stdout.getvalue(), stderr.getvalue()
 
     def write_extract_store(self, documents: dict[str, tuple[list[str], str]], skipped: list[str] = ()) -> dict:
-        """``{text: ([paths], status)}`` as extract would write it; returns ``{text: doc}``."""
+        """``{text: ([paths], status)}`` as extract would write it; returns ``{text: extract key}``."""
         ensure_private_dir(self.layout.extract_dir)
         rows, ids = [], {}
         for text, (paths, status) in documents.items():
-            doc = ids[text] = sha256_hex(text)
+            key = ids[text] = sha256_hex("raw bytes of " + text)
             if status == "extracted":
-                write_private(self.layout.doc_text_path(self.layout.extract_dir, doc), text)
+                write_private(self.layout.doc_text_path(self.layout.extract_dir, key), text)
             for path in paths:
-                rows.append({"path": path, "doc": doc, "size": len(text), "kind": "text", "status": status,
+                rows.append({"path": path, "key": key, "size": len(text), "kind": "text", "status": status,
                              "reason": None if status == "extracted" else "binary"})
         write_jsonl(self.layout.extract_listing, rows)
         return ids
@@ -475,13 +475,16 @@ class StageTests(unittest.TestCase):
             PROSE: (["notes/kim.ode@northwind-mail.com.md"], "extracted"),
             "binary": (["bin/app.exe"], "skipped"),
         }
-        ids = self.write_extract_store(documents)
+        keys = self.write_extract_store(documents)
         stale = self.layout.doc_text_path(self.layout.sanitized_dir, "f" * 64)
         write_private(stale, "old")
         code, out, err = self.run_cli("sanitize", str(self.manifest), "--out", str(self.out))
         self.assertEqual((code, err), (0, ""))
         rows = read_jsonl(self.layout.sanitized_listing)
+        cleaned = {text: redact(text, SanitizeSettings(allow=("help@northwind-mail.com",))) for text in documents}
+        ids = {text: sha256_hex(clean) for text, clean in cleaned.items()}  # the id is the sanitized text's
         self.assertEqual([row["doc"] for row in rows], sorted(ids[t] for t, (_, s) in documents.items() if s == "extracted"))
+        self.assertFalse(set(keys.values()) & {row["doc"] for row in rows})
         by_doc = {row["doc"]: row for row in rows}
         first = ids[next(iter(documents))]
         self.assertEqual(by_doc[first]["paths"], ["a/copy.txt", "b/deploy.txt"])
@@ -513,11 +516,12 @@ class StageTests(unittest.TestCase):
         self.assertFalse(self.layout.sanitized_dir.exists())
 
     def test_missing_extracted_text_is_a_store_error(self):
-        ids = self.write_extract_store({"hello": (["a.txt"], "extracted")})
-        self.layout.doc_text_path(self.layout.extract_dir, ids["hello"]).unlink()
+        keys = self.write_extract_store({"hello": (["a.txt"], "extracted")})
+        self.layout.doc_text_path(self.layout.extract_dir, keys["hello"]).unlink()
         code, _, err = self.run_cli("sanitize", str(self.manifest), "--out", str(self.out))
         self.assertNotEqual(code, 0)
         self.assertIn("run extract again", err)
+        self.assertNotIn(keys["hello"], err)  # the key is a hash of raw bytes: private
 
     def test_no_planted_value_outside_extract(self):
         if importlib.util.find_spec(f"{__package__}.extract") is None:  # pragma: no cover

@@ -524,6 +524,9 @@ class ReloadTests(unittest.TestCase):
         health = request(server.url, path="/healthz")[2]
         self.assertEqual(health["chunks"], chunks)
         self.assertIn("could not reload the index", health["index_error"])
+        self.assertNotIn(str(self.store.tmp), json.dumps(health))  # /healthz needs no token: no local path
+        self.assertNotIn(os.path.realpath(self.store.tmp), json.dumps(health))
+        self.assertIn(str(self.store.tmp), self.log.getvalue())  # the operator's log says where
         os.replace(saved, self.store.layout.vectors_db)
         self.store.layout.summary_path("embed").touch()
         self.assertTrue(service.check_reload())

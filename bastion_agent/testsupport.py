@@ -46,21 +46,24 @@ def sha256_hex(text: str) -> str:
 def write_sanitized_store(layout: Layout, documents: dict[str, list[str]]) -> dict[str, str]:
     """Stand in for extract + sanitize: ``{text: [paths]}`` -> both listings and texts.
 
-    Returns ``{text: doc}``. The doc id here is the sha256 of the text, which
-    is what extract gives a UTF-8 text file.
+    Returns ``{text: doc}``: the doc id is the sha256 of the (sanitized)
+    text. Each text stands for one raw file, whose private extract key (here
+    the sha256 of "raw " + text) the private map sends to the document.
     """
     ensure_private_dir(layout.extract_dir)
     ensure_private_dir(layout.sanitized_dir)
     ids = {text: sha256_hex(text) for text in documents}
-    extract_rows, sanitized_rows = [], []
+    extract_rows, sanitized_rows, mapped = [], [], []
     for text, paths in documents.items():
-        doc = ids[text]
+        doc, key = ids[text], sha256_hex("raw " + text)
         write_private(layout.doc_text_path(layout.sanitized_dir, doc), text)
         for path in paths:
-            extract_rows.append({"path": path, "doc": doc, "size": len(text.encode()), "kind": "text",
+            extract_rows.append({"path": path, "key": key, "size": len(text.encode()), "kind": "text",
                                  "status": "extracted", "reason": None})
         sanitized_rows.append({"doc": doc, "paths": sorted(paths), "kind": "text"})
+        mapped.append({"key": key, "doc": doc, "sanitizer": "", "findings": {}, "bytes_in": len(text.encode())})
     write_jsonl(layout.extract_listing, sorted(extract_rows, key=lambda row: row["path"]))
+    write_jsonl(layout.extract_dir / "sanitized.jsonl", mapped)
     write_jsonl(layout.sanitized_listing, sorted(sanitized_rows, key=lambda row: row["doc"]))
     return ids
 

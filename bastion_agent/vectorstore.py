@@ -11,6 +11,12 @@ Two tables from the specification, plus one for the documents' paths:
   list), so a hit can say where it comes from.
 - ``embed_failures(chunk_id, model, reason, attempts, last_failed)``: chunks
   the model server refused, so a re-run knows what it retries (no text).
+- ``reuse_by_text``: empty but while a store written with old, raw-file ids
+  is rebuilt (``_m004_sanitized_ids``).
+
+Removed text leaves the file's bytes: every connection sets
+``secure_delete`` (deleted rows and freed pages are zeroed), and ``scrub``
+merges the keyword index and truncates the WAL after windows were deleted.
 
 The schema is a list of numbered migrations applied in order, each with its
 ``PRAGMA user_version`` in the same transaction, so an older database
@@ -104,7 +110,73 @@ def fts5_available(db: sqlite3.Connection) -> bool:
         return False
 
 
-MIGRATIONS = [_m001_create_tables, _m002_embed_failures, _m003_search_state]
+def _m004_sanitized_ids(db: sqlite3.Connection) -> None:
+    """Forget every id an older agent made from raw bytes; keep its vectors by window text.
+
+    Before this version a document's id was the sha256 of the raw file, and
+    a chunk id the sha256 of that id and the window: both are oracles for
+    what sanitize removed (docs/sanitize.md). So the windows, documents,
+    failures and the keyword index of such a store go, and every vector goes
+    too, after its window's text and vector key are copied to
+    ``reuse_by_text``: the next embed gives those vectors the new chunk id
+    of the same text (``reuse_vectors_by_text``), so unchanged text is not
+    embedded again, and drops the rest. The ``rekey_pending`` state says a
+    store is waiting for that embed (search refuses it meanwhile). On a new,
+    empty database this only creates the table.
+    """
+    db.execute("CREATE TABLE reuse_by_text (model TEXT NOT NULL, text TEXT NOT NULL, dim INTEGER NOT NULL,"
+               " vec BLOB NOT NULL, created TEXT NOT NULL, PRIMARY KEY (model, text))")
+    old = sum(count(db, f"SELECT COUNT(*) FROM {table}") for table in ("chunks", "vectors", "documents"))
+    if not old:
+        return
+    db.execute("INSERT OR IGNORE INTO reuse_by_text SELECT v.model, c.text, v.dim, v.vec, v.created"
+               " FROM vectors v JOIN chunks c ON c.chunk_id = v.chunk_id")
+    for table in ("vectors", "embed_failures", "chunks", "documents"):
+        db.execute(f"DELETE FROM {table}")
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_fts'").fetchone():
+        db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+    db.execute("INSERT INTO search_state VALUES ('rekey_pending', 1)")
+
+
+MIGRATIONS = [_m001_create_tables, _m002_embed_failures, _m003_search_state, _m004_sanitized_ids]
+
+
+def rekey_pending(db: sqlite3.Connection) -> bool:
+    """Whether this store held old ids (``_m004_sanitized_ids``) and no embed has rebuilt it yet."""
+    return db.execute("SELECT 1 FROM search_state WHERE name = 'rekey_pending'").fetchone() is not None
+
+
+def reuse_vectors_by_text(db: sqlite3.Connection) -> int:
+    """Give this sweep's windows the old vectors of the same text and key; forget the rest. Returns how many."""
+    with transaction(db):
+        before = count(db, "SELECT COUNT(*) FROM vectors")
+        db.execute("INSERT OR IGNORE INTO vectors (chunk_id, model, dim, vec, created)"
+                   " SELECT c.chunk_id, r.model, r.dim, r.vec, r.created FROM chunks c JOIN reuse_by_text r ON r.text = c.text")
+        added = count(db, "SELECT COUNT(*) FROM vectors") - before
+        db.execute("DELETE FROM reuse_by_text")
+        db.execute("DELETE FROM search_state WHERE name = 'rekey_pending'")
+    return added
+
+
+def scrub(db: sqlite3.Connection) -> None:
+    """Make deleted text leave the file: merge the keyword index, then empty the WAL.
+
+    Deleted rows and freed pages are already zeroed (``secure_delete``, set
+    by ``connect``), but FTS5 (before SQLite 3.42) deletes by appending
+    delete markers: a removed window's words stay in the old segments until
+    they are merged, which 'optimize' does. The WAL still holds page images
+    from before the deletes until a TRUNCATE checkpoint empties it (it waits
+    for readers, and is retried by the next writer if one holds on).
+    """
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_fts'").fetchone():
+        with transaction(db):
+            db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+    checkpoint(db)
+
+
+def checkpoint(db: sqlite3.Connection) -> None:
+    """Copy the WAL into the database and truncate it to nothing."""
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
 
 def pack(vector: Iterable[float]) -> bytes:
@@ -139,6 +211,7 @@ def connect(path: Path, *, create: bool) -> sqlite3.Connection:
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")
         db.execute("PRAGMA recursive_triggers = ON")  # a REPLACE's implicit delete fires the delete triggers too
+        db.execute("PRAGMA secure_delete = ON")  # deleted rows and freed pages are zeroed: removed text leaves the file
         migrate(db)
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path} is not a usable vector store: {exc}") from None
@@ -180,7 +253,7 @@ class transaction:
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
-def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: Iterable[tuple]) -> None:
+def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: Iterable[tuple]) -> int:
     """Make ``chunks`` and ``documents`` hold exactly this sweep's rows, atomically.
 
     ``chunks`` rows are ``(chunk_id, doc, idx, start, end, text)``; a chunk id
@@ -188,14 +261,15 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: I
 
     Only the difference is written: an unchanged chunk keeps its row, so the
     keyword index (kept in step by triggers) and the derived search files
-    redo only what changed.
+    redo only what changed. Returns how many windows left the table (their
+    text then still sits in the keyword index's segments: see ``scrub``).
     """
     with transaction(db):
         db.execute('CREATE TEMP TABLE IF NOT EXISTS new_chunks (chunk_id TEXT PRIMARY KEY, doc TEXT, idx INTEGER,'
                    ' start INTEGER, "end" INTEGER, text TEXT)')
         db.execute("DELETE FROM temp.new_chunks")
         db.executemany("INSERT OR IGNORE INTO temp.new_chunks VALUES (?, ?, ?, ?, ?, ?)", chunks)
-        db.execute("DELETE FROM chunks WHERE chunk_id NOT IN (SELECT chunk_id FROM temp.new_chunks)")
+        deleted = db.execute("DELETE FROM chunks WHERE chunk_id NOT IN (SELECT chunk_id FROM temp.new_chunks)").rowcount
         db.execute(
             'INSERT INTO chunks SELECT * FROM temp.new_chunks WHERE true ON CONFLICT (chunk_id) DO UPDATE SET'
             ' doc = excluded.doc, idx = excluded.idx, start = excluded.start, "end" = excluded."end", text = excluded.text'
@@ -205,6 +279,7 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: I
         db.execute("DELETE FROM temp.new_chunks")
         db.execute("DELETE FROM documents")
         db.executemany("INSERT INTO documents VALUES (?, ?)", documents)
+    return deleted
 
 
 def missing_chunks(db: sqlite3.Connection, model: str) -> list[tuple[str, str]]:

@@ -1,0 +1,221 @@
+"""The central schema: numbered migrations, one HNSW index per model, the publish lock.
+
+Everything lives in the schema ``bastion_agent``:
+
+- ``migrations(version PK, name, applied_at)``: which numbered step ran;
+- ``windows(bastion, chunk_id, model, doc, idx, start, end, text, embedding,
+  tsv)``, PK ``(bastion, chunk_id, model)``: every bastion's current
+  windows. ``embedding`` is a ``vector`` without a fixed dimension, so
+  models of different sizes share the table; ``tsv`` is generated from the
+  sanitized text (``to_tsvector('english', text)``) with a GIN index;
+- ``documents(bastion, doc, model, chunks_fingerprint, paths, windows,
+  published_at)``: what publish compares against, and each hit's paths;
+- ``models(model PK, dim, kind, index_name)``: one partial HNSW index per
+  model on ``(embedding::vector(dim))`` with cosine distance (``halfvec`` above
+  2000 dimensions, pgvector's limit for ``vector``), ``WHERE model = '…'``; a
+  search names the same expression and predicate, so the planner uses it;
+- ``publishers(role, bastion)``: which database role may write which
+  bastion's rows (row-level security, ``docs/publish.md``).
+
+Each migration and its ``migrations`` row commit together, under an
+advisory lock, so two bastions publishing at once migrate once.
+``ensure_model`` is a ``SECURITY DEFINER`` function owned by the schema's
+owner, so a publishing role that may not create indexes can still register
+its model (the function validates what it is given).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+
+SCHEMA = "bastion_agent"
+MIGRATION_LOCK = 0x62617374  # pg_advisory_xact_lock key: "bast"
+HALFVEC_ABOVE = 2000  # pgvector indexes vector up to 2000 dimensions, halfvec up to 4000
+
+
+def _m001_tables(conn) -> None:
+    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    conn.execute(f"""
+        CREATE TABLE {SCHEMA}.windows (
+            bastion text NOT NULL,
+            chunk_id text NOT NULL,
+            model text NOT NULL,
+            doc text NOT NULL,
+            idx integer NOT NULL,
+            start integer NOT NULL,
+            "end" integer NOT NULL,
+            text text NOT NULL,
+            embedding vector NOT NULL,
+            tsv tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED,
+            PRIMARY KEY (bastion, chunk_id, model)
+        )""")
+    conn.execute(f"CREATE INDEX windows_doc ON {SCHEMA}.windows (bastion, model, doc)")
+    conn.execute(f"CREATE INDEX windows_tsv ON {SCHEMA}.windows USING gin (tsv)")
+    conn.execute(f"""
+        CREATE TABLE {SCHEMA}.documents (
+            bastion text NOT NULL,
+            doc text NOT NULL,
+            model text NOT NULL,
+            chunks_fingerprint text NOT NULL,
+            paths jsonb NOT NULL,
+            windows integer NOT NULL,
+            published_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (bastion, doc, model)
+        )""")
+    conn.execute(f"""
+        CREATE TABLE {SCHEMA}.models (
+            model text PRIMARY KEY,
+            dim integer NOT NULL CHECK (dim BETWEEN 1 AND 4000),
+            kind text NOT NULL CHECK (kind IN ('vector', 'halfvec')),
+            index_name text NOT NULL UNIQUE
+        )""")
+    conn.execute(f"CREATE TABLE {SCHEMA}.publishers (role name NOT NULL, bastion text NOT NULL,"
+                 " PRIMARY KEY (role, bastion))")
+
+
+def _m002_row_security(conn) -> None:
+    """Row-level security: a role writes (and reads) only the bastions ``publishers`` maps it to.
+
+    A role with no ``publishers`` row (the search role) reads every row and
+    writes none; the tables' owner and superusers bypass the policies.
+    ``publishers`` itself shows each role only its own rows.
+    """
+    mine = f"SELECT p.bastion FROM {SCHEMA}.publishers p WHERE p.role = current_user"
+    own = f"bastion IN ({mine})"
+    reader = f"NOT EXISTS ({mine})"  # evaluated once per query (an init plan), before the per-row test
+    conn.execute(f"ALTER TABLE {SCHEMA}.publishers ENABLE ROW LEVEL SECURITY")
+    conn.execute(f"CREATE POLICY publishers_own ON {SCHEMA}.publishers FOR SELECT USING (role = current_user)")
+    for table in ("windows", "documents"):
+        conn.execute(f"ALTER TABLE {SCHEMA}.{table} ENABLE ROW LEVEL SECURITY")
+        conn.execute(f"CREATE POLICY {table}_read ON {SCHEMA}.{table} FOR SELECT USING ({reader} OR {own})")
+        conn.execute(f"CREATE POLICY {table}_insert ON {SCHEMA}.{table} FOR INSERT WITH CHECK ({own})")
+        conn.execute(f"CREATE POLICY {table}_update ON {SCHEMA}.{table} FOR UPDATE USING ({own}) WITH CHECK ({own})")
+        conn.execute(f"CREATE POLICY {table}_delete ON {SCHEMA}.{table} FOR DELETE USING ({own})")
+
+
+def _m003_ensure_model(conn) -> None:
+    """``ensure_model(model, dim)``: register a model and create its partial HNSW index, as the owner."""
+    conn.execute(f"""
+        CREATE FUNCTION {SCHEMA}.ensure_model(p_model text, p_dim integer) RETURNS text
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
+        DECLARE
+            known {SCHEMA}.models;
+            v_kind text := CASE WHEN p_dim > {HALFVEC_ABOVE} THEN 'halfvec' ELSE 'vector' END;
+            v_index text := 'windows_hnsw_' || substr(md5(p_model), 1, 16);
+        BEGIN
+            IF p_dim IS NULL OR p_dim < 1 OR p_dim > 4000 THEN
+                RAISE EXCEPTION 'dimension % is outside 1..4000', p_dim;
+            END IF;
+            IF p_model IS NULL OR length(p_model) = 0 OR length(p_model) > 500 THEN
+                RAISE EXCEPTION 'a model name must be 1..500 characters';
+            END IF;
+            PERFORM pg_advisory_xact_lock({MIGRATION_LOCK});
+            SELECT * INTO known FROM {SCHEMA}.models WHERE model = p_model;
+            IF FOUND THEN
+                IF known.dim <> p_dim THEN
+                    RAISE EXCEPTION 'model % is published with dim %, not %', p_model, known.dim, p_dim;
+                END IF;
+                RETURN known.index_name;
+            END IF;
+            EXECUTE format('CREATE INDEX %I ON {SCHEMA}.windows USING hnsw ((embedding::%s(%s)) %s_cosine_ops)'
+                           ' WHERE model = %L', v_index, v_kind, p_dim, v_kind, p_model);
+            INSERT INTO {SCHEMA}.models VALUES (p_model, p_dim, v_kind, v_index);
+            RETURN v_index;
+        END
+        $fn$""")
+    # functions are executable by PUBLIC by default: only the roles docs/publish.md grants it to
+    conn.execute(f"REVOKE EXECUTE ON FUNCTION {SCHEMA}.ensure_model(text, integer) FROM PUBLIC")
+
+
+MIGRATIONS = [_m001_tables, _m002_row_security, _m003_ensure_model]
+LATEST = len(MIGRATIONS)
+
+
+def current_version(conn) -> int:
+    """The schema's migration number (0 when it has none)."""
+    exists = conn.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.migrations",)).fetchone()[0]
+    if exists is None:
+        return 0
+    return conn.execute(f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.migrations").fetchone()[0]
+
+
+def migrate(conn) -> int:
+    """Apply the missing migrations, each with its record in one transaction; return the version.
+
+    Nothing is written (and no privilege needed) when the schema is current,
+    which is every publish but the first after an upgrade.
+    """
+    if current_version(conn) >= LATEST:
+        return LATEST
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (version integer PRIMARY KEY,"
+                     " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+    version = current_version(conn)
+    for number, step in enumerate(MIGRATIONS, start=1):
+        if number <= version:
+            continue
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            if current_version(conn) >= number:  # another publisher applied it meanwhile
+                continue
+            step(conn)
+            conn.execute(f"INSERT INTO {SCHEMA}.migrations (version, name) VALUES (%s, %s)",
+                         (number, step.__name__.lstrip("_")))
+    return LATEST
+
+
+def ensure_model(conn, model: str, dim: int) -> "ModelIndex":
+    """Register ``model`` (its HNSW index is created the first time); refuse a changed dimension."""
+    conn.execute(f"SELECT {SCHEMA}.ensure_model(%s, %s)", (model, dim))
+    return model_index(conn, model)
+
+
+class ModelIndex:
+    """How to name a model's vectors so the planner uses its partial HNSW index."""
+
+    def __init__(self, model: str, dim: int, kind: str):
+        self.model, self.dim, self.kind = model, dim, kind
+
+    @property
+    def expression(self) -> str:
+        return f"embedding::{self.kind}({self.dim})"
+
+    @property
+    def operators(self) -> str:
+        return f"{self.kind}_cosine_ops"
+
+
+def model_index(conn, model: str) -> ModelIndex | None:
+    row = conn.execute(f"SELECT dim, kind FROM {SCHEMA}.models WHERE model = %s", (model,)).fetchone()
+    return ModelIndex(model, row[0], row[1]) if row else None
+
+
+def lock_key(bastion: str) -> int:
+    """A signed 64-bit advisory lock key for one bastion's publish."""
+    digest = hashlib.sha256(f"bastion-agent publish {bastion}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+LOCK_WAIT_SECONDS = 30.0  # a killed publisher's session can take a moment to end on the server
+
+
+@contextlib.contextmanager
+def bastion_lock(conn, bastion: str, wait: float = LOCK_WAIT_SECONDS):
+    """One publish per bastion at a time (a session lock: a killed publisher's ends with its connection)."""
+    import time
+
+    from .errors import DatabaseError
+
+    deadline = time.monotonic() + wait
+    while not conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(bastion),)).fetchone()[0]:
+        if time.monotonic() >= deadline:
+            raise DatabaseError(f"another publish of bastion {bastion!r} is running; try again when it ends")
+        time.sleep(0.5)
+    try:
+        yield
+    finally:
+        if not conn.closed:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key(bastion),))

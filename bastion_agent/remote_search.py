@@ -1,0 +1,275 @@
+"""``search --remote`` and ``serve --remote``: one search across every bastion that published.
+
+The same three modes as the local search, answered by PostgreSQL:
+
+- **vector**: the model's partial HNSW index (cosine distance), with
+  ``hnsw.iterative_scan = relaxed_order`` so that a filter on bastions keeps
+  scanning the graph until it has enough rows (pgvector >= 0.8), then
+  re-sorted by exact distance; ``hnsw.ef_search`` is ``EF_SEARCH`` (or the
+  depth asked, when larger), and the query asks for that many rows, so a
+  filtered search gathers as many candidates from the bastions' rows as an
+  unfiltered one does from all rows. ``exact`` scans every row instead.
+- **keyword**: the GIN index on ``tsv`` (English stemming). Windows holding
+  every word of the query rank first (score ``1 + r``), then windows holding
+  any of them (score ``r``), where ``r = ts_rank / (1 + ts_rank)``
+  (``ts_rank_cd``, cover density, cost 4x more per row at 1M windows);
+  each pass ranks at most ``KEYWORD_POOL`` matching rows, so a query made
+  of very common words stays fast (its ranking is then that of a sample).
+- **hybrid**: both rankings fused by ``fuse`` (the local search's fusion).
+
+Hits are ``RemoteHit``: the local ``embed.Hit`` fields plus ``bastion``.
+The query vector comes from the local model server, as for local search.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Sequence
+
+from . import embed
+from .errors import ConfigError, DatabaseError, ModelServerError
+from .manifest import SEARCH_MODES
+
+EF_SEARCH = 100  # the default; BASTION_HNSW_EF_SEARCH raises it (recall against latency: docs/publish.md)
+EF_SEARCH_VARIABLE = "BASTION_HNSW_EF_SEARCH"
+KEYWORD_POOL = 1000  # matching rows ranked per keyword pass (ranking costs ~20 us a row at 1M windows)
+MAX_TERMS = 64
+WORD_RE = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class RemoteHit(embed.Hit):
+    """A hit from the central index: the local hit's fields, and which bastion it comes from."""
+
+    bastion: str = ""
+
+
+def fuse(by_vector: list[str], by_keyword: list[str], n: int) -> list[tuple[float, str]]:
+    """The one place hybrid search fuses its two rankings: the local search's fusion, whatever it is."""
+    from . import keyword
+
+    return keyword.fuse([by_vector, by_keyword], n)
+
+
+def tsquery_text(query: str, operator: str) -> str:
+    """A ``to_tsquery`` expression of the query's words (only ``\\w`` characters reach it, each quoted)."""
+    words = []
+    for word in WORD_RE.findall(query.lower()):
+        if word not in words:
+            words.append(word)
+    return f" {operator} ".join(f"'{word}'" for word in words[:MAX_TERMS])
+
+
+def ef_search_from_env(environ=None) -> int:
+    """``BASTION_HNSW_EF_SEARCH`` (10..1000), else ``EF_SEARCH``."""
+    import os
+
+    text = (os.environ if environ is None else environ).get(EF_SEARCH_VARIABLE, "").strip()
+    if not text:
+        return EF_SEARCH
+    if not text.isdigit() or not 10 <= int(text) <= 1000:
+        raise ConfigError(f"{EF_SEARCH_VARIABLE} must be a whole number from 10 to 1000; got {text!r}")
+    return int(text)
+
+
+def _key(bastion: str, chunk_id: str) -> str:
+    return f"{bastion}\0{chunk_id}"  # the same document on two bastions is two hits
+
+
+class RemoteIndex:
+    """The central index for one model, behind one connection (serve shares it, under a lock)."""
+
+    def __init__(self, manifest, dsn: str, bastions: Sequence[str] = ()):
+        from . import publish, publish_schema
+
+        self.manifest = manifest
+        self.dsn = dsn
+        self.bastions = sorted(set(bastions))
+        self.key, self.dim = manifest.embed.vector_key, manifest.embed.dim
+        self.default_mode = embed.resolve_mode(manifest, None)
+        self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.lock = threading.Lock()
+        self.ef_search = ef_search_from_env()
+        self.conn = publish.connect(dsn)
+        with self._errors():
+            if publish_schema.current_version(self.conn) == 0:
+                raise DatabaseError(f"no bastion has published to this database yet ({publish.describe_dsn(dsn)})")
+            self.model = publish_schema.model_index(self.conn, self.key)
+            if self.model is not None and self.model.dim != self.dim:
+                raise DatabaseError(f"model {self.key!r} is published with dim {self.model.dim}, the manifest says {self.dim}")
+            self.windows = self._count()
+
+    def __len__(self) -> int:
+        return self.windows
+
+    def is_current(self) -> bool:
+        return True  # the database is always current; serve never reloads it
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _count(self) -> int:
+        if self.model is None:
+            return 0
+        sql, params = "SELECT coalesce(sum(windows), 0) FROM bastion_agent.documents WHERE model = %s", [self.key]
+        if self.bastions:
+            sql += " AND bastion = ANY(%s)"
+            params.append(self.bastions)
+        return int(self.conn.execute(sql, params).fetchone()[0])
+
+    def _errors(self):
+        from . import publish
+
+        return _DatabaseErrors(self.dsn, publish)
+
+    def search(self, query: str, query_vector: Sequence[float] | None, k: int, mode: str | None = None,
+               exact: bool = False) -> list[RemoteHit]:
+        mode = mode or self.default_mode
+        if mode not in SEARCH_MODES:
+            raise ConfigError(f"search mode must be one of {', '.join(SEARCH_MODES)}; got {mode!r}")
+        if embed.needs_vector(mode) and query_vector is not None and len(query_vector) != self.dim:
+            raise ModelServerError(f"the query vector has {len(query_vector)} dimensions, the manifest says dim = {self.dim}")
+        if self.model is None:
+            return []
+        with self.lock, self._errors():
+            if self.conn.closed or self.conn.broken:  # the server restarted: one new connection, then on
+                from . import publish
+
+                self.conn = publish.connect(self.dsn)
+            if mode == "keyword":
+                ranked = self.keyword_top(query, k)
+            elif mode == "vector":
+                ranked = self.vector_top(query_vector, k, exact)
+            else:
+                depth = max(embed.FUSION_CANDIDATES, k)
+                by_vector = [key for _, key in self.vector_top(query_vector, depth, exact)]
+                by_keyword = [key for _, key in self.keyword_top(query, depth)]
+                ranked = fuse(by_vector, by_keyword, k)
+            return self.hits(ranked)
+
+    def _filter(self, params: list) -> str:
+        if not self.bastions:
+            return ""
+        params.append(self.bastions)
+        return " AND bastion = ANY(%s)"
+
+    def vector_top(self, query_vector, n: int, exact: bool = False) -> list[tuple[float, str]]:
+        """``(cosine, key)`` of the ``n`` nearest windows, best first."""
+        from psycopg import sql
+
+        if query_vector is None:
+            return []
+        literal = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
+        params: list = [literal]
+        where = self._filter(params)
+        # ask the index for ef_search rows that pass the filter, not just n: an iterative scan then walks
+        # the graph until it has that many of the bastions' rows, and the n nearest are taken from them
+        params.append(n if exact else max(n, self.ef_search))
+        expression = self.model.expression
+        statement = sql.SQL(
+            "SELECT bastion, chunk_id, " + expression + " <=> %s::" + f"{self.model.kind}({self.dim})" + " AS distance"
+            " FROM bastion_agent.windows WHERE model = {model}" + where + " ORDER BY distance LIMIT %s"
+        ).format(model=sql.Literal(self.key))  # a literal: the planner then matches the partial index
+        with self.conn.transaction():
+            if exact:
+                self.conn.execute("SET LOCAL enable_indexscan = off")
+            else:
+                self.conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))))
+                self.conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            rows = self.conn.execute(statement, params).fetchall()
+        ranked = sorted(((1.0 - float(distance), _key(bastion, chunk)) for bastion, chunk, distance in rows),
+                        key=lambda item: (-item[0], item[1]))
+        return ranked[:n]
+
+    def keyword_top(self, query: str, n: int) -> list[tuple[float, str]]:
+        """``(score, key)`` of the ``n`` best windows by words: all the words first, then any."""
+        ranked: list[tuple[float, str]] = []
+        seen: set[str] = set()
+        for operator, bonus in (("&", 1.0), ("|", 0.0)):
+            expression = tsquery_text(query, operator)
+            if not expression or len(ranked) >= n:
+                break
+            for score, key in self._keyword_pass(expression, n):
+                if key not in seen and len(ranked) < n:
+                    seen.add(key)
+                    ranked.append((bonus + score, key))
+            if operator == "&" and len(WORD_RE.findall(query)) < 2:
+                break  # one word: the second pass would find the same rows
+        return ranked
+
+    def _keyword_pass(self, expression: str, n: int) -> list[tuple[float, str]]:
+        params: list = [expression, self.key]
+        where = self._filter(params)
+        params += [KEYWORD_POOL, n]
+        rows = self.conn.execute(
+            "WITH q AS (SELECT to_tsquery('english', %s) AS q),"
+            " m AS MATERIALIZED (SELECT bastion, chunk_id, tsv FROM bastion_agent.windows, q"
+            "   WHERE model = %s AND tsv @@ q.q" + where + " LIMIT %s)"
+            " SELECT bastion, chunk_id, ts_rank(m.tsv, q.q, 32) AS r FROM m, q"
+            " ORDER BY r DESC, bastion, chunk_id LIMIT %s", params).fetchall()
+        return [(float(r), _key(bastion, chunk)) for bastion, chunk, r in rows]
+
+    def hits(self, ranked: list[tuple[float, str]]) -> list[RemoteHit]:
+        """The windows of ``ranked`` keys with their documents' paths, in that order."""
+        if not ranked:
+            return []
+        pairs = [key.split("\0", 1) for _, key in ranked]
+        rows = self.conn.execute(
+            'SELECT w.bastion, w.chunk_id, w.doc, w.idx, w.start, w."end", w.text, d.paths'
+            " FROM bastion_agent.windows w JOIN unnest(%s::text[], %s::text[]) AS k(bastion, chunk_id)"
+            "   ON w.bastion = k.bastion AND w.chunk_id = k.chunk_id AND w.model = %s"
+            " LEFT JOIN bastion_agent.documents d ON d.bastion = w.bastion AND d.doc = w.doc AND d.model = w.model",
+            ([b for b, _ in pairs], [c for _, c in pairs], self.key)).fetchall()
+        found = {_key(row[0], row[1]): row for row in rows}
+        return [RemoteHit(score, doc, idx, chunk, text, list(paths or []), start, end, bastion=bastion)
+                for score, key in ranked if key in found
+                for bastion, chunk, doc, idx, start, end, text, paths in (found[key],)]
+
+
+class _DatabaseErrors:
+    """Turns a database failure during a search into one ``DatabaseError`` line (host/db, never the password)."""
+
+    def __init__(self, dsn: str, publish):
+        self.dsn, self.publish = dsn, publish
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        from psycopg import Error
+
+        if exc is not None and isinstance(exc, Error):
+            where = self.publish.describe_dsn(self.dsn)
+            raise DatabaseError(f"PostgreSQL ({where}) failed the search: {self.publish.scrub(exc, self.dsn)}") from None
+        return False
+
+
+def open_index(manifest, bastions: Sequence[str] = ()) -> RemoteIndex:
+    """The central index at ``BASTION_PUBLISH_DSN`` for the manifest's model."""
+    from . import publish
+
+    for name in bastions:
+        try:
+            publish.validate_bastion_name(name)
+        except ValueError as exc:
+            raise ConfigError(f"--bastion {exc}") from None
+    return RemoteIndex(manifest, publish.dsn_from_env(), bastions)
+
+
+def search(manifest, query: str, k: int = embed.DEFAULT_K, mode: str | None = None, bastions: Sequence[str] = (),
+           exact: bool = False, client=None) -> list[RemoteHit]:
+    """The top ``k`` windows across the bastions (all, or ``bastions``), as ``embed.search`` for one."""
+    if not query.strip():
+        raise ConfigError("the query is empty")
+    mode = embed.resolve_mode(manifest, mode)
+    index = open_index(manifest, bastions)
+    try:
+        if embed.needs_vector(mode) and not len(index):
+            return []
+        vector = embed.embed_query(manifest, query, client) if embed.needs_vector(mode) else None
+        return index.search(query, vector, k, mode, exact=exact)
+    finally:
+        index.close()

