@@ -78,9 +78,11 @@ def format_hits(hits: list[embed.Hit]) -> str:
     blocks = []
     for rank, hit in enumerate(hits, start=1):
         where = ", ".join(hit.paths) or "(no path)"
-        if getattr(hit, "bastion", None):
+        strength = f"relevance {hit.relevance:3d}"
+        if getattr(hit, "bastion", None):  # the central index ranks without calibrated evidence: its score
             where = f"{hit.bastion}: {where}"
-        head = f"{rank}. relevance {hit.relevance:3d}  {where}  [doc {hit.doc[:12]} window {hit.idx}]"
+            strength = f"{hit.score:.4f}"
+        head = f"{rank}. {strength}  {where}  [doc {hit.doc[:12]} window {hit.idx}]"
         text = " ".join(hit.text.split())
         if len(text) > SNIPPET_CHARS:
             text = text[: SNIPPET_CHARS - 1] + "…"
