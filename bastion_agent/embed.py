@@ -411,10 +411,25 @@ class Hit:
     paths: list[str]
     start: int
     end: int
+    relevance: int = 0  # 0-100, the same scale for every query and mode (fusion.py)
+    vector_score: float | None = None  # the window's cosine, when the vector side returned it
+    vector_rank: int | None = None
+    keyword_score: float | None = None  # its BM25, when the keyword side returned it
+    keyword_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a search returns: the hits, the mode that answered, and why it differs from the one asked."""
+
+    hits: list[Hit]
+    mode: str
+    fallback: str | None = None  # "keyword" when the model server was down and keyword search answered
+    notice: str | None = None  # one line saying so
 
 
 DEFAULT_MODE = "hybrid"  # the best of the three on Cranfield and SciFact (docs/search.md)
-FUSION_CANDIDATES = 100  # how deep each ranking goes into reciprocal rank fusion
+FUSION_CANDIDATES = 100  # how deep each ranking goes into fusion
 RESCORE_MARGIN = 16  # extra candidates re-scored from the database, so float32 near-ties rank alike
 
 
@@ -457,6 +472,8 @@ class SearchIndex:
         self.version = version
         self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.lock = threading.Lock()
+        self._vocabulary = None
+        self._floor: float | None = None
         self.db = sqlite3.connect(layout.vectors_db, timeout=vectorstore.BUSY_TIMEOUT_MS / 1000,
                                   isolation_level=None, check_same_thread=False)
 
@@ -499,6 +516,8 @@ class SearchIndex:
         return self.vectors.current if self.vectors is not None else 0
 
     def close(self) -> None:
+        if self._vocabulary is not None:
+            self._vocabulary.close()
         self.db.close()
 
     def is_current(self) -> bool:
@@ -512,7 +531,7 @@ class SearchIndex:
         ``mode`` is vector, keyword or hybrid (None: the manifest's default);
         ``exact`` scans every vector even where the ANN index would answer.
         """
-        from . import keyword
+        from . import fusion, keyword
 
         mode = mode or self.default_mode
         if mode not in SEARCH_MODES:
@@ -521,15 +540,68 @@ class SearchIndex:
             raise ModelServerError(f"the query vector has {len(query_vector)} dimensions, the manifest says dim = {self.dim}")
         with self.lock:
             if mode == "keyword":
-                ranked = keyword.top(self.db, query, k)
+                ranked = fusion.keyword_only(keyword.top(self.db, query, k, self.vocabulary()))
             elif mode == "vector":
-                ranked = self._vector_top(query_vector, k, exact)
+                ranked = fusion.vector_only(self._vector_top(query_vector, k, exact), self.cosine_floor())
             else:
-                depth = max(FUSION_CANDIDATES, k)
-                by_vector = [chunk for _, chunk in self._vector_top(query_vector, depth, exact)]
-                by_keyword = [chunk for _, chunk in keyword.top(self.db, query, depth)]
-                ranked = keyword.fuse([by_vector, by_keyword], k)
+                ranked = self._hybrid(query, query_vector, k, exact)
             return self._hits(ranked)
+
+    def _hybrid(self, query: str, query_vector, k: int, exact: bool) -> list:
+        from . import fusion, keyword
+
+        depth = max(FUSION_CANDIDATES, k)
+        by_vector = self._vector_top(query_vector, depth, exact)
+        by_keyword = keyword.top(self.db, query, depth, self.vocabulary())
+        seen = {chunk for _, chunk in by_vector}
+        others = self._cosines_of(query_vector, [hit.chunk_id for hit in by_keyword if hit.chunk_id not in seen])
+        return fusion.fuse(by_vector, by_keyword, others, self.cosine_floor(), k)
+
+    def vocabulary(self):
+        """The keyword side's cache for this store (made on first use; the index is dropped when the store changes)."""
+        from . import keyword
+
+        if self._vocabulary is None:
+            self._vocabulary = keyword.Vocabulary(self.db) if keyword.has_index(self.db) else None
+        return self._vocabulary
+
+    def cosine_floor(self) -> float:
+        """The median cosine between windows of this store taken at random: what "unrelated" scores here."""
+        from . import fusion
+
+        if self._floor is None:
+            self._floor = fusion.cosine_floor(self._sample_cosines(fusion.FLOOR_SAMPLE))
+        return self._floor
+
+    def _sample_cosines(self, count: int) -> list[float]:
+        """Cosines between ``count`` current rows of the vector file spread evenly over it (read from the map)."""
+        vectors = self.vectors
+        if vectors is None or not vectors.rows:
+            return []
+        step = max(1, vectors.rows // count)
+        positions = [p for p in range(0, vectors.rows, step) if vectors.is_current_row(p)][:count]
+        if vectors.np is not None:
+            np = vectors.np
+            rows = np.asarray(vectors.matrix[positions], dtype=np.float64)
+            norms = np.linalg.norm(rows, axis=1)
+            rows = rows[norms > 0] / norms[norms > 0, None]
+            products = rows @ rows.T
+            return products[np.triu_indices(len(rows), 1)].tolist()
+        rows = [vectors.flat[p * self.dim:(p + 1) * self.dim] for p in positions]
+        norms = [math.sqrt(math.fsum(x * x for x in row)) for row in rows]
+        return [cosine(rows[i], norms[i], rows[j]) for i in range(len(rows)) for j in range(i + 1, len(rows))
+                if norms[i] > 0]
+
+    def _cosines_of(self, query_vector, chunk_ids: list[str]) -> dict[str, float]:
+        """The cosine of each listed window's stored vector with the query (windows without one are left out)."""
+        if query_vector is None or not chunk_ids:
+            return {}
+        marks = ",".join("?" * len(chunk_ids))
+        found = self.db.execute(f"SELECT chunk_id, vec FROM vectors WHERE chunk_id IN ({marks}) AND model = ? AND dim = ?",
+                                (*chunk_ids, self.key, self.dim)).fetchall()
+        scores = cosines(query_vector, [blob for _, blob in found], self.dim,
+                         self.vectors.np if self.vectors is not None else None)
+        return {chunk: score for (chunk, _), score in zip(found, scores)}
 
     def _vector_top(self, query_vector, n: int, exact: bool) -> list[tuple[float, str]]:
         """``(cosine, chunk_id)`` of the ``n`` nearest current windows, scored from the database's vectors."""
@@ -549,18 +621,20 @@ class SearchIndex:
         scored = sorted(zip(scores, (chunk for chunk, _ in found)), key=lambda item: (-item[0], item[1]))
         return scored[:n]
 
-    def _hits(self, ranked: list[tuple[float, str]]) -> list[Hit]:
+    def _hits(self, ranked: list) -> list[Hit]:
+        """``fusion.Scored`` rows as hits, with their windows' text and paths."""
         if not ranked:
             return []
         marks = ",".join("?" * len(ranked))
         rows = {row[0]: row for row in self.db.execute(
             f'SELECT chunk_id, doc, idx, start, "end", text FROM chunks WHERE chunk_id IN ({marks})',
-            [chunk for _, chunk in ranked])}
+            [item.chunk_id for item in ranked])}
         paths = vectorstore.document_paths(self.db, (row[1] for row in rows.values()))
         return [
-            Hit(score, doc, idx, chunk, text, paths.get(doc, []), start, end)
-            for score, chunk in ranked if chunk in rows
-            for _, doc, idx, start, end, text in (rows[chunk],)
+            Hit(item.score, doc, idx, item.chunk_id, text, paths.get(doc, []), start, end, item.relevance,
+                item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank)
+            for item in ranked if item.chunk_id in rows
+            for _, doc, idx, start, end, text in (rows[item.chunk_id],)
         ]
 
 
@@ -619,12 +693,28 @@ def embed_query(manifest, query: str, client: EmbedClient | None = None) -> list
 
 def search(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: EmbedClient | None = None,
            mode: str | None = None, exact: bool = False) -> list[Hit]:
-    """The top ``k`` current windows for ``query``, best first.
+    """The top ``k`` current windows for ``query``, best first (``answer`` without the keyword fallback).
 
     ``mode`` (vector, keyword, hybrid) defaults to the manifest's ``[search]
     mode``, else ``DEFAULT_MODE``. Keyword search never calls the model
     server; a model with no vectors gives ``[]`` in the other modes without
-    calling it either.
+    calling it either. An unreachable model server raises ``ModelServerError``.
+    """
+    return answer(manifest, layout, query, k, client, mode, exact, fallback=False).hits
+
+
+def fallback_notice(mode: str, error: Exception) -> str:
+    """The one line that says keyword search answered instead of ``mode``."""
+    return f"the model server is unavailable ({error}); answered with keyword search instead of {mode} search"
+
+
+def answer(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: EmbedClient | None = None,
+           mode: str | None = None, exact: bool = False, fallback: bool = True) -> Answer:
+    """``search``, and when the model server cannot embed the query, keyword search with a notice saying so.
+
+    Keyword search needs only ``vectors.db``, so a model server that is down
+    (or answers nonsense) costs the meaning side of a query, not the answer.
+    ``fallback=False`` raises the ``ModelServerError`` instead.
     """
     if not query.strip():
         raise ConfigError("the query is empty")
@@ -634,9 +724,14 @@ def search(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: Emb
     index = SearchIndex.load(manifest, layout, vectors=needs_vector(mode))
     try:
         if needs_vector(mode) and not len(index):
-            return []
-        vector = embed_query(manifest, query, client) if needs_vector(mode) else None
-        return index.search(query, vector, k, mode, exact=exact)
+            return Answer([], mode)
+        try:
+            vector = embed_query(manifest, query, client) if needs_vector(mode) else None
+        except ModelServerError as exc:
+            if not fallback:
+                raise
+            return Answer(index.search(query, None, k, "keyword"), "keyword", "keyword", fallback_notice(mode, exc))
+        return Answer(index.search(query, vector, k, mode, exact=exact), mode)
     finally:
         index.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import textwrap
 from dataclasses import asdict
 
@@ -55,7 +56,10 @@ def run_search(args: argparse.Namespace) -> int:
         hits = remote_search.search(manifest, args.query, args.k, mode=args.mode, bastions=args.bastion,
                                     exact=args.exact)
     else:
-        hits = embed.search(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact)
+        result = embed.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact)
+        if result.notice:
+            print(f"bastion_agent search: {result.notice}", file=sys.stderr)
+        hits = result.hits
     if args.json:
         print(json.dumps([asdict(hit) for hit in hits], ensure_ascii=False, indent=2))
     else:
@@ -64,15 +68,21 @@ def run_search(args: argparse.Namespace) -> int:
 
 
 def format_hits(hits: list[embed.Hit]) -> str:
-    """Hits for a person: rank, score, path(s), document and window, then the text."""
+    """Hits for a person: rank, relevance (0-100), path(s), document and window, then the text.
+
+    The relevance, not the fused score, is what a person can compare
+    between queries (``fusion``); ``--json`` keeps every score.
+    """
     if not hits:
         return "no hits"
     blocks = []
     for rank, hit in enumerate(hits, start=1):
         where = ", ".join(hit.paths) or "(no path)"
-        if getattr(hit, "bastion", None):
+        strength = f"relevance {hit.relevance:3d}"
+        if getattr(hit, "bastion", None):  # the central index ranks without calibrated evidence: its score
             where = f"{hit.bastion}: {where}"
-        head = f"{rank}. {hit.score:.4f}  {where}  [doc {hit.doc[:12]} window {hit.idx}]"
+            strength = f"{hit.score:.4f}"
+        head = f"{rank}. {strength}  {where}  [doc {hit.doc[:12]} window {hit.idx}]"
         text = " ".join(hit.text.split())
         if len(text) > SNIPPET_CHARS:
             text = text[: SNIPPET_CHARS - 1] + "…"

@@ -327,6 +327,7 @@ class SearchService:
             "loaded_at": index.loaded_at,
             "index_error": self.index_error,
             "model_server": "ok" if self.model.reachable else "unreachable",
+            "fallback": None if self.model.reachable else "keyword",  # /search answers by keyword meanwhile
             "search_mode": self.default_mode,
             "auth": "bearer" if self.settings.token else "none",
             "limits": {"max_k": self.settings.max_k, "max_query_chars": self.settings.max_query_chars},
@@ -338,8 +339,17 @@ class SearchService:
         index = self.index
         vectors = needs_vector(mode)
         hits = []
+        notice = None
+        asked = mode
         if len(index) or not vectors:  # no vectors: no hits and no model call, as the CLI does
-            vector = self.model.embed_query(query) if vectors else None
+            vector = None
+            if vectors:
+                try:
+                    vector = self.model.embed_query(query)
+                except RequestError as exc:  # the model server is down: keyword search answers, and says so
+                    if exc.status != 503:
+                        raise
+                    mode, notice = "keyword", f"{exc.message.removesuffix('; try again later')}; answered with keyword search instead of {asked} search"
             try:
                 hits = index.search(query, vector, k, mode)
             except ConfigError as exc:
@@ -349,13 +359,16 @@ class SearchService:
             except DatabaseError as exc:  # serve --remote: the details go to the log, not to the client
                 self.log(f"bastion_agent serve: {exc}")
                 raise RequestError(503, "the central index is unavailable; try again later") from None
-        return {
+        envelope = {
             "query": query,
             "model": self.manifest.embed.model,
             "mode": mode,
             "k": k,
             "hits": [dataclasses.asdict(hit) for hit in hits],
         }
+        if notice:
+            envelope.update(fallback="keyword", notice=notice)
+        return envelope
 
 
 _PATH_RE = re.compile(r"""(?:[A-Za-z]:)?(?:~|\.{1,2})?[/\\][^\s'"()\[\],;]*""")

@@ -95,7 +95,8 @@ def _search_responses(settings, *, body: bool) -> dict:
     responses = {
         "200": _json("Hits, best first.", "SearchAnswer"),
         "400": _error(f"A bad query: {reasons}."),
-        "503": _error(f"The model server is unavailable, or the answer took longer than {settings.request_time_limit:g} s."),
+        "503": _error(f"The answer took longer than {settings.request_time_limit:g} s. (When the model server is down,"
+                      " keyword search answers with 200, \"fallback\": \"keyword\" and a notice.)"),
     }
     if body:
         responses["413"] = _error(f"The body is larger than {settings.max_body_bytes} bytes.")
@@ -146,7 +147,13 @@ def _schemas(settings) -> dict:
             "type": "object",
             "required": ["score", "doc", "idx", "chunk_id", "text", "paths", "start", "end"],
             "properties": {
-                "score": {"type": "number", "description": "Similarity, higher is better."},
+                "score": {"type": "number", "description": "The ranking score (fused in hybrid mode), higher is better."},
+                "relevance": {"type": "integer", "minimum": 0, "maximum": 100,
+                              "description": "How close a match, 0-100, on the same scale for every query and mode."},
+                "vector_score": {"type": ["number", "null"], "description": "Cosine similarity, if the vector side returned the window."},
+                "vector_rank": {"type": ["integer", "null"], "description": "Its rank on the vector side, from 1."},
+                "keyword_score": {"type": ["number", "null"], "description": "BM25, if the keyword side returned the window."},
+                "keyword_rank": {"type": ["integer", "null"], "description": "Its rank on the keyword side, from 1."},
                 "doc": {"type": "string", "description": "The document id: sha256 of its sanitized text."},
                 "idx": {"type": "integer", "description": "The window's position in its document."},
                 "chunk_id": {"type": "string"},
@@ -165,6 +172,9 @@ def _schemas(settings) -> dict:
                 "mode": {"type": "string", "enum": list(SEARCH_MODES)},
                 "k": {"type": "integer"},
                 "hits": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}},
+                "fallback": {"type": "string", "enum": ["keyword"],
+                             "description": "Present when the model server was down and keyword search answered."},
+                "notice": {"type": "string", "description": "One line saying why, with the fallback."},
             },
         },
         "Health": {
@@ -178,6 +188,8 @@ def _schemas(settings) -> dict:
                 "loaded_at": {"type": "string", "description": "UTC time the index was loaded (ISO 8601)."},
                 "index_error": {"type": ["string", "null"], "description": "Why the last reload failed, if it did."},
                 "model_server": {"type": "string", "enum": ["ok", "unreachable"]},
+                "fallback": {"type": ["string", "null"], "enum": ["keyword", None],
+                             "description": "\"keyword\" while the model server is unreachable: /search answers by keyword."},
                 "search_mode": {"type": "string", "enum": list(SEARCH_MODES)},
                 "auth": {"type": "string", "enum": ["none", "bearer"]},
                 "limits": {"type": "object"},

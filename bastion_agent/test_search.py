@@ -307,11 +307,15 @@ class KeywordTests(SyntheticStore):
         target = self.chunks[4][0]
         query = vectorstore.unpack(self.vectors[9][1]).tolist()
         index = self.load()
-        vector_hits = self.ids(index.search("ZX-4471-B", query, 3, "vector"))
+        vector_hits = self.ids(index.search("ZX-4471-B", query, 10, "vector"))
         self.assertNotIn(target, vector_hits)
-        hybrid_hits = self.ids(index.search("ZX-4471-B", query, 3, "hybrid"))
-        self.assertIn(target, hybrid_hits)
-        self.assertEqual(hybrid_hits[0], vector_hits[0]) if hybrid_hits[0] != target else None
+        hybrid = index.search("ZX-4471-B", query, 10, "hybrid")
+        self.assertIn(target, self.ids(hybrid))
+        self.assertEqual(self.ids(hybrid)[0], vector_hits[0])  # the query's own window (cosine 1) stays first
+        found = hybrid[self.ids(hybrid).index(target)]
+        self.assertEqual(found.keyword_rank, 1)
+        self.assertGreater(found.vector_rank, 10)  # far down the vector side, brought up by its exact words
+        self.assertGreaterEqual(found.relevance, 50)
 
     def test_keyword_index_follows_the_chunks(self):
         self.store(self.chunks[:4] + self.chunks[5:], [])
@@ -319,7 +323,7 @@ class KeywordTests(SyntheticStore):
         self.store(self.chunks, [])
         self.assertEqual(self.ids(self.load().search("ZX-4471-B", None, 3, "keyword")), [self.chunks[4][0]])
 
-    def test_fusion_sums_reciprocal_ranks(self):
+    def test_rank_fusion_for_rankings_without_scores_sums_reciprocal_ranks(self):
         fused = keyword.fuse([["a", "b"], ["b", "c"]], 3, k=60)
         self.assertEqual([chunk for _, chunk in fused], ["b", "a", "c"])
         self.assertAlmostEqual(fused[0][0], 1 / 62 + 1 / 61)
@@ -333,7 +337,151 @@ class KeywordTests(SyntheticStore):
         with mock.patch.object(vectorstore, "MIGRATIONS", vectorstore.MIGRATIONS[:3]):  # m004 forgets old ids
             upgraded = vectorstore.connect(path, create=False)
         self.addCleanup(upgraded.close)
-        self.assertEqual([c for _, c in keyword.top(upgraded, "ZX-4471-B", 3)], [self.chunks[4][0]])
+        self.assertEqual([hit.chunk_id for hit in keyword.top(upgraded, "ZX-4471-B", 3)], [self.chunks[4][0]])
+
+
+class ParaphraseTests(SanitizedStoreCase):
+    """Fusion over a real chunk + embed with the stub's bag of words, which behaves like a (poor) embedding."""
+
+    size, overlap = 64, 8
+    INVOICES = "When you have to settle an invoice, you have to transfer the amount to the bank before the due date."
+    docs = {
+        INVOICES: ["billing/invoices.txt"],
+        "Do I know? I do.": ["notes/doubt.txt"],
+        "The ferry crossed to the island at dawn when the tide was high.": ["travel/ferry.txt"],
+        "The orchard grew pears and plums.": ["garden/orchard.txt"],
+    }
+    QUERY = "when do I have to pay the bill"
+
+    def setUp(self):
+        super().setUp()
+        self.stub = StubServer().start()
+        self.addCleanup(self.stub.stop)
+        self.chunk()
+        self.embed_with(self.stub)
+
+    def search(self, mode, k=4, url=None):
+        with clean_env(EMBED_URL=url or self.stub.url):
+            return embed.search(self.manifest(), self.layout, self.QUERY, k, mode=mode)
+
+    def test_a_query_sharing_only_stop_words_ranks_the_document_where_the_vector_side_does(self):
+        invoices = self.ids[self.INVOICES]
+        self.assertEqual(self.search("vector")[0].doc, invoices)
+        db = vectorstore.connect(self.layout.vectors_db, create=False)
+        self.addCleanup(db.close)
+        unpruned = db.execute("SELECT c.doc FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid"
+                              " WHERE chunks_fts MATCH ? ORDER BY f.rank", (keyword.fts_query(self.QUERY),)).fetchall()
+        self.assertNotEqual(unpruned[0][0], invoices)  # the trap: BM25 over every word prefers "Do I? I do."
+        self.assertEqual(self.search("keyword"), [])  # only stop words and words no window holds
+        hybrid = self.search("hybrid")
+        self.assertEqual([h.doc for h in hybrid], [h.doc for h in self.search("vector")])
+
+    def test_json_carries_each_sides_score_and_rank(self):
+        with clean_env(EMBED_URL=self.stub.url):
+            code, out, err = run_cli("search", self.manifest_path, "orchard pears ferry", "--out", self.out, "--json")
+        self.assertEqual((code, err), (0, ""))
+        hits = json.loads(out)
+        fields = {"score", "relevance", "vector_score", "vector_rank", "keyword_score", "keyword_rank"}
+        self.assertTrue(all(fields <= set(hit) for hit in hits))
+        both = [hit for hit in hits if hit["vector_rank"] and hit["keyword_rank"]]
+        self.assertEqual(both[0]["paths"], ["garden/orchard.txt"])
+        self.assertEqual(hits[0]["paths"], ["garden/orchard.txt"])
+        self.assertEqual(sorted(hit["vector_rank"] for hit in hits if hit["vector_rank"]),
+                         list(range(1, 1 + sum(1 for hit in hits if hit["vector_rank"]))))
+        for hit in hits:
+            self.assertIsInstance(hit["relevance"], int)
+            self.assertTrue(0 <= hit["relevance"] <= 100)
+            self.assertEqual(hit["keyword_score"] is None, hit["keyword_rank"] is None)
+            self.assertEqual(hit["vector_score"] is None, hit["vector_rank"] is None)
+        self.assertEqual([hit["score"] for hit in hits], sorted((hit["score"] for hit in hits), reverse=True))
+
+    def test_relevance_is_bounded_and_means_the_same_across_modes(self):
+        for mode in ("vector", "keyword", "hybrid"):
+            with self.subTest(mode=mode):
+                with clean_env(EMBED_URL=self.stub.url):
+                    hits = embed.search(self.manifest(), self.layout, "orchard pears plums", 4, mode=mode)
+                self.assertEqual(hits[0].paths, ["garden/orchard.txt"])
+                self.assertTrue(all(0 <= hit.relevance <= 100 for hit in hits))
+                self.assertGreaterEqual(hits[0].relevance, 50)  # every word of the query is in the window
+        with clean_env(EMBED_URL=self.stub.url):
+            weak = embed.search(self.manifest(), self.layout, "orchard violins trumpets drums", 1, mode="keyword")
+        self.assertLess(weak[0].relevance, hits[0].relevance)  # one word of four matched reads lower
+
+    @unittest.skipUnless(HAS_NUMPY, "numpy is not installed")
+    def test_numpy_and_pure_python_calibrate_and_fuse_alike(self):
+        with clean_env(EMBED_URL=self.stub.url):
+            manifest = self.manifest()
+            vector = embed.embed_query(manifest, "orchard pears ferry")
+        answers = []
+        for use_numpy in (True, False):
+            index = embed.SearchIndex.load(manifest, self.layout, use_numpy=use_numpy)
+            self.addCleanup(index.close)
+            answers.append((round(index.cosine_floor(), 9),
+                            [(h.chunk_id, h.relevance) for h in index.search("orchard pears ferry", vector, 4, "hybrid")]))
+        self.assertEqual(answers[0], answers[1])
+        self.assertTrue(0 < answers[0][0] < 1)
+
+    def test_cli_answers_by_keyword_when_the_model_server_is_down(self):
+        with clean_env(EMBED_URL=closed_port_url()):
+            code, out, err = run_cli("search", self.manifest_path, "orchard pears", "--out", self.out, "--json")
+        self.assertEqual(code, 0)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        self.assertIn("answered with keyword search instead of hybrid search", err)
+        hits = json.loads(out)
+        self.assertEqual(hits[0]["paths"], ["garden/orchard.txt"])
+        self.assertIsNone(hits[0]["vector_rank"])
+        with clean_env(EMBED_URL=closed_port_url()):
+            code, out, err = run_cli("search", self.manifest_path, "orchard pears", "--out", self.out)
+        self.assertEqual(code, 0)
+        self.assertIn("relevance", out.splitlines()[0])
+
+    def test_the_library_search_still_raises_without_the_fallback(self):
+        from .errors import ModelServerError
+
+        with self.assertRaises(ModelServerError):
+            self.search("hybrid", url=closed_port_url())
+        with clean_env(EMBED_URL=closed_port_url()):
+            result = embed.answer(self.manifest(), self.layout, "orchard", 2, mode="vector")
+        self.assertEqual((result.mode, result.fallback), ("keyword", "keyword"))
+        self.assertIn("instead of vector search", result.notice)
+
+
+class KeywordPruningTests(SyntheticStore):
+    """Which words the keyword side searches, on a store where one word is everywhere."""
+
+    def setUp(self):
+        super().setUp()
+        texts = [f"common word filler{i % 50} window {i}" for i in range(400)]
+        texts[17] = "common word zebra crossing"
+        texts[18] = "common crossing guard"
+        self.chunks, self.vectors = self.rows(400, text=lambda i: texts[i])
+        self.store(self.chunks, self.vectors)
+
+    def test_a_word_in_most_windows_is_not_searched(self):
+        vocabulary = keyword.Vocabulary(self.db)
+        self.addCleanup(vocabulary.close)
+        self.assertEqual(vocabulary.windows, 400)
+        self.assertEqual([t.phrase for t in vocabulary.terms("the common zebra crossing")], ['"zebra"', '"crossing"'])
+        self.assertEqual(keyword.top(self.db, "common", 5, vocabulary), [])
+
+    def test_word_forms_count_once_and_evidence_is_bounded(self):
+        hits = keyword.top(self.db, "zebra zebras crossing crossings", 5)
+        self.assertEqual([h.chunk_id for h in hits][:2], [self.chunks[17][0], self.chunks[18][0]])
+        self.assertTrue(all(0 < h.evidence <= 1 for h in hits))
+        self.assertGreater(hits[0].evidence, hits[1].evidence)
+
+    def test_only_the_rarest_words_are_ranked_when_the_budget_is_small(self):
+        with mock.patch.object(keyword, "RANK_BUDGET", 3):
+            vocabulary = keyword.Vocabulary(self.db)
+            self.addCleanup(vocabulary.close)
+            terms = vocabulary.terms("zebra crossing filler7")
+            self.assertEqual(keyword.plan(terms)[0], '"zebra" OR "crossing"')
+            hits = keyword.top(self.db, "filler7 window", 5, vocabulary)  # both too common: bounded AND
+        self.assertTrue(hits)
+        self.assertTrue(all(" filler7 " in self.text_of(h.chunk_id) for h in hits))
+
+    def text_of(self, chunk_id):
+        return self.db.execute("SELECT text FROM chunks WHERE chunk_id = ?", (chunk_id,)).fetchone()[0] + " "
 
 
 def reference_windows(text: str, size: int, overlap: int) -> list[tuple[int, int, int]]:

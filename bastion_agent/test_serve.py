@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import embed, manifest as manifest_module, serve, serve_page, vectorstore
-from .client import EmbedClient, EndpointConfig
+from .client import EndpointConfig
 from .errors import ConfigError
 from .layout import Layout
 from .stub_server import StubServer
@@ -429,37 +429,42 @@ class ExposureTests(unittest.TestCase):
 
 
 class ModelServerTests(StoreCase):
-    def test_unreachable_at_start_answers_503_and_says_so_then_recovers(self):
+    def test_unreachable_at_start_answers_by_keyword_and_says_so_then_recovers(self):
         url = closed_port_url()
         server = start(self.store, self, endpoint_url=url, reprobe_seconds=0.0)
-        status, _, value = request(server.url, path="/search?q=bread")
-        self.assertEqual(status, 503)
-        self.assertIn("model server is unavailable", value["error"])
+        status, _, value = request(server.url, path="/search?q=sourdough+bread")
+        self.assertEqual(status, 200)
+        self.assertEqual((value["fallback"], value["mode"]), ("keyword", "keyword"))
+        self.assertIn("model server is unavailable", value["notice"])
+        self.assertEqual(len(value["notice"].splitlines()), 1)
+        self.assertEqual(value["hits"][0]["doc"], self.store.ids[BREAD])
+        self.assertIsNone(value["hits"][0]["vector_score"])
         health = request(server.url, path="/healthz")[2]
-        self.assertEqual((health["status"], health["model_server"]), ("degraded", "unreachable"))
+        self.assertEqual((health["status"], health["model_server"], health["fallback"]),
+                         ("degraded", "unreachable", "keyword"))
         self.assertIn("unavailable", self.log.getvalue())
         port = urllib.parse.urlsplit(url).port
         with StubServer(port=port):
             status, _, value = request(server.url, path="/search?q=flour+water+salt")
             self.assertEqual(status, 200)
+            self.assertNotIn("fallback", value)
             self.assertEqual(value["hits"][0]["doc"], self.store.ids[BREAD])
             self.assertEqual(request(server.url, path="/healthz")[2]["model_server"], "ok")
 
-    def test_a_model_server_that_goes_away_gives_503_and_the_server_stays_up(self):
+    def test_a_model_server_that_goes_away_gives_keyword_answers_and_the_server_stays_up(self):
         stub = StubServer().start()
         server = start(self.store, self, endpoint_url=stub.url, reprobe_seconds=3600.0)
         self.assertEqual(request(server.url, path="/search?q=bread")[0], 200)
         stub.stop()
         status, _, value = request(server.url, path="/search?q=bread")
-        self.assertEqual(status, 503)
-        self.assertIn("cannot reach the model server", value["error"])
+        self.assertEqual((status, value["fallback"]), (200, "keyword"))
+        self.assertIn("cannot reach the model server", value["notice"])
         health = request(server.url, path="/healthz")
         self.assertEqual((health[0], health[2]["model_server"]), (200, "unreachable"))
 
     @unittest.skipUnless(hasattr(embed, "needs_vector"), "this index has no keyword search")
     def test_keyword_search_works_while_the_model_server_is_down(self):
         server = start(self.store, self, endpoint_url=closed_port_url(), reprobe_seconds=3600.0)
-        self.assertEqual(request(server.url, path="/search?q=bread")[0], 503)
         status, _, value = request(server.url, path="/search?q=sourdough&mode=keyword&k=1")
         self.assertEqual(status, 200)
         self.assertEqual(value["hits"][0]["doc"], self.store.ids[BREAD])
@@ -468,8 +473,8 @@ class ModelServerTests(StoreCase):
         with StubServer(dim=32) as wrong:
             server = start(self.store, self, endpoint_url=wrong.url, reprobe_seconds=3600.0)
             status, _, value = request(server.url, path="/search?q=bread")
-        self.assertEqual(status, 503)
-        self.assertIn("32-dimensional", value["error"])
+        self.assertEqual((status, value["fallback"]), (200, "keyword"))
+        self.assertIn("32-dimensional", value["notice"])
 
 
 class ReloadTests(unittest.TestCase):
@@ -601,18 +606,22 @@ class OpenApiTests(StoreCase):
         if status == "421":
             return request(url, method, good["GET"] if method == "GET" else path, {"query": "bread"} if method == "POST" else None,
                            {**headers, "Host": "attacker.example"})[0]
-        if status == "503":
+        if status == "503":  # an answer over the time limit (a model server that is down gets keyword answers)
             service = self.servers[url].server.service
-            working = service.model.client
-            broken = EmbedClient(EndpointConfig(url=closed_port_url()), "stub-model")
-            broken.api, broken.dim = working.api, working.dim
-            service.model.client = broken
+            original, release = service.index.search, threading.Event()
+
+            def slow(*args, **kwargs):
+                release.wait(WAIT_SECONDS)
+                return original(*args, **kwargs)
+
+            service.index.search = slow
             try:
                 if method == "POST":
                     return request(url, "POST", path, {"query": "bread"}, headers)[0]
                 return request(url, "GET", good["GET"], None, headers)[0]
             finally:
-                service.model.client = working
+                release.set()
+                service.index.search = original
         raise AssertionError(f"no way to provoke {status} on {method} {path}: document it only if the server does it")
 
     def check_document(self, **settings):

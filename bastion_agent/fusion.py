@@ -1,0 +1,102 @@
+"""Hybrid ranking and the relevance a person reads: a convex combination of calibrated evidence.
+
+Reciprocal rank fusion, which hybrid search used before, gives the keyword
+side's best window the same weight as the vector side's best, however weak
+its match: "when do I have to pay the bill" found the invoices in vector
+mode and lost them in hybrid to a window that shared "I", "do" and "the".
+So each side's score is first turned into evidence between 0 and 1 that
+means the same for every query, and the fused score is
+
+    score = VECTOR_WEIGHT * vector evidence + (1 - VECTOR_WEIGHT) * keyword evidence
+
+- vector evidence: ``(cosine - floor) / (1 - floor)``, clipped to [0, 1],
+  where ``floor`` is the median cosine between windows of this store taken
+  at random (``cosine_floor``): what an unrelated window scores with this
+  model. A model whose cosines all sit near 0.8 and one whose cosines
+  spread from 0 to 1 then read alike.
+- keyword evidence: ``keyword.KeywordHit.evidence``, the BM25 score over the
+  summed idf of the discriminating words searched: how much of the query a
+  window holds. Stop words and words in most windows count for nothing.
+
+A window only one side returned still gets the other side's evidence when
+it can be had cheaply: a keyword hit's cosine is read from its stored
+vector; a vector hit that the keyword side did not return has keyword
+evidence 0 (its words were not among the best matches). Ties go to the
+smaller chunk id.
+
+``relevance`` (0-100) is the stronger of the two evidences, in percent:
+the same scale in every mode and for every query, so 80 means a close
+match whatever was asked; ``score`` stays the ranking value.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+VECTOR_WEIGHT = 0.6  # the best nDCG@10 on Cranfield (docs/search.md)
+FLOOR_SAMPLE = 48  # windows whose pairwise cosines calibrate the vector evidence
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A ranked window before its text is read: the fused score and each side's own."""
+
+    score: float
+    chunk_id: str
+    relevance: int
+    vector_score: float | None = None
+    vector_rank: int | None = None
+    keyword_score: float | None = None
+    keyword_rank: int | None = None
+
+
+def vector_evidence(cosine: float, floor: float) -> float:
+    """How far a cosine stands above what an unrelated window scores, from 0 to 1."""
+    if floor >= 1.0:
+        return 0.0
+    return min(1.0, max(0.0, (cosine - floor) / (1.0 - floor)))
+
+
+def percent(evidence: float) -> int:
+    return int(round(100 * min(1.0, max(0.0, evidence))))
+
+
+def cosine_floor(cosines: list[float]) -> float:
+    """The median of cosines between windows taken at random (0 when there are none)."""
+    return statistics.median(cosines) if cosines else 0.0
+
+
+def vector_only(ranked: list[tuple[float, str]], floor: float) -> list[Scored]:
+    return [Scored(cos, chunk, percent(vector_evidence(cos, floor)), cos, rank)
+            for rank, (cos, chunk) in enumerate(ranked, start=1)]
+
+
+def keyword_only(hits) -> list[Scored]:
+    return [Scored(hit.bm25, hit.chunk_id, percent(hit.evidence), keyword_score=hit.bm25, keyword_rank=rank)
+            for rank, hit in enumerate(hits, start=1)]
+
+
+def fuse(by_vector: list[tuple[float, str]], by_keyword, other_cosines: dict[str, float], floor: float, n: int,
+         weight: float = VECTOR_WEIGHT) -> list[Scored]:
+    """The ``n`` best windows of both rankings by the convex combination of their evidence.
+
+    ``by_vector`` is ``(cosine, chunk_id)`` best first; ``by_keyword`` is
+    ``keyword.KeywordHit``s best first; ``other_cosines`` holds the cosine
+    of keyword hits the vector side did not return.
+    """
+    vector_rank = {chunk: rank for rank, (_, chunk) in enumerate(by_vector, start=1)}
+    cosine_of = {chunk: cos for cos, chunk in by_vector}
+    keyword_rank = {hit.chunk_id: rank for rank, hit in enumerate(by_keyword, start=1)}
+    keyword_of = {hit.chunk_id: hit for hit in by_keyword}
+    scored = []
+    for chunk in {**cosine_of, **keyword_of}:
+        cos = cosine_of.get(chunk, other_cosines.get(chunk))
+        v = vector_evidence(cos, floor) if cos is not None else 0.0
+        hit = keyword_of.get(chunk)
+        k = hit.evidence if hit else 0.0
+        scored.append(Scored(weight * v + (1 - weight) * k, chunk, percent(max(v, k)),
+                             cosine_of.get(chunk), vector_rank.get(chunk),
+                             hit.bm25 if hit else None, keyword_rank.get(chunk)))
+    scored.sort(key=lambda item: (-item.score, item.chunk_id))
+    return scored[:n]
