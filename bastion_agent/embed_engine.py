@@ -86,6 +86,7 @@ class EmbedStats:
     retried_failures: int = 0
     interrupted: bool = False
     stopped: str | None = None
+    reused: int = 0  # windows that already had a vector (shown on the progress line)
 
     @property
     def failed(self) -> int:
@@ -276,7 +277,7 @@ def embed_chunks(db, client: EmbedClient, key: str, dim: int, prefix: str,
     pending: dict[Future, int] = {}  # future -> chunks in its batch
     streak, streak_limit = 0, max(MIN_FAILURE_STREAK, 2 * config.batch)
     try:
-        with Progress("embed", len(missing), "chunks") as progress:
+        with Progress("embed", len(missing), "windows", note=f"{stats.reused} reused") as progress:
             _fill(pending, batches, pool, embedder, window)
             while pending:
                 # Commit whichever batch is done first: one batch waiting out a

@@ -363,18 +363,19 @@ def _process(entry, selection, max_bytes, store, previous, versions, outcomes) -
     outcome = outcomes.get(doc)
     if outcome is None:
         kind = readers.kind_for(entry.rel, data[:8])
-        outcome = outcomes[doc] = _extract_doc(doc, kind, data, store, previous, versions.get(kind))
+        outcome = outcomes[doc] = _extract_doc(doc, kind, data, store, previous, versions.get(kind), max_bytes)
     return Row(entry.rel, doc, len(data), outcome.kind, outcome.status, outcome.reason), len(data)
 
 
-def _extract_doc(doc: str, kind: str, data: bytes, store: Path, previous: _Previous, version) -> _Outcome:
+def _extract_doc(doc: str, kind: str, data: bytes, store: Path, previous: _Previous, version,
+                 max_bytes: int) -> _Outcome:
     """Read one content as ``kind`` and store its text (or reuse the stored one)."""
     if not data:
         return _Outcome(kind, STATUS_SKIPPED, REASON_EMPTY)
     text_path = Layout.doc_text_path(store, doc)
     if previous.reusable(doc, kind, version, text_path):
         return _Outcome(kind, STATUS_EXTRACTED, None, reused=True)
-    reading = readers.read(kind, data)
+    reading = readers.read(kind, data, max_bytes)  # max_bytes also bounds what a .gz may unpack to
     if reading.text is None:
         if reading.reason == readers.REASON_BINARY:
             kind = "binary"  # a file without a telling name that turned out not to be text
@@ -453,8 +454,10 @@ def _note_missing_extra(counts: dict) -> None:
 REPORT_MAX_FOLDERS = 40
 
 
-def print_report(layout: Layout, stream=None) -> None:
-    """Print what extract read and skipped, and why: by kind, by reason, by folder."""
+def print_report(layout: Layout, stream=None, settings=None, files: bool = False) -> None:
+    """Print what extract read and skipped, and why: by kind, by reason, by folder (and, with
+    ``files``, each skipped file). Every path shown passes through ``sanitize.sanitize_path``
+    with the manifest's ``settings``: a folder or file name can itself be personal data."""
     stream = stream if stream is not None else sys.stdout
     try:
         rows = read_jsonl(layout.extract_listing)
@@ -463,12 +466,15 @@ def print_report(layout: Layout, stream=None) -> None:
         raise StoreError(f"no extract listing in {layout.root}: run extract first") from None
     except (OSError, ValueError) as exc:
         raise StoreError(f"cannot read the extract listing in {layout.root}: {exc}") from None
-    for line in report_lines(rows, summary):
+    for line in report_lines(rows, summary, settings, files):
         print(line, file=stream)
 
 
-def report_lines(rows: list[dict], summary: dict) -> list[str]:
-    """The report as lines of text (kept apart from printing so it is easy to test)."""
+def report_lines(rows: list[dict], summary: dict, settings=None, files: bool = False) -> list[str]:
+    """The report as lines of text (kept apart from printing so it is easy to test); sanitized paths only."""
+    from .sanitize import sanitize_path
+
+    rows = [{**row, "path": sanitize_path(row["path"], settings)} for row in rows]
     mb = summary.get("bytes_read", 0) / 1e6
     lines = [
         f"extract: {summary.get('files', len(rows))} files seen, {summary.get('extracted', 0)} extracted "
@@ -486,6 +492,10 @@ def report_lines(rows: list[dict], summary: dict) -> list[str]:
     lines += ["", "Skipped, by reason"]
     lines += _table(["reason", "files"], [[reason, count] for reason, count in reasons.items()]) if reasons else ["(nothing skipped)"]
     lines += ["", "By folder"] + _table(["folder", "files", "extracted", "skipped", "skipped because"], _folder_rows(rows))
+    if files:
+        skipped = [[row["path"], row["kind"], row["reason"] or "-"] for row in rows if row["status"] == STATUS_SKIPPED]
+        lines += ["", "Skipped files"]
+        lines += _table(["path", "kind", "reason"], sorted(skipped)) if skipped else ["(nothing skipped)"]
     return lines
 
 

@@ -6,6 +6,9 @@ only what the stage before it wrote and writes its own ``STAGE.summary.json``.
 
 from __future__ import annotations
 
+import time
+from typing import Callable
+
 from .layout import Layout
 
 
@@ -36,6 +39,23 @@ def _embed(manifest, layout: Layout) -> dict:
 STAGES = {"extract": _extract, "sanitize": _sanitize, "chunk": _chunk, "embed": _embed}
 
 
-def run_sweep(manifest, layout: Layout) -> dict[str, dict]:
-    """Run every stage in order; the first failure propagates and stops the sweep."""
-    return {name: stage(manifest, layout) for name, stage in STAGES.items()}
+def run_timed(name: str, manifest, layout: Layout) -> dict:
+    """Run one stage; its summary, with ``seconds`` added when the stage did not time itself."""
+    started = time.monotonic()
+    summary = STAGES[name](manifest, layout)
+    summary.setdefault("seconds", round(time.monotonic() - started, 3))
+    return summary
+
+
+def run_sweep(manifest, layout: Layout, on_stage: Callable[[str, dict], None] | None = None) -> dict[str, dict]:
+    """Run every stage in order; the first failure propagates and stops the sweep.
+
+    ``on_stage(name, summary)`` is called as each stage ends (the CLI prints its line then,
+    so a long sweep says what it has done so far).
+    """
+    summaries = {}
+    for name in STAGES:
+        summaries[name] = run_timed(name, manifest, layout)
+        if on_stage is not None:
+            on_stage(name, summaries[name])
+    return summaries
