@@ -324,6 +324,14 @@ class EmbedClient:
             "check EMBED_URL and EMBED_API"
         )
 
+    def measure(self, api: str) -> int:
+        """The dimension of the probe text's vector in ``api`` (``init`` learns it; no pinned dim yet).
+
+        Raises ``RequestFailure`` when this wire format does not answer with a vector.
+        """
+        vectors, _ = self._probe_with(api)
+        return len(vectors[0]) if vectors else 0
+
     def _probe_with(self, api: str) -> tuple[list, str]:
         if api != "openai":
             return self._vectors(api, [PROBE_TEXT], "float", False), "float"
