@@ -52,6 +52,8 @@ MAX_CONCURRENCY = 64
 APIS = ("ollama", "openai")
 PATHS = {"ollama": "/api/embed", "openai": "/v1/embeddings"}
 PROBE_TEXT = "bastion agent probe: is this the pinned model?"
+START_HINT = ("start one (the embedded model: python3 -m bastion_agent model-server; or ollama serve) "
+              "or point EMBED_URL at yours")
 
 # Request failure kinds (RequestFailure.kind).
 TRANSIENT = "transient"  # connection refused/reset, timeout, 429/502/503/504, a cut answer: wait and retry
@@ -414,7 +416,8 @@ class EmbedClient:
     def _failure_message(self, api: str | None, exc: RequestFailure) -> str:
         where = self.config.display_url
         if exc.reason in ("connection", "timeout"):
-            return f"cannot reach the model server at {where}: {exc.detail.split(': ', 1)[-1]}"
+            return (f"cannot reach the model server at {where} (EMBED_URL): {exc.detail.split(': ', 1)[-1]}; "
+                    f"{START_HINT}")
         if exc.status is not None:
             return f"{where}{PATHS.get(api or '', '')} refused the request: {exc.detail}"
         return f"{where}{PATHS.get(api or '', '')}: {exc.detail}"
