@@ -104,6 +104,27 @@ class SummaryLineTests(Folder):
         self.assertIn("cannot reach the model server", err.splitlines()[-1])
 
 
+class ReportTests(Folder):
+    def test_report_files_lists_skipped_files_with_sanitized_paths_only(self):
+        private = self.tmp / "docs" / "alice.smith@northwind-law.de"
+        private.mkdir()
+        (private / "scan.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+        (private / "cv.txt").write_text("Curriculum vitae.\n", encoding="utf-8")
+        code, out, err = self.run_stage(closed_port_url(), "extract", "--report", "--files")
+        self.assertEqual(code, 0, err)
+        self.assertNotIn("alice.smith", out + err)
+        skipped = out[out.index("Skipped files"):].splitlines()
+        self.assertRegex("\n".join(skipped), r"\[REDACTED:email\]/scan\.png +binary +binary")
+        self.assertRegex("\n".join(skipped), r"(?m)^logo\.png +binary +binary$")
+        self.assertNotIn("cv.txt", "\n".join(skipped))  # read, so not listed
+        self.assertIn("[REDACTED:email]/", out[out.index("By folder"):out.index("Skipped files")])
+
+    def test_files_without_report_is_refused(self):
+        code, out, err = self.run_stage(closed_port_url(), "extract", "--files")
+        self.assertEqual(code, 2)
+        self.assertIn("--report", err)
+
+
 class ProgramNameTests(Folder):
     def test_messages_say_the_name_the_program_was_run_as(self):
         from .cli import main, program_name
