@@ -59,6 +59,18 @@ class InitTests(TempFolder, unittest.TestCase):
         self.assertIn("model-server", err)
         self.assertIn("model-server", self.target.read_text())
 
+    def test_the_embedded_model_server_gives_the_e5_settings(self):
+        from .modelserver import ModelServer
+        from .test_modelserver import FakeModel
+
+        with ModelServer(FakeModel(dim=384), model="multilingual-e5-small", dim=384) as server:
+            code, out, err = self.init(server.url)
+        self.assertEqual(code, 0, err)
+        loaded = self.loaded()
+        self.assertEqual((loaded.embed.model, loaded.embed.dim), ("multilingual-e5-small:latest", 384))
+        self.assertEqual((loaded.embed.query_prefix, loaded.embed.passage_prefix), ("query: ", "passage: "))
+        self.assertEqual((loaded.embed.size_tokens, loaded.embed.overlap_tokens), (128, 16))
+
     def test_an_existing_manifest_is_never_overwritten(self):
         self.target.write_text("# mine\n", encoding="utf-8")
         code, out, err = self.init(closed_port_url())
