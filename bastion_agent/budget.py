@@ -351,7 +351,7 @@ def _send(stream, header: dict, data: bytes) -> None:
     stream.flush()
 
 
-def _task_read(note, kind: str, data: bytes, settings=None) -> tuple[dict, bytes]:
+def _task_read(note, kind: str, data: bytes, settings=None, max_bytes: int | None = None) -> tuple[dict, bytes]:
     """Read one file's bytes as ``kind``; the text comes back as UTF-8 (surrogates escaped).
 
     The byte-level scan (``sanitize.hidden_findings``) runs here too, under
@@ -360,7 +360,8 @@ def _task_read(note, kind: str, data: bytes, settings=None) -> tuple[dict, bytes
     """
     from . import readers, sanitize
 
-    reading = readers.read(kind, data, max_chars=Budget.output_for(len(data)))
+    unpack_limit = {} if max_bytes is None else {"max_bytes": max_bytes}
+    reading = readers.read(kind, data, max_chars=Budget.output_for(len(data)), **unpack_limit)
     if reading.text is None:
         if reading.reason == REASON_OUTPUT:
             return {"costly": REASON_OUTPUT}, b""

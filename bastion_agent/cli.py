@@ -1,7 +1,8 @@
 """The command line: argument parsing and the one error boundary.
 
 ``main(argv) -> int`` parses, runs one command and turns every
-``BastionError`` into one line on stderr, ``bastion_agent COMMAND: message``,
+``BastionError`` into one line on stderr, ``PROG COMMAND: message`` (PROG as
+invoked: ``bastion-agent`` or ``bastion_agent``),
 with the exit status of the error's class (no traceback: the message says
 what to do). Tests call ``main`` directly.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import __version__
-from .errors import BastionError
+from .errors import BastionError, ConfigError
 from .layout import Layout
 
 EXIT_INTERRUPTED = 130
@@ -37,36 +38,42 @@ EMBED_RETRY_DEADLINE; see docs/embedding.md). Nothing that
 has not been sanitized leaves the private extract store."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; return its exit status."""
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Run one command; return its exit status. ``prog`` is the name messages use (default: as invoked)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(argv[0] if argv else None)
+    prog = prog or program_name()
+    parser = build_parser(argv[0] if argv else None, prog)
     args = parser.parse_args(argv)
     os.umask(0o077)  # every file and SQLite side file we create is private
     try:
         return args.run(args)
     except BastionError as exc:
-        print(f"bastion_agent {args.command}: {exc}", file=sys.stderr)
+        print(f"{prog} {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"bastion_agent {args.command}: interrupted", file=sys.stderr)
+        print(f"{prog} {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def program_name(argv0: str | None = None) -> str:
+    """``bastion-agent`` when run as the console script, else ``bastion_agent`` (``python3 -m``)."""
+    name = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    return "bastion-agent" if name.startswith("bastion-agent") else "bastion_agent"
+
+
+def build_parser(command: str | None = None, prog: str = "bastion_agent") -> argparse.ArgumentParser:
     """The parser; when ``command`` is known, only its own module is imported (a faster start)."""
     parser = argparse.ArgumentParser(
-        prog="bastion_agent",
+        prog=prog,
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"bastion_agent {__version__}")
+    parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, summary in PIPELINE_STAGES.items():
         stage = commands.add_parser(name, help=summary, description=_stage_description(name))
         add_manifest_arguments(stage)
-        if name == "extract":
-            stage.add_argument("--report", action="store_true", help="print a table of what was read and skipped, by kind and by folder")
+        add_output_arguments(stage, name)
         stage.set_defaults(run=run_stage)
     known = {name for name, _, _ in EXTRA_COMMANDS} | set(PIPELINE_STAGES)
     for name, module_name, summary in EXTRA_COMMANDS:
@@ -85,6 +92,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 # ``run_NAME(args) -> int`` (NAME with "-" as "_"); keep its top-level imports
 # to the standard library so ``--help`` never needs an optional extra.
 EXTRA_COMMANDS = [
+    ("init", "init_manifest", "write a commented manifest for FOLDER that fits the model server at EMBED_URL"),
     ("search", "search_cli", "answer a query by meaning from vectors.db"),
     ("sign", "signing_cli", "sign a manifest with your SSH key (writes MANIFEST.sig)"),
     ("verify", "signing_cli", "check MANIFEST.sig against BASTION_ALLOWED_SIGNERS; print who signed it"),
@@ -115,18 +123,48 @@ def load_manifest_and_layout(args: argparse.Namespace):
     return loaded, Layout.for_manifest(loaded.path, args.out)
 
 
-def run_stage(args: argparse.Namespace) -> int:
-    from .pipeline import STAGES, run_sweep
+def add_output_arguments(parser: argparse.ArgumentParser, stage: str) -> None:
+    """``--quiet``, ``--json`` (and extract's ``--report``, ``--files``): what a stage prints when it ends."""
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true",
+                       help="print the summary as JSON on stdout" + (" (an object of every stage's summary)" if stage == "sweep" else ""))
+    if stage == "extract":
+        shown.add_argument("--report", action="store_true", help="print a table of what was read and skipped, by kind and by folder")
+        parser.add_argument("--files", action="store_true", help="with --report: also list each skipped file and why (sanitized paths)")
+    parser.add_argument("--quiet", action="store_true", help="no summary line or progress on stderr")
 
+
+def run_stage(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from . import progress
+    from .pipeline import run_sweep, run_timed
+    from .stage_lines import summary_line, sweep_line
+
+    if getattr(args, "files", False) and not args.report:
+        raise ConfigError("--files lists the skipped files of the report: use it with --report")
+    progress.set_quiet(args.quiet)
     loaded, layout = load_manifest_and_layout(args)
+    started = time.monotonic()
+
+    def say(name: str, summary: dict) -> None:
+        if not args.quiet:
+            print(summary_line(name, summary), file=sys.stderr, flush=True)
+
     if args.command == "sweep":
-        run_sweep(loaded, layout)
+        result = run_sweep(loaded, layout, on_stage=say)
+        if not args.quiet:
+            print(sweep_line(time.monotonic() - started), file=sys.stderr, flush=True)
     else:
-        STAGES[args.command](loaded, layout)
+        result = run_timed(args.command, loaded, layout)
+        say(args.command, result)
+    if args.json:
+        print(json.dumps(result, indent=2))
     if getattr(args, "report", False):
         from .extract import print_report
 
-        print_report(layout)
+        print_report(layout, settings=loaded.sanitize, files=args.files)
     return 0
 
 
@@ -150,4 +188,4 @@ def _stage_description(name: str) -> str:
 
 def main_entry() -> None:
     """The ``bastion-agent`` console script."""
-    sys.exit(main())
+    sys.exit(main(prog="bastion-agent"))

@@ -52,6 +52,8 @@ MAX_CONCURRENCY = 64
 APIS = ("ollama", "openai")
 PATHS = {"ollama": "/api/embed", "openai": "/v1/embeddings"}
 PROBE_TEXT = "bastion agent probe: is this the pinned model?"
+START_HINT = ("start one (the embedded model: python3 -m bastion_agent model-server; or ollama serve) "
+              "or point EMBED_URL at yours")
 
 # Request failure kinds (RequestFailure.kind).
 TRANSIENT = "transient"  # connection refused/reset, timeout, 429/502/503/504, a cut answer: wait and retry
@@ -344,6 +346,14 @@ class EmbedClient:
             "check EMBED_URL and EMBED_API"
         )
 
+    def measure(self, api: str) -> int:
+        """The dimension of the probe text's vector in ``api`` (``init`` learns it; no pinned dim yet).
+
+        Raises ``RequestFailure`` when this wire format does not answer with a vector.
+        """
+        vectors, _ = self._probe_with(api)
+        return len(vectors[0]) if vectors else 0
+
     def _probe_with(self, api: str) -> tuple[list, str]:
         if api != "openai":
             return self._vectors(api, [PROBE_TEXT], "float", False), "float"
@@ -426,7 +436,8 @@ class EmbedClient:
     def _failure_message(self, api: str | None, exc: RequestFailure) -> str:
         where = self.config.display_url
         if exc.reason in ("connection", "timeout"):
-            return f"cannot reach the model server at {where}: {exc.detail.split(': ', 1)[-1]}"
+            return (f"cannot reach the model server at {where} (EMBED_URL): {exc.detail.split(': ', 1)[-1]}; "
+                    f"{START_HINT}")
         if exc.status is not None:
             return f"{where}{PATHS.get(api or '', '')} refused the request: {exc.detail}"
         return f"{where}{PATHS.get(api or '', '')}: {exc.detail}"

@@ -283,8 +283,11 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
     started = time.monotonic()
     chunk_rows, documents = current_windows(layout)
     client = client or EmbedClient(EndpointConfig.from_env(), manifest.embed.model)
-    api = client.probe(manifest.embed.dim)
     key = manifest.embed.vector_key
+    probed = not all_embedded(layout, key, manifest.embed.dim, chunk_rows)
+    # Nothing to embed: no request at all, so a sweep of an unchanged folder
+    # works while the model server is down (the summary says it was not probed).
+    api = client.probe(manifest.embed.dim) if probed else _previous_api(layout)
     stats = EmbedStats(batch_size_final=client.config.batch)
     db = vectorstore.connect(layout.vectors_db, create=True)
     try:
@@ -299,10 +302,12 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
             vectorstore.scrub(db)  # the removed windows' words leave vectors.db's bytes
         missing = vectorstore.missing_chunks(db, key)
         stats.retried_failures = len(vectorstore.failed_chunk_ids(db, key))
+        stats.reused = vectorstore.count(db, "SELECT COUNT(*) FROM chunks") - len(missing)
         try:
             embed_missing(db, client, manifest, missing, stats, retry)
         finally:
             counts = _embed_counts(db, manifest, client, api, stats, documents, chunk_rows, missing, started)
+            counts["probed"] = probed
             summary = write_summary(layout, "embed", counts, manifest.signature)
             vectorstore.checkpoint(db)
     except ModelServerError as exc:
@@ -317,6 +322,26 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
             "vectors are stored; see embed.summary.json, then re-run embed to retry only those"
         )
     return summary
+
+
+def all_embedded(layout: Layout, key: str, dim: int, chunk_rows: list[tuple]) -> bool:
+    """Whether every window of this sweep already has a vector of ``key`` and ``dim`` (read only)."""
+    if not layout.vectors_db.exists():
+        return not chunk_rows
+    db = vectorstore.connect(layout.vectors_db, create=False)
+    try:  # primary-key lookups, stopping at the first window without a vector
+        lookup = "SELECT 1 FROM vectors WHERE chunk_id = ? AND model = ? AND dim = ?"
+        return all(db.execute(lookup, (row[0], key, dim)).fetchone() for row in chunk_rows)
+    finally:
+        db.close()
+
+
+def _previous_api(layout: Layout) -> str:
+    """The wire format the last embed used, for a summary written without a probe."""
+    try:
+        return json.loads(layout.summary_path("embed").read_text(encoding="utf-8")).get("api") or "not probed"
+    except (OSError, ValueError, AttributeError):
+        return "not probed"
 
 
 def _embed_counts(db, manifest, client: EmbedClient, api: str, stats, documents, chunk_rows, missing,

@@ -87,6 +87,7 @@ class EmbedStats:
     reused_by_text: int = 0  # vectors of an old-id store given the new id of the same window text
     interrupted: bool = False
     stopped: str | None = None
+    reused: int = 0  # windows that already had a vector (shown on the progress line)
 
     @property
     def failed(self) -> int:
@@ -277,7 +278,7 @@ def embed_chunks(db, client: EmbedClient, key: str, dim: int, prefix: str,
     pending: dict[Future, int] = {}  # future -> chunks in its batch
     streak, streak_limit = 0, max(MIN_FAILURE_STREAK, 2 * config.batch)
     try:
-        with Progress("embed", len(missing), "chunks") as progress:
+        with Progress("embed", len(missing), "windows", note=f"{stats.reused} reused") as progress:
             _fill(pending, batches, pool, embedder, window)
             while pending:
                 # Commit whichever batch is done first: one batch waiting out a

@@ -472,7 +472,7 @@ class _Sweep:
                 continue
             kind = readers.kind_for(entry.rel, data[:8])
             decided = _extract_doc(key, kind, data, self.store, self.previous, self.versions.get(kind), self.costly,
-                                   self.settings)
+                                   self.settings, max_bytes)
             if isinstance(decided, _Outcome):
                 self.outcomes[key] = decided
                 yield job, None
@@ -498,7 +498,7 @@ class _Sweep:
 
 
 def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: "_Previous", version, costly: _Costly,
-                 settings=None):
+                 settings=None, max_bytes: int | None = None):
     """What to do with one content: an ``_Outcome`` when it is settled without reading
     (empty, reused, known too costly), else the budgeted ``Call`` that reads it."""
     if not data:
@@ -509,7 +509,7 @@ def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: "_Prev
     known = costly.reason(key) or readers.unavailable(kind)
     if known:
         return _Outcome(kind, STATUS_SKIPPED, known)
-    return Call("read", (kind, data, settings), len(data))
+    return Call("read", (kind, data, settings, max_bytes), len(data))  # max_bytes also bounds what a .gz unpacks to
 
 
 def _stored(key: str, kind: str, answer, store: Path, costly: _Costly) -> _Outcome:
@@ -595,8 +595,10 @@ def _note_missing_extra(counts: dict) -> None:
 REPORT_MAX_FOLDERS = 40
 
 
-def print_report(layout: Layout, stream=None) -> None:
-    """Print what extract read and skipped, and why: by kind, by reason, by folder."""
+def print_report(layout: Layout, stream=None, settings=None, files: bool = False) -> None:
+    """Print what extract read and skipped, and why: by kind, by reason, by folder (and, with
+    ``files``, each skipped file). Every path shown passes through ``sanitize.sanitize_path``
+    with the manifest's ``settings``: a folder or file name can itself be personal data."""
     stream = stream if stream is not None else sys.stdout
     try:
         rows = read_jsonl(layout.extract_listing)
@@ -605,12 +607,15 @@ def print_report(layout: Layout, stream=None) -> None:
         raise StoreError(f"no extract listing in {layout.root}: run extract first") from None
     except (OSError, ValueError) as exc:
         raise StoreError(f"cannot read the extract listing in {layout.root}: {exc}") from None
-    for line in report_lines(rows, summary):
+    for line in report_lines(rows, summary, settings, files):
         print(line, file=stream)
 
 
-def report_lines(rows: list[dict], summary: dict) -> list[str]:
-    """The report as lines of text (kept apart from printing so it is easy to test)."""
+def report_lines(rows: list[dict], summary: dict, settings=None, files: bool = False) -> list[str]:
+    """The report as lines of text (kept apart from printing so it is easy to test); sanitized paths only."""
+    from .sanitize import sanitize_path
+
+    rows = [{**row, "path": sanitize_path(row["path"], settings)} for row in rows]
     mb = summary.get("bytes_read", 0) / 1e6
     lines = [
         f"extract: {summary.get('files', len(rows))} files seen, {summary.get('extracted', 0)} extracted "
@@ -628,6 +633,10 @@ def report_lines(rows: list[dict], summary: dict) -> list[str]:
     lines += ["", "Skipped, by reason"]
     lines += _table(["reason", "files"], [[reason, count] for reason, count in reasons.items()]) if reasons else ["(nothing skipped)"]
     lines += ["", "By folder"] + _table(["folder", "files", "extracted", "skipped", "skipped because"], _folder_rows(rows))
+    if files:
+        skipped = [[row["path"], row["kind"], row["reason"] or "-"] for row in rows if row["status"] == STATUS_SKIPPED]
+        lines += ["", "Skipped files"]
+        lines += _table(["path", "kind", "reason"], sorted(skipped)) if skipped else ["(nothing skipped)"]
     return lines
 
 

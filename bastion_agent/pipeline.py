@@ -7,6 +7,8 @@ only what the stage before it wrote and writes its own ``STAGE.summary.json``.
 from __future__ import annotations
 
 import os
+import time
+from typing import Callable
 
 from .layout import Layout, remove_stale_temps
 
@@ -42,18 +44,36 @@ def _embed(manifest, layout: Layout) -> dict:
 STAGES = {"extract": _extract, "sanitize": _sanitize, "chunk": _chunk, "embed": _embed}
 
 
-def run_sweep(manifest, layout: Layout) -> dict[str, dict]:
+def run_timed(name: str, manifest, layout: Layout) -> dict:
+    """Run one stage; its summary, with ``seconds`` added when the stage did not time itself."""
+    started = time.monotonic()
+    summary = STAGES[name](manifest, layout)
+    summary.setdefault("seconds", round(time.monotonic() - started, 3))
+    return summary
+
+
+def run_sweep(manifest, layout: Layout, on_stage: Callable[[str, dict], None] | None = None) -> dict[str, dict]:
     """Run every stage in order; the first failure propagates and stops the sweep.
 
-    Publish runs last when the manifest has a ``[publish]`` table and
-    ``BASTION_PUBLISH_DSN`` is set (a bastion that does not publish never needs psycopg).
+    ``on_stage(name, summary)`` is called as each stage ends (the CLI prints its line then,
+    so a long sweep says what it has done so far). Publish runs last when the manifest has
+    a ``[publish]`` table and ``BASTION_PUBLISH_DSN`` is set (a bastion that does not
+    publish never needs psycopg).
     """
     from . import legacy_ids
 
+    summaries = {}
     with legacy_ids.once():  # an old-id folder is said once, not by every stage that rebuilds
-        summaries = {name: stage(manifest, layout) for name, stage in STAGES.items()}
+        for name in STAGES:
+            summaries[name] = run_timed(name, manifest, layout)
+            if on_stage is not None:
+                on_stage(name, summaries[name])
     if getattr(manifest, "publish_bastion", None) and os.environ.get("BASTION_PUBLISH_DSN", "").strip():
         from . import publish
 
+        started = time.monotonic()
         summaries["publish"] = publish.run(manifest, layout)
+        summaries["publish"].setdefault("seconds", round(time.monotonic() - started, 3))
+        if on_stage is not None:
+            on_stage("publish", summaries["publish"])
     return summaries

@@ -1,22 +1,40 @@
 """Progress of long stages on stderr: shown on a terminal, silent otherwise.
 
-A stage counts what it does (documents, chunks, batches) with ``advance``;
-the line is redrawn at most a few times a second with the rate and, when the
-total is known, an ETA. When stderr is not a terminal (CI, a pipe, a log
-file) nothing at all is written, so logs stay clean.
+A stage counts what it does (documents, chunks, batches) with ``advance``.
+The line appears as soon as the stage starts (a first batch of a slow model
+can take half a minute), is redrawn by a timer at least every
+``TICK_SECONDS`` even when nothing advanced (the elapsed time moves, so it
+never looks frozen), and at most every ``REDRAW_SECONDS`` when counts move
+fast. ``note`` adds what the count leaves out (embed: the windows reused
+from earlier runs). ``close`` ends with a done line. When stderr is not a
+terminal (CI, a pipe, a log file), or ``--quiet`` was given, nothing is
+written here: the stage's one summary line (``stage_lines``) says what it did.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Callable, TextIO
 
 REDRAW_SECONDS = 0.2
+TICK_SECONDS = 1.0
+
+_quiet = False
+
+
+def set_quiet(quiet: bool) -> None:
+    """``--quiet``: no progress line, whatever stderr is."""
+    global _quiet
+    _quiet = bool(quiet)
 
 
 class Progress:
-    """A single progress line for ``label``, counting ``unit``."""
+    """A single progress line for ``label``, counting ``unit``.
+
+    ``tick_seconds`` of None starts no timer (tests call ``tick`` themselves).
+    """
 
     def __init__(
         self,
@@ -25,30 +43,53 @@ class Progress:
         unit: str = "items",
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
+        note: str = "",
+        tick_seconds: float | None = TICK_SECONDS,
     ):
         self.label = label
         self.total = total
         self.unit = unit
+        self.note = note
         self.stream = stream if stream is not None else sys.stderr
         self.clock = clock
-        self.enabled = _is_terminal(self.stream)
+        self.enabled = not _quiet and _is_terminal(self.stream)
         self.done = 0
         self.started = clock()
-        self._drawn_at = 0.0
+        self._drawn_at = self.started
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._timer = None
+        if self.enabled:
+            self._draw(self.started)  # at once: the stage has started
+            if tick_seconds:
+                self._timer = threading.Thread(target=self._tick_loop, args=(tick_seconds,), daemon=True,
+                                               name=f"progress-{label}")
+                self._timer.start()
 
     def advance(self, count: int = 1) -> None:
-        self.done += count
-        now = self.clock()
-        if self.enabled and now - self._drawn_at >= REDRAW_SECONDS:
-            self._drawn_at = now
-            self._draw(now)
+        with self._lock:
+            self.done += count
+            now = self.clock()
+            if self.enabled and not self._closed.is_set() and now - self._drawn_at >= REDRAW_SECONDS:
+                self._draw(now)
+
+    def tick(self) -> None:
+        """Redraw now (the timer's job): the elapsed time and the rate move even without progress."""
+        with self._lock:
+            if self.enabled and not self._closed.is_set():
+                self._draw(self.clock())
 
     def close(self) -> None:
-        """Draw the final figures and end the line."""
-        if self.enabled:
-            self._draw(self.clock())
-            self.stream.write("\n")
-            self.stream.flush()
+        """Stop the timer and end with the done line."""
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._closed.set()
+            if self.enabled:
+                self.stream.write("\r\x1b[2K" + self.done_line(self.clock()) + "\n")
+                self.stream.flush()
+        if self._timer is not None:
+            self._timer.join()
 
     def __enter__(self) -> "Progress":
         return self
@@ -61,14 +102,27 @@ class Progress:
         elapsed = max(now - self.started, 1e-9)
         rate = self.done / elapsed
         count = f"{self.done}/{self.total}" if self.total is not None else f"{self.done}"
-        text = f"{self.label}: {count} {self.unit}  {rate:.1f} {self.unit}/s"
+        text = f"{self.label}: {count} {self.unit}" + (f" ({self.note})" if self.note else "")
+        text += f"  {rate:.1f} {self.unit}/s  {_duration(elapsed)}"
         if self.total is not None and rate > 0 and self.done < self.total:
             text += f"  ETA {_duration((self.total - self.done) / rate)}"
         return text
 
+    def done_line(self, now: float) -> str:
+        """The last line: how many, and how long it took."""
+        elapsed = max(now - self.started, 0.0)
+        count = f"{self.done}/{self.total}" if self.total is not None and self.done != self.total else f"{self.done}"
+        return (f"{self.label}: done, {count} {self.unit}" + (f" ({self.note})" if self.note else "")
+                + f" in {_duration(elapsed)}")
+
     def _draw(self, now: float) -> None:
+        self._drawn_at = now
         self.stream.write("\r\x1b[2K" + self.line(now))
         self.stream.flush()
+
+    def _tick_loop(self, seconds: float) -> None:
+        while not self._closed.wait(seconds):
+            self.tick()
 
 
 def _is_terminal(stream: TextIO) -> bool:

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from .formats import htmltext, mail, office, rtf
+from .formats import compressed, htmltext, mail, office, rtf
 from .formats.base import REASON_BINARY, REASON_DAMAGED, REASON_EMPTY, REASON_OUTPUT, OutputMeter, Refused, decode_text
 
 # Bump when any core reader's output changes: stored texts made by another
@@ -54,13 +54,26 @@ _KINDS_BY_SUFFIX = {
 # Formats that are binary by nature and that no reader here opens: they are
 # skipped as "binary" without being decoded as text.
 _BINARY_SUFFIXES = frozenset(
-    ".doc .xls .ppt .msg .zip .gz .tgz .bz2 .xz .7z .rar .tar .jar .png .jpg .jpeg .gif .bmp .tif .tiff "
+    ".doc .xls .ppt .msg .zip .gz .tgz .tbz2 .txz .bz2 .xz .zst .lz .lz4 .7z .rar .tar .jar .png .jpg .jpeg .gif .bmp .tif .tiff "
     ".webp .ico .heic .mp3 .mp4 .m4a .wav .flac .ogg .avi .mov .mkv .webm .exe .dll .so .dylib .o .a "
     ".class .pyc .wasm .bin .iso .dmg .sqlite .db .woff .woff2 .ttf .otf .eot .psd".split()
 )
 
 def kind_for(name: str, head: bytes) -> str:
-    """The kind of a file from its name, or from its first bytes when the name says nothing."""
+    """The kind of a file from its name, or from its first bytes when the name says nothing.
+
+    A compressed file (``.gz``, ``.bz2``, ``.xz``) is the kind of the file it
+    holds, named by the rest of its name, plus the suffix: ``text.gz``,
+    ``html.bz2``; one that holds an archive or another compressed file is ``binary``.
+    """
+    inner, packed = compressed.split_suffix(PurePosixPath(name).name)
+    if packed is not None:
+        kind = _kind_by_name(inner, b"")
+        return f"{kind}{packed}" if kind in _READERS else "binary"
+    return _kind_by_name(name, head)
+
+
+def _kind_by_name(name: str, head: bytes) -> str:
     suffix = PurePosixPath(name).suffix.lower()
     if head.startswith(b"%PDF-"):
         return "pdf"
@@ -71,19 +84,24 @@ def kind_for(name: str, head: bytes) -> str:
     return "text"
 
 
-def read(kind: str, data: bytes, max_chars: int | None = None) -> Reading:
+def read(kind: str, data: bytes, max_chars: int | None = None,
+         max_bytes: int = compressed.DEFAULT_MAX_BYTES) -> Reading:
     """Text of ``data`` read as ``kind``; never raises on bad input.
 
     ``max_chars`` caps the text: readers that expand their input stop as
     soon as they pass it, and the file is skipped as ``too_costly: output``.
     A ``MemoryError`` is left to the caller: in a budgeted worker it means
-    the memory budget, which the parent reports as such.
+    the memory budget, which the parent reports as such. ``max_bytes`` (the
+    manifest's ``max_file_bytes``) bounds what a compressed file may unpack to.
     """
-    reader = _READERS.get(kind)
+    inner, packed = _split_kind(kind)
+    reader = _READERS.get(inner)
     if reader is None:
         return Reading.skip(REASON_BINARY)
     OutputMeter.left = max_chars
     try:
+        if packed is not None:
+            data = compressed.unpack(packed, data, max_bytes)
         text = reader(data)
     except Refused as refused:
         return Reading.skip(refused.reason)
@@ -148,7 +166,16 @@ _READERS = {
     "pdf": _read_pdf,
 }
 
-KINDS = frozenset(_READERS)
+def _split_kind(kind: str) -> tuple[str, str | None]:
+    """``("text", ".gz")`` for ``text.gz``; ``(kind, None)`` for a kind that is not compressed."""
+    for suffix in compressed.SUFFIXES:
+        if kind.endswith(suffix):
+            return kind[: -len(suffix)], suffix
+    return kind, None
+
+
+COMPRESSED_VERSION = "1"
+KINDS = frozenset(_READERS) | {kind + suffix for kind in _READERS for suffix in compressed.SUFFIXES}
 
 
 def unavailable(kind: str) -> str | None:
@@ -170,6 +197,10 @@ def version(kind: str) -> str | None:
     A stored text is reused only when this is unchanged, so upgrading a
     reader (or installing the PDF extra) re-extracts what it affects.
     """
+    inner, packed = _split_kind(kind)
+    if packed is not None:
+        inner_version = version(inner)
+        return None if inner_version is None else f"{inner_version}+{packed[1:]}-{COMPRESSED_VERSION}"
     if kind == "pdf":
         from . import pdf
 

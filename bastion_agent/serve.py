@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import hmac
 import ipaddress
 import json
@@ -43,7 +44,7 @@ from typing import Callable, TextIO
 
 from . import __version__, embed
 from .client import EmbedClient, EndpointConfig
-from .errors import ConfigError, DatabaseError, ModelServerError
+from .errors import BastionError, ConfigError, DatabaseError, ModelServerError
 from .manifest import SEARCH_MODES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -896,11 +897,19 @@ def build_server(manifest, layout, settings: ServeSettings, log_stream: TextIO |
     try:
         server = BastionHTTPServer(service, settings, stream)
     except OSError as exc:
-        raise ConfigError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
+        raise listen_error(settings.host, settings.port, exc) from None
     if probe and not model.probe():
         log(f"bastion_agent serve: the model server is unavailable ({model.error}); /search answers 503 "
             f"until it answers (checked every {settings.reprobe_seconds:g} s)")
     return server
+
+
+def listen_error(host: str, port: int, exc: OSError) -> BastionError:
+    """Why the port cannot be bound, with the way out; exit status 1, as model-server's."""
+    hint = ""
+    if exc.errno == errno.EADDRINUSE:
+        hint = " (another serve may be running there: stop it, or choose another --port; --port 0 picks a free one)"
+    return BastionError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}")
 
 
 MATH_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -6,8 +6,20 @@ their sha256) and requests to the server itself. Hit text is only ever put in
 the page as text nodes (``textContent``), never parsed as HTML, so a window
 that contains markup shows as the characters it is.
 
-The page sends queries with ``POST /search`` so that what someone searched
-for never appears in a URL, the browser's history or an access log.
+The page sends queries with ``POST /search``, so typing a query never puts
+it in a URL, the browser's history or an access log (serve's log never
+names a query string). A search can still be linked and bookmarked on
+purpose: ``/?q=...&mode=...`` runs that search when the page opens, and each
+answer offers a "link to this search" the user may copy.
+
+Each card shows a snippet around the part of the window that matches the
+most query words, with the whole window behind a ``<details>``; highlights
+cover whole words only (a query word, or it with a plural/past/-ing ending),
+never part of a word and never a stop word. The score shown is the hit's
+``relevance`` (0-100, comparable across queries) when the server gives one,
+else the raw score without a bar. When the model server is down the page
+offers keyword search, and shows the server's ``notice`` when it fell back
+to keywords by itself.
 """
 
 from __future__ import annotations
@@ -79,6 +91,13 @@ ol#results > li {
 .score .bar i { display: block; height: 100%; background: var(--accent); }
 .text { margin: .5rem 0 .4rem 2.75rem; white-space: pre-wrap; overflow-wrap: anywhere; }
 .meta { margin-left: 2.75rem; font-size: .8rem; color: var(--muted); }
+details.window { margin: 0 0 .4rem 2.75rem; }
+details.window summary { cursor: pointer; color: var(--accent); font-size: .85rem; }
+details.window .text { margin-left: 0; }
+#notice { margin: .5rem 0; padding: .5rem .8rem; border-left: 3px solid #d08a1e; background: var(--panel); }
+#share { margin: 0 0 .75rem; font-size: .85rem; }
+#share a { color: var(--accent); }
+select { font: inherit; padding: .55rem .5rem; border: 1px solid var(--line); border-radius: .5rem; background: var(--panel); color: var(--text); }
 mark { background: var(--mark); color: var(--mark-text); border-radius: .15rem; padding: 0 .05em; }
 #more-box { text-align: center; margin-top: 1rem; }
 [hidden] { display: none !important; }
@@ -92,6 +111,7 @@ SCRIPT = r"""
   const form = $("search-form"), input = $("q"), button = $("go");
   const statusBox = $("status"), results = $("results"), moreBox = $("more-box"), more = $("more");
   const tokenBox = $("token-box"), tokenInput = $("token"), healthLine = $("health");
+  const modeSelect = $("mode"), noticeBox = $("notice"), shareBox = $("share"), keywordBox = $("keyword-box");
   const FIRST_K = 10;
   let maxK = 100, current = null, busy = false;
 
@@ -108,17 +128,27 @@ SCRIPT = r"""
     if (text !== undefined) node.textContent = text;
     return node;
   }
+  // Words never worth a highlight (they match everywhere and say nothing).
+  const STOP = new Set(("a an and are as at be been but by can could did do does doing for from had has have how i " +
+    "if in into is it its me my no not of on or our so than that the their them then there these they this to " +
+    "up us was we were what when where which who why will with would you your der die das und ist le la les et " +
+    "de des du un une el los las y en").split(" "));
+  const SNIPPET_CHARS = 280;
   function terms(query) {
     const words = (query.toLowerCase().match(/[\p{L}\p{N}_]+/gu) || []);
-    const unique = [...new Set(words)].filter((w) => w.length > 1 || words.length === 1);
-    return unique.sort((a, b) => b.length - a.length);
+    return [...new Set(words)].filter((w) => !STOP.has(w) && (w.length > 1 || /\p{N}/u.test(w)))
+      .sort((a, b) => b.length - a.length);
   }
   function escapeRegExp(text) { return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"); }
-  // The window text as text nodes, with each word that starts with a query term in <mark>.
-  function highlighted(text, words) {
-    const box = el("p", "text");
-    if (!words.length) { box.textContent = text; return box; }
-    const pattern = new RegExp("(?<![\\p{L}\\p{N}_])(?:" + words.map(escapeRegExp).join("|") + ")", "giu");
+  // A whole word that is a query word, or it with a common ending: never part of a longer word.
+  function wordPattern(words) {
+    if (!words.length) return null;
+    return new RegExp("(?<![\\p{L}\\p{N}_])(?:" + words.map(escapeRegExp).join("|") +
+      ")(?:s|es|ed|d|ing)?(?![\\p{L}\\p{N}_])", "giu");
+  }
+  // The text as text nodes in ``box``, each matching word in <mark>.
+  function fillHighlighted(box, text, pattern) {
+    if (!pattern) { box.textContent = text; return box; }
     let last = 0;
     for (const match of text.matchAll(pattern)) {
       if (match.index > last) box.append(document.createTextNode(text.slice(last, match.index)));
@@ -128,35 +158,78 @@ SCRIPT = r"""
     if (last < text.length) box.append(document.createTextNode(text.slice(last)));
     return box;
   }
-  // One hit: its path(s) first (where to look), the score (its bar relative to the best hit), the window.
-  function renderHit(hit, rank, words, best, mode) {
+  // [start, end) of the stretch of about SNIPPET_CHARS that holds the most different query words.
+  function snippetSpan(text, pattern) {
+    if (text.length <= SNIPPET_CHARS) return [0, text.length];
+    let best = [0, 0];
+    if (pattern) {
+      const found = [...text.matchAll(pattern)].map((m) => [m.index, m[0].toLowerCase()]);
+      for (const [at] of found) {
+        const from = Math.max(0, at - SNIPPET_CHARS / 4);
+        const distinct = new Set(found.filter(([i]) => i >= from && i < from + SNIPPET_CHARS).map(([, w]) => w)).size;
+        if (distinct > best[1]) best = [from, distinct];
+      }
+    }
+    let start = best[0], end = Math.min(text.length, start + SNIPPET_CHARS);
+    if (start > 0) { const space = text.indexOf(" ", start); if (space >= 0 && space < start + 30) start = space + 1; }
+    if (end < text.length) { const space = text.lastIndexOf(" ", end); if (space > start + SNIPPET_CHARS / 2) end = space; }
+    return [start, end];
+  }
+  function scoreBadge(hit, mode) {
+    const score = el("span", "score");
+    if (typeof hit.relevance === "number") {
+      const relevance = Math.max(0, Math.min(100, Math.round(hit.relevance)));
+      score.title = "relevance 0-100: how well this passage matches, comparable across searches";
+      const bar = el("span", "bar"), fill = el("i");
+      bar.setAttribute("aria-hidden", "true");
+      fill.style.width = relevance + "%";
+      bar.append(fill);
+      score.append(bar, el("span", "", "relevance " + relevance));
+    } else {
+      score.title = mode === "vector" ? "cosine similarity" : mode + " score (ranks this list only)";
+      score.append(el("span", "", "score " + hit.score.toFixed(3)));
+    }
+    return score;
+  }
+  // One hit: its path(s) first (where to look), the score, a snippet, the whole window on demand.
+  function renderHit(hit, rank, pattern, mode) {
     const item = el("li");
     item.tabIndex = -1;
     const head = el("div", "head");
     const paths = el("ul", "paths");
     paths.setAttribute("aria-label", "found in");
     for (const path of (hit.paths.length ? hit.paths : ["(no path recorded)"])) paths.append(el("li", "", path));
-    const score = el("span", "score");
-    score.title = mode === "vector" ? "cosine similarity" : mode + " score";
-    const bar = el("span", "bar"), fill = el("i");
-    bar.setAttribute("aria-hidden", "true");
-    fill.style.width = (best > 0 ? Math.max(0, hit.score) / best : 0) * 100 + "%";
-    bar.append(fill);
-    score.append(bar, el("span", "", "score " + hit.score.toFixed(3)));
-    head.append(el("span", "rank", rank + "."), paths, score);
-    const meta = el("div", "meta", "document " + hit.doc.slice(0, 12) + " \u00b7 window " + hit.idx);
-    item.append(head, highlighted(hit.text, words), meta);
+    head.append(el("span", "rank", rank + "."), paths, scoreBadge(hit, mode));
+    const [start, end] = snippetSpan(hit.text, pattern);
+    const snippet = fillHighlighted(el("p", "text"), hit.text.slice(start, end), pattern);
+    if (start > 0) snippet.prepend(document.createTextNode("\u2026"));
+    if (end < hit.text.length) snippet.append(document.createTextNode("\u2026"));
+    item.append(head, snippet);
+    if (start > 0 || end < hit.text.length) {
+      const whole = el("details", "window");
+      whole.append(el("summary", "", "Whole passage"), fillHighlighted(el("p", "text whole"), hit.text, pattern));
+      item.append(whole);
+    }
+    item.append(el("div", "meta", "document " + hit.doc.slice(0, 12) + " \u00b7 window " + hit.idx));
     return item;
   }
-  async function search(query, k, focusFrom) {
+  function showShare(query, mode) {
+    const params = new URLSearchParams({ q: query });
+    if (mode) params.set("mode", mode);
+    $("permalink").href = "?" + params.toString();
+    shareBox.hidden = false;
+  }
+  async function search(query, k, focusFrom, mode) {
     if (busy) return;
+    mode = mode === undefined ? modeSelect.value : mode;
+    noticeBox.hidden = true; shareBox.hidden = true; keywordBox.hidden = true;
     busy = true; button.disabled = true; more.disabled = true;
     setStatus(k > FIRST_K ? "Loading more results\u2026" : "Searching\u2026", false);
     const headers = { "Content-Type": "application/json" };
     if (token()) headers["Authorization"] = "Bearer " + token();
     let answer, body;
     try {
-      answer = await fetch("search", { method: "POST", headers, body: JSON.stringify({ query, k }), cache: "no-store" });
+      answer = await fetch("search", { method: "POST", headers, body: JSON.stringify(mode ? { query, k, mode } : { query, k }), cache: "no-store" });
       body = await answer.json();
     } catch (err) {
       setStatus("Cannot reach the bastion server. Is it still running?", true);
@@ -173,13 +246,15 @@ SCRIPT = r"""
     if (!answer.ok) {
       const why = body && body.error ? body.error : "HTTP " + answer.status;
       setStatus((answer.status === 503 ? "Search is unavailable right now: " : "The search was refused: ") + why, true);
+      if (answer.status === 503 && mode !== "keyword") { keywordBox.hidden = false; current = { query, k }; }
       return;
     }
     if (tokenInput.value.trim()) sessionStorage.setItem("bastion-token", tokenInput.value.trim());
-    current = { query, k };
-    const words = terms(query);
-    const best = body.hits.length ? Math.max(...body.hits.map((hit) => hit.score)) : 0;
-    results.replaceChildren(...body.hits.map((hit, i) => renderHit(hit, i + 1, words, best, body.mode)));
+    current = { query, k, mode };
+    const pattern = wordPattern(terms(query));
+    results.replaceChildren(...body.hits.map((hit, i) => renderHit(hit, i + 1, pattern, body.mode)));
+    if (body.notice) { noticeBox.textContent = body.notice; noticeBox.hidden = false; }
+    showShare(query, mode);
     const n = body.hits.length;
     setStatus(n === 0 ? "No results for \u201c" + query + "\u201d. Try other words." :
       n + (n === 1 ? " result" : " results") + " for \u201c" + query + "\u201d \u00b7 " + body.mode + " search", false);
@@ -193,7 +268,12 @@ SCRIPT = r"""
     search(query, FIRST_K);
   });
   more.addEventListener("click", () => {
-    if (current) search(current.query, Math.min(maxK, current.k * 2), current.k);
+    if (current) search(current.query, Math.min(maxK, current.k * 2), current.k, current.mode);
+  });
+  $("keyword-instead").addEventListener("click", () => {
+    if (!current) return;
+    modeSelect.value = "keyword";
+    search(current.query, FIRST_K, undefined, "keyword");
   });
   tokenInput.addEventListener("keydown", (event) => {
     if (event.key === "Enter") { event.preventDefault(); form.requestSubmit(); }
@@ -211,11 +291,15 @@ SCRIPT = r"""
     healthLine.className = h.status;
     healthLine.replaceChildren(el("span", "dot"), document.createTextNode(
       h.chunks + " passages \u00b7 model " + h.model +
-      (h.model_server === "ok" ? "" : " \u00b7 model server unreachable")));
+      (h.model_server === "ok" ? "" : " \u00b7 model server unreachable (keyword search still works)")));
     if (h.auth === "bearer") tokenBox.hidden = false;
   }).catch(() => { healthLine.textContent = "server status unknown"; });
   if (sessionStorage.getItem("bastion-token")) tokenInput.value = sessionStorage.getItem("bastion-token");
   input.focus();
+  // /?q=...&mode=...: a linked or bookmarked search runs as the page opens.
+  const linked = new URLSearchParams(location.search);
+  if ([...modeSelect.options].some((o) => o.value === (linked.get("mode") || ""))) modeSelect.value = linked.get("mode") || "";
+  if ((linked.get("q") || "").trim()) { input.value = linked.get("q").trim(); search(input.value, FIRST_K); }
 })();
 """
 
@@ -239,12 +323,22 @@ BODY = """
     <label for="q">Search the documents by meaning</label>
     <div class="row">
       <input id="q" name="q" type="search" autofocus spellcheck="false" aria-describedby="search-hint">
+      <select id="mode" aria-label="search mode">
+        <option value="">best (server default)</option>
+        <option value="hybrid">hybrid</option>
+        <option value="vector">by meaning</option>
+        <option value="keyword">keywords</option>
+      </select>
       <button id="go" type="submit">Search</button>
     </div>
     <p class="hint" id="search-hint">Press <kbd>Enter</kbd> to search, <kbd>/</kbd> to come back here,
       <kbd>Esc</kbd> to clear. Text shown has been sanitized.</p>
   </form>
   <p id="status" role="status" aria-live="polite"></p>
+  <p id="notice" role="note" hidden></p>
+  <div id="keyword-box" hidden><button type="button" class="secondary" id="keyword-instead">Search by keywords instead</button>
+    <span class="hint">keyword search does not need the model server</span></div>
+  <p id="share" hidden><a id="permalink" href="?">Link to this search</a> (puts the query in the address: bookmark it or share it)</p>
   <h2 class="sr-only">Results</h2>
   <ol id="results"></ol>
   <div id="more-box" hidden><button type="button" class="secondary" id="more">More results</button></div>

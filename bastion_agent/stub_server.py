@@ -81,8 +81,13 @@ def _handler_for(stub: StubServer):
             pass
 
         def do_GET(self) -> None:
-            if self.path in ("/", "/health", "/api/tags", "/v1/models"):
-                self._send(200, {"status": "ok", "models": sorted(stub.models or [])})
+            names = sorted(stub.models or [])
+            if self.path == "/api/tags" and "ollama" in stub.apis:  # Ollama's list of local models
+                self._send(200, {"models": [{"name": name, "model": name, "details": {"family": "stub"}} for name in names]})
+            elif self.path == "/v1/models" and "openai" in stub.apis:
+                self._send(200, {"object": "list", "data": [{"id": name, "object": "model"} for name in names]})
+            elif self.path in ("/", "/health"):
+                self._send(200, {"status": "ok", "models": names})
             else:
                 self._send(404, {"error": "not found"})
 

@@ -209,7 +209,8 @@ class EmbedStageTests(StageCase):
             texts = stub.inputs()
         self.assertEqual(second["embedded"], 0)
         self.assertEqual(second["reused"], first["chunks"])
-        self.assertEqual(len(texts), 2 + first["chunks"])  # two probes, each window once
+        self.assertEqual(len(texts), 1 + first["chunks"])  # one probe, each window once: nothing to embed, no probe
+        self.assertEqual((first["probed"], second["probed"]), (True, False))
 
     def test_repeated_windows_are_embedded_once(self):
         text = "echo echo echo echo echo echo echo echo echo echo echo echo echo echo echo echo"

