@@ -252,7 +252,7 @@ class OldFolderTests(IdCase):
         (self.docs / "new.txt").write_text("A brand new file about penguins and glaciers.\n", encoding="utf-8")
         with StubServer(dim=64) as stub:
             with clean_env(EMBED_URL=stub.url):
-                code, out, err = run_cli("sweep", self.manifest, "--out", self.out)
+                code, out, err = run_cli("sweep", self.manifest, "--out", self.out, "--quiet")
                 self.assertEqual(code, 0, err)
                 search_code, hits_json, search_err = run_cli("search", self.manifest, "backup tapes", "--json",
                                                              "--out", self.out)
@@ -285,7 +285,7 @@ class OldFolderTests(IdCase):
     def test_sanitize_alone_rebuilds_an_old_sanitized_store_and_says_so_once(self):
         old_docs = {sha(data) for data in self.FILES.values()}
         with clean_env():
-            code, out, err = run_cli("sanitize", self.manifest, "--out", self.out)
+            code, out, err = run_cli("sanitize", self.manifest, "--out", self.out, "--quiet")
         self.assertEqual((code, out, err.count("\n"), err.count("raw files")), (0, "", 1, 1), err)
         listing = self.listing()
         self.assertEqual(len(listing), 2)
@@ -296,7 +296,7 @@ class OldFolderTests(IdCase):
         self.assertTrue(old_docs - set(listing))  # the file with a secret got a new id; its old one is gone
         self.assertFalse((old_docs - set(listing)) & stored)
         with clean_env():
-            again = run_cli("sanitize", self.manifest, "--out", self.out)
+            again = run_cli("sanitize", self.manifest, "--out", self.out, "--quiet")
         self.assertEqual(again[:3], (0, "", ""))  # rebuilt: nothing more to say
 
     def _first_old_text(self) -> str:

@@ -68,7 +68,7 @@ class SweptFolder(TempFolder):
 
     def sweep(self) -> None:
         with clean_env(EMBED_URL=self.stub.url):
-            code, _, err = run_cli("sweep", self.manifest, "--out", self.out)
+            code, _, err = run_cli("sweep", self.manifest, "--out", self.out, "--quiet")
         self.assertEqual((code, err), (0, ""))
 
     def cli_search(self, query: str, k: int, mode: str) -> list[dict]:
