@@ -27,6 +27,7 @@ from . import extract, serve
 from .budget import REASON_MEMORY, REASON_TIME, Budget, Call, WorkerPool
 from .formats.base import REASON_OUTPUT
 from .layout import OUT_MARKER, Layout
+from .test_serve import StoreCase
 from .testsupport import clean_env, write_manifest
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -307,21 +308,7 @@ class OutFolderTests(unittest.TestCase):
 
 # ---------------------------------------------------------------- serve
 
-class ServeHostileTests(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        from .stub_server import StubServer
-        from .test_serve import Store
-
-        cls.holder = tempfile.TemporaryDirectory()
-        cls.stub = StubServer().start()
-        cls.store = Store(Path(cls.holder.name), cls.stub)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.stub.stop()
-        cls.holder.cleanup()
-
+class ServeHostileTests(StoreCase):
     def setUp(self):
         from .test_serve import start
 

@@ -5,7 +5,7 @@ Real text matters for keyword search: every window of real prose holds
 what makes an OR-of-all-terms query cost grow with the folder.
 
 Sources, in this order (each file read once, each window kept once):
-the two shared test collections (``/work/shared/data/ir``), the licence
+the two shared test collections (``../shared/data/ir``), the licence
 texts (``/usr/share/common-licenses``), then every text file under
 ``/usr/share/doc`` (changelogs decompressed, HTML tags stripped, binaries
 skipped). There is about 45 million tokens of it, so to reach a million
@@ -48,7 +48,7 @@ DIM = 384
 MODEL = "bench-real"
 WINDOW = 128
 OVERLAP = 96
-IR = Path("/work/shared/data/ir")
+IR = Path(os.environ.get("BASTION_SHARED_DATA") or ROOT.parent / "shared" / "data") / "ir"
 SKIP_SUFFIXES = (".png", ".gif", ".jpg", ".jpeg", ".svg", ".ico", ".pdf", ".woff", ".ttf", ".zip", ".bz2", ".xz")
 TAG_RE = re.compile(r"<[^>]{0,2000}>")
 WORD_RE = re.compile(r"\w+")

@@ -1,7 +1,7 @@
 """Hostile files cost one file each: extract + sanitize of real files, with and without 20 hostile ones.
 
 Copies up to N real text files (``/usr/share/common-licenses``,
-``/usr/share/doc``, ``/work/shared/data/ir``) into a temporary folder, sweeps
+``/usr/share/doc``, ``../shared/data/ir``) into a temporary folder, sweeps
 it (extract + sanitize, each stage in a fresh process) and measures wall
 time and peak RSS of the stage and its workers (``RUSAGE_CHILDREN``); then
 adds 20 hostile files (the issue's bombs) and sweeps again. Also compares
@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 from bastion_agent.budget import DEFAULT_MEMORY_MB, DEFAULT_SECONDS  # noqa: E402
 from bastion_agent.test_hostile import eml_header_bomb, xlsx_shared_string_bomb  # noqa: E402
 
-SOURCES = [Path("/usr/share/common-licenses"), Path("/usr/share/doc"), ROOT.parent.parent / "shared" / "data" / "ir",
-           Path("/work/shared/data/ir")]
+SOURCES = [Path("/usr/share/common-licenses"), Path("/usr/share/doc"),
+           Path(os.environ.get("BASTION_SHARED_DATA") or ROOT.parent / "shared" / "data") / "ir"]
 TEXT_SUFFIXES = {"", ".txt", ".md", ".html", ".htm", ".json", ".csv", ".xml", ".rst"}
 
 

@@ -3,7 +3,7 @@
 
 Real text only: windows of 32 tokens (the project's chunker, no overlap)
 cut from /usr/share/common-licenses, /usr/share/doc (gzip files read) and
-/work/shared/data/ir, deduplicated by window text. Vectors are the loopback
+../shared/data/ir, deduplicated by window text. Vectors are the loopback
 stub's deterministic bag-of-words embedding (``stub_server.bag_of_words``,
 384 dimensions), computed here with numpy: fast, and structured like text
 (windows sharing words are near), but not a neural model's geometry.
@@ -33,6 +33,7 @@ import argparse
 import gzip
 import hashlib
 import json
+import os
 import re
 import statistics
 import sys
@@ -54,7 +55,8 @@ MODEL = "bench-bow-384"
 WINDOW_TOKENS = 32
 BASTIONS = 10
 WINDOWS_PER_DOC = 20
-SOURCES = [Path("/usr/share/common-licenses"), Path("/usr/share/doc"), Path("/work/shared/data/ir")]
+IR = Path(os.environ.get("BASTION_SHARED_DATA") or REPO.parent / "shared" / "data") / "ir"  # ../shared/data/ir unless BASTION_SHARED_DATA says otherwise
+SOURCES = [Path("/usr/share/common-licenses"), Path("/usr/share/doc"), IR]
 SERVER_SETTINGS = {"shared_buffers": "'2GB'", "maintenance_work_mem": "'4GB'", "work_mem": "'64MB'",
                    "max_parallel_maintenance_workers": "1", "max_wal_size": "'8GB'", "checkpoint_timeout": "'30min'"}
 PORT = 55432
@@ -197,7 +199,7 @@ def load(cache: Path, pg: ThrowawayPostgres, n: int) -> dict:
 def queries(limit: int) -> list[str]:
     found = []
     for name in ("cranfield", "scifact"):
-        with open(Path("/work/shared/data/ir") / name / "queries.jsonl", encoding="utf-8") as handle:
+        with open(IR / name / "queries.jsonl", encoding="utf-8") as handle:
             found += [json.loads(line)["text"] for line in handle]
     step = max(1, len(found) // limit)
     return found[::step][:limit]
