@@ -268,7 +268,7 @@ def _print_search(manifest, layout: Layout, query: str, k: int, mode: str | None
         print("  no hits")
     for rank, hit in enumerate(hits, start=1):
         where = ", ".join(hit.paths) or hit.doc[:12]
-        print(f"  {rank}. {hit.score:.3f}  {where}")
+        print(f"  {rank}. relevance {hit.relevance:3d}  {where}")
         print(textwrap.indent(textwrap.fill(_snippet(hit.text), 88), "       "))
 
 
