@@ -43,8 +43,11 @@ def _sanitize(summary: dict) -> str:
     named = ", ".join(f"{rule} {count}" for count, rule in top[:TOP_RULES])
     if len(top) > TOP_RULES:
         named += f", {len(top) - TOP_RULES} more rules"
+    # documents_changed counts the texts read (one per distinct file content) that had findings;
+    # texts that are equal once sanitized are one document, so there may be fewer documents than texts.
+    texts = summary.get("texts", summary.get("documents", 0))
     text = f"{summary.get('findings', 0)} findings redacted in {summary.get('documents_changed', 0)} of " \
-           f"{summary.get('documents', 0)} documents"
+           f"{texts} texts ({summary.get('documents', 0)} documents)"
     return text + (f" ({named})" if named else "")
 
 
