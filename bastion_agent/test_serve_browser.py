@@ -289,17 +289,22 @@ class SearchPageTests(unittest.TestCase):
                                        "document.getElementById('notice').textContent", "the notice")
         self.assertIn("keyword", notice)  # serve fell back by itself and the page says so
 
-    def test_a_fallback_notice_from_the_server_is_shown(self):
-        self.serve()
-        # The search engineer's envelope: {"fallback": "keyword", "notice": "..."} when serve fell back by itself.
+    def edit_search_answers(self, edit: str) -> None:
+        """Wrap the page's fetch so every /search answer is changed by the JavaScript ``edit`` of ``body``."""
         self.browser.script("""const real = window.fetch;
             window.fetch = async (url, options) => {
               const answer = await real(url, options);
               if (!String(url).endsWith('search')) return answer;
               const body = await answer.json();
-              body.fallback = 'keyword'; body.notice = 'The model server is down: these are keyword results.';
+              """ + edit + """
               return new Response(JSON.stringify(body), {status: 200, headers: {'Content-Type': 'application/json'}});
             };""")
+
+    def test_a_fallback_notice_from_the_server_is_shown(self):
+        self.serve()
+        # The search engineer's envelope: {"fallback": "keyword", "notice": "..."} when serve fell back by itself.
+        self.edit_search_answers("body.fallback = 'keyword'; "
+                                 "body.notice = 'The model server is down: these are keyword results.';")
         self.browser.type("#q", "flour" + ENTER)
         notice = self.browser.wait_for("return !document.getElementById('notice').hidden && "
                                        "document.getElementById('notice').textContent", "the notice")
@@ -307,14 +312,7 @@ class SearchPageTests(unittest.TestCase):
 
     def test_relevance_is_shown_when_the_hit_has_it(self):
         self.serve()
-        self.browser.script("""const real = window.fetch;
-            window.fetch = async (url, options) => {
-              const answer = await real(url, options);
-              if (!String(url).endsWith('search')) return answer;
-              const body = await answer.json();
-              body.hits.forEach((hit, i) => { hit.relevance = 90 - 10 * i; });
-              return new Response(JSON.stringify(body), {status: 200, headers: {'Content-Type': 'application/json'}});
-            };""")
+        self.edit_search_answers("body.hits.forEach((hit, i) => { hit.relevance = 90 - 10 * i; });")
         self.browser.type("#q", "flour water salt" + ENTER)
         self.browser.wait_for("return document.querySelectorAll('#results > li').length > 1", "the results")
         scores = [r["score"] for r in self.browser.script(RESULTS)[:2]]
