@@ -613,9 +613,7 @@ def print_report(layout: Layout, stream=None, settings=None, files: bool = False
 
 def report_lines(rows: list[dict], summary: dict, settings=None, files: bool = False) -> list[str]:
     """The report as lines of text (kept apart from printing so it is easy to test); sanitized paths only."""
-    from .sanitize import sanitize_path
-
-    rows = [{**row, "path": sanitize_path(row["path"], settings)} for row in rows]
+    rows = [{**row, "path": sanitize.sanitize_path(row["path"], settings)} for row in rows]
     mb = summary.get("bytes_read", 0) / 1e6
     lines = [
         f"extract: {summary.get('files', len(rows))} files seen, {summary.get('extracted', 0)} extracted "
@@ -641,7 +639,9 @@ def report_lines(rows: list[dict], summary: dict, settings=None, files: bool = F
 
 
 def _folder_rows(rows: list[dict]) -> list[list]:
-    """One line per folder, at the deepest level that fits in REPORT_MAX_FOLDERS lines."""
+    """One line per folder, at the deepest level that fits in REPORT_MAX_FOLDERS lines.
+
+    ``rows`` hold sanitized paths already (``report_lines``), so the folders cut from them are too."""
     depth = max((row["path"].count("/") for row in rows), default=0)
     while depth > 0 and len({_folder(row["path"], depth) for row in rows}) > REPORT_MAX_FOLDERS:
         depth -= 1
@@ -653,8 +653,7 @@ def _folder_rows(rows: list[dict]) -> list[list]:
         reasons = Counter(row["reason"] for row in members if row["status"] == STATUS_SKIPPED)
         why = ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
         extracted = sum(row["status"] == STATUS_EXTRACTED for row in members)
-        shown = sanitize.sanitize_path(folder, None)  # folder names are path names: never shown raw
-        table.append([shown, len(members), extracted, len(members) - extracted, why or "-"])
+        table.append([folder, len(members), extracted, len(members) - extracted, why or "-"])
     return table
 
 
