@@ -541,9 +541,7 @@ def _drop_stale(layout: Layout, kept: set[str]) -> int:
         if _DOC_TEXT.fullmatch(name) and name[:-4] not in kept:
             _unlink(store / name)
             removed += 1
-        elif name.startswith(".") and name.endswith(".tmp"):
-            _unlink(store / name)  # left by a run that was killed mid-write
-    return removed
+    return removed  # temp files of a killed run went at the start (layout.remove_stale_temps)
 
 
 def _unlink(path: Path) -> None:
