@@ -212,50 +212,11 @@ def environment(**values: str):
 
 
 def _sweep(manifest, layout: Layout) -> None:
+    """Sweep, printing each stage's summary line (the CLI's, from ``stage_lines``) as the stage ends."""
     from .pipeline import run_sweep
+    from .stage_lines import summary_line
 
-    for line in stage_lines(run_sweep(manifest, layout)):
-        print(line)
-
-
-def stage_lines(summaries: dict) -> list[str]:
-    """One line per stage, counts only (never a document's text or a secret)."""
-    extract = summaries.get("extract", {})
-    sanitize = summaries.get("sanitize", {})
-    chunk = summaries.get("chunk", {})
-    embed = summaries.get("embed", {})
-    kinds = ", ".join(f"{kind} {tally.get('files', 0)}" for kind, tally in extract.get("by_kind", {}).items())
-    lines = [f"  extract   {extract.get('extracted', '?')} of {extract.get('files', '?')} files read"
-             + (f" ({kinds})" if kinds else "")]
-    lines.append("  sanitize  " + _findings_line(sanitize))
-    lines.append(f"  chunk     {chunk.get('chunks', '?')} windows of up to {chunk.get('size_tokens', '?')} tokens "
-                 f"from {chunk.get('documents', '?')} documents")
-    seconds = embed.get("seconds") or 0
-    rate = f", {embed.get('embedded', 0) / seconds:.1f} windows/s" if seconds and embed.get("embedded") else ""
-    lines.append(f"  embed     {embed.get('embedded', '?')} embedded, {embed.get('reused', '?')} reused "
-                 f"in {seconds:.1f} s{rate} ({embed.get('api', '?')} API, {embed.get('dim', '?')} dims)")
-    return lines
-
-
-def _findings_line(summary: dict) -> str:
-    """``N findings redacted: rule n, ...`` from whichever per-rule counts sanitize wrote."""
-    by_rule = _per_rule_counts(summary)
-    total = summary.get("findings")
-    if not isinstance(total, int):
-        total = sum(by_rule.values())
-    docs = summary.get("documents")
-    text = f"{total} findings redacted" + (f" in {docs} documents" if isinstance(docs, int) else "")
-    if by_rule:
-        text += ": " + ", ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items(), key=lambda item: (-item[1], item[0])))
-    return text
-
-
-def _per_rule_counts(summary: dict) -> dict[str, int]:
-    for key in ("findings_by_rule", "by_rule", "redactions_by_rule", "rules", "findings_by_kind", "by_kind"):
-        value = summary.get(key)
-        if isinstance(value, dict) and all(isinstance(count, int) for count in value.values()):
-            return {rule: count for rule, count in value.items() if count}
-    return {}
+    run_sweep(manifest, layout, on_stage=lambda stage, summary: print("  " + summary_line(stage, summary), flush=True))
 
 
 def _print_search(manifest, layout: Layout, query: str, k: int, mode: str | None) -> None:
