@@ -9,7 +9,7 @@ from unittest import mock
 from . import modelserver
 from .errors import BastionError
 from .stub_server import StubServer
-from .test_modelserver import DIM, FakeModel
+from .test_modelserver import DIM
 from .testsupport import SanitizedStoreCase, clean_env, closed_port_url, run_cli
 
 
