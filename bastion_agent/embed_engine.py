@@ -82,6 +82,7 @@ class EmbedStats:
     requests: int = 0
     batches: int = 0
     truncated: int = 0
+    truncated_ids: set = field(default_factory=set)  # the chunks counted in ``truncated`` (window_fit)
     batch_size_final: int = 0
     retried_failures: int = 0
     reused_by_text: int = 0  # vectors of an old-id store given the new id of the same window text
@@ -103,6 +104,7 @@ class BatchOutcome:
     retries: int = 0
     requests: int = 0
     truncated: int = 0
+    truncated_ids: list[str] = field(default_factory=list)
 
 
 class Stopped(Exception):
@@ -159,6 +161,7 @@ class BatchEmbedder:
         outcome.stored.extend((chunk_id, blob) for (chunk_id, _), blob in zip(items, blobs))
         if truncate:
             outcome.truncated += len(items)
+            outcome.truncated_ids.extend(chunk_id for chunk_id, _ in items)
 
     def _refused(self, items, outcome: BatchOutcome, failure: RequestFailure, truncate: bool) -> None:
         if failure.kind in (FATAL, WRONG_API):
@@ -350,4 +353,5 @@ def _count(stats: EmbedStats, outcome: BatchOutcome) -> None:
     stats.retries += outcome.retries
     stats.requests += outcome.requests
     stats.truncated += outcome.truncated
+    stats.truncated_ids.update(outcome.truncated_ids)
     stats.batches += 1
