@@ -209,8 +209,8 @@ def manifest_text(found: Found, root: str) -> str:
     query, passage, size, overlap = settings_for(found.model)
     size, overlap = fitting_size(found.context, passage, size, overlap)
     if found.context:
-        fitted = (f"# The model's context is {found.context} tokens: a window of {size} tokens (about "
-                  f"{INIT_RATIO:g} model tokens each at most) fits it.\n")
+        fitted = (f"# The model's context is {found.context} tokens; {size} tokens fit it even at "
+                  f"{INIT_RATIO:g} model tokens each (the usual is 1.2).\n")
     else:
         fitted = "# The server did not say its context: embed counts the windows over it when it can.\n"
     if found.answered:
