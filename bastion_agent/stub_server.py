@@ -13,7 +13,9 @@ It can also behave like a real server in what it says about itself
 tokens of a longer input; ``flavor="tei"`` answers ``GET /info`` and ``POST
 /tokenize`` and refuses an input over ``context`` as TEI does;
 ``flavor="ollama"`` answers ``POST /api/show`` and ``prompt_eval_count``, and
-refuses an over-long input unless asked to truncate it. Its "model tokens"
+refuses an over-long input unless asked to truncate it;
+``flavor="llama-cpp-python"`` (the issue's server) cuts like llama.cpp but
+says no context and counts only through ``POST /extras/tokenize/count``. Its "model tokens"
 (``stub_tokens``) are a word's 4-letter pieces, each digit and each mark, plus
 two special tokens, so they outnumber the chunker's regex tokens as a real
 tokenizer's do. ``listed`` is what ``/v1/models`` and ``/api/tags`` list: by
@@ -39,7 +41,7 @@ from .vectorstore import pack_base64
 WORD_RE = re.compile(r"\w+")
 STUB_TOKEN_RE = re.compile(r"[^\W\d_]{1,4}|\d|_|[^\w\s]")
 SPECIAL_TOKENS = 2  # a [CLS] and a [SEP], as BERT-style embedding models count them
-FLAVORS = (None, "llama.cpp", "tei", "ollama")
+FLAVORS = (None, "llama.cpp", "llama-cpp-python", "tei", "ollama")
 
 
 def stub_tokens(text: str) -> list[re.Match]:
@@ -230,6 +232,13 @@ def _handler_for(stub: StubServer):
                     self._send(422, {"error": "Failed to deserialize the JSON body", "error_type": "Validation"})
                     return True
                 self._send(200, [_tei_tokens(text, body.get("add_special_tokens", True)) for text in inputs])
+                return True
+            if self.path == "/extras/tokenize/count" and stub.flavor == "llama-cpp-python":
+                text = body.get("input") if isinstance(body, dict) else None
+                if not isinstance(text, str):
+                    self._send(422, {"detail": [{"loc": ["body", "input"], "msg": "field required"}]})
+                    return True
+                self._send(200, {"count": token_count(text)})
                 return True
             if self.path == "/api/show" and stub.flavor == "ollama":
                 self._send(200, {"modelfile": "", "parameters": "", "details": {"family": "bert"},

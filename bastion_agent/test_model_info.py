@@ -112,6 +112,31 @@ class LlamaCppLikeTests(SanitizedStoreCase):
         self.assertIn(f"{summary['truncated']} truncated", err)
 
 
+class LlamaCppPythonLikeTests(SanitizedStoreCase):
+    """The issue's server: llama-cpp-python cuts silently, counts on /extras/tokenize/count, says no context."""
+
+    docs = {RUNBOOK: ["runbook.txt"]}
+    size, overlap = 32, 4
+
+    def test_with_embed_context_its_windows_are_counted_by_the_server(self):
+        self.chunk()
+        with StubServer(apis=("openai",), flavor="llama-cpp-python", context=48, listed=["stub-model"]) as stub:
+            unknown, err, error = embed_capturing(self, stub)
+        self.assertIsNone(error)
+        self.assertEqual((unknown["context_tokens"], unknown["token_counter"], unknown["truncated"]),
+                         (None, "llama-cpp-python", 0))  # it cuts, but cannot say so: nothing to count against
+        (self.out / "vectors.db").unlink()
+        with StubServer(apis=("openai",), flavor="llama-cpp-python", context=48, listed=["stub-model"]) as stub:
+            summary, err, error = embed_capturing(self, stub, EMBED_CONTEXT="48")
+        self.assertIsNone(error)
+        windows = embed.current_windows(self.layout)[0]
+        over = {row[0]: token_count(row[5]) for row in windows if token_count(row[5]) > 48}
+        self.assertEqual((summary["context_source"], summary["token_counts"]), ("EMBED_CONTEXT", "server"))
+        self.assertEqual(summary["truncated"], len(over))
+        self.assertEqual(summary["tokens_lost"], sum(t - 48 for t in over.values()))
+        self.assertIn("counted by the server", err)
+
+
 class IdentityTests(SanitizedStoreCase):
     """A server that answers for any model name is checked against what it lists."""
 
