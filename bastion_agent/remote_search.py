@@ -6,9 +6,10 @@ The same three modes as the local search, answered by PostgreSQL:
   ``hnsw.iterative_scan = relaxed_order`` so that a filter on bastions keeps
   scanning the graph until it has enough rows (pgvector >= 0.8), then
   re-sorted by exact distance; ``hnsw.ef_search`` is ``EF_SEARCH`` (or the
-  depth asked, when larger), and the query asks for that many rows, so a
-  filtered search gathers as many candidates from the bastions' rows as an
-  unfiltered one does from all rows. ``exact`` scans every row instead.
+  depth asked, when larger); a filtered query asks for that many rows (so
+  it gathers as many candidates from the bastions' rows as an unfiltered
+  one does from all rows), an unfiltered one for the depth asked
+  (``RemoteIndex.depth``). ``exact`` scans every row instead.
 - **keyword**: the GIN index on ``tsv`` (English stemming). Windows holding
   every word of the query rank first (score ``1 + r``), then windows holding
   any of them (score ``r``), where ``r = ts_rank / (1 + ts_rank)``
@@ -33,7 +34,7 @@ from . import embed
 from .errors import ConfigError, DatabaseError, ModelServerError
 from .manifest import SEARCH_MODES
 
-EF_SEARCH = 100  # the default; BASTION_HNSW_EF_SEARCH raises it (recall against latency: docs/publish.md)
+EF_SEARCH = 200  # recall@10 0.95 at 1M windows of the benchmark (m 24, ef_construction 128); BASTION_HNSW_EF_SEARCH sets it (docs/publish.md)
 EF_SEARCH_VARIABLE = "BASTION_HNSW_EF_SEARCH"
 KEYWORD_POOL = 1000  # matching rows ranked per keyword pass (ranking costs ~20 us a row at 1M windows)
 MAX_TERMS = 64
