@@ -32,6 +32,11 @@ import hashlib
 SCHEMA = "bastion_agent"
 MIGRATION_LOCK = 0x62617374  # pg_advisory_xact_lock key: "bast"
 HALFVEC_ABOVE = 2000  # pgvector indexes vector up to 2000 dimensions, halfvec up to 4000
+# How a new model's HNSW graph is built (migration 4; changing it takes a new migration that replaces
+# ensure_model). Larger than pgvector's defaults: at 1M windows of the benchmark they reach recall@10
+# 0.95 at an ef_search a third of what the defaults need (docs/publish.md, "Measured").
+HNSW_BUILD = {"m": 24, "ef_construction": 128}
+PGVECTOR_DEFAULTS = {"m": 16, "ef_construction": 64}
 
 
 def _m001_tables(conn) -> None:
@@ -94,10 +99,20 @@ def _m002_row_security(conn) -> None:
         conn.execute(f"CREATE POLICY {table}_delete ON {SCHEMA}.{table} FOR DELETE USING ({own})")
 
 
-def _m003_ensure_model(conn) -> None:
-    """``ensure_model(model, dim)``: register a model and create its partial HNSW index, as the owner."""
-    conn.execute(f"""
-        CREATE FUNCTION {SCHEMA}.ensure_model(p_model text, p_dim integer) RETURNS text
+def _ensure_model_function(build: dict | None) -> str:
+    """The ``ensure_model`` function's SQL; ``build``: the HNSW ``WITH`` options it creates and records.
+
+    Migration 3 made it without options (pgvector's defaults, m 16 and
+    ef_construction 64); migration 4 replaces it with ``HNSW_BUILD``.
+    """
+    with_clause = insert = ""
+    if build:
+        with_clause = " WITH (m = %s, ef_construction = %s)"
+        insert = f", {build['m']}, {build['ef_construction']}"
+    arguments = f"v_index, v_kind, p_dim, v_kind, {build['m']}, {build['ef_construction']}, p_model" if build else \
+        "v_index, v_kind, p_dim, v_kind, p_model"
+    return f"""
+        CREATE OR REPLACE FUNCTION {SCHEMA}.ensure_model(p_model text, p_dim integer) RETURNS text
         LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
         DECLARE
             known {SCHEMA}.models;
@@ -119,16 +134,41 @@ def _m003_ensure_model(conn) -> None:
                 RETURN known.index_name;
             END IF;
             EXECUTE format('CREATE INDEX %I ON {SCHEMA}.windows USING hnsw ((embedding::%s(%s)) %s_cosine_ops)'
-                           ' WHERE model = %L', v_index, v_kind, p_dim, v_kind, p_model);
-            INSERT INTO {SCHEMA}.models VALUES (p_model, p_dim, v_kind, v_index);
+                           '{with_clause} WHERE model = %L', {arguments});
+            INSERT INTO {SCHEMA}.models VALUES (p_model, p_dim, v_kind, v_index{insert});
             RETURN v_index;
         END
-        $fn$""")
+        $fn$"""
+
+
+def _m003_ensure_model(conn) -> None:
+    """``ensure_model(model, dim)``: register a model and create its partial HNSW index, as the owner."""
+    conn.execute(_ensure_model_function(None))
     # functions are executable by PUBLIC by default: only the roles docs/publish.md grants it to
     conn.execute(f"REVOKE EXECUTE ON FUNCTION {SCHEMA}.ensure_model(text, integer) FROM PUBLIC")
 
 
-MIGRATIONS = [_m001_tables, _m002_row_security, _m003_ensure_model]
+def _m004_hnsw_build(conn) -> None:
+    """A new model's HNSW index is built with ``HNSW_BUILD``; ``models`` records each index's parameters.
+
+    An index made before keeps its parameters (rebuilding a large one here
+    would hold every publish for as long as the build takes, an hour at 1M
+    windows): its row records what it was built with (pgvector's defaults
+    unless its ``WITH`` said otherwise), and ``rebuild_index`` (or the SQL
+    in docs/publish.md) rebuilds it beside the old one when convenient.
+    """
+    conn.execute(f"ALTER TABLE {SCHEMA}.models ADD COLUMN hnsw_m integer, ADD COLUMN hnsw_ef_construction integer")
+    options = ("(SELECT o.option_value::integer FROM pg_class c, pg_options_to_table(c.reloptions) o"
+               f" WHERE c.oid = to_regclass('{SCHEMA}.' || quote_ident(index_name)) AND o.option_name = %s)")
+    conn.execute(f"UPDATE {SCHEMA}.models SET hnsw_m = coalesce({options}, {PGVECTOR_DEFAULTS['m']}),"
+                 f" hnsw_ef_construction = coalesce({options}, {PGVECTOR_DEFAULTS['ef_construction']})",
+                 ("m", "ef_construction"))
+    conn.execute(f"ALTER TABLE {SCHEMA}.models ALTER COLUMN hnsw_m SET NOT NULL,"
+                 " ALTER COLUMN hnsw_ef_construction SET NOT NULL")
+    conn.execute(_ensure_model_function(HNSW_BUILD))  # CREATE OR REPLACE keeps its owner and its grants
+
+
+MIGRATIONS = [_m001_tables, _m002_row_security, _m003_ensure_model, _m004_hnsw_build]
 LATEST = len(MIGRATIONS)
 
 
@@ -174,10 +214,12 @@ def ensure_model(conn, model: str, dim: int) -> "ModelIndex":
 
 
 class ModelIndex:
-    """How to name a model's vectors so the planner uses its partial HNSW index."""
+    """A model's partial HNSW index: how to name its vectors so the planner uses it, and how it was built."""
 
-    def __init__(self, model: str, dim: int, kind: str):
-        self.model, self.dim, self.kind = model, dim, kind
+    def __init__(self, model: str, dim: int, kind: str, index_name: str = "",
+                 m: int = PGVECTOR_DEFAULTS["m"], ef_construction: int = PGVECTOR_DEFAULTS["ef_construction"]):
+        self.model, self.dim, self.kind, self.index_name = model, dim, kind, index_name
+        self.m, self.ef_construction = m, ef_construction
 
     @property
     def expression(self) -> str:
@@ -187,10 +229,55 @@ class ModelIndex:
     def operators(self) -> str:
         return f"{self.kind}_cosine_ops"
 
+    def create_sql(self, name: str, m: int, ef_construction: int, concurrently: bool = False) -> str:
+        """``CREATE INDEX`` of this model's graph under ``name``, as ``ensure_model`` words it."""
+        from psycopg import sql
+
+        statement = sql.SQL("CREATE INDEX {concurrently}{name} ON {schema}.windows USING hnsw (({expression}) {ops})"
+                            " WITH (m = {m}, ef_construction = {efc}) WHERE model = {model}").format(
+            concurrently=sql.SQL("CONCURRENTLY " if concurrently else ""), name=sql.Identifier(name),
+            schema=sql.Identifier(SCHEMA), expression=sql.SQL(self.expression), ops=sql.SQL(self.operators),
+            m=sql.Literal(int(m)), efc=sql.Literal(int(ef_construction)), model=sql.Literal(self.model))
+        return statement.as_string(None)
+
 
 def model_index(conn, model: str) -> ModelIndex | None:
-    row = conn.execute(f"SELECT dim, kind FROM {SCHEMA}.models WHERE model = %s", (model,)).fetchone()
-    return ModelIndex(model, row[0], row[1]) if row else None
+    """The model's row of ``models`` (the build parameters are pgvector's defaults before migration 4)."""
+    row = conn.execute(f"SELECT to_jsonb(m) FROM {SCHEMA}.models m WHERE model = %s", (model,)).fetchone()
+    if not row:
+        return None
+    fields = row[0]
+    return ModelIndex(model, fields["dim"], fields["kind"], fields["index_name"],
+                      fields.get("hnsw_m") or PGVECTOR_DEFAULTS["m"],
+                      fields.get("hnsw_ef_construction") or PGVECTOR_DEFAULTS["ef_construction"])
+
+
+def rebuild_index(conn, model: str, m: int = HNSW_BUILD["m"], ef_construction: int = HNSW_BUILD["ef_construction"],
+                  ) -> ModelIndex:
+    """Rebuild a model's HNSW index with new parameters, beside the old one, then swap them.
+
+    ``CREATE INDEX CONCURRENTLY`` (``conn`` in autocommit): publishes and
+    searches go on against the old graph while the new one builds; the swap
+    (drop the old, rename the new to the old name, record the parameters)
+    is one short transaction. The session's ``maintenance_work_mem`` should
+    hold the graph (a build that spills is many times slower): about
+    ``rows * (4 * dim + 40 * m)`` bytes. A leftover from an interrupted
+    rebuild (an invalid index) is dropped first.
+    """
+    current = model_index(conn, model)
+    if current is None:
+        raise ValueError(f"model {model!r} is not registered")
+    if m < 2 or m > 100 or ef_construction < 4 or ef_construction > 1000 or ef_construction < 2 * m:
+        raise ValueError("m must be 2..100 and ef_construction 4..1000, at least 2 * m (pgvector's bounds)")
+    staging = current.index_name + "_rebuild"
+    conn.execute(f"DROP INDEX IF EXISTS {SCHEMA}.{staging}")
+    conn.execute(current.create_sql(staging, m, ef_construction, concurrently=True))
+    with conn.transaction():
+        conn.execute(f"DROP INDEX IF EXISTS {SCHEMA}.{current.index_name}")
+        conn.execute(f"ALTER INDEX {SCHEMA}.{staging} RENAME TO {current.index_name}")
+        conn.execute(f"UPDATE {SCHEMA}.models SET hnsw_m = %s, hnsw_ef_construction = %s WHERE model = %s",
+                     (m, ef_construction, model))
+    return model_index(conn, model)
 
 
 def lock_key(bastion: str) -> int:

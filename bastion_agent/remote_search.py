@@ -6,9 +6,10 @@ The same three modes as the local search, answered by PostgreSQL:
   ``hnsw.iterative_scan = relaxed_order`` so that a filter on bastions keeps
   scanning the graph until it has enough rows (pgvector >= 0.8), then
   re-sorted by exact distance; ``hnsw.ef_search`` is ``EF_SEARCH`` (or the
-  depth asked, when larger), and the query asks for that many rows, so a
-  filtered search gathers as many candidates from the bastions' rows as an
-  unfiltered one does from all rows. ``exact`` scans every row instead.
+  depth asked, when larger); a filtered query asks for that many rows (so
+  it gathers as many candidates from the bastions' rows as an unfiltered
+  one does from all rows), an unfiltered one for the depth asked
+  (``RemoteIndex.depth``). ``exact`` scans every row instead.
 - **keyword**: the GIN index on ``tsv`` (English stemming). Windows holding
   every word of the query rank first (score ``1 + r``), then windows holding
   any of them (score ``r``), where ``r = ts_rank / (1 + ts_rank)``
@@ -33,7 +34,7 @@ from . import embed
 from .errors import ConfigError, DatabaseError, ModelServerError
 from .manifest import SEARCH_MODES
 
-EF_SEARCH = 100  # the default; BASTION_HNSW_EF_SEARCH raises it (recall against latency: docs/publish.md)
+EF_SEARCH = 200  # recall@10 0.95 at 1M windows of the benchmark (m 24, ef_construction 128); BASTION_HNSW_EF_SEARCH sets it (docs/publish.md)
 EF_SEARCH_VARIABLE = "BASTION_HNSW_EF_SEARCH"
 KEYWORD_POOL = 1000  # matching rows ranked per keyword pass (ranking costs ~20 us a row at 1M windows)
 MAX_TERMS = 64
@@ -156,6 +157,20 @@ class RemoteIndex:
         params.append(self.bastions)
         return " AND bastion = ANY(%s)"
 
+    def depth(self, n: int) -> int:
+        """How many rows to ask the HNSW scan for, to answer the ``n`` nearest.
+
+        Unfiltered: ``n``. The scan's first pass gathers ``ef_search``
+        candidates and returns them nearest first, so its first ``n`` rows
+        are the best ``n`` it found; asking for more only reads more rows
+        (1.5 ms of 11 at ef_search 400 and 1M windows). Filtered: ``ef_search``
+        rows that pass the filter, not just ``n``: the iterative scan walks
+        the graph until it has that many of the bastions' rows, and the ``n``
+        nearest are taken from them. Asking for ``n`` there loses recall
+        (0.79 against 0.94 at ef_search 100, one bastion of ten: docs/publish.md).
+        """
+        return max(n, self.ef_search) if self.bastions else n
+
     def vector_top(self, query_vector, n: int, exact: bool = False) -> list[tuple[float, str]]:
         """``(cosine, key)`` of the ``n`` nearest windows, best first."""
         from psycopg import sql
@@ -165,9 +180,7 @@ class RemoteIndex:
         literal = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
         params: list = [literal]
         where = self._filter(params)
-        # ask the index for ef_search rows that pass the filter, not just n: an iterative scan then walks
-        # the graph until it has that many of the bastions' rows, and the n nearest are taken from them
-        params.append(n if exact else max(n, self.ef_search))
+        params.append(n if exact else self.depth(n))
         expression = self.model.expression
         statement = sql.SQL(
             "SELECT bastion, chunk_id, " + expression + " <=> %s::" + f"{self.model.kind}({self.dim})" + " AS distance"

@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from . import pgtest
+from . import pgtest, publish_schema
 from .layout import Layout
 from .stub_server import StubServer
 from .testsupport import TempFolder, clean_env, run_cli, write_manifest, write_sanitized_store
@@ -142,7 +142,7 @@ class IncrementalPublishTests(PublishCase):
         self.assertEqual(paths[fs.ids[next(iter(DOCS_V1))]], ["barn/roof.txt"])
         dims = query(self.dsn, "SELECT DISTINCT vector_dims(embedding) FROM bastion_agent.windows")
         self.assertEqual(dims, [(64,)])
-        self.assertEqual(query(self.dsn, "SELECT max(version) FROM bastion_agent.migrations"), [(3,)])
+        self.assertEqual(query(self.dsn, "SELECT max(version) FROM bastion_agent.migrations"), [(publish_schema.LATEST,)])
 
     def test_an_unchanged_republish_writes_nothing(self):
         fs = self.bastion("fs-01")
@@ -409,6 +409,100 @@ class RowLevelSecurityTests(PublishCase):
         self.assertEqual(len(err.strip().splitlines()), 1)
         self.assertIn("row-level security", err)
         self.assertNotIn("publ1sh-pw", err)
+
+
+def index_of(dsn: str, model: str) -> tuple[int, dict, str]:
+    """A model's HNSW index: its oid, its WITH options, its definition."""
+    (oid, options, definition), = query(
+        dsn, "SELECT c.oid::integer, coalesce(c.reloptions, '{}'), pg_get_indexdef(c.oid) FROM bastion_agent.models m"
+             " JOIN pg_class c ON c.oid = to_regclass('bastion_agent.' || m.index_name) WHERE m.model = %s", (model,))
+    return oid, dict(option.split("=", 1) for option in options), definition
+
+
+class HnswBuildTests(PublishCase):
+    """Migration 4: a new model's graph is built with HNSW_BUILD; an older index is kept, recorded, rebuildable."""
+
+    def at_version_3(self) -> None:
+        """The schema as the release before migration 4 made it, with one model registered (pgvector's defaults)."""
+        import psycopg
+        from unittest import mock
+
+        with mock.patch.object(publish_schema, "MIGRATIONS", publish_schema.MIGRATIONS[:3]), \
+                mock.patch.object(publish_schema, "LATEST", 3), psycopg.connect(self.dsn, autocommit=True) as conn:
+            self.assertEqual(publish_schema.migrate(conn), 3)
+            conn.execute("SELECT bastion_agent.ensure_model('stub-model', 64)")
+
+    def test_a_new_models_index_is_built_with_the_chosen_parameters_and_records_them(self):
+        fs = self.bastion("fs-01")
+        code, _, err = fs.publish(self.dsn)
+        self.assertEqual(code, 0, err)
+        _, options, definition = index_of(self.dsn, "stub-model")
+        build = publish_schema.HNSW_BUILD
+        self.assertEqual(options, {"m": str(build["m"]), "ef_construction": str(build["ef_construction"])})
+        self.assertGreater(build["m"], publish_schema.PGVECTOR_DEFAULTS["m"])
+        self.assertEqual(query(self.dsn, "SELECT hnsw_m, hnsw_ef_construction FROM bastion_agent.models"),
+                         [(build["m"], build["ef_construction"])])
+        self.assertIn("vector_cosine_ops", definition)
+        self.assertIn("WHERE (model = 'stub-model'::text)", definition)
+
+    def test_an_index_from_before_is_kept_with_its_parameters_recorded_and_rebuild_swaps_it(self):
+        import psycopg
+
+        self.at_version_3()
+        roles = RoleSetup(self.dsn, "fs-01")  # grants made before the upgrade
+        before_oid, before, _ = index_of(self.dsn, "stub-model")
+        self.assertEqual(before, {})  # pgvector's defaults
+        fs = self.bastion("fs-01")
+        code, _, err = fs.publish(self.dsn)  # the owner's publish migrates to 4
+        self.assertEqual(code, 0, err)
+        self.assertEqual(query(self.dsn, "SELECT max(version) FROM bastion_agent.migrations"), [(4,)])
+        self.assertEqual(index_of(self.dsn, "stub-model")[0], before_oid, "the old index is kept, not rebuilt")
+        self.assertEqual(query(self.dsn, "SELECT hnsw_m, hnsw_ef_construction FROM bastion_agent.models"),
+                         [(16, 64)])
+        # the publishing role granted before the upgrade still registers a new model (the grant survived)
+        fs.rewrite("stub-model-2")
+        fs.embed(self.stub)
+        code, _, err = fs.publish(roles.publish_dsn)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(index_of(self.dsn, "stub-model-2")[1], {"m": "24", "ef_construction": "128"})
+        fs.rewrite("stub-model")
+        exact = self.remote_search(fs, "backup keys", "--mode", "vector", "-k", "3", "--exact")
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            rebuilt = publish_schema.rebuild_index(conn, "stub-model", m=20, ef_construction=80)
+        oid, options, definition = index_of(self.dsn, "stub-model")
+        self.assertNotEqual(oid, before_oid)
+        self.assertEqual(options, {"m": "20", "ef_construction": "80"})
+        self.assertEqual((rebuilt.m, rebuilt.ef_construction), (20, 80))
+        self.assertEqual(len(query(self.dsn, "SELECT 1 FROM pg_indexes WHERE indexname LIKE %s", ("%_rebuild",))), 0)
+        approximate = self.remote_search(fs, "backup keys", "--mode", "vector", "-k", "3")
+        # the rebuilt graph finds the exact top 3 (by score: windows tied at the cut are interchangeable)
+        self.assertEqual([round(h["score"], 6) for h in approximate], [round(h["score"], 6) for h in exact])
+        self.assertEqual(approximate[0]["chunk_id"], exact[0]["chunk_id"])
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            plan = "\n".join(row[0] for row in conn.execute(
+                "EXPLAIN SELECT chunk_id FROM bastion_agent.windows WHERE model = 'stub-model'"
+                " ORDER BY embedding::vector(64) <=> %s::vector(64) LIMIT 3", ("[" + ",".join(["1"] * 64) + "]",)))
+            # the planner prefers a sequential scan on a table this small: ask it to price the index only
+            if rebuilt.index_name not in plan:
+                conn.execute("SET enable_seqscan = off")
+                plan = "\n".join(row[0] for row in conn.execute(
+                    "EXPLAIN SELECT chunk_id FROM bastion_agent.windows WHERE model = 'stub-model'"
+                    " ORDER BY embedding::vector(64) <=> %s::vector(64) LIMIT 3", ("[" + ",".join(["1"] * 64) + "]",)))
+        self.assertIn(rebuilt.index_name, plan)
+
+    def test_rebuild_refuses_parameters_pgvector_would_refuse(self):
+        import psycopg
+
+        fs = self.bastion("fs-01")
+        self.assertEqual(fs.publish(self.dsn)[0], 0)
+        oid = index_of(self.dsn, "stub-model")[0]
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            for m, ef_construction in ((1, 64), (32, 40), (101, 400)):
+                with self.subTest(m=m, ef_construction=ef_construction), self.assertRaises(ValueError):
+                    publish_schema.rebuild_index(conn, "stub-model", m, ef_construction)
+            with self.assertRaises(ValueError):
+                publish_schema.rebuild_index(conn, "no-such-model")
+        self.assertEqual(index_of(self.dsn, "stub-model")[0], oid)
 
 
 class SecretsTests(PublishCase):

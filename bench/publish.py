@@ -178,19 +178,34 @@ def load(cache: Path, pg: ThrowawayPostgres, n: int) -> dict:
             log(f"loaded bastion {b}")
         result["load_1m_s"] = round(time.monotonic() - started, 1)
     exists = conn.execute("SELECT to_regclass(%s)", (f"bastion_agent.{index}",)).fetchone()[0]
+    model = publish_schema.model_index(conn, MODEL)
+    build = publish_schema.HNSW_BUILD
     if exists is None:
-        log("building the HNSW index")
+        # the graph ensure_model made (dropped above for the bulk load), with the parameters it records
+        log(f"building the HNSW index (m {model.m}, ef_construction {model.ef_construction})")
         started = time.monotonic()
-        model = publish_schema.model_index(conn, MODEL)
-        conn.execute(f"CREATE INDEX {index} ON bastion_agent.windows USING hnsw (({model.expression}) "
-                     f"{model.operators}) WHERE model = '{MODEL}'")
-        result["hnsw_build_s"] = round(time.monotonic() - started, 1)
+        conn.execute(model.create_sql(index, model.m, model.ef_construction))
+        result.update(hnsw_build_s=round(time.monotonic() - started, 1), **build_settings(conn, model))
         conn.execute("VACUUM ANALYZE bastion_agent.windows")
+    elif (model.m, model.ef_construction) != (build["m"], build["ef_construction"]):
+        # an index of an older schema (migration 4 keeps it): rebuilt beside the old one, then swapped
+        log(f"rebuilding the HNSW index with m {build['m']}, ef_construction {build['ef_construction']}")
+        started = time.monotonic()
+        model = publish_schema.rebuild_index(conn, MODEL)
+        result.update(hnsw_build_s=round(time.monotonic() - started, 1), **build_settings(conn, model))
     conn.close()
-    if result:
+    if result:  # the figures of the steps this run did, over those of earlier runs
+        earlier = json.loads((cache / "load.json").read_text()) if (cache / "load.json").exists() else {}
         with open(cache / "load.json", "w") as handle:
-            json.dump(result, handle)
+            json.dump({**earlier, **result}, handle)
     return result
+
+
+def build_settings(conn, model) -> dict:
+    """What the HNSW build ran with: its parameters and the server's memory and workers for it."""
+    settings = {name: conn.execute(f"SHOW {name}").fetchone()[0]
+                for name in ("maintenance_work_mem", "max_parallel_maintenance_workers")}
+    return {"hnsw_m": model.m, "hnsw_ef_construction": model.ef_construction, **settings}
 
 
 # --- search ----------------------------------------------------------------
@@ -217,7 +232,7 @@ def percentiles(samples: list[float]) -> dict:
             "p95_ms": round(1000 * ordered[int(0.95 * (len(ordered) - 1))], 2)}
 
 
-EF_SWEEP = (40, 100, 200, 400)
+EF_SWEEP = (40, 100, 150, 200, 300, 400)
 
 
 def recall(approximate: list, exact: list) -> float:
@@ -236,6 +251,8 @@ def ef_sweep(index, vectors) -> dict:
         for ef in EF_SWEEP:
             index.ef_search = ef
             times, recalls = [], []
+            for vector in vectors[:10]:  # warm-up: the exact scans went through the table meanwhile
+                index.vector_top(vector, 10)
             for vector, truth in zip(vectors, exact):
                 started = time.perf_counter()
                 found = index.vector_top(vector, 10)
@@ -253,8 +270,12 @@ def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
     one = remote_search.RemoteIndex(manifest, pg.dsn(), ["bastion-03"])
     texts_ = queries(count)
     vectors = [bow(text) for text in texts_]
+    model = everywhere.model
+    index_mb = everywhere.conn.execute("SELECT pg_relation_size(to_regclass(%s))",
+                                       (f"bastion_agent.{model.index_name}",)).fetchone()[0] / 2**20
     result = {"windows": len(everywhere), "bastions": BASTIONS, "queries": len(texts_), "dim": DIM,
-              "ef_search": everywhere.ef_search}
+              "ef_search": everywhere.ef_search, "hnsw_m": model.m, "hnsw_ef_construction": model.ef_construction,
+              "hnsw_index_mb": round(index_mb)}
     for label, index in (("all_bastions", everywhere), ("one_bastion", one)):
         for mode in ("vector", "keyword", "hybrid"):
             for text, vector in zip(texts_[:10], vectors[:10]):  # warm-up
