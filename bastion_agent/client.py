@@ -331,6 +331,7 @@ class EmbedClient:
         self.api = config.api
         self.dim: int | None = None
         self.encoding = "float"
+        self.probe_tokens: int | None = None  # the server's token count of the probe text, when it gave one
         self._post = post
 
     @property
@@ -385,6 +386,7 @@ class EmbedClient:
             if exc.status not in (400, 422):
                 raise
             return self._vectors(api, [PROBE_TEXT], "float", False), "float"  # base64 refused
+        self.probe_tokens = prompt_tokens(answer)
         vectors = _vectors_from(api, answer)
         if vectors is None:
             raise RequestFailure(WRONG_API, "bad_response", "the answer does not have the shape of this API")
@@ -432,6 +434,7 @@ class EmbedClient:
 
     def _vectors(self, api: str, texts: list[str], encoding: str, truncate: bool) -> list:
         answer = self._request(api, texts, encoding, truncate)
+        self.probe_tokens = prompt_tokens(answer)
         vectors = _vectors_from(api, answer)
         if vectors is None:
             raise RequestFailure(WRONG_API, "bad_response", "the answer does not have the shape of this API")
@@ -463,6 +466,16 @@ class EmbedClient:
         if exc.status is not None:
             return f"{where}{PATHS.get(api or '', '')} refused the request: {exc.detail}"
         return f"{where}{PATHS.get(api or '', '')}: {exc.detail}"
+
+
+def prompt_tokens(answer: object) -> int | None:
+    """The tokens an embedding answer says it read: Ollama's ``prompt_eval_count``, OpenAI's
+    ``usage.prompt_tokens``; None when absent or 0 (servers that do not count say 0)."""
+    if not isinstance(answer, dict):
+        return None
+    usage = answer.get("usage")
+    value = answer.get("prompt_eval_count", usage.get("prompt_tokens") if isinstance(usage, dict) else None)
+    return value if type(value) is int and 0 < value < 1 << 31 else None
 
 
 def _vectors_from(api: str, answer: object) -> list | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
-from . import vectorstore
+from . import vectorstore, window_fit
 from .client import EmbedClient, EndpointConfig
 from .errors import ConfigError, ModelServerError, StoreError
 from .layout import Layout, read_jsonl, write_private, write_summary
@@ -288,6 +288,9 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
     # Nothing to embed: no request at all, so a sweep of an unchanged folder
     # works while the model server is down (the summary says it was not probed).
     api = client.probe(manifest.embed.dim) if probed else _previous_api(layout)
+    # What the server serves and its context (model_info); a model it does not list stops here.
+    server = window_fit.check_server(client, manifest.embed.model, api) if probed else None
+    fit = None
     stats = EmbedStats(batch_size_final=client.config.batch)
     db = vectorstore.connect(layout.vectors_db, create=True)
     try:
@@ -304,9 +307,11 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
         stats.retried_failures = len(vectorstore.failed_chunk_ids(db, key))
         stats.reused = vectorstore.count(db, "SELECT COUNT(*) FROM chunks") - len(missing)
         try:
+            fit = window_fit.fit_windows(server, client, manifest.embed, missing) if server and missing else None
             embed_missing(db, client, manifest, missing, stats, retry)
         finally:
             counts = _embed_counts(db, manifest, client, api, stats, documents, chunk_rows, missing, started)
+            counts.update(window_fit.summary_fields(server, fit, db, key, stats.truncated_ids, manifest.embed.model))
             counts["probed"] = probed
             summary = write_summary(layout, "embed", counts, manifest.signature)
             vectorstore.checkpoint(db)

@@ -5,7 +5,8 @@ A newcomer's first manifest used to name a model the server did not have.
 ``GET /api/tags``, else the OpenAI-style ``GET /v1/models``), picks the
 embedding model, measures its dimension with one probe embedding (a fixed
 sentence, never a document), and writes model, dimension and the prefixes
-that model was trained with. When nothing answers, the manifest fits the
+that model was trained with, and a window size that fits the context the
+server reports (``model_info``; see ``fitting_size``). When nothing answers, the manifest fits the
 embedded model (``model-server``), and says so. An existing manifest is
 never overwritten. The written file is loaded by the manifest reader before
 it is put in place, so ``init`` never leaves an invalid manifest behind.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import urllib.error
@@ -26,9 +28,18 @@ from .client import APIS, EmbedClient, EndpointConfig, RequestFailure
 from .errors import BastionError, ConfigError, ManifestError
 from .manifest import DEFAULT_EXCLUDE, DEFAULT_MAX_FILE_MB
 
+TOKEN_RE = re.compile(r"\w+|[^\w\s]")  # the chunker's token (embed.TOKEN_RE)
 DISCOVERY_TIMEOUT = 10.0
 EMBEDDED_MODEL = "multilingual-e5-small"  # modelserver.DEFAULT_MODEL (kept here: that module is the extra's)
 EMBEDDED_DIM = 384
+EMBEDDED_CONTEXT = 512  # modelserver.E5_CONTEXT
+# Model tokens per regex token that a window is sized for: about the largest
+# ratio measured with multilingual-e5-small on 256-token windows of real text
+# (/usr/share/doc 2.03, /usr/share/common-licenses 1.85; means 1.23 and 1.18,
+# 95th percentiles 1.58 and 1.39: bench/token_ratio.py, docs/embedding.md).
+# The rare window above it is still counted by the embed stage.
+INIT_RATIO = 2.0
+SPECIAL_TOKENS = 2  # [CLS] and [SEP], or BOS and EOS
 
 # Prefixes each model family was trained with (its model card), matched on the name.
 # (name fragment, query_prefix, passage_prefix, size_tokens, overlap_tokens)
@@ -53,6 +64,7 @@ class Found:
     api: str | None
     where: str
     others: tuple[str, ...] = ()
+    context: int | None = None  # the server's context in tokens, when it says
 
     @property
     def answered(self) -> bool:
@@ -93,8 +105,36 @@ def discover(config: EndpointConfig) -> Found:
         measured = _measure(config, model)
         if measured is not None:
             api, dim = measured
-            return Found(model, dim, api, config.display_url, tuple(name for name in candidates if name != model))
-    return Found(EMBEDDED_MODEL, EMBEDDED_DIM, None, config.display_url)
+            others = tuple(name for name in candidates if name != model)
+            return Found(model, dim, api, config.display_url, others, _context(config, api, model))
+    return Found(EMBEDDED_MODEL, EMBEDDED_DIM, None, config.display_url, context=EMBEDDED_CONTEXT)
+
+
+def _context(config: EndpointConfig, api: str, model: str) -> int | None:
+    """The context the server reports for ``model`` (``model_info``), or None."""
+    from . import model_info
+
+    quick = EndpointConfig(url=config.url, api=api, timeout=min(config.timeout, DISCOVERY_TIMEOUT))
+    try:
+        return model_info.inspect(quick, api, model).context
+    except ConfigError:  # a bad EMBED_CONTEXT: the embed stage says so; init sizes without it
+        return None
+
+
+def fitting_size(context: int | None, passage_prefix: str, size: int, overlap: int) -> tuple[int, int]:
+    """``(size_tokens, overlap_tokens)``: the model's default, lowered until a window fits ``context``.
+
+    A window of N regex tokens is sized for ``INIT_RATIO * N`` model tokens,
+    plus its passage prefix and the special tokens.
+    """
+    if not context:
+        return size, overlap
+    prefix = len(TOKEN_RE.findall(passage_prefix))
+    fits = int((context - SPECIAL_TOKENS) / INIT_RATIO) - prefix
+    if fits >= size:
+        return size, overlap
+    fits = max(8, fits)
+    return fits, min(overlap, fits // 8)
 
 
 def _listed_models(config: EndpointConfig) -> list[str]:
@@ -167,6 +207,12 @@ def root_for(folder: Path, target: Path) -> str:
 
 def manifest_text(found: Found, root: str) -> str:
     query, passage, size, overlap = settings_for(found.model)
+    size, overlap = fitting_size(found.context, passage, size, overlap)
+    if found.context:
+        fitted = (f"# The model's context is {found.context} tokens: a window of {size} tokens (about "
+                  f"{INIT_RATIO:g} model tokens each at most) fits it.\n")
+    else:
+        fitted = "# The server did not say its context: embed counts the windows over it when it can.\n"
     if found.answered:
         origin = f"# Found at {found.where} ({found.api} API) by `init`; its probe vector has {found.dim} dimensions."
         if found.others:
@@ -195,7 +241,7 @@ query_prefix = {json.dumps(query)}
 passage_prefix = {json.dumps(passage)}
 
 [embed.chunk]
-size_tokens = {size}            # window length in tokens
+{fitted}size_tokens = {size}            # window length in tokens
 overlap_tokens = {overlap}          # 0 <= overlap < size
 
 # [search]

