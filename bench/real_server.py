@@ -102,8 +102,9 @@ def run(manifest, layout: Layout, env: dict) -> tuple[dict, float, dict[str, byt
     """One embed run from an empty store: its summary, windows/s over the wall time, the vectors."""
     for path in layout.root.glob("vectors.db*"):
         path.unlink()
-    base = {key: value for key, value in os.environ.items() if key in ("EMBED_URL", "EMBED_API", "EMBED_TIMEOUT")}
-    with clean_env(**base, **env):
+    passed = ("EMBED_URL", "EMBED_API", "EMBED_TIMEOUT", "EMBED_CONTEXT")
+    base = {key: value for key, value in os.environ.items() if key in passed}
+    with clean_env(**{**base, **env}):
         started = time.perf_counter()
         try:
             summary = embed.run_embed(manifest, layout)
