@@ -17,13 +17,15 @@ So the embed stage starts at ``EMBED_BATCH`` and lets ``BatchTuner`` move:
   A batch of another size (the last one of a run, one split after a
   refusal) is not counted.
 - **How it moves.** Batch first, at concurrency 1: measure the start, then
-  double; if doubling is not better, halve instead. It keeps stepping the
-  same way while each step is better by more than ``margin`` (10 %), and
-  settles on the best size measured. Then concurrency, at that batch: 2, 4,
-  ... up to ``EMBED_CONCURRENCY`` (the last step clamped to it), the same
-  way. A setting that is not better by the margin never wins, no setting is
+  double; if doubling is not faster, halve instead. It keeps stepping the
+  same way while each step is faster than the best so far (a server
+  fastest at batch 1 may gain only a few per cent per halving from 32),
+  and then takes the fastest size measured **if** it beats the start by
+  more than ``margin`` (10 %), else stays at the start. Then concurrency,
+  at that batch: 2, 4, ... up to ``EMBED_CONCURRENCY`` (the last step
+  clamped to it), the same way. Steps go one way only, no setting is
   measured twice, and once settled nothing moves again: the tuner cannot
-  oscillate, whatever the noise.
+  oscillate, whatever the noise; noise can cost exploring, not a move.
 - **Bounds.** Batch 1 to ``max(MAX_BATCH, EMBED_BATCH)``, and never above
   a limit the server has shown (a batch refused as too large, ``cap``).
 
@@ -80,7 +82,8 @@ class BatchTuner:
         self.margin = margin
         self.skip_first = skip_first
         self.trials: list[Trial] = []
-        self.best: Trial | None = None
+        self.best: Trial | None = None  # the fastest trial of this phase
+        self.anchor: Trial | None = None  # the phase's first trial: what the best must beat by the margin
         self.phase = "batch"
         self.direction = 2  # batch phase: double (2) or halve (0.5)
         self.turned = False  # whether the batch phase already turned from doubling to halving
@@ -124,7 +127,8 @@ class BatchTuner:
         """The best setting measured so far (the start while nothing is measured)."""
         if self.state == SETTLED:
             return self.current.setting
-        return self.best.setting if self.best else self.current.setting
+        winner = self._winner()
+        return winner.setting if winner else self.current.setting
 
     def report(self) -> dict:
         """The summary's view: where it settled, whether it finished, and every trial's rate."""
@@ -142,13 +146,19 @@ class BatchTuner:
     def _finish(self, trial: Trial) -> None:
         self.trials.append(trial)
         if self.best is None:
-            self.best = trial
+            self.best = self.anchor = trial
             self._step()
             return
-        improved = trial.rate > self.best.rate * (1 + self.margin)
+        improved = trial.rate > self.best.rate
         if improved:
             self.best = trial
         self._after_trial(improved)
+
+    def _winner(self) -> Trial | None:
+        """The phase's best, if it beats where the phase started by the margin; else where it started."""
+        if self.best is None or self.anchor is None:
+            return self.best
+        return self.best if self.best.rate > self.anchor.rate * (1 + self.margin) else self.anchor
 
     def _after_trial(self, improved: bool) -> None:
         """Keep going the same way after a step that helped; after the first step up that did not, try down once."""
@@ -184,12 +194,14 @@ class BatchTuner:
     def _next_phase(self) -> None:
         if self.phase == "batch" and self.max_concurrency > 1:
             self.phase = "concurrency"
+            self.best = self.anchor = self._winner()
             self._step()
         else:
             self._settle()
 
     def _settle(self) -> None:
         self.state = SETTLED
+        self.best = self._winner()
         setting = self.best.setting if self.best else self.current.setting
         self.current = Trial(Setting(min(setting.batch, self.max_batch), setting.concurrency))
 
