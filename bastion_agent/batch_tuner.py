@@ -29,9 +29,15 @@ So the embed stage starts at ``EMBED_BATCH`` and lets ``BatchTuner`` move:
 - **Bounds.** Batch 1 to ``max(MAX_BATCH, EMBED_BATCH)``, and never above
   a limit the server has shown (a batch refused as too large, ``cap``).
 
+- **Paired.** While a batch size is on trial, every other batch is cut at
+  the best size so far, and the trial is judged against the best's rate
+  measured in those same minutes: a machine that gets busier or quieter
+  while tuning (two cores shared with others) shifts both alike. The gain
+  over the start is the product of those paired ratios.
+
 It is a pure object: the engine feeds it measurements (``record``) and asks
-for the setting to cut the next batch with (``setting``); tests feed it
-made-up timings. ``EMBED_BATCH_FIXED=1`` does without it.
+for the setting to cut the next batch with (``next_setting``); tests feed
+it made-up timings. ``EMBED_BATCH_FIXED=1`` does without it.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ class Trial:
 
     setting: Setting
     rates: list[float] = field(default_factory=list)
+    reference: list[float] = field(default_factory=list)  # the best setting's rates, measured in turn with these
     windows: int = 0
     skipped: int = 0  # batches dropped at the start of the trial
 
@@ -87,8 +94,10 @@ class BatchTuner:
         self.phase = "batch"
         self.direction = 2  # batch phase: double (2) or halve (0.5)
         self.turned = False  # whether the batch phase already turned from doubling to halving
+        self.gain = 1.0  # how much faster the best is than the anchor, from the paired comparisons
         self.state = TUNING
         self.current = Trial(Setting(start_batch, 1))
+        self._reference_next = False
 
     # -- what the engine asks ----------------------------------------------
 
@@ -96,17 +105,37 @@ class BatchTuner:
         """The setting to cut the next batch with."""
         return self.current.setting
 
+    def next_setting(self) -> Setting:
+        """The setting to cut the next batch with. While a batch size is on trial, every other batch is
+        cut at the best size so far: both are measured under the same load on the machine, so a machine
+        that gets busier or quieter while tuning does not make a size look faster than it is."""
+        if not self._paired():
+            return self.current.setting
+        self._reference_next = not self._reference_next
+        return self.best.setting if self._reference_next else self.current.setting
+
+    def _paired(self) -> bool:
+        return (self.state == TUNING and self.phase == "batch" and self.best is not None
+                and self.best.setting != self.current.setting)
+
     def record(self, setting: Setting, windows: int, seconds: float) -> Setting:
         """One batch of ``windows`` cut at ``setting`` took ``seconds`` in one request; the next setting."""
         trial = self.current
-        if self.state == SETTLED or setting != trial.setting or windows != setting.batch or seconds <= 0:
+        if self.state == SETTLED or windows != setting.batch or seconds <= 0:
             return self.setting()
-        if trial.skipped < self.skip_first:
+        rate = setting.concurrency * windows / seconds
+        if self._paired() and setting == self.best.setting:
+            trial.reference.append(rate)
+        elif setting != trial.setting:
+            return self.setting()
+        elif trial.skipped < self.skip_first:
             trial.skipped += 1
             return self.setting()
-        trial.rates.append(setting.concurrency * windows / seconds)
-        trial.windows += windows
-        if len(trial.rates) >= self.min_batches and trial.windows >= self.min_windows:
+        else:
+            trial.rates.append(rate)
+            trial.windows += windows
+        enough_reference = not self._paired() or len(trial.reference) >= self.min_batches
+        if len(trial.rates) >= self.min_batches and trial.windows >= self.min_windows and enough_reference:
             self._finish(trial)
         return self.setting()
 
@@ -147,18 +176,22 @@ class BatchTuner:
         self.trials.append(trial)
         if self.best is None:
             self.best = self.anchor = trial
+            self.gain = 1.0
             self._step()
             return
-        improved = trial.rate > self.best.rate
+        reference = statistics.median(trial.reference) if trial.reference else self.best.rate
+        ratio = trial.rate / reference
+        improved = ratio > 1.0
         if improved:
             self.best = trial
+            self.gain *= ratio
         self._after_trial(improved)
 
     def _winner(self) -> Trial | None:
         """The phase's best, if it beats where the phase started by the margin; else where it started."""
         if self.best is None or self.anchor is None:
             return self.best
-        return self.best if self.best.rate > self.anchor.rate * (1 + self.margin) else self.anchor
+        return self.best if self.gain > 1 + self.margin else self.anchor
 
     def _after_trial(self, improved: bool) -> None:
         """Keep going the same way after a step that helped; after the first step up that did not, try down once."""
@@ -195,6 +228,7 @@ class BatchTuner:
         if self.phase == "batch" and self.max_concurrency > 1:
             self.phase = "concurrency"
             self.best = self.anchor = self._winner()
+            self.gain = 1.0
             self._step()
         else:
             self._settle()

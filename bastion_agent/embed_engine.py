@@ -391,7 +391,7 @@ class Steering:
             return Setting(self.sizer.size, self.config.concurrency)
         if self.sizer.limit and self.tuner.max_batch > self.sizer.limit:
             self.tuner.cap(self.sizer.limit)
-        wanted = self.tuner.setting()
+        wanted = self.tuner.next_setting()
         self.gate.set_limit(wanted.concurrency)
         return Setting(self.sizer.choose(wanted.batch), wanted.concurrency)
 

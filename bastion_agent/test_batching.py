@@ -43,7 +43,7 @@ def vector_rows(layout) -> list[tuple]:
 
 
 class TuningTests(FaultCase):
-    doc_count = 120  # 360 windows of 8 tokens
+    doc_count = 160  # 480 windows of 8 tokens
 
     def peaked(self, batch: int) -> float:
         """Seconds per request of a server fastest at batch 8 (30.3 windows/s at 4, 35.1 at 8, 26.1 at 16)."""
@@ -81,9 +81,9 @@ class TuningTests(FaultCase):
                 path.unlink()
             with self.subTest(run=name), FaultStub(rule=costly(self.time, self.peaked)) as stub:
                 summary = self.embed_with(stub, **env)
-                self.assertEqual((summary["embedded"], summary["failed"]), (360, 0))
+                self.assertEqual((summary["embedded"], summary["failed"]), (480, 0))
                 runs[name] = vector_rows(self.layout)
-        self.assertEqual(len(runs["fixed 1"]), 360)
+        self.assertEqual(len(runs["fixed 1"]), 480)
         for name, rows in runs.items():
             self.assertEqual(rows, runs["fixed 1"], name)
 
