@@ -62,6 +62,7 @@ INPUT_TOO_LONG = "input_too_long"  # one input over the context or physical batc
 REJECTED = "rejected"  # another refusal of this content (400, 500, 424, a bad vector): isolate, then fail
 FATAL = "fatal"  # the server cannot serve this run at all (auth, model gone, dimension changed): stop
 WRONG_API = "wrong_api"  # this path does not speak this wire format (another may)
+CONNECTION_LOST = "connection_lost"  # reason of a TRANSIENT failure: the server dropped a request it had taken
 
 RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
 FATAL_STATUSES = frozenset({401, 403, 404, 405, 501})
@@ -77,7 +78,7 @@ _BATCH_WORDS_RE = re.compile(r"batch|payload|body|length limit|request entity|to
 @dataclass(frozen=True)
 class EndpointConfig:
     """``EMBED_URL``, ``EMBED_API``, ``EMBED_BATCH``, ``EMBED_TIMEOUT``,
-    ``EMBED_CONCURRENCY`` and ``EMBED_RETRY_DEADLINE``, validated."""
+    ``EMBED_CONCURRENCY``, ``EMBED_RETRY_DEADLINE`` and ``EMBED_BATCH_FIXED``, validated."""
 
     url: str = DEFAULT_URL
     api: str | None = None
@@ -85,6 +86,7 @@ class EndpointConfig:
     timeout: float = DEFAULT_TIMEOUT
     concurrency: int = DEFAULT_CONCURRENCY
     retry_deadline: float = DEFAULT_RETRY_DEADLINE
+    batch_fixed: bool = False  # EMBED_BATCH_FIXED=1: no tuning (batch_tuner.py), EMBED_BATCH and EMBED_CONCURRENCY as given
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "EndpointConfig":
@@ -99,6 +101,7 @@ class EndpointConfig:
             timeout=_positive(env, "EMBED_TIMEOUT", DEFAULT_TIMEOUT, float),
             concurrency=concurrency,
             retry_deadline=_positive(env, "EMBED_RETRY_DEADLINE", DEFAULT_RETRY_DEADLINE, float),
+            batch_fixed=_switch(env, "EMBED_BATCH_FIXED"),
         )
 
     @property
@@ -149,6 +152,16 @@ def _api(value: str | None) -> str | None:
         # Not echoed: EMBED_API reads like "the API key", and people put keys there.
         raise ConfigError("EMBED_API must be 'ollama' or 'openai' (or unset to detect)")
     return value
+
+
+def _switch(env: Mapping[str, str], name: str) -> bool:
+    """A yes/no setting: 1/true/yes/on or 0/false/no/off (unset or empty: no)."""
+    text = (env.get(name) or "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name} must be 1 or 0")
 
 
 def _positive(env: Mapping[str, str], name: str, default, kind):
@@ -203,7 +216,7 @@ def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER) -> 
             text = b""
         raise HTTPFailure(exc.code, _error_message(text), parse_retry_after(exc.headers.get("Retry-After"))) from None
     except http.client.HTTPException as exc:  # IncompleteRead, BadStatusLine: the exchange was cut
-        raise ConnectionError(f"{type(exc).__name__}: {exc}") from None
+        raise ConnectionResetError(f"{type(exc).__name__}: {exc}") from None
     try:
         return json.loads(payload)
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -286,6 +299,15 @@ def _names_the_model(message: str, model: str) -> bool:
     """Ollama answers 404 "model ... not found" on the right path: that is final."""
     lowered = message.lower()
     return "model" in lowered and ("not found" in lowered or model.lower() in lowered)
+
+
+def _connection_kind(exc: BaseException) -> str:
+    """``connection_lost`` when the server took the request and then dropped it (reset, closed, cut short:
+    what a crashing server does), else ``connection`` (refused, unreachable: a server that is not there)."""
+    reason = getattr(exc, "reason", None)
+    cause = reason if isinstance(reason, BaseException) else exc
+    lost = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+    return CONNECTION_LOST if isinstance(cause, lost) else "connection"
 
 
 def _reason(exc: BaseException) -> str:
@@ -433,12 +455,12 @@ class EmbedClient:
         except BadAnswer as exc:
             raise RequestFailure(TRANSIENT, "bad_response", str(exc)) from None
         except (OSError, TimeoutError) as exc:
-            kind = "timeout" if isinstance(exc, TimeoutError) or "timed out" in _reason(exc) else "connection"
+            kind = "timeout" if isinstance(exc, TimeoutError) or "timed out" in _reason(exc) else _connection_kind(exc)
             raise RequestFailure(TRANSIENT, kind, f"cannot reach the model server: {_reason(exc)}") from None
 
     def _failure_message(self, api: str | None, exc: RequestFailure) -> str:
         where = self.config.display_url
-        if exc.reason in ("connection", "timeout"):
+        if exc.reason in ("connection", CONNECTION_LOST, "timeout"):
             return (f"cannot reach the model server at {where} (EMBED_URL): {exc.detail.split(': ', 1)[-1]}; "
                     f"{START_HINT}")
         if exc.status is not None:

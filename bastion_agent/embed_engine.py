@@ -15,6 +15,14 @@
   a NaN or all-zero vector, a 500) by bisecting the batch, resends a too-long
   input asking the server to truncate it where the API allows, and records
   the rest as failed, by reason, so one bad chunk never aborts the sweep;
+- isolates one input that crashes the server: a request the server drops
+  (connection reset or closed after it was taken) is resent alone; dropped
+  again, its batch is bisected, each half sent alone, until the one input
+  is found and recorded as failed (``server_crash``), and the run goes on;
+- moves the batch size and the requests in flight toward the server's
+  fastest (``batch_tuner.BatchTuner``), unless ``EMBED_BATCH_FIXED=1``;
+- counts every request and every retry as it is made, so a run that stops
+  (deadline, fatal answer, Ctrl-C) reports them too;
 - commits each batch's vectors and failures in one short transaction as the
   batch completes, so a kill at any moment leaves whole batches and a re-run
   embeds only what is missing.
@@ -25,6 +33,7 @@ Sleep, clock and randomness are injected (``RetryPolicy``) so tests never wait.
 from __future__ import annotations
 
 import collections
+import contextlib
 import random
 import threading
 import time
@@ -35,14 +44,17 @@ from queue import Empty, SimpleQueue
 from typing import Callable, Iterator, Sequence
 
 from . import vectorstore
-from .client import (BATCH_TOO_LARGE, DEFAULT_RETRY_DEADLINE, FATAL, INPUT_TOO_LONG, TRANSIENT, WRONG_API,
-                     EmbedClient, RequestFailure)
+from .batch_tuner import BatchTuner, Setting
+from .client import (BATCH_TOO_LARGE, CONNECTION_LOST, DEFAULT_RETRY_DEADLINE, FATAL, INPUT_TOO_LONG, TRANSIENT,
+                     WRONG_API, EmbedClient, RequestFailure)
 from .errors import ModelServerError
 from .progress import Progress
 
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
 MIN_FAILURE_STREAK = 64
+SERVER_CRASH = "server_crash"  # a failure kind and a failed chunk's reason: the input brings the server down
+CRASH_DROPS = 2  # drops of one request, the last one sent alone, that show it crashes the server
 
 
 @dataclass
@@ -89,6 +101,9 @@ class EmbedStats:
     interrupted: bool = False
     stopped: str | None = None
     reused: int = 0  # windows that already had a vector (shown on the progress line)
+    batch_settled: int = 0
+    concurrency_settled: int = 0
+    tuning: dict = field(default_factory=dict)  # BatchTuner.report() less the settled pair ({} when fixed)
 
     @property
     def failed(self) -> int:
@@ -101,10 +116,67 @@ class BatchOutcome:
 
     stored: list[tuple[str, bytes]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
-    retries: int = 0
-    requests: int = 0
     truncated: int = 0
     truncated_ids: list[str] = field(default_factory=list)
+    seconds: float | None = None  # the request's time, when the whole batch succeeded in one request
+
+
+class Tally:
+    """Requests and retries, counted by the workers as they are made (a run that stops still has them)."""
+
+    def __init__(self):
+        self.requests = 0
+        self.retries = 0
+        self._lock = threading.Lock()
+
+    def request(self) -> None:
+        with self._lock:
+            self.requests += 1
+
+    def retry(self) -> None:
+        with self._lock:
+            self.retries += 1
+
+
+class Gate:
+    """How many requests may be in flight (``limit``, changed by the tuner), and sending one alone.
+
+    A request sent ``exclusive`` waits until no other is in flight and holds
+    the others back while it runs: when a server drops a request, sending it
+    alone tells whether that request brought it down.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.active = 0
+        self.alone = False
+        self.waiting_alone = 0  # requests waiting to be sent alone: the others hold back for them
+        self._changed = threading.Condition()
+
+    def set_limit(self, limit: int) -> None:
+        with self._changed:
+            self.limit = limit
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def slot(self, exclusive: bool = False):
+        with self._changed:
+            if exclusive:
+                self.waiting_alone += 1
+                self._changed.wait_for(lambda: self.active == 0)
+                self.waiting_alone -= 1
+                self.alone = True
+            else:
+                self._changed.wait_for(lambda: not self.alone and not self.waiting_alone and self.active < self.limit)
+            self.active += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.active -= 1
+                if exclusive:
+                    self.alone = False
+                self._changed.notify_all()
 
 
 class Stopped(Exception):
@@ -112,17 +184,30 @@ class Stopped(Exception):
 
 
 class BatchSizer:
-    """The working batch size, shared by the workers; it only ever shrinks."""
+    """The working batch size, and the largest batch the server has shown it takes (``limit``).
+
+    The limit only ever shrinks (a batch refused as too large); the working
+    size is the tuner's choice (or ``EMBED_BATCH``), never above the limit.
+    Shared by the workers, which shrink it, and the main thread, which cuts.
+    """
 
     def __init__(self, size: int):
         self.size = size
+        self.limit: int | None = None
         self._lock = threading.Lock()
 
     def shrink(self, refused: int, limit: int | None) -> int:
         """A batch of ``refused`` inputs was too large: the size to use from now on."""
         with self._lock:
             wanted = limit if limit is not None and 0 < limit < refused else max(1, refused // 2)
-            self.size = min(self.size, wanted)
+            self.limit = min(self.limit or wanted, wanted)
+            self.size = min(self.size, self.limit)
+            return self.size
+
+    def choose(self, size: int) -> int:
+        """The tuner's size, within the limit; the size now in use."""
+        with self._lock:
+            self.size = min(size, self.limit) if self.limit else size
             return self.size
 
 
@@ -130,12 +215,14 @@ class BatchEmbedder:
     """Turns one batch of ``(chunk_id, text)`` into a ``BatchOutcome``; runs in a worker thread."""
 
     def __init__(self, client: EmbedClient, prefix: str, policy: RetryPolicy, sizer: BatchSizer,
-                 stop: threading.Event):
+                 stop: threading.Event, gate: Gate | None = None, tally: Tally | None = None):
         self.client = client
         self.prefix = prefix
         self.policy = policy
         self.sizer = sizer
         self.stop = stop
+        self.gate = gate or Gate(client.config.concurrency)
+        self.tally = tally or Tally()
         self.fatal: ModelServerError | None = None  # the error that stopped the run, for the main thread
 
     def halt(self, error: ModelServerError) -> ModelServerError:
@@ -147,14 +234,18 @@ class BatchEmbedder:
 
     def __call__(self, items: Sequence[tuple[str, str]]) -> BatchOutcome:
         outcome = BatchOutcome()
-        size = self.sizer.size
-        for first in range(0, len(items), size):  # a batch cut before the size shrank
-            self._resolve(list(items[first : first + size]), outcome)
+        limit = self.sizer.limit or len(items)
+        whole = len(items) <= limit
+        for first in range(0, len(items), limit):  # a batch cut before the server's limit was known
+            self._resolve(list(items[first : first + limit]), outcome, timed=whole)
         return outcome
 
-    def _resolve(self, items: list[tuple[str, str]], outcome: BatchOutcome, truncate: bool = False) -> None:
+    def _resolve(self, items: list[tuple[str, str]], outcome: BatchOutcome, truncate: bool = False,
+                 suspect: bool = False, timed: bool = False) -> None:
+        """Embed ``items`` into ``outcome``; ``suspect``: part of a batch that crashed the server (sent alone);
+        ``timed``: the whole batch, whose request time the tuner may use."""
         try:
-            blobs = self._send([self.prefix + text for _, text in items], outcome, truncate)
+            blobs, seconds = self._send([self.prefix + text for _, text in items], truncate, suspect)
         except RequestFailure as failure:
             self._refused(items, outcome, failure, truncate)
             return
@@ -162,6 +253,8 @@ class BatchEmbedder:
         if truncate:
             outcome.truncated += len(items)
             outcome.truncated_ids.extend(chunk_id for chunk_id, _ in items)
+        if timed:
+            outcome.seconds = seconds
 
     def _refused(self, items, outcome: BatchOutcome, failure: RequestFailure, truncate: bool) -> None:
         if failure.kind in (FATAL, WRONG_API):
@@ -170,10 +263,10 @@ class BatchEmbedder:
         if len(items) > 1:
             if failure.kind == BATCH_TOO_LARGE:
                 size = self.sizer.shrink(len(items), failure.limit)
-            else:  # isolate the input the server refuses; the working size stays
+            else:  # isolate the input the server refuses (or crashes on); the working size stays
                 size = (len(items) + 1) // 2
             for first in range(0, len(items), size):
-                self._resolve(items[first : first + size], outcome)
+                self._resolve(items[first : first + size], outcome, suspect=failure.kind == SERVER_CRASH)
             return
         too_long = failure.kind in (INPUT_TOO_LONG, BATCH_TOO_LARGE)
         if too_long and not truncate and self.client.can_truncate:
@@ -181,19 +274,39 @@ class BatchEmbedder:
             return
         outcome.failed.append((items[0][0], "too_long" if too_long else failure.reason))
 
-    def _send(self, texts: list[str], outcome: BatchOutcome, truncate: bool) -> list[bytes]:
-        """One request, tried again after transient failures until the deadline."""
+    def _send(self, texts: list[str], truncate: bool, suspect: bool = False) -> tuple[list[bytes], float]:
+        """One request, tried again after transient failures until the deadline; the vectors and the
+        successful try's seconds.
+
+        A try the server drops (``connection_lost``) is sent again alone
+        (``Gate.slot(exclusive=True)``), so another request in flight when
+        the server went down is not blamed. Dropped ``CRASH_DROPS`` times, the
+        last time alone (once, for a part of a batch already known to crash
+        the server), the request is taken to bring the server down: it
+        fails with kind ``server_crash`` and is bisected, instead of being
+        retried until the deadline as an outage.
+        """
         first_failure = None
-        attempt = 0
+        attempt = drops = 0
+        alone = suspect
         while True:
             if self.stop.is_set():
                 raise Stopped()
-            outcome.requests += 1
+            self.tally.request()
             try:
-                return self.client.embed_packed(texts, truncate)
+                with self.gate.slot(exclusive=alone):
+                    started = self.policy.clock()
+                    blobs = self.client.embed_packed(texts, truncate)
+                    return blobs, self.policy.clock() - started
             except RequestFailure as failure:
                 if failure.kind != TRANSIENT:
                     raise
+                if failure.reason == CONNECTION_LOST:
+                    drops += 1
+                    if alone and drops >= (1 if suspect else CRASH_DROPS):
+                        raise RequestFailure(SERVER_CRASH, SERVER_CRASH,
+                                             f"the model server dropped this request {drops} times") from None
+                    alone = True
                 now = self.policy.clock()
                 first_failure = now if first_failure is None else first_failure
                 wait = self.policy.delay(attempt, failure.retry_after)
@@ -205,7 +318,7 @@ class BatchEmbedder:
                     )) from None
                 self._sleep(wait)
                 attempt += 1
-                outcome.retries += 1
+                self.tally.retry()
 
     def _sleep(self, seconds: float) -> None:
         if self.policy.sleep is not None:
@@ -261,6 +374,43 @@ class WorkerPool:
                 future.set_exception(exc)
 
 
+class Steering:
+    """What the next batch is cut with: ``EMBED_BATCH`` and ``EMBED_CONCURRENCY`` as given
+    (``EMBED_BATCH_FIXED=1``), or the tuner's choice within the server's limit. Main thread only."""
+
+    def __init__(self, config, sizer: BatchSizer, gate: Gate):
+        self.config = config
+        self.sizer = sizer
+        self.gate = gate
+        self.tuner = None if config.batch_fixed else BatchTuner(config.batch, config.concurrency)
+        if self.tuner is not None:
+            gate.set_limit(self.tuner.setting().concurrency)
+
+    def setting(self) -> Setting:
+        if self.tuner is None:
+            return Setting(self.sizer.size, self.config.concurrency)
+        if self.sizer.limit and self.tuner.max_batch > self.sizer.limit:
+            self.tuner.cap(self.sizer.limit)
+        wanted = self.tuner.next_setting()
+        self.gate.set_limit(wanted.concurrency)
+        return Setting(self.sizer.choose(wanted.batch), wanted.concurrency)
+
+    def measured(self, setting: Setting, windows: int, seconds: float | None) -> None:
+        if self.tuner is not None and seconds is not None:
+            self.tuner.record(setting, windows, seconds)
+
+    def settle_into(self, stats: "EmbedStats") -> None:
+        if self.tuner is None:
+            stats.batch_settled, stats.concurrency_settled = self.sizer.size, self.config.concurrency
+            stats.tuning = {}
+            return
+        report = self.tuner.report()
+        settled = report.pop("batch_settled")
+        stats.batch_settled = min(settled, self.sizer.limit) if self.sizer.limit else settled
+        stats.concurrency_settled = report.pop("concurrency_settled")
+        stats.tuning = report
+
+
 def embed_chunks(db, client: EmbedClient, key: str, dim: int, prefix: str,
                  missing: Sequence[tuple[str, str]], stats: EmbedStats, policy: RetryPolicy | None = None) -> None:
     """Embed ``missing`` ``(chunk_id, text)`` pairs into ``db``, updating ``stats`` batch by batch.
@@ -268,27 +418,28 @@ def embed_chunks(db, client: EmbedClient, key: str, dim: int, prefix: str,
     Raises ``ModelServerError`` when the server fails for good (deadline,
     a fatal answer, or every chunk of a long stretch refused), and lets
     ``KeyboardInterrupt`` through; either way, every batch committed before
-    is complete and counted in ``stats``.
+    is complete and counted in ``stats``, and every request made is counted.
     """
     config = client.config
     policy = policy or RetryPolicy(deadline=config.retry_deadline)
     stop = threading.Event()
     sizer = BatchSizer(config.batch)
-    embedder = BatchEmbedder(client, prefix, policy, sizer, stop)
-    batches = _cut(missing, sizer)
-    window = 2 * config.concurrency  # a batch queued behind each request in flight
+    gate, tally = Gate(config.concurrency), Tally()
+    steering = Steering(config, sizer, gate)
+    embedder = BatchEmbedder(client, prefix, policy, sizer, stop, gate, tally)
+    batches = _cut(missing, steering)
     pool = WorkerPool(config.concurrency)
-    pending: dict[Future, int] = {}  # future -> chunks in its batch
+    pending: dict[Future, tuple[int, Setting]] = {}  # future -> chunks in its batch, the setting it was cut at
     streak, streak_limit = 0, max(MIN_FAILURE_STREAK, 2 * config.batch)
     try:
         with Progress("embed", len(missing), "windows", note=f"{stats.reused} reused") as progress:
-            _fill(pending, batches, pool, embedder, window)
+            _fill(pending, batches, pool, embedder, 2 * gate.limit)
             while pending:
                 # Commit whichever batch is done first: one batch waiting out a
                 # backoff never holds back the others (each batch is atomic).
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in _in_submission_order(done, pending):
-                    size = pending.pop(future)
+                    size, setting = pending.pop(future)
                     try:
                         outcome = future.result()
                     except Stopped:  # another worker met the error that stopped the run
@@ -296,6 +447,7 @@ def embed_chunks(db, client: EmbedClient, key: str, dim: int, prefix: str,
                     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
                     vectorstore.store_batch(db, key, dim, outcome.stored, outcome.failed, created)
                     _count(stats, outcome)
+                    steering.measured(setting, size, outcome.seconds)
                     progress.advance(size)
                     streak = 0 if outcome.stored else streak + len(outcome.failed)
                     if streak >= streak_limit:
@@ -305,7 +457,7 @@ def embed_chunks(db, client: EmbedClient, key: str, dim: int, prefix: str,
                             f"the model server at {config.display_url} refused each of the last {streak} chunks "
                             f"({reasons}); stopping",
                         )
-                _fill(pending, batches, pool, embedder, window)
+                _fill(pending, batches, pool, embedder, 2 * gate.limit)  # a batch queued behind each request
     except KeyboardInterrupt:
         stats.interrupted = True
         raise
@@ -316,6 +468,9 @@ def embed_chunks(db, client: EmbedClient, key: str, dim: int, prefix: str,
         stop.set()
         pool.close()
         stats.batch_size_final = sizer.size
+        stats.requests += tally.requests
+        stats.retries += tally.retries
+        steering.settle_into(stats)
 
 
 def _stop(label: str, message: str) -> ModelServerError:
@@ -325,21 +480,22 @@ def _stop(label: str, message: str) -> ModelServerError:
     return error
 
 
-def _cut(missing: Sequence, sizer: BatchSizer) -> Iterator[list]:
-    """Batches of the working size at the moment each is cut."""
+def _cut(missing: Sequence, steering: Steering) -> Iterator[tuple[list, Setting]]:
+    """Batches of the working size at the moment each is cut, with the setting they were cut at."""
     first = 0
     while first < len(missing):
-        size = sizer.size
-        yield list(missing[first : first + size])
-        first += size
+        setting = steering.setting()
+        yield list(missing[first : first + setting.batch]), setting
+        first += setting.batch
 
 
-def _fill(pending: dict, batches: Iterator[list], pool: WorkerPool, embedder, window: int) -> None:
+def _fill(pending: dict, batches: Iterator[tuple[list, Setting]], pool: WorkerPool, embedder, window: int) -> None:
     while len(pending) < window:
-        items = next(batches, None)
-        if items is None:
+        batch = next(batches, None)
+        if batch is None:
             return
-        pending[pool.submit(embedder, items)] = len(items)
+        items, setting = batch
+        pending[pool.submit(embedder, items)] = (len(items), setting)
 
 
 def _in_submission_order(done: set, pending: dict) -> list:
@@ -350,8 +506,6 @@ def _in_submission_order(done: set, pending: dict) -> list:
 def _count(stats: EmbedStats, outcome: BatchOutcome) -> None:
     stats.embedded += len(outcome.stored)
     stats.failed_by_reason.update(reason for _, reason in outcome.failed)
-    stats.retries += outcome.retries
-    stats.requests += outcome.requests
     stats.truncated += outcome.truncated
     stats.truncated_ids.update(outcome.truncated_ids)
     stats.batches += 1

@@ -10,13 +10,21 @@ JSON short, or answer 200 with the wrong number of vectors, a NaN, an
 all-zero vector or the wrong dimension. ``go_away()`` and ``come_back()``
 close and reopen the listening port, as a restarting server does.
 
+``crash_over=N`` makes it a server that one input brings down, as
+llama.cpp's does with a large ``--n_batch`` (``GGML_ASSERT``): a request
+holding an input of more than N tokens (``model_tokens``) resets every
+connection in flight and closes the port, until the test calls
+``come_back()`` or, with ``restart_after``, that many seconds later.
+
 Tests and the benchmarks use it; it never listens beyond loopback unless told.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
+import re
 import socket
 import struct
 import threading
@@ -28,6 +36,14 @@ from .httpthread import make_server
 from .stub_server import StubServer, _as_list, _handler_for, bag_of_words, openai_answer
 
 DIALECTS = ("ollama", "llamacpp", "tei", "openai")
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+SUBWORD_CHARS = 4
+
+
+def model_tokens(text: str) -> int:
+    """Tokens as a subword model counts them, roughly: a word of k characters is ceil(k / 4) tokens,
+    a punctuation mark one (a long identifier or a base64 blob is many tokens, as in a real model)."""
+    return sum(max(1, math.ceil(len(token) / SUBWORD_CHARS)) for token in _TOKEN_RE.findall(text))
 
 
 @dataclass(frozen=True)
@@ -78,29 +94,68 @@ class FaultStub(StubServer):
     """
 
     def __init__(self, dim: int = 64, plan: Sequence[Fault] = (), rule: Callable | None = None,
-                 float_only: bool = False, reject_base64: bool = False, **kwargs):
+                 float_only: bool = False, reject_base64: bool = False, crash_over: int | None = None,
+                 restart_after: float | None = None, **kwargs):
         super().__init__(dim=dim, **kwargs)
         self.plan = list(plan)
         self.rule = rule
         self.float_only = float_only
         self.reject_base64 = reject_base64
+        self.crash_over = crash_over
+        self.restart_after = restart_after
+        self.crashes = 0
+        self.down = False
         self.posts = 0
         self.faults_served: dict[str, int] = {}
         self.in_flight = self.max_in_flight = 0
+        self._connections: set = set()  # handlers answering now: a crash resets them all
+        self._port_lock = threading.Lock()
         self._quiet(self.httpd)
 
     # -- the port going away and coming back --------------------------------
 
     def go_away(self) -> None:
         """Close the listening socket: new connections are refused until ``come_back``."""
-        self.stop()
+        with self._port_lock:
+            if not self.down:
+                self.down = True
+                super().stop()
 
     def come_back(self) -> None:
-        """Listen again on the same port."""
-        host, port = self.httpd.server_address[:2]
-        self.httpd = make_server(host, port, _handler_for(self))
-        self._quiet(self.httpd)
-        self.start()
+        """Listen again on the same port (nothing to do when it listens)."""
+        with self._port_lock:
+            if not self.down:
+                return
+            host, port = self.httpd.server_address[:2]
+            self.httpd = make_server(host, port, _handler_for(self))
+            self._quiet(self.httpd)
+            self.start()
+            self.down = False
+
+    def stop(self) -> None:
+        """Stop for good (the end of a ``with`` block): no restart after it."""
+        self.restart_after = None
+        self.go_away()
+
+    def crash(self, handler) -> None:
+        """Die as a crashing server does: the port closed first (nothing more is accepted), then every
+        connection in flight reset; back after ``restart_after`` seconds, or when the test says."""
+        with self.lock:
+            self.crashes += 1
+            others = [other for other in self._connections if other is not handler]
+            restart = self.restart_after
+        self.go_away()
+        _reset(handler)
+        for other in others:
+            _reset(other)
+        if restart is not None:
+            timer = threading.Timer(restart, self._restart)
+            timer.daemon = True
+            timer.start()
+
+    def _restart(self) -> None:
+        if self.restart_after is not None:  # the test is not over
+            self.come_back()
 
     @staticmethod
     def _quiet(httpd) -> None:
@@ -123,11 +178,16 @@ class FaultStub(StubServer):
         with self.lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self._connections.add(handler)
         try:
+            if self.crash_over is not None and any(model_tokens(text) > self.crash_over for text in texts):
+                self.crash(handler)
+                return True
             return self._answer(handler, api, body, texts, fault)
         finally:
             with self.lock:
                 self.in_flight -= 1
+                self._connections.discard(handler)
 
     def _answer(self, handler, api: str, body: dict, texts: list[str], fault: Fault) -> bool:
         if fault.delay:
@@ -252,17 +312,23 @@ def main(argv=None) -> None:
     parser.add_argument("--fail-rate", type=float, default=0.0, help="share of requests spoiled at random")
     parser.add_argument("--timeout-delay", type=float, default=0.0, help="also spoil with answers this slow")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--crash-over", type=int, default=None,
+                        help="crash (reset every connection, close the port) on an input of more tokens")
+    parser.add_argument("--restart-after", type=float, default=1.0, help="seconds until it listens again after a crash")
     args = parser.parse_args(argv)
     rule = random_faults(args.fail_rate, args.seed, args.delay, args.timeout_delay)
-    stub = FaultStub(dim=args.dim, rule=rule, host=args.host, port=args.port)
+    stub = FaultStub(dim=args.dim, rule=rule, host=args.host, port=args.port, crash_over=args.crash_over,
+                     restart_after=args.restart_after if args.crash_over is not None else None)
     stub.requests = _Discard()  # a long benchmark keeps no request bodies
     print(stub.url, flush=True)
+    stub.start()
     try:
-        stub.httpd.serve_forever(poll_interval=0.05)
+        threading.Event().wait()
     except KeyboardInterrupt:
         pass
     finally:
-        print(json.dumps({"posts": stub.posts, "faults": stub.faults_served}), flush=True)
+        stub.stop()
+        print(json.dumps({"posts": stub.posts, "faults": stub.faults_served, "crashes": stub.crashes}), flush=True)
 
 
 class _Discard(list):

@@ -67,6 +67,9 @@ def _embed(summary: dict) -> str:
         return text + " (nothing to embed: the model server was not probed)"
     seconds = summary.get("seconds") or 0
     rate = f"{summary['embedded'] / seconds:.1f} windows/s, " if seconds and summary.get("embedded") else ""
+    if summary.get("embedded") and summary.get("batch_settled"):
+        fixed = " (fixed)" if summary.get("batch_tuning") == "fixed" else ""
+        rate += f"batch {summary['batch_settled']}{fixed}, {summary.get('concurrency_settled', 1)} in flight, "
     return text + f" ({rate}{summary.get('model', '?')} via {summary.get('api', '?')}, {summary.get('dim', '?')} dims)"
 
 

@@ -340,7 +340,7 @@ class ConcurrencyTests(FaultCase):
 
     def test_concurrent_requests_store_every_vector_once(self):
         with FaultStub(rule=lambda n, texts, body: Fault(delay=0.1)) as stub:
-            summary = self.embed_with(stub, EMBED_BATCH="2", EMBED_CONCURRENCY="3")
+            summary = self.embed_with(stub, EMBED_BATCH="2", EMBED_CONCURRENCY="3", EMBED_BATCH_FIXED="1")
         self.assertGreater(stub.max_in_flight, 1)
         self.assertEqual((summary["embedded"], summary["concurrency"]), (summary["chunks"], 3))
         self.assert_every_vector_right()
@@ -358,7 +358,7 @@ class ConcurrencyTests(FaultCase):
 
         with FaultStub(rule=rule) as stub:
             with self.assertRaisesRegex(ModelServerError, "not found"):
-                self.embed_with(stub, EMBED_BATCH="3", EMBED_CONCURRENCY="2")
+                self.embed_with(stub, EMBED_BATCH="3", EMBED_CONCURRENCY="2", EMBED_BATCH_FIXED="1")
         self.assertEqual(self.summary()["stopped"], "refused_http_404")
 
     def test_bad_settings_are_refused(self):
@@ -466,7 +466,7 @@ class CrashSafetyTests(FaultCase):
     def start_embed(self, stub, **env_values) -> subprocess.Popen:
         root = Path(__file__).resolve().parent.parent
         env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
-        env.update(EMBED_URL=stub.url, EMBED_BATCH="4", PYTHONPATH=str(root), **env_values)
+        env.update(EMBED_URL=stub.url, EMBED_BATCH="4", EMBED_BATCH_FIXED="1", PYTHONPATH=str(root), **env_values)
         return subprocess.Popen(
             [sys.executable, "-m", "bastion_agent", "embed", str(self.manifest_path), "--out", str(self.layout.root)],
             cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -517,7 +517,7 @@ class ConcurrentReaderTests(FaultCase):
         thread.start()
         try:
             with FaultStub(rule=lambda n, texts, body: Fault(delay=0.02)) as stub:
-                summary = self.embed_with(stub, EMBED_BATCH="4")
+                summary = self.embed_with(stub, EMBED_BATCH="4", EMBED_BATCH_FIXED="1")
         finally:
             done.set()
             thread.join()

@@ -53,7 +53,7 @@ def sweep(manifest, layout, args, fail_rate: float) -> dict:
                  "--timeout-delay", str(args.timeout * 2)]
     with stub_process(*stub_args) as (url, stub_stats):
         env = {"EMBED_URL": url, "EMBED_BATCH": str(args.batch), "EMBED_TIMEOUT": str(args.timeout),
-               "EMBED_CONCURRENCY": str(args.concurrency)}
+               "EMBED_CONCURRENCY": str(args.concurrency), "EMBED_BATCH_FIXED": "1"}  # the batches the figures name
         with clean_env(**env):
             started = time.perf_counter()
             summary = embed.run_embed(manifest, layout)

@@ -43,7 +43,8 @@ def stage(manifest, layout, url: str, api: str, batch: int, concurrency: int) ->
     layout.vectors_db.unlink(missing_ok=True)
     for suffix in ("-wal", "-shm"):
         layout.vectors_db.with_name(layout.vectors_db.name + suffix).unlink(missing_ok=True)
-    with clean_env(EMBED_URL=url, EMBED_API=api, EMBED_BATCH=str(batch), EMBED_CONCURRENCY=str(concurrency)):
+    with clean_env(EMBED_URL=url, EMBED_API=api, EMBED_BATCH=str(batch), EMBED_CONCURRENCY=str(concurrency),
+                   EMBED_BATCH_FIXED="1"):  # the same batches as the bare client
         started = time.perf_counter()
         summary = embed.run_embed(manifest, layout)
         seconds = time.perf_counter() - started
