@@ -8,7 +8,6 @@ the times are exact and no test depends on how fast the machine is.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import subprocess

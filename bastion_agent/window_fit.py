@@ -111,7 +111,7 @@ def fix_line(fit: WindowFit, to_embed: int, cuts: bool, size_tokens: int, overla
         fate = "Ollama refuses them and they are resent asking it to truncate (counted as truncated)"
     else:
         fate = "the server keeps only their first tokens or refuses them (counted as truncated or failed)"
-    overlap = f" (and overlap_tokens below it)" if overlap_tokens >= (fit.size_fit or 1) else ""
+    overlap = " (and overlap_tokens below it)" if overlap_tokens >= (fit.size_fit or 1) else ""
     return (f"{len(fit.over)} of {to_embed} windows to embed are over the model's {fit.context}-token context "
             f"(up to {fit.max_tokens} tokens, {lost} beyond it; {how}); {fate}; for vectors of whole windows set "
             f"[embed.chunk] size_tokens = {fit.size_fit}{overlap} or less (now {size_tokens}), then run chunk "
