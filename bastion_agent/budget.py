@@ -40,10 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .formats.base import REASON_OUTPUT
-
 REASON_MEMORY = "too_costly: memory"
 REASON_TIME = "too_costly: time"
+REASON_OUTPUT = "too_costly: output"  # the readers stop at the output cap with this reason too
 COSTLY_REASONS = (REASON_MEMORY, REASON_TIME, REASON_OUTPUT)
 
 DEFAULT_SECONDS = 30.0           # per job, plus SECONDS_PER_MIB for each MiB of input
@@ -337,6 +336,12 @@ def worker_main() -> None:
             return
 
 
+def budget_of(source) -> Budget:
+    """The per-file budget ``[source]`` asks for (the defaults above when it says nothing)."""
+    return Budget(seconds=getattr(source, "budget_seconds", Budget.seconds),
+                  memory_mb=getattr(source, "budget_memory_mb", Budget.memory_mb))
+
+
 def _limit_memory(memory: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = memory if hard == resource.RLIM_INFINITY else min(memory, hard)
@@ -351,27 +356,6 @@ def _send(stream, header: dict, data: bytes) -> None:
     stream.flush()
 
 
-def _task_read(note, kind: str, data: bytes, settings=None, max_bytes: int | None = None) -> tuple[dict, bytes]:
-    """Read one file's bytes as ``kind``; the text comes back as UTF-8 (surrogates escaped).
-
-    The byte-level scan (``sanitize.hidden_findings``) runs here too, under
-    the same budget: a document whose bytes show a finding its decoded text
-    hides comes back quarantined, without its text.
-    """
-    from . import readers, sanitize
-
-    unpack_limit = {} if max_bytes is None else {"max_bytes": max_bytes}
-    reading = readers.read(kind, data, max_chars=Budget.output_for(len(data)), **unpack_limit)
-    if reading.text is None:
-        if reading.reason == REASON_OUTPUT:
-            return {"costly": REASON_OUTPUT}, b""
-        return {"reason": reading.reason}, b""
-    hidden = sanitize.hidden_findings(data, reading.text, settings, kind)
-    if hidden:
-        return {"reason": f"{sanitize.QUARANTINE}: {', '.join(hidden)}"}, b""
-    return {}, reading.text.encode("utf-8", "surrogatepass")
-
-
 def _task_call(note, module: str, name: str, *args) -> tuple[dict, bytes]:
     """A named function of this package (tests, benches): its JSON-able result, or a string as data."""
     import importlib
@@ -384,9 +368,11 @@ def _task_call(note, module: str, name: str, *args) -> tuple[dict, bytes]:
     return {"result": result}, b""
 
 
-_TASKS = {"read": _task_read, "call": _task_call}
-# Tasks defined next to the code they run, imported in the worker on first use.
-_LAZY_TASKS = {"redact": ("bastion_agent.sanitize", "budget_task_redact")}
+_TASKS = {"call": _task_call}
+# Tasks defined next to the code they run (this module knows no reader or
+# sanitizer), imported in the worker on first use.
+_LAZY_TASKS = {"read": ("bastion_agent.reading", "budget_task_read"),
+               "redact": ("bastion_agent.sanitize", "budget_task_redact")}
 
 
 def _task(name: str):

@@ -13,12 +13,11 @@ import argparse
 import importlib
 import os
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from . import __version__
+from .arguments import add_manifest_arguments, load_manifest_and_layout
 from .errors import BastionError, ConfigError
-from .layout import Layout
 
 EXIT_INTERRUPTED = 130
 
@@ -102,25 +101,6 @@ EXTRA_COMMANDS = [
     ("demo", "demo", "the main job on the bundled sample: start the embedded model, sweep, search, stop"),
     ("mcp", "mcp_server", "let AI assistants search over the Model Context Protocol (stdio; needs the [mcp] extra)"),
 ]
-
-
-def add_manifest_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments every manifest-driven command shares."""
-    parser.add_argument("manifest", type=Path, help="the manifest (.toml, or .json)")
-    parser.add_argument("--out", metavar="DIR", help="output folder (default: .bastion/ beside the manifest)")
-    parser.add_argument(
-        "--require-signed",
-        action="store_true",
-        help="refuse a manifest without a valid MANIFEST.sig from a key in BASTION_ALLOWED_SIGNERS",
-    )
-
-
-def load_manifest_and_layout(args: argparse.Namespace):
-    """The verified manifest and the output folder a command works in."""
-    from . import manifest
-
-    loaded = manifest.load(args.manifest, require_signed=args.require_signed)
-    return loaded, Layout.for_manifest(loaded.path, args.out)
 
 
 def add_output_arguments(parser: argparse.ArgumentParser, stage: str) -> None:

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import readers, sanitize
-from .budget import COSTLY_REASONS, Budget, Call, WorkerPool
+from .budget import COSTLY_REASONS, Budget, Call, WorkerPool, budget_of
 from .confine import NotRegular, SourceRoot
 from .errors import ManifestError, StoreError
 from .layout import Layout, claim_out_dir, ensure_private_dir, remove_stale_temps, read_jsonl, sync_to_disk, write_jsonl, write_private, write_summary
@@ -391,12 +391,6 @@ class _Costly:
             write_private(self.path, json.dumps(self.seen, sort_keys=True, indent=1) + "\n")
         elif self.path.exists():
             _unlink(self.path)
-
-
-def budget_of(source) -> Budget:
-    """The per-file budget ``[source]`` asks for (defaults in ``budget.py``)."""
-    return Budget(seconds=getattr(source, "budget_seconds", Budget.seconds),
-                  memory_mb=getattr(source, "budget_memory_mb", Budget.memory_mb))
 
 
 def run(manifest, layout: Layout, workers: int | None = None) -> dict:

@@ -12,6 +12,7 @@ the machine (``EMBED_URL``), not of the documents.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ DEFAULT_INCLUDE = ("**",)
 DEFAULT_EXCLUDE = (".git/**", ".hg/**", ".svn/**", ".bastion/**", "**/.DS_Store")
 DEFAULT_MAX_FILE_MB = 64.0
 MAX_MANIFEST_BYTES = 1 << 20
+BASTION_NAME_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+BASTION_NAME_MAX = 63
 DEFAULT_BUDGET_SECONDS = 30.0   # per file read / document sanitized, plus 1 s per MiB (budget.py)
 DEFAULT_BUDGET_MEMORY_MB = 1024  # address space of the worker reading one file
 
@@ -177,12 +180,18 @@ def _publish_bastion(where: "_Where", data: dict, publish: dict) -> str | None:
         return None
     if "bastion" not in publish:
         where.fail("publish", "bastion", "is missing (this bastion's name, e.g. \"finance-fs01\")")
-    from .publish import validate_bastion_name
-
     try:
         return validate_bastion_name(publish["bastion"])
     except ValueError as exc:
         where.fail("publish", "bastion", str(exc))
+
+
+def validate_bastion_name(name) -> str:
+    """A bastion's name: lowercase letters, digits and single dashes, 1-63 characters (a DNS label)."""
+    if not isinstance(name, str) or len(name) > BASTION_NAME_MAX or not BASTION_NAME_RE.fullmatch(name):
+        raise ValueError(f"must be 1-{BASTION_NAME_MAX} lowercase letters, digits and dashes"
+                         f" (e.g. \"finance-fs01\"); got {name!r}")
+    return name
 
 
 def _source_settings(where: "_Where", source: dict) -> SourceSettings:

@@ -402,7 +402,7 @@ HTTP_PATH = "/mcp"
 
 
 def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
-    from .cli import add_manifest_arguments
+    from .arguments import add_manifest_arguments
 
     add_manifest_arguments(parser)
     parser.add_argument("--http", action="store_true",
@@ -417,7 +417,7 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_mcp(args: argparse.Namespace) -> int:
-    from .cli import load_manifest_and_layout
+    from .arguments import load_manifest_and_layout
     from .client import EndpointConfig
 
     anyio, _, _, stdio_server, _ = import_sdk()

@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import struct
 import sys
 import time
@@ -40,25 +39,16 @@ from typing import Iterable, Iterator
 from . import vectorstore
 from .errors import ConfigError, DatabaseError, ManifestError, StoreError
 from .layout import Layout, write_summary
+from .manifest import validate_bastion_name  # noqa: F401  (publish.validate_bastion_name, as before)
 
 DSN_VARIABLE = "BASTION_PUBLISH_DSN"
 BATCH_WINDOWS = 10000  # windows per transaction (whole documents; a larger document gets its own)
 # Test hook: publish one document per transaction and, after this many, stop
 # inside the next transaction (rows copied, not committed) until killed.
 PAUSE_VARIABLE = "BASTION_PUBLISH_TEST_PAUSE_AFTER"
-BASTION_NAME_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-BASTION_NAME_MAX = 63
 
 
 # --- settings --------------------------------------------------------------
-
-
-def validate_bastion_name(name) -> str:
-    """A bastion's name: lowercase letters, digits and single dashes, 1-63 characters (a DNS label)."""
-    if not isinstance(name, str) or len(name) > BASTION_NAME_MAX or not BASTION_NAME_RE.fullmatch(name):
-        raise ValueError(f"must be 1-{BASTION_NAME_MAX} lowercase letters, digits and dashes"
-                         f" (e.g. \"finance-fs01\"); got {name!r}")
-    return name
 
 
 def bastion_of(manifest) -> str:
@@ -391,13 +381,13 @@ def _pause_after() -> int | None:
 
 
 def add_publish_arguments(parser) -> None:
-    from .cli import add_manifest_arguments
+    from .arguments import add_manifest_arguments
 
     add_manifest_arguments(parser)
 
 
 def run_publish(args) -> int:
-    from .cli import load_manifest_and_layout
+    from .arguments import load_manifest_and_layout
 
     manifest, layout = load_manifest_and_layout(args)
     summary = run(manifest, layout)

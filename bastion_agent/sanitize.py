@@ -545,47 +545,6 @@ def redact(text: str, settings: SanitizeSettings | None = None) -> str:
     return sanitizer_for(settings).redact(text)[0]
 
 
-# --- the byte-level scan (extract's second wall) ----------------------------------
-
-# Kinds whose bytes are text a reader decodes: the ones a decoding can hide text in.
-QUARANTINE_KINDS = frozenset({"text", "markdown", "csv", "json", "xml", "html", "eml", "rtf"})
-QUARANTINE = "quarantined"
-
-
-def hidden_findings(data: bytes, text: str, settings: SanitizeSettings | None, kind: str = "text") -> list[str]:
-    """Rule ids of what the raw bytes show and the extracted text does not.
-
-    The document is read a second time by the same reader under
-    ``formats.base.plain_decoding()`` (NUL bytes dropped, every other byte
-    one latin-1 character, RTF in cp1252), so whatever ASCII the bytes hold
-    is visible whatever charset the document claims. A finding of that
-    view whose value is ASCII and appears nowhere in the extracted text (or
-    its look-alike view) was hidden by the decoding: extract quarantines
-    the document. Findings with non-ASCII characters are left out, since
-    the plain view garbles those by design; parts the reader drops anyway
-    (HTML comments and scripts, e-mail headers other than the five it
-    keeps) are dropped from the view too, so they quarantine nothing.
-    """
-    if kind not in QUARANTINE_KINDS or not data:
-        return []
-    from . import readers  # extract's readers; imported here so sanitize stays usable alone
-    from .formats.base import plain_decoding
-
-    with plain_decoding():
-        view = readers.read(kind, data).text
-    if not view or view == text:
-        return []
-    sanitizer = sanitizer_for(settings)
-    normal = lookalike_view(text)
-    seen = (text, normal.text if normal else text)
-    hidden = set()
-    for finding in merge(sanitizer.findings(view)):
-        value = view[finding.start:finding.end].strip()
-        if value and value.isascii() and not any(value in shown for shown in seen):
-            hidden.add(finding.rule)
-    return sorted(hidden)
-
-
 # --- the stage ----------------------------------------------------------------------
 #
 # Ids. A document's id (``doc``) is the sha256 of its sanitized text: nothing
@@ -666,8 +625,7 @@ def run(manifest, layout) -> dict:
     """Sanitize every extracted text into ``<out>/sanitized/<doc>.txt``; write the listing and summary."""
     from . import legacy_ids
 
-    from .budget import WorkerPool
-    from .extract import budget_of
+    from .budget import WorkerPool, budget_of
 
     extracted = _extracted_keys(layout)
     settings = getattr(manifest, "sanitize", None) or SanitizeSettings()

@@ -9,7 +9,7 @@ import textwrap
 from dataclasses import asdict
 
 from . import embed
-from .cli import add_manifest_arguments, load_manifest_and_layout
+from .arguments import add_manifest_arguments, add_remote_arguments, load_manifest_and_layout
 from .errors import ConfigError
 
 SNIPPET_CHARS = 400
@@ -36,14 +36,6 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exact", action="store_true",
                         help="scan every vector instead of asking the ANN index (slower on large stores, exact)")
     add_remote_arguments(parser)
-
-
-def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--remote`` and ``--bastion``: search the central PostgreSQL (BASTION_PUBLISH_DSN) instead of vectors.db."""
-    parser.add_argument("--remote", action="store_true",
-                        help="search every bastion that published to BASTION_PUBLISH_DSN (PostgreSQL + pgvector)")
-    parser.add_argument("--bastion", action="append", default=[], metavar="NAME",
-                        help="with --remote: only this bastion's windows (repeat for several)")
 
 
 def run_search(args: argparse.Namespace) -> int:

@@ -46,6 +46,8 @@ from . import __version__, embed
 from .client import EmbedClient, EndpointConfig
 from .errors import BastionError, ConfigError, DatabaseError, ModelServerError
 from .manifest import SEARCH_MODES
+from . import serve_openapi
+from .serve_openapi import PUBLIC_ROUTES, ROUTES
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -53,8 +55,6 @@ TOKEN_ENV = "BASTION_SERVE_TOKEN"
 MIN_TOKEN_CHARS = 16
 
 # Routes and the methods each answers; /openapi.json documents exactly these.
-ROUTES = {"/": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",), "/search": ("GET", "POST")}
-PUBLIC_ROUTES = ("/", "/healthz")  # never need the token: a static page and a liveness answer
 KNOWN_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT")
 SEARCH_PARAMETERS = ("q", "k", "mode")
 SEARCH_BODY_KEYS = ("query", "k", "mode")
@@ -107,14 +107,14 @@ class RequestError(Exception):
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from .cli import add_manifest_arguments
+    from .arguments import add_manifest_arguments
 
     add_manifest_arguments(parser)
     parser.add_argument("--host", default=DEFAULT_HOST,
                         help=f"address to listen on (default {DEFAULT_HOST}; any other needs {TOKEN_ENV})")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                         help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
-    from .search_cli import add_remote_arguments
+    from .arguments import add_remote_arguments
 
     add_remote_arguments(parser)
 
@@ -562,7 +562,7 @@ class BastionHTTPServer(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, service: SearchService, settings: ServeSettings, log_stream: TextIO):
-        from . import serve_openapi, serve_page
+        from . import serve_page
 
         self.service = service
         self.settings = settings
@@ -928,7 +928,7 @@ def limit_math_threads(environ=None) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from .cli import load_manifest_and_layout
+    from .arguments import load_manifest_and_layout
 
     limit_math_threads()
     settings = settings_from(args.host, args.port)

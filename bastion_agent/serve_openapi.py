@@ -12,13 +12,14 @@ from __future__ import annotations
 from . import __version__
 from .manifest import SEARCH_MODES
 
+# The routes serve answers, and those that never need the token (a static page and a liveness answer).
+ROUTES = {"/": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",), "/search": ("GET", "POST")}
+PUBLIC_ROUTES = ("/", "/healthz")
 ERROR = {"$ref": "#/components/schemas/Error"}
 
 
 def document(settings, url: str) -> dict:
     """The OpenAPI document for a server with ``settings`` listening at ``url``."""
-    from .serve import PUBLIC_ROUTES, ROUTES
-
     operations = {
         ("/", "GET"): _page(),
         ("/healthz", "GET"): _health(),

@@ -196,16 +196,14 @@ def parse_signature(data: bytes) -> SignatureInfo:
     )
 
 
-def sign_file(manifest: Path, key: Path) -> tuple[Path, SignatureInfo]:
-    """Sign ``manifest`` with ``key`` as ``ssh-keygen -Y sign -n bastion-manifest``; write ``MANIFEST.sig``.
+def sign_file(manifest: Path, raw: bytes, key: Path) -> tuple[Path, SignatureInfo]:
+    """Sign ``raw``, the bytes of ``manifest`` read once by the caller, with ``key``; write ``MANIFEST.sig``.
 
-    ssh-keygen signs a private copy of the bytes read once, so the signature
-    covers exactly what was read; its terminal stays the operator's for a
-    passphrase prompt. The ``.sig`` replaces any older one atomically.
+    ssh-keygen signs a private copy of those bytes (as ``ssh-keygen -Y sign
+    -n bastion-manifest``), so the signature covers exactly what was read;
+    its terminal stays the operator's for a passphrase prompt. The ``.sig``
+    replaces any older one atomically.
     """
-    from .manifest import read_manifest_bytes
-
-    raw = read_manifest_bytes(manifest)
     if not key.is_file():
         raise SignatureError(f"signing key {key}: no such file (make one with `ssh-keygen -t ed25519 -f {key}`)")
     with tempfile.TemporaryDirectory(prefix="bastion-sign-") as tmp:

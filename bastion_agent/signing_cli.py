@@ -26,7 +26,8 @@ def add_sign_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_sign(args: argparse.Namespace) -> int:
-    target, info = signing.sign_file(args.manifest, args.key)
+    raw = read_manifest_bytes(args.manifest)
+    target, info = signing.sign_file(args.manifest, raw, args.key)
     print(f"wrote {target} ({info.key_type} key {info.fingerprint}, namespace {signing.NAMESPACE})")
     return 0
 

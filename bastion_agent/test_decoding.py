@@ -13,7 +13,7 @@ from __future__ import annotations
 import codecs
 import unittest
 
-from . import readers, sanitize
+from . import reading, readers, sanitize
 from .formats.base import decode_text
 from .test_extract import TempCase
 
@@ -132,10 +132,10 @@ class QuarantineTests(TempCase):
 
     def test_hidden_findings_function(self):
         data = b"{\\rtf1 \\u-24000?AKIA}"  # text only
-        self.assertEqual(sanitize.hidden_findings(data, readable("rtf", data), None, "rtf"), [])
-        self.assertEqual(sanitize.hidden_findings(b"\x00\x01", "", None, "pdf"), [])
+        self.assertEqual(reading.hidden_findings(data, readable("rtf", data), None, "rtf"), [])
+        self.assertEqual(reading.hidden_findings(b"\x00\x01", "", None, "pdf"), [])
         data = b"<meta charset=\"iso-2022-jp\"><p>\x1b$B" + AWS.encode() + b"\x1b(B</p>"
-        self.assertEqual(sanitize.hidden_findings(data, readable("html", data), None, "html"), ["aws-access-key"])
+        self.assertEqual(reading.hidden_findings(data, readable("html", data), None, "html"), ["aws-access-key"])
 
 
 if __name__ == "__main__":

@@ -317,10 +317,12 @@ def real_precision(sanitizer: Sanitizer) -> dict:
 
 def quarantine_rate(files: int = 400) -> dict:
     """How many files of a fixed /usr/share/doc sample extract would quarantine (the byte-level scan)."""
-    if not hasattr(sanitize_module, "hidden_findings"):
-        return {"available": False}
     import gzip
     from bastion_agent import readers
+    try:
+        from bastion_agent import reading as scan
+    except ImportError:  # a checkout from before the byte-level scan
+        return {"available": False}
     paths = sorted(p for p in Path("/usr/share/doc").rglob("*") if p.is_file() and not p.is_symlink())
     step = max(1, len(paths) // files)
     checked = quarantined = 0
@@ -336,10 +338,10 @@ def quarantine_rate(files: int = 400) -> dict:
             name = path.stem
         kind = readers.kind_for(name, data[:8])
         reading = readers.read(kind, data)
-        if reading.text is None or kind not in sanitize_module.QUARANTINE_KINDS:
+        if reading.text is None or kind not in scan.QUARANTINE_KINDS:
             continue
         checked += 1
-        hidden = sanitize_module.hidden_findings(data, reading.text, None, kind)
+        hidden = scan.hidden_findings(data, reading.text, None, kind)
         if hidden:
             quarantined += 1
             reasons.update(hidden)

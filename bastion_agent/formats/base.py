@@ -8,12 +8,13 @@ import contextvars
 import re
 import unicodedata
 
+from ..budget import REASON_OUTPUT  # the cap on a reader's output is the worker's budget
+
 REASON_BINARY = "binary"
 REASON_DAMAGED = "damaged"
 REASON_EMPTY = "empty"
 REASON_ENCRYPTED = "encrypted"
 REASON_UNPACKED = "too large unpacked"
-REASON_OUTPUT = "too_costly: output"
 
 # Binary detection: any NUL byte (outside UTF-16/32), or more than this share
 # of control characters in the first part of the decoded text.

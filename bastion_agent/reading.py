@@ -1,0 +1,72 @@
+"""Reading one file in a budgeted worker: its reader, then the byte-level scan.
+
+Both run in the worker ``budget.py`` starts for each file (task ``read``),
+under the file's memory, time and output budget: a hostile file costs that
+file at most. The scan is extract's second wall against decodings that hide
+text (the first is ``formats.base``'s plausible decodings): the bytes are
+read again with every byte visible, and a finding the decoded text does not
+show quarantines the document before any of its text is kept.
+"""
+
+from __future__ import annotations
+
+from . import readers
+from .budget import REASON_OUTPUT, Budget
+from .formats.base import plain_decoding
+from .normalise import lookalike_view
+from .sanitize import SanitizeSettings, merge, sanitizer_for
+
+
+# Kinds whose bytes are text a reader decodes: the ones a decoding can hide text in.
+QUARANTINE_KINDS = frozenset({"text", "markdown", "csv", "json", "xml", "html", "eml", "rtf"})
+QUARANTINE = "quarantined"
+
+
+def hidden_findings(data: bytes, text: str, settings: SanitizeSettings | None, kind: str = "text") -> list[str]:
+    """Rule ids of what the raw bytes show and the extracted text does not.
+
+    The document is read a second time by the same reader under
+    ``formats.base.plain_decoding()`` (NUL bytes dropped, every other byte
+    one latin-1 character, RTF in cp1252), so whatever ASCII the bytes hold
+    is visible whatever charset the document claims. A finding of that
+    view whose value is ASCII and appears nowhere in the extracted text (or
+    its look-alike view) was hidden by the decoding: extract quarantines
+    the document. Findings with non-ASCII characters are left out, since
+    the plain view garbles those by design; parts the reader drops anyway
+    (HTML comments and scripts, e-mail headers other than the five it
+    keeps) are dropped from the view too, so they quarantine nothing.
+    """
+    if kind not in QUARANTINE_KINDS or not data:
+        return []
+    with plain_decoding():
+        view = readers.read(kind, data).text
+    if not view or view == text:
+        return []
+    sanitizer = sanitizer_for(settings)
+    normal = lookalike_view(text)
+    seen = (text, normal.text if normal else text)
+    hidden = set()
+    for finding in merge(sanitizer.findings(view)):
+        value = view[finding.start:finding.end].strip()
+        if value and value.isascii() and not any(value in shown for shown in seen):
+            hidden.add(finding.rule)
+    return sorted(hidden)
+
+
+def budget_task_read(note, kind: str, data: bytes, settings=None, max_bytes: int | None = None) -> tuple[dict, bytes]:
+    """Read one file's bytes as ``kind``; the text comes back as UTF-8 (surrogates escaped).
+
+    The byte-level scan (``hidden_findings``) runs here too, under
+    the same budget: a document whose bytes show a finding its decoded text
+    hides comes back quarantined, without its text.
+    """
+    unpack_limit = {} if max_bytes is None else {"max_bytes": max_bytes}
+    reading = readers.read(kind, data, max_chars=Budget.output_for(len(data)), **unpack_limit)
+    if reading.text is None:
+        if reading.reason == REASON_OUTPUT:
+            return {"costly": REASON_OUTPUT}, b""
+        return {"reason": reading.reason}, b""
+    hidden = hidden_findings(data, reading.text, settings, kind)
+    if hidden:
+        return {"reason": f"{QUARANTINE}: {', '.join(hidden)}"}, b""
+    return {}, reading.text.encode("utf-8", "surrogatepass")
