@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from bastion_agent.commands.cli import main
 
 sys.exit(main())

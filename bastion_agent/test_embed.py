@@ -8,12 +8,21 @@ import sqlite3
 import struct
 import unittest
 
-from . import embed, vectorstore
-from .client import EndpointConfig
-from .errors import ConfigError, ModelServerError, StoreError
-from .layout import read_jsonl
-from .stub_server import StubServer, bag_of_words
-from .testsupport import SanitizedStoreCase, clean_env, closed_port_url, run_cli, sha256_hex, write_manifest, write_sanitized_store
+from bastion_agent import embed
+from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
+from bastion_agent.core.layout import read_jsonl
+from bastion_agent.embedding import vectorstore
+from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.testing.stub_server import StubServer, bag_of_words
+from bastion_agent.testing.testsupport import (
+    SanitizedStoreCase,
+    clean_env,
+    closed_port_url,
+    run_cli,
+    sha256_hex,
+    write_manifest,
+    write_sanitized_store,
+)
 
 PROSE = (
     "The committee met on Tuesday to review the budget. Revenue rose, costs fell, "

@@ -6,10 +6,15 @@ import hashlib
 import json
 import unittest
 
-from .embed import chunk_id
-from .layout import Layout, read_jsonl
-from .stub_server import StubServer
-from .testsupport import TempFolder, clean_env, run_cli, write_manifest
+from bastion_agent.core.layout import Layout, read_jsonl
+from bastion_agent.embed import chunk_id
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import (
+    TempFolder,
+    clean_env,
+    run_cli,
+    write_manifest,
+)
 
 AWS_KEY = "AKIA" + "QZ7RT2XW4PLM6VBN"
 
@@ -182,11 +187,11 @@ def write_old_format_folder(layout: Layout, files: dict[str, bytes], size: int, 
     """
     from unittest import mock
 
-    from . import vectorstore
-    from .embed import chunk_document
-    from .layout import ensure_private_dir, write_jsonl, write_private
-    from .sanitize import redact
-    from .stub_server import bag_of_words
+    from bastion_agent.core.layout import ensure_private_dir, write_jsonl, write_private
+    from bastion_agent.embed import chunk_document
+    from bastion_agent.embedding import vectorstore
+    from bastion_agent.sanitizing.sanitize import redact
+    from bastion_agent.testing.stub_server import bag_of_words
 
     ensure_private_dir(layout.extract_dir)
     old_ids, extract_rows, sanitized_rows, chunk_rows, db_chunks = set(), [], [], [], []
@@ -300,8 +305,8 @@ class OldFolderTests(IdCase):
         self.assertEqual(again[:3], (0, "", ""))  # rebuilt: nothing more to say
 
     def _first_old_text(self) -> str:
-        from .embed import chunk_document
-        from .sanitize import redact
+        from bastion_agent.embed import chunk_document
+        from bastion_agent.sanitizing.sanitize import redact
 
         first = sorted(self.FILES.items(), key=lambda item: sha(item[1]))[0][1].decode("utf-8")
         clean = redact(first)
@@ -373,7 +378,7 @@ class EchoTests(IdCase):
     def test_an_unreachable_server_behind_a_secret_path_is_named_by_host_only(self):
         self.put("a.txt", "words to embed\n")
         self.stage("extract", "sanitize", "chunk")
-        from .testsupport import closed_port_url
+        from bastion_agent.testing.testsupport import closed_port_url
 
         with clean_env(EMBED_URL=f"{closed_port_url()}/{PATH_SECRET}"):
             code, out, err = run_cli("embed", self.manifest, "--out", self.out)

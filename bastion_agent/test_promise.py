@@ -39,9 +39,14 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from .layout import Layout
-from .stub_server import StubServer
-from .testsupport import TempFolder, clean_env, run_cli, write_manifest
+from bastion_agent.core.layout import Layout
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import (
+    TempFolder,
+    clean_env,
+    run_cli,
+    write_manifest,
+)
 
 
 @dataclass(frozen=True)
@@ -288,9 +293,9 @@ class PromiseTests(TempFolder, unittest.TestCase):
         self.assertEqual(leaks(self.places, self.secrets()), [])
 
     def serve_answers(self, stub: StubServer) -> None:
-        from . import manifest as manifest_module
-        from . import serve
-        from .client import EndpointConfig
+        from bastion_agent.config import manifest as manifest_module
+        from bastion_agent.embedding.client import EndpointConfig
+        from bastion_agent.serving import serve
 
         with clean_env():
             loaded = manifest_module.load(self.manifest)

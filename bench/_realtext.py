@@ -41,8 +41,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bastion_agent import embed, vectorstore  # noqa: E402
-from bastion_agent.layout import Layout, ensure_private_dir  # noqa: E402
+from bastion_agent import embed  # noqa: E402
+from bastion_agent.chunking import chunker  # noqa: E402
+from bastion_agent.embedding import vectorstore  # noqa: E402
+from bastion_agent.core.layout import Layout, ensure_private_dir  # noqa: E402
 
 DIM = 384
 MODEL = "bench-real"
@@ -101,7 +103,7 @@ def chunk_rows(n: int, documents_out: list):
     seen: set[bytes] = set()
     made = 0
     for doc, text, path in documents():
-        spans, _ = embed._windows(text, WINDOW, OVERLAP)
+        spans, _ = chunker._windows(text, WINDOW, OVERLAP)
         used = 0
         for start, end, _tokens in spans:
             window = text[start:end]

@@ -17,9 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bastion_agent import embed, manifest as manifest_module  # noqa: E402
-from bastion_agent.layout import Layout  # noqa: E402
-from bastion_agent.testsupport import clean_env, write_manifest, write_sanitized_store  # noqa: E402
+from bastion_agent import embed
+from bastion_agent.config import manifest as manifest_module  # noqa: E402
+from bastion_agent.core.layout import Layout  # noqa: E402
+from bastion_agent.testing.testsupport import clean_env, write_manifest, write_sanitized_store  # noqa: E402
 
 WINDOW = 64  # tokens a window
 WINDOWS_PER_DOC = 10
@@ -60,8 +61,8 @@ def window_texts(layout: Layout) -> list[str]:
 
 @contextlib.contextmanager
 def stub_process(*args: str):
-    """``python3 -m bastion_agent.fault_stub ARGS`` in its own process; yields (url, stats dict filled at exit)."""
-    process = subprocess.Popen([sys.executable, "-m", "bastion_agent.fault_stub", *args], cwd=ROOT,
+    """``python3 -m bastion_agent.testing.fault_stub ARGS`` in its own process; yields (url, stats dict filled at exit)."""
+    process = subprocess.Popen([sys.executable, "-m", "bastion_agent.testing.fault_stub", *args], cwd=ROOT,
                                stdout=subprocess.PIPE, text=True)
     stats: dict = {}
     try:

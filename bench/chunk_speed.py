@@ -28,9 +28,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bastion_agent import embed, manifest as manifest_module  # noqa: E402
-from bastion_agent.layout import Layout  # noqa: E402
-from bastion_agent.testsupport import clean_env, write_manifest, write_sanitized_store  # noqa: E402
+from bastion_agent import embed
+from bastion_agent.config import manifest as manifest_module  # noqa: E402
+from bastion_agent.core.layout import Layout  # noqa: E402
+from bastion_agent.testing.testsupport import clean_env, write_manifest, write_sanitized_store  # noqa: E402
 
 
 def shared_data() -> Path:

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from _synthetic import clean_env, stub_process, synthetic_store, temp_folder
 
-from bastion_agent import embed, vectorstore
-from bastion_agent.stub_server import bag_of_words
+from bastion_agent import embed
+from bastion_agent.embedding import vectorstore
+from bastion_agent.testing.stub_server import bag_of_words
 
 
 def check(layout, key: str, dim: int) -> dict:

@@ -20,7 +20,7 @@ import time
 from _synthetic import clean_env, stub_process, synthetic_store, temp_folder, window_texts
 
 from bastion_agent import embed
-from bastion_agent.client import PATHS, post_json
+from bastion_agent.embedding.client import PATHS, post_json
 
 
 def bare_serial(url: str, api: str, model: str, texts: list[str], batch: int) -> float:

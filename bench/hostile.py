@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bastion_agent.budget import DEFAULT_MEMORY_MB, DEFAULT_SECONDS  # noqa: E402
-from bastion_agent.test_hostile import eml_header_bomb, xlsx_shared_string_bomb  # noqa: E402
+from bastion_agent.core.budget import DEFAULT_MEMORY_MB, DEFAULT_SECONDS  # noqa: E402
+from bastion_agent.extracting.test_hostile import eml_header_bomb, xlsx_shared_string_bomb  # noqa: E402
 
 SOURCES = [Path("/usr/share/common-licenses"), Path("/usr/share/doc"),
            Path(os.environ.get("BASTION_SHARED_DATA") or ROOT.parent / "shared" / "data") / "ir"]
@@ -98,8 +98,9 @@ def sweep(folder: Path, label: str) -> dict:
 
 def extract_speedup(folder: Path) -> dict:
     """Extract with one worker, then one per core, in this process (fresh output folders)."""
-    from bastion_agent import extract, manifest as manifest_module
-    from bastion_agent.layout import Layout
+    from bastion_agent.extracting import extract
+    from bastion_agent.config import manifest as manifest_module
+    from bastion_agent.core.layout import Layout
 
     manifest = manifest_module.load(folder / "manifest.toml")
     times = {}

@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bastion_agent.stub_server import StubServer  # noqa: E402
+from bastion_agent.testing.stub_server import StubServer  # noqa: E402
 
 LICENSES = Path("/usr/share/common-licenses")
 QUERY = "permission to redistribute modified copies of the software"

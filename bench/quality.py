@@ -36,11 +36,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bastion_agent import embed, fusion, keyword, manifest as manifest_module  # noqa: E402
-from bastion_agent.client import EmbedClient, EndpointConfig  # noqa: E402
-from bastion_agent.demo import BackgroundModelServer, environment  # noqa: E402
-from bastion_agent.layout import Layout  # noqa: E402
-from bastion_agent.pipeline import run_sweep  # noqa: E402
+from bastion_agent import embed
+from bastion_agent.searching import fusion, keyword
+from bastion_agent.config import manifest as manifest_module  # noqa: E402
+from bastion_agent.embedding.client import EmbedClient, EndpointConfig  # noqa: E402
+from bastion_agent.commands.demo import BackgroundModelServer, environment  # noqa: E402
+from bastion_agent.core.layout import Layout  # noqa: E402
+from bastion_agent.commands.pipeline import run_sweep  # noqa: E402
 
 MODEL, DIM = "multilingual-e5-small", 384
 RANKED_DOCS = 100

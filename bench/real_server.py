@@ -33,11 +33,12 @@ sys.path.insert(0, str(ROOT))
 
 from _realtext import IR, read_prose  # noqa: E402
 
-from bastion_agent import embed, manifest as manifest_module  # noqa: E402
-from bastion_agent.client import EmbedClient, EndpointConfig  # noqa: E402
-from bastion_agent.errors import ModelServerError  # noqa: E402
-from bastion_agent.layout import Layout  # noqa: E402
-from bastion_agent.testsupport import clean_env, write_sanitized_store  # noqa: E402
+from bastion_agent import embed
+from bastion_agent.config import manifest as manifest_module  # noqa: E402
+from bastion_agent.embedding.client import EmbedClient, EndpointConfig  # noqa: E402
+from bastion_agent.core.errors import ModelServerError  # noqa: E402
+from bastion_agent.core.layout import Layout  # noqa: E402
+from bastion_agent.testing.testsupport import clean_env, write_sanitized_store  # noqa: E402
 
 CONTEXT_FIELDS = ("context_tokens", "truncated", "tokens_lost", "served_model")
 

@@ -55,9 +55,9 @@ if "--code" in sys.argv:  # measure another checkout's sanitizer with this scrip
 else:
     sys.path.insert(0, str(HERE.parent))
 
-from bastion_agent import sanitize as sanitize_module  # noqa: E402
-from bastion_agent import validators  # noqa: E402
-from bastion_agent.sanitize import Sanitizer  # noqa: E402
+from bastion_agent.sanitizing import sanitize as sanitize_module  # noqa: E402
+from bastion_agent.sanitizing import validators  # noqa: E402
+from bastion_agent.sanitizing.sanitize import Sanitizer  # noqa: E402
 
 LABELS = HERE.parent / "bastion_agent" / "testdata" / "real_findings.tsv"
 
@@ -318,9 +318,9 @@ def real_precision(sanitizer: Sanitizer) -> dict:
 def quarantine_rate(files: int = 400) -> dict:
     """How many files of a fixed /usr/share/doc sample extract would quarantine (the byte-level scan)."""
     import gzip
-    from bastion_agent import readers
+    from bastion_agent.extracting import readers
     try:
-        from bastion_agent import reading as scan
+        from bastion_agent.extracting import reading as scan
     except ImportError:  # a checkout from before the byte-level scan
         return {"available": False}
     paths = sorted(p for p in Path("/usr/share/doc").rglob("*") if p.is_file() and not p.is_symlink())

@@ -29,7 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bastion_agent import embed, vectorstore  # noqa: E402
+from bastion_agent import embed
+from bastion_agent.embedding import vectorstore  # noqa: E402
 
 
 def shared_data() -> Path:

@@ -44,9 +44,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import _realtext  # noqa: E402
-from bastion_agent import ann, embed, fusion, keyword  # noqa: E402
-from bastion_agent.layout import Layout  # noqa: E402
-from bastion_agent.stub_server import StubServer, bag_of_words  # noqa: E402
+from bastion_agent.embedding import ann
+from bastion_agent import embed
+from bastion_agent.searching import fusion, keyword  # noqa: E402
+from bastion_agent.core.layout import Layout  # noqa: E402
+from bastion_agent.testing.stub_server import StubServer, bag_of_words  # noqa: E402
 
 VOCAB_MAX_SHARE = 0.05
 

@@ -45,9 +45,10 @@ if "--blas-threads-default" not in sys.argv:  # the in-process baseline runs as 
         os.environ.setdefault(_name, "1")
 
 import _realtext  # noqa: E402
-from bastion_agent import embed, manifest as manifest_module  # noqa: E402
-from bastion_agent.client import EmbedClient, EndpointConfig  # noqa: E402
-from bastion_agent.layout import Layout  # noqa: E402
+from bastion_agent import embed
+from bastion_agent.config import manifest as manifest_module  # noqa: E402
+from bastion_agent.embedding.client import EmbedClient, EndpointConfig  # noqa: E402
+from bastion_agent.core.layout import Layout  # noqa: E402
 from search_latency import questions  # noqa: E402
 
 DIM = _realtext.DIM
@@ -130,7 +131,7 @@ def stub_process():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "bastion_agent.stub_server", "--port", str(port), "--dim", str(DIM)],
+    process = subprocess.Popen([sys.executable, "-m", "bastion_agent.testing.stub_server", "--port", str(port), "--dim", str(DIM)],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
     try:
         process.stdout.readline()  # "stub model server on ..." once it listens

@@ -20,10 +20,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bastion_agent import manifest as manifest_module  # noqa: E402
-from bastion_agent.layout import Layout  # noqa: E402
-from bastion_agent.pipeline import STAGES  # noqa: E402
-from bastion_agent.stub_server import StubServer  # noqa: E402
+from bastion_agent.config import manifest as manifest_module  # noqa: E402
+from bastion_agent.core.layout import Layout  # noqa: E402
+from bastion_agent.commands.pipeline import STAGES  # noqa: E402
+from bastion_agent.testing.stub_server import StubServer  # noqa: E402
 
 SHARED = Path(os.environ.get("BASTION_SHARED_DATA", REPO.parent / "shared" / "data"))
 

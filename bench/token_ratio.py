@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bastion_agent.embed import windows  # noqa: E402
-from bastion_agent.modelserver import E5_CONTEXT  # noqa: E402
-from bastion_agent.window_fit import regex_tokens  # noqa: E402
+from bastion_agent.model.modelserver import E5_CONTEXT  # noqa: E402
+from bastion_agent.embedding.window_fit import regex_tokens  # noqa: E402
 
 CORPORA = {"common-licenses": Path("/usr/share/common-licenses"), "usr-share-doc": Path("/usr/share/doc")}
 MAX_FILE_BYTES = 256 * 1024

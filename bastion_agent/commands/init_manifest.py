@@ -24,9 +24,14 @@ import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 
-from .client import APIS, EmbedClient, EndpointConfig, RequestFailure
-from .errors import BastionError, ConfigError, ManifestError
-from .manifest import DEFAULT_EXCLUDE, DEFAULT_MAX_FILE_MB
+from bastion_agent.config.manifest import DEFAULT_EXCLUDE, DEFAULT_MAX_FILE_MB
+from bastion_agent.core.errors import BastionError, ConfigError, ManifestError
+from bastion_agent.embedding.client import (
+    APIS,
+    EmbedClient,
+    EndpointConfig,
+    RequestFailure,
+)
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")  # the chunker's token (embed.TOKEN_RE)
 DISCOVERY_TIMEOUT = 10.0
@@ -112,7 +117,7 @@ def discover(config: EndpointConfig) -> Found:
 
 def _context(config: EndpointConfig, api: str, model: str) -> int | None:
     """The context the server reports for ``model`` (``model_info``), or None."""
-    from . import model_info
+    from bastion_agent.embedding import model_info
 
     quick = EndpointConfig(url=config.url, api=api, timeout=min(config.timeout, DISCOVERY_TIMEOUT))
     try:
@@ -139,7 +144,7 @@ def fitting_size(context: int | None, passage_prefix: str, size: int, overlap: i
 
 def _listed_models(config: EndpointConfig) -> list[str]:
     """Names from ``/api/tags`` (Ollama, the embedded server) or ``/v1/models`` (OpenAI style)."""
-    from .client import _NO_PROXY_OPENER
+    from bastion_agent.embedding.client import _NO_PROXY_OPENER
 
     for path, read in (("/api/tags", _ollama_names), ("/v1/models", _openai_names)):
         try:
@@ -254,7 +259,7 @@ overlap_tokens = {overlap}          # 0 <= overlap < size
 
 def write_new(target: Path, text: str) -> None:
     """Write ``target`` only if it does not exist, whole or not at all, after checking it loads."""
-    from . import manifest
+    from bastion_agent.config import manifest
 
     folder = target.resolve().parent
     if not folder.is_dir():

@@ -10,35 +10,35 @@ import os
 import time
 from typing import Callable
 
-from .layout import Layout, remove_stale_temps
+from bastion_agent.core.layout import Layout, remove_stale_temps
 
 
 def _extract(manifest, layout: Layout) -> dict:
-    from . import extract
+    from bastion_agent.extracting import extract
 
     return extract.run(manifest, layout)
 
 
 def _sanitize(manifest, layout: Layout) -> dict:
-    from . import sanitize
+    from bastion_agent.sanitizing import sanitize
 
     return sanitize.run(manifest, layout)
 
 
 def _chunk(manifest, layout: Layout) -> dict:
-    from . import embed
+    from bastion_agent.chunking import chunker
 
     remove_stale_temps(layout.root, ("chunks.jsonl", "chunk.summary.json"))  # left by a killed run
 
-    return embed.run_chunk(manifest, layout)
+    return chunker.run_chunk(manifest, layout)
 
 
 def _embed(manifest, layout: Layout) -> dict:
-    from . import embed
+    from bastion_agent.embedding import embedder
 
     remove_stale_temps(layout.root, ("embed.summary.json",))
 
-    return embed.run_embed(manifest, layout)
+    return embedder.run_embed(manifest, layout)
 
 
 STAGES = {"extract": _extract, "sanitize": _sanitize, "chunk": _chunk, "embed": _embed}
@@ -60,7 +60,7 @@ def run_sweep(manifest, layout: Layout, on_stage: Callable[[str, dict], None] | 
     a ``[publish]`` table and ``BASTION_PUBLISH_DSN`` is set (a bastion that does not
     publish never needs psycopg).
     """
-    from . import legacy_ids
+    from bastion_agent.core import legacy_ids
 
     summaries = {}
     with legacy_ids.once():  # an old-id folder is said once, not by every stage that rebuilds
@@ -69,7 +69,7 @@ def run_sweep(manifest, layout: Layout, on_stage: Callable[[str, dict], None] | 
             if on_stage is not None:
                 on_stage(name, summaries[name])
     if getattr(manifest, "publish_bastion", None) and os.environ.get("BASTION_PUBLISH_DSN", "").strip():
-        from . import publish
+        from bastion_agent.publishing import publish
 
         started = time.monotonic()
         summaries["publish"] = publish.run(manifest, layout)

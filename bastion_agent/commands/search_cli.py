@@ -1,4 +1,4 @@
-"""``search MANIFEST "QUERY"``: the command-line face of ``embed.search``."""
+"""``search MANIFEST "QUERY"``: the command-line face of ``searcher.search``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ import sys
 import textwrap
 from dataclasses import asdict
 
-from . import embed
-from .arguments import add_manifest_arguments, add_remote_arguments, load_manifest_and_layout
-from .errors import ConfigError
+from bastion_agent.config.arguments import (
+    add_manifest_arguments,
+    add_remote_arguments,
+    load_manifest_and_layout,
+)
+from bastion_agent.core.errors import ConfigError
+from bastion_agent.searching import searcher
 
 SNIPPET_CHARS = 400
 
@@ -28,11 +32,11 @@ def positive_int(text: str) -> int:
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     add_manifest_arguments(parser)
     parser.add_argument("query", help="what to look for, in your own words")
-    parser.add_argument("-k", type=positive_int, default=embed.DEFAULT_K, help="how many hits (default 5)")
+    parser.add_argument("-k", type=positive_int, default=searcher.DEFAULT_K, help="how many hits (default 5)")
     parser.add_argument("--json", action="store_true", help="print a JSON array of hits, best first")
     parser.add_argument("--mode", choices=("vector", "keyword", "hybrid"),
                         help="vector (by meaning), keyword (exact words, no model server) or hybrid (both, fused);"
-                        f" default: the manifest's [search] mode, else {embed.DEFAULT_MODE}")
+                        f" default: the manifest's [search] mode, else {searcher.DEFAULT_MODE}")
     parser.add_argument("--exact", action="store_true",
                         help="scan every vector instead of asking the ANN index (slower on large stores, exact)")
     add_remote_arguments(parser)
@@ -43,12 +47,12 @@ def run_search(args: argparse.Namespace) -> int:
     if args.bastion and not args.remote:
         raise ConfigError("--bastion filters a --remote search; add --remote")
     if args.remote:
-        from . import remote_search
+        from bastion_agent.publishing import remote_search
 
         hits = remote_search.search(manifest, args.query, args.k, mode=args.mode, bastions=args.bastion,
                                     exact=args.exact)
     else:
-        result = embed.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact)
+        result = searcher.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact)
         if result.notice:
             print(f"bastion_agent search: {result.notice}", file=sys.stderr)
         hits = result.hits
@@ -59,7 +63,7 @@ def run_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_hits(hits: list[embed.Hit]) -> str:
+def format_hits(hits: list[searcher.Hit]) -> str:
     """Hits for a person: rank, relevance (0-100), path(s), document and window, then the text.
 
     The relevance, not the fused score, is what a person can compare

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import signing
-from .manifest import read_manifest_bytes
+from bastion_agent.config import signing
+from bastion_agent.config.manifest import read_manifest_bytes
 
 
 def add_sign_arguments(parser: argparse.ArgumentParser) -> None:

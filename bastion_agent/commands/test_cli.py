@@ -9,10 +9,16 @@ import sys
 import unittest
 from pathlib import Path
 
-from .errors import ModelServerError
-from .layout import Layout
-from .stub_server import StubServer
-from .testsupport import TempFolder, clean_env, closed_port_url, run_cli, write_manifest
+from bastion_agent.core.errors import ModelServerError
+from bastion_agent.core.layout import Layout
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import (
+    TempFolder,
+    clean_env,
+    closed_port_url,
+    run_cli,
+    write_manifest,
+)
 
 PLANTED_KEY = "AKIAQ3EGRZ7PLX4WTN5B"
 PLANTED_PASSWORD = "Tr0ub4dor&3-horse-battery"
@@ -132,14 +138,14 @@ class HelpTests(unittest.TestCase):
         for command in ("extract", "sanitize", "chunk", "embed", "sweep", "search"):
             with self.subTest(command):
                 result = subprocess.run([sys.executable, "-m", "bastion_agent", command, "--help"],
-                                        capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+                                        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
                 self.assertEqual(result.returncode, 0)
                 self.assertIn("--require-signed", result.stdout)
                 self.assertIn("--out", result.stdout)
 
     def test_usage_errors_exit_non_zero_without_a_traceback(self):
         code = subprocess.run([sys.executable, "-m", "bastion_agent", "search"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent.parent)
+                              cwd=Path(__file__).resolve().parents[2])
         self.assertNotEqual(code.returncode, 0)
         self.assertNotIn("Traceback", code.stderr)
 

@@ -6,11 +6,16 @@ import socket
 import unittest
 from unittest import mock
 
-from . import modelserver
-from .errors import BastionError
-from .stub_server import StubServer
-from .test_modelserver import DIM
-from .testsupport import SanitizedStoreCase, clean_env, closed_port_url, run_cli
+from bastion_agent.core.errors import BastionError
+from bastion_agent.model import modelserver
+from bastion_agent.model.test_modelserver import DIM
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import (
+    SanitizedStoreCase,
+    clean_env,
+    closed_port_url,
+    run_cli,
+)
 
 
 class UnreachableServerTests(SanitizedStoreCase):

@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 import unittest
 
-from . import manifest
-from .stub_server import StubServer
-from .testsupport import TempFolder, clean_env, closed_port_url, run_cli
+from bastion_agent.config import manifest
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import (
+    TempFolder,
+    clean_env,
+    closed_port_url,
+    run_cli,
+)
 
 
 class InitTests(TempFolder, unittest.TestCase):
@@ -60,8 +65,8 @@ class InitTests(TempFolder, unittest.TestCase):
         self.assertIn("model-server", self.target.read_text())
 
     def test_the_embedded_model_server_gives_the_e5_settings(self):
-        from .modelserver import ModelServer
-        from .test_modelserver import FakeModel
+        from bastion_agent.model.modelserver import ModelServer
+        from bastion_agent.model.test_modelserver import FakeModel
 
         with ModelServer(FakeModel(dim=384), model="multilingual-e5-small", dim=384) as server:
             code, out, err = self.init(server.url)

@@ -12,11 +12,17 @@ import unittest
 import unittest.mock
 from pathlib import Path
 
-from . import progress
-from .stub_server import StubServer
-from .testsupport import TempFolder, clean_env, closed_port_url, run_cli, write_manifest
+from bastion_agent.core import progress
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import (
+    TempFolder,
+    clean_env,
+    closed_port_url,
+    run_cli,
+    write_manifest,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Folder(TempFolder, unittest.TestCase):
@@ -127,7 +133,7 @@ class ReportTests(Folder):
 
 class ProgramNameTests(Folder):
     def test_messages_say_the_name_the_program_was_run_as(self):
-        from .cli import main, program_name
+        from bastion_agent.commands.cli import main, program_name
 
         self.assertEqual(program_name("/usr/local/bin/bastion-agent"), "bastion-agent")
         self.assertEqual(program_name("/x/bastion_agent/__main__.py"), "bastion_agent")
@@ -138,7 +144,7 @@ class ProgramNameTests(Folder):
         self.assertTrue(err.getvalue().startswith("bastion-agent extract: "), err.getvalue())
 
     def test_usage_names_the_console_script(self):
-        from .cli import build_parser
+        from bastion_agent.commands.cli import build_parser
 
         parser = build_parser("sweep", "bastion-agent")
         with unittest.mock.patch("sys.stderr", io.StringIO()) as err, self.assertRaises(SystemExit):

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import manifest
-from .layout import Layout
+from bastion_agent.config import manifest
+from bastion_agent.core.layout import Layout
 
 
 def add_manifest_arguments(parser: argparse.ArgumentParser) -> None:

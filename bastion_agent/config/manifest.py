@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ManifestError
-from . import signing
+from bastion_agent.config import signing
+from bastion_agent.core.errors import ManifestError
 
 DEFAULT_INCLUDE = ("**",)
 DEFAULT_EXCLUDE = (".git/**", ".hg/**", ".svn/**", ".bastion/**", "**/.DS_Store")
@@ -113,7 +113,7 @@ def load(path: str | Path, *, require_signed: bool = False) -> Manifest:
 
 def read_manifest_bytes(path: Path) -> bytes:
     """The manifest's bytes, read once; one line naming the file when that fails."""
-    from .confine import NotRegular, read_regular
+    from bastion_agent.core.confine import NotRegular, read_regular
 
     try:
         raw = read_regular(path, MAX_MANIFEST_BYTES)
@@ -251,7 +251,7 @@ def _search_mode(where: "_Where", search: dict) -> str | None:
 
 def _sanitize_settings(path: Path, raw: Any):
     """``[sanitize]`` is validated by the sanitizer, which owns its rules."""
-    from . import sanitize
+    from bastion_agent.sanitizing import sanitize
 
     if not isinstance(raw, dict):
         raise ManifestError(f"manifest {path}: [sanitize] must be a table; got {type(raw).__name__}")

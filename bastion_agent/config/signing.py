@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from .errors import SignatureError
-from .layout import write_private
+from bastion_agent.core.errors import SignatureError
+from bastion_agent.core.layout import write_private
 
 NAMESPACE = "bastion-manifest"
 ALLOWED_SIGNERS_ENV = "BASTION_ALLOWED_SIGNERS"
@@ -250,7 +250,7 @@ def _read_signature(sig_path: Path) -> bytes | None:
     """The ``.sig`` bytes, None when there is none; refuse one we cannot read."""
     if not os.path.lexists(sig_path):
         return None
-    from .confine import NotRegular, read_regular
+    from bastion_agent.core.confine import NotRegular, read_regular
 
     try:
         data = read_regular(sig_path, MAX_SIGNATURE_BYTES)

@@ -6,9 +6,14 @@ import json
 import os
 import unittest
 
-from . import manifest as manifest_module
-from .errors import ManifestError
-from .testsupport import TempFolder, clean_env, run_cli, write_manifest
+from bastion_agent.config import manifest as manifest_module
+from bastion_agent.core.errors import ManifestError
+from bastion_agent.testing.testsupport import (
+    TempFolder,
+    clean_env,
+    run_cli,
+    write_manifest,
+)
 
 VALID = """
 [source]

@@ -18,14 +18,14 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from . import signing
-from .errors import SignatureError
-from .layout import Layout, write_summary
-from .testsupport import clean_env, run_cli, write_manifest
+from bastion_agent.config import signing
+from bastion_agent.core.errors import SignatureError
+from bastion_agent.core.layout import Layout, write_summary
+from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
 
 SSH_KEYGEN = signing.ssh_keygen_path()
 PRINCIPAL = "alice@example.com"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def keygen(*args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
@@ -112,7 +112,7 @@ class GoodSignatureTest(SigningTestCase):
             self.assertEqual(self.check().principal, "ops@example.com")
 
     def test_manifest_load_records_the_signer_for_stage_summaries(self):
-        from . import manifest
+        from bastion_agent.config import manifest
 
         ssh_sign(self.manifest, self.alice)
         loaded = manifest.load(self.manifest, require_signed=True)
@@ -326,7 +326,7 @@ class StagesRefuseTest(SigningTestCase):
         self.refuse_everywhere("not trusted now", "--require-signed")
 
     def test_serve_refuses_before_listening(self):
-        from . import cli
+        from bastion_agent.commands import cli
 
         if "serve" not in {name for name, _, _ in cli.EXTRA_COMMANDS}:
             self.skipTest("serve is not a command yet")

@@ -105,8 +105,8 @@ class _Worker:
     """One worker process and the job it is running."""
 
     def __init__(self, memory_bytes: int):
-        package_parent = str(Path(__file__).resolve().parent.parent)
-        code = f"import sys; sys.path.insert(0, {package_parent!r}); from bastion_agent.budget import worker_main; worker_main()"
+        package_parent = str(Path(__file__).resolve().parents[2])
+        code = f"import sys; sys.path.insert(0, {package_parent!r}); from bastion_agent.core.budget import worker_main; worker_main()"
         self.process = subprocess.Popen(
             [sys.executable, "-c", code, str(memory_bytes)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
@@ -371,8 +371,8 @@ def _task_call(note, module: str, name: str, *args) -> tuple[dict, bytes]:
 _TASKS = {"call": _task_call}
 # Tasks defined next to the code they run (this module knows no reader or
 # sanitizer), imported in the worker on first use.
-_LAZY_TASKS = {"read": ("bastion_agent.reading", "budget_task_read"),
-               "redact": ("bastion_agent.sanitize", "budget_task_redact")}
+_LAZY_TASKS = {"read": ("bastion_agent.extracting.reading", "budget_task_read"),
+               "redact": ("bastion_agent.sanitizing.sanitize", "budget_task_redact")}
 
 
 def _task(name: str):

@@ -118,7 +118,7 @@ def claim_out_dir(path: Path) -> Path:
     ~/Documents``) is refused with one line: the stages replace and delete
     files by name there, and must not do so among someone else's files.
     """
-    from .errors import StoreError
+    from bastion_agent.core.errors import StoreError
 
     path = Path(path)
     if path.exists() and not path.is_dir():

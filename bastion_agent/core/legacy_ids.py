@@ -24,7 +24,7 @@ import contextlib
 import hashlib
 import sys
 
-from .layout import Layout, read_jsonl
+from bastion_agent.core.layout import Layout, read_jsonl
 
 _announced: bool | None = None  # None: not inside a sweep, every stage says it
 

@@ -20,10 +20,15 @@ from __future__ import annotations
 import math
 import os
 
-from .errors import StoreError
-from .extras import optional
-from .layout import write_json
-from .vectorfile import Files, VectorFile, read_header, writer_lock
+from bastion_agent.core.errors import StoreError
+from bastion_agent.core.extras import optional
+from bastion_agent.core.layout import write_json
+from bastion_agent.embedding.vectorfile import (
+    Files,
+    VectorFile,
+    read_header,
+    writer_lock,
+)
 
 # Below this many current rows the exact scan is used: numpy scans 100k x 384
 # float32 in a few milliseconds (bench/search_latency.py), and exact has

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Callable, Mapping, Sequence
 
-from .errors import ConfigError, ModelServerError
+from bastion_agent.core.errors import ConfigError, ModelServerError
 
 DEFAULT_URL = "http://127.0.0.1:11434"
 DEFAULT_BATCH = 32

@@ -43,12 +43,21 @@ from datetime import datetime, timezone
 from queue import Empty, SimpleQueue
 from typing import Callable, Iterator, Sequence
 
-from . import vectorstore
-from .batch_tuner import BatchTuner, Setting
-from .client import (BATCH_TOO_LARGE, CONNECTION_LOST, DEFAULT_RETRY_DEADLINE, FATAL, INPUT_TOO_LONG, TRANSIENT,
-                     WRONG_API, EmbedClient, RequestFailure)
-from .errors import ModelServerError
-from .progress import Progress
+from bastion_agent.core.errors import ModelServerError
+from bastion_agent.core.progress import Progress
+from bastion_agent.embedding import vectorstore
+from bastion_agent.embedding.batch_tuner import BatchTuner, Setting
+from bastion_agent.embedding.client import (
+    BATCH_TOO_LARGE,
+    CONNECTION_LOST,
+    DEFAULT_RETRY_DEADLINE,
+    FATAL,
+    INPUT_TOO_LONG,
+    TRANSIENT,
+    WRONG_API,
+    EmbedClient,
+    RequestFailure,
+)
 
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0

@@ -41,8 +41,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .client import PROBE_TEXT, EndpointConfig, _NO_PROXY_OPENER
-from .errors import ConfigError, ModelServerError
+from bastion_agent.core.errors import ConfigError, ModelServerError
+from bastion_agent.embedding.client import _NO_PROXY_OPENER, PROBE_TEXT, EndpointConfig
 
 INFO_TIMEOUT = 10.0  # seconds for one introspection request, all of it (at most EMBED_TIMEOUT)
 MAX_INFO_BYTES = 1 << 20  # /props, /info, /api/show, model lists: a megabyte is far more than any real answer

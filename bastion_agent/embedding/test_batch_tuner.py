@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import unittest
 
-from .batch_tuner import MAX_BATCH, SETTLED, BatchTuner, Setting
+from bastion_agent.embedding.batch_tuner import MAX_BATCH, SETTLED, BatchTuner, Setting
 
 
 def run(tuner: BatchTuner, seconds_for, batches: int = 2000) -> list[Setting]:

@@ -15,12 +15,12 @@ import sys
 import unittest
 from pathlib import Path
 
-from .client import EndpointConfig
-from .errors import ConfigError, ModelServerError
-from .fault_stub import Fault, FaultStub, model_tokens, overloaded
-from .stage_lines import summary_line
-from .test_faults import FaultCase, FakeTime
-from .testsupport import clean_env
+from bastion_agent.commands.stage_lines import summary_line
+from bastion_agent.core.errors import ConfigError, ModelServerError
+from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.embedding.test_faults import FakeTime, FaultCase
+from bastion_agent.testing.fault_stub import Fault, FaultStub, model_tokens, overloaded
+from bastion_agent.testing.testsupport import clean_env
 
 LONG_WORD = "x" * 200  # 50 tokens by fault_stub.model_tokens: the input the crashing server dies on
 CRASH_OVER = 30
@@ -100,7 +100,7 @@ class CrashCase(FaultCase):
     doc_count = 6
 
     def setUp(self):
-        from . import test_faults
+        from bastion_agent.embedding import test_faults
 
         self._documents = test_faults.documents
         test_faults.documents = self.with_long_word
@@ -170,7 +170,7 @@ class ServerCrashTests(CrashCase):
         self.assertEqual(self.summary()["stopped"], "retry_deadline")
 
     def test_a_server_restarting_by_itself_through_the_cli(self):
-        root = Path(__file__).resolve().parent.parent
+        root = Path(__file__).resolve().parents[2]
         with FaultStub(crash_over=CRASH_OVER, restart_after=0.2) as stub:
             env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
             env.update(EMBED_URL=stub.url, EMBED_BATCH="4", EMBED_RETRY_DEADLINE="60", PYTHONPATH=str(root))

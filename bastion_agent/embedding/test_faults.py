@@ -18,16 +18,41 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from . import embed, manifest as manifest_module, vectorstore
-from .client import (BATCH_TOO_LARGE, FATAL, INPUT_TOO_LONG, REJECTED, TRANSIENT, EndpointConfig, HTTPFailure,
-                     classify_http, parse_retry_after)
-from .embed_engine import RetryPolicy
-from .errors import ConfigError, ModelServerError
-from .fault_stub import (Fault, FaultStub, llamacpp_too_large, ollama_too_long, overloaded, tei_batch_limit,
-                         tei_body_too_large)
-from .layout import Layout, read_jsonl
-from .stub_server import bag_of_words
-from .testsupport import TempFolder, clean_env, closed_port_url, run_cli, write_manifest, write_sanitized_store
+from bastion_agent import embed
+from bastion_agent.config import manifest as manifest_module
+from bastion_agent.core.errors import ConfigError, ModelServerError
+from bastion_agent.core.layout import Layout, read_jsonl
+from bastion_agent.embedding import vectorstore
+from bastion_agent.embedding.client import (
+    BATCH_TOO_LARGE,
+    FATAL,
+    INPUT_TOO_LONG,
+    REJECTED,
+    TRANSIENT,
+    EndpointConfig,
+    HTTPFailure,
+    classify_http,
+    parse_retry_after,
+)
+from bastion_agent.embedding.embed_engine import RetryPolicy
+from bastion_agent.testing.fault_stub import (
+    Fault,
+    FaultStub,
+    llamacpp_too_large,
+    ollama_too_long,
+    overloaded,
+    tei_batch_limit,
+    tei_body_too_large,
+)
+from bastion_agent.testing.stub_server import bag_of_words
+from bastion_agent.testing.testsupport import (
+    TempFolder,
+    clean_env,
+    closed_port_url,
+    run_cli,
+    write_manifest,
+    write_sanitized_store,
+)
 
 POISON = "poison"
 
@@ -464,7 +489,7 @@ class CrashSafetyTests(FaultCase):
         self.assertLess(count, 120)
 
     def start_embed(self, stub, **env_values) -> subprocess.Popen:
-        root = Path(__file__).resolve().parent.parent
+        root = Path(__file__).resolve().parents[2]
         env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
         env.update(EMBED_URL=stub.url, EMBED_BATCH="4", EMBED_BATCH_FIXED="1", PYTHONPATH=str(root), **env_values)
         return subprocess.Popen(

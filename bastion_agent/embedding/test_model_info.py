@@ -19,14 +19,26 @@ import threading
 import unittest
 from pathlib import Path
 
-from . import embed, model_info, window_fit
-from .client import EndpointConfig
-from .errors import BastionError, ModelServerError
-from .modelserver import ModelServer
-from .stub_server import StubServer, bag_of_words, cut_to, token_count
-from .testsupport import SanitizedStoreCase, TempFolder, clean_env, run_cli, write_manifest
+from bastion_agent import embed
+from bastion_agent.core.errors import BastionError, ModelServerError
+from bastion_agent.embedding import model_info, window_fit
+from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.model.modelserver import ModelServer
+from bastion_agent.testing.stub_server import (
+    StubServer,
+    bag_of_words,
+    cut_to,
+    token_count,
+)
+from bastion_agent.testing.testsupport import (
+    SanitizedStoreCase,
+    TempFolder,
+    clean_env,
+    run_cli,
+    write_manifest,
+)
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 
 # Technical prose: long words, so the stub model's 4-letter pieces outnumber the chunker's regex tokens.
 RUNBOOK = (
@@ -96,7 +108,7 @@ class LlamaCppLikeTests(SanitizedStoreCase):
         """The behaviour the counts above stand for: the vector is that of the window's first tokens."""
         text = RUNBOOK
         with StubServer(flavor="llama.cpp", context=self.CONTEXT) as stub:
-            from .client import post_json
+            from bastion_agent.embedding.client import post_json
 
             answer = post_json(stub.url + "/v1/embeddings", {"model": "x", "input": [text]}, 5)
         self.assertEqual(answer["data"][0]["embedding"], bag_of_words(cut_to(text, self.CONTEXT), stub.dim))
@@ -370,7 +382,7 @@ class HostileServerTests(TempFolder, unittest.TestCase):
             code = (
                 "import resource, sys; "
                 f"resource.setrlimit(resource.RLIMIT_AS, ({768 << 20}, {768 << 20})); "
-                "from bastion_agent import model_info; from bastion_agent.client import EndpointConfig; "
+                "from bastion_agent.embedding import model_info; from bastion_agent.embedding.client import EndpointConfig; "
                 f"counts = model_info.count_tokens(EndpointConfig(url={stub.url!r}, timeout=5), 'tei', 'm', ['a'] * 64); "
                 "print(counts.count(None))"
             )
@@ -398,7 +410,7 @@ class InitTests(TempFolder, unittest.TestCase):
             with clean_env(EMBED_URL=stub.url):
                 code, out, err = run_cli("init", tmp / "docs", "--manifest", target)
                 self.assertEqual(code, 0, err)
-                from . import manifest
+                from bastion_agent.config import manifest
 
                 pinned = manifest.load(target).embed
                 self.assertEqual(pinned.size_tokens, int((128 - 2) / 2.0))
@@ -411,7 +423,7 @@ class InitTests(TempFolder, unittest.TestCase):
         self.assertEqual((summary["context_tokens"], summary["over_context"], summary["truncated"]), (128, 0, 0))
 
     def test_fitting_size_keeps_a_default_that_fits(self):
-        from .init_manifest import fitting_size
+        from bastion_agent.commands.init_manifest import fitting_size
 
         self.assertEqual(fitting_size(512, "passage: ", 128, 16), (128, 16))
         self.assertEqual(fitting_size(None, "", 256, 32), (256, 32))

@@ -45,10 +45,10 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import vectorstore
-from .errors import StoreError
-from .extras import optional
-from .layout import Layout, ensure_private_dir, write_json
+from bastion_agent.core.errors import StoreError
+from bastion_agent.core.extras import optional
+from bastion_agent.core.layout import Layout, ensure_private_dir, write_json
+from bastion_agent.embedding import vectorstore
 
 FORMAT = 1
 INDEX_DIR = "index"
@@ -262,7 +262,7 @@ def _write_mask(db, files: Files, header: dict, key: str, dim: int) -> None:
         (key, dim))}
     rowids = _read_array(files.data(header["build"], "rowid"), "q", header["rows"])
     mask = bytes(1 if rowid in current else 0 for rowid in rowids)
-    from .layout import write_private
+    from bastion_agent.core.layout import write_private
 
     write_private(files.data(header["build"], "mask"), mask)
     header["mask_rows"] = header["rows"]
@@ -277,7 +277,7 @@ def _extend_mask(db, files: Files, header: dict, key: str, dim: int) -> None:
     added = bytes(1 if rowid in current else 0 for rowid in rowids)
     with open(files.data(header["build"], "mask"), "rb") as handle:
         mask = handle.read(header["mask_rows"])
-    from .layout import write_private
+    from bastion_agent.core.layout import write_private
 
     write_private(files.data(header["build"], "mask"), mask + added)
     header["mask_rows"] = header["rows"]

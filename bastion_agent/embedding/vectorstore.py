@@ -33,7 +33,7 @@ from array import array
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .errors import StoreError
+from bastion_agent.core.errors import StoreError
 
 BUSY_TIMEOUT_MS = 10_000
 

@@ -15,14 +15,13 @@ of a cut text, with the tokens lost, for the summary.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from . import model_info
-from .client import PROBE_TEXT
+from bastion_agent.chunking.chunker import TOKEN_RE  # the chunker's token (DESIGN.md)
+from bastion_agent.embedding import model_info
+from bastion_agent.embedding.client import PROBE_TEXT
 
-TOKEN_RE = re.compile(r"\w+|[^\w\s]")  # the chunker's token (embed.TOKEN_RE, DESIGN.md)
 # Model tokens per regex token when nothing better is known: the 95th
 # percentile measured with multilingual-e5-small's tokenizer on 256-token
 # windows of /usr/share/doc (1.58; /usr/share/common-licenses 1.39, means

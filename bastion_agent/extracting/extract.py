@@ -30,12 +30,29 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import readers, sanitize
-from .budget import COSTLY_REASONS, Budget, Call, WorkerPool, budget_of
-from .confine import NotRegular, SourceRoot
-from .errors import ManifestError, StoreError
-from .layout import Layout, claim_out_dir, ensure_private_dir, remove_stale_temps, read_jsonl, sync_to_disk, write_jsonl, write_private, write_summary
-from .progress import Progress
+from bastion_agent.core.budget import (
+    COSTLY_REASONS,
+    Budget,
+    Call,
+    WorkerPool,
+    budget_of,
+)
+from bastion_agent.core.confine import NotRegular, SourceRoot
+from bastion_agent.core.errors import ManifestError, StoreError
+from bastion_agent.core.layout import (
+    Layout,
+    claim_out_dir,
+    ensure_private_dir,
+    read_jsonl,
+    remove_stale_temps,
+    sync_to_disk,
+    write_jsonl,
+    write_private,
+    write_summary,
+)
+from bastion_agent.core.progress import Progress
+from bastion_agent.extracting import readers
+from bastion_agent.sanitizing import sanitize
 
 STATUS_EXTRACTED = "extracted"
 STATUS_SKIPPED = "skipped"
@@ -575,7 +592,7 @@ def _counts(rows, outcomes, kept, removed, excluded, bytes_read, max_bytes, vers
 
 def _note_missing_extra(counts: dict) -> None:
     """Say once on stderr that PDFs were skipped for want of the extra: easy to miss in a sweep."""
-    from .pdf import REASON_NOT_INSTALLED
+    from bastion_agent.extracting.pdf import REASON_NOT_INSTALLED
 
     missing = counts["skipped_by_reason"].get(REASON_NOT_INSTALLED)
     if missing:

@@ -28,7 +28,7 @@ import time
 import warnings
 from dataclasses import dataclass
 
-from .extras import optional
+from bastion_agent.core.extras import optional
 
 PDF_VERSION = "1"  # bump when this module's output changes
 MAX_PAGES = 5_000

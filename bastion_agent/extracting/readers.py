@@ -1,6 +1,6 @@
 """Turn one file's bytes into plain text: pick the format, run its reader, count a refusal.
 
-Every reader (in ``bastion_agent.formats``) is a pure function of the bytes:
+Every reader (in ``bastion_agent.extracting.formats``) is a pure function of the bytes:
 the same bytes always give the same text, because chunk ids are derived from
 that text. A reader never stops the stage: whatever it cannot read comes
 back as a ``Reading`` whose ``reason`` says why ("binary", "damaged", ...),
@@ -16,8 +16,16 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from .formats import compressed, htmltext, mail, office, rtf
-from .formats.base import REASON_BINARY, REASON_DAMAGED, REASON_EMPTY, REASON_OUTPUT, OutputMeter, Refused, decode_text
+from bastion_agent.extracting.formats import compressed, htmltext, mail, office, rtf
+from bastion_agent.extracting.formats.base import (
+    REASON_BINARY,
+    REASON_DAMAGED,
+    REASON_EMPTY,
+    REASON_OUTPUT,
+    OutputMeter,
+    Refused,
+    decode_text,
+)
 
 # Bump when any core reader's output changes: stored texts made by another
 # version are extracted again instead of reused.
@@ -140,7 +148,7 @@ def _read_text(data: bytes) -> str:
 
 
 def _read_pdf(data: bytes) -> str:
-    from . import pdf
+    from bastion_agent.extracting import pdf
 
     reading = pdf.read_pdf(data)
     if reading.text is None:
@@ -185,7 +193,7 @@ def unavailable(kind: str) -> str | None:
     listing and ``version`` agree on what this installation can read.
     """
     if kind == "pdf":
-        from . import pdf
+        from bastion_agent.extracting import pdf
 
         return None if pdf.available() else pdf.REASON_NOT_INSTALLED
     return None
@@ -202,7 +210,7 @@ def version(kind: str) -> str | None:
         inner_version = version(inner)
         return None if inner_version is None else f"{inner_version}+{packed[1:]}-{COMPRESSED_VERSION}"
     if kind == "pdf":
-        from . import pdf
+        from bastion_agent.extracting import pdf
 
         return pdf.version()
     if kind in _READERS:

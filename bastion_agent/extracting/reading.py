@@ -10,12 +10,11 @@ show quarantines the document before any of its text is kept.
 
 from __future__ import annotations
 
-from . import readers
-from .budget import REASON_OUTPUT, Budget
-from .formats.base import plain_decoding
-from .normalise import lookalike_view
-from .sanitize import SanitizeSettings, merge, sanitizer_for
-
+from bastion_agent.core.budget import REASON_OUTPUT, Budget
+from bastion_agent.extracting import readers
+from bastion_agent.extracting.formats.base import plain_decoding
+from bastion_agent.sanitizing.normalise import lookalike_view
+from bastion_agent.sanitizing.sanitize import SanitizeSettings, merge, sanitizer_for
 
 # Kinds whose bytes are text a reader decodes: the ones a decoding can hide text in.
 QUARANTINE_KINDS = frozenset({"text", "markdown", "csv", "json", "xml", "html", "eml", "rtf"})

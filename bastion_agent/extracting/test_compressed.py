@@ -13,13 +13,18 @@ import textwrap
 import unittest
 from pathlib import Path
 
-from . import readers
-from .formats import compressed
-from .layout import Layout, read_jsonl
-from .stub_server import StubServer
-from .testsupport import TempFolder, clean_env, run_cli, write_manifest
+from bastion_agent.core.layout import Layout, read_jsonl
+from bastion_agent.extracting import readers
+from bastion_agent.extracting.formats import compressed
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import (
+    TempFolder,
+    clean_env,
+    run_cli,
+    write_manifest,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHANGELOG = textwrap.dedent("""\
     hello (2.12-1) unstable; urgency=medium
 
@@ -97,7 +102,7 @@ class StageTests(TempFolder, unittest.TestCase):
             import resource, sys
             limit = 400 * 1024 * 1024  # address space: far less than the bomb unpacks to
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-            from bastion_agent.cli import main
+            from bastion_agent.commands.cli import main
             sys.exit(main(["extract", {str(self.manifest)!r}, "--out", {str(self.out)!r}, "--quiet"]))
             """)
         env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}

@@ -13,9 +13,10 @@ from __future__ import annotations
 import codecs
 import unittest
 
-from . import reading, readers, sanitize
-from .formats.base import decode_text
-from .test_extract import TempCase
+from bastion_agent.extracting import readers, reading
+from bastion_agent.extracting.formats.base import decode_text
+from bastion_agent.extracting.test_extract import TempCase
+from bastion_agent.sanitizing import sanitize
 
 AWS = "AKIAIOSFODNN7EXAMPLE"
 MAIL = "alice.smith@corp-internal.com"

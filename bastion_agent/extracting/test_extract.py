@@ -16,12 +16,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
-from . import extract, readers, signing
-from .formats import office
-from .errors import StoreError
-from .layout import Layout, read_jsonl, write_private
-from .manifest import SourceSettings
-from .testsupport import clean_env, run_cli, write_manifest
+from bastion_agent.config import signing
+from bastion_agent.config.manifest import SourceSettings
+from bastion_agent.core.errors import StoreError
+from bastion_agent.core.layout import Layout, read_jsonl, write_private
+from bastion_agent.extracting import extract, readers
+from bastion_agent.extracting.formats import office
+from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
 
 
 def sha(data: bytes) -> str:

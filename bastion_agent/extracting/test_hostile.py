@@ -22,14 +22,21 @@ import zipfile
 from pathlib import Path
 from unittest import mock
 
-from . import extract, serve
-from .budget import REASON_MEMORY, REASON_TIME, Budget, Call, WorkerPool
-from .formats.base import REASON_OUTPUT
-from .layout import OUT_MARKER, Layout
-from .test_serve import StoreCase
-from .testsupport import clean_env, write_manifest
+from bastion_agent.core.budget import (
+    REASON_MEMORY,
+    REASON_TIME,
+    Budget,
+    Call,
+    WorkerPool,
+)
+from bastion_agent.core.layout import OUT_MARKER, Layout
+from bastion_agent.extracting import extract
+from bastion_agent.extracting.formats.base import REASON_OUTPUT
+from bastion_agent.serving import serve
+from bastion_agent.serving.test_serve import StoreCase
+from bastion_agent.testing.testsupport import clean_env, write_manifest
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 STAGE_MEMORY_LIMIT = 1536 << 20  # the whole stage, parent and workers, stays under 1.5 GiB of address space
 
 
@@ -66,7 +73,7 @@ def echo(text: str) -> str:
 
 class BudgetTests(unittest.TestCase):
     def call(self, name: str, *args) -> Call:
-        return Call("call", ("bastion_agent.test_hostile", name, *args), 0)
+        return Call("call", ("bastion_agent.extracting.test_hostile", name, *args), 0)
 
     def test_a_job_that_never_ends_is_killed_and_the_next_one_runs(self):
         with WorkerPool(Budget(seconds=1), workers=1) as pool:
@@ -146,7 +153,7 @@ class HostileFileTests(unittest.TestCase):
         bomb = self.docs / "bomb.xlsx"
         bomb.write_bytes(xlsx_shared_string_bomb())
         self.sweep("extract")
-        manifest = __import__("bastion_agent.manifest", fromlist=["load"]).load(self.manifest)
+        manifest = __import__("bastion_agent.config.manifest", fromlist=["load"]).load(self.manifest)
         sent = []
         original = WorkerPool.ordered
 
@@ -222,7 +229,7 @@ class ConfinementTests(unittest.TestCase):
             (self.tmp / "docs" / "sub").symlink_to(self.outside, target_is_directory=True)
             return found
 
-        from . import manifest as manifest_module
+        from bastion_agent.config import manifest as manifest_module
 
         layout = Layout(self.tmp / "out")
         with mock.patch.object(extract, "walk", walk_then_swap), clean_env():
@@ -309,13 +316,13 @@ class OutFolderTests(unittest.TestCase):
 
 class ServeHostileTests(StoreCase):
     def setUp(self):
-        from .test_serve import start
+        from bastion_agent.serving.test_serve import start
 
         self.server = start(self.store, self)
         self.url = self.server.url
 
     def test_http_09_request_gets_a_status_line_and_security_headers(self):
-        from .test_serve import raw_exchange, status_of
+        from bastion_agent.serving.test_serve import raw_exchange, status_of
 
         raw = raw_exchange(self.url, b"GET /search?q=x\r\n\r\n")
         self.assertTrue(raw.startswith(b"HTTP/1.0 400 "), raw[:80])
@@ -323,7 +330,7 @@ class ServeHostileTests(StoreCase):
         self.assertEqual(status_of(raw), 400)
 
     def test_lone_surrogate_in_the_query_is_a_400(self):
-        from .test_serve import request
+        from bastion_agent.serving.test_serve import request
 
         status, _, answer = request(self.url, path="/search?q=%ED%A0%80")
         self.assertEqual(status, 400, answer)
@@ -332,7 +339,7 @@ class ServeHostileTests(StoreCase):
         self.assertEqual(status, 400, answer)
 
     def test_duplicate_json_keys_are_a_400(self):
-        from .test_serve import request
+        from bastion_agent.serving.test_serve import request
 
         status, _, answer = request(self.url, "POST", "/search", b'{"query": "flour", "query": "secret"}',
                                     {"Content-Type": "application/json"})
@@ -340,8 +347,9 @@ class ServeHostileTests(StoreCase):
         self.assertIn("more than once", answer["error"])
 
     def test_hundreds_of_idle_sockets_do_not_make_hundreds_of_threads(self):
-        from .test_serve import request
         from urllib.parse import urlsplit
+
+        from bastion_agent.serving.test_serve import request
 
         parts = urlsplit(self.url)
         before = threading.active_count()

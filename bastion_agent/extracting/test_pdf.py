@@ -14,9 +14,9 @@ import unittest
 import zlib
 from unittest import mock
 
-from . import extract, pdf, readers
-from .layout import Layout
-from .test_extract import TempCase, make_manifest
+from bastion_agent.core.layout import Layout
+from bastion_agent.extracting import extract, pdf, readers
+from bastion_agent.extracting.test_extract import TempCase, make_manifest
 
 try:
     import pypdf

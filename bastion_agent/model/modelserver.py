@@ -46,10 +46,10 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler
 from typing import Callable, Sequence
 
-from . import __version__
-from .errors import BastionError
-from .httpthread import ServesInBackground, make_server
-from .vectorstore import pack_base64
+from bastion_agent import __version__
+from bastion_agent.core.errors import BastionError
+from bastion_agent.core.httpthread import ServesInBackground, make_server
+from bastion_agent.embedding.vectorstore import pack_base64
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434

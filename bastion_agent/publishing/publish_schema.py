@@ -294,7 +294,7 @@ def bastion_lock(conn, bastion: str, wait: float = LOCK_WAIT_SECONDS):
     """One publish per bastion at a time (a session lock: a killed publisher's ends with its connection)."""
     import time
 
-    from .errors import DatabaseError
+    from bastion_agent.core.errors import DatabaseError
 
     deadline = time.monotonic() + wait
     while not conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(bastion),)).fetchone()[0]:

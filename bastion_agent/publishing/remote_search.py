@@ -18,7 +18,7 @@ The same three modes as the local search, answered by PostgreSQL:
   of very common words stays fast (its ranking is then that of a sample).
 - **hybrid**: both rankings fused by ``fuse`` (the local search's fusion).
 
-Hits are ``RemoteHit``: the local ``embed.Hit`` fields plus ``bastion``.
+Hits are ``RemoteHit``: the local ``searcher.Hit`` fields plus ``bastion``.
 The query vector comes from the local model server, as for local search.
 """
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Sequence
 
-from . import embed
-from .errors import ConfigError, DatabaseError, ModelServerError
-from .manifest import SEARCH_MODES
+from bastion_agent.config.manifest import SEARCH_MODES
+from bastion_agent.core.errors import ConfigError, DatabaseError, ModelServerError
+from bastion_agent.searching import searcher
 
 EF_SEARCH = 200  # recall@10 0.95 at 1M windows of the benchmark (m 24, ef_construction 128); BASTION_HNSW_EF_SEARCH sets it (docs/publish.md)
 EF_SEARCH_VARIABLE = "BASTION_HNSW_EF_SEARCH"
@@ -42,7 +42,7 @@ WORD_RE = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
-class RemoteHit(embed.Hit):
+class RemoteHit(searcher.Hit):
     """A hit from the central index: the local hit's fields, and which bastion it comes from."""
 
     bastion: str = ""
@@ -50,7 +50,7 @@ class RemoteHit(embed.Hit):
 
 def fuse(by_vector: list[str], by_keyword: list[str], n: int) -> list[tuple[float, str]]:
     """The one place hybrid search fuses its two rankings: the local search's fusion, whatever it is."""
-    from . import keyword
+    from bastion_agent.searching import keyword
 
     return keyword.fuse([by_vector, by_keyword], n)
 
@@ -84,13 +84,13 @@ class RemoteIndex:
     """The central index for one model, behind one connection (serve shares it, under a lock)."""
 
     def __init__(self, manifest, dsn: str, bastions: Sequence[str] = ()):
-        from . import publish, publish_schema
+        from bastion_agent.publishing import publish, publish_schema
 
         self.manifest = manifest
         self.dsn = dsn
         self.bastions = sorted(set(bastions))
         self.key, self.dim = manifest.embed.vector_key, manifest.embed.dim
-        self.default_mode = embed.resolve_mode(manifest, None)
+        self.default_mode = searcher.resolve_mode(manifest, None)
         self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.lock = threading.Lock()
         self.ef_search = ef_search_from_env()
@@ -122,7 +122,7 @@ class RemoteIndex:
         return int(self.conn.execute(sql, params).fetchone()[0])
 
     def _errors(self):
-        from . import publish
+        from bastion_agent.publishing import publish
 
         return _DatabaseErrors(self.dsn, publish)
 
@@ -131,13 +131,13 @@ class RemoteIndex:
         mode = mode or self.default_mode
         if mode not in SEARCH_MODES:
             raise ConfigError(f"search mode must be one of {', '.join(SEARCH_MODES)}; got {mode!r}")
-        if embed.needs_vector(mode) and query_vector is not None and len(query_vector) != self.dim:
+        if searcher.needs_vector(mode) and query_vector is not None and len(query_vector) != self.dim:
             raise ModelServerError(f"the query vector has {len(query_vector)} dimensions, the manifest says dim = {self.dim}")
         if self.model is None:
             return []
         with self.lock, self._errors():
             if self.conn.closed or self.conn.broken:  # the server restarted: one new connection, then on
-                from . import publish
+                from bastion_agent.publishing import publish
 
                 self.conn = publish.connect(self.dsn)
             if mode == "keyword":
@@ -145,7 +145,7 @@ class RemoteIndex:
             elif mode == "vector":
                 ranked = self.vector_top(query_vector, k, exact)
             else:
-                depth = max(embed.FUSION_CANDIDATES, k)
+                depth = max(searcher.FUSION_CANDIDATES, k)
                 by_vector = [key for _, key in self.vector_top(query_vector, depth, exact)]
                 by_keyword = [key for _, key in self.keyword_top(query, depth)]
                 ranked = fuse(by_vector, by_keyword, k)
@@ -262,7 +262,7 @@ class _DatabaseErrors:
 
 def open_index(manifest, bastions: Sequence[str] = ()) -> RemoteIndex:
     """The central index at ``BASTION_PUBLISH_DSN`` for the manifest's model."""
-    from . import publish
+    from bastion_agent.publishing import publish
 
     for name in bastions:
         try:
@@ -272,17 +272,17 @@ def open_index(manifest, bastions: Sequence[str] = ()) -> RemoteIndex:
     return RemoteIndex(manifest, publish.dsn_from_env(), bastions)
 
 
-def search(manifest, query: str, k: int = embed.DEFAULT_K, mode: str | None = None, bastions: Sequence[str] = (),
+def search(manifest, query: str, k: int = searcher.DEFAULT_K, mode: str | None = None, bastions: Sequence[str] = (),
            exact: bool = False, client=None) -> list[RemoteHit]:
-    """The top ``k`` windows across the bastions (all, or ``bastions``), as ``embed.search`` for one."""
+    """The top ``k`` windows across the bastions (all, or ``bastions``), as ``searcher.search`` for one."""
     if not query.strip():
         raise ConfigError("the query is empty")
-    mode = embed.resolve_mode(manifest, mode)
+    mode = searcher.resolve_mode(manifest, mode)
     index = open_index(manifest, bastions)
     try:
-        if embed.needs_vector(mode) and not len(index):
+        if searcher.needs_vector(mode) and not len(index):
             return []
-        vector = embed.embed_query(manifest, query, client) if embed.needs_vector(mode) else None
+        vector = searcher.embed_query(manifest, query, client) if searcher.needs_vector(mode) else None
         return index.search(query, vector, k, mode, exact=exact)
     finally:
         index.close()

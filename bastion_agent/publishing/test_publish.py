@@ -21,12 +21,19 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from . import pgtest, publish_schema
-from .layout import Layout
-from .stub_server import StubServer
-from .testsupport import TempFolder, clean_env, run_cli, write_manifest, write_sanitized_store
+from bastion_agent.core.layout import Layout
+from bastion_agent.publishing import publish_schema
+from bastion_agent.testing import pgtest
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import (
+    TempFolder,
+    clean_env,
+    run_cli,
+    write_manifest,
+    write_sanitized_store,
+)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SERVER: pgtest.ThrowawayPostgres | None = None
 SKIP_REASON = pgtest.unavailable_reason()
 
@@ -321,9 +328,10 @@ class RemoteSearchTests(PublishCase):
             query(roles.search_dsn, "SELECT bastion_agent.ensure_model('x', 3)")
 
     def test_serve_remote_answers_with_the_bastion_on_each_hit(self):
-        from . import remote_search, serve
-        from .client import EndpointConfig
-        from .manifest import load
+        from bastion_agent.config.manifest import load
+        from bastion_agent.embedding.client import EndpointConfig
+        from bastion_agent.publishing import remote_search
+        from bastion_agent.serving import serve
 
         with clean_env(BASTION_PUBLISH_DSN=self.dsn):
             manifest = load(self.fs1.manifest_path)
@@ -342,9 +350,10 @@ class RemoteSearchTests(PublishCase):
 
 
     def test_serve_remote_answers_503_when_the_database_goes_away(self):
-        from . import remote_search, serve
-        from .client import EndpointConfig
-        from .manifest import load
+        from bastion_agent.config.manifest import load
+        from bastion_agent.embedding.client import EndpointConfig
+        from bastion_agent.publishing import remote_search
+        from bastion_agent.serving import serve
 
         with clean_env(BASTION_PUBLISH_DSN=self.dsn):
             manifest = load(self.fs1.manifest_path)
@@ -424,8 +433,9 @@ class HnswBuildTests(PublishCase):
 
     def at_version_3(self) -> None:
         """The schema as the release before migration 4 made it, with one model registered (pgvector's defaults)."""
-        import psycopg
         from unittest import mock
+
+        import psycopg
 
         with mock.patch.object(publish_schema, "MIGRATIONS", publish_schema.MIGRATIONS[:3]), \
                 mock.patch.object(publish_schema, "LATEST", 3), psycopg.connect(self.dsn, autocommit=True) as conn:
@@ -585,7 +595,7 @@ class ManifestTests(TempFolder, unittest.TestCase):
     """``[publish]`` validation runs without a database (no skip)."""
 
     def load(self, extra: str):
-        from .manifest import load
+        from bastion_agent.config.manifest import load
 
         tmp = self.make_tmp()
         with clean_env():
@@ -596,7 +606,7 @@ class ManifestTests(TempFolder, unittest.TestCase):
         self.assertIsNone(self.load("").publish_bastion)
 
     def test_bad_publish_tables_are_refused_with_the_key_named(self):
-        from .errors import ManifestError
+        from bastion_agent.core.errors import ManifestError
 
         cases = {
             '\n[publish]\nbastion = "Finance_FS01"\n': "[publish] bastion must be",

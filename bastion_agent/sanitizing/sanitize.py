@@ -31,12 +31,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from . import layout as store
-from .errors import ManifestError, StoreError
-from .normalise import joined_view, junctions, lookalike_view
-from .progress import Progress
-from .rules import CATEGORIES, RULES, RULES_BY_ID, SCOPES, SECRET, Rule
-from .validators import CHECKS, is_placeholder, shannon_entropy
+from bastion_agent.core import layout as store
+from bastion_agent.core.errors import ManifestError, StoreError
+from bastion_agent.core.progress import Progress
+from bastion_agent.sanitizing.normalise import joined_view, junctions, lookalike_view
+from bastion_agent.sanitizing.rules import (
+    CATEGORIES,
+    RULES,
+    RULES_BY_ID,
+    SCOPES,
+    SECRET,
+    Rule,
+)
+from bastion_agent.sanitizing.validators import CHECKS, is_placeholder, shannon_entropy
 
 PLACEHOLDER = "[REDACTED:{}]"
 SETTINGS_KEYS = ("disable", "allow", "allow_patterns", "rules")
@@ -623,9 +630,8 @@ def doc_id(clean_text: str) -> str:
 
 def run(manifest, layout) -> dict:
     """Sanitize every extracted text into ``<out>/sanitized/<doc>.txt``; write the listing and summary."""
-    from . import legacy_ids
-
-    from .budget import WorkerPool, budget_of
+    from bastion_agent.core import legacy_ids
+    from bastion_agent.core.budget import WorkerPool, budget_of
 
     extracted = _extracted_keys(layout)
     settings = getattr(manifest, "sanitize", None) or SanitizeSettings()
@@ -728,7 +734,7 @@ def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
     """
     import pickle
 
-    from .budget import Call
+    from bastion_agent.core.budget import Call
 
     data = text.encode("utf-8")
     answer = pool.run(Call("redact", (pickle.dumps(settings), data), len(data)))

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import unittest
 
-from .sanitize import redact, sanitize_path
+from bastion_agent.sanitizing.sanitize import redact, sanitize_path
 
 TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
 ZW, SHY = "\u200b", "\u00ad"
@@ -131,7 +131,7 @@ class LookalikeTests(unittest.TestCase):
 
 class ReportPathTests(unittest.TestCase):
     def test_extract_report_shows_sanitized_folder_names(self):
-        from .extract import report_lines
+        from bastion_agent.extracting.extract import report_lines
         rows = [{"path": f"{folder}/notes.txt", "status": "extracted", "reason": None, "kind": "text"}
                 for folder in ("hr/alice.smith@corp-internal.com", "scans/scan_219-09-9999", "n/+41 44 668 18 11 calls")]
         report = "\n".join(report_lines(rows, {"files": 3}))

@@ -51,7 +51,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from bastion_agent.core.errors import ConfigError
 
 WORD_RE = re.compile(r"\w+")
 MAX_TERMS = 64
@@ -124,7 +124,7 @@ class Vocabulary:
     """
 
     def __init__(self, db: sqlite3.Connection):
-        from .vectorstore import FTS_TOKENIZER
+        from bastion_agent.embedding.vectorstore import FTS_TOKENIZER
 
         self.db = db
         self.lock = threading.Lock()

@@ -10,10 +10,20 @@ from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
-from . import ann, embed, keyword, vectorfile, vectorstore
-from .layout import Layout, ensure_private_dir
-from .stub_server import StubServer
-from .testsupport import SanitizedStoreCase, TempFolder, clean_env, closed_port_url, run_cli, sha256_hex, write_manifest
+from bastion_agent import embed
+from bastion_agent.core.layout import Layout, ensure_private_dir
+from bastion_agent.embedding import ann, vectorfile, vectorstore
+from bastion_agent.searching import keyword
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import (
+    SanitizedStoreCase,
+    TempFolder,
+    clean_env,
+    closed_port_url,
+    run_cli,
+    sha256_hex,
+    write_manifest,
+)
 
 HAS_NUMPY = vectorfile.numpy_or_none() is not None
 HAS_USEARCH = ann.available()
@@ -436,7 +446,7 @@ class ParaphraseTests(SanitizedStoreCase):
         self.assertIn("relevance", out.splitlines()[0])
 
     def test_the_library_search_still_raises_without_the_fallback(self):
-        from .errors import ModelServerError
+        from bastion_agent.core.errors import ModelServerError
 
         with self.assertRaises(ModelServerError):
             self.search("hybrid", url=closed_port_url())
@@ -583,7 +593,7 @@ class PipelineModeTests(SanitizedStoreCase):
                 self.assertEqual(json.loads(out)[0]["paths"], ["music/violin.md"])
 
     def test_an_unknown_mode_is_refused(self):
-        from .cli import build_parser
+        from bastion_agent.commands.cli import build_parser
 
         with self.assertRaises(SystemExit) as caught, mock.patch("sys.stderr", new_callable=io.StringIO) as err:
             build_parser().parse_args(["search", str(self.manifest_path), "x", "--mode", "fuzzy"])

@@ -33,9 +33,12 @@ import traceback
 import typing
 from typing import Callable
 
-from . import __version__, embed, serve, vectorstore
-from .errors import BastionError, ConfigError
-from .manifest import SEARCH_MODES
+from bastion_agent import __version__
+from bastion_agent.config.manifest import SEARCH_MODES
+from bastion_agent.core.errors import BastionError, ConfigError
+from bastion_agent.embedding import vectorstore
+from bastion_agent.searching import searcher
+from bastion_agent.serving import serve
 
 INSTALL_HINT = "pip install 'bastion-agent[mcp]'"
 SERVER_NAME = "bastion-agent"
@@ -233,7 +236,7 @@ def search_input_schema(default_mode: str) -> dict:
         "properties": {
             "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS,
                       "description": "what to look for, in your own words (or exact words for keyword mode)"},
-            "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "default": embed.DEFAULT_K,
+            "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "default": searcher.DEFAULT_K,
                   "description": "how many hits, best first"},
             "mode": {"type": "string", "enum": list(SEARCH_MODES), "default": default_mode,
                      "description": "vector (by meaning), keyword (exact words; works without the model server)"
@@ -277,9 +280,9 @@ def json_type(annotation) -> dict:
 
 
 def hit_schema() -> dict:
-    """A hit's schema, built from ``embed.Hit``'s fields, so a field added there is described here too."""
-    hints = typing.get_type_hints(embed.Hit)
-    properties = {field.name: json_type(hints[field.name]) for field in dataclasses.fields(embed.Hit)}
+    """A hit's schema, built from ``searcher.Hit``'s fields, so a field added there is described here too."""
+    hints = typing.get_type_hints(searcher.Hit)
+    properties = {field.name: json_type(hints[field.name]) for field in dataclasses.fields(searcher.Hit)}
     properties["paths"] = PATHS_SCHEMA
     properties["text"] = {"type": "string", "description": f"the sanitized window (at most {MAX_TEXT_CHARS} characters)"}
     properties["truncated"] = {"type": "boolean", "description": "whether text was cut to the limit"}
@@ -402,7 +405,7 @@ HTTP_PATH = "/mcp"
 
 
 def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
-    from .arguments import add_manifest_arguments
+    from bastion_agent.config.arguments import add_manifest_arguments
 
     add_manifest_arguments(parser)
     parser.add_argument("--http", action="store_true",
@@ -417,8 +420,8 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_mcp(args: argparse.Namespace) -> int:
-    from .arguments import load_manifest_and_layout
-    from .client import EndpointConfig
+    from bastion_agent.config.arguments import load_manifest_and_layout
+    from bastion_agent.embedding.client import EndpointConfig
 
     anyio, _, _, stdio_server, _ = import_sdk()
     serve.limit_math_threads()

@@ -1,6 +1,6 @@
 """``serve MANIFEST``: the search of ``search``, over HTTP, with a page for people.
 
-One process keeps the manifest's vectors warm (``embed.SearchIndex``) and
+One process keeps the manifest's vectors warm (``searcher.SearchIndex``) and
 answers ``/search`` from many threads at once. Everything it returns comes
 from ``vectors.db``'s sanitized windows; the extract store is never opened.
 
@@ -42,12 +42,18 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, TextIO
 
-from . import __version__, embed
-from .client import EmbedClient, EndpointConfig
-from .errors import BastionError, ConfigError, DatabaseError, ModelServerError
-from .manifest import SEARCH_MODES
-from . import serve_openapi
-from .serve_openapi import PUBLIC_ROUTES, ROUTES
+from bastion_agent import __version__
+from bastion_agent.config.manifest import SEARCH_MODES
+from bastion_agent.core.errors import (
+    BastionError,
+    ConfigError,
+    DatabaseError,
+    ModelServerError,
+)
+from bastion_agent.embedding.client import EmbedClient, EndpointConfig
+from bastion_agent.searching import searcher
+from bastion_agent.serving import serve_openapi
+from bastion_agent.serving.serve_openapi import PUBLIC_ROUTES, ROUTES
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -78,7 +84,7 @@ class ServeSettings:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     token: str | None = None
-    default_k: int = embed.DEFAULT_K
+    default_k: int = searcher.DEFAULT_K
     max_k: int = 100
     max_query_chars: int = 2000
     max_body_bytes: int = 64 * 1024
@@ -107,14 +113,14 @@ class RequestError(Exception):
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from .arguments import add_manifest_arguments
+    from bastion_agent.config.arguments import add_manifest_arguments
 
     add_manifest_arguments(parser)
     parser.add_argument("--host", default=DEFAULT_HOST,
                         help=f"address to listen on (default {DEFAULT_HOST}; any other needs {TOKEN_ENV})")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                         help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
-    from .arguments import add_remote_arguments
+    from bastion_agent.config.arguments import add_remote_arguments
 
     add_remote_arguments(parser)
 
@@ -232,7 +238,7 @@ class ModelLink:
             raise RequestError(503, f"the model server is unavailable: {self.error}; try again later")
         try:
             with self.slots:  # a burst of queries must not become a burst of connections to the model
-                vector = embed.embed_query(self.manifest, query, client)
+                vector = searcher.embed_query(self.manifest, query, client)
         except ModelServerError as exc:
             self.error = str(exc)
             raise RequestError(503, f"the model server is unavailable: {exc}; try again later") from None
@@ -259,7 +265,7 @@ class SearchService:
         self.clock = clock
         self.summary_seen = summary_stamp(layout)  # taken before the load: a later summary means a later sweep
         # remote: a remote_search.RemoteIndex (serve --remote), always current, never reloaded
-        self.index = remote if remote is not None else embed.SearchIndex.load(manifest, layout)
+        self.index = remote if remote is not None else searcher.SearchIndex.load(manifest, layout)
         self.index_error: str | None = None  # what /healthz says (no local path)
         self._reload_failure: str | None = None  # what the log said
         self.default_mode = default_mode(manifest)
@@ -294,7 +300,7 @@ class SearchService:
         if self.index.is_current():
             self._seen_version = None
             return False
-        version = embed.store_version(self.layout)
+        version = searcher.store_version(self.layout)
         now = self.clock()
         if version != self._seen_version:
             self._seen_version, self._seen_since = version, now
@@ -303,7 +309,7 @@ class SearchService:
         if summary == self.summary_seen and not quiet:
             return False
         try:
-            fresh = embed.SearchIndex.load(self.manifest, self.layout)
+            fresh = searcher.SearchIndex.load(self.manifest, self.layout)
         except Exception as exc:  # keep answering from the old index; say why once
             message = f"could not reload the index ({exc}); still answering from the one loaded at {self.index.loaded_at}"
             if message != self._reload_failure:
@@ -336,7 +342,7 @@ class SearchService:
         }
 
     def search(self, query: str, k: int, mode: str) -> dict:
-        """What ``search --json`` would print, in an envelope; the same rules as ``embed.search``."""
+        """What ``search --json`` would print, in an envelope; the same rules as ``searcher.search``."""
         index = self.index
         vectors = needs_vector(mode)
         hits = []
@@ -382,14 +388,12 @@ def without_paths(text: str) -> str:
 
 def default_mode(manifest) -> str:
     """The mode ``search`` uses when none is asked: the manifest's, else the index's default."""
-    resolve = getattr(embed, "resolve_mode", None)
-    return resolve(manifest, None) if resolve else (manifest.search_mode or "vector")
+    return searcher.resolve_mode(manifest, None)
 
 
 def needs_vector(mode: str) -> bool:
     """Keyword search needs no query vector, so it works while the model server is down."""
-    check = getattr(embed, "needs_vector", None)
-    return check(mode) if check else True
+    return searcher.needs_vector(mode)
 
 
 def summary_stamp(layout) -> tuple | None:
@@ -562,7 +566,7 @@ class BastionHTTPServer(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, service: SearchService, settings: ServeSettings, log_stream: TextIO):
-        from . import serve_page
+        from bastion_agent.serving import serve_page
 
         self.service = service
         self.settings = settings
@@ -928,7 +932,7 @@ def limit_math_threads(environ=None) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from .arguments import load_manifest_and_layout
+    from bastion_agent.config.arguments import load_manifest_and_layout
 
     limit_math_threads()
     settings = settings_from(args.host, args.port)
@@ -937,7 +941,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.bastion and not args.remote:
         raise ConfigError("--bastion filters a --remote search; add --remote")
     if args.remote:
-        from . import remote_search
+        from bastion_agent.publishing import remote_search
 
         remote = remote_search.open_index(manifest, args.bastion)
     server = build_server(manifest, layout, settings, remote=remote)

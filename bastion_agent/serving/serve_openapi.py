@@ -9,8 +9,8 @@ documented operation, and checks the server answers no other route.
 
 from __future__ import annotations
 
-from . import __version__
-from .manifest import SEARCH_MODES
+from bastion_agent import __version__
+from bastion_agent.config.manifest import SEARCH_MODES
 
 # The routes serve answers, and those that never need the token (a static page and a liveness answer).
 ROUTES = {"/": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",), "/search": ("GET", "POST")}

@@ -14,10 +14,17 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from . import embed, mcp_server
-from .layout import Layout
-from .stub_server import StubServer
-from .testsupport import TempFolder, clean_env, closed_port_url, run_cli, write_manifest
+from bastion_agent import embed
+from bastion_agent.core.layout import Layout
+from bastion_agent.serving import mcp_server
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import (
+    TempFolder,
+    clean_env,
+    closed_port_url,
+    run_cli,
+    write_manifest,
+)
 
 try:
     import anyio
@@ -28,7 +35,7 @@ except ImportError:  # the [mcp] extra is missing: only the tests that need no S
     anyio = None
 
 NEEDS_SDK = unittest.skipIf(anyio is None, f"the mcp extra is not installed ({mcp_server.INSTALL_HINT})")
-ROOT = Path(__file__).resolve().parent.parent  # the folder holding the package: the subprocess's cwd
+ROOT = Path(__file__).resolve().parents[2]  # the folder holding the package: the subprocess's cwd
 WAIT_SECONDS = 60.0  # the longest a session may take; a hang fails the test instead of blocking the suite
 
 PLANTED_KEY = "AKIAQ3EGRZ7PLX4WTN5B"
@@ -198,7 +205,7 @@ class SweptFolderTests(SweptFolder, unittest.TestCase):
         return self.rows(doc)[idx]["chunk_id"]
 
     def rows(self, doc: str) -> list[dict]:
-        from .layout import read_jsonl
+        from bastion_agent.core.layout import read_jsonl
 
         rows = [row for row in read_jsonl(self.layout.chunks_path) if row["doc"] == doc]
         text = embed.read_sanitized_text(self.layout, doc)
@@ -443,7 +450,7 @@ class WithoutTheSdkTests(TempFolder, unittest.TestCase):
     """The command line without the [mcp] extra: help works, the server says what to install."""
 
     def run_without_sdk(self, *argv: str) -> subprocess.CompletedProcess:
-        hide = ("import sys; sys.modules['mcp'] = None; from bastion_agent.cli import main; "
+        hide = ("import sys; sys.modules['mcp'] = None; from bastion_agent.commands.cli import main; "
                 f"sys.exit(main({list(argv)!r}))")
         return subprocess.run([sys.executable, "-c", hide], cwd=ROOT, capture_output=True, text=True, timeout=60)
 

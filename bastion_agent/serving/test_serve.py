@@ -20,12 +20,21 @@ import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import embed, manifest as manifest_module, serve, serve_page, vectorstore
-from .client import EndpointConfig
-from .errors import ConfigError
-from .layout import Layout
-from .stub_server import StubServer
-from .testsupport import clean_env, closed_port_url, run_cli, write_manifest, write_sanitized_store
+from bastion_agent import embed
+from bastion_agent.config import manifest as manifest_module
+from bastion_agent.core.errors import ConfigError
+from bastion_agent.core.layout import Layout
+from bastion_agent.embedding import vectorstore
+from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.serving import serve, serve_page
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import (
+    clean_env,
+    closed_port_url,
+    run_cli,
+    write_manifest,
+    write_sanitized_store,
+)
 
 DOCS = {
     "The rocket engine burns liquid oxygen and kerosene in its combustion chamber.": ["space/engine.txt"],
@@ -687,7 +696,7 @@ class CommandTests(StoreCase):
     def test_serve_prints_its_url_logs_requests_and_stops_on_sigterm(self):
         env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
         env["EMBED_URL"] = self.stub.url
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
         process = subprocess.Popen(
             [sys.executable, "-m", "bastion_agent", "serve", str(self.store.manifest_path), "--out",
              str(self.store.layout.root), "--port", "0"],

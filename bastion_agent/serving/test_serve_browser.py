@@ -20,11 +20,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from . import serve
-from .client import EndpointConfig
-from .stub_server import StubServer
-from .test_serve import DOCS, TOKEN, Store
-from .testsupport import closed_port_url
+from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.serving import serve
+from bastion_agent.serving.test_serve import DOCS, TOKEN, Store
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import closed_port_url
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")

@@ -32,8 +32,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .httpthread import make_server
-from .stub_server import StubServer, _as_list, _handler_for, bag_of_words, openai_answer
+from bastion_agent.core.httpthread import make_server
+from bastion_agent.testing.stub_server import (
+    StubServer,
+    _as_list,
+    _handler_for,
+    bag_of_words,
+    openai_answer,
+)
 
 DIALECTS = ("ollama", "llamacpp", "tei", "openai")
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
@@ -300,11 +306,11 @@ def _reset(handler) -> None:
 
 
 def main(argv=None) -> None:
-    """``python3 -m bastion_agent.fault_stub --delay 0.03 --fail-rate 0.1``: a faulty stub in its own
+    """``python3 -m bastion_agent.testing.fault_stub --delay 0.03 --fail-rate 0.1``: a faulty stub in its own
     process (the benchmarks run it apart so it never competes with the stage for the GIL)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python3 -m bastion_agent.fault_stub", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python3 -m bastion_agent.testing.fault_stub", description=main.__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--dim", type=int, default=64)

@@ -23,7 +23,7 @@ default the models it knows, or (answering any name) the names it was asked
 for; give a list to list another model, or ``()`` to list nothing. ``routes``
 maps a path to a function that answers it instead (a test's hostile server).
 
-``python3 -m bastion_agent.stub_server --port 11434 --dim 64`` runs it by hand.
+``python3 -m bastion_agent.testing.stub_server --port 11434 --dim 64`` runs it by hand.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler
 
-from .httpthread import ServesInBackground, make_server
-from .vectorstore import pack_base64
+from bastion_agent.core.httpthread import ServesInBackground, make_server
+from bastion_agent.embedding.vectorstore import pack_base64
 
 WORD_RE = re.compile(r"\w+")
 STUB_TOKEN_RE = re.compile(r"[^\W\d_]{1,4}|\d|_|[^\w\s]")
@@ -289,7 +289,7 @@ def openai_answer(model, vectors: list[list[float]], encoding: str) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python3 -m bastion_agent.stub_server", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m bastion_agent.testing.stub_server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=11434)
     parser.add_argument("--dim", type=int, default=64)

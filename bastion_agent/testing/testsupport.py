@@ -12,7 +12,12 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from .layout import Layout, ensure_private_dir, write_jsonl, write_private
+from bastion_agent.core.layout import (
+    Layout,
+    ensure_private_dir,
+    write_jsonl,
+    write_private,
+)
 
 ENV_PREFIXES = ("EMBED_", "BASTION_")
 
@@ -78,7 +83,7 @@ def closed_port_url() -> str:
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
     """``cli.main(argv)`` with stdout and stderr captured."""
-    from .cli import main
+    from bastion_agent.commands.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -110,7 +115,7 @@ class SanitizedStoreCase(TempFolder, unittest.TestCase):
 
     def manifest(self, **changes):
         """The manifest, loaded; ``changes`` rewrite it first (``model=``, ``dim=``...)."""
-        from . import manifest
+        from bastion_agent.config import manifest
 
         if changes:
             write_manifest(self.tmp, **{"size": self.size, "overlap": self.overlap, **changes})
@@ -124,12 +129,12 @@ class SanitizedStoreCase(TempFolder, unittest.TestCase):
         self.ids = write_sanitized_store(self.layout, docs)
 
     def chunk(self):
-        from . import embed
+        from bastion_agent.chunking import chunker
 
-        return embed.run_chunk(self.manifest(), self.layout)
+        return chunker.run_chunk(self.manifest(), self.layout)
 
     def embed_with(self, stub, manifest=None, **env):
-        from . import embed
+        from bastion_agent.embedding import embedder
 
         with clean_env(EMBED_URL=stub.url, **env):
-            return embed.run_embed(manifest or self.manifest(), self.layout)
+            return embedder.run_embed(manifest or self.manifest(), self.layout)

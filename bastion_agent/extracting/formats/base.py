@@ -8,7 +8,9 @@ import contextvars
 import re
 import unicodedata
 
-from ..budget import REASON_OUTPUT  # the cap on a reader's output is the worker's budget
+from bastion_agent.core.budget import (
+    REASON_OUTPUT,  # the cap on a reader's output is the worker's budget
+)
 
 REASON_BINARY = "binary"
 REASON_DAMAGED = "damaged"

@@ -26,7 +26,11 @@ import io
 import lzma
 import zlib
 
-from .base import REASON_DAMAGED, REASON_UNPACKED, Refused
+from bastion_agent.extracting.formats.base import (
+    REASON_DAMAGED,
+    REASON_UNPACKED,
+    Refused,
+)
 
 PIECE_BYTES = 1024 * 1024
 MAX_RATIO = 250

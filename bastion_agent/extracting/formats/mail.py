@@ -7,8 +7,8 @@ import email.header
 import email.policy
 import re
 
-from .base import REASON_DAMAGED, Refused, decode_text
-from .htmltext import html_to_text
+from bastion_agent.extracting.formats.base import REASON_DAMAGED, Refused, decode_text
+from bastion_agent.extracting.formats.htmltext import html_to_text
 
 _HEADERS = ("Subject", "From", "To", "Cc", "Date")
 

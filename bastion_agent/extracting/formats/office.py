@@ -14,7 +14,14 @@ import re
 import zipfile
 from xml.parsers import expat
 
-from .base import REASON_DAMAGED, REASON_ENCRYPTED, REASON_UNPACKED, Refused, spend_output, tidy_lines
+from bastion_agent.extracting.formats.base import (
+    REASON_DAMAGED,
+    REASON_ENCRYPTED,
+    REASON_UNPACKED,
+    Refused,
+    spend_output,
+    tidy_lines,
+)
 
 ZIP_MAX_MEMBERS = 10_000
 ZIP_MAX_UNPACKED_BYTES = 256 * 1024 * 1024

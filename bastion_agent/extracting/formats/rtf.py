@@ -5,7 +5,13 @@ from __future__ import annotations
 import codecs
 import re
 
-from .base import REASON_DAMAGED, Refused, ascii_compatible, plain_mode, tidy_lines
+from bastion_agent.extracting.formats.base import (
+    REASON_DAMAGED,
+    Refused,
+    ascii_compatible,
+    plain_mode,
+    tidy_lines,
+)
 
 _RTF_TOKEN = re.compile(rb"\\([a-zA-Z]+)(-?\d+)? ?|\\'([0-9a-fA-F]{2})|\\(.)|([{}])|([^\\{}\r\n]+)|[\r\n]+", re.DOTALL)
 _RTF_SKIP_DESTINATIONS = frozenset(

@@ -1,0 +1,3 @@
+"""Many bastions, one search: publishing sanitized windows and vectors to PostgreSQL with pgvector,
+its schema, and search across bastions.
+"""

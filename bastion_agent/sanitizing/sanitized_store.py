@@ -1,0 +1,61 @@
+"""Reading the sanitized store, for every stage after sanitize.
+
+The listing comes after the sanitize-first guard (no text extract has read may
+be missing from it), and each text is checked against its id, the sha256 of
+the sanitized text, so a store written by an older agent or changed by hand is
+refused with one line rather than embedded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from bastion_agent.core.errors import StoreError
+from bastion_agent.core.layout import Layout, read_jsonl
+
+
+def sanitized_documents(layout: Layout) -> list[dict]:
+    """The sanitized listing, sorted by doc, after the sanitize-first guard.
+
+    Chunk reads only sanitized text. It refuses to run when the sanitized
+    store is missing, or when the extract store holds a text that sanitize
+    has not mapped to a document of the listing (sanitize has not run since
+    extract). When the extract store has been deleted after sanitizing, the
+    sanitized store stands alone.
+    """
+    from bastion_agent.sanitizing.sanitize import read_map
+
+    if not layout.sanitized_listing.exists():
+        raise StoreError(f"no sanitized store at {layout.sanitized_dir}: run sanitize first (chunk reads only sanitized text)")
+    documents = sorted(read_jsonl(layout.sanitized_listing), key=lambda row: row["doc"])
+    if layout.extract_listing.exists():
+        sanitized = {row["doc"] for row in documents}
+        mapped = read_map(layout)
+        extracted = {row.get("key") for row in read_jsonl(layout.extract_listing) if row.get("status") == "extracted"}
+        missing = [key for key in extracted if key not in mapped or mapped[key].doc not in sanitized]
+        if missing:
+            raise StoreError(
+                f"the sanitized store lacks {len(missing)} text(s) that extract has read: run sanitize first"
+            )
+    return documents
+
+
+LEGACY_STORE = ("the sanitized store names its documents by the raw files (an older agent wrote it), "
+                "or was changed by hand: run sanitize again")
+
+
+def read_checked_text(folder: str, doc: str) -> str:
+    """A sanitized text, checked against its id (the sha256 of the text), without a Path per document."""
+    try:
+        with open(os.path.join(folder, doc + ".txt"), "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise StoreError(f"the sanitized store lacks document {doc[:12]}: run sanitize again") from None
+    if hashlib.sha256(data).hexdigest() != doc:
+        raise StoreError(LEGACY_STORE)
+    return data.decode("utf-8")
+
+
+def read_sanitized_text(layout: Layout, doc: str) -> str:
+    return read_checked_text(str(layout.sanitized_dir), doc)

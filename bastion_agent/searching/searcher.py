@@ -1,0 +1,363 @@
+"""``search``: a query embedded like the windows, ranked over the current windows by vector, keyword or both.
+
+``SearchIndex`` holds what one store needs between queries (the vectors, the
+ANN index, the keyword index) and is refreshed when the store changes; exact
+cosine scoring is the fallback and the reference. Standard library only (numpy
+and usearch when installed).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import operator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Sequence
+
+from bastion_agent.config.manifest import SEARCH_MODES
+from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
+from bastion_agent.core.layout import Layout
+from bastion_agent.embedding import vectorstore
+from bastion_agent.embedding.client import EmbedClient, EndpointConfig
+
+DEFAULT_K = 5
+
+
+# --- search ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: a sanitized window and where it comes from."""
+
+    score: float
+    doc: str
+    idx: int
+    chunk_id: str
+    text: str
+    paths: list[str]
+    start: int
+    end: int
+    relevance: int = 0  # 0-100, the same scale for every query and mode (fusion.py)
+    vector_score: float | None = None  # the window's cosine, when the vector side returned it
+    vector_rank: int | None = None
+    keyword_score: float | None = None  # its BM25, when the keyword side returned it
+    keyword_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a search returns: the hits, the mode that answered, and why it differs from the one asked."""
+
+    hits: list[Hit]
+    mode: str
+    fallback: str | None = None  # "keyword" when the model server was down and keyword search answered
+    notice: str | None = None  # one line saying so
+
+
+DEFAULT_MODE = "hybrid"  # the best of the three on Cranfield and SciFact (docs/search.md)
+
+
+FUSION_CANDIDATES = 100  # how deep each ranking goes into fusion
+
+
+RESCORE_MARGIN = 16  # extra candidates re-scored from the database, so float32 near-ties rank alike
+
+
+def needs_vector(mode: str) -> bool:
+    """Whether a search in ``mode`` needs the query's vector (keyword search does not)."""
+    return mode != "keyword"
+
+
+def resolve_mode(manifest, mode: str | None) -> str:
+    """The command line's mode, else the manifest's ``[search] mode``, else ``DEFAULT_MODE``."""
+    chosen = mode or getattr(manifest, "search_mode", None) or DEFAULT_MODE
+    if chosen not in SEARCH_MODES:
+        raise ConfigError(f"search mode must be one of {', '.join(SEARCH_MODES)}; got {chosen!r}")
+    return chosen
+
+
+class SearchIndex:
+    """One model's searchable state, opened once and kept warm.
+
+    ``search`` for the CLI opens one per query; ``serve`` keeps one and
+    reloads it when ``vectors.db`` changes (``is_current``). Opening brings
+    the derived vector file (``vectorfile``) and, above ``ann.MIN_ROWS``
+    current vectors, the ANN index (``ann``) in step with the database, then
+    memory-maps them: no vector is read from SQLite per query. Candidates
+    are re-scored from the database's own vectors and their windows read from
+    its ``chunks`` table, so only this sweep's windows (never stale vectors)
+    appear, whatever the derived files hold.
+    """
+
+    def __init__(self, manifest, layout: Layout, vectors, ann_index, version: tuple):
+        import sqlite3
+        import threading
+
+        self.layout = layout
+        self.key = manifest.embed.vector_key
+        self.dim = manifest.embed.dim
+        self.default_mode = resolve_mode(manifest, None)
+        self.vectors = vectors
+        self.ann = ann_index
+        self.version = version
+        self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.lock = threading.Lock()
+        self._vocabulary = None
+        self._floor: float | None = None
+        self.db = sqlite3.connect(layout.vectors_db, timeout=vectorstore.BUSY_TIMEOUT_MS / 1000,
+                                  isolation_level=None, check_same_thread=False)
+
+    @classmethod
+    def load(cls, manifest, layout: Layout, *, use_numpy: bool | None = None, use_ann: bool = True,
+             vectors: bool = True) -> "SearchIndex":
+        """Open the manifest's model, refreshing the derived files first when the database moved on.
+
+        ``use_numpy=False`` forces the pure-Python scan (``True`` requires
+        numpy); ``use_ann=False`` never opens the ANN index; ``vectors=False``
+        opens only what keyword search reads (a one-off keyword query).
+        """
+        from bastion_agent.embedding import ann, vectorfile
+
+        version = store_version(layout)
+        db = vectorstore.connect(layout.vectors_db, create=False)
+        try:
+            if vectorstore.rekey_pending(db):
+                raise StoreError("this output folder was written with document ids taken from the raw files: "
+                                 "run sweep (or chunk and embed) to rebuild it")
+            if not vectors:
+                return cls(manifest, layout, None, None, version)
+            header = vectorfile.refresh(db, layout, manifest.embed.vector_key, manifest.embed.dim)
+        finally:
+            db.close()
+        files = vectorfile.Files.for_key(layout, manifest.embed.vector_key)
+        vectors = vectorfile.VectorFile(files, header, use_numpy)
+        ann_index = None
+        if use_ann and vectors.np is not None and vectors.current >= ann.MIN_ROWS and ann.available():
+            header = ann.update(files, header, vectors, limit=ann.LAZY_ROWS)
+            if header.get("ann_rows"):
+                try:
+                    ann_index = ann.AnnIndex(files, header, vectors)
+                except (StoreError, RuntimeError, ValueError, OSError):
+                    ann_index = None  # an unreadable index only costs speed: scan exactly, and rebuild after embed
+        return cls(manifest, layout, vectors, ann_index, version)
+
+    def __len__(self) -> int:
+        """How many current windows have a vector of this model (0 when opened without vectors)."""
+        return self.vectors.current if self.vectors is not None else 0
+
+    def close(self) -> None:
+        if self._vocabulary is not None:
+            self._vocabulary.close()
+        self.db.close()
+
+    def is_current(self) -> bool:
+        """False once ``vectors.db`` has changed since this index was loaded."""
+        return store_version(self.layout) == self.version
+
+    def search(self, query: str, query_vector: Sequence[float] | None, k: int, mode: str | None = None,
+               exact: bool = False) -> list[Hit]:
+        """The top ``k`` hits; ``query_vector`` may be None in keyword mode.
+
+        ``mode`` is vector, keyword or hybrid (None: the manifest's default);
+        ``exact`` scans every vector even where the ANN index would answer.
+        """
+        from bastion_agent.searching import fusion, keyword
+
+        mode = mode or self.default_mode
+        if mode not in SEARCH_MODES:
+            raise ConfigError(f"search mode must be one of {', '.join(SEARCH_MODES)}; got {mode!r}")
+        if needs_vector(mode) and query_vector is not None and len(query_vector) != self.dim:
+            raise ModelServerError(f"the query vector has {len(query_vector)} dimensions, the manifest says dim = {self.dim}")
+        with self.lock:
+            if mode == "keyword":
+                ranked = fusion.keyword_only(keyword.top(self.db, query, k, self.vocabulary()))
+            elif mode == "vector":
+                ranked = fusion.vector_only(self._vector_top(query_vector, k, exact), self.cosine_floor())
+            else:
+                ranked = self._hybrid(query, query_vector, k, exact)
+            return self._hits(ranked)
+
+    def _hybrid(self, query: str, query_vector, k: int, exact: bool) -> list:
+        from bastion_agent.searching import fusion, keyword
+
+        depth = max(FUSION_CANDIDATES, k)
+        by_vector = self._vector_top(query_vector, depth, exact)
+        by_keyword = keyword.top(self.db, query, depth, self.vocabulary())
+        seen = {chunk for _, chunk in by_vector}
+        others = self._cosines_of(query_vector, [hit.chunk_id for hit in by_keyword if hit.chunk_id not in seen])
+        return fusion.fuse(by_vector, by_keyword, others, self.cosine_floor(), k)
+
+    def vocabulary(self):
+        """The keyword side's cache for this store (made on first use; the index is dropped when the store changes)."""
+        from bastion_agent.searching import keyword
+
+        if self._vocabulary is None:
+            self._vocabulary = keyword.Vocabulary(self.db) if keyword.has_index(self.db) else None
+        return self._vocabulary
+
+    def cosine_floor(self) -> float:
+        """The median cosine between windows of this store taken at random: what "unrelated" scores here."""
+        from bastion_agent.searching import fusion
+
+        if self._floor is None:
+            self._floor = fusion.cosine_floor(self._sample_cosines(fusion.FLOOR_SAMPLE))
+        return self._floor
+
+    def _sample_cosines(self, count: int) -> list[float]:
+        """Cosines between ``count`` current rows of the vector file spread evenly over it (read from the map)."""
+        vectors = self.vectors
+        if vectors is None or not vectors.rows:
+            return []
+        step = max(1, vectors.rows // count)
+        positions = [p for p in range(0, vectors.rows, step) if vectors.is_current_row(p)][:count]
+        if vectors.np is not None:
+            np = vectors.np
+            rows = np.asarray(vectors.matrix[positions], dtype=np.float64)
+            norms = np.linalg.norm(rows, axis=1)
+            rows = rows[norms > 0] / norms[norms > 0, None]
+            products = rows @ rows.T
+            return products[np.triu_indices(len(rows), 1)].tolist()
+        rows = [vectors.flat[p * self.dim:(p + 1) * self.dim] for p in positions]
+        norms = [math.sqrt(math.fsum(x * x for x in row)) for row in rows]
+        return [cosine(rows[i], norms[i], rows[j]) for i in range(len(rows)) for j in range(i + 1, len(rows))
+                if norms[i] > 0]
+
+    def _cosines_of(self, query_vector, chunk_ids: list[str]) -> dict[str, float]:
+        """The cosine of each listed window's stored vector with the query (windows without one are left out)."""
+        if query_vector is None or not chunk_ids:
+            return {}
+        marks = ",".join("?" * len(chunk_ids))
+        found = self.db.execute(f"SELECT chunk_id, vec FROM vectors WHERE chunk_id IN ({marks}) AND model = ? AND dim = ?",
+                                (*chunk_ids, self.key, self.dim)).fetchall()
+        scores = cosines(query_vector, [blob for _, blob in found], self.dim,
+                         self.vectors.np if self.vectors is not None else None)
+        return {chunk: score for (chunk, _), score in zip(found, scores)}
+
+    def _vector_top(self, query_vector, n: int, exact: bool) -> list[tuple[float, str]]:
+        """``(cosine, chunk_id)`` of the ``n`` nearest current windows, scored from the database's vectors."""
+        if query_vector is None or not len(self):
+            return []
+        want = n + RESCORE_MARGIN
+        candidates = self.ann.top(query_vector, want) if self.ann and not exact else self.vectors.top(query_vector, want)
+        rowids = [self.vectors.rowid(position) for _, position in candidates]
+        found = []
+        for first in range(0, len(rowids), 500):
+            part = rowids[first : first + 500]
+            marks = ",".join("?" * len(part))
+            found += self.db.execute(
+                f"SELECT c.chunk_id, v.vec FROM vectors v JOIN chunks c ON c.chunk_id = v.chunk_id"
+                f" WHERE v.rowid IN ({marks}) AND v.model = ? AND v.dim = ?", (*part, self.key, self.dim)).fetchall()
+        scores = cosines(query_vector, [blob for _, blob in found], self.dim, self.vectors.np)
+        scored = sorted(zip(scores, (chunk for chunk, _ in found)), key=lambda item: (-item[0], item[1]))
+        return scored[:n]
+
+    def _hits(self, ranked: list) -> list[Hit]:
+        """``fusion.Scored`` rows as hits, with their windows' text and paths."""
+        if not ranked:
+            return []
+        marks = ",".join("?" * len(ranked))
+        rows = {row[0]: row for row in self.db.execute(
+            f'SELECT chunk_id, doc, idx, start, "end", text FROM chunks WHERE chunk_id IN ({marks})',
+            [item.chunk_id for item in ranked])}
+        paths = vectorstore.document_paths(self.db, (row[1] for row in rows.values()))
+        return [
+            Hit(item.score, doc, idx, item.chunk_id, text, paths.get(doc, []), start, end, item.relevance,
+                item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank)
+            for item in ranked if item.chunk_id in rows
+            for _, doc, idx, start, end, text in (rows[item.chunk_id],)
+        ]
+
+
+def cosines(query: Sequence[float], blobs: list[bytes], dim: int, np=None) -> list[float]:
+    """Float64 cosine of ``query`` with each packed vector (0.0 for a zero vector), with numpy when given."""
+    if np is None or not blobs:
+        query_norm = math.sqrt(math.fsum(x * x for x in query))
+        return [cosine(query, query_norm, vectorstore.unpack(blob)) for blob in blobs]
+    matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, dim).astype(np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix)) * math.sqrt(float(q @ q))
+    dots = np.einsum("ij,j->i", matrix, q)
+    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0).tolist()
+
+
+def store_version(layout: Layout) -> tuple:
+    """What changes when a writer commits to ``vectors.db`` (the file or its WAL)."""
+    parts = []
+    for path in (layout.vectors_db, layout.vectors_db.with_name(layout.vectors_db.name + "-wal")):
+        try:
+            stat = path.stat()
+            parts.append((stat.st_mtime_ns, stat.st_size, stat.st_ino))
+        except FileNotFoundError:
+            parts.append(None)
+    return tuple(parts)
+
+
+def embed_query(manifest, query: str, client: EmbedClient | None = None) -> list[float]:
+    """The query's vector, with the manifest's query prefix, through the same endpoint."""
+    client = client or EmbedClient(EndpointConfig.from_env(), manifest.embed.model)
+    if client.dim is None:
+        client.probe(manifest.embed.dim)
+    (vector,) = client.embed([manifest.embed.query_prefix + query])
+    return vector
+
+
+def search(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: EmbedClient | None = None,
+           mode: str | None = None, exact: bool = False) -> list[Hit]:
+    """The top ``k`` current windows for ``query``, best first (``answer`` without the keyword fallback).
+
+    ``mode`` (vector, keyword, hybrid) defaults to the manifest's ``[search]
+    mode``, else ``DEFAULT_MODE``. Keyword search never calls the model
+    server; a model with no vectors gives ``[]`` in the other modes without
+    calling it either. An unreachable model server raises ``ModelServerError``.
+    """
+    return answer(manifest, layout, query, k, client, mode, exact, fallback=False).hits
+
+
+def fallback_notice(mode: str, error: Exception) -> str:
+    """The one line that says keyword search answered instead of ``mode``."""
+    return f"the model server is unavailable ({error}); answered with keyword search instead of {mode} search"
+
+
+def answer(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: EmbedClient | None = None,
+           mode: str | None = None, exact: bool = False, fallback: bool = True) -> Answer:
+    """``search``, and when the model server cannot embed the query, keyword search with a notice saying so.
+
+    Keyword search needs only ``vectors.db``, so a model server that is down
+    (or answers nonsense) costs the meaning side of a query, not the answer.
+    ``fallback=False`` raises the ``ModelServerError`` instead.
+    """
+    if not query.strip():
+        raise ConfigError("the query is empty")
+    if k < 1:
+        raise ConfigError(f"k must be a whole number >= 1; got {k}")
+    mode = resolve_mode(manifest, mode)
+    index = SearchIndex.load(manifest, layout, vectors=needs_vector(mode))
+    try:
+        if needs_vector(mode) and not len(index):
+            return Answer([], mode)
+        try:
+            vector = embed_query(manifest, query, client) if needs_vector(mode) else None
+        except ModelServerError as exc:
+            if not fallback:
+                raise
+            return Answer(index.search(query, None, k, "keyword"), "keyword", "keyword", fallback_notice(mode, exc))
+        return Answer(index.search(query, vector, k, mode, exact=exact), mode)
+    finally:
+        index.close()
+
+
+def cosine(query: Sequence[float], query_norm: float, vector: Sequence[float]) -> float:
+    """Cosine similarity; 0.0 when either vector has no length."""
+    norm = math.sqrt(math.fsum(map(operator.mul, vector, vector)))
+    if norm == 0.0 or query_norm == 0.0:
+        return 0.0
+    return sum(map(operator.mul, query, vector)) / (query_norm * norm)
+
+
+def top_k(query: Sequence[float], rows: Iterable[tuple], k: int) -> list[tuple[float, tuple]]:
+    """``(score, row)`` of the ``k`` best rows (``row[-1]`` is the packed vector); ties by chunk id."""
+    query_norm = math.sqrt(math.fsum(x * x for x in query))
+    scored = ((cosine(query, query_norm, vectorstore.unpack(row[-1])), row) for row in rows)
+    return heapq.nsmallest(k, scored, key=lambda item: (-item[0], item[1][0]))

@@ -1,0 +1,2 @@
+"""Search for people and programs: the HTTP server with its page and OpenAPI description, and the MCP server.
+"""
