@@ -300,6 +300,11 @@ def ef_sweep(index, vectors, models=None) -> dict:
             gap = max(abs(a[0] - b[0]) for vector, truth in zip(vectors[:10], exact)
                       for a, b in zip(index.vector_top(vector, 10, exact=True), truth))
             sweep[model.kind]["exact_agreement"] = {"queries": min(10, len(vectors)), "max_score_gap": gap}
+        index.ef_search = max(EF_SWEEP)  # every graph's pages the sweep will touch, read once before it
+        for model in models:
+            index.model = model
+            for vector in vectors:
+                index.vector_top(vector, 10)
         for ef in EF_SWEEP:
             index.ef_search = ef
             times = {model.kind: [] for model in models}
