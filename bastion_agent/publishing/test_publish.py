@@ -515,6 +515,54 @@ class HnswBuildTests(PublishCase):
         self.assertEqual(index_of(self.dsn, "stub-model")[0], oid)
 
 
+class GraphUseTests(PublishCase):
+    """Which plan answers a vector search on a long-lived connection (serve's): the graph, or every row."""
+
+    ROWS, DIM = 3000, 16
+
+    def setUp(self):
+        super().setUp()
+        import psycopg
+
+        from . import publish_schema
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            publish_schema.migrate(conn)
+            publish_schema.ensure_model(conn, "many-rows", self.DIM)
+            # enough rows that the planner prefers the HNSW index to a sequential scan
+            conn.execute(
+                "INSERT INTO bastion_agent.windows (bastion, chunk_id, model, doc, idx, start, \"end\", text, embedding)"
+                " SELECT 'fs-01', 'c' || i, 'many-rows', 'd' || i, 0, 0, 4, 'text',"
+                "  (SELECT array_agg(((i * 7 + d * 13 + i * d) %% 5)::real + 0.5) FROM generate_series(1, %s) d)::vector"
+                " FROM generate_series(1, %s) i", (self.DIM, self.ROWS))
+            conn.execute("ANALYZE bastion_agent.windows")
+
+    def graph_scans(self, index) -> int:
+        index.conn.execute("SELECT pg_stat_force_next_flush()")  # this backend's counters, now
+        return query(self.dsn, "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = %s",
+                     (index.model.index_name,))[0][0]
+
+    def test_exact_search_never_walks_the_graph_however_many_searches_came_before(self):
+        from types import SimpleNamespace
+
+        from . import remote_search
+
+        manifest = SimpleNamespace(embed=SimpleNamespace(vector_key="many-rows", dim=self.DIM), search_mode=None)
+        index = remote_search.RemoteIndex(manifest, self.dsn)
+        self.addCleanup(index.close)
+        queries = [[float((q * 3 + d) % 4) for d in range(self.DIM)] for q in range(1, 21)]
+        start = self.graph_scans(index)
+        for vector in queries:
+            index.vector_top(vector, 10)
+        after_approximate = self.graph_scans(index)
+        self.assertEqual(after_approximate - start, len(queries), "the approximate searches use the graph")
+        # a prepared statement's generic plan would carry over from the searches above (psycopg prepares a
+        # query run 5 times) and ignore the SET LOCAL that turns index scans off
+        exact = [index.vector_top(vector, 10, exact=True) for vector in queries]
+        self.assertEqual(self.graph_scans(index), after_approximate, "an exact search reads every row")
+        self.assertEqual(len(exact[0]), 10)
+
+
 class SecretsTests(PublishCase):
     def test_planted_secrets_are_nowhere_in_a_full_dump_of_the_database(self):
         planted_key, planted_password = "AKIAQ3EGRZ7PLX4WTN5B", "Tr0ub4dor&3-horse-battery"
