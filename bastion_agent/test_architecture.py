@@ -5,7 +5,8 @@ and the parts below it, never a part above: ``commands`` on top, then the
 servers, then the stages in the order data flows, ``config`` and ``core``
 at the base. Imports inside functions count too: a lazy import that points
 up is still a dependency that points up. Test modules may import anything;
-nothing else imports a test module or ``testing``. The check reads the
+nothing else imports a test module or ``testing``. Every import is written
+absolute, so a line says where the module lives. The check reads the
 source with ``ast``, so it sees what a reader sees, not what happens to be
 imported at run time.
 """
@@ -49,6 +50,7 @@ class Import:
     importer: str
     imported: str
     line: int
+    relative: bool = False
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -76,7 +78,8 @@ def imports_of(path: Path, root: Path) -> list[Import]:
                        for alias in node.names]
         else:
             continue
-        found += [Import(importer, target, node.lineno) for target in targets
+        relative = bool(getattr(node, "level", 0))
+        found += [Import(importer, target, node.lineno, relative) for target in targets
                   if target == root.name or target.startswith(root.name + ".")]
     return found
 
@@ -114,6 +117,8 @@ def problems(root: Path) -> list[str]:
 
 def _breaks(item: Import) -> list[str]:
     where = f"{item.importer}:{item.line} imports {item.imported}"
+    if item.relative:
+        return [f"{where}: write it absolute (bastion_agent.<part>.<module>), as every import here is"]
     if is_test(item.importer) or item.imported == BASE_MODULE.split(".")[0] and "." not in item.imported:
         return []
     if is_test(item.imported):
@@ -157,7 +162,7 @@ class ArchitectureTests(unittest.TestCase):
         parts = {path.name for path in ROOT.iterdir() if (path / "__init__.py").is_file()}
         self.assertEqual(sorted(part for part in parts if layer_of(part) is None), [])
 
-    def test_the_check_sees_an_upward_import_a_circle_and_a_test_import(self):
+    def test_the_check_sees_an_upward_import_a_circle_a_test_import_and_a_relative_one(self):
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp) / PACKAGE
             files = {
@@ -166,7 +171,7 @@ class ArchitectureTests(unittest.TestCase):
                 "core/errors.py": "def f():\n    from bastion_agent.commands import cli\n",
                 "commands/__init__.py": "",
                 "commands/cli.py": "from . import sweep\nfrom bastion_agent.testing import stub\n",
-                "commands/sweep.py": "from .cli import main\nfrom bastion_agent.commands import test_cli\n",
+                "commands/sweep.py": "from bastion_agent.commands.cli import main\nfrom bastion_agent.commands import test_cli\n",
                 "commands/test_cli.py": "from bastion_agent.testing import stub\n",
                 "testing/__init__.py": "",
                 "testing/stub.py": "",
@@ -175,13 +180,15 @@ class ArchitectureTests(unittest.TestCase):
                 (root / name).parent.mkdir(parents=True, exist_ok=True)
                 (root / name).write_text(text)
             found = problems(root)
-        self.assertEqual(len(found), 4, found)
+        self.assertEqual(len(found), 5, found)
         self.assertIn("bastion_agent.core.errors:2 imports bastion_agent.commands.cli: points up"
                       " (commands is above core)", found)
         self.assertIn("bastion_agent.commands.sweep:2 imports bastion_agent.commands.test_cli:"
                       " only tests import tests", found)
         self.assertIn("circle: bastion_agent.commands.cli -> bastion_agent.commands.sweep"
                       " -> bastion_agent.commands.cli", found)
+        self.assertIn("bastion_agent.commands.cli:1 imports bastion_agent.commands.sweep: write it absolute"
+                      " (bastion_agent.<part>.<module>), as every import here is", found)
         self.assertIn("bastion_agent.commands.cli:2 imports bastion_agent.testing.stub: points up"
                       " (testing is above commands)", found)
 

@@ -524,7 +524,7 @@ class GraphUseTests(PublishCase):
         super().setUp()
         import psycopg
 
-        from . import publish_schema
+        from bastion_agent.publishing import publish_schema
 
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             publish_schema.migrate(conn)
@@ -545,7 +545,7 @@ class GraphUseTests(PublishCase):
     def test_exact_search_never_walks_the_graph_however_many_searches_came_before(self):
         from types import SimpleNamespace
 
-        from . import remote_search
+        from bastion_agent.publishing import remote_search
 
         manifest = SimpleNamespace(embed=SimpleNamespace(vector_key="many-rows", dim=self.DIM), search_mode=None)
         index = remote_search.RemoteIndex(manifest, self.dsn)
