@@ -1,8 +1,8 @@
 """The ``chunk`` stage: sanitized text cut into overlapping windows of regex tokens, with content-addressed ids.
 
-A window's id is the sha256 of its document's id and its text, so equal windows
-get equal ids wherever they are cut, and a re-chunk of unchanged text changes
-nothing downstream. Standard library only.
+A window's id is the sha256 of its document's id and its text, so the same
+window of the same document keeps its id, and a re-chunk of unchanged text
+changes nothing downstream. Standard library only.
 """
 
 from __future__ import annotations
