@@ -49,6 +49,9 @@ DEFAULT_TIMEOUT = 300.0
 DEFAULT_CONCURRENCY = 1
 DEFAULT_RETRY_DEADLINE = 600.0
 MAX_CONCURRENCY = 64
+# The largest answer read: 256 vectors of 8,192 dimensions as JSON floats are
+# ~50 MB, so a legitimate answer is far below; an endless one stops here.
+MAX_ANSWER_BYTES = 256 << 20
 APIS = ("ollama", "openai")
 PATHS = {"ollama": "/api/embed", "openai": "/v1/embeddings"}
 PROBE_TEXT = "bastion agent probe: is this the pinned model?"
@@ -190,17 +193,40 @@ class HTTPFailure(Exception):
 
 
 class BadAnswer(Exception):
-    """A 2xx answer that is not JSON (cut short, or not an API server): worth another try."""
+    """A 2xx answer that is not JSON (cut short, or not an API server) or too large to read: worth another try."""
 
 
 _NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def read_bounded(response, limit: int, deadline: float | None = None) -> bytes:
+    """The answer's body, refused (``BadAnswer``) past ``limit`` bytes or, when given, the ``deadline``.
+
+    A server is trusted with the agent's memory no more than with its data:
+    an answer that declares or sends more than a legitimate one could hold
+    is dropped as it arrives, never read whole first.
+    """
+    declared = response.headers.get("Content-Length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BadAnswer(f"an answer of {int(declared)} bytes (over {limit})")
+    chunks, size = [], 0
+    while True:
+        chunk = response.read1(65536)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            raise BadAnswer(f"an answer over {limit} bytes")
+        if deadline is not None and time.monotonic() > deadline:
+            raise BadAnswer("the answer is too slow")
+        chunks.append(chunk)
 
 
 def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER) -> object:
     """POST ``body`` as JSON; return the parsed answer.
 
     Raises ``HTTPFailure`` for a non-2xx answer, ``BadAnswer`` for a 2xx
-    answer that is not JSON, and ``OSError`` for a connection that failed,
+    answer that is not JSON or is over ``MAX_ANSWER_BYTES``, and ``OSError`` for a connection that failed,
     was reset or timed out (``urllib.error.URLError`` is one; a cut
     ``http.client`` exchange is turned into ``ConnectionError``).
     """
@@ -208,7 +234,7 @@ def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER) -> 
     request = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
     try:
         with opener.open(request, timeout=timeout) as response:
-            payload = response.read()
+            payload = read_bounded(response, MAX_ANSWER_BYTES)
     except urllib.error.HTTPError as exc:
         try:
             text = exc.read()

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from bastion_agent.core.errors import ConfigError, ModelServerError
-from bastion_agent.embedding.client import _NO_PROXY_OPENER, PROBE_TEXT, EndpointConfig
+from bastion_agent.embedding.client import _NO_PROXY_OPENER, PROBE_TEXT, BadAnswer, EndpointConfig, read_bounded
 
 INFO_TIMEOUT = 10.0  # seconds for one introspection request, all of it (at most EMBED_TIMEOUT)
 MAX_INFO_BYTES = 1 << 20  # /props, /info, /api/show, model lists: a megabyte is far more than any real answer
@@ -110,33 +110,18 @@ def _exchange(url: str, body: dict | None, timeout: float, limit: int, opener) -
                                      headers={"Content-Type": "application/json", "Accept": "application/json"})
     try:
         with opener.open(request, timeout=timeout) as response:
-            payload = _read_bounded(response, limit, deadline)
+            payload = read_bounded(response, limit, deadline)
     except urllib.error.HTTPError as exc:
         exc.close()  # its socket, or a ResourceWarning later
         raise Unanswered(f"HTTP {exc.code}") from None
+    except BadAnswer as exc:  # over the limit, or too slow
+        raise Unanswered(str(exc)) from None
     except (OSError, http.client.HTTPException, ValueError) as exc:
         raise Unanswered(type(exc).__name__) from None
     try:
         return json.loads(payload)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise Unanswered("the answer is not JSON") from None
-
-
-def _read_bounded(response, limit: int, deadline: float) -> bytes:
-    declared = response.headers.get("Content-Length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise Unanswered(f"an answer of {int(declared)} bytes (over {limit})")
-    chunks, size = [], 0
-    while True:
-        chunk = response.read1(65536)
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > limit:
-            raise Unanswered(f"an answer over {limit} bytes")
-        if time.monotonic() > deadline:
-            raise Unanswered("the answer is too slow")
-        chunks.append(chunk)
 
 
 # --- what the server serves -----------------------------------------------------

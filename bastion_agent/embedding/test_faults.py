@@ -441,6 +441,29 @@ class ClassifyTests(unittest.TestCase):
         self.assertIsNone(parse_retry_after(None))
 
 
+class EndlessAnswerTests(unittest.TestCase):
+    """A model server that answers without end cannot take the agent's memory."""
+
+    def test_an_endless_embedding_answer_is_dropped_under_an_address_space_limit(self):
+        from bastion_agent.embedding.test_model_info import endless
+        from bastion_agent.testing.stub_server import StubServer
+
+        with StubServer(routes={"/v1/embeddings": endless}) as stub:
+            code = (
+                "import resource; "
+                f"resource.setrlimit(resource.RLIMIT_AS, ({768 << 20}, {768 << 20})); "
+                "from bastion_agent.embedding.client import BadAnswer, post_json\n"
+                "try:\n"
+                f"    post_json({stub.url + '/v1/embeddings'!r}, {{'model': 'm', 'input': ['a']}}, 60)\n"
+                "except BadAnswer as exc:\n"
+                "    print(exc)\n"
+            )
+            result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                                    capture_output=True, text=True, timeout=300)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.strip(), "an answer over 268435456 bytes")
+
+
 class CrashSafetyTests(FaultCase):
     doc_count = 40  # 120 windows, 30 batches of 4
 
