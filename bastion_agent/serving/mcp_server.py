@@ -88,7 +88,7 @@ class BastionTools:
         endpoint = dataclasses.replace(endpoint, timeout=min(endpoint.timeout, self.settings.request_time_limit))
         self.model = serve.ModelLink(manifest, endpoint, self.settings.reprobe_seconds,
                                      self.settings.model_concurrency)
-        self.default_mode = serve.default_mode(manifest)
+        self.default_mode = searcher.resolve_mode(manifest, None)
         self._service: serve.SearchService | None = None
         self._lock = threading.Lock()
         self.handlers: dict[str, Callable[[dict], dict]] = {"search": self.search, "fetch": self.fetch}

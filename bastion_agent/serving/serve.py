@@ -268,7 +268,7 @@ class SearchService:
         self.index = remote if remote is not None else searcher.SearchIndex.load(manifest, layout)
         self.index_error: str | None = None  # what /healthz says (no local path)
         self._reload_failure: str | None = None  # what the log said
-        self.default_mode = default_mode(manifest)
+        self.default_mode = searcher.resolve_mode(manifest, None)  # the manifest's, else the index's default
         self._seen_version: tuple | None = None
         self._seen_since = 0.0
         self._stop = threading.Event()
@@ -344,7 +344,7 @@ class SearchService:
     def search(self, query: str, k: int, mode: str) -> dict:
         """What ``search --json`` would print, in an envelope; the same rules as ``searcher.search``."""
         index = self.index
-        vectors = needs_vector(mode)
+        vectors = searcher.needs_vector(mode)  # keyword search works while the model server is down
         hits = []
         notice = None
         asked = mode
@@ -384,16 +384,6 @@ _PATH_RE = re.compile(r"""(?:[A-Za-z]:)?(?:~|\.{1,2})?[/\\][^\s'"()\[\],;]*""")
 def without_paths(text: str) -> str:
     """``text`` with every file-system path in it replaced by ``<path>`` (for answers anyone may read)."""
     return _PATH_RE.sub("<path>", text)
-
-
-def default_mode(manifest) -> str:
-    """The mode ``search`` uses when none is asked: the manifest's, else the index's default."""
-    return searcher.resolve_mode(manifest, None)
-
-
-def needs_vector(mode: str) -> bool:
-    """Keyword search needs no query vector, so it works while the model server is down."""
-    return searcher.needs_vector(mode)
 
 
 def summary_stamp(layout) -> tuple | None:
