@@ -102,8 +102,7 @@ class EmbedStats:
     retries: int = 0
     requests: int = 0
     batches: int = 0
-    truncated: int = 0
-    truncated_ids: set = field(default_factory=set)  # the chunks counted in ``truncated`` (window_fit)
+    truncated_ids: set = field(default_factory=set)  # chunks resent asking the server to truncate (window_fit counts them)
     batch_size_final: int = 0
     retried_failures: int = 0
     reused_by_text: int = 0  # vectors of an old-id store given the new id of the same window text
@@ -125,7 +124,6 @@ class BatchOutcome:
 
     stored: list[tuple[str, bytes]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
-    truncated: int = 0
     truncated_ids: list[str] = field(default_factory=list)
     seconds: float | None = None  # the request's time, when the whole batch succeeded in one request
 
@@ -260,7 +258,6 @@ class BatchEmbedder:
             return
         outcome.stored.extend((chunk_id, blob) for (chunk_id, _), blob in zip(items, blobs))
         if truncate:
-            outcome.truncated += len(items)
             outcome.truncated_ids.extend(chunk_id for chunk_id, _ in items)
         if timed:
             outcome.seconds = seconds
@@ -515,6 +512,5 @@ def _in_submission_order(done: set, pending: dict) -> list:
 def _count(stats: EmbedStats, outcome: BatchOutcome) -> None:
     stats.embedded += len(outcome.stored)
     stats.failed_by_reason.update(reason for _, reason in outcome.failed)
-    stats.truncated += outcome.truncated
     stats.truncated_ids.update(outcome.truncated_ids)
     stats.batches += 1
