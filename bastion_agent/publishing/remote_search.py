@@ -95,6 +95,7 @@ class RemoteIndex:
         self.lock = threading.Lock()
         self.ef_search = ef_search_from_env()
         self.conn = publish.connect(dsn)
+        self._walk_ef: int | None = None  # the hnsw.ef_search this session has, once set (_walk_settings)
         with self._errors():
             if publish_schema.current_version(self.conn) == 0:
                 raise DatabaseError(f"no bastion has published to this database yet ({publish.describe_dsn(dsn)})")
@@ -140,6 +141,7 @@ class RemoteIndex:
                 from bastion_agent.publishing import publish
 
                 self.conn = publish.connect(self.dsn)
+                self._walk_ef = None  # a new session: its settings are sent again
             if mode == "keyword":
                 ranked = self.keyword_top(query, k)
             elif mode == "vector":
@@ -186,18 +188,35 @@ class RemoteIndex:
             "SELECT bastion, chunk_id, " + expression + " <=> %s::" + f"{self.model.kind}({self.dim})" + " AS distance"
             " FROM bastion_agent.windows WHERE model = {model}" + where + " ORDER BY distance LIMIT %s"
         ).format(model=sql.Literal(self.key))  # a literal: the planner then matches the partial index
-        with self.conn.transaction():
-            if exact:
+        # never a prepared statement: its cached generic plan would ignore the settings (after five
+        # searches on one connection, an --exact search would walk the graph, or the reverse)
+        if exact:
+            with self.conn.transaction():
                 self.conn.execute("SET LOCAL enable_indexscan = off")
-            else:
-                self.conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))))
-                self.conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            # never a prepared statement: its cached generic plan would ignore the SET LOCAL above (after
-            # five searches on one connection, an --exact search would walk the graph, or the reverse)
+                rows = self.conn.execute(statement, params, prepare=False).fetchall()
+        else:
+            self._walk_settings(max(self.ef_search, n))
             rows = self.conn.execute(statement, params, prepare=False).fetchall()
         ranked = sorted(((1.0 - float(distance), _key(bastion, chunk)) for bastion, chunk, distance in rows),
                         key=lambda item: (-item[0], item[1]))
         return ranked[:n]
+
+    def _walk_settings(self, ef: int) -> None:
+        """The graph walk's settings, for the session, sent only when they change: a search is one statement.
+
+        Set per search in a transaction of its own (``SET LOCAL``), they were
+        four more round trips a search, about a tenth of a vector search's
+        time at 1M windows (docs/publish.md, "Measured"). ``relaxed_order``
+        only acts when a bastion filter takes the scan past its first pass;
+        an exact scan turns the index off in its own transaction.
+        """
+        from psycopg import sql
+
+        if self._walk_ef == ef:
+            return
+        self.conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(ef)))
+        self.conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        self._walk_ef = ef
 
     def keyword_top(self, query: str, n: int) -> list[tuple[float, str]]:
         """``(score, key)`` of the ``n`` best windows by words: all the words first, then any."""

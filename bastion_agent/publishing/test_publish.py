@@ -542,14 +542,23 @@ class GraphUseTests(PublishCase):
         return query(self.dsn, "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = %s",
                      (index.model.index_name,))[0][0]
 
-    def test_exact_search_never_walks_the_graph_however_many_searches_came_before(self):
+    def open_index(self):
         from types import SimpleNamespace
 
         from bastion_agent.publishing import remote_search
 
         manifest = SimpleNamespace(embed=SimpleNamespace(vector_key="many-rows", dim=self.DIM), search_mode=None)
         index = remote_search.RemoteIndex(manifest, self.dsn)
-        self.addCleanup(index.close)
+        self.addCleanup(lambda: index.close())
+        return index
+
+    def walk_settings(self, index) -> tuple[str, str]:
+        """What the index's own session would walk the graph with now."""
+        return (index.conn.execute("SHOW hnsw.ef_search").fetchone()[0],
+                index.conn.execute("SHOW hnsw.iterative_scan").fetchone()[0])
+
+    def test_exact_search_never_walks_the_graph_however_many_searches_came_before(self):
+        index = self.open_index()
         queries = [[float((q * 3 + d) % 4) for d in range(self.DIM)] for q in range(1, 21)]
         start = self.graph_scans(index)
         for vector in queries:
@@ -561,6 +570,35 @@ class GraphUseTests(PublishCase):
         exact = [index.vector_top(vector, 10, exact=True) for vector in queries]
         self.assertEqual(self.graph_scans(index), after_approximate, "an exact search reads every row")
         self.assertEqual(len(exact[0]), 10)
+        index.vector_top(queries[0], 10)  # turning the index off lasted only as long as the exact search
+        self.assertEqual(self.graph_scans(index), after_approximate + 1, "the next approximate search uses the graph")
+
+    def test_a_vector_search_is_one_statement_and_walks_with_the_ef_search_asked(self):
+        index = self.open_index()
+        vector = [float(d % 4) for d in range(self.DIM)]
+        sent = []
+        execute = index.conn.execute
+        index.conn.execute = lambda statement, *args, **kwargs: sent.append(statement) or execute(statement, *args, **kwargs)
+        for _ in range(3):
+            index.vector_top(vector, 10)
+        self.assertEqual(len(sent), 2 + 3, "the two settings once, then one statement a search")
+        index.conn.execute = execute
+        self.assertEqual(self.walk_settings(index), (str(index.ef_search), "relaxed_order"))
+        index.vector_top(vector, index.ef_search + 50)  # a deeper search walks deeper than ef_search
+        self.assertEqual(self.walk_settings(index)[0], str(index.ef_search + 50))
+        index.ef_search = 60
+        index.vector_top(vector, 10)
+        self.assertEqual(self.walk_settings(index)[0], "60")
+
+    def test_a_new_connection_after_the_old_one_broke_walks_with_the_same_settings(self):
+        index = self.open_index()
+        index.ef_search = 77
+        vector = [float(d % 4) for d in range(self.DIM)]
+        first = index.search("text", vector, 10, "vector")
+        index.conn.close()  # what a server restart leaves: the next search opens a new session
+        self.assertEqual([hit.chunk_id for hit in index.search("text", vector, 10, "vector")],
+                         [hit.chunk_id for hit in first])
+        self.assertEqual(self.walk_settings(index), ("77", "relaxed_order"))
 
 
 class SecretsTests(PublishCase):
