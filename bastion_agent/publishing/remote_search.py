@@ -95,7 +95,6 @@ class RemoteIndex:
         self.lock = threading.Lock()
         self.ef_search = ef_search_from_env()
         self.conn = publish.connect(dsn)
-        self._walk_ef: int | None = None  # the hnsw.ef_search this session has, once set (_walk_settings)
         with self._errors():
             if publish_schema.current_version(self.conn) == 0:
                 raise DatabaseError(f"no bastion has published to this database yet ({publish.describe_dsn(dsn)})")
@@ -141,7 +140,6 @@ class RemoteIndex:
                 from bastion_agent.publishing import publish
 
                 self.conn = publish.connect(self.dsn)
-                self._walk_ef = None  # a new session: its settings are sent again
             if mode == "keyword":
                 ranked = self.keyword_top(query, k)
             elif mode == "vector":
@@ -180,43 +178,51 @@ class RemoteIndex:
         if query_vector is None:
             return []
         literal = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
-        params: list = [literal]
-        where = self._filter(params)
-        params.append(n if exact else self.depth(n))
-        expression = self.model.expression
+        where = sql.SQL(" AND bastion = ANY({}::text[])").format(sql.Literal(self.bastions)) if self.bastions \
+            else sql.SQL("")
         statement = sql.SQL(
-            "SELECT bastion, chunk_id, " + expression + " <=> %s::" + f"{self.model.kind}({self.dim})" + " AS distance"
-            " FROM bastion_agent.windows WHERE model = {model}" + where + " ORDER BY distance LIMIT %s"
-        ).format(model=sql.Literal(self.key))  # a literal: the planner then matches the partial index
-        # never a prepared statement: its cached generic plan would ignore the settings (after five
-        # searches on one connection, an --exact search would walk the graph, or the reverse)
+            "SELECT bastion, chunk_id, {expression} <=> {query}::{kind} AS distance FROM bastion_agent.windows"
+            " WHERE model = {model}{where} ORDER BY distance LIMIT {limit}"
+        ).format(expression=sql.SQL(self.model.expression), query=sql.Literal(literal),
+                 kind=sql.SQL(f"{self.model.kind}({self.dim})"), model=sql.Literal(self.key),  # the partial index's
+                 where=where, limit=sql.Literal(n if exact else self.depth(n)))                # literal, as it says
         if exact:
-            with self.conn.transaction():
-                self.conn.execute("SET LOCAL enable_indexscan = off")
-                rows = self.conn.execute(statement, params, prepare=False).fetchall()
+            settings = [sql.SQL("SET LOCAL enable_indexscan = off")]
         else:
-            self._walk_settings(max(self.ef_search, n))
-            rows = self.conn.execute(statement, params, prepare=False).fetchall()
+            settings = [sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))),
+                        sql.SQL("SET LOCAL hnsw.iterative_scan = relaxed_order")]
+        rows = self._in_one_message(settings, statement)
         ranked = sorted(((1.0 - float(distance), _key(bastion, chunk)) for bastion, chunk, distance in rows),
                         key=lambda item: (-item[0], item[1]))
         return ranked[:n]
 
-    def _walk_settings(self, ef: int) -> None:
-        """The graph walk's settings, for the session, sent only when they change: a search is one statement.
+    def _in_one_message(self, settings: list, statement) -> list[tuple]:
+        """The rows of ``statement`` run with ``settings`` (``SET LOCAL``), all in one message to the server.
 
-        Set per search in a transaction of its own (``SET LOCAL``), they were
-        four more round trips a search, about a tenth of a vector search's
-        time at 1M windows (docs/publish.md, "Measured"). ``relaxed_order``
-        only acts when a bastion filter takes the scan past its first pass;
-        an exact scan turns the index off in its own transaction.
+        ``BEGIN; SET LOCAL …; SELECT …; COMMIT`` as one simple query: one
+        round trip instead of five (about a tenth of a vector search's time
+        at 1M windows, docs/publish.md), the settings still end with the
+        transaction (nothing lingers on serve's shared connection, and Citus
+        passes ``SET LOCAL`` on to its workers), and no prepared statement
+        can carry a plan over from one search to the next (the simple
+        protocol prepares nothing). A failure inside leaves the transaction
+        aborted: it is rolled back here, so the next search starts clean.
         """
-        from psycopg import sql
+        from psycopg import Error, pq, sql
 
-        if self._walk_ef == ef:
-            return
-        self.conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(ef)))
-        self.conn.execute("SET hnsw.iterative_scan = relaxed_order")
-        self._walk_ef = ef
+        message = sql.SQL("; ").join([sql.SQL("BEGIN"), *settings, statement, sql.SQL("COMMIT")])
+        try:
+            cursor = self.conn.execute(message, prepare=False)
+        except Error:
+            if not self.conn.closed and self.conn.pgconn.transaction_status == pq.TransactionStatus.INERROR:
+                self.conn.rollback()
+            raise
+        rows: list[tuple] = []
+        while True:
+            if cursor.description is not None:
+                rows = cursor.fetchall()
+            if not cursor.nextset():
+                return rows
 
     def keyword_top(self, query: str, n: int) -> list[tuple[float, str]]:
         """``(score, key)`` of the ``n`` best windows by words: all the words first, then any."""

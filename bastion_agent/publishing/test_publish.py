@@ -429,17 +429,17 @@ def index_of(dsn: str, model: str) -> tuple[int, dict, str]:
 
 
 class HnswBuildTests(PublishCase):
-    """Migration 4: a new model's graph is built with HNSW_BUILD; an older index is kept, recorded, rebuildable."""
+    """Migrations 4 and 5: a new model's graph is built with HNSW_BUILD; an older index is kept, recorded, rebuildable."""
 
-    def at_version_3(self) -> None:
-        """The schema as the release before migration 4 made it, with one model registered (pgvector's defaults)."""
+    def at_version(self, version: int) -> None:
+        """The schema as the release before migration ``version + 1`` made it, with one model registered."""
         from unittest import mock
 
         import psycopg
 
-        with mock.patch.object(publish_schema, "MIGRATIONS", publish_schema.MIGRATIONS[:3]), \
-                mock.patch.object(publish_schema, "LATEST", 3), psycopg.connect(self.dsn, autocommit=True) as conn:
-            self.assertEqual(publish_schema.migrate(conn), 3)
+        with mock.patch.object(publish_schema, "MIGRATIONS", publish_schema.MIGRATIONS[:version]), \
+                mock.patch.object(publish_schema, "LATEST", version), psycopg.connect(self.dsn, autocommit=True) as conn:
+            self.assertEqual(publish_schema.migrate(conn), version)
             conn.execute("SELECT bastion_agent.ensure_model('stub-model', 64)")
 
     def test_a_new_models_index_is_built_with_the_chosen_parameters_and_records_them(self):
@@ -449,7 +449,7 @@ class HnswBuildTests(PublishCase):
         _, options, definition = index_of(self.dsn, "stub-model")
         build = publish_schema.HNSW_BUILD
         self.assertEqual(options, {"m": str(build["m"]), "ef_construction": str(build["ef_construction"])})
-        self.assertGreater(build["m"], publish_schema.PGVECTOR_DEFAULTS["m"])
+        self.assertGreater(build["ef_construction"], publish_schema.PGVECTOR_DEFAULTS["ef_construction"])
         self.assertEqual(query(self.dsn, "SELECT hnsw_m, hnsw_ef_construction FROM bastion_agent.models"),
                          [(build["m"], build["ef_construction"])])
         self.assertIn("vector_cosine_ops", definition)
@@ -458,14 +458,14 @@ class HnswBuildTests(PublishCase):
     def test_an_index_from_before_is_kept_with_its_parameters_recorded_and_rebuild_swaps_it(self):
         import psycopg
 
-        self.at_version_3()
+        self.at_version(3)
         roles = RoleSetup(self.dsn, "fs-01")  # grants made before the upgrade
         before_oid, before, _ = index_of(self.dsn, "stub-model")
         self.assertEqual(before, {})  # pgvector's defaults
         fs = self.bastion("fs-01")
-        code, _, err = fs.publish(self.dsn)  # the owner's publish migrates to 4
+        code, _, err = fs.publish(self.dsn)  # the owner's publish migrates to the latest
         self.assertEqual(code, 0, err)
-        self.assertEqual(query(self.dsn, "SELECT max(version) FROM bastion_agent.migrations"), [(4,)])
+        self.assertEqual(query(self.dsn, "SELECT max(version) FROM bastion_agent.migrations"), [(publish_schema.LATEST,)])
         self.assertEqual(index_of(self.dsn, "stub-model")[0], before_oid, "the old index is kept, not rebuilt")
         self.assertEqual(query(self.dsn, "SELECT hnsw_m, hnsw_ef_construction FROM bastion_agent.models"),
                          [(16, 64)])
@@ -474,7 +474,9 @@ class HnswBuildTests(PublishCase):
         fs.embed(self.stub)
         code, _, err = fs.publish(roles.publish_dsn)
         self.assertEqual(code, 0, err)
-        self.assertEqual(index_of(self.dsn, "stub-model-2")[1], {"m": "24", "ef_construction": "128"})
+        build = publish_schema.HNSW_BUILD
+        self.assertEqual(index_of(self.dsn, "stub-model-2")[1],
+                         {"m": str(build["m"]), "ef_construction": str(build["ef_construction"])})
         fs.rewrite("stub-model")
         exact = self.remote_search(fs, "backup keys", "--mode", "vector", "-k", "3", "--exact")
         with psycopg.connect(self.dsn, autocommit=True) as conn:
@@ -499,6 +501,20 @@ class HnswBuildTests(PublishCase):
                     "EXPLAIN SELECT chunk_id FROM bastion_agent.windows WHERE model = 'stub-model'"
                     " ORDER BY embedding::vector(64) <=> %s::vector(64) LIMIT 3", ("[" + ",".join(["1"] * 64) + "]",)))
         self.assertIn(rebuilt.index_name, plan)
+
+    def test_migration_5_keeps_a_migration_4_graph_and_builds_new_ones_deeper(self):
+        self.at_version(4)
+        before_oid, before, _ = index_of(self.dsn, "stub-model")
+        self.assertEqual(before, {"m": "24", "ef_construction": "128"})
+        fs = self.bastion("fs-01")
+        self.assertEqual(fs.publish(self.dsn)[0], 0)
+        fs.rewrite("stub-model-2")
+        fs.embed(self.stub)
+        self.assertEqual(fs.publish(self.dsn)[0], 0)
+        self.assertEqual(index_of(self.dsn, "stub-model")[0], before_oid, "the old graph is kept, not rebuilt")
+        self.assertEqual(query(self.dsn, "SELECT model, hnsw_m, hnsw_ef_construction FROM bastion_agent.models"
+                                         " ORDER BY model"), [("stub-model", 24, 128), ("stub-model-2", 16, 200)])
+        self.assertEqual(index_of(self.dsn, "stub-model-2")[1], {"m": "16", "ef_construction": "200"})
 
     def test_rebuild_refuses_parameters_pgvector_would_refuse(self):
         import psycopg
@@ -552,11 +568,6 @@ class GraphUseTests(PublishCase):
         self.addCleanup(lambda: index.close())
         return index
 
-    def walk_settings(self, index) -> tuple[str, str]:
-        """What the index's own session would walk the graph with now."""
-        return (index.conn.execute("SHOW hnsw.ef_search").fetchone()[0],
-                index.conn.execute("SHOW hnsw.iterative_scan").fetchone()[0])
-
     def test_exact_search_never_walks_the_graph_however_many_searches_came_before(self):
         index = self.open_index()
         queries = [[float((q * 3 + d) % 4) for d in range(self.DIM)] for q in range(1, 21)]
@@ -573,32 +584,33 @@ class GraphUseTests(PublishCase):
         index.vector_top(queries[0], 10)  # turning the index off lasted only as long as the exact search
         self.assertEqual(self.graph_scans(index), after_approximate + 1, "the next approximate search uses the graph")
 
-    def test_a_vector_search_is_one_statement_and_walks_with_the_ef_search_asked(self):
+    def test_a_vector_search_is_one_message_to_the_server_approximate_or_exact(self):
         index = self.open_index()
         vector = [float(d % 4) for d in range(self.DIM)]
         sent = []
         execute = index.conn.execute
         index.conn.execute = lambda statement, *args, **kwargs: sent.append(statement) or execute(statement, *args, **kwargs)
-        for _ in range(3):
-            index.vector_top(vector, 10)
-        self.assertEqual(len(sent), 2 + 3, "the two settings once, then one statement a search")
+        approximate = [index.vector_top(vector, 10) for _ in range(3)]
+        exact = index.vector_top(vector, 10, exact=True)
         index.conn.execute = execute
-        self.assertEqual(self.walk_settings(index), (str(index.ef_search), "relaxed_order"))
-        index.vector_top(vector, index.ef_search + 50)  # a deeper search walks deeper than ef_search
-        self.assertEqual(self.walk_settings(index)[0], str(index.ef_search + 50))
-        index.ef_search = 60
-        index.vector_top(vector, 10)
-        self.assertEqual(self.walk_settings(index)[0], "60")
+        self.assertEqual(len(sent), 4, "one message a search, its settings inside it")
+        self.assertEqual(len(approximate[0]), 10)
+        self.assertEqual([round(score, 6) for score, _ in exact], [round(score, 6) for score, _ in approximate[0]])
 
-    def test_a_new_connection_after_the_old_one_broke_walks_with_the_same_settings(self):
+    def test_a_search_that_fails_on_the_server_leaves_the_connection_usable(self):
+        from bastion_agent.core.errors import DatabaseError
+
         index = self.open_index()
-        index.ef_search = 77
         vector = [float(d % 4) for d in range(self.DIM)]
-        first = index.search("text", vector, 10, "vector")
-        index.conn.close()  # what a server restart leaves: the next search opens a new session
-        self.assertEqual([hit.chunk_id for hit in index.search("text", vector, 10, "vector")],
-                         [hit.chunk_id for hit in first])
-        self.assertEqual(self.walk_settings(index), ("77", "relaxed_order"))
+        expected = index.search("text", vector, 5, "vector")
+        hostile = [float("nan")] * self.DIM  # a model server's NaN: pgvector refuses it inside the transaction
+        for _ in range(2):
+            with self.assertRaises(DatabaseError):
+                index.search("text", hostile, 5, "vector")
+        self.assertEqual(index.conn.pgconn.transaction_status, 0, "no transaction left open or aborted")
+        self.assertEqual([hit.chunk_id for hit in index.search("text", vector, 5, "vector")],
+                         [hit.chunk_id for hit in expected])
+        self.assertEqual(len(index.search("text", vector, 5, "keyword")), 5)
 
 
 class SecretsTests(PublishCase):
