@@ -21,7 +21,10 @@ build run once; ``--phase`` runs one part:
 - ``search``: p50/p95 of ``RemoteIndex.search`` per mode (the query vector
   given: the model server's time is not in it), unfiltered and filtered to
   one bastion, and recall@10 of the HNSW ranking against exact search
-  per ``hnsw.ef_search`` (of the twin too, interleaved, when it exists);
+  per ``hnsw.ef_search`` (of the twin too, interleaved, when it exists),
+  with the shared buffers a query touches (``EXPLAIN (ANALYZE, BUFFERS)``
+  of the same statement: the graph walk's work, which the machine's load
+  does not change, so graphs measured on different days compare);
 - ``publish``: the publisher (``publish.publish_documents``: plan, one
   transaction per batch of whole documents, binary COPY) on 100k windows
   into an empty schema, against a bare binary COPY of the same rows into an
@@ -272,6 +275,16 @@ def build_twin(conn, model) -> dict:
             f"{other.kind}_twin_index_mb": index_mb(conn, other.index_name), **build_settings(conn, other)}
 
 
+def buffers(index, vector) -> int:
+    """Shared buffers (hit or read) of one vector search: the same settings and statement, explained."""
+    from psycopg import sql
+
+    settings, statement = index.vector_query(vector, 10)
+    plan = index.in_one_message(settings, sql.SQL("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) ") + statement)
+    top = plan[0][0][0]["Plan"]
+    return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+
+
 def recall(approximate: list, exact: list) -> float:
     """recall@k; a window tied with the exact k-th score counts as found (equal cosines are interchangeable)."""
     if not exact:
@@ -322,8 +335,10 @@ def ef_sweep(index, vectors, models=None) -> dict:
                     times[model.kind].append(time.perf_counter() - started)
                     recalls[model.kind].append(recall(found, truth))
             for model in models:
+                index.model = model
+                pages = statistics.mean(buffers(index, vector) for vector in vectors)
                 sweep[model.kind][str(ef)] = {"recall_at_10": round(statistics.mean(recalls[model.kind]), 4),
-                                              **percentiles(times[model.kind])}
+                                              **percentiles(times[model.kind]), "buffers": round(pages)}
     finally:
         index.ef_search, index.model = default, product
     return sweep if len(models) > 1 else sweep[product.kind]
@@ -338,7 +353,8 @@ def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
     model = everywhere.model
     other = twin(model)
     compared = [model] + ([other] if index_exists(everywhere.conn, other.index_name) else [])
-    result = {"windows": len(everywhere), "bastions": BASTIONS, "queries": len(texts_), "dim": DIM,
+    result = {"windows": len(everywhere), "bastions": BASTIONS, "queries": len(texts_),
+              "recall_queries": min(recall_queries, len(texts_)), "dim": DIM,
               "ef_search": everywhere.ef_search, "hnsw_m": model.m, "hnsw_ef_construction": model.ef_construction,
               "hnsw_kind": model.kind, "hnsw_index_mb": index_mb(everywhere.conn, model.index_name)}
     if len(compared) > 1:
@@ -431,7 +447,8 @@ def main() -> None:
     parser.add_argument("--publish-hnsw-windows", type=int, default=20_000,
                         help="windows for the run that maintains the HNSW index (graph insertion is slow)")
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--recall-queries", type=int, default=50)
+    parser.add_argument("--recall-queries", type=int, default=200,
+                        help="queries of the recall sweep (each also scanned exactly: ~1.5 s a query at 1M)")
     parser.add_argument("--twin", action="store_true",
                         help="also build the model's graph of the other kind (halfvec beside vector, or the reverse);"
                              " the search phase then measures both, interleaved, whenever the twin exists")

@@ -34,7 +34,7 @@ from bastion_agent.config.manifest import SEARCH_MODES
 from bastion_agent.core.errors import ConfigError, DatabaseError, ModelServerError
 from bastion_agent.searching import searcher
 
-EF_SEARCH = 200  # recall@10 0.95 at 1M windows of the benchmark (m 24, ef_construction 128); BASTION_HNSW_EF_SEARCH sets it (docs/publish.md)
+EF_SEARCH = 300  # recall@10 0.95 at 1M windows of the benchmark (m 16, ef_construction 200); BASTION_HNSW_EF_SEARCH sets it (docs/publish.md)
 EF_SEARCH_VARIABLE = "BASTION_HNSW_EF_SEARCH"
 KEYWORD_POOL = 1000  # matching rows ranked per keyword pass (ranking costs ~20 us a row at 1M windows)
 MAX_TERMS = 64
@@ -173,10 +173,17 @@ class RemoteIndex:
 
     def vector_top(self, query_vector, n: int, exact: bool = False) -> list[tuple[float, str]]:
         """``(cosine, key)`` of the ``n`` nearest windows, best first."""
-        from psycopg import sql
-
         if query_vector is None:
             return []
+        rows = self.in_one_message(*self.vector_query(query_vector, n, exact))
+        ranked = sorted(((1.0 - float(distance), _key(bastion, chunk)) for bastion, chunk, distance in rows),
+                        key=lambda item: (-item[0], item[1]))
+        return ranked[:n]
+
+    def vector_query(self, query_vector, n: int, exact: bool = False) -> tuple[list, object]:
+        """The settings and the statement of a vector search (``bench/publish.py`` explains the same one)."""
+        from psycopg import sql
+
         literal = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
         where = sql.SQL(" AND bastion = ANY({}::text[])").format(sql.Literal(self.bastions)) if self.bastions \
             else sql.SQL("")
@@ -187,21 +194,16 @@ class RemoteIndex:
                  kind=sql.SQL(f"{self.model.kind}({self.dim})"), model=sql.Literal(self.key),  # the partial index's
                  where=where, limit=sql.Literal(n if exact else self.depth(n)))                # literal, as it says
         if exact:
-            settings = [sql.SQL("SET LOCAL enable_indexscan = off")]
-        else:
-            settings = [sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))),
-                        sql.SQL("SET LOCAL hnsw.iterative_scan = relaxed_order")]
-        rows = self._in_one_message(settings, statement)
-        ranked = sorted(((1.0 - float(distance), _key(bastion, chunk)) for bastion, chunk, distance in rows),
-                        key=lambda item: (-item[0], item[1]))
-        return ranked[:n]
+            return [sql.SQL("SET LOCAL enable_indexscan = off")], statement
+        return [sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))),
+                sql.SQL("SET LOCAL hnsw.iterative_scan = relaxed_order")], statement
 
-    def _in_one_message(self, settings: list, statement) -> list[tuple]:
+    def in_one_message(self, settings: list, statement) -> list[tuple]:
         """The rows of ``statement`` run with ``settings`` (``SET LOCAL``), all in one message to the server.
 
         ``BEGIN; SET LOCAL …; SELECT …; COMMIT`` as one simple query: one
-        round trip instead of five (about a tenth of a vector search's time
-        at 1M windows, docs/publish.md), the settings still end with the
+        round trip instead of five (0.93x the time at ef_search 100 and 1M
+        windows, 0.97x at 300: docs/publish.md), the settings still end with the
         transaction (nothing lingers on serve's shared connection, and Citus
         passes ``SET LOCAL`` on to its workers), and no prepared statement
         can carry a plan over from one search to the next (the simple
