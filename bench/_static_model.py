@@ -1,13 +1,12 @@
-"""A static embedding model distilled from multilingual-e5-small: vectors with a real model's geometry, for 1M windows.
+"""A static embedding model distilled from multilingual-e5-small: a candidate stand-in for a real model, measured and rejected.
 
-Why: the benchmarks at a million windows cannot wait for a neural model
-(the embedded e5 embeds about 17 windows of 32 tokens a second here:
-sixteen hours for a million), and the stub's bag-of-words counts
-are a poor stand-in for what a central index holds: they are sparse, all
-non-negative, and dominated by the same few words ("the", "of"), so every
-window sits in one narrow cone where a graph search has little to steer
-by. ``bench/vector_difficulty.py`` measures how far each kind is from real
-e5 vectors of the same windows.
+Why it was made: the benchmarks at a million windows cannot wait for a
+neural model (the embedded e5 embeds about 17 windows of 32 tokens a
+second here: sixteen hours for a million). Why it is not used there:
+``bench/vector_difficulty.py`` shows it is easier for a graph index than
+both real e5 vectors and the stub's bag of words, and agrees with e5's
+top 10 on almost none of it, so it would flatter the index. It stays as
+that script's third kind, the measured reason.
 
 The model (the idea of static embedding models such as Model2Vec; no code
 of theirs): one e5 ``passage:`` vector per vocabulary word (the ``VOCABULARY``
@@ -15,8 +14,8 @@ most frequent words of the windows that occur at least 3 times), and a
 text's vector is the mean of its words' vectors weighted by smooth inverse
 frequency, ``a / (a + p(word))`` with ``a = 1e-3`` (Arora, Liang and Ma,
 2017), normalised. Words outside the vocabulary are left out. The word
-table takes a few minutes to embed once and is cached (``vocab.json``,
-``e5_words.npy``); vectors for a million windows then take about a minute.
+table takes about six minutes to embed once and is cached (``vocab.json``,
+``e5_words.npy``).
 """
 
 from __future__ import annotations
