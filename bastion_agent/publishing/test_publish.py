@@ -565,7 +565,7 @@ class GraphUseTests(PublishCase):
 
         manifest = SimpleNamespace(embed=SimpleNamespace(vector_key="many-rows", dim=self.DIM), search_mode=None)
         index = remote_search.RemoteIndex(manifest, self.dsn)
-        self.addCleanup(lambda: index.close())
+        self.addCleanup(index.close)
         return index
 
     def test_exact_search_never_walks_the_graph_however_many_searches_came_before(self):
