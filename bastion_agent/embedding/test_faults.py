@@ -50,6 +50,7 @@ from bastion_agent.testing.testsupport import (
     clean_env,
     closed_port_url,
     run_cli,
+    run_python_limited,
     write_manifest,
     write_sanitized_store,
 )
@@ -450,16 +451,13 @@ class EndlessAnswerTests(unittest.TestCase):
 
         with StubServer(routes={"/v1/embeddings": endless}) as stub:
             code = (
-                "import resource; "
-                f"resource.setrlimit(resource.RLIMIT_AS, ({768 << 20}, {768 << 20})); "
                 "from bastion_agent.embedding.client import BadAnswer, post_json\n"
                 "try:\n"
                 f"    post_json({stub.url + '/v1/embeddings'!r}, {{'model': 'm', 'input': ['a']}}, 60)\n"
                 "except BadAnswer as exc:\n"
                 "    print(exc)\n"
             )
-            result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
-                                    capture_output=True, text=True, timeout=300)
+            result = run_python_limited(code, 768 << 20)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout.strip(), "an answer over 268435456 bytes")
 

@@ -13,11 +13,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import subprocess
-import sys
 import threading
 import unittest
-from pathlib import Path
 
 from bastion_agent import embed
 from bastion_agent.core.errors import BastionError, ModelServerError
@@ -35,10 +32,9 @@ from bastion_agent.testing.testsupport import (
     TempFolder,
     clean_env,
     run_cli,
+    run_python_limited,
     write_manifest,
 )
-
-PROJECT = Path(__file__).resolve().parents[2]
 
 # Technical prose: long words, so the stub model's 4-letter pieces outnumber the chunker's regex tokens.
 RUNBOOK = (
@@ -380,14 +376,11 @@ class HostileServerTests(TempFolder, unittest.TestCase):
         """The counter reads at most MAX_TOKENIZE_BYTES of an endless answer, under an address-space limit."""
         with StubServer(routes={"/tokenize": endless}) as stub:
             code = (
-                "import resource, sys; "
-                f"resource.setrlimit(resource.RLIMIT_AS, ({768 << 20}, {768 << 20})); "
                 "from bastion_agent.embedding import model_info; from bastion_agent.embedding.client import EndpointConfig; "
                 f"counts = model_info.count_tokens(EndpointConfig(url={stub.url!r}, timeout=5), 'tei', 'm', ['a'] * 64); "
                 "print(counts.count(None))"
             )
-            result = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True,
-                                    timeout=120)
+            result = run_python_limited(code, 768 << 20, timeout=120)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout.strip(), "64")  # nothing counted, three tries, then given up
 

@@ -6,9 +6,6 @@ import bz2
 import gzip
 import json
 import lzma
-import os
-import subprocess
-import sys
 import textwrap
 import unittest
 from pathlib import Path
@@ -21,10 +18,10 @@ from bastion_agent.testing.testsupport import (
     TempFolder,
     clean_env,
     run_cli,
+    run_python_limited,
     write_manifest,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 CHANGELOG = textwrap.dedent("""\
     hello (2.12-1) unstable; urgency=medium
 
@@ -99,15 +96,11 @@ class StageTests(TempFolder, unittest.TestCase):
         (self.docs / "bomb.txt.bz2").write_bytes(bz2.compress(b"\0" * (40 << 20), compresslevel=1))
         (self.docs / "changelog.gz").write_bytes(gzip.compress(CHANGELOG.encode()))
         script = textwrap.dedent(f"""
-            import resource, sys
-            limit = 400 * 1024 * 1024  # address space: far less than the bomb unpacks to
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            import sys
             from bastion_agent.commands.cli import main
             sys.exit(main(["extract", {str(self.manifest)!r}, "--out", {str(self.out)!r}, "--quiet"]))
             """)
-        env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
-        result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                                timeout=300)
+        result = run_python_limited(script, 400 << 20)  # address space: far less than the bomb unpacks to
         self.assertEqual(result.returncode, 0, result.stderr)
         rows = {row["path"]: row for row in read_jsonl(Layout(self.out).extract_listing)}
         for name in ("bomb.log.gz", "bomb.txt.xz", "bomb.txt.bz2"):

@@ -14,7 +14,6 @@ import os
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 import unittest
@@ -34,22 +33,23 @@ from bastion_agent.extracting import extract
 from bastion_agent.extracting.formats.base import REASON_OUTPUT
 from bastion_agent.serving import serve
 from bastion_agent.serving.test_serve import StoreCase
-from bastion_agent.testing.testsupport import clean_env, write_manifest
+from bastion_agent.testing.testsupport import (
+    clean_env,
+    run_python_limited,
+    write_manifest,
+)
 
-PROJECT = Path(__file__).resolve().parents[2]
 STAGE_MEMORY_LIMIT = 1536 << 20  # the whole stage, parent and workers, stays under 1.5 GiB of address space
 
 
 def run_limited(*args: str, limit: int = STAGE_MEMORY_LIMIT, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m bastion_agent ARGS`` under an address-space limit (inherited by its workers)."""
     code = (
-        "import resource, runpy, sys; "
-        f"resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit})); "
+        "import runpy, sys; "
         f"sys.argv = ['bastion_agent'] + {list(args)!r}; "
         "runpy.run_module('bastion_agent', run_name='__main__', alter_sys=True)"
     )
-    with clean_env():
-        return subprocess.run([sys.executable, "-c", code], cwd=PROJECT, capture_output=True, text=True, timeout=timeout)
+    return run_python_limited(code, limit, timeout)
 
 
 # ---------------------------------------------------------------- the budget itself (test functions run in a worker)

@@ -7,6 +7,8 @@ import hashlib
 import io
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -20,6 +22,7 @@ from bastion_agent.core.layout import (
 )
 
 ENV_PREFIXES = ("EMBED_", "BASTION_")
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def write_manifest(folder: Path, *, model: str = "stub-model", dim: int = 64, size: int = 16,
@@ -42,6 +45,19 @@ def clean_env(**values: str):
     kept.update(values)
     with mock.patch.dict(os.environ, kept, clear=True):
         yield
+
+
+def run_python_limited(code: str, limit: int, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``code`` in a fresh Python under an address-space limit of ``limit`` bytes, which its children inherit.
+
+    What the hostile tests use to show that memory stays bounded: an
+    allocation past the limit fails in the child, not on the machine. It runs
+    from the project's root, in ``clean_env()``.
+    """
+    limited = f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))\n{code}"
+    with clean_env():
+        return subprocess.run([sys.executable, "-c", limited], cwd=PROJECT, capture_output=True, text=True,
+                              timeout=timeout)
 
 
 def sha256_hex(text: str) -> str:
