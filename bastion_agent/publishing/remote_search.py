@@ -151,11 +151,13 @@ class RemoteIndex:
                 ranked = fuse(by_vector, by_keyword, k)
             return self.hits(ranked)
 
-    def _filter(self, params: list) -> str:
+    def _bastion_filter(self):
+        """`` AND bastion = ANY('{…}')`` for the chosen bastions (a literal: the vector search sends no parameters)."""
+        from psycopg import sql
+
         if not self.bastions:
-            return ""
-        params.append(self.bastions)
-        return " AND bastion = ANY(%s)"
+            return sql.SQL("")
+        return sql.SQL(" AND bastion = ANY({}::text[])").format(sql.Literal(self.bastions))
 
     def depth(self, n: int) -> int:
         """How many rows to ask the HNSW scan for, to answer the ``n`` nearest.
@@ -185,14 +187,12 @@ class RemoteIndex:
         from psycopg import sql
 
         literal = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
-        where = sql.SQL(" AND bastion = ANY({}::text[])").format(sql.Literal(self.bastions)) if self.bastions \
-            else sql.SQL("")
         statement = sql.SQL(
             "SELECT bastion, chunk_id, {expression} <=> {query}::{kind} AS distance FROM bastion_agent.windows"
             " WHERE model = {model}{where} ORDER BY distance LIMIT {limit}"
         ).format(expression=sql.SQL(self.model.expression), query=sql.Literal(literal),
                  kind=sql.SQL(f"{self.model.kind}({self.dim})"), model=sql.Literal(self.key),  # the partial index's
-                 where=where, limit=sql.Literal(n if exact else self.depth(n)))                # literal, as it says
+                 where=self._bastion_filter(), limit=sql.Literal(n if exact else self.depth(n)))                # literal, as it says
         if exact:
             return [sql.SQL("SET LOCAL enable_indexscan = off")], statement
         return [sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))),
@@ -243,15 +243,15 @@ class RemoteIndex:
         return ranked
 
     def _keyword_pass(self, expression: str, n: int) -> list[tuple[float, str]]:
-        params: list = [expression, self.key]
-        where = self._filter(params)
-        params += [KEYWORD_POOL, n]
-        rows = self.conn.execute(
+        from psycopg import sql
+
+        statement = sql.SQL(
             "WITH q AS (SELECT to_tsquery('english', %s) AS q),"
             " m AS MATERIALIZED (SELECT bastion, chunk_id, tsv FROM bastion_agent.windows, q"
-            "   WHERE model = %s AND tsv @@ q.q" + where + " LIMIT %s)"
+            "   WHERE model = %s AND tsv @@ q.q{where} LIMIT %s)"
             " SELECT bastion, chunk_id, ts_rank(m.tsv, q.q, 32) AS r FROM m, q"
-            " ORDER BY r DESC, bastion, chunk_id LIMIT %s", params).fetchall()
+            " ORDER BY r DESC, bastion, chunk_id LIMIT %s").format(where=self._bastion_filter())
+        rows = self.conn.execute(statement, [expression, self.key, KEYWORD_POOL, n]).fetchall()
         return [(float(r), _key(bastion, chunk)) for bastion, chunk, r in rows]
 
     def hits(self, ranked: list[tuple[float, str]]) -> list[RemoteHit]:
