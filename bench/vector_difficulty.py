@@ -50,6 +50,7 @@ import psycopg  # noqa: E402
 
 import publish as publish_bench  # noqa: E402  (bench/publish.py: its windows and queries)
 from _static_model import StaticModel  # noqa: E402
+from hnsw_graphs import literal  # noqa: E402  (a vector as pgvector's text input)
 from bastion_agent.testing.pgtest import ThrowawayPostgres  # noqa: E402
 
 K = 20
@@ -86,10 +87,6 @@ def difficulty(windows: np.ndarray, queries: np.ndarray) -> tuple[dict, np.ndarr
                "relative_contrast": round(float(np.median(contrast)), 3),
                "ties_at_10": round(float(np.mean(ties)), 3)}
     return figures, order[:, :10]
-
-
-def literal(vector) -> str:
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 def hnsw_recall(conn, name: str, windows: np.ndarray, queries: np.ndarray) -> dict:
