@@ -7,6 +7,9 @@ machine's two cores; a 200k sample of the same windows (``--rows``,
 the same way. Each graph gets a table of its own (the sample's vectors,
 as they are, or normalised for the inner-product variants) and one
 index, built with ``maintenance_work_mem = 4GB`` and one parallel worker.
+The binary graph (``m16_efc200_binary``) walks one bit a dimension and
+re-ranks the ``hnsw.ef_search`` candidates it finds by cosine, all inside
+PostgreSQL (pgvector's ``binary_quantize``).
 
 Per ``hnsw.ef_search``, over ``--queries`` Cranfield and SciFact queries
 (the stub's bag-of-words vectors, as ``bench/publish.py`` makes them):
@@ -52,6 +55,8 @@ GRAPHS = {
     "m16_efc64": (False, "vector_cosine_ops", 16, 64),  # pgvector's defaults
     "m24_efc128_ip": (True, "vector_ip_ops", 24, 128),  # normalised, inner product
     "m24_efc128_halfvec_ip": (True, "halfvec_ip_ops", 24, 128),  # the same in 16-bit floats
+    # one bit a dimension (pgvector's binary_quantize), the ef_search nearest by Hamming distance re-ranked by cosine
+    "m16_efc200_binary": (False, "bit_hamming_ops", 16, 200),
 }
 EF_SEARCH = (60, 100, 150, 200, 250)
 
@@ -79,10 +84,21 @@ def build(conn, name: str) -> dict:
     normalised, opclass, m, ef_construction = GRAPHS[name]
     kind = opclass.split("_")[0]
     value = f"l2_normalize(v)::{kind}({publish_bench.DIM})" if normalised else "v"
-    conn.execute(f"CREATE TABLE {SCHEMA}.{name} AS SELECT id, {value} AS e FROM {SCHEMA}.sample")
+    columns = f"{value} AS e"
+    if kind == "bit":  # the bits the graph walks, and the vector the candidates are re-ranked by
+        columns = f"binary_quantize(v)::bit({publish_bench.DIM}) AS e, v"
+    conn.execute(f"CREATE TABLE {SCHEMA}.{name} AS SELECT id, {columns} FROM {SCHEMA}.sample")
     started = time.monotonic()
     conn.execute(f"CREATE INDEX ON {SCHEMA}.{name} USING hnsw (e {opclass}) WITH (m = {m}, ef_construction = {ef_construction})")
     return {"build_s": round(time.monotonic() - started, 1)}
+
+
+def rerank_query(name: str, candidates: int) -> str:
+    """The ``candidates`` nearest by Hamming distance of the bits, the 10 best of them by cosine of the vectors."""
+    dim = publish_bench.DIM
+    return (f"SELECT id, v <=> %(q)s::vector({dim}) AS d FROM (SELECT id, v FROM {SCHEMA}.{name}"
+            f" ORDER BY e <~> binary_quantize(%(q)s::vector({dim}))::bit({dim}) LIMIT {candidates}) candidates"
+            " ORDER BY d LIMIT 10")
 
 
 def measure(conn, name: str, vectors: list, exact: list) -> dict:
@@ -93,8 +109,9 @@ def measure(conn, name: str, vectors: list, exact: list) -> dict:
         conn.execute(f"SET hnsw.ef_search = {ef}")
         found, pages = [], []
         for vector, truth in zip(vectors, exact):
-            query = f"SELECT id, e {operator} %s::{kind}({publish_bench.DIM}) AS d FROM {SCHEMA}.{name} ORDER BY d LIMIT 10"
-            parameter = [literal(unit(vector) if normalised else vector)]
+            query = (rerank_query(name, ef) if kind == "bit" else
+                     f"SELECT id, e {operator} %(q)s::{kind}({publish_bench.DIM}) AS d FROM {SCHEMA}.{name} ORDER BY d LIMIT 10")
+            parameter = {"q": literal(unit(vector) if normalised else vector)}
             rows = conn.execute(query, parameter, prepare=False).fetchall()
             scores = [-d if operator == "<#>" else 1.0 - d for _, d in rows]
             found.append(min(10, sum(1 for score in scores if score >= truth - 1e-5)) / 10)
