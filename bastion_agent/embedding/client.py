@@ -52,6 +52,7 @@ MAX_CONCURRENCY = 64
 # The largest answer read: 256 vectors of 8,192 dimensions as JSON floats are
 # ~50 MB, so a legitimate answer is far below; an endless one stops here.
 MAX_ANSWER_BYTES = 256 << 20
+MAX_ERROR_BYTES = 64 << 10  # of an error answer: enough for any server's message
 APIS = ("ollama", "openai")
 PATHS = {"ollama": "/api/embed", "openai": "/v1/embeddings"}
 PROBE_TEXT = "bastion agent probe: is this the pinned model?"
@@ -236,10 +237,12 @@ def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER) -> 
         with opener.open(request, timeout=timeout) as response:
             payload = read_bounded(response, MAX_ANSWER_BYTES)
     except urllib.error.HTTPError as exc:
-        try:
-            text = exc.read()
+        try:  # only what a message needs: an error body can be endless too
+            text = exc.read(MAX_ERROR_BYTES)
         except (OSError, http.client.HTTPException):
             text = b""
+        finally:
+            exc.close()
         raise HTTPFailure(exc.code, _error_message(text), parse_retry_after(exc.headers.get("Retry-After"))) from None
     except http.client.HTTPException as exc:  # IncompleteRead, BadStatusLine: the exchange was cut
         raise ConnectionResetError(f"{type(exc).__name__}: {exc}") from None

@@ -6,6 +6,7 @@ injected sleep and clock (``FakeTime``), so no test waits out a backoff.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -460,6 +461,32 @@ class EndlessAnswerTests(unittest.TestCase):
             result = run_python_limited(code, 768 << 20)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout.strip(), "an answer over 268435456 bytes")
+
+    def test_an_endless_error_answer_is_dropped_under_an_address_space_limit(self):
+        """A 500 whose body never ends: its message is read to a bound, not whole (it took all memory)."""
+        from bastion_agent.testing.stub_server import StubServer
+
+        def endless_error(handler):
+            handler.send_response(500)
+            handler.send_header("Content-Type", "text/plain")
+            handler.end_headers()
+            with contextlib.suppress(OSError):
+                for _ in range(1 << 14):  # 1 GiB at most, should the client never hang up
+                    handler.wfile.write(b"x" * 65536)
+
+        with StubServer(routes={"/v1/embeddings": endless_error}) as stub:
+            code = (
+                "from bastion_agent.embedding.client import HTTPFailure, post_json\n"
+                "try:\n"
+                f"    post_json({stub.url + '/v1/embeddings'!r}, {{'model': 'm', 'input': ['a']}}, 60)\n"
+                "except HTTPFailure as exc:\n"
+                "    print(exc.status, len(exc.message))\n"
+            )
+            result = run_python_limited(code, 768 << 20)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        status, length = result.stdout.split()
+        self.assertEqual(status, "500")
+        self.assertLessEqual(int(length), 300)
 
 
 class CrashSafetyTests(FaultCase):
