@@ -248,7 +248,7 @@ def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER) -> 
         raise ConnectionResetError(f"{type(exc).__name__}: {exc}") from None
     try:
         return json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # nested past the parser's depth, too
         raise BadAnswer("the answer is not JSON") from None
 
 
@@ -271,7 +271,7 @@ def _error_message(body: bytes) -> str:
     """The message of Ollama's ``{"error": "..."}``, llama.cpp's ``{"error": {"message"}}`` or TEI's ``{"error"|"message"}``."""
     try:
         value = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return body[:200].decode("utf-8", "replace").strip()
     error = value.get("error") if isinstance(value, dict) else None
     if isinstance(error, dict):

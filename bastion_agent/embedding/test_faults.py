@@ -30,6 +30,7 @@ from bastion_agent.embedding.client import (
     INPUT_TOO_LONG,
     REJECTED,
     TRANSIENT,
+    EmbedClient,
     EndpointConfig,
     HTTPFailure,
     classify_http,
@@ -487,6 +488,24 @@ class EndlessAnswerTests(unittest.TestCase):
         status, length = result.stdout.split()
         self.assertEqual(status, "500")
         self.assertLessEqual(int(length), 300)
+
+    def test_a_deeply_nested_answer_is_a_bad_answer_not_a_crash(self):
+        """JSON nested past the parser's recursion limit: the probe fails with one line (it raised RecursionError)."""
+        from bastion_agent.testing.stub_server import StubServer
+
+        def nested(handler):
+            body = b"[" * 200_000 + b"]" * 200_000
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+
+        with StubServer(routes={"/v1/embeddings": nested, "/api/embed": nested}) as stub:
+            client = EmbedClient(EndpointConfig(url=stub.url, timeout=10), "m")
+            with self.assertRaises(ModelServerError) as caught:
+                client.probe(64)
+        self.assertIn("not JSON", str(caught.exception))
 
 
 class CrashSafetyTests(FaultCase):
