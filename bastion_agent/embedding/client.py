@@ -32,6 +32,7 @@ import math
 import os
 import re
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -224,18 +225,45 @@ def read_bounded(response, limit: int, deadline: float | None = None) -> bytes:
 
 
 def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER) -> object:
-    """POST ``body`` as JSON; return the parsed answer.
+    """POST ``body`` as JSON; return the parsed answer, whole within ``timeout`` seconds.
 
     Raises ``HTTPFailure`` for a non-2xx answer, ``BadAnswer`` for a 2xx
-    answer that is not JSON or is over ``MAX_ANSWER_BYTES``, and ``OSError`` for a connection that failed,
-    was reset or timed out (``urllib.error.URLError`` is one; a cut
-    ``http.client`` exchange is turned into ``ConnectionError``).
+    answer that is not JSON or is over ``MAX_ANSWER_BYTES``, ``TimeoutError``
+    when the whole answer has not arrived within ``timeout``, and ``OSError``
+    for a connection that failed, was reset or timed out
+    (``urllib.error.URLError`` is one; a cut ``http.client`` exchange is
+    turned into ``ConnectionError``).
+
+    The exchange runs on a daemon thread joined with ``timeout``: a socket
+    timeout bounds each read only, so a server that sends a byte every few
+    seconds would otherwise hold the request (and, in ``serve``, a model
+    slot) for as long as it kept sending.
     """
     data = json.dumps(body).encode("utf-8")
+    outcome: dict = {}
+
+    def exchange() -> None:
+        try:
+            outcome["value"] = _exchange(url, data, timeout, opener)
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=exchange, name="embed-request", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise TimeoutError(f"no whole answer within {timeout:g}s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _exchange(url: str, data: bytes, timeout: float, opener) -> object:
+    deadline = time.monotonic() + timeout  # so an abandoned exchange ends soon after, too
     request = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
     try:
         with opener.open(request, timeout=timeout) as response:
-            payload = read_bounded(response, MAX_ANSWER_BYTES)
+            payload = read_bounded(response, MAX_ANSWER_BYTES, deadline)
     except urllib.error.HTTPError as exc:
         try:  # only what a message needs: an error body can be endless too
             text = exc.read(MAX_ERROR_BYTES)

@@ -35,6 +35,7 @@ from bastion_agent.embedding.client import (
     HTTPFailure,
     classify_http,
     parse_retry_after,
+    post_json,
 )
 from bastion_agent.embedding.embed_engine import RetryPolicy
 from bastion_agent.testing.fault_stub import (
@@ -506,6 +507,32 @@ class EndlessAnswerTests(unittest.TestCase):
             with self.assertRaises(ModelServerError) as caught:
                 client.probe(64)
         self.assertIn("not JSON", str(caught.exception))
+
+    def test_an_answer_trickled_past_the_timeout_is_abandoned(self):
+        """One byte at a time, each within the socket timeout: the whole answer is still bounded by EMBED_TIMEOUT.
+
+        Before, a server that kept trickling held the request (and, in serve, a model slot) for as long as it liked.
+        """
+        from bastion_agent.testing.stub_server import StubServer
+
+        release = threading.Event()
+        self.addCleanup(release.set)
+
+        def trickle(handler):
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.end_headers()
+            with contextlib.suppress(OSError):
+                for _ in range(600):  # 60 s of spaces, then a valid answer
+                    if release.wait(0.1):
+                        return
+                    handler.wfile.write(b" ")
+                    handler.wfile.flush()
+                handler.wfile.write(json.dumps({"data": [{"index": 0, "embedding": [1.0] * 64}]}).encode())
+
+        with StubServer(routes={"/v1/embeddings": trickle}) as stub:
+            with self.assertRaises(TimeoutError):
+                post_json(stub.url + "/v1/embeddings", {"model": "m", "input": ["a"]}, 1)
 
 
 class CrashSafetyTests(FaultCase):
