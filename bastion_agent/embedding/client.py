@@ -53,6 +53,12 @@ MAX_CONCURRENCY = 64
 # The largest answer read: 256 vectors of 8,192 dimensions as JSON floats are
 # ~50 MB, so a legitimate answer is far below; an endless one stops here.
 MAX_ANSWER_BYTES = 256 << 20
+# An answer is also bounded by what it answers (answer_limit): parsed, JSON
+# numbers take up to 8 times their bytes ("1e0," is a 32-byte float), so 256 MiB
+# of answer to one query would be 2 GiB of memory.
+ANSWER_BASE_BYTES = 1 << 20
+ANSWER_DIM_BYTES = 32  # one value of a vector as JSON, generously
+ANSWER_DIMS = 8192  # the widest vector a model serves, unless the manifest pins more
 MAX_ERROR_BYTES = 64 << 10  # of an error answer: enough for any server's message
 APIS = ("ollama", "openai")
 PATHS = {"ollama": "/api/embed", "openai": "/v1/embeddings"}
@@ -224,11 +230,24 @@ def read_bounded(response, limit: int, deadline: float | None = None) -> bytes:
         chunks.append(chunk)
 
 
-def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER) -> object:
+def answer_limit(inputs: int, dim: int | None = None) -> int:
+    """The most bytes an answer with ``inputs`` vectors may take: a few hundred KB each, MAX_ANSWER_BYTES at most.
+
+    Bounding by the request, not only by MAX_ANSWER_BYTES, keeps the parsed
+    answer to what the request could need; the widest vector served
+    (not only the pinned ``dim``) still fits, so a server whose model changed
+    is told apart by its dimension (``wrong_dim``), not by its size.
+    """
+    per_vector = ANSWER_DIM_BYTES * max(ANSWER_DIMS, dim or 0)
+    return min(MAX_ANSWER_BYTES, ANSWER_BASE_BYTES + max(1, inputs) * per_vector)
+
+
+def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER,
+              limit: int = MAX_ANSWER_BYTES) -> object:
     """POST ``body`` as JSON; return the parsed answer, whole within ``timeout`` seconds.
 
     Raises ``HTTPFailure`` for a non-2xx answer, ``BadAnswer`` for a 2xx
-    answer that is not JSON or is over ``MAX_ANSWER_BYTES``, ``TimeoutError``
+    answer that is not JSON or is over ``limit`` bytes, ``TimeoutError``
     when the whole answer has not arrived within ``timeout``, and ``OSError``
     for a connection that failed, was reset or timed out
     (``urllib.error.URLError`` is one; a cut ``http.client`` exchange is
@@ -244,7 +263,7 @@ def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER) -> 
 
     def exchange() -> None:
         try:
-            outcome["value"] = _exchange(url, data, timeout, opener)
+            outcome["value"] = _exchange(url, data, timeout, opener, limit)
         except BaseException as exc:  # handed to the caller's thread
             outcome["error"] = exc
 
@@ -258,12 +277,12 @@ def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER) -> 
     return outcome["value"]
 
 
-def _exchange(url: str, data: bytes, timeout: float, opener) -> object:
+def _exchange(url: str, data: bytes, timeout: float, opener, limit: int) -> object:
     deadline = time.monotonic() + timeout  # so an abandoned exchange ends soon after, too
     request = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
     try:
         with opener.open(request, timeout=timeout) as response:
-            payload = read_bounded(response, MAX_ANSWER_BYTES, deadline)
+            payload = read_bounded(response, limit, deadline)
     except urllib.error.HTTPError as exc:
         try:  # only what a message needs: an error body can be endless too
             text = exc.read(MAX_ERROR_BYTES)
@@ -506,7 +525,7 @@ class EmbedClient:
         else:
             body["truncate"] = truncate
         try:
-            return self._post(url, body, self.config.timeout)
+            return self._post(url, body, self.config.timeout, limit=answer_limit(len(texts), self.dim))
         except HTTPFailure as exc:
             raise classify_http(exc, self.model) from None
         except BadAnswer as exc:

@@ -490,6 +490,43 @@ class EndlessAnswerTests(unittest.TestCase):
         self.assertEqual(status, "500")
         self.assertLessEqual(int(length), 300)
 
+    def test_a_huge_answer_to_one_text_is_refused_before_it_is_parsed(self):
+        """200 MB of ``1e0,`` for one input: within MAX_ANSWER_BYTES, but parsed it is 50M floats (1.6 GB).
+
+        A legitimate answer is a few hundred KB per input, so the bound is
+        per input: the probe (and every query of search and serve) refuses it
+        under an address-space limit where it used to raise MemoryError.
+        """
+        from bastion_agent.testing.stub_server import StubServer
+
+        piece = b"1e0," * 16384
+        count = (200 << 20) // len(piece)
+
+        def huge(handler):
+            head, tail = b'{"embeddings": [[', b"1e0]]}"
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(head) + len(piece) * count + len(tail)))
+            handler.end_headers()
+            with contextlib.suppress(OSError):
+                handler.wfile.write(head)
+                for _ in range(count):
+                    handler.wfile.write(piece)
+                handler.wfile.write(tail)
+
+        with StubServer(routes={"/api/embed": huge}) as stub:
+            code = (
+                "from bastion_agent.core.errors import ModelServerError\n"
+                "from bastion_agent.embedding.client import EmbedClient, EndpointConfig\n"
+                "try:\n"
+                f"    EmbedClient(EndpointConfig(url={stub.url!r}, api='ollama', timeout=60), 'm').probe(64)\n"
+                "except ModelServerError as exc:\n"
+                "    print(exc)\n"
+            )
+            result = run_python_limited(code, 768 << 20)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("an answer of", result.stdout)
+
     def test_a_deeply_nested_answer_is_a_bad_answer_not_a_crash(self):
         """JSON nested past the parser's recursion limit: the probe fails with one line (it raised RecursionError)."""
         from bastion_agent.testing.stub_server import StubServer
