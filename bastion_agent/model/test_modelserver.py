@@ -269,6 +269,41 @@ class ProbeEndpoints(FakeServerCase):
         self.assertEqual(request(self.url + "/", "HEAD")[0], 200)
 
 
+class WebPages(FakeServerCase):
+    """A web page the user opens cannot make the model server work, nor read it (Ollama checks Origin too).
+
+    Before, a page on any site could POST text/plain JSON to 127.0.0.1 (a
+    "simple" cross-origin request, sent without asking) and keep the model
+    busy with 16 MB bodies, or rebind its own name to 127.0.0.1 and read the
+    answers; the agent's own client sends neither header.
+    """
+
+    BODY = {"model": modelserver.DEFAULT_MODEL, "input": ["make the bastion's model work for me"]}
+
+    def test_another_origin_is_refused_before_anything_is_embedded(self):
+        for origin in ("http://attacker.example", "null", "http://127.0.0.1.attacker.example"):
+            with self.subTest(origin=origin):
+                status, _, answer = request(self.url + "/api/embed", "POST", self.BODY,
+                                            headers={"Origin": origin, "Content-Type": "text/plain"})
+                self.assertEqual(status, 403)
+                self.assertIn("Origin", answer["error"])
+        self.assertEqual(self.model.texts, [])
+
+    def test_a_rebound_host_name_is_refused_on_loopback(self):
+        for path, method, body in (("/v1/embeddings", "POST", self.BODY), ("/api/tags", "GET", None)):
+            with self.subTest(path=path):
+                status, _, _ = request(self.url + path, method, body, headers={"Host": "attacker.example:11434"})
+                self.assertEqual(status, 421)
+        self.assertEqual(self.model.texts, [])
+
+    def test_loopback_names_and_origins_are_served(self):
+        port = self.url.rsplit(":", 1)[1]
+        for headers in ({"Host": f"localhost:{port}"}, {"Host": f"127.0.0.1:{port}", "Origin": f"http://localhost:{port}"}):
+            with self.subTest(headers=headers):
+                status, _, answer = request(self.url + "/api/embed", "POST", self.BODY, headers=headers)
+                self.assertEqual(status, 200, answer)
+
+
 class Binding(unittest.TestCase):
     def test_loopback_by_default(self):
         server = modelserver.ModelServer(FakeModel())
