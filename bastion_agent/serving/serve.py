@@ -691,6 +691,8 @@ class Handler(BaseHTTPRequestHandler):
         self.route = path if path in ROUTES else None
         try:
             self.check_host()
+            if path != "/":
+                self.check_site()
             if path not in PUBLIC_ROUTES:
                 self.check_token()
             if path not in ROUTES:
@@ -733,6 +735,24 @@ class Handler(BaseHTTPRequestHandler):
         host = self.headers.get("Host")
         if self.server.settings.loopback and host is not None and not is_loopback_host_header(host):
             raise RequestError(421, "this server answers only to a loopback Host (127.0.0.1, localhost, [::1])")
+
+    def check_site(self) -> None:
+        """Refuse (403) what a page on another site makes the browser send; only ``/`` (static) may be linked.
+
+        A page on any site can POST text/plain to /search (no CORS preflight)
+        or GET it as an image: it cannot read the answer, but the search runs
+        and its duration says how many windows hold a word (a cross-site
+        search leak). Browsers say where a request comes from:
+        ``Sec-Fetch-Site`` (cross-site, or same-site from another port) and
+        ``Origin`` (which must then be this server as its ``Host`` names it).
+        Clients that are not browsers send neither.
+        """
+        site = (self.headers.get("Sec-Fetch-Site") or "").strip().lower()
+        origin = self.headers.get("Origin")
+        host = (self.headers.get("Host") or "").strip().lower()
+        foreign_origin = origin is not None and origin.strip().lower() not in (f"http://{host}", f"https://{host}")
+        if site in ("cross-site", "same-site") or foreign_origin:
+            raise RequestError(403, "requests from a web page on another site are refused; open this server's own page")
 
     def check_token(self) -> None:
         token = self.server.settings.token
