@@ -204,7 +204,19 @@ class BadAnswer(Exception):
     """A 2xx answer that is not JSON (cut short, or not an API server) or too large to read: worth another try."""
 
 
-_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+class _RedirectsRefused(urllib.request.HTTPRedirectHandler):
+    """A redirect is the server's answer (an ``HTTPFailure``), never followed.
+
+    urllib follows a 301/302/303 to any host, as a GET: the vectors would then
+    come from a server ``EMBED_URL`` never named, and the agent would fetch
+    whatever address the model server chose.
+    """
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _RedirectsRefused())
 
 
 def read_bounded(response, limit: int, deadline: float | None = None) -> bytes:

@@ -527,6 +527,36 @@ class EndlessAnswerTests(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("an answer of", result.stdout)
 
+    def test_a_redirect_is_not_followed_to_another_server(self):
+        """A model server that answers 302 elsewhere: urllib followed it (as a GET), so the vectors came from a host
+        EMBED_URL never named. Now the redirect is the answer: the probe fails in one line, the other host sees nothing."""
+        from bastion_agent.testing.stub_server import StubServer
+
+        elsewhere_hits = []
+
+        def elsewhere(handler):
+            elsewhere_hits.append(handler.command)
+            body = json.dumps({"embeddings": [[1.0] * 64], "data": [{"index": 0, "embedding": [1.0] * 64}]}).encode()
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+
+        with StubServer(routes={"/api/embed": elsewhere, "/v1/embeddings": elsewhere}) as other:
+            def redirect(handler):
+                handler.send_response(302)
+                handler.send_header("Location", other.url + handler.path)
+                handler.send_header("Content-Length", "0")
+                handler.end_headers()
+
+            with StubServer(routes={"/api/embed": redirect, "/v1/embeddings": redirect}) as stub:
+                for api in ("ollama", "openai"):
+                    with self.subTest(api=api), self.assertRaises(ModelServerError) as caught:
+                        EmbedClient(EndpointConfig(url=stub.url, api=api, timeout=10), "m").probe(64)
+                    self.assertIn("302", str(caught.exception))
+        self.assertEqual(elsewhere_hits, [])
+
     def test_a_deeply_nested_answer_is_a_bad_answer_not_a_crash(self):
         """JSON nested past the parser's recursion limit: the probe fails with one line (it raised RecursionError)."""
         from bastion_agent.testing.stub_server import StubServer
