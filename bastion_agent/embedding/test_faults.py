@@ -469,6 +469,7 @@ class EndlessAnswerTests(unittest.TestCase):
         from bastion_agent.testing.stub_server import StubServer
 
         def endless_error(handler):
+            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
             handler.send_response(500)
             handler.send_header("Content-Type", "text/plain")
             handler.end_headers()
@@ -503,6 +504,7 @@ class EndlessAnswerTests(unittest.TestCase):
         count = (200 << 20) // len(piece)
 
         def huge(handler):
+            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
             head, tail = b'{"embeddings": [[', b"1e0]]}"
             handler.send_response(200)
             handler.send_header("Content-Type", "application/json")
@@ -535,6 +537,7 @@ class EndlessAnswerTests(unittest.TestCase):
         elsewhere_hits = []
 
         def elsewhere(handler):
+            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
             elsewhere_hits.append(handler.command)
             body = json.dumps({"embeddings": [[1.0] * 64], "data": [{"index": 0, "embedding": [1.0] * 64}]}).encode()
             handler.send_response(200)
@@ -545,6 +548,7 @@ class EndlessAnswerTests(unittest.TestCase):
 
         with StubServer(routes={"/api/embed": elsewhere, "/v1/embeddings": elsewhere}) as other:
             def redirect(handler):
+                handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
                 handler.send_response(302)
                 handler.send_header("Location", other.url + handler.path)
                 handler.send_header("Content-Length", "0")
@@ -562,6 +566,7 @@ class EndlessAnswerTests(unittest.TestCase):
         from bastion_agent.testing.stub_server import StubServer
 
         def nested(handler):
+            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
             body = b"[" * 200_000 + b"]" * 200_000
             handler.send_response(200)
             handler.send_header("Content-Type", "application/json")
@@ -586,6 +591,7 @@ class EndlessAnswerTests(unittest.TestCase):
         self.addCleanup(release.set)
 
         def trickle(handler):
+            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
             handler.send_response(200)
             handler.send_header("Content-Type", "application/json")
             handler.end_headers()
