@@ -743,15 +743,20 @@ class Handler(BaseHTTPRequestHandler):
         or GET it as an image: it cannot read the answer, but the search runs
         and its duration says how many windows hold a word (a cross-site
         search leak). Browsers say where a request comes from:
-        ``Sec-Fetch-Site`` (cross-site, or same-site from another port) and
-        ``Origin`` (which must then be this server as its ``Host`` names it).
-        Clients that are not browsers send neither.
+        ``Sec-Fetch-Site`` (cross-site, or same-site from another port); a
+        browser too old to send it sends ``Origin``, which must then be this
+        server as its ``Host`` names it (not compared when ``Sec-Fetch-Site``
+        is there: a reverse proxy may rewrite ``Host``). Clients that are not
+        browsers send neither.
         """
         site = (self.headers.get("Sec-Fetch-Site") or "").strip().lower()
         origin = self.headers.get("Origin")
         host = (self.headers.get("Host") or "").strip().lower()
-        foreign_origin = origin is not None and origin.strip().lower() not in (f"http://{host}", f"https://{host}")
-        if site in ("cross-site", "same-site") or foreign_origin:
+        if site:
+            foreign = site in ("cross-site", "same-site")
+        else:
+            foreign = origin is not None and origin.strip().lower() not in (f"http://{host}", f"https://{host}")
+        if foreign:
             raise RequestError(403, "requests from a web page on another site are refused; open this server's own page")
 
     def check_token(self) -> None:

@@ -318,6 +318,8 @@ class SearchApiTests(StoreCase):
                 self.assertIn("another site", value["error"])
         served = [
             ("POST", "/search", keyword, {"Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"}),
+            ("POST", "/search", keyword, {"Origin": "https://search.example", "Sec-Fetch-Site": "same-origin"}),  # a proxy
+            ("POST", "/search", keyword, {"Origin": f"http://{host}"}),  # a browser without Sec-Fetch-Site
             ("GET", "/search?q=bread&mode=keyword", None, {"Sec-Fetch-Site": "none"}),  # typed in the address bar
             ("GET", "/?q=bread", None, {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}),  # a link
             ("POST", "/search", keyword, {}),  # curl, scripts
