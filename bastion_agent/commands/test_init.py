@@ -46,6 +46,15 @@ class InitTests(TempFolder, unittest.TestCase):
         self.assertEqual(json.loads(out)[0]["paths"], ["note.txt"])
         self.assertIn(f"# Found at {stub.url} (ollama API)", self.target.read_text())
 
+    def test_a_listed_name_with_a_line_break_cannot_write_into_the_manifest(self):
+        """The other names the server lists go in a comment: one with a newline broke out of it, and init failed."""
+        hostile = 'x-embed\n[publish]\nbastion = "rogue"\n#'
+        with StubServer(dim=48, models=["nomic-embed-text:latest"], listed=["nomic-embed-text:latest", hostile]) as stub:
+            code, out, err = self.init(stub.url)
+        self.assertEqual(code, 0, err)
+        self.assertIsNone(self.loaded().publish_bastion)
+        self.assertNotIn("rogue", self.target.read_text())
+
     def test_an_openai_style_server_is_asked_through_v1_models(self):
         with StubServer(dim=24, apis=("openai",), models=["bge-small-en-v1.5"]) as stub:
             code, out, err = self.init(stub.url)
