@@ -20,7 +20,6 @@ import os
 import re
 import sys
 import tempfile
-import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,14 +142,18 @@ def fitting_size(context: int | None, passage_prefix: str, size: int, overlap: i
 
 
 def _listed_models(config: EndpointConfig) -> list[str]:
-    """Names from ``/api/tags`` (Ollama, the embedded server) or ``/v1/models`` (OpenAI style)."""
-    from bastion_agent.embedding.client import _NO_PROXY_OPENER
+    """Names from ``/api/tags`` (Ollama, the embedded server) or ``/v1/models`` (OpenAI style).
+
+    Asked as every introspection request is (``model_info.request_json``):
+    within a deadline and a size, and an answer that is not JSON (nested
+    past the parser's depth included) is no answer, never a crash.
+    """
+    from bastion_agent.embedding import model_info
 
     for path, read in (("/api/tags", _ollama_names), ("/v1/models", _openai_names)):
         try:
-            with _NO_PROXY_OPENER.open(config.url + path, timeout=DISCOVERY_TIMEOUT) as answer:
-                names = read(json.loads(answer.read(1 << 20)))
-        except (OSError, urllib.error.URLError, ValueError):
+            names = read(model_info.request_json(config.url + path, None, DISCOVERY_TIMEOUT, 1 << 20))
+        except model_info.Unanswered:
             continue
         if names:
             return names
