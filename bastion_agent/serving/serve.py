@@ -433,7 +433,7 @@ def query_from_body(body: bytes, settings: ServeSettings, default_mode: str) -> 
         value = json.loads(body.decode("utf-8"), object_pairs_hook=_object_without_duplicates)
     except _DuplicateKey as exc:
         raise RequestError(400, f"key {str(exc)[:40]!r} is given more than once in the body") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # nested past the parser's depth: not a query
         raise RequestError(400, 'the body must be JSON such as {"query": "budget review", "k": 5}') from None
     if not isinstance(value, dict):
         raise RequestError(400, 'the body must be a JSON object such as {"query": "budget review", "k": 5}')

@@ -205,6 +205,7 @@ class SearchApiTests(StoreCase):
             ("body not json", "POST", "/search", b"query=bread", {}, 400, "must be JSON"),
             ("body not utf-8", "POST", "/search", b'{"query": "\xff"}', {}, 400, "must be JSON"),
             ("body a list", "POST", "/search", ["bread"], {}, 400, "JSON object"),
+            ("body nested past the parser", "POST", "/search", b"[" * 30000 + b"]" * 30000, {}, 400, "must be JSON"),
             ("body without query", "POST", "/search", {"k": 3}, {}, 400, "missing or empty"),
             ("query not a string", "POST", "/search", {"query": 7}, {}, 400, "must be a string"),
             ("k a string", "POST", "/search", {"query": "bread", "k": "3"}, {}, 400, "k must be"),
