@@ -439,6 +439,8 @@ def _handler_for(server: ModelServer):
                 body = json.loads(raw)
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise Reject(400, f"invalid JSON in the request body: {exc}") from None
+            except RecursionError:  # nested past the parser's depth: a bad body, not a dropped connection
+                raise Reject(400, "invalid JSON in the request body: nested too deeply") from None
             if not isinstance(body, dict):
                 raise Reject(400, "the request body must be a JSON object")
             return body

@@ -199,6 +199,8 @@ class BadRequests(FakeServerCase):
             ("/api/embed", "GET", None, 405),
             ("/api/nope", "POST", {}, 404),
             ("/v1/embeddings", "POST", b"{not json", 400),
+            ("/v1/embeddings", "POST", b"[" * 2000 + b"]" * 2000, 400),  # nested past the parser: was a dropped connection
+            ("/api/embed", "POST", b"[" * 2000 + b"]" * 2000, 400),
             ("/v1/embeddings", "POST", {"model": model}, 400),
             ("/v1/embeddings", "POST", {"input": []}, 400),
             ("/v1/embeddings", "POST", {"input": [[101, 102]]}, 400),
