@@ -56,6 +56,9 @@ DEFAULT_PORT = 11434
 DEFAULT_MODEL = "multilingual-e5-small"
 E5_CONTEXT = 512  # multilingual-e5-small's position embeddings: tokens per pass, [CLS] and [SEP] included
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# A connection whose client sends (or reads) nothing for this long is closed:
+# without it, each idle socket held one of the server's threads indefinitely.
+READ_TIMEOUT_SECONDS = 60.0
 # A body over the limit is still read (and dropped) up to this many bytes, so
 # the client gets the 413 instead of a reset connection; past it we hang up.
 DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
@@ -187,6 +190,7 @@ class ModelServer(ServesInBackground):
     port: int = 0
     max_body: int = MAX_BODY_BYTES
     log: bool = False
+    read_timeout: float = READ_TIMEOUT_SECONDS  # per read or write of a connection; then it is closed
 
     def __post_init__(self):
         self.started = datetime.now(timezone.utc)
@@ -346,6 +350,7 @@ def _handler_for(server: ModelServer):
     class Handler(BaseHTTPRequestHandler):
         server_version = "bastion-agent-model-server"
         sys_version = ""
+        timeout = server.read_timeout  # BaseHTTPRequestHandler puts it on the socket; a timeout closes the connection
 
         def log_message(self, format, *args) -> None:  # request lines only, never a text
             if server.log:

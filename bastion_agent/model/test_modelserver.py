@@ -306,6 +306,26 @@ class WebPages(FakeServerCase):
                 self.assertEqual(status, 200, answer)
 
 
+class IdleConnections(unittest.TestCase):
+    """A connection that sends nothing (or stops mid-request) is closed after ``read_timeout``: before, each held
+    a thread of the model server for as long as the client kept it open, so idle sockets piled up threads."""
+
+    def test_an_idle_and_a_stalled_connection_are_closed_and_the_server_answers_others(self):
+        import socket
+
+        model = FakeModel()
+        server = modelserver.ModelServer(model, dim=DIM, read_timeout=0.5).start()
+        self.addCleanup(server.stop)
+        host, port = server.httpd.server_address[:2]
+        for sent in (b"", b"POST /api/embed HTTP/1.0\r\nContent-Length: 100\r\n\r\n{"):
+            with self.subTest(sent=sent), socket.create_connection((host, port), timeout=30) as connection:
+                connection.sendall(sent)
+                self.assertEqual(connection.recv(65536), b"")  # closed by the server, not by the test's 30 s
+        status, _, answer = request(server.url + "/api/embed", "POST",
+                                    {"model": modelserver.DEFAULT_MODEL, "input": ["still serving"]})
+        self.assertEqual(status, 200, answer)
+
+
 class Binding(unittest.TestCase):
     def test_loopback_by_default(self):
         server = modelserver.ModelServer(FakeModel())
