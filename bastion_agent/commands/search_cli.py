@@ -17,6 +17,7 @@ from bastion_agent.core.errors import ConfigError
 from bastion_agent.searching import searcher
 
 SNIPPET_CHARS = 400
+MAX_K = 1_000_000  # more hits than any store holds windows; beyond SQLite's integers a LIMIT raised OverflowError
 
 
 def positive_int(text: str) -> int:
@@ -26,6 +27,8 @@ def positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1; got {text!r}")
+    if value > MAX_K:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_K}; got {text[:20]!r}")
     return value
 
 

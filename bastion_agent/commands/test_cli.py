@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -124,6 +125,17 @@ class SweepAndSearchTests(TempFolder, unittest.TestCase):
             self.sweep(stub)
             code, out, _ = self.search(stub, "violin four strings fifths bow", "--json", "-k", "10")
         self.assertNotIn("web/violin.html", [p for hit in json.loads(out) for p in hit["paths"]])
+
+    def test_a_k_too_large_for_sqlite_is_one_line(self):
+        """-k past SQLite's integers raised OverflowError from the store (a traceback); now argparse refuses it."""
+        with StubServer() as stub:
+            self.sweep(stub)
+            result = subprocess.run([sys.executable, "-m", "bastion_agent", "search", str(self.manifest), "sourdough",
+                                     "--out", str(self.out), "-k", "1" + "0" * 30],
+                                    env={**os.environ, "EMBED_URL": stub.url}, capture_output=True, text=True, timeout=60)
+        self.assertEqual((result.returncode, result.stdout), (2, ""))
+        self.assertIn("-k: must be a whole number from 1 to", result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
 
     def test_text_output_names_the_paths(self):
         with StubServer() as stub:

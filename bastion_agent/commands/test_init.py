@@ -46,6 +46,30 @@ class InitTests(TempFolder, unittest.TestCase):
         self.assertEqual(json.loads(out)[0]["paths"], ["note.txt"])
         self.assertIn(f"# Found at {stub.url} (ollama API)", self.target.read_text())
 
+    def test_a_listed_name_with_a_line_break_cannot_write_into_the_manifest(self):
+        """The other names the server lists go in a comment: one with a newline broke out of it, and init failed."""
+        hostile = 'x-embed\n[publish]\nbastion = "rogue"\n#'
+        with StubServer(dim=48, models=["nomic-embed-text:latest"], listed=["nomic-embed-text:latest", hostile]) as stub:
+            code, out, err = self.init(stub.url)
+        self.assertEqual(code, 0, err)
+        self.assertIsNone(self.loaded().publish_bastion)
+        self.assertNotIn("rogue", self.target.read_text())
+
+    def test_a_nested_model_list_is_no_list_not_a_crash(self):
+        """/api/tags nested past the JSON parser's depth raised RecursionError through init (a traceback)."""
+        def nested(handler):
+            body = b"[" * 200_000 + b"]" * 200_000
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+
+        with StubServer(dim=48, models=["nomic-embed-text:latest"], routes={"/api/tags": nested}) as stub:
+            code, out, err = self.init(stub.url)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(self.loaded().embed.model, "nomic-embed-text:latest")  # asked through /v1/models instead
+
     def test_an_openai_style_server_is_asked_through_v1_models(self):
         with StubServer(dim=24, apis=("openai",), models=["bge-small-en-v1.5"]) as stub:
             code, out, err = self.init(stub.url)

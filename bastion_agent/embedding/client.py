@@ -32,6 +32,7 @@ import math
 import os
 import re
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -52,6 +53,13 @@ MAX_CONCURRENCY = 64
 # The largest answer read: 256 vectors of 8,192 dimensions as JSON floats are
 # ~50 MB, so a legitimate answer is far below; an endless one stops here.
 MAX_ANSWER_BYTES = 256 << 20
+# An answer is also bounded by what it answers (answer_limit): parsed, JSON
+# numbers take up to 8 times their bytes ("1e0," is a 32-byte float), so 256 MiB
+# of answer to one query would be 2 GiB of memory.
+ANSWER_BASE_BYTES = 1 << 20
+ANSWER_DIM_BYTES = 32  # one value of a vector as JSON, generously
+ANSWER_DIMS = 8192  # the widest vector a model serves, unless the manifest pins more
+MAX_ERROR_BYTES = 64 << 10  # of an error answer: enough for any server's message
 APIS = ("ollama", "openai")
 PATHS = {"ollama": "/api/embed", "openai": "/v1/embeddings"}
 PROBE_TEXT = "bastion agent probe: is this the pinned model?"
@@ -196,7 +204,19 @@ class BadAnswer(Exception):
     """A 2xx answer that is not JSON (cut short, or not an API server) or too large to read: worth another try."""
 
 
-_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+class _RedirectsRefused(urllib.request.HTTPRedirectHandler):
+    """A redirect is the server's answer (an ``HTTPFailure``), never followed.
+
+    urllib follows a 301/302/303 to any host, as a GET: the vectors would then
+    come from a server ``EMBED_URL`` never named, and the agent would fetch
+    whatever address the model server chose.
+    """
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _RedirectsRefused())
 
 
 def read_bounded(response, limit: int, deadline: float | None = None) -> bytes:
@@ -222,30 +242,72 @@ def read_bounded(response, limit: int, deadline: float | None = None) -> bytes:
         chunks.append(chunk)
 
 
-def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER) -> object:
-    """POST ``body`` as JSON; return the parsed answer.
+def answer_limit(inputs: int, dim: int | None = None) -> int:
+    """The most bytes an answer with ``inputs`` vectors may take: a few hundred KB each, MAX_ANSWER_BYTES at most.
+
+    Bounding by the request, not only by MAX_ANSWER_BYTES, keeps the parsed
+    answer to what the request could need; the widest vector served
+    (not only the pinned ``dim``) still fits, so a server whose model changed
+    is told apart by its dimension (``wrong_dim``), not by its size.
+    """
+    per_vector = ANSWER_DIM_BYTES * max(ANSWER_DIMS, dim or 0)
+    return min(MAX_ANSWER_BYTES, ANSWER_BASE_BYTES + max(1, inputs) * per_vector)
+
+
+def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER,
+              limit: int = MAX_ANSWER_BYTES) -> object:
+    """POST ``body`` as JSON; return the parsed answer, whole within ``timeout`` seconds.
 
     Raises ``HTTPFailure`` for a non-2xx answer, ``BadAnswer`` for a 2xx
-    answer that is not JSON or is over ``MAX_ANSWER_BYTES``, and ``OSError`` for a connection that failed,
-    was reset or timed out (``urllib.error.URLError`` is one; a cut
-    ``http.client`` exchange is turned into ``ConnectionError``).
+    answer that is not JSON or is over ``limit`` bytes, ``TimeoutError``
+    when the whole answer has not arrived within ``timeout``, and ``OSError``
+    for a connection that failed, was reset or timed out
+    (``urllib.error.URLError`` is one; a cut ``http.client`` exchange is
+    turned into ``ConnectionError``).
+
+    The exchange runs on a daemon thread joined with ``timeout``: a socket
+    timeout bounds each read only, so a server that sends a byte every few
+    seconds would otherwise hold the request (and, in ``serve``, a model
+    slot) for as long as it kept sending.
     """
     data = json.dumps(body).encode("utf-8")
+    outcome: dict = {}
+
+    def exchange() -> None:
+        try:
+            outcome["value"] = _exchange(url, data, timeout, opener, limit)
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=exchange, name="embed-request", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise TimeoutError(f"no whole answer within {timeout:g}s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _exchange(url: str, data: bytes, timeout: float, opener, limit: int) -> object:
+    deadline = time.monotonic() + timeout  # so an abandoned exchange ends soon after, too
     request = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
     try:
         with opener.open(request, timeout=timeout) as response:
-            payload = read_bounded(response, MAX_ANSWER_BYTES)
+            payload = read_bounded(response, limit, deadline)
     except urllib.error.HTTPError as exc:
-        try:
-            text = exc.read()
+        try:  # only what a message needs: an error body can be endless too
+            text = exc.read(MAX_ERROR_BYTES)
         except (OSError, http.client.HTTPException):
             text = b""
+        finally:
+            exc.close()
         raise HTTPFailure(exc.code, _error_message(text), parse_retry_after(exc.headers.get("Retry-After"))) from None
     except http.client.HTTPException as exc:  # IncompleteRead, BadStatusLine: the exchange was cut
         raise ConnectionResetError(f"{type(exc).__name__}: {exc}") from None
     try:
         return json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # nested past the parser's depth, too
         raise BadAnswer("the answer is not JSON") from None
 
 
@@ -268,7 +330,7 @@ def _error_message(body: bytes) -> str:
     """The message of Ollama's ``{"error": "..."}``, llama.cpp's ``{"error": {"message"}}`` or TEI's ``{"error"|"message"}``."""
     try:
         value = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return body[:200].decode("utf-8", "replace").strip()
     error = value.get("error") if isinstance(value, dict) else None
     if isinstance(error, dict):
@@ -475,7 +537,7 @@ class EmbedClient:
         else:
             body["truncate"] = truncate
         try:
-            return self._post(url, body, self.config.timeout)
+            return self._post(url, body, self.config.timeout, limit=answer_limit(len(texts), self.dim))
         except HTTPFailure as exc:
             raise classify_http(exc, self.model) from None
         except BadAnswer as exc:

@@ -6,6 +6,7 @@ injected sleep and clock (``FakeTime``), so no test waits out a backoff.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -29,10 +30,12 @@ from bastion_agent.embedding.client import (
     INPUT_TOO_LONG,
     REJECTED,
     TRANSIENT,
+    EmbedClient,
     EndpointConfig,
     HTTPFailure,
     classify_http,
     parse_retry_after,
+    post_json,
 )
 from bastion_agent.embedding.embed_engine import RetryPolicy
 from bastion_agent.testing.fault_stub import (
@@ -460,6 +463,149 @@ class EndlessAnswerTests(unittest.TestCase):
             result = run_python_limited(code, 768 << 20)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout.strip(), "an answer over 268435456 bytes")
+
+    def test_an_endless_error_answer_is_dropped_under_an_address_space_limit(self):
+        """A 500 whose body never ends: its message is read to a bound, not whole (it took all memory)."""
+        from bastion_agent.testing.stub_server import StubServer
+
+        def endless_error(handler):
+            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
+            handler.send_response(500)
+            handler.send_header("Content-Type", "text/plain")
+            handler.end_headers()
+            with contextlib.suppress(OSError):
+                for _ in range(1 << 14):  # 1 GiB at most, should the client never hang up
+                    handler.wfile.write(b"x" * 65536)
+
+        with StubServer(routes={"/v1/embeddings": endless_error}) as stub:
+            code = (
+                "from bastion_agent.embedding.client import HTTPFailure, post_json\n"
+                "try:\n"
+                f"    post_json({stub.url + '/v1/embeddings'!r}, {{'model': 'm', 'input': ['a']}}, 60)\n"
+                "except HTTPFailure as exc:\n"
+                "    print(exc.status, len(exc.message))\n"
+            )
+            result = run_python_limited(code, 768 << 20)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        status, length = result.stdout.split()
+        self.assertEqual(status, "500")
+        self.assertLessEqual(int(length), 300)
+
+    def test_a_huge_answer_to_one_text_is_refused_before_it_is_parsed(self):
+        """200 MB of ``1e0,`` for one input: within MAX_ANSWER_BYTES, but parsed it is 50M floats (1.6 GB).
+
+        A legitimate answer is a few hundred KB per input, so the bound is
+        per input: the probe (and every query of search and serve) refuses it
+        under an address-space limit where it used to raise MemoryError.
+        """
+        from bastion_agent.testing.stub_server import StubServer
+
+        piece = b"1e0," * 16384
+        count = (200 << 20) // len(piece)
+
+        def huge(handler):
+            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
+            head, tail = b'{"embeddings": [[', b"1e0]]}"
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(head) + len(piece) * count + len(tail)))
+            handler.end_headers()
+            with contextlib.suppress(OSError):
+                handler.wfile.write(head)
+                for _ in range(count):
+                    handler.wfile.write(piece)
+                handler.wfile.write(tail)
+
+        with StubServer(routes={"/api/embed": huge}) as stub:
+            code = (
+                "from bastion_agent.core.errors import ModelServerError\n"
+                "from bastion_agent.embedding.client import EmbedClient, EndpointConfig\n"
+                "try:\n"
+                f"    EmbedClient(EndpointConfig(url={stub.url!r}, api='ollama', timeout=60), 'm').probe(64)\n"
+                "except ModelServerError as exc:\n"
+                "    print(exc)\n"
+            )
+            result = run_python_limited(code, 768 << 20)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("an answer of", result.stdout)
+
+    def test_a_redirect_is_not_followed_to_another_server(self):
+        """A model server that answers 302 elsewhere: urllib followed it (as a GET), so the vectors came from a host
+        EMBED_URL never named. Now the redirect is the answer: the probe fails in one line, the other host sees nothing."""
+        from bastion_agent.testing.stub_server import StubServer
+
+        elsewhere_hits = []
+
+        def elsewhere(handler):
+            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
+            elsewhere_hits.append(handler.command)
+            body = json.dumps({"embeddings": [[1.0] * 64], "data": [{"index": 0, "embedding": [1.0] * 64}]}).encode()
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+
+        with StubServer(routes={"/api/embed": elsewhere, "/v1/embeddings": elsewhere}) as other:
+            def redirect(handler):
+                handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
+                handler.send_response(302)
+                handler.send_header("Location", other.url + handler.path)
+                handler.send_header("Content-Length", "0")
+                handler.end_headers()
+
+            with StubServer(routes={"/api/embed": redirect, "/v1/embeddings": redirect}) as stub:
+                for api in ("ollama", "openai"):
+                    with self.subTest(api=api), self.assertRaises(ModelServerError) as caught:
+                        EmbedClient(EndpointConfig(url=stub.url, api=api, timeout=10), "m").probe(64)
+                    self.assertIn("302", str(caught.exception))
+        self.assertEqual(elsewhere_hits, [])
+
+    def test_a_deeply_nested_answer_is_a_bad_answer_not_a_crash(self):
+        """JSON nested past the parser's recursion limit: the probe fails with one line (it raised RecursionError)."""
+        from bastion_agent.testing.stub_server import StubServer
+
+        def nested(handler):
+            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
+            body = b"[" * 200_000 + b"]" * 200_000
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+
+        with StubServer(routes={"/v1/embeddings": nested, "/api/embed": nested}) as stub:
+            client = EmbedClient(EndpointConfig(url=stub.url, timeout=10), "m")
+            with self.assertRaises(ModelServerError) as caught:
+                client.probe(64)
+        self.assertIn("not JSON", str(caught.exception))
+
+    def test_an_answer_trickled_past_the_timeout_is_abandoned(self):
+        """One byte at a time, each within the socket timeout: the whole answer is still bounded by EMBED_TIMEOUT.
+
+        Before, a server that kept trickling held the request (and, in serve, a model slot) for as long as it liked.
+        """
+        from bastion_agent.testing.stub_server import StubServer
+
+        release = threading.Event()
+        self.addCleanup(release.set)
+
+        def trickle(handler):
+            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.end_headers()
+            with contextlib.suppress(OSError):
+                for _ in range(600):  # 60 s of spaces, then a valid answer
+                    if release.wait(0.1):
+                        return
+                    handler.wfile.write(b" ")
+                    handler.wfile.flush()
+                handler.wfile.write(json.dumps({"data": [{"index": 0, "embedding": [1.0] * 64}]}).encode())
+
+        with StubServer(routes={"/v1/embeddings": trickle}) as stub:
+            with self.assertRaises(TimeoutError):
+                post_json(stub.url + "/v1/embeddings", {"model": "m", "input": ["a"]}, 1)
 
 
 class CrashSafetyTests(FaultCase):

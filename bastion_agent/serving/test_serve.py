@@ -205,6 +205,7 @@ class SearchApiTests(StoreCase):
             ("body not json", "POST", "/search", b"query=bread", {}, 400, "must be JSON"),
             ("body not utf-8", "POST", "/search", b'{"query": "\xff"}', {}, 400, "must be JSON"),
             ("body a list", "POST", "/search", ["bread"], {}, 400, "JSON object"),
+            ("body nested past the parser", "POST", "/search", b"[" * 30000 + b"]" * 30000, {}, 400, "must be JSON"),
             ("body without query", "POST", "/search", {"k": 3}, {}, 400, "missing or empty"),
             ("query not a string", "POST", "/search", {"query": 7}, {}, 400, "must be a string"),
             ("k a string", "POST", "/search", {"query": "bread", "k": "3"}, {}, 400, "k must be"),
@@ -290,6 +291,43 @@ class SearchApiTests(StoreCase):
         for host in ("localhost:9000", "127.0.0.1", "[::1]:8080", "LOCALHOST"):  # an SSH tunnel may change the port
             with self.subTest(host):
                 self.assertEqual(request(self.url, path="/healthz", headers={"Host": host})[0], 200)
+
+    def test_a_web_page_on_another_site_cannot_run_a_search(self):
+        """Any page the user opens could POST text/plain to /search (no CORS preflight) or GET it as an image.
+
+        It could not read the answer, but it ran, and its time says how many
+        windows hold a word (a cross-site search leak). Browsers say where a
+        request comes from (Sec-Fetch-Site, Origin): a request from another
+        site is refused (403) before anything is searched; the page itself,
+        links to it, and clients that are not browsers are served.
+        """
+        host = urllib.parse.urlsplit(self.url).netloc
+        keyword = json.dumps({"query": "bread", "mode": "keyword"}).encode()
+        refused = [
+            ("POST", "/search", keyword, {"Origin": "http://attacker.example", "Sec-Fetch-Site": "cross-site",
+                                          "Content-Type": "text/plain"}),
+            ("POST", "/search", keyword, {"Origin": "http://attacker.example", "Content-Type": "text/plain"}),
+            ("POST", "/search", keyword, {"Origin": "null"}),
+            ("POST", "/search", keyword, {"Origin": "http://127.0.0.1:1", "Sec-Fetch-Site": "same-site"}),
+            ("GET", "/search?q=bread&mode=keyword", None, {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Dest": "image"}),
+            ("GET", "/healthz", None, {"Sec-Fetch-Site": "cross-site"}),
+        ]
+        for method, path, body, headers in refused:
+            with self.subTest(method=method, path=path, headers=headers):
+                status, _, value = request(self.url, method, path, body, headers)
+                self.assertEqual(status, 403)
+                self.assertIn("another site", value["error"])
+        served = [
+            ("POST", "/search", keyword, {"Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"}),
+            ("POST", "/search", keyword, {"Origin": "https://search.example", "Sec-Fetch-Site": "same-origin"}),  # a proxy
+            ("POST", "/search", keyword, {"Origin": f"http://{host}"}),  # a browser without Sec-Fetch-Site
+            ("GET", "/search?q=bread&mode=keyword", None, {"Sec-Fetch-Site": "none"}),  # typed in the address bar
+            ("GET", "/?q=bread", None, {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}),  # a link
+            ("POST", "/search", keyword, {}),  # curl, scripts
+        ]
+        for method, path, body, headers in served:
+            with self.subTest(method=method, path=path, headers=headers):
+                self.assertEqual(request(self.url, method, path, body, headers)[0], 200)
 
     def test_a_burst_of_400_queries_from_16_clients_is_all_answered(self):
         queries = ["flour water salt", "rocket oxygen kerosene", "violin strings", "budget revenue reserve"]
@@ -606,6 +644,9 @@ class OpenApiTests(StoreCase):
             return request(url, "GET", "/search?k=3", None, headers)[0]
         if status == "401":
             return request(url, method, good["GET"] if method == "GET" else path, {"query": "bread"} if method == "POST" else None)[0]
+        if status == "403":
+            return request(url, method, good["GET"] if method == "GET" else path, {"query": "bread"} if method == "POST" else None,
+                           {**headers, "Sec-Fetch-Site": "cross-site"})[0]
         if status == "408":
             lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
             if method == "POST":
@@ -668,7 +709,7 @@ class OpenApiTests(StoreCase):
 
     def test_without_a_token_every_documented_status_happens(self):
         doc, seen = self.check_document()
-        self.assertEqual(seen, {"200", "400", "408", "413", "421", "503"})
+        self.assertEqual(seen, {"200", "400", "403", "408", "413", "421", "503"})
         self.assertNotIn("securitySchemes", doc["components"])
 
     def test_with_a_token_401_is_documented_and_happens(self):

@@ -239,6 +239,48 @@ class SearchPageTests(unittest.TestCase):
         self.assertEqual(set(origins) - {url.rstrip("/")}, set())
 
 
+    def test_a_page_on_another_site_cannot_make_the_browser_search(self):
+        """A real browser on a page of another site (localhost:OTHER is another site than 127.0.0.1) sends a
+        no-cors POST and an image GET to /search: serve refuses both (403, in its log) before searching."""
+        from http.server import BaseHTTPRequestHandler
+
+        from bastion_agent.core.httpthread import ServesInBackground, make_server
+
+        log = io.StringIO()
+        server = serve.build_server(self.store.manifest(), self.store.layout,
+                                    serve.ServeSettings(port=0, reload_check_seconds=3600.0), log,
+                                    endpoint=EndpointConfig(url=self.stub.url))
+        running = serve.RunningServer(server).__enter__()
+        self.addCleanup(running.__exit__, None, None, None)
+        attack = (f"<script>fetch({json.dumps(running.url + 'search')}, {{method: 'POST', mode: 'no-cors', "
+                  "body: JSON.stringify({query: 'bread', mode: 'keyword'})}).catch(() => {}).finally(() => "
+                  "{const img = new Image(); img.onload = img.onerror = () => { document.title = 'done'; }; "
+                  f"img.src = {json.dumps(running.url + 'search?q=bread&mode=keyword')}; }});</script>").encode()
+
+        class Page(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(attack)))
+                self.end_headers()
+                self.wfile.write(attack)
+
+            def log_message(self, *args):
+                pass
+
+        class Site(ServesInBackground):
+            def __init__(self):
+                self.httpd = make_server("127.0.0.1", 0, Page)
+
+        with Site() as site:
+            self.browser.open(f"http://localhost:{site.httpd.server_address[1]}/")
+            self.browser.wait_for("return document.title === 'done'", "the attacking page")
+        deadline = time.monotonic() + WAIT_SECONDS  # a line is logged as its connection closes
+        while len(searches := [line.split()[2:5] for line in log.getvalue().splitlines() if " /search " in line]) < 2:
+            self.assertLess(time.monotonic(), deadline, "serve never logged the two requests")
+            time.sleep(0.05)
+        self.assertEqual(sorted(searches), [["GET", "/search", "403"], ["POST", "/search", "403"]])
+
     def test_a_linked_search_runs_when_the_page_opens(self):
         url = self.serve()
         self.browser.open(url + "?q=flour%20water%20salt&mode=keyword")
