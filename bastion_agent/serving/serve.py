@@ -236,12 +236,18 @@ class ModelLink:
         client = self.client
         if client is None:
             raise RequestError(503, f"the model server is unavailable: {self.error}; try again later")
+        # a burst of queries must not become a burst of connections to the model server; nor may a slow
+        # model server keep the queries waiting for a slot (each holding one of serve's connections) for
+        # longer than one request to it may take
+        if not self.slots.acquire(timeout=self.config.timeout):
+            raise RequestError(503, "the model server is busy with other queries; try again later")
         try:
-            with self.slots:  # a burst of queries must not become a burst of connections to the model
-                vector = searcher.embed_query(self.manifest, query, client)
+            vector = searcher.embed_query(self.manifest, query, client)
         except ModelServerError as exc:
             self.error = str(exc)
             raise RequestError(503, f"the model server is unavailable: {exc}; try again later") from None
+        finally:
+            self.slots.release()
         self.error = None
         return vector
 

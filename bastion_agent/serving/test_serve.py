@@ -518,6 +518,32 @@ class ModelServerTests(StoreCase):
         self.assertEqual(status, 200)
         self.assertEqual(value["hits"][0]["doc"], self.store.ids[BREAD])
 
+    def test_a_query_waits_for_a_busy_model_server_no_longer_than_one_request_to_it(self):
+        link = serve.ModelLink(self.store.manifest(), EndpointConfig(url=self.stub.url, timeout=0.2), 3600.0,
+                               concurrency=1)
+        self.assertEqual(len(link.embed_query("bread")), self.store.manifest().embed.dim)
+        link.slots.acquire()  # the one slot taken, as by a query the model server is slow to answer
+        outcome = {}
+        waiting = threading.Thread(target=lambda: outcome.update(error=self.refusal(link.embed_query, "bread")),
+                                   daemon=True)
+        waiting.start()
+        waiting.join(WAIT_SECONDS)
+        self.assertFalse(waiting.is_alive(), "the query still waits for the slot")
+        self.assertEqual(outcome["error"].status, 503)
+        self.assertIn("busy", outcome["error"].message)
+        link.slots.release()
+        self.assertEqual(len(link.embed_query("bread")), self.store.manifest().embed.dim, "the slot was given back")
+        link.slots.acquire()  # and a query that failed gave its slot back too: there is still exactly one
+        self.assertFalse(link.slots.acquire(blocking=False))
+
+    @staticmethod
+    def refusal(function, *args) -> serve.RequestError | None:
+        try:
+            function(*args)
+        except serve.RequestError as exc:
+            return exc
+        return None
+
     def test_a_model_with_the_wrong_dimension_is_unavailable_not_fatal(self):
         with StubServer(dim=32) as wrong:
             server = start(self.store, self, endpoint_url=wrong.url, reprobe_seconds=3600.0)
