@@ -328,6 +328,19 @@ class WireFormatTests(StageCase):
         config = EndpointConfig.from_env({"EMBED_URL": "http://user:pw@127.0.0.1:9/v1"})
         self.assertEqual(config.display_url, "http://127.0.0.1:9")
 
+    def test_plain_http_to_another_machine_is_warned_of_and_loopback_or_https_is_not(self):
+        warning = EndpointConfig.from_env({"EMBED_URL": "http://user:pw@10.1.2.3:11434/v1"}).cleartext_warning
+        self.assertIn("http://10.1.2.3:11434 is plain http to another machine", warning)
+        self.assertIn("unencrypted", warning)
+        self.assertNotIn("pw", warning)
+        for url in ("http://127.0.0.1:11434", "http://127.8.0.1:9", "http://localhost:8080/v1", "http://[::1]:8080",
+                    "https://gpu.example.org"):
+            with self.subTest(url=url):
+                self.assertIsNone(EndpointConfig.from_env({"EMBED_URL": url}).cleartext_warning)
+        for url in ("http://gpu.example.org", "http://localhost.example.org:80", "http://0.0.0.0:11434"):
+            with self.subTest(url=url):
+                self.assertIsNotNone(EndpointConfig.from_env({"EMBED_URL": url}).cleartext_warning)
+
 
 class SearchTests(StageCase):
     def setUp(self):

@@ -43,6 +43,7 @@ from email.utils import parsedate_to_datetime
 from typing import Callable, Mapping, Sequence
 
 from bastion_agent.core.errors import ConfigError, ModelServerError
+from bastion_agent.core.loopback import is_loopback
 
 DEFAULT_URL = "http://127.0.0.1:11434"
 DEFAULT_BATCH = 32
@@ -123,6 +124,20 @@ class EndpointConfig:
         (``/v1/<api key>/``) can be a secret as much as ``user:password@``.
         """
         return shown_url(self.url)
+
+    @property
+    def cleartext_warning(self) -> str | None:
+        """A warning when the windows would cross a network unencrypted: plain http to another machine.
+
+        Sanitized windows may leave the bastion, but a careful user still
+        wants to know that anyone on the path can read them (and the user's
+        queries); on loopback, or over https, there is nothing to say.
+        """
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme != "http" or is_loopback(parts.hostname or ""):
+            return None
+        return (f"warning: EMBED_URL {self.display_url} is plain http to another machine: the sanitized windows"
+                " and queries cross the network unencrypted (use https, or an ssh tunnel to a loopback port)")
 
 
 def shown_url(value: str) -> str:

@@ -150,9 +150,9 @@ def say(line: str, stream=None) -> None:
 def check_server(client, model: str, api: str) -> "model_info.ServerInfo":
     """After the probe, before the store is opened: what the server serves, refused if not the model."""
     info = model_info.inspect(client.config, api, model)
-    warning = model_info.check_identity(info, model, client.config.display_url)
-    if warning:
-        say(warning)
+    for warning in (client.config.cleartext_warning, model_info.check_identity(info, model, client.config.display_url)):
+        if warning:
+            say(warning)
     return info
 
 

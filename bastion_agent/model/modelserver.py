@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import ipaddress
 import json
 import re
 import sys
@@ -49,6 +48,7 @@ from typing import Callable, Sequence
 from bastion_agent import __version__
 from bastion_agent.core.errors import BastionError
 from bastion_agent.core.httpthread import ServesInBackground, make_server
+from bastion_agent.core.loopback import is_loopback, is_loopback_host_header
 from bastion_agent.embedding.vectorstore import pack_base64
 
 DEFAULT_HOST = "127.0.0.1"
@@ -492,16 +492,6 @@ def _handler_for(server: ModelServer):
 # --- the command --------------------------------------------------------------
 
 
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def web_page_refusal(origin: str | None, host: str | None, bound: str) -> Reject | None:
     """Why a request that comes from a web page is refused, or None for the agent's own clients.
 
@@ -520,11 +510,8 @@ def web_page_refusal(origin: str | None, host: str | None, bound: str) -> Reject
             origin_host = None
         if not origin_host or not is_loopback(origin_host):
             return Reject(403, "requests from a web page on another site (its Origin header) are refused")
-    if host is not None and is_loopback(bound):
-        name = host.strip()
-        name = name[1 : name.find("]")] if name.startswith("[") and "]" in name else name.rsplit(":", 1)[0]
-        if not is_loopback(name):
-            return Reject(421, "this server answers only to a loopback Host (127.0.0.1, localhost, [::1])")
+    if host is not None and is_loopback(bound) and not is_loopback_host_header(host):
+        return Reject(421, "this server answers only to a loopback Host (127.0.0.1, localhost, [::1])")
     return None
 
 

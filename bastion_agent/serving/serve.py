@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import errno
 import hmac
-import ipaddress
 import json
 import os
 import re
@@ -50,6 +49,7 @@ from bastion_agent.core.errors import (
     DatabaseError,
     ModelServerError,
 )
+from bastion_agent.core.loopback import is_loopback, is_loopback_host_header
 from bastion_agent.embedding.client import EmbedClient, EndpointConfig
 from bastion_agent.searching import searcher
 from bastion_agent.serving import serve_openapi
@@ -147,37 +147,6 @@ def settings_from(host: str, port: int, environ=None) -> ServeSettings:
             f"(every client then sends 'Authorization: Bearer TOKEN'), or keep the default --host {DEFAULT_HOST}"
         )
     return ServeSettings(host=host, port=port, token=token)
-
-
-def is_loopback(host: str) -> bool:
-    """True when every address ``host`` names is a loopback address (127.0.0.0/8, ::1)."""
-    literal = host.strip("[]")
-    try:
-        return ipaddress.ip_address(literal).is_loopback
-    except ValueError:
-        pass
-    if not literal or literal.lower() != "localhost" and not literal.lower().endswith(".localhost"):
-        return False  # a name that resolves elsewhere some day must not count as loopback
-    try:
-        infos = socket.getaddrinfo(literal, None)
-    except OSError:
-        return False
-    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
-
-
-def is_loopback_host_header(value: str) -> bool:
-    """A ``Host`` header that names this machine: localhost, 127.x.y.z or [::1], any port."""
-    host = value.strip().lower()
-    if host.startswith("["):
-        host = host[1 : host.find("]")] if "]" in host else host
-    elif host.count(":") == 1:
-        host = host.split(":", 1)[0]
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 # --- the warm index and the model server --------------------------------------
