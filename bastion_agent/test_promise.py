@@ -149,6 +149,17 @@ CORPUS += [
     Planted("notes/password=NamePw998877.txt", b"Notes on the ledger service.\n", ("NamePw998877",)),
 ]
 
+# Saved coloured terminal output (a CI log, ``grep --color=always``): the
+# escape before a value ends in a letter that glued to it.
+RT_ANSI_AWS = "AKIA" + _token("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)
+RT_ANSI_GH = "ghp_" + _token(B62, 36)
+CORPUS += [
+    Planted("logs/ci-deploy.log", (
+        f"\x1b[32mINFO\x1b[0m ledger deploy started\n"
+        f"\x1b[33mWARN\x1b[0m key in env: \x1b[01;31m\x1b[K{RT_ANSI_AWS}\x1b[m\x1b[K\n"
+        f"\x1b[33mWARN\x1b[0m token \x1b[36m{RT_ANSI_GH}\x1b[0m\n").encode("ascii"), (RT_ANSI_AWS, RT_ANSI_GH)),
+]
+
 
 def gpg_private_key(folder: Path) -> Planted | None:
     """Real ``gpg --armor --export-secret-keys`` output in a notes file; None without gpg."""

@@ -40,10 +40,20 @@ CONFUSABLES = str.maketrans({
     "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X", "ο": "o", "ν": "v", "ρ": "p", "τ": "t", "υ": "u", "κ": "k",
 })
 
+# Terminal escape sequences (ECMA-48 control sequences such as the colour
+# "\x1b[31m" and "\x1b[K", and ECMA-35 escapes such as the charset shifts
+# "\x1b$B", "\x1b(B"): a terminal shows none of their characters. Saved
+# coloured output (CI logs, ``grep --color=always``) puts one right before
+# a value, whose last letter ("m", "K") then glues to the value's first
+# character and hides it from every detector's left edge; one inside a
+# value splits it. The view drops them.
+TERMINAL_ESCAPE = r"\x1b\[[0-?]{0,64}[ -/]{0,8}[@-~]|\x1b[ -/]{0,8}[0-~]"
+
 # What may need rewriting: a run of non-ASCII characters, a character
-# reference, a percent escape of a printable ASCII character.
+# reference, a percent escape of a printable ASCII character, a terminal escape.
 SPECIAL = re.compile(
-    r"[^\x00-\x7f]+|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?|%(?:[2-7][0-9A-Fa-f])"
+    r"[^\x00-\x7f]+|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?|%(?:[2-7][0-9A-Fa-f])|"
+    + TERMINAL_ESCAPE
 )
 QUICK = re.compile(r"&#?[A-Za-z0-9]+;?|%[2-7][0-9A-Fa-f]")
 ASCII_ALNUM = re.compile(r"[A-Za-z0-9]")
@@ -140,9 +150,9 @@ class _Builder:
 
 
 def needs_lookalike_view(text: str) -> bool:
-    """False for the common case: ASCII without character references or percent escapes."""
+    """False for the common case: ASCII without character references, percent escapes or terminal escapes."""
     if text.isascii():
-        return ("&" in text or "%" in text) and QUICK.search(text) is not None
+        return "\x1b" in text or (("&" in text or "%" in text) and QUICK.search(text) is not None)
     return True
 
 
@@ -196,7 +206,10 @@ def lookalike_view(text: str) -> View | None:
     for match in SPECIAL.finditer(text):
         start, end = match.span()
         out.copy(text, copied, start)
-        if text[start] in "&%":
+        if text[start] == "\x1b":
+            out.replace("", start, end)
+            changed = True
+        elif text[start] in "&%":
             new = _escape(match)
             if new != match.group(0):
                 out.replace(new, start, end)

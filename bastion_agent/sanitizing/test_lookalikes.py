@@ -204,3 +204,42 @@ class KeyBlockTests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# Coloured terminal output saved to a file (CI logs, ``grep --color=always``,
+# ``less -R`` captures): the SGR sequence before a value ends in a letter
+# ("\x1b[31m", "\x1b[K") that glues to the value's first character, so a
+# detector's left edge refused it; a sequence inside a value split it.
+# A terminal shows none of these characters.
+ESC = "\x1b"
+TERMINAL = [
+    ("colour before a key", f"key {ESC}[31mAKIAQWERTY2345ASDFGH{ESC}[0m end", "AKIAQWERTY2345ASDFGH"),
+    ("grep --color inside a key", f"key {ESC}[01;31m{ESC}[KAKIA{ESC}[m{ESC}[KQWERTY2345ASDFGH end",
+     "AKIAQWERTY2345ASDFGH"),
+    ("colour before a token", f"token {ESC}[36m{TOKEN}{ESC}[0m end", TOKEN),
+    ("colour around a password", f"{ESC}[1mpassword{ESC}[0m={ESC}[33mZq8rT2vX9wLp7{ESC}[0m end", "Zq8rT2vX9wLp7"),
+    ("colour before an SSN", f"ssn {ESC}[31m536-22-8714{ESC}[0m end", "536-22-8714"),
+    ("colour before a phone", f"call {ESC}[35m+41 44 668 18 00{ESC}[0m end", "+41 44 668 18 00"),
+    ("charset shifts inside a key", f"key AKIAQW{ESC}$B{ESC}(BERTY2345ASDFGH end", "AKIAQWERTY2345ASDFGH"),
+]
+
+TERMINAL_HARMLESS = [
+    ("coloured log line", f"{ESC}[32mINFO{ESC}[0m server started on port 8080"),
+    ("bold heading", f"{ESC}[1mUsage:{ESC}[0m tool [options] FILE"),
+]
+
+
+class TerminalEscapeTests(unittest.TestCase):
+    def test_values_behind_terminal_escapes_are_redacted(self):
+        for name, text, value in TERMINAL:
+            with self.subTest(name):
+                clean = redact(text)
+                shown = "".join(ch for ch in clean if ch.isalnum())  # what is left, escapes and all
+                for piece in parts(value):
+                    self.assertNotIn(piece, shown)
+                self.assertTrue(clean.endswith(" end"), clean)
+
+    def test_harmless_coloured_text_is_unchanged(self):
+        for name, text in TERMINAL_HARMLESS:
+            with self.subTest(name):
+                self.assertEqual(redact(text), text)
