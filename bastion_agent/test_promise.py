@@ -160,6 +160,16 @@ CORPUS += [
         f"\x1b[33mWARN\x1b[0m token \x1b[36m{RT_ANSI_GH}\x1b[0m\n").encode("ascii"), (RT_ANSI_AWS, RT_ANSI_GH)),
 ]
 
+# JSON as PHP's json_encode ("\/") and Gson ("\u003d") write it.
+RT_JSON_URLPW = _token(B62, 13) + "6"
+RT_JSON_GSONPW = _token(B62, 12) + "2"
+CORPUS += [
+    Planted("ops/app-config.json", (
+        '{"service":"ledger","database_url":"postgres:\\/\\/app:' + RT_JSON_URLPW + '@ledger-db:5432\\/ledger",\n'
+        ' "jdbc":"jdbc:postgresql://ledger-db/ledger?user\\u003dapp\\u0026password\\u003d' + RT_JSON_GSONPW + '"}\n'
+    ).encode("ascii"), (RT_JSON_URLPW, RT_JSON_GSONPW)),
+]
+
 
 def gpg_private_key(folder: Path) -> Planted | None:
     """Real ``gpg --armor --export-secret-keys`` output in a notes file; None without gpg."""

@@ -13,8 +13,11 @@ finds on the view and redacts the matching span of the original.
 ``joined_view`` is the other view the sanitizer scans: single line breaks
 inside a value (a card number or a key split over two lines) removed.
 
-Text that is plain ASCII with no ``&`` or ``%`` has no look-alike view: the
-fast path stays as fast as before.
+Terminal escape sequences (coloured logs) are dropped and JSON string
+escapes of ASCII (``\/``, ``\u0040``) decoded in the same view.
+
+Text that is plain ASCII with no ``&``, ``%``, ``\`` or escape character
+has no look-alike view: the fast path stays as fast as before.
 """
 
 from __future__ import annotations
@@ -49,13 +52,21 @@ CONFUSABLES = str.maketrans({
 # value splits it. The view drops them.
 TERMINAL_ESCAPE = r"\x1b\[[0-?]{0,64}[ -/]{0,8}[@-~]|\x1b[ -/]{0,8}[0-~]"
 
+# JSON (and JavaScript) string escapes of printable ASCII, as serializers
+# write them: PHP's json_encode escapes every "/" as "\/", Gson writes "=",
+# "&" and "'" as \u003d, \u0026, \u0027; a URL's credentials or a
+# "password=..." then reads as one to whoever parses the JSON, not to the
+# detectors. The view decodes them.
+JSON_ESCAPE = r"\\/|\\u00[2-7][0-9A-Fa-f]"
+
 # What may need rewriting: a run of non-ASCII characters, a character
-# reference, a percent escape of a printable ASCII character, a terminal escape.
+# reference, a percent escape of a printable ASCII character, a terminal
+# escape, a JSON escape of a printable ASCII character.
 SPECIAL = re.compile(
     r"[^\x00-\x7f]+|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?|%(?:[2-7][0-9A-Fa-f])|"
-    + TERMINAL_ESCAPE
+    + TERMINAL_ESCAPE + "|" + JSON_ESCAPE
 )
-QUICK = re.compile(r"&#?[A-Za-z0-9]+;?|%[2-7][0-9A-Fa-f]")
+QUICK = re.compile(r"&#?[A-Za-z0-9]+;?|%[2-7][0-9A-Fa-f]|" + JSON_ESCAPE)
 ASCII_ALNUM = re.compile(r"[A-Za-z0-9]")
 TOKEN_EDGE = 16  # how far a run looks for Latin letters or digits around it
 
@@ -150,9 +161,9 @@ class _Builder:
 
 
 def needs_lookalike_view(text: str) -> bool:
-    """False for the common case: ASCII without character references, percent escapes or terminal escapes."""
+    """False for the common case: ASCII without character references, percent, terminal or JSON escapes."""
     if text.isascii():
-        return "\x1b" in text or (("&" in text or "%" in text) and QUICK.search(text) is not None)
+        return "\x1b" in text or (("&" in text or "%" in text or "\\" in text) and QUICK.search(text) is not None)
     return True
 
 
@@ -190,6 +201,8 @@ def _escape(match: re.Match) -> str:
     token = match.group(0)
     if token.startswith("%"):
         return chr(int(token[1:], 16))
+    if token.startswith("\\"):
+        return "/" if token == "\\/" else chr(int(token[2:], 16))
     if not token.endswith(";") and not token.startswith("&#"):
         return token  # "&copy" without ";" is left as written, as browsers mostly do in text
     decoded = html.unescape(token)
@@ -209,7 +222,7 @@ def lookalike_view(text: str) -> View | None:
         if text[start] == "\x1b":
             out.replace("", start, end)
             changed = True
-        elif text[start] in "&%":
+        elif text[start] in "&%\\":
             new = _escape(match)
             if new != match.group(0):
                 out.replace(new, start, end)

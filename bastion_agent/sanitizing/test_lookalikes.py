@@ -243,3 +243,37 @@ class TerminalEscapeTests(unittest.TestCase):
         for name, text in TERMINAL_HARMLESS:
             with self.subTest(name):
                 self.assertEqual(redact(text), text)
+
+
+# JSON as serializers write it: PHP's json_encode escapes every "/" ("\/"),
+# Gson escapes "=", "&", "<", ">" and "'" as \u003d..., any encoder may
+# write an ASCII character as \u00XX. A reader of the JSON sees the plain
+# characters; the detectors saw the escapes.
+JSON_ESCAPED = [
+    ("escaped slashes in a URL", 'cfg {"database_url":"postgres:\\/\\/app:Zq8rT2vX9wLp@db:5432\\/ledger"} end',
+     "Zq8rT2vX9wLp"),
+    ("gson query string", 'cfg {"jdbc":"jdbc:postgresql://db/ledger?user\\u003dapp\\u0026password\\u003dS3cr3tPw0rd9"} end',
+     "S3cr3tPw0rd9"),
+    ("escaped at", 'cfg {"owner":"alice.smith\\u0040gmail.com"} end', "alice.smith@gmail.com"),
+]
+
+JSON_HARMLESS = [
+    ("regex literal", 'rule {"pattern":"^https?:\\/\\/[a-z]+\\/"} end'),
+    ("escaped quotes", 'say {"text":"he said \\u0022hello\\u0022"} end'),
+]
+
+
+class JsonEscapeTests(unittest.TestCase):
+    def test_values_behind_json_escapes_are_redacted(self):
+        for name, text, value in JSON_ESCAPED:
+            with self.subTest(name):
+                clean = redact(text)
+                shown = "".join(ch for ch in clean if ch.isalnum())
+                for piece in parts(value):
+                    self.assertNotIn(piece, shown)
+                self.assertTrue(clean.startswith("cfg {") and clean.endswith("} end"), clean)
+
+    def test_harmless_escaped_json_is_unchanged(self):
+        for name, text in JSON_HARMLESS:
+            with self.subTest(name):
+                self.assertEqual(redact(text), text)
