@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from bastion_agent.core.budget import REASON_OUTPUT, Budget
 from bastion_agent.extracting import readers
-from bastion_agent.extracting.formats.base import plain_decoding
+from bastion_agent.extracting.formats import compressed
+from bastion_agent.extracting.formats.base import Refused, plain_decoding
 from bastion_agent.sanitizing.normalise import lookalike_view
 from bastion_agent.sanitizing.sanitize import SanitizeSettings, merge, sanitizer_for
 
@@ -21,7 +22,8 @@ QUARANTINE_KINDS = frozenset({"text", "markdown", "csv", "json", "xml", "html", 
 QUARANTINE = "quarantined"
 
 
-def hidden_findings(data: bytes, text: str, settings: SanitizeSettings | None, kind: str = "text") -> list[str]:
+def hidden_findings(data: bytes, text: str, settings: SanitizeSettings | None, kind: str = "text",
+                    max_bytes: int = compressed.DEFAULT_MAX_BYTES) -> list[str]:
     """Rule ids of what the raw bytes show and the extracted text does not.
 
     The document is read a second time by the same reader under
@@ -34,9 +36,20 @@ def hidden_findings(data: bytes, text: str, settings: SanitizeSettings | None, k
     the plain view garbles those by design; parts the reader drops anyway
     (HTML comments and scripts, e-mail headers other than the five it
     keeps) are dropped from the view too, so they quarantine nothing.
+
+    A compressed document (``html.gz``) is scanned as the document it
+    holds: its packed bytes show nothing, and the same hiding inside a
+    ``.gz`` would otherwise go to the store unseen.
     """
-    if kind not in QUARANTINE_KINDS or not data:
+    inner, packed = readers._split_kind(kind)
+    if inner not in QUARANTINE_KINDS or not data:
         return []
+    if packed is not None:
+        try:
+            data = compressed.unpack(packed, data, max_bytes)
+        except Refused:  # it was read once already; it unpacks the same way
+            return []
+        kind = inner
     with plain_decoding():
         view = readers.read(kind, data).text
     if not view or view == text:
@@ -65,7 +78,7 @@ def budget_task_read(note, kind: str, data: bytes, settings=None, max_bytes: int
         if reading.reason == REASON_OUTPUT:
             return {"costly": REASON_OUTPUT}, b""
         return {"reason": reading.reason}, b""
-    hidden = hidden_findings(data, reading.text, settings, kind)
+    hidden = hidden_findings(data, reading.text, settings, kind, **unpack_limit)
     if hidden:
         return {"reason": f"{QUARANTINE}: {', '.join(hidden)}"}, b""
     return {}, reading.text.encode("utf-8", "surrogatepass")

@@ -10,7 +10,10 @@ text does not.
 
 from __future__ import annotations
 
+import bz2
 import codecs
+import gzip
+import lzma
 import unittest
 
 from bastion_agent.extracting import readers, reading
@@ -115,6 +118,23 @@ class QuarantineTests(TempCase):
                 self.assertEqual(rows[rel]["reason"], "quarantined: aws-access-key")
         self.assertEqual(rows["plain.txt"]["status"], "extracted")
         self.assertEqual(summary["skipped_by_reason"].get("quarantined: aws-access-key"), 2)
+        stored = b"".join(p.read_bytes() for p in self.layout.extract_dir.glob("*.txt"))
+        self.assertNotIn("阻".encode(), stored)
+
+    def test_a_compressed_document_is_scanned_as_what_it_holds(self):
+        # The same hiding, packed: the byte-level scan looked at the compressed bytes' kind
+        # ("html.gz" is no kind it scans), so the kanji went to the store.
+        hidden = b"key \x1b$B" + AWS.encode() + b"\x1b(B done"
+        self.put("page.html.gz", gzip.compress(b'<meta charset="iso-2022-jp"><p>' + hidden + b"</p>"))
+        self.put("mail.eml.xz", lzma.compress(b"From: a@example.org\r\nSubject: x\r\n"
+                                             b"Content-Type: text/plain; charset=iso-2022-jp\r\n\r\n" + hidden + b"\r\n"))
+        self.put("notes.txt.bz2", bz2.compress(f"nothing hidden, {MAIL}\n".encode()))
+        self.run_stage()
+        rows = self.listing()
+        for rel in ("page.html.gz", "mail.eml.xz"):
+            with self.subTest(rel=rel):
+                self.assertEqual((rows[rel]["status"], rows[rel]["reason"]), ("skipped", "quarantined: aws-access-key"))
+        self.assertEqual(rows["notes.txt.bz2"]["status"], "extracted")
         stored = b"".join(p.read_bytes() for p in self.layout.extract_dir.glob("*.txt"))
         self.assertNotIn("阻".encode(), stored)
 
