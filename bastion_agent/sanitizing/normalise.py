@@ -14,9 +14,9 @@ finds on the view and redacts the matching span of the original.
 inside a value (a card number or a key split over two lines) removed.
 
 Terminal escape sequences (coloured logs) are dropped and JSON string
-escapes of ASCII (``\/``, ``\u0040``) decoded in the same view.
+escapes of ASCII (``\\/``, ``\\u0040``) decoded in the same view.
 
-Text that is plain ASCII with no ``&``, ``%``, ``\`` or escape character
+Text that is plain ASCII with no ``&``, ``%``, ``\\`` or escape character
 has no look-alike view: the fast path stays as fast as before.
 """
 
