@@ -50,7 +50,7 @@ from bastion_agent.core.layout import (
     write_private,
     write_summary,
 )
-from bastion_agent.core.progress import Progress
+from bastion_agent.core.progress import Progress, for_terminal
 from bastion_agent.extracting import readers
 from bastion_agent.sanitizing import sanitize
 
@@ -635,7 +635,7 @@ def print_report(layout: Layout, stream=None, settings=None, files: bool = False
 
 def report_lines(rows: list[dict], summary: dict, settings=None, files: bool = False) -> list[str]:
     """The report as lines of text (kept apart from printing so it is easy to test); sanitized paths only."""
-    rows = [{**row, "path": sanitize.sanitize_path(row["path"], settings)} for row in rows]
+    rows = [{**row, "path": for_terminal(sanitize.sanitize_path(row["path"], settings))} for row in rows]
     mb = summary.get("bytes_read", 0) / 1e6
     lines = [
         f"extract: {summary.get('files', len(rows))} files seen, {summary.get('extracted', 0)} extracted "
