@@ -41,6 +41,11 @@ CONFUSABLES = str.maketrans({
     "һ": "h", "ԁ": "d", "ԛ": "q", "ԝ": "w", "ɡ": "g",
     "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M", "Ν": "N", "Ο": "O",
     "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X", "ο": "o", "ν": "v", "ρ": "p", "τ": "t", "υ": "u", "κ": "k",
+    # Dashes between digits: the hyphen (NFKC makes the non-breaking one this), the
+    # figure dash meant for phone numbers, the en dash and the minus sign of word
+    # processors and PDFs. A phone, SSN or card number typeset with them is the
+    # number; the detectors' separators are "-".
+    "\u2010": "-", "\u2012": "-", "\u2013": "-", "\u2212": "-",
 })
 
 # Terminal escape sequences (ECMA-48 control sequences such as the colour

@@ -33,6 +33,13 @@ LOOKALIKES = [
     ("hex entity", "write to alice.smith&#x40;gmail.com today", "alice.smith@gmail.com"),
     ("named entity", "write to alice.smith&commat;gmail.com today", "alice.smith@gmail.com"),
     ("percent escape", "write to alice.smith%40gmail.com today", "alice.smith@gmail.com"),
+    # Dashes typesetting puts between digits: the figure dash is the one meant for phone
+    # numbers, the non-breaking hyphen keeps one on a line (HTML &#8209;), the en dash
+    # and the minus sign come from word processors and PDFs.
+    ("non-breaking hyphens in a phone", "call 555\u2011867\u20115309 today", "555-867-5309"),
+    ("figure dashes in an SSN", "ssn 536\u201222\u20128714 today", "536-22-8714"),
+    ("en dashes in a phone", "phone: 555\u2013867\u20135309 today", "555-867-5309"),
+    ("minus signs in a card", "card 4111\u22121111\u22121111\u22121111 today", "4111111111111111"),
 ]
 
 HARMLESS = [
@@ -43,6 +50,7 @@ HARMLESS = [
     ("percent", "growth of 40% and 25%, see %20 in URLs"),
     ("soft hyphen prose", f"extra{SHY}ordinary docu{SHY}mentation"),
     ("cjk", "中文文本测试，这是一个句子。"),
+    ("ranges with dashes", "from 1990\u20132000, pages 12\u201334, \u22125 \u00b0C, ISO 8601\u20112019"),
 ]
 
 SPLIT = [
