@@ -160,6 +160,22 @@ CORPUS += [
         f"\x1b[33mWARN\x1b[0m token \x1b[36m{RT_ANSI_GH}\x1b[0m\n").encode("ascii"), (RT_ANSI_AWS, RT_ANSI_GH)),
 ]
 
+# An e-mail's attachments are names: the reader writes them as "[attachment: NAME]",
+# where a value glued to "_" or "-cv" hid from the text's detectors.
+RT_ATT_SSN = "372-51-4486"
+RT_ATT_MAIL = "mirja.halvorsen@tidewater-post.com"
+CORPUS += [
+    Planted("mail/scans.eml", (
+        "From: ops@example.org\r\nSubject: the scans you asked for\r\nMIME-Version: 1.0\r\n"
+        'Content-Type: multipart/mixed; boundary="b1"\r\n\r\n'
+        "--b1\r\nContent-Type: text/plain\r\n\r\nBoth scans attached, for the ledger audit.\r\n"
+        f'--b1\r\nContent-Type: application/pdf\r\nContent-Disposition: attachment; filename="scan_{RT_ATT_SSN}.pdf"\r\n'
+        "Content-Transfer-Encoding: base64\r\n\r\nJVBERi0xLjQK\r\n"
+        f'--b1\r\nContent-Type: application/pdf\r\nContent-Disposition: attachment; filename="{RT_ATT_MAIL}-cv.pdf"\r\n'
+        "Content-Transfer-Encoding: base64\r\n\r\nJVBERi0xLjQK\r\n--b1--\r\n").encode("ascii"),
+        (RT_ATT_SSN, RT_ATT_MAIL)),
+]
+
 # JSON as PHP's json_encode ("\/") and Gson ("\u003d") write it.
 RT_JSON_URLPW = _token(B62, 13) + "6"
 RT_JSON_GSONPW = _token(B62, 12) + "2"

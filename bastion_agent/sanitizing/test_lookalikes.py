@@ -131,6 +131,15 @@ class LookalikeTests(unittest.TestCase):
                 self.assertIn("[REDACTED:", clean)
                 self.assertEqual(clean.rsplit(".", 1)[-1], path.rsplit(".", 1)[-1])
 
+    def test_attachment_names_in_a_text_are_read_as_paths(self):
+        # The e-mail reader writes each attached file as "[attachment: NAME]": a name.
+        for name, path, value in PATHS:
+            with self.subTest(name):
+                text = f"See the files.\n[attachment: {path.rsplit('/', 1)[-1]}]\nThanks."
+                clean = redact(text)
+                self.assertNotIn(value, clean)
+                self.assertTrue(clean.startswith("See the files.\n[attachment: ") and clean.endswith("]\nThanks."), clean)
+
     def test_harmless_paths_unchanged(self):
         for path in PATHS_HARMLESS:
             with self.subTest(path):
