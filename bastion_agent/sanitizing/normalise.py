@@ -29,8 +29,11 @@ import unicodedata
 from dataclasses import dataclass
 
 # Characters that render as nothing (or nearly): format characters (Cf:
-# zero-width space/joiners, soft hyphen, BOM, bidi controls) plus these.
-EXTRA_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u180e\u3164\uffa0")
+# zero-width space/joiners, soft hyphen, BOM, bidi controls) plus these,
+# and the variation selectors (nonspacing marks that only choose a glyph:
+# after a letter that has no variants they render as nothing at all).
+EXTRA_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u180e\u3164\uffa0") | frozenset(
+    map(chr, [*range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)]))
 
 # Cyrillic and Greek letters drawn like Latin ones (Unicode confusables, the
 # ones that matter in key prefixes and addresses).

@@ -33,6 +33,10 @@ LOOKALIKES = [
     ("hex entity", "write to alice.smith&#x40;gmail.com today", "alice.smith@gmail.com"),
     ("named entity", "write to alice.smith&commat;gmail.com today", "alice.smith@gmail.com"),
     ("percent escape", "write to alice.smith%40gmail.com today", "alice.smith@gmail.com"),
+    # Variation selectors after letters that have no variants render as nothing.
+    ("variation selectors in a key", "key " + "\ufe0f".join("AKIAIOSFODNN7EXAMPLE") + " end", "AKIAIOSFODNN7EXAMPLE"),
+    ("ideographic variation selector in an e-mail", "write to alice\U000e0100.smith@gmail.com today",
+     "alice.smith@gmail.com"),
     # Dashes typesetting puts between digits: the figure dash is the one meant for phone
     # numbers, the non-breaking hyphen keeps one on a line (HTML &#8209;), the en dash
     # and the minus sign come from word processors and PDFs.
@@ -50,6 +54,7 @@ HARMLESS = [
     ("percent", "growth of 40% and 25%, see %20 in URLs"),
     ("soft hyphen prose", f"extra{SHY}ordinary docu{SHY}mentation"),
     ("cjk", "中文文本测试，这是一个句子。"),
+    ("emoji with a variation selector", "ship it \u2764\ufe0f today"),
     ("ranges with dashes", "from 1990\u20132000, pages 12\u201334, \u22125 \u00b0C, ISO 8601\u20112019"),
 ]
 
