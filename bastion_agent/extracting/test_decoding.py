@@ -138,6 +138,24 @@ class QuarantineTests(TempCase):
         stored = b"".join(p.read_bytes() for p in self.layout.extract_dir.glob("*.txt"))
         self.assertNotIn("阻".encode(), stored)
 
+    def test_a_text_in_ebcdic_is_quarantined(self):
+        # A mainframe extract copied in binary mode: upper case EBCDIC reads as cp1252
+        # letters, so the store kept "õóö`òò`ø÷ñô", an SSN to anyone who encodes it back.
+        record = "CUSTOMER JOHN SMITH SSN 536-22-8714 CARD 4111 1111 1111 1111 BRANCH 0042\n"
+        self.put("records.txt", (record * 20).encode("cp500"))
+        self.put("russian.txt", "Отчёт о работе сервиса за квартал, без секретов.\n" * 20)
+        self.put("russian-1251.txt", "Отчёт о работе сервиса за квартал, без секретов.\n".encode("cp1251") * 20)
+        self.put("chinese.txt", "季度报告，没有秘密。\n" * 20)
+        self.run_stage()
+        rows = self.listing()
+        self.assertEqual(rows["records.txt"]["status"], "skipped")
+        self.assertTrue(rows["records.txt"]["reason"].startswith("quarantined: "), rows["records.txt"])
+        for rel in ("russian.txt", "russian-1251.txt", "chinese.txt"):
+            with self.subTest(rel=rel):
+                self.assertEqual(rows[rel]["status"], "extracted", rows[rel])
+        stored = b"".join(p.read_bytes() for p in self.layout.extract_dir.glob("*.txt"))
+        self.assertNotIn("õóö".encode(), stored)
+
     def test_plausible_documents_are_not_quarantined(self):
         self.put("bom.log", codecs.BOM_UTF16_LE + SECRET_LINE.encode("ascii"))
         self.put("utf8.txt", f"Grüße von Jürgen, {MAIL}, password = \"pässwörd1\"\n")
