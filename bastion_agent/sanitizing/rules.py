@@ -330,11 +330,13 @@ RULES: tuple[Rule, ...] = (
        r"|(?:docker|podman|nerdctl|buildah|skopeo)[ \t]+login(?:[ \t]+[^\s|;&]+){0,8}?[ \t]+(?:-p|--password)(?:[ \t]+|=)"
        r"|ldap(?:search|modify|add|delete|whoami|passwd|compare|modrdn|exop)(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+-w[ \t]+"
        r"|(?:sqlcmd|osql|isql|bcp)(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+-P[ \t]*"
-       r"|openssl(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+(?:-k[ \t]+|-pass(?:in|out)?[ \t]+pass:))"
+       r"|openssl(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+(?:-k[ \t]+|-pass(?:in|out)?[ \t]+pass:)"
+       r"|(?:keytool|jarsigner)(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+-(?:src|dest)?(?:store|key)pass[ \t]+"
+       r"|--(?:[a-z0-9]+-){0,3}password[ \t]+(?=[^\s\-]))"
        r"(?P<secret>'[^'\n]+'|\"[^\"\n]+\"|[^\s'\"|;&]+)",
        keywords=("redis-cli", "docker", "podman", "nerdctl", "buildah", "skopeo", "ldap", "sqlcmd", "osql", "isql",
-                 "bcp", "openssl"),
-       validator="cli_password", anchor="keyword"),
+                 "bcp", "openssl", "keytool", "jarsigner", "--"),
+       validator="flag_password", anchor="keyword"),
     # SQL that sets a password, in a CREATE, ALTER or GRANT statement: PostgreSQL's
     # [ENCRYPTED] PASSWORD '...', MySQL's and Oracle's IDENTIFIED BY (Oracle's unquoted).
     R_("sql-password", "url-credentials",
