@@ -149,6 +149,43 @@ CORPUS += [
     Planted("notes/password=NamePw998877.txt", b"Notes on the ledger service.\n", ("NamePw998877",)),
 ]
 
+# Saved coloured terminal output (a CI log, ``grep --color=always``): the
+# escape before a value ends in a letter that glued to it.
+RT_ANSI_AWS = "AKIA" + _token("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)
+RT_ANSI_GH = "ghp_" + _token(B62, 36)
+CORPUS += [
+    Planted("logs/ci-deploy.log", (
+        f"\x1b[32mINFO\x1b[0m ledger deploy started\n"
+        f"\x1b[33mWARN\x1b[0m key in env: \x1b[01;31m\x1b[K{RT_ANSI_AWS}\x1b[m\x1b[K\n"
+        f"\x1b[33mWARN\x1b[0m token \x1b[36m{RT_ANSI_GH}\x1b[0m\n").encode("ascii"), (RT_ANSI_AWS, RT_ANSI_GH)),
+]
+
+# An e-mail's attachments are names: the reader writes them as "[attachment: NAME]",
+# where a value glued to "_" or "-cv" hid from the text's detectors.
+RT_ATT_SSN = "372-51-4486"
+RT_ATT_MAIL = "mirja.halvorsen@tidewater-post.com"
+CORPUS += [
+    Planted("mail/scans.eml", (
+        "From: ops@example.org\r\nSubject: the scans you asked for\r\nMIME-Version: 1.0\r\n"
+        'Content-Type: multipart/mixed; boundary="b1"\r\n\r\n'
+        "--b1\r\nContent-Type: text/plain\r\n\r\nBoth scans attached, for the ledger audit.\r\n"
+        f'--b1\r\nContent-Type: application/pdf\r\nContent-Disposition: attachment; filename="scan_{RT_ATT_SSN}.pdf"\r\n'
+        "Content-Transfer-Encoding: base64\r\n\r\nJVBERi0xLjQK\r\n"
+        f'--b1\r\nContent-Type: application/pdf\r\nContent-Disposition: attachment; filename="{RT_ATT_MAIL}-cv.pdf"\r\n'
+        "Content-Transfer-Encoding: base64\r\n\r\nJVBERi0xLjQK\r\n--b1--\r\n").encode("ascii"),
+        (RT_ATT_SSN, RT_ATT_MAIL)),
+]
+
+# JSON as PHP's json_encode ("\/") and Gson ("\u003d") write it.
+RT_JSON_URLPW = _token(B62, 13) + "6"
+RT_JSON_GSONPW = _token(B62, 12) + "2"
+CORPUS += [
+    Planted("ops/app-config.json", (
+        '{"service":"ledger","database_url":"postgres:\\/\\/app:' + RT_JSON_URLPW + '@ledger-db:5432\\/ledger",\n'
+        ' "jdbc":"jdbc:postgresql://ledger-db/ledger?user\\u003dapp\\u0026password\\u003d' + RT_JSON_GSONPW + '"}\n'
+    ).encode("ascii"), (RT_JSON_URLPW, RT_JSON_GSONPW)),
+]
+
 
 def gpg_private_key(folder: Path) -> Planted | None:
     """Real ``gpg --armor --export-secret-keys`` output in a notes file; None without gpg."""

@@ -14,6 +14,7 @@ from bastion_agent.config.arguments import (
     load_manifest_and_layout,
 )
 from bastion_agent.core.errors import ConfigError
+from bastion_agent.core.progress import for_terminal
 from bastion_agent.searching import searcher
 
 SNIPPET_CHARS = 400
@@ -76,13 +77,13 @@ def format_hits(hits: list[searcher.Hit]) -> str:
         return "no hits"
     blocks = []
     for rank, hit in enumerate(hits, start=1):
-        where = ", ".join(hit.paths) or "(no path)"
+        where = for_terminal(", ".join(hit.paths)) or "(no path)"  # a name or a text may hold escape sequences
         strength = f"relevance {hit.relevance:3d}"
         if getattr(hit, "bastion", None):  # the central index ranks without calibrated evidence: its score
             where = f"{hit.bastion}: {where}"
             strength = f"{hit.score:.4f}"
         head = f"{rank}. {strength}  {where}  [doc {hit.doc[:12]} window {hit.idx}]"
-        text = " ".join(hit.text.split())
+        text = for_terminal(" ".join(hit.text.split()))
         if len(text) > SNIPPET_CHARS:
             text = text[: SNIPPET_CHARS - 1] + "…"
         blocks.append(head + "\n" + textwrap.indent(textwrap.fill(text, 96), "    "))

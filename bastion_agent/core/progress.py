@@ -13,6 +13,7 @@ written here: the stage's one summary line (``stage_lines``) says what it did.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -141,3 +142,25 @@ def _duration(seconds: float) -> str:
         return f"{minutes}m{seconds:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+# C0 controls but tab and newline, DEL, C1 controls (0x9b is CSI on its own),
+# and the bidirectional overrides and isolates.
+_UNSAFE_ON_TERMINAL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def for_terminal(text: str) -> str:
+    """``text`` (a file's name, a window of its text) safe to print on a terminal.
+
+    What a file holds is the attacker's: printed raw, an escape sequence in
+    a name or a window sets the terminal's title, clears the lines printed
+    before it, writes the clipboard (OSC 52) or, with bidi controls, shows
+    characters in another order than they are. Each such character is
+    shown as its escape (``\\x1b``, ``\\u202e``) instead.
+    """
+    return _UNSAFE_ON_TERMINAL.sub(lambda match: _escaped(match.group(0)), text)
+
+
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

@@ -50,7 +50,7 @@ from bastion_agent.core.layout import (
     write_private,
     write_summary,
 )
-from bastion_agent.core.progress import Progress
+from bastion_agent.core.progress import Progress, for_terminal
 from bastion_agent.extracting import readers
 from bastion_agent.sanitizing import sanitize
 
@@ -65,6 +65,14 @@ REASON_FOLDER_LINK = "folder link"
 REASON_BROKEN_LINK = "broken link"
 REASON_LINK_EXCLUDED = "link to excluded file"
 REASON_SPECIAL = "special file"
+REASON_TOO_DEEP = "too deep"
+
+# Folders nested deeper than this below the root are not entered (listed
+# "too deep"). Every path, listing row and open from the root grows with the
+# depth, so a chain of 20,000 nested folders (seconds to make) cost the walk
+# the square of that in time and memory; real trees stay far above this
+# (PATH_MAX alone stops ordinary tools near 2,000 levels of short names).
+MAX_DEPTH = 256
 
 _DOC_TEXT = re.compile(r"[0-9a-f]{64}\.txt")
 
@@ -252,8 +260,13 @@ def walk(root: SourceRoot, selection: Selection) -> tuple[list[_Entry], int]:
         for name, is_dir in children:
             rel = prefix + _display(name)
             if is_dir:
-                if selection.enters(rel):
-                    pending.append(parts + (name,))
+                if not selection.enters(rel):
+                    continue
+                if len(parts) >= MAX_DEPTH:
+                    entries.append(_Entry(rel, parts + (name,),
+                                          Row(rel, None, 0, "folder", STATUS_SKIPPED, REASON_TOO_DEEP)))
+                    continue
+                pending.append(parts + (name,))
             elif selection.selects(rel):
                 entries.append(_Entry(rel, parts + (name,)))
             else:
@@ -622,7 +635,7 @@ def print_report(layout: Layout, stream=None, settings=None, files: bool = False
 
 def report_lines(rows: list[dict], summary: dict, settings=None, files: bool = False) -> list[str]:
     """The report as lines of text (kept apart from printing so it is easy to test); sanitized paths only."""
-    rows = [{**row, "path": sanitize.sanitize_path(row["path"], settings)} for row in rows]
+    rows = [{**row, "path": for_terminal(sanitize.sanitize_path(row["path"], settings))} for row in rows]
     mb = summary.get("bytes_read", 0) / 1e6
     lines = [
         f"extract: {summary.get('files', len(rows))} files seen, {summary.get('extracted', 0)} extracted "

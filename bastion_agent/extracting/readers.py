@@ -182,7 +182,7 @@ def _split_kind(kind: str) -> tuple[str, str | None]:
     return kind, None
 
 
-COMPRESSED_VERSION = "1"
+COMPRESSED_VERSION = "2"  # 2: the byte-level scan reads what a compressed file holds (texts kept by 1 are read again)
 KINDS = frozenset(_READERS) | {kind + suffix for kind in _READERS for suffix in compressed.SUFFIXES}
 
 

@@ -10,9 +10,12 @@ show quarantines the document before any of its text is kept.
 
 from __future__ import annotations
 
+import re
+
 from bastion_agent.core.budget import REASON_OUTPUT, Budget
 from bastion_agent.extracting import readers
-from bastion_agent.extracting.formats.base import plain_decoding
+from bastion_agent.extracting.formats import compressed
+from bastion_agent.extracting.formats.base import Refused, plain_decoding
 from bastion_agent.sanitizing.normalise import lookalike_view
 from bastion_agent.sanitizing.sanitize import SanitizeSettings, merge, sanitizer_for
 
@@ -21,7 +24,8 @@ QUARANTINE_KINDS = frozenset({"text", "markdown", "csv", "json", "xml", "html", 
 QUARANTINE = "quarantined"
 
 
-def hidden_findings(data: bytes, text: str, settings: SanitizeSettings | None, kind: str = "text") -> list[str]:
+def hidden_findings(data: bytes, text: str, settings: SanitizeSettings | None, kind: str = "text",
+                    max_bytes: int = compressed.DEFAULT_MAX_BYTES) -> list[str]:
     """Rule ids of what the raw bytes show and the extracted text does not.
 
     The document is read a second time by the same reader under
@@ -34,22 +38,58 @@ def hidden_findings(data: bytes, text: str, settings: SanitizeSettings | None, k
     the plain view garbles those by design; parts the reader drops anyway
     (HTML comments and scripts, e-mail headers other than the five it
     keeps) are dropped from the view too, so they quarantine nothing.
+
+    A compressed document (``html.gz``) is scanned as the document it
+    holds: its packed bytes show nothing, and the same hiding inside a
+    ``.gz`` would otherwise go to the store unseen.
     """
-    if kind not in QUARANTINE_KINDS or not data:
+    inner, packed = readers._split_kind(kind)
+    if inner not in QUARANTINE_KINDS or not data:
         return []
+    if packed is not None:
+        try:
+            data = compressed.unpack(packed, data, max_bytes)
+        except Refused:  # it was read once already; it unpacks the same way
+            return []
+        kind = inner
     with plain_decoding():
-        view = readers.read(kind, data).text
-    if not view or view == text:
+        plain = readers.read(kind, data).text
+    views = [view for view in (plain, ebcdic_view(data)) if view and view != text]
+    if not views:
         return []
     sanitizer = sanitizer_for(settings)
     normal = lookalike_view(text)
     seen = (text, normal.text if normal else text)
     hidden = set()
-    for finding in merge(sanitizer.findings(view)):
-        value = view[finding.start:finding.end].strip()
-        if value and value.isascii() and not any(value in shown for shown in seen):
-            hidden.add(finding.rule)
+    for view in views:
+        for finding in merge(sanitizer.findings(view)):
+            value = view[finding.start:finding.end].strip()
+            if value and value.isascii() and not any(value in shown for shown in seen):
+                hidden.add(finding.rule)
     return sorted(hidden)
+
+
+# EBCDIC (a mainframe's text, copied in binary mode) has no byte of ASCII's
+# printable range for a letter or a digit: every decoding here reads it as
+# 8-bit garbage ("õóö`òò`ø÷ñô" is an SSN), and the plain view as well, so
+# nothing was found and the garbage, an SSN to anyone who encodes it back,
+# went to the store. Bytes that are mostly above 0x7f and read as plain
+# ASCII text in cp500 are scanned in that decoding too.
+_EBCDIC = "cp500"
+_EBCDIC_HIGH_SHARE = 0.3
+_EBCDIC_TEXT_SHARE = 0.95
+_NOT_PLAIN_ASCII = re.compile("[^\t\n\r\x20-\x7e\x85]")
+
+
+def ebcdic_view(data: bytes) -> str | None:
+    """``data`` read as EBCDIC when it is plausibly EBCDIC text, else None."""
+    sample = data[:65536]
+    if not sample or len(sample.translate(None, bytes(range(0x80)))) < _EBCDIC_HIGH_SHARE * len(sample):
+        return None
+    view = sample.decode(_EBCDIC)
+    if len(_NOT_PLAIN_ASCII.sub("", view)) < _EBCDIC_TEXT_SHARE * len(view):
+        return None
+    return data.decode(_EBCDIC).replace("\x85", "\n")  # EBCDIC's own newline, NEL
 
 
 def budget_task_read(note, kind: str, data: bytes, settings=None, max_bytes: int | None = None) -> tuple[dict, bytes]:
@@ -65,7 +105,7 @@ def budget_task_read(note, kind: str, data: bytes, settings=None, max_bytes: int
         if reading.reason == REASON_OUTPUT:
             return {"costly": REASON_OUTPUT}, b""
         return {"reason": reading.reason}, b""
-    hidden = hidden_findings(data, reading.text, settings, kind)
+    hidden = hidden_findings(data, reading.text, settings, kind, **unpack_limit)
     if hidden:
         return {"reason": f"{QUARANTINE}: {', '.join(hidden)}"}, b""
     return {}, reading.text.encode("utf-8", "surrogatepass")

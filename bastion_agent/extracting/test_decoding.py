@@ -10,7 +10,10 @@ text does not.
 
 from __future__ import annotations
 
+import bz2
 import codecs
+import gzip
+import lzma
 import unittest
 
 from bastion_agent.extracting import readers, reading
@@ -117,6 +120,41 @@ class QuarantineTests(TempCase):
         self.assertEqual(summary["skipped_by_reason"].get("quarantined: aws-access-key"), 2)
         stored = b"".join(p.read_bytes() for p in self.layout.extract_dir.glob("*.txt"))
         self.assertNotIn("阻".encode(), stored)
+
+    def test_a_compressed_document_is_scanned_as_what_it_holds(self):
+        # The same hiding, packed: the byte-level scan looked at the compressed bytes' kind
+        # ("html.gz" is no kind it scans), so the kanji went to the store.
+        hidden = b"key \x1b$B" + AWS.encode() + b"\x1b(B done"
+        self.put("page.html.gz", gzip.compress(b'<meta charset="iso-2022-jp"><p>' + hidden + b"</p>"))
+        self.put("mail.eml.xz", lzma.compress(b"From: a@example.org\r\nSubject: x\r\n"
+                                             b"Content-Type: text/plain; charset=iso-2022-jp\r\n\r\n" + hidden + b"\r\n"))
+        self.put("notes.txt.bz2", bz2.compress(f"nothing hidden, {MAIL}\n".encode()))
+        self.run_stage()
+        rows = self.listing()
+        for rel in ("page.html.gz", "mail.eml.xz"):
+            with self.subTest(rel=rel):
+                self.assertEqual((rows[rel]["status"], rows[rel]["reason"]), ("skipped", "quarantined: aws-access-key"))
+        self.assertEqual(rows["notes.txt.bz2"]["status"], "extracted")
+        stored = b"".join(p.read_bytes() for p in self.layout.extract_dir.glob("*.txt"))
+        self.assertNotIn("阻".encode(), stored)
+
+    def test_a_text_in_ebcdic_is_quarantined(self):
+        # A mainframe extract copied in binary mode: upper case EBCDIC reads as cp1252
+        # letters, so the store kept "õóö`òò`ø÷ñô", an SSN to anyone who encodes it back.
+        record = "CUSTOMER JOHN SMITH SSN 536-22-8714 CARD 4111 1111 1111 1111 BRANCH 0042\n"
+        self.put("records.txt", (record * 20).encode("cp500"))
+        self.put("russian.txt", "Отчёт о работе сервиса за квартал, без секретов.\n" * 20)
+        self.put("russian-1251.txt", "Отчёт о работе сервиса за квартал, без секретов.\n".encode("cp1251") * 20)
+        self.put("chinese.txt", "季度报告，没有秘密。\n" * 20)
+        self.run_stage()
+        rows = self.listing()
+        self.assertEqual(rows["records.txt"]["status"], "skipped")
+        self.assertTrue(rows["records.txt"]["reason"].startswith("quarantined: "), rows["records.txt"])
+        for rel in ("russian.txt", "russian-1251.txt", "chinese.txt"):
+            with self.subTest(rel=rel):
+                self.assertEqual(rows[rel]["status"], "extracted", rows[rel])
+        stored = b"".join(p.read_bytes() for p in self.layout.extract_dir.glob("*.txt"))
+        self.assertNotIn("õóö".encode(), stored)
 
     def test_plausible_documents_are_not_quarantined(self):
         self.put("bom.log", codecs.BOM_UTF16_LE + SECRET_LINE.encode("ascii"))

@@ -242,6 +242,39 @@ class ConfinementTests(unittest.TestCase):
             if path.is_file():
                 self.assertNotIn(b"OUTSIDE-SECRET-4471", path.read_bytes(), path)
 
+    def test_a_folder_nested_without_end_is_not_walked_to_the_bottom(self):
+        # A chain of nested folders, a file in each: every path, listing row and
+        # open from the root grew with the depth, so 20,000 levels (seconds to
+        # make) cost the sweep the square of that in time and memory.
+        depth = 300
+        fd = os.open(self.tmp / "docs", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for level in range(depth):
+                os.mkdir("d", dir_fd=fd)
+                child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                file_fd = os.open("note.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+                os.write(file_fd, f"level {level + 1}".encode())
+                os.close(file_fd)
+        finally:
+            os.close(fd)
+        layout = Layout(self.tmp / "out")
+        from bastion_agent.config import manifest as manifest_module
+
+        with clean_env():
+            summary = extract.run(manifest_module.load(self.manifest), layout)
+        rows = [json.loads(line) for line in layout.extract_listing.read_text().splitlines()]
+        read = [row["path"].count("/") for row in rows if row["status"] == "extracted" and row["path"].startswith("d/")]
+        deep = [row for row in rows if row["reason"] == "too deep"]
+        self.assertEqual(len(deep), 1, [row["path"][-40:] for row in deep])
+        self.assertEqual(deep[0]["kind"], "folder")
+        self.assertLess(max(read), depth)
+        self.assertEqual(len(read), deep[0]["path"].count("/"))  # every file above the cut is read
+        self.assertEqual(summary["skipped_by_reason"].get("too deep"), 1)
+        self.assertEqual({row["path"] for row in rows if row["status"] == "extracted"} & {"b.txt", "sub/a.txt"},
+                         {"b.txt", "sub/a.txt"})
+
     def test_signature_fifo_does_not_hang_any_command(self):
         os.mkfifo(str(self.manifest) + ".sig")
         result = run_limited("extract", str(self.manifest), "--out", str(self.tmp / "out"), timeout=60)
@@ -378,3 +411,45 @@ class ServeHostileTests(StoreCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# ---------------------------------------------------------------- what reaches the user's terminal
+
+class TerminalOutputTests(unittest.TestCase):
+    """A file's name or text printed raw could drive the terminal of whoever reads the report
+    or searches: set its title, clear the screen over the lines before, write the clipboard
+    (OSC 52), reorder what is shown (bidi controls)."""
+
+    CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e")
+
+    def test_the_report_shows_file_names_without_control_characters(self):
+        with tempfile.TemporaryDirectory() as holder:
+            tmp = Path(holder)
+            manifest = write_manifest(tmp)
+            hostile = "x\x1b]0;pwned\x07\x1b[2J\x9b2J\u202eevil.bin"
+            (tmp / "docs" / hostile).write_bytes(b"\x00\x01binary")
+            (tmp / "docs" / "plain.txt").write_text("plain", encoding="utf-8")
+            layout = Layout(tmp / "out")
+            from bastion_agent.config import manifest as manifest_module
+
+            with clean_env():
+                extract.run(manifest_module.load(manifest), layout)
+            out = io.StringIO()
+            extract.print_report(layout, out, files=True)
+        report = out.getvalue()
+        self.assertIn("evil.bin", report)
+        for control in self.CONTROLS:
+            self.assertNotIn(control, report)
+
+    def test_search_hits_show_text_and_paths_without_control_characters(self):
+        from bastion_agent.commands.search_cli import format_hits
+        from bastion_agent.searching.searcher import Hit
+
+        hit = Hit(score=0.5, doc="0" * 64, idx=0, chunk_id="c" * 64,
+                  text="deploy notes \x1b]52;c;cHduZWQ=\x07 then \x1b[8mhidden\x1b[0m \u202eword",
+                  paths=["ops/\x1b[2Jnotes.txt"], start=0, end=10, relevance=50)
+        shown = format_hits([hit])
+        self.assertIn("deploy notes", shown)
+        self.assertIn("notes.txt", shown)
+        for control in self.CONTROLS:
+            self.assertNotIn(control, shown)

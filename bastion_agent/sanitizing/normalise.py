@@ -13,8 +13,11 @@ finds on the view and redacts the matching span of the original.
 ``joined_view`` is the other view the sanitizer scans: single line breaks
 inside a value (a card number or a key split over two lines) removed.
 
-Text that is plain ASCII with no ``&`` or ``%`` has no look-alike view: the
-fast path stays as fast as before.
+Terminal escape sequences (coloured logs) are dropped and JSON string
+escapes of ASCII (``\\/``, ``\\u0040``) decoded in the same view.
+
+Text that is plain ASCII with no ``&``, ``%``, ``\\`` or escape character
+has no look-alike view: the fast path stays as fast as before.
 """
 
 from __future__ import annotations
@@ -26,8 +29,11 @@ import unicodedata
 from dataclasses import dataclass
 
 # Characters that render as nothing (or nearly): format characters (Cf:
-# zero-width space/joiners, soft hyphen, BOM, bidi controls) plus these.
-EXTRA_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u180e\u3164\uffa0")
+# zero-width space/joiners, soft hyphen, BOM, bidi controls) plus these,
+# and the variation selectors (nonspacing marks that only choose a glyph:
+# after a letter that has no variants they render as nothing at all).
+EXTRA_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u180e\u3164\uffa0") | frozenset(
+    map(chr, [*range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)]))
 
 # Cyrillic and Greek letters drawn like Latin ones (Unicode confusables, the
 # ones that matter in key prefixes and addresses).
@@ -38,14 +44,37 @@ CONFUSABLES = str.maketrans({
     "һ": "h", "ԁ": "d", "ԛ": "q", "ԝ": "w", "ɡ": "g",
     "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M", "Ν": "N", "Ο": "O",
     "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X", "ο": "o", "ν": "v", "ρ": "p", "τ": "t", "υ": "u", "κ": "k",
+    # Dashes between digits: the hyphen (NFKC makes the non-breaking one this), the
+    # figure dash meant for phone numbers, the en dash and the minus sign of word
+    # processors and PDFs. A phone, SSN or card number typeset with them is the
+    # number; the detectors' separators are "-".
+    "\u2010": "-", "\u2012": "-", "\u2013": "-", "\u2212": "-",
 })
 
+# Terminal escape sequences (ECMA-48 control sequences such as the colour
+# "\x1b[31m" and "\x1b[K", and ECMA-35 escapes such as the charset shifts
+# "\x1b$B", "\x1b(B"): a terminal shows none of their characters. Saved
+# coloured output (CI logs, ``grep --color=always``) puts one right before
+# a value, whose last letter ("m", "K") then glues to the value's first
+# character and hides it from every detector's left edge; one inside a
+# value splits it. The view drops them.
+TERMINAL_ESCAPE = r"\x1b\[[0-?]{0,64}[ -/]{0,8}[@-~]|\x1b[ -/]{0,8}[0-~]"
+
+# JSON (and JavaScript) string escapes of printable ASCII, as serializers
+# write them: PHP's json_encode escapes every "/" as "\/", Gson writes "=",
+# "&" and "'" as \u003d, \u0026, \u0027; a URL's credentials or a
+# "password=..." then reads as one to whoever parses the JSON, not to the
+# detectors. The view decodes them.
+JSON_ESCAPE = r"\\/|\\u00[2-7][0-9A-Fa-f]"
+
 # What may need rewriting: a run of non-ASCII characters, a character
-# reference, a percent escape of a printable ASCII character.
+# reference, a percent escape of a printable ASCII character, a terminal
+# escape, a JSON escape of a printable ASCII character.
 SPECIAL = re.compile(
-    r"[^\x00-\x7f]+|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?|%(?:[2-7][0-9A-Fa-f])"
+    r"[^\x00-\x7f]+|&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?|%(?:[2-7][0-9A-Fa-f])|"
+    + TERMINAL_ESCAPE + "|" + JSON_ESCAPE
 )
-QUICK = re.compile(r"&#?[A-Za-z0-9]+;?|%[2-7][0-9A-Fa-f]")
+QUICK = re.compile(r"&#?[A-Za-z0-9]+;?|%[2-7][0-9A-Fa-f]|" + JSON_ESCAPE)
 ASCII_ALNUM = re.compile(r"[A-Za-z0-9]")
 TOKEN_EDGE = 16  # how far a run looks for Latin letters or digits around it
 
@@ -140,9 +169,9 @@ class _Builder:
 
 
 def needs_lookalike_view(text: str) -> bool:
-    """False for the common case: ASCII without character references or percent escapes."""
+    """False for the common case: ASCII without character references, percent, terminal or JSON escapes."""
     if text.isascii():
-        return ("&" in text or "%" in text) and QUICK.search(text) is not None
+        return "\x1b" in text or (("&" in text or "%" in text or "\\" in text) and QUICK.search(text) is not None)
     return True
 
 
@@ -180,6 +209,8 @@ def _escape(match: re.Match) -> str:
     token = match.group(0)
     if token.startswith("%"):
         return chr(int(token[1:], 16))
+    if token.startswith("\\"):
+        return "/" if token == "\\/" else chr(int(token[2:], 16))
     if not token.endswith(";") and not token.startswith("&#"):
         return token  # "&copy" without ";" is left as written, as browsers mostly do in text
     decoded = html.unescape(token)
@@ -196,7 +227,10 @@ def lookalike_view(text: str) -> View | None:
     for match in SPECIAL.finditer(text):
         start, end = match.span()
         out.copy(text, copied, start)
-        if text[start] in "&%":
+        if text[start] == "\x1b":
+            out.replace("", start, end)
+            changed = True
+        elif text[start] in "&%\\":
             new = _escape(match)
             if new != match.group(0):
                 out.replace(new, start, end)

@@ -323,6 +323,27 @@ RULES: tuple[Rule, ...] = (
     R_("sshpass-password", "url-credentials",
        r"(?<![\w\-])sshpass(?:[ \t]+-[a-oq-z]\S*)*[ \t]+-p[ \t]*(?P<secret>'[^'\n]+'|\"[^\"\n]+\"|[^\s'\"]+)",
        keywords=("sshpass",), validator="cli_password", anchor="keyword"),
+    # Other tools that take a password on their command line, each by its own flag
+    # (docker's "-p" is a port mapping except after "login"): runbooks, shell history.
+    R_("cli-password", "url-credentials",
+       r"(?<![\w\-])(?:redis-cli(?:[ \t]+[^\s|;&]+){0,12}?[ \t]+-a[ \t]+"
+       r"|(?:docker|podman|nerdctl|buildah|skopeo)[ \t]+login(?:[ \t]+[^\s|;&]+){0,8}?[ \t]+(?:-p|--password)(?:[ \t]+|=)"
+       r"|ldap(?:search|modify|add|delete|whoami|passwd|compare|modrdn|exop)(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+-w[ \t]+"
+       r"|(?:sqlcmd|osql|isql|bcp)(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+-P[ \t]*"
+       r"|openssl(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+(?:-k[ \t]+|-pass(?:in|out)?[ \t]+pass:)"
+       r"|(?:keytool|jarsigner)(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+-(?:src|dest)?(?:store|key)pass[ \t]+"
+       r"|--(?:[a-z0-9]+-){0,3}password[ \t]+(?=[^\s\-]))"
+       r"(?P<secret>'[^'\n]+'|\"[^\"\n]+\"|[^\s'\"|;&]+)",
+       keywords=("redis-cli", "docker", "podman", "nerdctl", "buildah", "skopeo", "ldap", "sqlcmd", "osql", "isql",
+                 "bcp", "openssl", "keytool", "jarsigner", "--"),
+       validator="flag_password", anchor="keyword"),
+    # SQL that sets a password, in a CREATE, ALTER or GRANT statement: PostgreSQL's
+    # [ENCRYPTED] PASSWORD '...', MySQL's and Oracle's IDENTIFIED BY (Oracle's unquoted).
+    R_("sql-password", "url-credentials",
+       r"(?i)(?<![\w\-])(?:CREATE|ALTER|GRANT)[ \t][^\n;]{0,300}?[ \t]"
+       r"(?:IDENTIFIED[ \t]+BY[ \t]+(?:PASSWORD[ \t]+)?|PASSWORD[ \t]+(?=['\"]))"
+       r"(?P<secret>'(?:[^'\n]|'')+'|\"[^\"\n]+\"|[^\s;'\"]+)",
+       keywords=("password", "identified"), validator="cli_password"),
     R_("prose-password", "assignment",
        r"(?i)(?<![\w\-])(?:pass(?:word|phrase|code|wort)|pin(?:[ \-]?(?:code|number))?)"
        r"[ \t]+(?:is|was|will be|is now|is set to|ist|lautet)[ \t:]+[\"'\u201c\u2018]?(?P<secret>[^\s\"'\u201d\u2019]{4,64}?)[\"'\u201d\u2019]?"

@@ -65,6 +65,12 @@ PATH_BOUNDARY_VIEWS = (
     str.maketrans("/_.", "   "),
     str.maketrans("/_.-", "    "),
 )
+# The e-mail reader writes each attached file as "[attachment: NAME]". NAME is
+# a file name, where "_" and "-" separate words: scan_219-09-9999.pdf or
+# alice@corp.com-cv.pdf hid their SSN and address from the text's detectors,
+# so the name inside a label is also scanned as a path is (redact_path).
+ATTACHMENT_MARK = "[attachment: "
+ATTACHMENT_LABEL = re.compile(r"\[attachment: ([^\]\n]{1,1024})\]")
 SHORT_TEXT = 4096  # below this, the keyword scan first checks which first characters occur
 
 
@@ -241,10 +247,7 @@ class Sanitizer:
         ``scan_219-09-9999.pdf``, ``n/+41 44 668 18 11 call log.txt`` and
         ``password=NamePw998877.txt`` lose their number and password.
         """
-        found = self.findings(path)
-        for view in {path.translate(table) for table in PATH_BOUNDARY_VIEWS} - {path}:
-            found.extend(self.findings(view))
-        findings = merge(found)
+        findings = merge(self.findings(path) + self._name_findings(path))
         if not findings:
             return path
         pieces, position = [], 0
@@ -254,6 +257,13 @@ class Sanitizer:
             position = finding.end
         pieces.append(path[position:])
         return "".join(pieces)
+
+    def _name_findings(self, name: str) -> list[Finding]:
+        """The findings of the views of a name in which ``/ _ . -`` read as spaces (same spans)."""
+        found: list[Finding] = []
+        for view in {name.translate(table) for table in PATH_BOUNDARY_VIEWS} - {name}:
+            found.extend(self.findings(view))
+        return found
 
     def findings(self, text: str) -> list[Finding]:
         """Every accepted finding, possibly overlapping, in no particular order.
@@ -279,6 +289,11 @@ class Sanitizer:
                     found.append(Finding(start, end, finding.order, finding.rule))
         if "\n" in text:
             found.extend(self._joined_findings(text, found))
+        if ATTACHMENT_MARK in text:
+            for label in ATTACHMENT_LABEL.finditer(text):
+                offset = label.start(1)
+                found.extend(Finding(f.start + offset, f.end + offset, f.order, f.rule)
+                             for f in self._name_findings(label.group(1)))
         return found
 
     def _joined_findings(self, text: str, found: list[Finding]) -> list[Finding]:

@@ -33,6 +33,17 @@ LOOKALIKES = [
     ("hex entity", "write to alice.smith&#x40;gmail.com today", "alice.smith@gmail.com"),
     ("named entity", "write to alice.smith&commat;gmail.com today", "alice.smith@gmail.com"),
     ("percent escape", "write to alice.smith%40gmail.com today", "alice.smith@gmail.com"),
+    # Variation selectors after letters that have no variants render as nothing.
+    ("variation selectors in a key", "key " + "\ufe0f".join("AKIAIOSFODNN7EXAMPLE") + " end", "AKIAIOSFODNN7EXAMPLE"),
+    ("ideographic variation selector in an e-mail", "write to alice\U000e0100.smith@gmail.com today",
+     "alice.smith@gmail.com"),
+    # Dashes typesetting puts between digits: the figure dash is the one meant for phone
+    # numbers, the non-breaking hyphen keeps one on a line (HTML &#8209;), the en dash
+    # and the minus sign come from word processors and PDFs.
+    ("non-breaking hyphens in a phone", "call 555\u2011867\u20115309 today", "555-867-5309"),
+    ("figure dashes in an SSN", "ssn 536\u201222\u20128714 today", "536-22-8714"),
+    ("en dashes in a phone", "phone: 555\u2013867\u20135309 today", "555-867-5309"),
+    ("minus signs in a card", "card 4111\u22121111\u22121111\u22121111 today", "4111111111111111"),
 ]
 
 HARMLESS = [
@@ -43,6 +54,8 @@ HARMLESS = [
     ("percent", "growth of 40% and 25%, see %20 in URLs"),
     ("soft hyphen prose", f"extra{SHY}ordinary docu{SHY}mentation"),
     ("cjk", "中文文本测试，这是一个句子。"),
+    ("emoji with a variation selector", "ship it \u2764\ufe0f today"),
+    ("ranges with dashes", "from 1990\u20132000, pages 12\u201334, \u22125 \u00b0C, ISO 8601\u20112019"),
 ]
 
 SPLIT = [
@@ -122,6 +135,15 @@ class LookalikeTests(unittest.TestCase):
                 self.assertNotIn(value, clean)
                 self.assertIn("[REDACTED:", clean)
                 self.assertEqual(clean.rsplit(".", 1)[-1], path.rsplit(".", 1)[-1])
+
+    def test_attachment_names_in_a_text_are_read_as_paths(self):
+        # The e-mail reader writes each attached file as "[attachment: NAME]": a name.
+        for name, path, value in PATHS:
+            with self.subTest(name):
+                text = f"See the files.\n[attachment: {path.rsplit('/', 1)[-1]}]\nThanks."
+                clean = redact(text)
+                self.assertNotIn(value, clean)
+                self.assertTrue(clean.startswith("See the files.\n[attachment: ") and clean.endswith("]\nThanks."), clean)
 
     def test_harmless_paths_unchanged(self):
         for path in PATHS_HARMLESS:
@@ -204,3 +226,76 @@ class KeyBlockTests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# Coloured terminal output saved to a file (CI logs, ``grep --color=always``,
+# ``less -R`` captures): the SGR sequence before a value ends in a letter
+# ("\x1b[31m", "\x1b[K") that glues to the value's first character, so a
+# detector's left edge refused it; a sequence inside a value split it.
+# A terminal shows none of these characters.
+ESC = "\x1b"
+TERMINAL = [
+    ("colour before a key", f"key {ESC}[31mAKIAQWERTY2345ASDFGH{ESC}[0m end", "AKIAQWERTY2345ASDFGH"),
+    ("grep --color inside a key", f"key {ESC}[01;31m{ESC}[KAKIA{ESC}[m{ESC}[KQWERTY2345ASDFGH end",
+     "AKIAQWERTY2345ASDFGH"),
+    ("colour before a token", f"token {ESC}[36m{TOKEN}{ESC}[0m end", TOKEN),
+    ("colour around a password", f"{ESC}[1mpassword{ESC}[0m={ESC}[33mZq8rT2vX9wLp7{ESC}[0m end", "Zq8rT2vX9wLp7"),
+    ("colour before an SSN", f"ssn {ESC}[31m536-22-8714{ESC}[0m end", "536-22-8714"),
+    ("colour before a phone", f"call {ESC}[35m+41 44 668 18 00{ESC}[0m end", "+41 44 668 18 00"),
+    ("charset shifts inside a key", f"key AKIAQW{ESC}$B{ESC}(BERTY2345ASDFGH end", "AKIAQWERTY2345ASDFGH"),
+]
+
+TERMINAL_HARMLESS = [
+    ("coloured log line", f"{ESC}[32mINFO{ESC}[0m server started on port 8080"),
+    ("bold heading", f"{ESC}[1mUsage:{ESC}[0m tool [options] FILE"),
+]
+
+
+class TerminalEscapeTests(unittest.TestCase):
+    def test_values_behind_terminal_escapes_are_redacted(self):
+        for name, text, value in TERMINAL:
+            with self.subTest(name):
+                clean = redact(text)
+                shown = "".join(ch for ch in clean if ch.isalnum())  # what is left, escapes and all
+                for piece in parts(value):
+                    self.assertNotIn(piece, shown)
+                self.assertTrue(clean.endswith(" end"), clean)
+
+    def test_harmless_coloured_text_is_unchanged(self):
+        for name, text in TERMINAL_HARMLESS:
+            with self.subTest(name):
+                self.assertEqual(redact(text), text)
+
+
+# JSON as serializers write it: PHP's json_encode escapes every "/" ("\/"),
+# Gson escapes "=", "&", "<", ">" and "'" as \u003d..., any encoder may
+# write an ASCII character as \u00XX. A reader of the JSON sees the plain
+# characters; the detectors saw the escapes.
+JSON_ESCAPED = [
+    ("escaped slashes in a URL", 'cfg {"database_url":"postgres:\\/\\/app:Zq8rT2vX9wLp@db:5432\\/ledger"} end',
+     "Zq8rT2vX9wLp"),
+    ("gson query string", 'cfg {"jdbc":"jdbc:postgresql://db/ledger?user\\u003dapp\\u0026password\\u003dS3cr3tPw0rd9"} end',
+     "S3cr3tPw0rd9"),
+    ("escaped at", 'cfg {"owner":"alice.smith\\u0040gmail.com"} end', "alice.smith@gmail.com"),
+]
+
+JSON_HARMLESS = [
+    ("regex literal", 'rule {"pattern":"^https?:\\/\\/[a-z]+\\/"} end'),
+    ("escaped quotes", 'say {"text":"he said \\u0022hello\\u0022"} end'),
+]
+
+
+class JsonEscapeTests(unittest.TestCase):
+    def test_values_behind_json_escapes_are_redacted(self):
+        for name, text, value in JSON_ESCAPED:
+            with self.subTest(name):
+                clean = redact(text)
+                shown = "".join(ch for ch in clean if ch.isalnum())
+                for piece in parts(value):
+                    self.assertNotIn(piece, shown)
+                self.assertTrue(clean.startswith("cfg {") and clean.endswith("} end"), clean)
+
+    def test_harmless_escaped_json_is_unchanged(self):
+        for name, text in JSON_HARMLESS:
+            with self.subTest(name):
+                self.assertEqual(redact(text), text)

@@ -596,6 +596,24 @@ def check_cli_password(match: re.Match, start: int, end: int):
     return [(start, end)] if plausible_secret(value) and not value.startswith(("$", "%")) else False
 
 
+def check_flag_password(match: re.Match, start: int, end: int):
+    """``--admin-password X``, ``redis-cli -a X``: as ``cli_password``, and X does not read as a word.
+
+    Change logs and manuals name the options in prose ("--password was
+    supplied", "--ask-password wins"): a value needs a digit, a symbol or a
+    capital after its first letter to be one.
+    """
+    value, start, end, quoted = unquote(match.string[start:end], start)
+    if not quoted:  # the full stop or comma of the sentence is not part of it
+        value = value.rstrip(".,;:!?)")
+        end = start + len(value)
+    if not plausible_secret(value) or value.startswith(("$", "%", "(")):
+        return False
+    telling = any(ch.isdigit() for ch in value) or any(not ch.isalnum() for ch in value) or any(
+        ch.isupper() for ch in value[1:])
+    return [(start, end)] if telling else False
+
+
 def check_prose_secret(match: re.Match, start: int, end: int):
     """"the password is X", "PIN is 4921": X is a secret when it does not read as a word.
 
@@ -645,6 +663,7 @@ def check_de_tax_id(match: re.Match, start: int, end: int):
 
 CHECKS = {
     "cli_password": check_cli_password,
+    "flag_password": check_flag_password,
     "prose_secret": check_prose_secret,
     "uk_nino": check_uk_nino,
     "de_tax_id": check_de_tax_id,
