@@ -235,7 +235,8 @@ _NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), 
 
 
 def read_bounded(response, limit: int, deadline: float | None = None) -> bytes:
-    """The answer's body, refused (``BadAnswer``) past ``limit`` bytes or, when given, the ``deadline``.
+    """The answer's body, refused past ``limit`` bytes (``BadAnswer``) or, when given, the ``deadline``
+    (``TimeoutError``, what a socket timeout raises too: the caller cannot tell, nor need to, which came first).
 
     A server is trusted with the agent's memory no more than with its data:
     an answer that declares or sends more than a legitimate one could hold
@@ -253,7 +254,7 @@ def read_bounded(response, limit: int, deadline: float | None = None) -> bytes:
         if size > limit:
             raise BadAnswer(f"an answer over {limit} bytes")
         if deadline is not None and time.monotonic() > deadline:
-            raise BadAnswer("the answer is too slow")
+            raise TimeoutError("the answer is too slow")
         chunks.append(chunk)
 
 

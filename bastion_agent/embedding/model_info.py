@@ -114,8 +114,10 @@ def _exchange(url: str, body: dict | None, timeout: float, limit: int, opener) -
     except urllib.error.HTTPError as exc:
         exc.close()  # its socket, or a ResourceWarning later
         raise Unanswered(f"HTTP {exc.code}") from None
-    except BadAnswer as exc:  # over the limit, or too slow
+    except BadAnswer as exc:  # over the limit
         raise Unanswered(str(exc)) from None
+    except TimeoutError:  # the socket's, or the deadline's: what the join in request_json says when it is first
+        raise Unanswered(f"no answer within {timeout:g}s") from None
     except (OSError, http.client.HTTPException, ValueError) as exc:
         raise Unanswered(type(exc).__name__) from None
     try:
