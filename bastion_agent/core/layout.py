@@ -68,12 +68,15 @@ class Layout:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and missing parents) 0700; a folder that exists is left as it is.
+    """Create ``path`` (and missing parents) 0700; a folder that exists is left as it is, if it is ours.
 
     Only folders the agent creates get its mode: an existing folder may be
-    someone else's (a shared 1777 folder, the current folder under
-    ``--out .``), and changing its mode would break it for its owners. What
-    the agent puts inside is private anyway (files 0600, folders 0700).
+    shared (a 1777 folder, the current folder under ``--out .``), and
+    changing its mode would break it for its owners. What the agent puts
+    inside is private anyway (files 0600, folders 0700). But a folder that
+    exists and belongs to another user is refused: in a shared folder,
+    anyone could make ``extract/`` before the agent's first run, then list
+    (and delete, or swap) what the agent writes in it.
     """
     path = Path(path)
     missing = []
@@ -83,15 +86,29 @@ def ensure_private_dir(path: Path) -> Path:
         if probe.parent == probe:
             break
         probe = probe.parent
+    made = set()
     for folder in reversed(missing):
         try:
             folder.mkdir(mode=PRIVATE_DIR_MODE)
         except FileExistsError:  # made meanwhile by another process: not ours to chmod
             continue
         os.chmod(folder, PRIVATE_DIR_MODE)  # mkdir's mode is reduced by the umask
+        made.add(folder)
     if not path.is_dir():
         raise FileExistsError(f"{path} exists and is not a folder")
+    if path not in made:
+        refuse_foreign_owner(path)
     return path
+
+
+def refuse_foreign_owner(folder: Path) -> None:
+    """``StoreError`` when ``folder`` (followed, if a link) belongs to a user other than the one running."""
+    from bastion_agent.core.errors import StoreError
+
+    owner = folder.stat().st_uid
+    if owner != os.geteuid():
+        raise StoreError(f"folder {folder} belongs to another user (uid {owner}), who could read the names of what "
+                         "the agent writes there and replace it; choose a folder of your own for --out")
 
 
 OUT_MARKER = ".bastion-out"

@@ -313,6 +313,25 @@ class OutFolderTests(unittest.TestCase):
         self.assertEqual(stat.S_IMODE((shared / "extract").stat().st_mode), 0o700)
         self.assertTrue((shared / OUT_MARKER).is_file())
 
+    @unittest.skipUnless(os.geteuid() == 0, "making a folder that another user owns takes root")
+    def test_folders_another_user_made_are_refused_and_get_nothing(self):
+        shared = self.tmp / "shared"  # a 1777 folder, where anyone may make extract/ before the first run
+        shared.mkdir()
+        shared.chmod(0o1777)
+        planted = shared / "extract"
+        foreign = self.tmp / "foreign"  # an --out that is someone else's
+        for folder in (planted, foreign):
+            folder.mkdir()
+            folder.chmod(0o777)
+            os.chown(folder, 65534, 65534)
+        for out, watched in ((shared, planted), (foreign, foreign)):
+            with self.subTest(out=out.name):
+                result = self.cli("extract", str(self.manifest), "--out", str(out))
+                self.assertEqual(result.returncode, 4, result.stderr)
+                self.assertEqual(result.stderr.count("\n"), 1, result.stderr)
+                self.assertIn("belongs to another user (uid 65534)", result.stderr)
+                self.assertEqual(os.listdir(watched), [])
+
     def test_out_dot_in_a_project_folder_is_refused_and_untouched(self):
         project = self.tmp / "project"
         project.mkdir()
