@@ -6,7 +6,7 @@ Walks a fixed, sorted sample of ``/usr/share/doc`` (and
 text they hold, at most ``--files`` of them, and prints one tab-separated
 line per finding: the path relative to the root, the rule id, the matched
 value (tabs and line breaks escaped). The labelled copy of this output is
-``bastion_agent/testdata/real_findings.tsv`` (see its header), used by
+``bastion_agent/sanitizing/testdata/real_findings.tsv`` (see its header), used by
 ``test_precision.py`` and ``bench/sanitize.py``.
 
 Usage: python3 bench/real_findings.py [--files 400] [--code DIR]

@@ -26,7 +26,7 @@ documents of ``../shared/data/ir/scifact/docs`` (override with
   characters, values split over lines, new credential and personal-data
   forms, key blocks with headers, path names), and ``negatives`` per family;
 - ``real``: precision on the hand-labelled findings of real files
-  (``bastion_agent/testdata/real_findings.tsv``, rows whose file is absent
+  (``bastion_agent/sanitizing/testdata/real_findings.tsv``, rows whose file is absent
   skipped), and ``quarantine``: how many of a fixed sample of
   ``/usr/share/doc`` files extract would quarantine (should be none).
 
@@ -59,7 +59,7 @@ from bastion_agent.sanitizing import sanitize as sanitize_module  # noqa: E402
 from bastion_agent.sanitizing import validators  # noqa: E402
 from bastion_agent.sanitizing.sanitize import Sanitizer  # noqa: E402
 
-LABELS = HERE.parent / "bastion_agent" / "testdata" / "real_findings.tsv"
+LABELS = HERE.parent / "bastion_agent" / "sanitizing" / "testdata" / "real_findings.tsv"
 
 DATA = Path(os.environ.get("BASTION_SECRETS_DATA", HERE.parent.parent / "shared" / "data" / "secrets"))
 PROSE = Path(os.environ.get("BASTION_PROSE_DATA", HERE.parent.parent / "shared" / "data" / "ir" / "scifact" / "docs"))
