@@ -6,6 +6,7 @@ import json
 import unittest
 
 from bastion_agent.config import manifest
+from bastion_agent.testing.fault_stub import nested_answer
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
     TempFolder,
@@ -57,15 +58,7 @@ class InitTests(TempFolder, unittest.TestCase):
 
     def test_a_nested_model_list_is_no_list_not_a_crash(self):
         """/api/tags nested past the JSON parser's depth raised RecursionError through init (a traceback)."""
-        def nested(handler):
-            body = b"[" * 200_000 + b"]" * 200_000
-            handler.send_response(200)
-            handler.send_header("Content-Type", "application/json")
-            handler.send_header("Content-Length", str(len(body)))
-            handler.end_headers()
-            handler.wfile.write(body)
-
-        with StubServer(dim=48, models=["nomic-embed-text:latest"], routes={"/api/tags": nested}) as stub:
+        with StubServer(dim=48, models=["nomic-embed-text:latest"], routes={"/api/tags": nested_answer}) as stub:
             code, out, err = self.init(stub.url)
         self.assertEqual(code, 0, err)
         self.assertEqual(self.loaded().embed.model, "nomic-embed-text:latest")  # asked through /v1/models instead

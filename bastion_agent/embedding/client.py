@@ -287,19 +287,28 @@ def post_json(url: str, body: dict, timeout: float, opener=_NO_PROXY_OPENER,
     slot) for as long as it kept sending.
     """
     data = json.dumps(body).encode("utf-8")
+    return within(timeout, _exchange, url, data, timeout, opener, limit)
+
+
+def within(seconds: float, function: Callable, *args):
+    """``function(*args)`` on a daemon thread: its value or its exception, or ``TimeoutError`` after ``seconds``.
+
+    A socket timeout bounds each read only; this bounds the whole exchange.
+    The abandoned thread ends when its own deadline or socket gives up.
+    """
     outcome: dict = {}
 
-    def exchange() -> None:
+    def run() -> None:
         try:
-            outcome["value"] = _exchange(url, data, timeout, opener, limit)
+            outcome["value"] = function(*args)
         except BaseException as exc:  # handed to the caller's thread
             outcome["error"] = exc
 
-    worker = threading.Thread(target=exchange, name="embed-request", daemon=True)
+    worker = threading.Thread(target=run, name="bounded-request", daemon=True)
     worker.start()
-    worker.join(timeout)
+    worker.join(seconds)
     if worker.is_alive():
-        raise TimeoutError(f"no whole answer within {timeout:g}s")
+        raise TimeoutError(f"no whole answer within {seconds:g}s")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]

@@ -34,7 +34,6 @@ import http.client
 import json
 import os
 import re
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -42,7 +41,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from bastion_agent.core.errors import ConfigError, ModelServerError
-from bastion_agent.embedding.client import _NO_PROXY_OPENER, PROBE_TEXT, BadAnswer, EndpointConfig, read_bounded
+from bastion_agent.embedding.client import (_NO_PROXY_OPENER, PROBE_TEXT, BadAnswer, EndpointConfig, read_bounded,
+                                            within)
 
 INFO_TIMEOUT = 10.0  # seconds for one introspection request, all of it (at most EMBED_TIMEOUT)
 MAX_INFO_BYTES = 1 << 20  # /props, /info, /api/show, model lists: a megabyte is far more than any real answer
@@ -85,22 +85,10 @@ def request_json(url: str, body: dict | None = None, timeout: float = INFO_TIMEO
     timeouts alone bound each read, not a server that sends one byte every
     few seconds. Raises ``Unanswered`` whatever goes wrong.
     """
-    outcome: dict = {}
-
-    def exchange() -> None:
-        try:
-            outcome["value"] = _exchange(url, body, timeout, limit, opener)
-        except Unanswered as exc:
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=exchange, name="model-info", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise Unanswered(f"no answer within {timeout:g}s")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
+    try:
+        return within(timeout, _exchange, url, body, timeout, limit, opener)
+    except TimeoutError:
+        raise Unanswered(f"no answer within {timeout:g}s") from None
 
 
 def _exchange(url: str, body: dict | None, timeout: float, limit: int, opener) -> object:

@@ -42,6 +42,7 @@ from bastion_agent.testing.fault_stub import (
     Fault,
     FaultStub,
     llamacpp_too_large,
+    nested_answer,
     ollama_too_long,
     overloaded,
     tei_batch_limit,
@@ -565,16 +566,7 @@ class EndlessAnswerTests(unittest.TestCase):
         """JSON nested past the parser's recursion limit: the probe fails with one line (it raised RecursionError)."""
         from bastion_agent.testing.stub_server import StubServer
 
-        def nested(handler):
-            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
-            body = b"[" * 200_000 + b"]" * 200_000
-            handler.send_response(200)
-            handler.send_header("Content-Type", "application/json")
-            handler.send_header("Content-Length", str(len(body)))
-            handler.end_headers()
-            handler.wfile.write(body)
-
-        with StubServer(routes={"/v1/embeddings": nested, "/api/embed": nested}) as stub:
+        with StubServer(routes={"/v1/embeddings": nested_answer, "/api/embed": nested_answer}) as stub:
             client = EmbedClient(EndpointConfig(url=stub.url, timeout=10), "m")
             with self.assertRaises(ModelServerError) as caught:
                 client.probe(64)

@@ -294,6 +294,12 @@ def _send_bytes(handler, status: int, data: bytes, retry_after: str | None = Non
     handler.wfile.write(data)
 
 
+def nested_answer(handler) -> None:
+    """A route (``StubServer(routes=...)``): 200 with JSON nested past any parser's recursion limit."""
+    handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
+    _send_bytes(handler, 200, b"[" * 200_000 + b"]" * 200_000)
+
+
 def _reset(handler) -> None:
     """Drop the connection with an RST, as a crashing server does."""
     handler.close_connection = True
