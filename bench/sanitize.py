@@ -431,7 +431,7 @@ def main(argv=None) -> int:
     if not args.no_throughput:
         report["throughput"] = throughput(sanitizer, PROSE, "*.txt", args.mb, max(1, args.repeat))
         # Source code is dense in the keywords (token, key, password...): the slow case.
-        report["throughput_code"] = throughput(sanitizer, HERE.parent / "bastion_agent", "*.py", args.mb / 4,
+        report["throughput_code"] = throughput(sanitizer, HERE.parent / "bastion_agent", "**/*.py", args.mb / 4,
                                                max(1, args.repeat))
     print(json.dumps(report, indent=2))
     return 0
