@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import http.client
 import json
 import math
 import os
 import re
+import socket
 import sys
 import threading
 import time
@@ -231,7 +233,40 @@ class _RedirectsRefused(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _RedirectsRefused())
+# The sockets the exchange running on this thread has opened, so that ``within`` can cut them when it
+# gives up: a server that trickles its headers a byte at a time would otherwise keep the abandoned
+# thread (and its connection) for as long as it liked.
+_exchange_sockets = threading.local()
+
+
+class _Tracked:
+    def connect(self):
+        super().connect()
+        sockets = getattr(_exchange_sockets, "list", None)
+        if sockets is not None:
+            sockets.append(self.sock)
+
+
+class _TrackedHTTPConnection(_Tracked, http.client.HTTPConnection):
+    pass
+
+
+class _TrackedHTTPSConnection(_Tracked, http.client.HTTPSConnection):
+    pass
+
+
+class _TrackedHTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req):
+        return self.do_open(_TrackedHTTPConnection, req)
+
+
+class _TrackedHTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req):
+        return self.do_open(_TrackedHTTPSConnection, req, context=self._context)
+
+
+_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _RedirectsRefused(),
+                                               _TrackedHTTPHandler(), _TrackedHTTPSHandler())
 
 
 def read_bounded(response, limit: int, deadline: float | None = None) -> bytes:
@@ -294,11 +329,14 @@ def within(seconds: float, function: Callable, *args):
     """``function(*args)`` on a daemon thread: its value or its exception, or ``TimeoutError`` after ``seconds``.
 
     A socket timeout bounds each read only; this bounds the whole exchange.
-    The abandoned thread ends when its own deadline or socket gives up.
+    When it gives up, the connections the exchange opened (through
+    ``_NO_PROXY_OPENER``) are shut down, so the abandoned thread ends at once.
     """
     outcome: dict = {}
+    sockets: list = []
 
     def run() -> None:
+        _exchange_sockets.list = sockets
         try:
             outcome["value"] = function(*args)
         except BaseException as exc:  # handed to the caller's thread
@@ -308,6 +346,9 @@ def within(seconds: float, function: Callable, *args):
     worker.start()
     worker.join(seconds)
     if worker.is_alive():
+        for sock in list(sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         raise TimeoutError(f"no whole answer within {seconds:g}s")
     if "error" in outcome:
         raise outcome["error"]

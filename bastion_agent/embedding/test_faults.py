@@ -600,6 +600,37 @@ class EndlessAnswerTests(unittest.TestCase):
                 post_json(stub.url + "/v1/embeddings", {"model": "m", "input": ["a"]}, 1)
 
 
+    def test_a_server_that_trickles_its_headers_leaves_no_thread_behind(self):
+        """The status line a byte at a time: the caller gets its TimeoutError, and the request's thread ends too.
+
+        Before, the abandoned thread (and its connection) lived for as long as the server kept trickling:
+        one more for every timed-out query serve sent it.
+        """
+        from bastion_agent.testing.stub_server import StubServer
+
+        release = threading.Event()
+        self.addCleanup(release.set)
+
+        def trickle_headers(handler):
+            handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+            with contextlib.suppress(OSError):
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"x" * 600:  # 60 s of header, never ended
+                    if release.wait(0.1):
+                        return
+                    handler.wfile.write(bytes([byte]))
+                    handler.wfile.flush()
+
+        before = set(threading.enumerate())
+        with StubServer(routes={"/v1/embeddings": trickle_headers}) as stub:
+            with self.assertRaises(TimeoutError):
+                post_json(stub.url + "/v1/embeddings", {"model": "m", "input": ["a"]}, 1)
+            abandoned = [thread for thread in threading.enumerate() if thread not in before
+                         and thread.name == "bounded-request"]
+            for thread in abandoned:
+                thread.join(15)  # the server would go on for 60 s
+            self.assertEqual([thread for thread in abandoned if thread.is_alive()], [], "the request's thread lives on")
+
+
 class CrashSafetyTests(FaultCase):
     doc_count = 40  # 120 windows, 30 batches of 4
 
