@@ -104,8 +104,8 @@ def _exchange(url: str, body: dict | None, timeout: float, limit: int, opener) -
         raise Unanswered(f"HTTP {exc.code}") from None
     except BadAnswer as exc:  # over the limit
         raise Unanswered(str(exc)) from None
-    except TimeoutError:  # the socket's, or the deadline's: what the join in request_json says when it is first
-        raise Unanswered(f"no answer within {timeout:g}s") from None
+    except TimeoutError:  # the socket's or the deadline's: request_json says it as it says its own join's
+        raise
     except (OSError, http.client.HTTPException, ValueError) as exc:
         raise Unanswered(type(exc).__name__) from None
     try:
