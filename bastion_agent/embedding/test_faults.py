@@ -449,21 +449,26 @@ class ClassifyTests(unittest.TestCase):
 class EndlessAnswerTests(unittest.TestCase):
     """A model server that answers without end cannot take the agent's memory."""
 
+    def post_under_a_limit(self, url: str, caught: str, shown: str) -> str:
+        """What ``print(shown)`` says of the ``caught`` error of one ``post_json`` to ``url``, within 768 MiB."""
+        code = (
+            f"from bastion_agent.embedding.client import {caught}, post_json\n"
+            "try:\n"
+            f"    post_json({url!r}, {{'model': 'm', 'input': ['a']}}, 60)\n"
+            f"except {caught} as exc:\n"
+            f"    print({shown})\n"
+        )
+        result = run_python_limited(code, 768 << 20)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return result.stdout.strip()
+
     def test_an_endless_embedding_answer_is_dropped_under_an_address_space_limit(self):
         from bastion_agent.embedding.test_model_info import endless
         from bastion_agent.testing.stub_server import StubServer
 
         with StubServer(routes={"/v1/embeddings": endless}) as stub:
-            code = (
-                "from bastion_agent.embedding.client import BadAnswer, post_json\n"
-                "try:\n"
-                f"    post_json({stub.url + '/v1/embeddings'!r}, {{'model': 'm', 'input': ['a']}}, 60)\n"
-                "except BadAnswer as exc:\n"
-                "    print(exc)\n"
-            )
-            result = run_python_limited(code, 768 << 20)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(result.stdout.strip(), "an answer over 268435456 bytes")
+            shown = self.post_under_a_limit(stub.url + "/v1/embeddings", "BadAnswer", "exc")
+        self.assertEqual(shown, "an answer over 268435456 bytes")
 
     def test_an_endless_error_answer_is_dropped_under_an_address_space_limit(self):
         """A 500 whose body never ends: its message is read to a bound, not whole (it took all memory)."""
@@ -479,16 +484,8 @@ class EndlessAnswerTests(unittest.TestCase):
                     handler.wfile.write(b"x" * 65536)
 
         with StubServer(routes={"/v1/embeddings": endless_error}) as stub:
-            code = (
-                "from bastion_agent.embedding.client import HTTPFailure, post_json\n"
-                "try:\n"
-                f"    post_json({stub.url + '/v1/embeddings'!r}, {{'model': 'm', 'input': ['a']}}, 60)\n"
-                "except HTTPFailure as exc:\n"
-                "    print(exc.status, len(exc.message))\n"
-            )
-            result = run_python_limited(code, 768 << 20)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        status, length = result.stdout.split()
+            shown = self.post_under_a_limit(stub.url + "/v1/embeddings", "HTTPFailure", "exc.status, len(exc.message)")
+        status, length = shown.split()
         self.assertEqual(status, "500")
         self.assertLessEqual(int(length), 300)
 
