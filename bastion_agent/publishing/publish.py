@@ -26,9 +26,11 @@ model), so there is never a duplicate. Schema in ``publish_schema``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import struct
 import sys
 import time
@@ -51,6 +53,7 @@ BATCH_WINDOWS = 10000  # windows per transaction (whole documents; a larger docu
 # Test hook: publish one document per transaction and, after this many, stop
 # inside the next transaction (rows copied, not committed) until killed.
 PAUSE_VARIABLE = "BASTION_PUBLISH_TEST_PAUSE_AFTER"
+LOCK_WAIT_SECONDS = 30.0  # a killed publisher's session can take a moment to end on the server
 
 
 # --- settings --------------------------------------------------------------
@@ -100,19 +103,79 @@ def psycopg_module():
     return module
 
 
-def connect(dsn: str):
-    """A connection (autocommit; transactions are explicit); one clear line when it fails."""
+MIN_SERVER = (13, "13")  # PostgreSQL: the oldest major version supported
+MIN_PGVECTOR = ((0, 8, 0), "0.8.0")  # hnsw.iterative_scan, which a filtered search needs
+
+
+def connect(dsn: str, check: bool = True):
+    """A connection (autocommit; transactions are explicit); one clear line when it fails.
+
+    ``check``: refuse a server older than ``MIN_SERVER`` or a pgvector older
+    than ``MIN_PGVECTOR`` (or none), in one line with what was found and the fix.
+    """
     psycopg = psycopg_module()
+    quiet_psycopg()
     where = describe_dsn(dsn)
     try:
-        return psycopg.connect(dsn, autocommit=True, application_name="bastion-agent")
+        conn = psycopg.connect(dsn, autocommit=True, application_name="bastion-agent")
     except psycopg.Error as exc:
         raise DatabaseError(f"cannot connect to PostgreSQL ({where}): {scrub(exc, dsn)}") from None
+    if check:
+        try:
+            server, pgvector = conn.execute(
+                "SELECT current_setting('server_version_num')::integer,"
+                " (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'vector')").fetchone()
+        except psycopg.Error as exc:
+            conn.close()
+            raise DatabaseError(f"PostgreSQL ({where}) refused the version check: {scrub(exc, dsn)}") from None
+        problem = version_problem(server, pgvector)
+        if problem:
+            conn.close()
+            raise DatabaseError(f"PostgreSQL ({where}): {problem}")
+    return conn
+
+
+def version_problem(server_version_num: int, pgvector: str | None) -> str | None:
+    """Why this server cannot be used (None when it can): the versions found and the fix, in one sentence."""
+    major = server_version_num // 10000
+    found = f"PostgreSQL {major}" + (f" with pgvector {pgvector}" if pgvector else "")
+    if major < MIN_SERVER[0]:
+        return f"{found} found; bastion-agent needs PostgreSQL {MIN_SERVER[1]} or newer: upgrade the server"
+    if pgvector is None:
+        return (f"{found} found, without pgvector in this database: a superuser runs"
+                f" CREATE EXTENSION vector (pgvector {MIN_PGVECTOR[1]} or newer)")
+    parts = tuple(int(part) if part.isdigit() else 0 for part in re.split(r"[.\-]", pgvector)[:3])
+    if parts < MIN_PGVECTOR[0]:
+        return (f"{found} found; bastion-agent needs pgvector {MIN_PGVECTOR[1]} or newer (hnsw.iterative_scan):"
+                " install it on the server, then a superuser runs ALTER EXTENSION vector UPDATE")
+    return None
+
+
+def quiet_psycopg() -> None:
+    """psycopg's own log lines (``error ignored terminating …`` when a server goes away mid-COPY) stay quiet:
+    the failure reaches the user as our one line."""
+    import logging
+
+    logger = logging.getLogger("psycopg")
+    if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+    logger.propagate = False
 
 
 def scrub(exc: Exception, dsn: str) -> str:
-    """The first line of a database error, with the DSN's password removed should libpq quote it."""
-    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    """A database error in one line: its message, with PostgreSQL's DETAIL and HINT, the DSN's password removed."""
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    if primary:
+        text = primary.strip()
+        for label, value in (("DETAIL", diag.message_detail), ("HINT", diag.message_hint)):
+            if value:
+                text += f" ({label}: {value.strip()})"
+    else:
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if getattr(exc, "sqlstate", None) is None and "server closed the connection" in str(exc):
+            text = "the server closed the connection"
+    text = " ".join(text.split())
     try:
         from psycopg import conninfo
 
@@ -187,6 +250,8 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
 # --- binary COPY -----------------------------------------------------------
 
 COPY_COLUMNS = ("bastion", "model", "chunk_id", "doc", "idx", "start", '"end"', "text", "embedding")
+STAGING_COLUMNS = COPY_COLUMNS[2:]
+STAGING = "publish_staging"  # publish_schema.STAGING: the temp table open_staging() makes
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 COPY_TRAILER = struct.pack(">h", -1)
 
@@ -208,9 +273,13 @@ def _vector_field(blob: bytes) -> bytes:
 _INTS = struct.Struct(">ii" + "ii" + "ii")
 
 
-def copy_rows(bastion: str, model: str, documents: Iterable[LocalDocument]) -> Iterator[bytes]:
-    """The binary COPY tuples of these documents' windows (``COPY_COLUMNS``, in order)."""
-    head = struct.pack(">h", len(COPY_COLUMNS)) + _text_field(bastion) + _text_field(model)
+def copy_rows(bastion: str | None, model: str | None, documents: Iterable[LocalDocument]) -> Iterator[bytes]:
+    """The binary COPY tuples of these documents' windows (``COPY_COLUMNS``, in order; ``STAGING_COLUMNS``
+    when ``bastion`` and ``model`` are None: the functions that read the staging table add them)."""
+    if bastion is None or model is None:
+        head = struct.pack(">h", len(STAGING_COLUMNS))
+    else:
+        head = struct.pack(">h", len(COPY_COLUMNS)) + _text_field(bastion) + _text_field(model)
     for document in documents:
         doc = _text_field(document.doc)
         for chunk_id, idx, start, end, text, blob in document.windows:
@@ -269,13 +338,11 @@ def run(manifest, layout: Layout, dsn: str | None = None) -> dict:
     dsn = dsn or dsn_from_env()
     local = local_documents(manifest, layout)
     key, dim = manifest.embed.vector_key, manifest.embed.dim
-    conn = connect(dsn)
     psycopg = psycopg_module()
+    conn = connect(dsn)
     try:
-        publish_schema.migrate(conn)
-        publish_schema.ensure_model(conn, key, dim)
-        with publish_schema.bastion_lock(conn, bastion):
-            counts = publish_documents(conn, bastion, key, local)
+        writer = open_writer(conn, dsn, bastion, key, dim)
+        counts = publish_documents(writer, local)
     except psycopg.Error as exc:
         raise DatabaseError(f"PostgreSQL ({describe_dsn(dsn)}) refused the publish: {scrub(exc, dsn)}") from None
     finally:
@@ -286,82 +353,205 @@ def run(manifest, layout: Layout, dsn: str | None = None) -> dict:
     return write_summary(layout, "publish", counts, manifest.signature)
 
 
-def publish_documents(conn, bastion: str, model: str, local: dict[str, LocalDocument]) -> dict:
-    """Bring the server's rows of (bastion, model) to ``local``; return the counts."""
-    remote = {doc: (fingerprint, paths, windows) for doc, fingerprint, paths, windows in conn.execute(
-        "SELECT doc, chunks_fingerprint, paths::text, windows FROM bastion_agent.documents"
-        " WHERE bastion = %s AND model = %s", (bastion, model))}
-    # jsonb re-serialises: compare the server's paths in the same canonical form as ours
-    remote = {doc: (f, json.dumps(sorted(json.loads(p)), ensure_ascii=False), n) for doc, (f, p, n) in remote.items()}
-    todo = plan(local, remote)
-    pause_after = _pause_after()
+def open_writer(conn, dsn: str, bastion: str, model: str, dim: int) -> "Writer":
+    """The way this role writes: a publishing role through the owner's functions, the owner straight in.
+
+    The owner (or a superuser) migrates the schema and registers the model;
+    a publishing role can do neither, so an old schema or an unknown model
+    stops its publish with the command that fixes it.
+    """
+    from bastion_agent.publishing import publish_schema
+
+    version = publish_schema.current_version(conn)
+    owner = version > 0 and conn.execute(
+        f"SELECT has_table_privilege('{publish_schema.SCHEMA}.windows', 'INSERT')").fetchone()[0]
+    if version == 0 or owner:
+        publish_schema.migrate(conn)  # the owner's first publish makes the schema (one transaction)
+        if publish_schema.model_index(conn, model) is None:
+            publish_schema.ensure_model(conn, model, dim)
+        return OwnerWriter(conn, dsn, bastion, model, dim)
+    if version < publish_schema.LATEST:
+        raise DatabaseError(f"the schema on PostgreSQL ({describe_dsn(dsn)}) is at version {version}, this"
+                            f" bastion-agent needs {publish_schema.LATEST}: the schema's owner runs one publish"
+                            " (or bastion-agent admin migrate) to upgrade it")
+    return Writer(conn, dsn, bastion, model, dim)
+
+
+class Writer:
+    """A publishing role's writes: every one a call to a function the schema's owner made (docs/publish.md).
+
+    The role holds no right on any table. Its rows go through a temp table
+    that ``open_staging()`` creates as the owner (the role may only INSERT
+    into it), then ``write_documents`` moves them in; the bastion each
+    function writes is the one ``bastions`` maps the login role to.
+    """
+
+    def __init__(self, conn, dsn: str, bastion: str, model: str, dim: int):
+        self.conn, self.dsn, self.bastion, self.model, self.dim = conn, dsn, bastion, model, dim
+        self.staging_open = False
+
+    def published(self) -> dict[str, tuple[str, str, int]]:
+        """doc -> (fingerprint, paths, windows) of this bastion and model on the server."""
+        return {doc: (fingerprint, paths, windows) for doc, fingerprint, paths, windows in self.conn.execute(
+            "SELECT * FROM bastion_agent.published_documents(%s, %s, %s)", (self.bastion, self.model, self.dim))}
+
+    LOCK_SQL = "SELECT bastion_agent.lock_bastion(%s)"
+
+    @contextlib.contextmanager
+    def lock(self, wait: float | None = None):
+        """One publish of this bastion at a time: a lock on the bastion's own row, held by a second connection.
+
+        The batches commit one by one (a killed publish keeps what it
+        committed), so the lock lives in a transaction of its own, on its
+        own connection, which ends when the publisher's process does.
+        """
+        psycopg = psycopg_module()
+        holder = connect(self.dsn, check=False)
+        try:
+            deadline = time.monotonic() + (LOCK_WAIT_SECONDS if wait is None else wait)
+            holder.execute("BEGIN")
+            while True:
+                try:
+                    holder.execute("SAVEPOINT attempt")
+                    holder.execute(self.LOCK_SQL, (self.bastion,))
+                    break
+                except psycopg.errors.LockNotAvailable:
+                    holder.execute("ROLLBACK TO SAVEPOINT attempt")
+                    if time.monotonic() >= deadline:
+                        raise DatabaseError(f"another publish of bastion {self.bastion!r} is running;"
+                                            " try again when it ends") from None
+                    time.sleep(0.5)
+            yield
+        finally:
+            holder.close()
+
+    def write(self, batch: list[LocalDocument], pause: bool = False) -> int:
+        """One transaction: replace these documents' windows and rows; return the windows deleted."""
+        if not self.staging_open:
+            self.conn.execute("SET temp_buffers = '64MB'")  # the staged batch stays in memory (before first use)
+            self.conn.execute("SELECT bastion_agent.open_staging()")
+            self.staging_open = True
+        with self.conn.transaction():
+            with self.conn.cursor() as cur:
+                copy_into(cur, f"pg_temp.{STAGING}", copy_rows(None, None, batch), STAGING_COLUMNS, pause)
+                cur.execute("SELECT bastion_agent.write_documents(%s, %s, %s, %s, %s, %s)",
+                            (self.bastion, self.model, [d.doc for d in batch], [d.chunks_fingerprint for d in batch],
+                             [d.paths_json for d in batch], [len(d.windows) for d in batch]))
+                return cur.fetchone()[0]
+
+    def update_paths(self, documents: list[LocalDocument]) -> None:
+        self.conn.execute("SELECT bastion_agent.update_paths(%s, %s, %s, %s)",
+                          (self.bastion, self.model, [d.doc for d in documents], [d.paths_json for d in documents]))
+
+    def delete(self, docs: list[str]) -> int:
+        return self.conn.execute("SELECT bastion_agent.delete_documents(%s, %s, %s)",
+                                 (self.bastion, self.model, docs)).fetchone()[0]
+
+
+class OwnerWriter(Writer):
+    """The schema's owner (setting up, or a bulk load): straight into the tables, which it owns."""
+
+    LOCK_SQL = "SELECT bastion FROM bastion_agent.bastions WHERE bastion = %s FOR UPDATE NOWAIT"
+
+    def published(self) -> dict[str, tuple[str, str, int]]:
+        return {doc: (fingerprint, paths, windows) for doc, fingerprint, paths, windows in self.conn.execute(
+            "SELECT doc, chunks_fingerprint, paths::text, windows FROM bastion_agent.documents"
+            " WHERE bastion = %s AND model = %s", (self.bastion, self.model))}
+
+    @contextlib.contextmanager
+    def lock(self, wait: float | None = None):
+        # the bastion the owner publishes is registered (so search roles read it), without a role
+        self.conn.execute("INSERT INTO bastion_agent.bastions (bastion) VALUES (%s) ON CONFLICT DO NOTHING",
+                          (self.bastion,))
+        with super().lock(wait):
+            yield
+
+    def write(self, batch: list[LocalDocument], pause: bool = False) -> int:
+        with self.conn.transaction():
+            deleted = self.conn.execute(
+                "DELETE FROM bastion_agent.windows WHERE bastion = %s AND model = %s AND doc = ANY(%s)",
+                (self.bastion, self.model, [document.doc for document in batch])).rowcount
+            with self.conn.cursor() as cur:
+                copy_into(cur, "bastion_agent.windows", copy_rows(self.bastion, self.model, batch), COPY_COLUMNS,
+                          pause)
+                cur.executemany(
+                    "INSERT INTO bastion_agent.documents (bastion, model, doc, chunks_fingerprint, paths, windows,"
+                    " published_at) VALUES (%s, %s, %s, %s, %s::jsonb, %s, now()) ON CONFLICT (bastion, doc, model)"
+                    " DO UPDATE SET chunks_fingerprint = excluded.chunks_fingerprint, paths = excluded.paths,"
+                    " windows = excluded.windows, published_at = excluded.published_at",
+                    [(self.bastion, self.model, d.doc, d.chunks_fingerprint, d.paths_json, len(d.windows))
+                     for d in batch])
+            return deleted
+
+    def update_paths(self, documents: list[LocalDocument]) -> None:
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.executemany("UPDATE bastion_agent.documents SET paths = %s::jsonb, published_at = now()"
+                            " WHERE bastion = %s AND model = %s AND doc = %s",
+                            [(d.paths_json, self.bastion, self.model, d.doc) for d in documents])
+
+    def delete(self, docs: list[str]) -> int:
+        with self.conn.transaction():
+            deleted = self.conn.execute(
+                "DELETE FROM bastion_agent.windows WHERE bastion = %s AND model = %s AND doc = ANY(%s)",
+                (self.bastion, self.model, docs)).rowcount
+            self.conn.execute("DELETE FROM bastion_agent.documents WHERE bastion = %s AND model = %s"
+                              " AND doc = ANY(%s)", (self.bastion, self.model, docs))
+        return deleted
+
+
+def canonical(remote: dict[str, tuple[str, str, int]]) -> dict[str, tuple[str, str, int]]:
+    """jsonb re-serialises: the server's paths in the same canonical form as ours."""
+    return {doc: (f, json.dumps(sorted(json.loads(p)), ensure_ascii=False), n) for doc, (f, p, n) in remote.items()}
+
+
+def publish_documents(writer: Writer, local: dict[str, LocalDocument]) -> dict:
+    """Bring the server's rows of (bastion, model) to ``local``; return the counts.
+
+    An unchanged bastion costs one statement here (the fingerprints) and
+    takes no lock; otherwise the bastion's row is locked and the
+    fingerprints read again under the lock, since a publish that held it
+    may have written meanwhile.
+    """
+    todo = plan(local, canonical(writer.published()))
     counts = {"documents": len(local), "documents_written": 0, "documents_deleted": 0,
               "documents_unchanged": todo.unchanged, "documents_paths_updated": 0,
               "windows": sum(len(d.windows) for d in local.values()), "inserted": 0, "deleted": 0}
+    if todo.write or todo.paths_only or todo.delete:
+        with writer.lock():
+            todo = plan(local, canonical(writer.published()))
+            counts["documents_unchanged"] = todo.unchanged
+            apply_plan(writer, todo, counts)
     written = {document.doc for document in todo.write}
     counts["unchanged"] = sum(len(document.windows) for doc, document in local.items() if doc not in written)
-    # new and changed documents first, then the gone ones: an interrupted run never leaves the index
-    # with less than it had
-    limit = 1 if pause_after is not None else BATCH_WINDOWS
-    staged = row_security_active(conn)
-    for batch in batches(todo.write, limit):
-        with conn.transaction():
-            pause = pause_after is not None and counts["documents_written"] >= pause_after
-            counts["deleted"] += write_batch(conn, bastion, model, batch, pause, staged)
-        counts["documents_written"] += len(batch)
-        counts["inserted"] += sum(len(document.windows) for document in batch)
-    if todo.paths_only:
-        with conn.transaction():
-            with conn.cursor() as cur:
-                cur.executemany("UPDATE bastion_agent.documents SET paths = %s::jsonb, published_at = now()"
-                                " WHERE bastion = %s AND model = %s AND doc = %s",
-                                [(d.paths_json, bastion, model, d.doc) for d in todo.paths_only])
-        counts["documents_paths_updated"] = len(todo.paths_only)
-    for first in range(0, len(todo.delete), 1000):
-        part = todo.delete[first : first + 1000]
-        with conn.transaction():
-            cur = conn.execute("DELETE FROM bastion_agent.windows WHERE bastion = %s AND model = %s AND doc = ANY(%s)",
-                               (bastion, model, part))
-            counts["deleted"] += cur.rowcount
-            conn.execute("DELETE FROM bastion_agent.documents WHERE bastion = %s AND model = %s AND doc = ANY(%s)",
-                         (bastion, model, part))
-        counts["documents_deleted"] += len(part)
     return counts
 
 
-def write_batch(conn, bastion: str, model: str, batch: list[LocalDocument], pause: bool = False,
-                staged: bool = True) -> int:
-    """Inside the caller's transaction: replace these documents' windows and rows; return the rows deleted."""
-    docs = [document.doc for document in batch]
-    deleted = conn.execute("DELETE FROM bastion_agent.windows WHERE bastion = %s AND model = %s AND doc = ANY(%s)",
-                           (bastion, model, docs)).rowcount
-    columns = ", ".join(COPY_COLUMNS)
-    with conn.cursor() as cur:
-        if staged:
-            # PostgreSQL refuses COPY FROM into a table under row-level security: copy into a temp
-            # table (no WAL, no policies), then one INSERT ... SELECT, which the policies check
-            cur.execute("CREATE TEMP TABLE IF NOT EXISTS publish_staging (bastion text, model text, chunk_id text,"
-                        ' doc text, idx integer, start integer, "end" integer, text text, embedding vector)'
-                        " ON COMMIT DELETE ROWS")
-            copy_into(cur, "publish_staging", copy_rows(bastion, model, batch))
-            cur.execute(f"INSERT INTO bastion_agent.windows ({columns}) SELECT {columns} FROM publish_staging")
-        else:  # the owner (setting up, or a bulk load): straight in
-            copy_into(cur, "bastion_agent.windows", copy_rows(bastion, model, batch))
-        cur.executemany(
-            "INSERT INTO bastion_agent.documents (bastion, model, doc, chunks_fingerprint, paths, windows, published_at)"
-            " VALUES (%s, %s, %s, %s, %s::jsonb, %s, now()) ON CONFLICT (bastion, doc, model) DO UPDATE SET"
-            " chunks_fingerprint = excluded.chunks_fingerprint, paths = excluded.paths, windows = excluded.windows,"
-            " published_at = excluded.published_at",
-            [(bastion, model, d.doc, d.chunks_fingerprint, d.paths_json, len(d.windows)) for d in batch])
-    if pause:
-        print("bastion_agent publish: paused inside a transaction (test hook)", file=sys.stderr, flush=True)
-        time.sleep(3600)
-    return deleted
+def apply_plan(writer: Writer, todo: Plan, counts: dict) -> None:
+    """New and changed documents first, then the paths, then the gone ones: an interrupted run never leaves
+    the index with less than it had."""
+    pause_after = _pause_after()
+    limit = 1 if pause_after is not None else BATCH_WINDOWS
+    for batch in batches(todo.write, limit):
+        pause = pause_after is not None and counts["documents_written"] >= pause_after
+        counts["deleted"] += writer.write(batch, pause)
+        counts["documents_written"] += len(batch)
+        counts["inserted"] += sum(len(document.windows) for document in batch)
+    if todo.paths_only:
+        writer.update_paths(todo.paths_only)
+        counts["documents_paths_updated"] = len(todo.paths_only)
+    for first in range(0, len(todo.delete), 1000):
+        part = todo.delete[first : first + 1000]
+        counts["deleted"] += writer.delete(part)
+        counts["documents_deleted"] += len(part)
 
 
-def copy_into(cur, table: str, rows: Iterable[bytes]) -> None:
-    """One binary COPY of ``rows`` (``copy_rows`` tuples) into ``table``, sent in pieces of about 1 MiB."""
-    with cur.copy(f"COPY {table} ({', '.join(COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
+def copy_into(cur, table: str, rows: Iterable[bytes], columns=COPY_COLUMNS, pause: bool = False) -> None:
+    """One binary COPY of ``rows`` (``copy_rows`` tuples) into ``table``, sent in pieces of about 1 MiB.
+
+    ``pause``: the test hook, inside the COPY with every row sent (nothing
+    committed) until a line arrives on stdin or the process is killed.
+    """
+    with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)") as copy:
         copy.write(COPY_HEADER)
         pending, size = [], 0
         for row in rows:
@@ -370,12 +560,11 @@ def copy_into(cur, table: str, rows: Iterable[bytes]) -> None:
             if size > 1 << 20:
                 copy.write(b"".join(pending))
                 pending, size = [], 0
-        copy.write(b"".join(pending) + COPY_TRAILER)
-
-
-def row_security_active(conn) -> bool:
-    """Whether the policies bind this role on ``windows`` (not for its owner or a superuser)."""
-    return conn.execute("SELECT row_security_active('bastion_agent.windows')").fetchone()[0]
+        copy.write(b"".join(pending))
+        if pause:
+            print("bastion_agent publish: paused inside a transaction (test hook)", file=sys.stderr, flush=True)
+            sys.stdin.readline()
+        copy.write(COPY_TRAILER)
 
 
 def _pause_after() -> int | None:

@@ -30,7 +30,7 @@ import contextlib
 import hashlib
 
 SCHEMA = "bastion_agent"
-MIGRATION_LOCK = 0x62617374  # pg_advisory_xact_lock key: "bast"
+MIGRATION_LOCK = 0x62617374  # the advisory key migrations 3 to 5 used (migration 6 takes none)
 HALFVEC_ABOVE = 2000  # pgvector indexes vector up to 2000 dimensions, halfvec up to 4000
 # How a new model's HNSW graph is built (migration 5; changing it takes a new migration that replaces
 # ensure_model). pgvector's m with a deeper build: of the graphs measured on the benchmark's windows
@@ -101,13 +101,49 @@ def _m002_row_security(conn) -> None:
         conn.execute(f"CREATE POLICY {table}_delete ON {SCHEMA}.{table} FOR DELETE USING ({own})")
 
 
-def _ensure_model_function(build: dict | None) -> str:
+def _ensure_model_function(build: dict | None, vec: str | None = None) -> str:
     """The ``ensure_model`` function's SQL; ``build``: the HNSW ``WITH`` options it creates and records.
 
     Migration 3 made it without options (pgvector's defaults, m 16 and
     ef_construction 64); migration 4 replaces it with ``M004_BUILD``,
-    migration 5 with ``HNSW_BUILD``.
+    migration 5 with ``HNSW_BUILD``. Migration 6 (``vec``: pgvector's
+    schema) qualifies every name (its search_path is pg_catalog, pg_temp),
+    answers a known model without any lock, and serialises registrations
+    with a lock on ``models`` instead of an advisory key any role can take.
     """
+    if vec is not None:
+        return f"""
+        CREATE OR REPLACE FUNCTION {SCHEMA}.ensure_model(p_model text, p_dim integer) RETURNS text
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+        DECLARE
+            known {SCHEMA}.models;
+            v_kind text := CASE WHEN p_dim > {HALFVEC_ABOVE} THEN 'halfvec' ELSE 'vector' END;
+            v_index text := 'windows_hnsw_' || substr(md5(p_model), 1, 16);
+        BEGIN
+            IF p_dim IS NULL OR p_dim < 1 OR p_dim > 4000 THEN
+                RAISE EXCEPTION 'dimension % is outside 1..4000', p_dim;
+            END IF;
+            IF p_model IS NULL OR length(p_model) = 0 OR length(p_model) > 500 THEN
+                RAISE EXCEPTION 'a model name must be 1..500 characters';
+            END IF;
+            FOR attempt IN 1..2 LOOP
+                SELECT * INTO known FROM {SCHEMA}.models WHERE model = p_model;
+                IF FOUND THEN
+                    IF known.dim <> p_dim THEN
+                        RAISE EXCEPTION 'model % is published with dim %, not %', p_model, known.dim, p_dim;
+                    END IF;
+                    RETURN known.index_name;
+                END IF;
+                EXIT WHEN attempt = 2;
+                LOCK TABLE {SCHEMA}.models IN SHARE ROW EXCLUSIVE MODE;  -- one registration at a time
+            END LOOP;
+            EXECUTE format('CREATE INDEX %I ON {SCHEMA}.windows USING hnsw ((embedding::{vec}.%s(%s)) {vec}.%s_cosine_ops)'
+                           ' WITH (m = %s, ef_construction = %s) WHERE model = %L',
+                           v_index, v_kind, p_dim, v_kind, {build['m']}, {build['ef_construction']}, p_model);
+            INSERT INTO {SCHEMA}.models VALUES (p_model, p_dim, v_kind, v_index, {build['m']}, {build['ef_construction']});
+            RETURN v_index;
+        END
+        $fn$"""
     with_clause = insert = ""
     if build:
         with_clause = " WITH (m = %s, ef_construction = %s)"
@@ -176,7 +212,285 @@ def _m005_hnsw_build(conn) -> None:
     conn.execute(_ensure_model_function(HNSW_BUILD))
 
 
-MIGRATIONS = [_m001_tables, _m002_row_security, _m003_ensure_model, _m004_hnsw_build, _m005_hnsw_build]
+# --- migration 6: least privilege by construction ---------------------------
+#
+# A publishing role holds no right on any table: it hands its rows to the
+# functions below, which run as the schema's owner (SECURITY DEFINER, a fixed
+# search_path, every name qualified) and take its bastion from ``bastions``
+# (the login role's oid), never from what it says. A search role holds SELECT
+# through one policy: the rows of the bastions ``readable_bastions()`` gives
+# it. No mapping, no rows: every check fails closed.
+
+BASTION_NAME_SQL = "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"  # config.manifest's DNS label, as a CHECK
+PUBLISHER_FUNCTIONS = (  # what add_bastion grants a publishing role, and nothing else
+    "published_documents(text, text, integer)", "lock_bastion(text)", "open_staging()",
+    "write_documents(text, text, text[], text[], text[], integer[])", "update_paths(text, text, text[], text[])",
+    "delete_documents(text, text, text[])")
+SEARCHER_TABLES = ("windows", "documents", "models", "migrations")
+OWNER_FUNCTIONS = ("add_bastion(text, name)", "remove_bastion(text)", "add_searcher(name)", "remove_searcher(name)",
+                   "ensure_model(text, integer)")
+STAGING = "publish_staging"  # the temp table a publisher COPYs into (created and owned by the owner)
+
+
+def _vector_schema(conn) -> str:
+    row = conn.execute("SELECT n.nspname FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n"
+                       " ON n.oid = e.extnamespace WHERE e.extname = 'vector'").fetchone()
+    return row[0]
+
+
+def _definer(signature: str, returns: str, body: str, volatility: str = "VOLATILE") -> str:
+    """A function that runs as the owner: a fixed search_path (pg_temp last), plpgsql, not executable by PUBLIC."""
+    return (f"CREATE OR REPLACE FUNCTION {SCHEMA}.{signature} RETURNS {returns} LANGUAGE plpgsql {volatility}"
+            f" SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$\n{body}\n$fn$")
+
+
+def _least_privilege_sql(vec: str) -> list[str]:
+    """Migration 6's statements after the grants of before are revoked (``vec``: pgvector's schema, quoted)."""
+    s = SCHEMA
+    me = "(SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = session_user)"
+    caller = f"""
+        SELECT b.bastion INTO v_bastion FROM {s}.bastions b WHERE b.role = {me};
+        IF v_bastion IS NULL THEN
+            RAISE EXCEPTION 'role % publishes no bastion here', session_user
+                USING HINT = 'the administrator runs: bastion-agent admin add-bastion NAME';
+        END IF;
+        IF v_bastion <> p_bastion THEN
+            RAISE EXCEPTION 'role % publishes bastion %, not %', session_user, v_bastion, p_bastion
+                USING HINT = 'use the publishing role of the manifest''s bastion';
+        END IF;"""
+    model_check = f"""
+        SELECT m.dim INTO v_dim FROM {s}.models m WHERE m.model = p_model;
+        IF v_dim IS NULL THEN
+            RAISE EXCEPTION 'model % is not registered on this server', p_model
+                USING HINT = format('the administrator runs: bastion-agent admin add-model %s --dim %s', p_model, p_dim);
+        END IF;
+        IF v_dim <> p_dim THEN
+            RAISE EXCEPTION 'model % is published with dim %, not %', p_model, v_dim, p_dim;
+        END IF;"""
+    statements = [
+        f"""CREATE TABLE {s}.bastions (
+            bastion text PRIMARY KEY CHECK (bastion ~ '{BASTION_NAME_SQL}'),
+            role oid UNIQUE,
+            role_name name,
+            added_at timestamptz NOT NULL DEFAULT now())""",
+        f"CREATE TABLE {s}.searchers (role oid PRIMARY KEY, role_name name NOT NULL,"
+        " added_at timestamptz NOT NULL DEFAULT now())",
+        # the bastions of before, with the roles publishers mapped them to
+        f"""INSERT INTO {s}.bastions (bastion, role, role_name)
+            SELECT b.bastion, r.oid, r.rolname FROM (SELECT DISTINCT bastion FROM {s}.documents
+                UNION SELECT bastion FROM {s}.publishers) b
+            LEFT JOIN LATERAL (SELECT p.role FROM {s}.publishers p WHERE p.bastion = b.bastion
+                ORDER BY p.role LIMIT 1) p ON true
+            LEFT JOIN pg_catalog.pg_roles r ON r.rolname = p.role
+            WHERE b.bastion ~ '{BASTION_NAME_SQL}'
+            ON CONFLICT DO NOTHING""",
+    ]
+    for table in ("windows", "documents"):
+        for policy in ("read", "insert", "update", "delete"):
+            statements.append(f"DROP POLICY IF EXISTS {table}_{policy} ON {s}.{table}")
+    statements += [f"DROP TABLE {s}.publishers"]
+    statements.append(_definer("readable_bastions()", "text[]", f"""
+        BEGIN
+            -- the bastions whose rows the caller reads: every registered one for a search role, none otherwise
+            -- (issue 29 narrows a searcher to its groups here)
+            IF EXISTS (SELECT 1 FROM {s}.searchers x WHERE x.role = {me}) THEN
+                RETURN ARRAY(SELECT b.bastion FROM {s}.bastions b ORDER BY b.bastion);
+            END IF;
+            RETURN '{{}}'::text[];
+        END""", "STABLE"))
+    for table in ("windows", "documents"):
+        # the function is called once per query (an init plan), not per row
+        statements.append(f"CREATE POLICY {table}_read ON {s}.{table} FOR SELECT"
+                          f" USING (bastion = ANY ((SELECT {s}.readable_bastions())::text[]))")
+    statements.append(_definer("published_documents(p_bastion text, p_model text, p_dim integer)",
+                               "TABLE (doc text, chunks_fingerprint text, paths text, windows integer)", f"""
+        DECLARE v_bastion text; v_dim integer;
+        BEGIN{caller}{model_check}
+            RETURN QUERY SELECT d.doc, d.chunks_fingerprint, d.paths::text, d.windows FROM {s}.documents d
+                WHERE d.bastion = v_bastion AND d.model = p_model;
+        END""", "STABLE"))
+    statements.append(_definer("lock_bastion(p_bastion text)", "text", f"""
+        DECLARE v_bastion text;
+        BEGIN{caller}
+            -- one publish of a bastion at a time: a lock on its own row, held until the caller's
+            -- transaction ends (a killed publisher's ends with its connection); nobody else can take it
+            PERFORM 1 FROM {s}.bastions b WHERE b.bastion = v_bastion FOR UPDATE NOWAIT;
+            RETURN v_bastion;
+        END"""))
+    statements.append(_definer("open_staging()", "void", f"""
+        BEGIN
+            -- the temp table a publisher COPYs its rows into: the owner's, so the caller can only INSERT
+            -- into it (no trigger, policy or view of its own runs when the owner reads it back)
+            IF to_regclass('pg_temp.{STAGING}') IS NULL THEN
+                CREATE TEMP TABLE {STAGING} (chunk_id text, doc text, idx integer, start integer, "end" integer,
+                    text text, embedding {vec}.vector) ON COMMIT DELETE ROWS;
+                EXECUTE format('GRANT INSERT ON pg_temp.{STAGING} TO %I', session_user);
+            END IF;
+        END"""))
+    staged_check = f"""
+        SELECT c.relowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
+            AND c.relkind = 'r' AND NOT c.relrowsecurity INTO v_ok
+            FROM pg_catalog.pg_class c WHERE c.oid = to_regclass('pg_temp.{STAGING}');
+        IF v_ok IS NOT TRUE THEN
+            RAISE EXCEPTION 'the staging table is not the one open_staging() made';
+        END IF;"""
+    statements.append(_definer(
+        "write_documents(p_bastion text, p_model text, p_docs text[], p_fingerprints text[], p_paths text[],"
+        " p_windows integer[])", "integer", f"""
+        DECLARE v_bastion text; v_dim integer; v_ok boolean; v_deleted integer;
+        BEGIN{caller}
+            SELECT m.dim INTO v_dim FROM {s}.models m WHERE m.model = p_model;
+            IF v_dim IS NULL THEN
+                RAISE EXCEPTION 'model % is not registered on this server', p_model;
+            END IF;{staged_check}
+            IF EXISTS (SELECT 1 FROM pg_temp.{STAGING} t WHERE NOT (t.doc = ANY (p_docs))
+                       OR {vec}.vector_dims(t.embedding) <> v_dim) THEN
+                RAISE EXCEPTION 'a staged window belongs to no document of this batch, or has another dimension than %', v_dim;
+            END IF;
+            DELETE FROM {s}.windows w WHERE w.bastion = v_bastion AND w.model = p_model AND w.doc = ANY (p_docs);
+            GET DIAGNOSTICS v_deleted = ROW_COUNT;
+            INSERT INTO {s}.windows (bastion, model, chunk_id, doc, idx, start, "end", text, embedding)
+                SELECT v_bastion, p_model, t.chunk_id, t.doc, t.idx, t.start, t."end", t.text, t.embedding
+                FROM pg_temp.{STAGING} t;
+            INSERT INTO {s}.documents (bastion, model, doc, chunks_fingerprint, paths, windows, published_at)
+                SELECT v_bastion, p_model, d.doc, d.fingerprint, d.paths::jsonb, d.windows, now()
+                FROM unnest(p_docs, p_fingerprints, p_paths, p_windows) AS d(doc, fingerprint, paths, windows)
+                ON CONFLICT (bastion, doc, model) DO UPDATE SET chunks_fingerprint = excluded.chunks_fingerprint,
+                    paths = excluded.paths, windows = excluded.windows, published_at = excluded.published_at;
+            TRUNCATE pg_temp.{STAGING};
+            RETURN v_deleted;
+        END"""))
+    statements.append(_definer("update_paths(p_bastion text, p_model text, p_docs text[], p_paths text[])",
+                               "integer", f"""
+        DECLARE v_bastion text; v_count integer;
+        BEGIN{caller}
+            UPDATE {s}.documents d SET paths = u.paths::jsonb, published_at = now()
+                FROM unnest(p_docs, p_paths) AS u(doc, paths)
+                WHERE d.bastion = v_bastion AND d.model = p_model AND d.doc = u.doc;
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+            RETURN v_count;
+        END"""))
+    statements.append(_definer("delete_documents(p_bastion text, p_model text, p_docs text[])", "integer", f"""
+        DECLARE v_bastion text; v_count integer;
+        BEGIN{caller}
+            DELETE FROM {s}.windows w WHERE w.bastion = v_bastion AND w.model = p_model AND w.doc = ANY (p_docs);
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+            DELETE FROM {s}.documents d WHERE d.bastion = v_bastion AND d.model = p_model AND d.doc = ANY (p_docs);
+            RETURN v_count;
+        END"""))
+    grant_publisher = "; ".join(f"EXECUTE format('GRANT EXECUTE ON FUNCTION {s}.{f} TO %I', v_role)"
+                                for f in PUBLISHER_FUNCTIONS)
+    revoke_publisher = "; ".join(f"EXECUTE format('REVOKE EXECUTE ON FUNCTION {s}.{f} FROM %I', v_role)"
+                                 for f in PUBLISHER_FUNCTIONS)
+    statements.append(_definer("add_bastion(p_bastion text, p_role name)", "void", f"""
+        DECLARE v_oid oid; v_role name := p_role; v_held oid;
+        BEGIN
+            SELECT r.oid INTO v_oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
+            IF v_oid IS NULL THEN
+                RAISE EXCEPTION 'role % does not exist', p_role USING HINT = 'a superuser creates it first (docs/publish.md)';
+            END IF;
+            IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = v_oid AND (r.rolsuper OR r.rolbypassrls)) THEN
+                RAISE EXCEPTION 'role % bypasses row-level security: a publishing role must not', p_role;
+            END IF;
+            IF EXISTS (SELECT 1 FROM {s}.bastions b WHERE b.role = v_oid AND b.bastion <> p_bastion) THEN
+                RAISE EXCEPTION 'role % already publishes another bastion', p_role
+                    USING HINT = 'one role per bastion, so a stolen password speaks for one bastion';
+            END IF;
+            SELECT b.role INTO v_held FROM {s}.bastions b WHERE b.bastion = p_bastion;
+            IF v_held IS NOT NULL AND v_held <> v_oid AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = v_held) THEN
+                RAISE EXCEPTION 'bastion % is published by another role', p_bastion
+                    USING HINT = 'remove the bastion first: bastion-agent admin remove-bastion NAME';
+            END IF;
+            INSERT INTO {s}.bastions (bastion, role, role_name) VALUES (p_bastion, v_oid, p_role)
+                ON CONFLICT (bastion) DO UPDATE SET role = excluded.role, role_name = excluded.role_name;
+            EXECUTE format('GRANT USAGE ON SCHEMA {s} TO %I', v_role);
+            EXECUTE format('GRANT SELECT ON {s}.migrations TO %I', v_role);
+            {grant_publisher};
+        END"""))
+    statements.append(_definer("remove_bastion(p_bastion text)", "integer", f"""
+        DECLARE v_oid oid; v_role name; v_count integer;
+        BEGIN
+            -- the mapping first (waits for a publish in flight: its lock is on this row), then the rows
+            SELECT b.role INTO v_oid FROM {s}.bastions b WHERE b.bastion = p_bastion FOR UPDATE;
+            SELECT r.rolname INTO v_role FROM pg_catalog.pg_roles r WHERE r.oid = v_oid;
+            IF v_role IS NOT NULL THEN
+                {revoke_publisher};
+                EXECUTE format('REVOKE ALL ON SCHEMA {s} FROM %I', v_role);
+                EXECUTE format('REVOKE ALL ON {s}.migrations FROM %I', v_role);
+            END IF;
+            DELETE FROM {s}.bastions b WHERE b.bastion = p_bastion;
+            DELETE FROM {s}.windows w WHERE w.bastion = p_bastion;
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+            DELETE FROM {s}.documents d WHERE d.bastion = p_bastion;
+            RETURN v_count;
+        END"""))
+    searcher_tables = ", ".join(f"{s}.{t}" for t in SEARCHER_TABLES)
+    statements.append(_definer("add_searcher(p_role name)", "void", f"""
+        DECLARE v_oid oid;
+        BEGIN
+            SELECT r.oid INTO v_oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
+            IF v_oid IS NULL THEN
+                RAISE EXCEPTION 'role % does not exist', p_role USING HINT = 'a superuser creates it first (docs/publish.md)';
+            END IF;
+            IF EXISTS (SELECT 1 FROM {s}.bastions b WHERE b.role = v_oid) THEN
+                RAISE EXCEPTION 'role % publishes a bastion: a search role must be another role', p_role;
+            END IF;
+            INSERT INTO {s}.searchers (role, role_name) VALUES (v_oid, p_role)
+                ON CONFLICT (role) DO UPDATE SET role_name = excluded.role_name;
+            EXECUTE format('GRANT USAGE ON SCHEMA {s} TO %I', p_role);
+            EXECUTE format('GRANT SELECT ON {searcher_tables} TO %I', p_role);
+        END"""))
+    statements.append(_definer("remove_searcher(p_role name)", "void", f"""
+        BEGIN
+            DELETE FROM {s}.searchers x WHERE x.role_name = p_role
+                OR x.role = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role);
+            IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = p_role) THEN
+                EXECUTE format('REVOKE ALL ON {searcher_tables} FROM %I', p_role);
+                EXECUTE format('REVOKE ALL ON SCHEMA {s} FROM %I', p_role);
+            END IF;
+        END"""))
+    statements.append(_ensure_model_function(HNSW_BUILD, vec))
+    statements += [f"REVOKE ALL ON FUNCTION {s}.{f} FROM PUBLIC" for f in PUBLISHER_FUNCTIONS + OWNER_FUNCTIONS]
+    statements.append(f"REVOKE ALL ON FUNCTION {s}.readable_bastions() FROM PUBLIC")
+    statements.append(f"GRANT EXECUTE ON FUNCTION {s}.readable_bastions() TO PUBLIC")  # what a policy calls
+    return statements
+
+
+def _grantees(conn) -> list[tuple[str, str, str]]:
+    """(kind, object, role) of every privilege someone other than the owner holds in the schema."""
+    rows = conn.execute(f"""
+        SELECT 'TABLE', c.oid::regclass::text, r.rolname FROM pg_catalog.pg_class c
+            CROSS JOIN LATERAL aclexplode(c.relacl) a JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+            WHERE c.relnamespace = '{SCHEMA}'::regnamespace AND a.grantee <> c.relowner
+        UNION
+        SELECT 'FUNCTION', p.oid::regprocedure::text, r.rolname FROM pg_catalog.pg_proc p
+            CROSS JOIN LATERAL aclexplode(p.proacl) a JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+            WHERE p.pronamespace = '{SCHEMA}'::regnamespace AND a.grantee <> p.proowner""").fetchall()
+    return sorted(set(rows))
+
+
+def _m006_least_privilege(conn) -> None:
+    """No role but the owner holds a right on a table; publishers write through functions, searchers read
+    through one fail-closed policy; the roles of before keep what they did (their rights re-granted the new way).
+    """
+    from psycopg import sql
+
+    held = _grantees(conn)
+    readers = {role for kind, name, role in held if kind == "TABLE" and name == f"{SCHEMA}.windows"}
+    mapped = {row[0] for row in conn.execute(f"SELECT role FROM {SCHEMA}.publishers")}
+    for kind, name, role in held:
+        conn.execute(sql.SQL(f"REVOKE ALL ON {kind} {name} FROM {{}}").format(sql.Identifier(role)))
+    for statement in _least_privilege_sql(sql.Identifier(_vector_schema(conn)).as_string(conn)):
+        conn.execute(statement)
+    for role, bastion in conn.execute(f"SELECT role_name, bastion FROM {SCHEMA}.bastions WHERE role IS NOT NULL"):
+        conn.execute(f"SELECT {SCHEMA}.add_bastion(%s, %s)", (bastion, role))
+    for role in sorted(readers - mapped):  # a role that read every bastion, before: the search role
+        if role != "PUBLIC":
+            conn.execute(f"SELECT {SCHEMA}.add_searcher(%s)", (role,))
+
+
+MIGRATIONS = [_m001_tables, _m002_row_security, _m003_ensure_model, _m004_hnsw_build, _m005_hnsw_build,
+              _m006_least_privilege]
 LATEST = len(MIGRATIONS)
 
 
@@ -189,29 +503,38 @@ def current_version(conn) -> int:
 
 
 def migrate(conn) -> int:
-    """Apply the missing migrations, each with its record in one transaction; return the version.
+    """Apply the missing migrations, all in one transaction with their records; return the version.
 
-    Nothing is written (and no privilege needed) when the schema is current,
-    which is every publish but the first after an upgrade.
+    One transaction, so a first migration that fails (the extension
+    missing, a privilege lacking) leaves no empty schema behind. Two owners
+    migrating at once are serialised by a lock on ``migrations`` (a table
+    lock only the owner may take: no advisory key another role could hold);
+    the one that loses the race to create the schema tries again. Nothing is
+    written (and no lock taken) when the schema is current.
     """
     if current_version(conn) >= LATEST:
         return LATEST
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (version integer PRIMARY KEY,"
-                     " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
-    version = current_version(conn)
-    for number, step in enumerate(MIGRATIONS, start=1):
-        if number <= version:
-            continue
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-            if current_version(conn) >= number:  # another publisher applied it meanwhile
-                continue
-            step(conn)
-            conn.execute(f"INSERT INTO {SCHEMA}.migrations (version, name) VALUES (%s, %s)",
-                         (number, step.__name__.lstrip("_")))
+    import psycopg
+
+    for attempt in range(3):
+        try:
+            with conn.transaction():
+                conn.execute("SET LOCAL lock_timeout = '30s'")  # never queue every search behind us for long
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+                conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (version integer PRIMARY KEY,"
+                             " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+                conn.execute(f"LOCK TABLE {SCHEMA}.migrations IN EXCLUSIVE MODE")
+                version = current_version(conn)
+                for number, step in enumerate(MIGRATIONS, start=1):
+                    if number <= version:
+                        continue
+                    step(conn)
+                    conn.execute(f"INSERT INTO {SCHEMA}.migrations (version, name) VALUES (%s, %s)",
+                                 (number, step.__name__.lstrip("_")))
+            return LATEST
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema, psycopg.errors.DuplicateTable):
+            if attempt == 2:  # another owner created it at the same moment: its migration is now visible
+                raise
     return LATEST
 
 
@@ -286,31 +609,3 @@ def rebuild_index(conn, model: str, m: int = HNSW_BUILD["m"], ef_construction: i
         conn.execute(f"UPDATE {SCHEMA}.models SET hnsw_m = %s, hnsw_ef_construction = %s WHERE model = %s",
                      (m, ef_construction, model))
     return model_index(conn, model)
-
-
-def lock_key(bastion: str) -> int:
-    """A signed 64-bit advisory lock key for one bastion's publish."""
-    digest = hashlib.sha256(f"bastion-agent publish {bastion}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-LOCK_WAIT_SECONDS = 30.0  # a killed publisher's session can take a moment to end on the server
-
-
-@contextlib.contextmanager
-def bastion_lock(conn, bastion: str, wait: float = LOCK_WAIT_SECONDS):
-    """One publish per bastion at a time (a session lock: a killed publisher's ends with its connection)."""
-    import time
-
-    from bastion_agent.core.errors import DatabaseError
-
-    deadline = time.monotonic() + wait
-    while not conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(bastion),)).fetchone()[0]:
-        if time.monotonic() >= deadline:
-            raise DatabaseError(f"another publish of bastion {bastion!r} is running; try again when it ends")
-        time.sleep(0.5)
-    try:
-        yield
-    finally:
-        if not conn.closed:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key(bastion),))

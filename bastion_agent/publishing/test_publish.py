@@ -22,7 +22,8 @@ import urllib.request
 from pathlib import Path
 
 from bastion_agent.core.layout import Layout
-from bastion_agent.publishing import publish_schema
+from bastion_agent.core.errors import DatabaseError
+from bastion_agent.publishing import publish, publish_schema
 from bastion_agent.testing import pgtest
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
@@ -34,8 +35,8 @@ from bastion_agent.testing.testsupport import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-SERVER: pgtest.ThrowawayPostgres | None = None
-SKIP_REASON = pgtest.unavailable_reason()
+SERVER = None  # pgtest.ThrowawayPostgres, or pgtest.ExistingPostgres when BASTION_TEST_POSTGRES_DSN is set
+SKIP_REASON = pgtest.unavailable_for_tests()
 
 DOCS_V1 = {
     "The north barn roof leaks when the wind blows from the west; a carpenter will replace the cedar shingles.": ["barn/roof.txt"],
@@ -48,7 +49,7 @@ CHANGED = "Rotate the backup encryption keys every week now, with the new vault 
 def setUpModule():
     global SERVER
     if not SKIP_REASON:
-        SERVER = pgtest.ThrowawayPostgres().start()
+        SERVER = pgtest.server_for_tests()
 
 
 def tearDownModule():
@@ -101,16 +102,51 @@ class Bastion:
         return {(row["doc"], row["chunk_id"]) for row in rows}
 
 
+def docs_block(label: str) -> str:
+    """The SQL block of docs/publish.md marked ``<!-- sql LABEL: … -->``, as an administrator would paste it."""
+    text = (REPO / "docs" / "publish.md").read_text(encoding="utf-8")
+    found = re.search(r"<!-- sql " + re.escape(label) + r":.*?-->\n```sql\n(.*?)```", text, re.S)
+    assert found, f"docs/publish.md has no block 'sql {label}'"
+    return found.group(1)
+
+
+def run_block(dsn: str, label: str, names: dict[str, str]) -> None:
+    """Run a docs block with its example names replaced (longest first, so no name is half-replaced)."""
+    sql = docs_block(label)
+    for old in sorted(names, key=len, reverse=True):
+        sql = sql.replace(old, names[old])
+    query(dsn, sql)
+
+
 @unittest.skipIf(SKIP_REASON, SKIP_REASON or "")
 class PublishCase(TempFolder, unittest.TestCase):
+    """Each test: its own database, set up as docs/publish.md says, with a non-superuser owner."""
+
     def setUp(self):
         self.tmp = self.make_tmp()
-        self.database = f"t{os.getpid()}_{time.monotonic_ns()}"
+        self.suffix = f"{os.getpid()}_{time.monotonic_ns()}"
+        self.database = f"t{self.suffix}"
+        self.roles: list[str] = []
         query(SERVER.dsn(), f'CREATE DATABASE "{self.database}"')
-        self.addCleanup(query, SERVER.dsn(), f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
-        self.dsn = SERVER.dsn(dbname=self.database)
+        self.addCleanup(self.drop_database_and_roles)
+        self.super_dsn = SERVER.dsn(dbname=self.database)
+        self.owner = self.new_role("owner")
+        run_block(self.super_dsn, "superuser setup", {"bastion_owner": self.owner, "search": f'"{self.database}"',
+                                                      "'owner-password'": "'0wner-pw'"})
+        self.dsn = SERVER.dsn(user=self.owner, password="0wner-pw", dbname=self.database)
         self.stub = StubServer(dim=64).__enter__()
         self.addCleanup(self.stub.__exit__, None, None, None)
+
+    def new_role(self, kind: str) -> str:
+        """A role name unique to this test (roles are the server's, not the database's), dropped after it."""
+        name = f"{kind}_{self.suffix}_{len(self.roles)}"
+        self.roles.append(name)
+        return name
+
+    def drop_database_and_roles(self):
+        query(SERVER.dsn(), f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+        for role in reversed(self.roles):
+            query(SERVER.dsn(), f'DROP ROLE IF EXISTS "{role}"')
 
     def bastion(self, name: str, docs=DOCS_V1, **kwargs) -> Bastion:
         folder = self.tmp / name
@@ -236,12 +272,13 @@ class InterruptedPublishTests(PublishCase):
         env.update(BASTION_PUBLISH_DSN=self.dsn, BASTION_PUBLISH_TEST_PAUSE_AFTER="3", PYTHONPATH=str(REPO))
         process = subprocess.Popen([sys.executable, "-m", "bastion_agent", "publish", str(fs.manifest_path),
                                     "--out", str(fs.layout.root)], env=env, cwd=REPO,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(lambda: process.poll() is None and process.kill())
         line = process.stderr.readline()  # the hook says when it sits inside a transaction
         self.assertIn("paused", line)
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
+        process.stdin.close()
         process.stdout.close()
         process.stderr.close()
         self.wait_for_backend_gone()
@@ -317,7 +354,7 @@ class RemoteSearchTests(PublishCase):
         self.assertEqual({hit["bastion"] for hit in both}, {"fs-01", "hr-02"})
 
     def test_the_search_role_reads_and_cannot_write(self):
-        roles = RoleSetup(self.dsn, "fs-01")
+        roles = RoleSetup(self, "fs-01")
         hits = self.remote_search(self.fs1, "backup keys", "--mode", "hybrid", dsn=roles.search_dsn)
         self.assertEqual({hit["bastion"] for hit in hits}, {"fs-01", "hr-02"})
         import psycopg
@@ -376,48 +413,259 @@ class RemoteSearchTests(PublishCase):
 
 
 class RoleSetup:
-    """The roles block of docs/publish.md, run as written (names and passwords substituted)."""
+    """The roles blocks of docs/publish.md, run as written by the roles they name (names and passwords substituted)."""
 
-    def __init__(self, owner_dsn: str, bastion: str):
-        text = (REPO / "docs" / "publish.md").read_text(encoding="utf-8")
-        block = re.search(r"<!-- roles-sql.*?-->\n```sql\n(.*?)```", text, re.S).group(1)
-        suffix = f"{os.getpid()}_{time.monotonic_ns()}"
-        self.publisher, self.searcher = f"publish_{suffix}", f"search_{suffix}"
-        sql = (block.replace("publish_finance_fs01", self.publisher).replace("finance-fs01", bastion)
-               .replace("bastion_search", self.searcher)
-               .replace("'search-password'", "'s3arch-pw'").replace("'publish-password'", "'publ1sh-pw'"))
-        query(owner_dsn, sql)
-        database = re.search(r"dbname=(\S+)", owner_dsn).group(1)
-        self.publish_dsn = SERVER.dsn(user=self.publisher, password="publ1sh-pw", dbname=database)
-        self.search_dsn = SERVER.dsn(user=self.searcher, password="s3arch-pw", dbname=database)
+    def __init__(self, case: PublishCase, bastion: str, searcher: bool = True):
+        self.case, self.bastion = case, bastion
+        self.publisher = case.new_role("publish")
+        run_block(case.super_dsn, "superuser bastion", {"publish_finance_fs01": self.publisher,
+                                                        "'publish-password'": "'publ1sh-pw'"})
+        run_block(case.dsn, "owner bastion", {"publish_finance_fs01": self.publisher, "finance-fs01": bastion})
+        self.publish_dsn = SERVER.dsn(user=self.publisher, password="publ1sh-pw", dbname=case.database)
+        if searcher:
+            self.searcher = case.new_role("search")
+            run_block(case.super_dsn, "superuser searcher", {"bastion_search": self.searcher,
+                                                             "'search-password'": "'s3arch-pw'"})
+            run_block(case.dsn, "owner searcher", {"bastion_search": self.searcher})
+            self.search_dsn = SERVER.dsn(user=self.searcher, password="s3arch-pw", dbname=case.database)
+
+    def remove_as_the_docs_say(self) -> None:
+        run_block(self.case.super_dsn, "superuser remove", {"publish_finance_fs01": self.publisher})
+        run_block(self.case.dsn, "owner remove", {"finance-fs01": self.bastion})
+
+
+LEGACY_ROLES_SQL = """
+GRANT USAGE ON SCHEMA bastion_agent TO bastion_search;
+GRANT SELECT ON bastion_agent.windows, bastion_agent.documents, bastion_agent.models,
+      bastion_agent.migrations, bastion_agent.publishers TO bastion_search;
+GRANT USAGE ON SCHEMA bastion_agent TO publish_finance_fs01;
+GRANT SELECT ON bastion_agent.migrations, bastion_agent.models, bastion_agent.publishers TO publish_finance_fs01;
+GRANT SELECT, INSERT, UPDATE, DELETE ON bastion_agent.windows, bastion_agent.documents TO publish_finance_fs01;
+GRANT EXECUTE ON FUNCTION bastion_agent.ensure_model(text, integer) TO publish_finance_fs01;
+INSERT INTO bastion_agent.publishers (role, bastion) VALUES ('publish_finance_fs01', 'finance-fs01');
+"""  # the owner's part of the roles block of docs/publish.md before migration 6
+
+
+class LegacyRoles(RoleSetup):
+    """The roles as schema 5's docs made them (the roles by a superuser, the grants by the owner)."""
+
+    def __init__(self, case: PublishCase, bastion: str):
+        self.case, self.bastion = case, bastion
+        self.publisher, self.searcher = case.new_role("publish"), case.new_role("search")
+        query(case.super_dsn, f"CREATE ROLE {self.publisher} LOGIN PASSWORD 'publ1sh-pw';"
+                              f" CREATE ROLE {self.searcher} LOGIN PASSWORD 's3arch-pw'")
+        query(case.dsn, LEGACY_ROLES_SQL.replace("publish_finance_fs01", self.publisher)
+              .replace("bastion_search", self.searcher).replace("finance-fs01", bastion))
+        self.publish_dsn = SERVER.dsn(user=self.publisher, password="publ1sh-pw", dbname=case.database)
+        self.search_dsn = SERVER.dsn(user=self.searcher, password="s3arch-pw", dbname=case.database)
 
 
 class RowLevelSecurityTests(PublishCase):
     def test_a_publishing_role_writes_its_own_bastion_and_is_refused_another(self):
         other = self.bastion("hr-02", docs={"Holiday requests go to the team lead two weeks ahead.": ["hr/leave.txt"]})
         self.assertEqual(other.publish(self.dsn)[0], 0)  # the owner made the schema
-        roles = RoleSetup(self.dsn, "fs-01")
+        roles = RoleSetup(self, "fs-01")
         fs = self.bastion("fs-01")
         code, _, err = fs.publish(roles.publish_dsn)
         self.assertEqual(code, 0, err)
         self.assertEqual(self.server_windows("fs-01"), fs.local_windows())
         import psycopg
 
-        with self.assertRaises(psycopg.errors.InsufficientPrivilege) as refused:
-            query(roles.publish_dsn, "INSERT INTO bastion_agent.windows (bastion, chunk_id, model, doc, idx, start,"
-                  " \"end\", text, embedding) VALUES ('hr-02', 'x', 'stub-model', 'd', 0, 0, 1, 'planted', '[1,2,3]')")
-        self.assertIn("row-level security", str(refused.exception))
-        self.assertEqual(query(roles.publish_dsn, "DELETE FROM bastion_agent.windows WHERE bastion = 'hr-02'"), 0)
-        self.assertEqual(query(roles.publish_dsn, "UPDATE bastion_agent.documents SET windows = 0"
-                                                  " WHERE bastion = 'hr-02'"), 0)
-        self.assertEqual(query(roles.publish_dsn, "SELECT count(*) FROM bastion_agent.windows WHERE bastion = 'hr-02'"),
-                         [(0,)], "a publisher reads only its own rows")
+        for statement in ("INSERT INTO bastion_agent.windows (bastion, chunk_id, model, doc, idx, start, \"end\", text,"
+                          " embedding) VALUES ('hr-02', 'x', 'stub-model', 'd', 0, 0, 1, 'planted', '[1,2,3]')",
+                          "DELETE FROM bastion_agent.windows WHERE bastion = 'hr-02'",
+                          "UPDATE bastion_agent.documents SET windows = 0 WHERE bastion = 'hr-02'",
+                          "SELECT count(*) FROM bastion_agent.windows WHERE bastion = 'fs-01'"):
+            with self.subTest(statement=statement[:30]), self.assertRaises(psycopg.errors.InsufficientPrivilege):
+                query(roles.publish_dsn, statement)  # no right on any table, its own rows included
+        for call in ("SELECT bastion_agent.delete_documents('hr-02', 'stub-model', ARRAY['d'])",
+                     "SELECT * FROM bastion_agent.published_documents('hr-02', 'stub-model', 64)",
+                     "SELECT bastion_agent.lock_bastion('hr-02')"):
+            with self.subTest(call=call[:40]), self.assertRaises(psycopg.errors.RaiseException) as refused:
+                query(roles.publish_dsn, call)
+            self.assertIn("publishes bastion fs-01, not hr-02", str(refused.exception))
         self.assertEqual(self.server_windows("hr-02"), other.local_windows())
         code, out, err = other.publish(roles.publish_dsn)  # hr-02's manifest with fs-01's role
         self.assertEqual((code, out), (6, ""))
         self.assertEqual(len(err.strip().splitlines()), 1)
-        self.assertIn("row-level security", err)
+        self.assertIn("publishes bastion fs-01, not hr-02 (HINT: use the publishing role of the manifest's bastion)",
+                      err)
         self.assertNotIn("publ1sh-pw", err)
+
+
+class LeastPrivilegeTests(PublishCase):
+    """What a publishing role and a search role can still do to other bastions: nothing (issue 26)."""
+
+    def setUp(self):
+        super().setUp()
+        import psycopg
+
+        self.psycopg = psycopg
+        self.hr = self.bastion("hr-02", docs={f"Holiday request {i} goes to the team lead two weeks ahead of {word}.":
+                                              [f"hr/leave-{i}.txt"] for i, word in enumerate(
+                                                  ["spring", "summer", "autumn", "winter", "easter", "the audit"])})
+        self.assertEqual(self.hr.publish(self.dsn)[0], 0)  # the owner: the schema, the model, hr-02's rows
+        query(self.dsn, "ANALYZE bastion_agent.windows; ANALYZE bastion_agent.documents")
+        self.who = RoleSetup(self, "fs-01")
+        self.fs = self.bastion("fs-01")
+        code, _, err = self.fs.publish(self.who.publish_dsn)
+        self.assertEqual(code, 0, err)
+
+    def test_a_publishing_role_gets_no_estimate_of_another_bastion(self):
+        # before: 'hr-02' was estimated at its row count and a missing name at 1, so a guess was confirmed
+        for bastion in ("hr-02", "no-such-bastion"):
+            for table in ("windows", "documents"):
+                with self.subTest(bastion=bastion, table=table), \
+                        self.assertRaises(self.psycopg.errors.InsufficientPrivilege):
+                    query(self.who.publish_dsn, f"EXPLAIN SELECT 1 FROM bastion_agent.{table} WHERE bastion = %s",
+                          (bastion,))
+        self.assertEqual(query(self.who.publish_dsn, "SELECT count(*) FROM pg_stats WHERE schemaname = 'bastion_agent'"),
+                         [(0,)], "no column statistics of the shared tables")
+
+    def test_lock_table_is_refused_to_publishing_and_search_roles(self):
+        for role, dsn in (("publisher", self.who.publish_dsn), ("searcher", self.who.search_dsn)):
+            for table in ("windows", "documents", "models", "bastions", "migrations"):
+                for mode in ("ACCESS EXCLUSIVE", "SHARE", "ROW EXCLUSIVE"):
+                    with self.subTest(role=role, table=table, mode=mode), \
+                            self.assertRaises(self.psycopg.errors.InsufficientPrivilege):
+                        query(dsn, f"BEGIN; LOCK TABLE bastion_agent.{table} IN {mode} MODE; COMMIT")
+        with self.assertRaises(self.psycopg.errors.InsufficientPrivilege):
+            query(self.who.search_dsn, "SELECT 1 FROM bastion_agent.windows LIMIT 1 FOR UPDATE")
+
+    def test_a_search_in_an_open_transaction_does_not_hold_up_a_publish(self):
+        reader = self.psycopg.connect(self.who.search_dsn)  # a transaction left open after a read
+        self.addCleanup(reader.close)
+        self.assertGreater(reader.execute("SELECT count(*) FROM bastion_agent.windows").fetchone()[0], 0)
+        self.fs.restock({**DOCS_V1, CHANGED: ["ops/new.txt"]})
+        self.fs.embed(self.stub)
+        code, _, err = self.fs.publish(self.who.publish_dsn + " options='-c lock_timeout=5000'")
+        self.assertEqual(code, 0, err)
+
+    def test_advisory_locks_cannot_stall_a_publish(self):
+        """Every advisory key the old code used, held by the search role and by another bastion's role."""
+        import hashlib
+
+        keys = [int.from_bytes(hashlib.sha256(f"bastion-agent publish {name}".encode()).digest()[:8], "big",
+                               signed=True) for name in ("fs-01", "hr-02")] + [publish_schema.MIGRATION_LOCK]
+        holders = []
+        for dsn in (self.who.search_dsn, self.who.publish_dsn):
+            holder = self.psycopg.connect(dsn, autocommit=True)
+            self.addCleanup(holder.close)
+            holders.append(holder)
+        for key in keys:  # the search role holds them all
+            self.assertTrue(holders[0].execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
+        # and fs-01 is inside a publish of its own, holding its bastion's lock
+        holders[1].execute("BEGIN")
+        holders[1].execute("SELECT bastion_agent.lock_bastion('fs-01')")
+        self.hr.restock({CHANGED: ["hr/changed.txt"]})
+        self.hr.embed(self.stub)
+        started = time.monotonic()
+        code, _, err = self.hr.publish(self.dsn)
+        self.assertEqual(code, 0, err)
+        self.assertLess(time.monotonic() - started, publish.LOCK_WAIT_SECONDS, "the publish waited for a lock")
+        self.assertEqual(self.server_windows("hr-02"), self.hr.local_windows())
+
+    def test_one_bastion_publishes_at_a_time_and_nobody_else_can_take_its_lock(self):
+        from unittest import mock
+
+        from bastion_agent.config.manifest import load
+
+        holder = self.psycopg.connect(self.who.publish_dsn)  # fs-01 inside a publish: its row is locked
+        self.addCleanup(holder.close)
+        holder.execute("SELECT bastion_agent.lock_bastion('fs-01')")
+        self.fs.restock({CHANGED: ["ops/keys.txt"]})
+        self.fs.embed(self.stub)
+        with clean_env(BASTION_PUBLISH_DSN=self.who.publish_dsn), mock.patch.object(publish, "LOCK_WAIT_SECONDS", 1.0):
+            manifest = load(self.fs.manifest_path)
+            with self.assertRaises(DatabaseError) as caught:
+                publish.run(manifest, self.fs.layout)
+        self.assertIn("another publish of bastion 'fs-01' is running", str(caught.exception))
+        holder.rollback()
+        with self.assertRaises(self.psycopg.errors.InsufficientPrivilege):  # the search role cannot call it
+            query(self.who.search_dsn, "SELECT bastion_agent.lock_bastion('fs-01')")
+        code, _, err = self.fs.publish(self.who.publish_dsn)
+        self.assertEqual(code, 0, err)
+
+    def test_a_publishing_role_cannot_squat_a_model(self):
+        for call in ("SELECT bastion_agent.ensure_model('squatted-model', 7)",
+                     "SELECT bastion_agent.ensure_model('stub-model-2', 3)"):
+            with self.subTest(call=call), self.assertRaises(self.psycopg.errors.InsufficientPrivilege):
+                query(self.who.publish_dsn, call)
+        self.fs.rewrite("stub-model-2")
+        self.fs.embed(self.stub)
+        code, _, err = self.fs.publish(self.who.publish_dsn)  # an unregistered model: refused, named, no index made
+        self.assertEqual(code, 6)
+        self.assertIn("admin add-model stub-model-2 --dim 64", err)
+        self.assertEqual(query(self.dsn, "SELECT model FROM bastion_agent.models"), [("stub-model",)])
+        self.hr.rewrite("stub-model-2")  # the model's real owner registers it with its real dimension
+        self.hr.embed(self.stub)
+        self.assertEqual(self.hr.publish(self.dsn)[0], 0)
+        code, _, err = self.fs.publish(self.who.publish_dsn)
+        self.assertEqual(code, 0, err)
+
+    def test_a_staging_table_of_the_callers_own_is_refused(self):
+        """A temp table the publisher made itself (a trigger, a policy, a view of its own) is never read as the owner."""
+        with self.psycopg.connect(self.who.publish_dsn, autocommit=True) as conn:
+            conn.execute('CREATE TEMP TABLE publish_staging (chunk_id text, doc text, idx integer, start integer,'
+                         ' "end" integer, text text, embedding vector)')
+            conn.execute("SELECT bastion_agent.open_staging()")  # finds the name taken, makes nothing
+            conn.execute("INSERT INTO pg_temp.publish_staging VALUES ('x', 'd', 0, 0, 1, 'planted', %s)",
+                         ("[" + ",".join(["1"] * 64) + "]",))
+            with self.assertRaises(self.psycopg.errors.RaiseException) as refused:
+                conn.execute("SELECT bastion_agent.write_documents('fs-01', 'stub-model', ARRAY['d'], ARRAY['f'],"
+                             " ARRAY['[]'], ARRAY[1])")
+        self.assertIn("not the one open_staging() made", str(refused.exception))
+        texts = {row[0] for row in query(self.dsn, "SELECT text FROM bastion_agent.windows")}
+        self.assertNotIn("planted", texts)
+
+    def test_a_role_with_no_mapping_reads_and_writes_nothing(self):
+        stranger = self.new_role("stranger")
+        query(self.super_dsn, f"CREATE ROLE {stranger} LOGIN PASSWORD 'str4nger'; GRANT USAGE ON SCHEMA bastion_agent"
+                              f" TO {stranger}")
+        dsn = SERVER.dsn(user=stranger, password="str4nger", dbname=self.database)
+        for statement in ("SELECT count(*) FROM bastion_agent.windows",
+                          "SELECT * FROM bastion_agent.published_documents('fs-01', 'stub-model', 64)",
+                          "SELECT bastion_agent.open_staging()"):
+            with self.subTest(statement=statement), self.assertRaises(self.psycopg.errors.InsufficientPrivilege):
+                query(dsn, statement)
+        # a search role whose mapping is gone (its grants left in place by hand) reads no row
+        query(self.dsn, f"DELETE FROM bastion_agent.searchers WHERE role_name = '{self.who.searcher}'")
+        self.assertEqual(query(self.who.search_dsn, "SELECT count(*) FROM bastion_agent.windows"), [(0,)])
+        self.assertEqual(query(self.who.search_dsn, "SELECT count(*) FROM bastion_agent.documents"), [(0,)])
+
+    def test_a_bastion_removed_as_the_docs_say_leaves_its_role_nothing(self):
+        reader = self.who.search_dsn
+        self.assertGreater(query(reader, "SELECT count(*) FROM bastion_agent.windows WHERE bastion = 'fs-01'")[0][0], 0)
+        # the owner's step alone (the mapping and the rows gone, the role still there): before, the role
+        # became a reader of every bastion
+        query(self.dsn, "SELECT bastion_agent.remove_bastion('fs-01')")
+        publisher = self.who.publish_dsn
+        for statement in ("SELECT count(*) FROM bastion_agent.windows",
+                          "SELECT * FROM bastion_agent.published_documents('fs-01', 'stub-model', 64)",
+                          "SELECT bastion_agent.delete_documents('hr-02', 'stub-model', ARRAY['d'])"):
+            with self.subTest(statement=statement), self.assertRaises(self.psycopg.errors.InsufficientPrivilege):
+                query(publisher, statement)
+        code, _, err = self.fs.publish(publisher)
+        self.assertEqual(code, 6)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        self.assertEqual(query(reader, "SELECT count(*) FROM bastion_agent.windows WHERE bastion = 'fs-01'"), [(0,)])
+        self.assertEqual(self.server_windows("hr-02"), self.hr.local_windows())
+        # then the whole removal, as written: the role is gone, and a new role of the same name inherits nothing
+        self.who.remove_as_the_docs_say()
+        with self.assertRaises(self.psycopg.OperationalError):
+            query(publisher, "SELECT 1")
+        query(self.super_dsn, f"CREATE ROLE {self.who.publisher} LOGIN PASSWORD 'publ1sh-pw'")
+        self.assertEqual(self.fs.publish(publisher)[0], 6)
+        with self.assertRaises(self.psycopg.errors.InsufficientPrivilege):
+            query(publisher, "SELECT * FROM bastion_agent.published_documents('fs-01', 'stub-model', 64)")
+        self.assertEqual(query(self.dsn, "SELECT count(*) FROM bastion_agent.bastions WHERE bastion = 'fs-01'"), [(0,)])
+
+    def test_rows_left_behind_of_an_unregistered_bastion_are_read_by_nobody(self):
+        query(self.dsn, "DELETE FROM bastion_agent.bastions WHERE bastion = 'hr-02'")  # rows kept, mapping gone
+        self.assertEqual(query(self.who.search_dsn, "SELECT count(*) FROM bastion_agent.windows"
+                                                      " WHERE bastion = 'hr-02'"), [(0,)])
+        hits = self.remote_search(self.fs, "holiday request backup keys", "--mode", "keyword", dsn=self.who.search_dsn)
+        self.assertEqual({hit["bastion"] for hit in hits}, {"fs-01"})
 
 
 def index_of(dsn: str, model: str) -> tuple[int, dict, str]:
@@ -459,7 +707,7 @@ class HnswBuildTests(PublishCase):
         import psycopg
 
         self.at_version(3)
-        roles = RoleSetup(self.dsn, "fs-01")  # grants made before the upgrade
+        roles = LegacyRoles(self, "fs-01")  # grants made before the upgrade, as the docs of then said
         before_oid, before, _ = index_of(self.dsn, "stub-model")
         self.assertEqual(before, {})  # pgvector's defaults
         fs = self.bastion("fs-01")
@@ -469,11 +717,23 @@ class HnswBuildTests(PublishCase):
         self.assertEqual(index_of(self.dsn, "stub-model")[0], before_oid, "the old index is kept, not rebuilt")
         self.assertEqual(query(self.dsn, "SELECT hnsw_m, hnsw_ef_construction FROM bastion_agent.models"),
                          [(16, 64)])
-        # the publishing role granted before the upgrade still registers a new model (the grant survived)
+        # the publishing role of before publishes after the upgrade (migration 6 mapped it), a new model once
+        # the owner registered it, and holds no right on a table any more; the search role of before still reads
         fs.rewrite("stub-model-2")
         fs.embed(self.stub)
         code, _, err = fs.publish(roles.publish_dsn)
+        self.assertEqual(code, 6)
+        self.assertIn("model stub-model-2 is not registered on this server (HINT: the administrator runs:"
+                      " bastion-agent admin add-model stub-model-2 --dim 64)", err)
+        query(self.dsn, "SELECT bastion_agent.ensure_model('stub-model-2', 64)")
+        code, _, err = fs.publish(roles.publish_dsn)
         self.assertEqual(code, 0, err)
+        self.assertEqual(self.server_windows("fs-01", "stub-model-2"), fs.local_windows())
+        self.assertEqual(query(self.super_dsn, "SELECT table_name, privilege_type FROM"
+                                               " information_schema.role_table_grants WHERE grantee = %s",
+                               (roles.publisher,)), [("migrations", "SELECT")])
+        hits = self.remote_search(fs, "backup keys", "--mode", "keyword", dsn=roles.search_dsn)
+        self.assertEqual({hit["bastion"] for hit in hits}, {"fs-01"})
         build = publish_schema.HNSW_BUILD
         self.assertEqual(index_of(self.dsn, "stub-model-2")[1],
                          {"m": str(build["m"]), "ef_construction": str(build["ef_construction"])})

