@@ -79,14 +79,14 @@ def dsn_from_env(environ=None) -> str:
     return dsn
 
 
-def describe_dsn(dsn: str) -> str:
+def describe_dsn(dsn: str, variable: str = DSN_VARIABLE) -> str:
     """``host H port P db D user U``: what an error may show of a DSN (never its password)."""
     from psycopg import conninfo
 
     try:
         parts = conninfo.conninfo_to_dict(dsn)
     except Exception:  # libpq's own message may quote the string, password included
-        raise ConfigError(f"{DSN_VARIABLE} is not a valid libpq connection string (key=value pairs or a"
+        raise ConfigError(f"{variable} is not a valid libpq connection string (key=value pairs or a"
                           " postgresql:// URL)") from None
     shown = [f"{label} {parts[key]}" for key, label in (("host", "host"), ("hostaddr", "host"), ("port", "port"),
                                                           ("dbname", "db"), ("user", "user")) if parts.get(key)]

@@ -337,21 +337,25 @@ def _least_privilege_sql(vec: str) -> list[str]:
     statements.append(_definer(
         "write_documents(p_bastion text, p_model text, p_docs text[], p_fingerprints text[], p_paths text[],"
         " p_windows integer[])", "integer", f"""
-        DECLARE v_bastion text; v_dim integer; v_ok boolean; v_deleted integer;
+        DECLARE v_bastion text; v_dim integer; v_ok boolean; v_deleted integer; v_inserted integer;
         BEGIN{caller}
             SELECT m.dim INTO v_dim FROM {s}.models m WHERE m.model = p_model;
             IF v_dim IS NULL THEN
                 RAISE EXCEPTION 'model % is not registered on this server', p_model;
             END IF;{staged_check}
-            IF EXISTS (SELECT 1 FROM pg_temp.{STAGING} t WHERE NOT (t.doc = ANY (p_docs))
-                       OR {vec}.vector_dims(t.embedding) <> v_dim) THEN
-                RAISE EXCEPTION 'a staged window belongs to no document of this batch, or has another dimension than %', v_dim;
-            END IF;
             DELETE FROM {s}.windows w WHERE w.bastion = v_bastion AND w.model = p_model AND w.doc = ANY (p_docs);
             GET DIAGNOSTICS v_deleted = ROW_COUNT;
+            -- only the batch's documents, only the model's dimension (a hash join, not a scan of the array
+            -- per row); the count must then be the windows the documents declare
             INSERT INTO {s}.windows (bastion, model, chunk_id, doc, idx, start, "end", text, embedding)
                 SELECT v_bastion, p_model, t.chunk_id, t.doc, t.idx, t.start, t."end", t.text, t.embedding
-                FROM pg_temp.{STAGING} t;
+                FROM pg_temp.{STAGING} t JOIN (SELECT DISTINCT u.doc FROM unnest(p_docs) AS u(doc)) d ON d.doc = t.doc
+                WHERE {vec}.vector_dims(t.embedding) = v_dim;
+            GET DIAGNOSTICS v_inserted = ROW_COUNT;
+            IF v_inserted <> (SELECT coalesce(sum(n), 0) FROM unnest(p_windows) AS n) THEN
+                RAISE EXCEPTION 'the batch declares % windows, % staged windows belong to its documents with dim %',
+                    (SELECT coalesce(sum(n), 0) FROM unnest(p_windows) AS n), v_inserted, v_dim;
+            END IF;
             INSERT INTO {s}.documents (bastion, model, doc, chunks_fingerprint, paths, windows, published_at)
                 SELECT v_bastion, p_model, d.doc, d.fingerprint, d.paths::jsonb, d.windows, now()
                 FROM unnest(p_docs, p_fingerprints, p_paths, p_windows) AS d(doc, fingerprint, paths, windows)

@@ -668,6 +668,94 @@ class LeastPrivilegeTests(PublishCase):
         self.assertEqual({hit["bastion"] for hit in hits}, {"fs-01"})
 
 
+class AdminCommandTests(PublishCase):
+    """``bastion-agent admin``: what the docs' blocks do, idempotently, passwords never on the command line."""
+
+    def admin(self, *args: str, dsn: str | None = None, stdin: str = "") -> tuple[int, str, str]:
+        from unittest import mock
+
+        with clean_env(BASTION_ADMIN_DSN=dsn or self.super_dsn), mock.patch("sys.stdin", io.StringIO(stdin)):
+            return run_cli("admin", *args)
+
+    def test_add_publish_remove_a_bastion_and_a_searcher(self):
+        import psycopg
+
+        code, out, err = self.admin("migrate", dsn=self.dsn)  # the owner makes the schema
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"schema at version {publish_schema.LATEST}", out)
+        role = self.new_role("publish")
+        secret = self.tmp / "fs01.password"
+        secret.write_text("correct-horse-battery\n")
+        for attempt in range(2):  # idempotent: the second run ends where the first did
+            code, out, err = self.admin("add-bastion", "fs-01", "--role", role, "--password-file", str(secret))
+            self.assertEqual(code, 0, err)
+        self.assertIn(f"bastion fs-01 publishes as role {role}", out)
+        stored = query(self.super_dsn, "SELECT rolpassword FROM pg_authid WHERE rolname = %s", (role,))[0][0]
+        self.assertTrue(stored.startswith("SCRAM-SHA-256$4096:"), "the server got a verifier, not the password")
+        searcher = self.new_role("search")
+        code, _, err = self.admin("add-searcher", searcher, stdin="another-long-password\n")
+        self.assertEqual(code, 0, err)
+        code, _, err = self.admin("add-model", "stub-model", "--dim", "64")
+        self.assertEqual(code, 0, err)
+        fs = self.bastion("fs-01")
+        publish_dsn = SERVER.dsn(user=role, password="correct-horse-battery", dbname=self.database)
+        search_dsn = SERVER.dsn(user=searcher, password="another-long-password", dbname=self.database)
+        code, _, err = fs.publish(publish_dsn)
+        self.assertEqual(code, 0, err)
+        hits = self.remote_search(fs, "backup keys", "--mode", "hybrid", dsn=search_dsn)
+        self.assertEqual({hit["bastion"] for hit in hits}, {"fs-01"})
+        code, out, err = self.admin("remove-bastion", "fs-01")  # the role the server maps, found by itself
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"role {role} dropped", out)
+        code, out, err = self.admin("remove-bastion", "fs-01", "--role", role)  # again: nothing left to do
+        self.assertEqual(code, 0, err)
+        self.assertEqual(query(self.super_dsn, "SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)), [(0,)])
+        self.assertEqual(query(self.dsn, "SELECT count(*) FROM bastion_agent.windows WHERE bastion = 'fs-01'"), [(0,)])
+        self.assertEqual(query(search_dsn, "SELECT count(*) FROM bastion_agent.documents"), [(0,)])
+        with self.assertRaises(psycopg.OperationalError):
+            query(publish_dsn, "SELECT 1")
+
+    def test_print_shows_the_sql_by_role_and_connects_nowhere(self):
+        with clean_env():
+            from unittest import mock
+
+            with mock.patch("sys.stdin", io.StringIO("correct-horse-battery\n")):
+                code, out, err = run_cli("admin", "add-bastion", "finance-fs01", "--print")
+        self.assertEqual(code, 0, err)
+        self.assertLess(out.index("-- as a superuser"), out.index("CREATE ROLE publish_finance_fs01"))
+        self.assertLess(out.index("-- as the schema owner"),
+                        out.index("SELECT bastion_agent.add_bastion('finance-fs01', 'publish_finance_fs01')"))
+        self.assertNotIn("correct-horse-battery", out)
+        with clean_env():
+            code, out, _ = run_cli("admin", "remove-bastion", "finance-fs01", "--print")
+        self.assertEqual(code, 0)
+        self.assertLess(out.index("DROP ROLE publish_finance_fs01"), out.index("remove_bastion('finance-fs01')"),
+                        "the role goes first")
+
+    def test_bad_input_is_one_line_and_changes_nothing(self):
+        self.assertEqual(self.admin("migrate", dsn=self.dsn)[0], 0)
+        cases = {
+            "short password": (("add-bastion", "fs-01"), "short\n", "at least 12 characters"),
+            "bad bastion": (("add-bastion", "FS_01"), "correct-horse-battery\n", "the bastion name must be"),
+            "bad role": (("add-searcher", "Robert'); DROP TABLE x;--"), "correct-horse-battery\n", "a role name must be"),
+            "a superuser's name": (("add-bastion", "fs-01", "--role", "postgres"), "correct-horse-battery\n",
+                                   "has administrative rights"),
+        }
+        for label, (args, stdin, message) in cases.items():
+            with self.subTest(label):
+                code, out, err = self.admin(*args, stdin=stdin)
+                self.assertNotEqual(code, 0)
+                self.assertEqual(out, "")
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertIn(message, err)
+        self.assertEqual(query(self.dsn, "SELECT count(*) FROM bastion_agent.bastions"), [(0,)])
+        self.assertEqual(query(self.super_dsn, "SELECT rolsuper FROM pg_roles WHERE rolname = 'postgres'"), [(True,)])
+        with clean_env():
+            code, _, err = run_cli("admin", "add-model", "m", "--dim", "3")
+        self.assertEqual(code, 2)
+        self.assertIn("BASTION_ADMIN_DSN is not set", err)
+
+
 def index_of(dsn: str, model: str) -> tuple[int, dict, str]:
     """A model's HNSW index: its oid, its WITH options, its definition."""
     (oid, options, definition), = query(

@@ -1,0 +1,318 @@
+"""``admin``: the administrator's side of publishing, what the SQL blocks of docs/publish.md do.
+
+- ``admin migrate``: create or upgrade the schema (run it with the owner's DSN);
+- ``admin add-bastion NAME``: its publishing role (``publish_NAME`` with
+  dashes as underscores, or ``--role``), then its mapping and grants;
+- ``admin remove-bastion NAME``: the role first (its sessions ended, its
+  grants revoked, dropped), then its mapping, windows and documents;
+- ``admin add-searcher ROLE``: a search role that reads every registered
+  bastion (issue 29 adds ``--groups``: the role's row in ``searchers``
+  then says which bastions ``readable_bastions()`` gives it);
+- ``admin add-model KEY --dim N``: register a model (publishing roles cannot).
+
+The database is ``BASTION_ADMIN_DSN``: a role allowed to create roles (a
+superuser before PostgreSQL 16, docs/publish.md says why). Passwords come
+from ``--password-file`` or stdin, never the command line (which every
+user of the machine can read in ``ps``), and reach the server as a
+SCRAM-SHA-256 verifier, so the clear password is in no statement, log or
+``--print`` output. Each step is idempotent: a command run twice ends
+where it ended the first time. ``--print`` shows the SQL, each statement
+under the role that runs it, instead of running it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import sys
+import unicodedata
+from dataclasses import dataclass
+
+from bastion_agent.core.errors import ConfigError, DatabaseError
+
+ADMIN_DSN_VARIABLE = "BASTION_ADMIN_DSN"
+ROLE_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # no quoting needed, so none can go wrong
+MIN_PASSWORD = 12
+SCRAM_ITERATIONS = 4096  # PostgreSQL's default scram_iterations
+SCHEMA = "bastion_agent"  # publish_schema.SCHEMA (not imported: --help and --print need no psycopg)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One statement and the role that runs it (``superuser`` or ``owner``)."""
+
+    runs_as: str
+    sql: str
+
+
+# --- names, passwords, literals ---------------------------------------------
+
+
+def role_name(text: str) -> str:
+    if not isinstance(text, str) or not ROLE_RE.fullmatch(text):
+        raise ConfigError(f"a role name must be 1-63 lowercase letters, digits and underscores, not starting with"
+                          f" a digit; got {text!r}")
+    return text
+
+
+def bastion_name(text: str) -> str:
+    from bastion_agent.config.manifest import validate_bastion_name
+
+    try:
+        return validate_bastion_name(text)
+    except ValueError as exc:
+        raise ConfigError(f"the bastion name {exc}") from None
+
+
+def default_role(bastion: str) -> str:
+    return "publish_" + bastion.replace("-", "_")
+
+
+def literal(text: str) -> str:
+    """A SQL string literal (standard_conforming_strings, on since PostgreSQL 9.1)."""
+    if "\0" in text:
+        raise ConfigError("a name must not contain a NUL character")
+    return "'" + text.replace("'", "''") + "'"
+
+
+def read_password(path: str | None, stdin=None) -> str:
+    """The password from ``path`` (its first line) or stdin (a prompt when it is a terminal)."""
+    stdin = sys.stdin if stdin is None else stdin
+    if path:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.readline()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the password file {path}: {exc.strerror}") from None
+    elif stdin.isatty():
+        import getpass
+
+        text = getpass.getpass("password for the new role: ")
+    else:
+        text = stdin.readline()
+    password = text.rstrip("\r\n")
+    if len(password) < MIN_PASSWORD:
+        raise ConfigError(f"the password must be at least {MIN_PASSWORD} characters (from --password-file or stdin)")
+    return password
+
+
+def scram_verifier(password: str, salt: bytes | None = None, iterations: int = SCRAM_ITERATIONS) -> str:
+    """The SCRAM-SHA-256 verifier PostgreSQL stores for ``password`` (RFC 5802 and 7677).
+
+    ``CREATE ROLE … PASSWORD 'SCRAM-SHA-256$…'`` stores it as given, so the
+    clear password never reaches the server. The password is NFKC-normalised
+    first, which is what SASLprep does to ordinary text.
+    """
+    salt = secrets.token_bytes(16) if salt is None else salt
+    salted = hashlib.pbkdf2_hmac("sha256", unicodedata.normalize("NFKC", password).encode("utf-8"), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    b64 = lambda data: base64.b64encode(data).decode("ascii")  # noqa: E731
+    return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
+
+
+# --- the steps ---------------------------------------------------------------
+
+
+def login_role_steps(role: str, verifier: str) -> list[Step]:
+    """Create the role, or bring an existing one back to a plain login role with this password."""
+    attributes = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOINHERIT"
+    return [Step("superuser", f"""DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = {literal(role)}
+               AND (rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls)) THEN
+        RAISE EXCEPTION 'role % has administrative rights: choose another name', {literal(role)};
+    ELSIF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = {literal(role)}) THEN
+        ALTER ROLE {role} {attributes} PASSWORD {literal(verifier)};
+    ELSE
+        CREATE ROLE {role} {attributes} PASSWORD {literal(verifier)};
+    END IF;
+END $$""")]
+
+
+def add_bastion_steps(bastion: str, role: str, verifier: str) -> list[Step]:
+    return login_role_steps(role, verifier) + [
+        Step("owner", f"SELECT {SCHEMA}.add_bastion({literal(bastion)}, {literal(role)})")]
+
+
+def remove_bastion_steps(bastion: str, role: str) -> list[Step]:
+    """The role first (so nothing it holds outlives the first step), then its rows."""
+    return [
+        Step("superuser", f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = {literal(role)}"),
+        Step("superuser", f"""DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = {literal(role)}) THEN
+        DROP OWNED BY {role};
+        DROP ROLE {role};
+    END IF;
+END $$"""),
+        Step("owner", f"SELECT {SCHEMA}.remove_bastion({literal(bastion)})"),
+    ]
+
+
+def add_searcher_steps(role: str, verifier: str) -> list[Step]:
+    return login_role_steps(role, verifier) + [Step("owner", f"SELECT {SCHEMA}.add_searcher({literal(role)})")]
+
+
+def add_model_steps(model: str, dim: int) -> list[Step]:
+    return [Step("owner", f"SELECT {SCHEMA}.ensure_model({literal(model)}, {int(dim)})")]
+
+
+def show(steps: list[Step]) -> str:
+    """The steps as a script an administrator can read or paste, each under the role that runs it."""
+    lines, current = [], None
+    for step in steps:
+        if step.runs_as != current:
+            lines.append(f"-- as {'a superuser' if step.runs_as == 'superuser' else 'the schema owner'}")
+            current = step.runs_as
+        lines.append(step.sql + ";")
+    return "\n".join(lines)
+
+
+# --- running them -------------------------------------------------------------
+
+
+def admin_dsn() -> str:
+    from bastion_agent.publishing import publish
+
+    dsn = os.environ.get(ADMIN_DSN_VARIABLE, "").strip()
+    if not dsn:
+        raise ConfigError(f"{ADMIN_DSN_VARIABLE} is not set: give a libpq connection string of a role allowed to"
+                          " create roles (docs/publish.md)")
+    publish.describe_dsn(dsn, ADMIN_DSN_VARIABLE)
+    return dsn
+
+
+def run_steps(steps: list[Step], needs_schema: bool = True) -> None:
+    """Every step on one connection (``BASTION_ADMIN_DSN``), in order; one line when one fails."""
+    from bastion_agent.publishing import publish
+
+    dsn = admin_dsn()
+    psycopg = publish.psycopg_module()
+    conn = publish.connect(dsn)
+    where = publish.describe_dsn(dsn, ADMIN_DSN_VARIABLE)
+    try:
+        if needs_schema and publish_schema_version(conn) == 0:
+            raise DatabaseError(f"PostgreSQL ({where}) has no {SCHEMA} schema yet: run bastion-agent admin migrate"
+                                " with the schema owner's DSN first")
+        for step in steps:
+            conn.execute(step.sql)
+    except psycopg.Error as exc:
+        raise DatabaseError(f"PostgreSQL ({where}) refused it: {publish.scrub(exc, dsn)}") from None
+    finally:
+        conn.close()
+
+
+def publish_schema_version(conn) -> int:
+    from bastion_agent.publishing import publish_schema
+
+    return publish_schema.current_version(conn)
+
+
+def mapped_role(bastion: str) -> str | None:
+    """The role ``bastions`` maps the bastion to on the server (None when none, or no schema)."""
+    from bastion_agent.publishing import publish
+
+    dsn = admin_dsn()
+    conn = publish.connect(dsn)
+    try:
+        if conn.execute(f"SELECT to_regclass('{SCHEMA}.bastions')").fetchone()[0] is None:
+            return None
+        row = conn.execute(f"SELECT role_name FROM {SCHEMA}.bastions WHERE bastion = %s", (bastion,)).fetchone()
+        return row[0] if row and row[0] else None
+    finally:
+        conn.close()
+
+
+# --- the command line ------------------------------------------------------------
+
+
+def add_admin_arguments(parser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    sub = actions.add_parser("migrate", help="create or upgrade the schema (with the schema owner's DSN)")
+    _print_option(sub)
+    sub = actions.add_parser("add-bastion", help="a bastion's publishing role, mapped to it (idempotent)")
+    sub.add_argument("name", help="the bastion, as its manifest's [publish] bastion says")
+    sub.add_argument("--role", help="the role's name (default: publish_NAME, dashes as underscores)")
+    _password_options(sub)
+    sub = actions.add_parser("remove-bastion", help="drop the bastion's role, then delete its mapping and rows")
+    sub.add_argument("name")
+    sub.add_argument("--role", help="the role's name (default: the one the server maps, else publish_NAME)")
+    _print_option(sub)
+    sub = actions.add_parser("add-searcher", help="a search role that reads every registered bastion (idempotent)")
+    sub.add_argument("name", help="the role's name")
+    _password_options(sub)
+    sub = actions.add_parser("add-model", help="register a model, so bastions may publish it (idempotent)")
+    sub.add_argument("name", help="the model's vector key, as publish's refusal names it")
+    sub.add_argument("--dim", type=int, required=True)
+    _print_option(sub)
+
+
+def _print_option(parser) -> None:
+    parser.add_argument("--print", action="store_true", help="print the SQL (and who runs it) instead of running it")
+
+
+def _password_options(parser) -> None:
+    parser.add_argument("--password-file", metavar="FILE", help="read the role's password from FILE's first line"
+                                                                " (default: stdin)")
+    _print_option(parser)
+
+
+def run_admin(args) -> int:
+    action = args.action
+    if action == "migrate":
+        if args.print:
+            print(f"-- as the schema owner: every migration of bastion_agent/publishing/publish_schema.py, in one"
+                  f" transaction")
+            return 0
+        return migrate_now()
+    if action == "add-bastion":
+        bastion = bastion_name(args.name)
+        role = role_name(args.role or default_role(bastion))
+        steps = add_bastion_steps(bastion, role, scram_verifier(read_password(args.password_file)))
+        done = f"bastion {bastion} publishes as role {role}"
+    elif action == "remove-bastion":
+        bastion = bastion_name(args.name)
+        role = args.role or (None if args.print else mapped_role(bastion)) or default_role(bastion)
+        steps = remove_bastion_steps(bastion, role_name(role))
+        done = f"bastion {bastion} removed: role {role} dropped, its rows deleted"
+    elif action == "add-searcher":
+        role = role_name(args.name)
+        steps = add_searcher_steps(role, scram_verifier(read_password(args.password_file)))
+        done = f"role {role} searches every registered bastion"
+    else:
+        if not 1 <= args.dim <= 4000:
+            raise ConfigError(f"--dim must be 1..4000; got {args.dim}")
+        if not args.name or len(args.name) > 500:
+            raise ConfigError("a model name must be 1..500 characters")
+        steps = add_model_steps(args.name, args.dim)
+        done = f"model {args.name} (dim {args.dim}) registered"
+    if args.print:
+        print(show(steps))
+        return 0
+    run_steps(steps)
+    print(f"bastion_agent admin: {done}")
+    return 0
+
+
+def migrate_now() -> int:
+    from bastion_agent.publishing import publish, publish_schema
+
+    dsn = admin_dsn()
+    psycopg = publish.psycopg_module()
+    conn = publish.connect(dsn)
+    try:
+        before = publish_schema.current_version(conn)
+        after = publish_schema.migrate(conn)
+    except psycopg.Error as exc:
+        raise DatabaseError(f"PostgreSQL ({publish.describe_dsn(dsn, ADMIN_DSN_VARIABLE)}) refused the migration:"
+                            f" {publish.scrub(exc, dsn)}") from None
+    finally:
+        conn.close()
+    print(f"bastion_agent admin: schema at version {after}" + (f" (was {before})" if before != after else ""))
+    return 0
