@@ -362,9 +362,12 @@ def open_writer(conn, dsn: str, bastion: str, model: str, dim: int) -> "Writer":
     """
     from bastion_agent.publishing import publish_schema
 
-    version = publish_schema.current_version(conn)
-    owner = version > 0 and conn.execute(
-        f"SELECT has_table_privilege('{publish_schema.SCHEMA}.windows', 'INSERT')").fetchone()[0]
+    exists, owner = conn.execute(
+        f"SELECT to_regclass('{publish_schema.SCHEMA}.migrations') IS NOT NULL, CASE WHEN to_regclass("
+        f"'{publish_schema.SCHEMA}.windows') IS NOT NULL THEN has_table_privilege(to_regclass("
+        f"'{publish_schema.SCHEMA}.windows'), 'INSERT') END").fetchone()
+    version = conn.execute(f"SELECT coalesce(max(version), 0) FROM {publish_schema.SCHEMA}.migrations"
+                           ).fetchone()[0] if exists else 0
     if version == 0 or owner:
         publish_schema.migrate(conn)  # the owner's first publish makes the schema (one transaction)
         if publish_schema.model_index(conn, model) is None:

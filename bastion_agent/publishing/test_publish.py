@@ -353,6 +353,39 @@ class RemoteSearchTests(PublishCase):
         both = self.remote_search(self.fs1, "backup", "--mode", "keyword", "--bastion", "hr-02", "--bastion", "fs-01")
         self.assertEqual({hit["bastion"] for hit in both}, {"fs-01", "hr-02"})
 
+    def test_remote_search_scores_and_relevance_are_the_local_fusions(self):
+        from bastion_agent.searching import fusion
+
+        for mode in ("vector", "keyword", "hybrid"):
+            with self.subTest(mode=mode):
+                hits = self.remote_search(self.fs1, "backup keys vault", "--mode", mode, "-k", "10")
+                self.assertTrue(all(0 <= hit["relevance"] <= 100 for hit in hits))
+                self.assertGreater(hits[0]["relevance"], 0)
+                scores = [hit["score"] for hit in hits]
+                self.assertEqual(scores, sorted(scores, reverse=True))
+        hybrid = self.remote_search(self.fs1, "backup keys vault", "--mode", "hybrid", "-k", "10")
+        # a convex combination of evidence between 0 and 1, not a sum of reciprocal ranks (at most 2 / 61)
+        self.assertGreater(hybrid[0]["score"], 2 / 61)
+        self.assertLessEqual(hybrid[0]["score"], 1.0)
+        self.assertLessEqual(hybrid[0]["relevance"], 100 * max(1.0, hybrid[0]["score"] / fusion.VECTOR_WEIGHT))
+
+    def test_a_search_of_a_small_share_of_bastions_reads_their_rows_exactly(self):
+        from types import SimpleNamespace
+
+        from bastion_agent.publishing import remote_search
+
+        manifest = SimpleNamespace(embed=SimpleNamespace(vector_key="stub-model", dim=64), search_mode=None)
+        small = remote_search.RemoteIndex(manifest, self.dsn, ["hr-02"])
+        everything = remote_search.RemoteIndex(manifest, self.dsn)
+        self.addCleanup(small.close)
+        self.addCleanup(everything.close)
+        share = small.windows / small.all_windows
+        self.assertEqual(small.scans_exactly(), share <= remote_search.EXACT_SHARE)
+        self.assertFalse(everything.scans_exactly())
+        both = remote_search.RemoteIndex(manifest, self.dsn, ["hr-02", "fs-01"])
+        self.addCleanup(both.close)
+        self.assertFalse(both.scans_exactly(), "every row chosen: the graph answers")
+
     def test_the_search_role_reads_and_cannot_write(self):
         roles = RoleSetup(self, "fs-01")
         hits = self.remote_search(self.fs1, "backup keys", "--mode", "hybrid", dsn=roles.search_dsn)
@@ -1045,6 +1078,97 @@ class ErrorTests(PublishCase):
             code, _, err = run_cli("search", fs.manifest_path, "keys", "--remote")
         self.assertEqual(code, 2)
         self.assertIn("BASTION_HNSW_EF_SEARCH must be a whole number", err)
+
+
+class ServerCheckTests(PublishCase):
+    """Versions checked at connect; one line for every failure; a failed first publish leaves nothing."""
+
+    def test_a_database_without_pgvector_is_refused_in_one_line_with_the_fix(self):
+        bare = f"{self.database}_bare"
+        query(SERVER.dsn(), f'CREATE DATABASE "{bare}"')
+        self.addCleanup(query, SERVER.dsn(), f'DROP DATABASE IF EXISTS "{bare}" WITH (FORCE)')
+        dsn = SERVER.dsn(dbname=bare)
+        fs = self.bastion("fs-01")
+        code, out, err = fs.publish(dsn)
+        self.assertEqual((code, out), (6, ""))
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertRegex(err, r"PostgreSQL \d+ found, without pgvector in this database: a superuser runs CREATE"
+                              r" EXTENSION vector")
+        with clean_env(EMBED_URL=self.stub.url, BASTION_PUBLISH_DSN=dsn):
+            code, _, err = run_cli("search", fs.manifest_path, "keys", "--remote")
+        self.assertEqual(code, 6)
+        self.assertIn("without pgvector", err)
+        self.assertEqual(query(dsn, "SELECT to_regnamespace('bastion_agent')"), [(None,)])
+
+    def test_old_versions_are_named_with_the_fix(self):
+        self.assertIsNone(publish.version_problem(130000, "0.8.0"))
+        self.assertIsNone(publish.version_problem(180003, "0.8.2"))
+        self.assertIn("PostgreSQL 12 with pgvector 0.8.0 found; bastion-agent needs PostgreSQL 13 or newer",
+                      publish.version_problem(120017, "0.8.0"))
+        self.assertIn("PostgreSQL 15 with pgvector 0.7.4 found; bastion-agent needs pgvector 0.8.0 or newer"
+                      " (hnsw.iterative_scan): install it on the server, then a superuser runs ALTER EXTENSION vector"
+                      " UPDATE", publish.version_problem(150020, "0.7.4"))
+        self.assertIsNotNone(publish.version_problem(160000, "0.5.1"))
+
+    def test_a_failed_first_publish_leaves_no_empty_schema(self):
+        from unittest import mock
+
+        import psycopg
+
+        def failing(conn):
+            conn.execute("SELECT 1 / 0")
+
+        with mock.patch.object(publish_schema, "MIGRATIONS", [*publish_schema.MIGRATIONS, failing]), \
+                mock.patch.object(publish_schema, "LATEST", publish_schema.LATEST + 1), \
+                psycopg.connect(self.dsn, autocommit=True) as conn:
+            with self.assertRaises(psycopg.errors.DivisionByZero):
+                publish_schema.migrate(conn)
+        self.assertEqual(query(self.dsn, "SELECT to_regnamespace('bastion_agent')"), [(None,)])
+
+    def test_an_unchanged_republish_is_two_statements_and_takes_no_lock(self):
+        from unittest import mock
+
+        import psycopg
+
+        from bastion_agent.config.manifest import load
+
+        fs = self.bastion("fs-01")
+        self.assertEqual(fs.publish(self.dsn)[0], 0)
+        who = RoleSetup(self, "fs-01", searcher=False)
+        self.assertEqual(fs.publish(who.publish_dsn)[0], 0)
+        sent = []
+        execute = psycopg.Connection.execute
+
+        def counting(conn, statement, *args, **kwargs):
+            sent.append(str(statement))
+            return execute(conn, statement, *args, **kwargs)
+
+        with clean_env(BASTION_PUBLISH_DSN=who.publish_dsn), mock.patch.object(psycopg.Connection, "execute", counting):
+            summary = publish.run(load(fs.manifest_path), fs.layout)
+        self.assertEqual(summary["documents_unchanged"], 3)
+        # the version check, the schema's version and privilege, the fingerprints: nothing else, and no lock
+        self.assertLessEqual(len(sent), 4, sent)
+        self.assertFalse([s for s in sent if re.search(r"lock|LOCK|BEGIN", s)], sent)
+
+    def test_a_server_lost_mid_publish_is_one_line(self):
+        fs = self.bastion("fs-01")
+        self.assertEqual(fs.publish(self.dsn)[0], 0)
+        fs.restock({**DOCS_V1, CHANGED: ["ops/new.txt"]})
+        fs.embed(self.stub)
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
+        env.update(BASTION_PUBLISH_DSN=self.dsn, BASTION_PUBLISH_TEST_PAUSE_AFTER="0", PYTHONPATH=str(REPO))
+        process = subprocess.Popen([sys.executable, "-m", "bastion_agent", "publish", str(fs.manifest_path),
+                                    "--out", str(fs.layout.root)], env=env, cwd=REPO, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: process.poll() is None and process.kill())
+        self.assertIn("paused", process.stderr.readline())  # inside its COPY
+        query(self.super_dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                              " WHERE application_name = 'bastion-agent'")
+        out, err = process.communicate("\n", timeout=60)  # go on: the COPY ends on a dead connection
+        self.assertEqual((process.returncode, out), (6, ""))
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertNotIn("error ignored", err)
+        self.assertIn("refused the publish", err)
 
 
 class ManifestTests(TempFolder, unittest.TestCase):
