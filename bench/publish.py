@@ -347,8 +347,17 @@ def ef_sweep(index, vectors, models=None) -> dict:
 
 def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
     manifest = SimpleNamespace(embed=SimpleNamespace(vector_key=MODEL, dim=DIM), search_mode=None)
-    everywhere = remote_search.RemoteIndex(manifest, pg.dsn())
-    one = remote_search.RemoteIndex(manifest, pg.dsn(), ["bastion-03"])
+    # as a search role: through the row-level security policy it reads by (docs/publish.md)
+    admin = connect(pg)
+    if not admin.execute("SELECT 1 FROM pg_roles WHERE rolname = 'bench_search'").fetchone():
+        admin.execute("CREATE ROLE bench_search LOGIN PASSWORD 'bench-search'")
+    admin.execute("SELECT bastion_agent.add_searcher('bench_search')")
+    admin.close()
+    dsn = pg.dsn(user="bench_search", password="bench-search")
+    everywhere = remote_search.RemoteIndex(manifest, dsn)
+    one = remote_search.RemoteIndex(manifest, dsn, ["bastion-03"])
+    through_graph = remote_search.RemoteIndex(manifest, dsn, ["bastion-03"])  # what a filter did before: the graph
+    through_graph.scans_exactly = lambda: False
     texts_ = queries(count)
     vectors = [bow(text) for text in texts_]
     model = everywhere.model
@@ -360,7 +369,8 @@ def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
               "hnsw_kind": model.kind, "hnsw_index_mb": index_mb(everywhere.conn, model.index_name)}
     if len(compared) > 1:
         result[f"{other.kind}_twin_index_mb"] = index_mb(everywhere.conn, other.index_name)
-    for label, index in (("all_bastions", everywhere), ("one_bastion", one)):
+    result["one_bastion_scans_exactly"] = one.scans_exactly()
+    for label, index in (("all_bastions", everywhere), ("one_bastion", one), ("one_bastion_through_graph", through_graph)):
         for mode in ("vector", "keyword", "hybrid"):
             for text, vector in zip(texts_[:10], vectors[:10]):  # warm-up
                 index.search(text, vector, 10, mode)
@@ -373,6 +383,12 @@ def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
             log(f"{label} {mode}: {result[f'{label}_{mode}']}")
         if not recall_queries:
             continue
+        if label != "all_bastions":  # recall at the default depth only: the sweep is the shared graph's
+            truth = [index.vector_top(vector, 10, exact=True) for vector in vectors[:recall_queries]]
+            found = [index.vector_top(vector, 10) for vector in vectors[:recall_queries]]
+            result[f"{label}_recall_at_10"] = round(statistics.mean(map(recall, found, truth)), 4)
+            log(f"{label} recall@10: {result[f'{label}_recall_at_10']}")
+            continue
         sweep = ef_sweep(index, vectors[:recall_queries], compared)
         if len(compared) > 1:  # the product's graph and its twin, interleaved
             for kind, figures in sweep.items():
@@ -380,8 +396,10 @@ def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
         else:
             result[f"{label}_by_ef_search"] = sweep
         log(f"{label} by ef_search: {sweep}")
-    everywhere.close()
-    one.close()
+    for index in (everywhere, one, through_graph):
+        index.close()
+    base = result["all_bastions_vector"]["p50_ms"]
+    result["one_bastion_vector_p50_over_all_bastions"] = round(result["one_bastion_vector"]["p50_ms"] / base, 2)
     return result
 
 

@@ -1,4 +1,4 @@
-"""The central schema: numbered migrations, one HNSW index per model, the publish lock.
+"""The central schema: numbered migrations, one HNSW index per model, the roles and their functions.
 
 Everything lives in the schema ``bastion_agent``:
 
@@ -14,20 +14,23 @@ Everything lives in the schema ``bastion_agent``:
   model on ``(embedding::vector(dim))`` with cosine distance (``halfvec`` above
   2000 dimensions, pgvector's limit for ``vector``), ``WHERE model = '…'``; a
   search names the same expression and predicate, so the planner uses it;
-- ``publishers(role, bastion)``: which database role may write which
-  bastion's rows (row-level security, ``docs/publish.md``).
+- ``bastions(bastion PK, role oid, role_name)``: which login role publishes
+  which bastion; its row is also the bastion's publish lock;
+- ``searchers(role oid PK, role_name)``: the roles that read every
+  registered bastion (``readable_bastions()``; issue 29 adds groups).
 
-Each migration and its ``migrations`` row commit together, under an
-advisory lock, so two bastions publishing at once migrate once.
-``ensure_model`` is a ``SECURITY DEFINER`` function owned by the schema's
-owner, so a publishing role that may not create indexes can still register
-its model (the function validates what it is given).
+Since migration 6 no role but the owner holds a right on a table: a
+publishing role writes through ``SECURITY DEFINER`` functions that take its
+bastion from ``bastions`` (``write_documents`` and the rest), a search role
+reads through one policy, ``bastion = ANY(readable_bastions())``, which is
+empty for a role with no mapping (fails closed). Every migration runs in one
+transaction with its ``migrations`` row, serialised by a lock on
+``migrations``, never an advisory key (any role can take any advisory key).
+``ensure_model`` registers a model and builds its partial HNSW index, as the
+owner; only the owner (and superusers) may call it.
 """
 
 from __future__ import annotations
-
-import contextlib
-import hashlib
 
 SCHEMA = "bastion_agent"
 MIGRATION_LOCK = 0x62617374  # the advisory key migrations 3 to 5 used (migration 6 takes none)
