@@ -299,15 +299,10 @@ class RemoteIndex:
         return ranked
 
     def _keyword_pass(self, expression: str, n: int) -> list[tuple[float, str]]:
-        from psycopg import sql
-
-        statement = sql.SQL(
-            "WITH q AS (SELECT to_tsquery('english', %s) AS q),"
-            " m AS MATERIALIZED (SELECT bastion, chunk_id, tsv FROM bastion_agent.windows, q"
-            "   WHERE model = %s AND tsv @@ q.q{where} LIMIT %s)"
-            " SELECT bastion, chunk_id, ts_rank(m.tsv, q.q, 32) AS r FROM m, q"
-            " ORDER BY r DESC, bastion, chunk_id LIMIT %s").format(where=self._bastion_filter())
-        rows = self.conn.execute(statement, [expression, self.key, KEYWORD_POOL, n]).fetchall()
+        """One pass: at most ``KEYWORD_POOL`` matches ranked, through ``keyword_matches`` (the owner's function,
+        which applies the read policy's rule itself so that the GIN index can answer)."""
+        rows = self.conn.execute("SELECT * FROM bastion_agent.keyword_matches(%s, %s, %s, %s, %s)",
+                                 [expression, self.key, self.bastions or None, KEYWORD_POOL, n]).fetchall()
         return [(float(r), _key(bastion, chunk)) for bastion, chunk, r in rows]
 
     def hits(self, ranked: list[tuple[float, str, int]]) -> list[RemoteHit]:
