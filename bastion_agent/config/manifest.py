@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bastion_agent.config import signing
+from bastion_agent.config.model_names import canonical_name
 from bastion_agent.core.errors import ManifestError
 
 DEFAULT_INCLUDE = ("**",)
@@ -77,10 +78,15 @@ class EmbedSettings:
         ``model`` column); with prefixes, the name plus the passage prefix,
         because a window embedded with another prefix is another vector and
         must never be reused or compared as if it were the same.
+
+        The name is the model's canonical one (``model_names``): the same
+        model under another form of its name (``:latest``, a hub owner,
+        ``.gguf``) reuses its vectors instead of embedding everything again.
         """
+        name = canonical_name(self.model)
         if not self.passage_prefix:
-            return self.model
-        return f"{self.model}+passage_prefix={json.dumps(self.passage_prefix)}"
+            return name
+        return f"{name}+passage_prefix={json.dumps(self.passage_prefix)}"
 
 
 @dataclass(frozen=True)
