@@ -340,7 +340,7 @@ class WireFormatTests(StageCase):
 
     def test_a_model_the_server_lacks_is_named(self):
         with StubServer(models=["nomic-embed-text"]) as stub:
-            with self.assertRaisesRegex(ModelServerError, "not found"):
+            with self.assertRaisesRegex(ModelServerError, "has no model 'stub-model'; it serves 'nomic-embed-text'"):
                 self.embed_with(stub)
 
     def test_bad_environment_values_are_refused(self):
