@@ -143,7 +143,7 @@ class InitTests(TempFolder, unittest.TestCase):
     def test_the_manifest_is_commented_and_shows_the_real_default_exclude(self):
         self.init(closed_port_url())
         text = self.target.read_text()
-        self.assertIn('# exclude = [".git/**", ".hg/**", ".svn/**", ".bastion/**", "**/.DS_Store"]', text)
+        self.assertIn('# exclude = [".git/**", ".hg/**", ".svn/**", ".bastion/**", ".bastion-*/**", "**/.DS_Store"]', text)
         self.assertIn("EMBED_URL", text)
 
 
