@@ -221,6 +221,32 @@ class EmbedStageTests(StageCase):
         self.assertEqual(len(texts), 1 + first["chunks"])  # one probe, each window once: nothing to embed, no probe
         self.assertEqual((first["probed"], second["probed"]), (True, False))
 
+    def test_another_form_of_the_model_name_reembeds_nothing(self):
+        """``init`` wrote ``x`` without a server and ``x:latest`` with one: the switch re-embedded a whole folder."""
+        with StubServer(models=["multilingual-e5-small", "multilingual-e5-small:latest"]) as stub:
+            first = self.embed_with(stub, self.manifest(model="multilingual-e5-small", size=self.size, overlap=2))
+            for other in ("multilingual-e5-small:latest", "intfloat/Multilingual-E5-Small"):
+                with self.subTest(other=other):
+                    again = self.embed_with(stub, self.manifest(model=other, size=self.size, overlap=2))
+                    self.assertEqual((again["embedded"], again["reused"]), (0, first["chunks"]))
+
+    def test_a_store_keyed_by_another_form_of_the_name_is_migrated(self):
+        """A store written before canonical keys: its ``:latest`` vectors serve the canonical key."""
+        with StubServer() as stub:
+            first = self.embed_with(stub, self.manifest(model="stub-model", size=self.size, overlap=2))
+        with sqlite3.connect(self.layout.vectors_db) as db:  # as an older agent keyed them
+            db.execute("UPDATE vectors SET model = 'stub-model:latest'")
+            db.execute("PRAGMA user_version = 4")
+        db = vectorstore.connect(self.layout.vectors_db, create=False)
+        try:
+            keys = {row[0] for row in db.execute("SELECT DISTINCT model FROM vectors")}
+        finally:
+            db.close()
+        self.assertEqual(keys, {"stub-model"})
+        with StubServer() as stub:
+            again = self.embed_with(stub, self.manifest(model="stub-model:latest", size=self.size, overlap=2))
+        self.assertEqual((again["embedded"], again["reused"]), (0, first["chunks"]))
+
     def test_repeated_windows_are_embedded_once(self):
         text = "echo echo echo echo echo echo echo echo echo echo echo echo echo echo echo echo"
         write_sanitized_store(self.layout, {text: ["echo.txt"]})
@@ -314,7 +340,7 @@ class WireFormatTests(StageCase):
 
     def test_a_model_the_server_lacks_is_named(self):
         with StubServer(models=["nomic-embed-text"]) as stub:
-            with self.assertRaisesRegex(ModelServerError, "not found"):
+            with self.assertRaisesRegex(ModelServerError, "has no model 'stub-model'; it serves 'nomic-embed-text'"):
                 self.embed_with(stub)
 
     def test_bad_environment_values_are_refused(self):

@@ -76,17 +76,27 @@ class Found:
 
 
 def add_init_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("folder", type=Path, help="the folder of documents to sweep")
+    parser.add_argument("folder", type=Path, nargs="?", help="the folder of documents to sweep")
     parser.add_argument("--manifest", type=Path, default=Path("bastion.toml"),
                         help="where to write the manifest (default: bastion.toml here); never overwritten")
+    parser.add_argument("--update", type=Path, metavar="MANIFEST",
+                        help="re-pin MANIFEST's model and dim to the server that answers at EMBED_URL, "
+                             "keeping the rest of the file; prints the change")
 
 
 def run_init(args: argparse.Namespace) -> int:
+    if args.update is not None:
+        if args.folder is not None:
+            raise ConfigError("give either FOLDER (a new manifest) or --update MANIFEST, not both")
+        return run_update(args.update)
+    if args.folder is None:
+        raise ConfigError("give the FOLDER of documents to sweep (or --update MANIFEST to re-pin one)")
     folder, target = args.folder, args.manifest
     if not folder.is_dir():
         raise ConfigError(f"{folder} is not a folder: give the folder of documents to sweep")
     if target.exists() or target.is_symlink():
-        raise ConfigError(f"{target} exists; init never overwrites a manifest (give another --manifest PATH)")
+        raise ConfigError(f"{target} exists; init never overwrites a manifest (give another --manifest PATH, "
+                          f"or re-pin its model to the server at EMBED_URL: init --update {target})")
     config = EndpointConfig.from_env()
     found = discover(config)
     text = manifest_text(found, root_for(folder, target))
@@ -283,3 +293,104 @@ def write_new(target: Path, text: str) -> None:
             raise ConfigError(f"{target} exists; init never overwrites a manifest") from None
     finally:
         os.unlink(temp)
+
+
+# --- init --update MANIFEST ------------------------------------------------------
+
+PIN_RE = {
+    "model": re.compile(r"""^(?P<lead>[ \t]*model[ \t]*=[ \t]*)(?P<value>"(?:[^"\\\n]|\\.)*"|'[^'\n]*')""", re.M),
+    "dim": re.compile(r"^(?P<lead>[ \t]*dim[ \t]*=[ \t]*)(?P<value>[0-9_]+)", re.M),
+}
+TABLE_RE = re.compile(r"^[ \t]*\[(?P<name>[^\]\n]*)\][ \t]*(?:#.*)?$", re.M)
+
+
+def run_update(target: Path) -> int:
+    """Re-pin ``target`` to the model server that answers: its ``model`` and ``dim``, nothing else.
+
+    A manifest written while no server answered names the embedded model in
+    the form ``init`` knows; the server may list it as ``NAME:latest``, or
+    serve another model. The same model (the canonical name,
+    ``config.model_names``) is pinned as the server names it and keeps every
+    vector; another model is pinned only when the server serves no form of
+    the current one, and the line says that it embeds everything again.
+    Comments, order and every other key stay as they are: the two values are
+    replaced in the text of the ``[embed]`` table, the result is loaded by the
+    manifest reader and put in place atomically.
+    """
+    from bastion_agent.config import manifest
+    from bastion_agent.config.model_names import canonical_name
+
+    current = manifest.load(target)
+    if target.suffix.lower() == ".json":
+        raise ConfigError(f"{target}: --update rewrites TOML manifests only; edit [embed] model and dim by hand")
+    config = EndpointConfig.from_env()
+    listed = [name for name in _listed_models(config) if name]
+    same = [name for name in listed if canonical_name(name) == canonical_name(current.embed.model)]
+    found = None
+    for model in same:
+        measured = _measure(config, model)
+        if measured is not None:
+            found = Found(model, measured[1], measured[0], config.display_url)
+            break
+    if found is None:
+        found = discover(config)
+        if not found.answered:
+            raise ConfigError(f"no model server answered at {found.where} (EMBED_URL): {target} was left as it is")
+    raw = manifest.read_manifest_bytes(target).decode("utf-8")
+    text = _repinned(target, raw, found.model, found.dim)
+    if text == raw:
+        print(f"{target} already pins {found.model!r}, {found.dim} dims, as {found.where} serves it: unchanged",
+              file=sys.stderr)
+        return 0
+    import difflib
+
+    diff = difflib.unified_diff(raw.splitlines(keepends=True), text.splitlines(keepends=True),
+                                f"{target} (before)", f"{target} (after)", n=1)
+    sys.stdout.writelines(line if line.endswith("\n") else line + "\n" for line in diff)
+    _replace_checked(target, text, found)
+    kept = canonical_name(found.model) == canonical_name(current.embed.model) and found.dim == current.embed.dim
+    consequence = ("the same model: every stored vector is reused" if kept
+                   else "another model: the next embed embeds every window again")
+    print(f"updated {target}: {found.model}, {found.dim} dims, found at {found.where} ({found.api}); {consequence}",
+          file=sys.stderr)
+    if current.signature.signed:
+        print(f"  {target} was signed: the signature no longer matches; sign it again", file=sys.stderr)
+    return 0
+
+
+def _repinned(target: Path, raw: str, model: str, dim: int) -> str:
+    """``raw`` with the ``[embed]`` table's ``model`` and ``dim`` values replaced."""
+    tables = list(TABLE_RE.finditer(raw))
+    start = next((m.end() for m in tables if m.group("name").strip() == "embed"), None)
+    if start is None:
+        raise ConfigError(f"{target}: no [embed] table written as such; edit model and dim by hand")
+    end = next((m.start() for m in tables if m.start() > start), len(raw))
+    section = raw[start:end]
+    for key, value in (("model", json.dumps(model)), ("dim", str(dim))):
+        match = PIN_RE[key].search(section)
+        if match is None:
+            raise ConfigError(f"{target}: [embed] {key} is not on a line of its own; edit it by hand")
+        section = section[: match.start("value")] + value + section[match.end("value"):]
+    return raw[:start] + section + raw[end:]
+
+
+def _replace_checked(target: Path, text: str, found: Found) -> None:
+    """Put ``text`` in place of ``target`` only if the reader loads it with the new pins (mode kept)."""
+    from bastion_agent.config import manifest
+
+    folder = target.resolve().parent
+    handle, temp = tempfile.mkstemp(prefix=".init-", suffix=target.suffix or ".toml", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.chmod(temp, target.stat().st_mode & 0o777)
+        try:
+            loaded = manifest.load(Path(temp))
+        except ManifestError as exc:
+            raise BastionError(f"init --update made a manifest the reader refuses ({exc}); nothing was changed") from None
+        if (loaded.embed.model, loaded.embed.dim) != (found.model, found.dim):
+            raise BastionError("init --update could not re-pin model and dim; nothing was changed")
+        os.replace(temp, target)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)

@@ -164,3 +164,39 @@ class HelpTests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class OutputFolderPerManifestTests(unittest.TestCase):
+    """Issue 27: two manifests in one folder shared .bastion/, so the second sweep replaced the first's windows."""
+
+    def setUp(self):
+        import tempfile
+
+        holder = tempfile.TemporaryDirectory()
+        self.addCleanup(holder.cleanup)
+        self.tmp = Path(holder.name)
+
+    def test_each_manifest_sweeps_into_its_own_folder_and_searches_its_own_documents(self):
+        from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
+
+        write_manifest(self.tmp, root="letters", name="bastion.toml")
+        write_manifest(self.tmp, root="reports", name="reports.toml")
+        (self.tmp / "letters" / "a.txt").write_text("Dear aunt, the orchard pears are ripe.\n", encoding="utf-8")
+        (self.tmp / "reports" / "b.txt").write_text("Quarterly report: the ferry schedule changed.\n", encoding="utf-8")
+        with StubServer() as stub, clean_env(EMBED_URL=stub.url):
+            for name in ("bastion.toml", "reports.toml"):
+                self.assertEqual(run_cli("sweep", self.tmp / name, "--quiet")[0], 0)
+            pears = json.loads(run_cli("search", self.tmp / "bastion.toml", "orchard pears", "--json")[1])
+            ferry = json.loads(run_cli("search", self.tmp / "reports.toml", "ferry schedule", "--json")[1])
+        self.assertEqual(pears[0]["paths"], ["a.txt"])
+        self.assertEqual(ferry[0]["paths"], ["b.txt"])
+        self.assertTrue((self.tmp / ".bastion" / "vectors.db").is_file())
+        self.assertTrue((self.tmp / ".bastion-reports" / "vectors.db").is_file())
+
+    def test_an_older_agents_bastion_folder_keeps_working_for_its_manifest(self):
+        (self.tmp / ".bastion").mkdir()
+        (self.tmp / ".bastion" / "vectors.db").write_bytes(b"")
+        self.assertEqual(Layout.for_manifest(self.tmp / "notes.toml", None).root, self.tmp / ".bastion")
+        (self.tmp / "bastion.toml").write_text("", encoding="utf-8")  # now .bastion/ is bastion.toml's
+        self.assertEqual(Layout.for_manifest(self.tmp / "notes.toml", None).root, self.tmp / ".bastion-notes")
+        self.assertEqual(Layout.for_manifest(self.tmp / "bastion.toml", None).root, self.tmp / ".bastion")

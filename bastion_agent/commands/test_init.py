@@ -47,6 +47,38 @@ class InitTests(TempFolder, unittest.TestCase):
         self.assertEqual(json.loads(out)[0]["paths"], ["note.txt"])
         self.assertIn(f"# Found at {stub.url} (ollama API)", self.target.read_text())
 
+    def test_update_repins_to_the_served_name_and_keeps_the_rest_of_the_file(self):
+        """README step 2 said to run init again with the server up, and init refused to overwrite."""
+        with clean_env(EMBED_URL=closed_port_url()):
+            self.assertEqual(run_cli("init", self.docs, "--manifest", self.target)[0], 0)
+        with self.target.open("a", encoding="utf-8") as stream:
+            stream.write("# my own note, kept\n")
+        before = self.target.read_text()
+        with StubServer(dim=384, models=["multilingual-e5-small:latest"]) as stub:
+            with clean_env(EMBED_URL=stub.url):
+                code, out, err = run_cli("init", "--update", self.target)
+                self.assertEqual(code, 0, err)
+                again = run_cli("init", "--update", self.target)
+        after = self.target.read_text()
+        self.assertEqual(self.loaded().embed.model, "multilingual-e5-small:latest")
+        self.assertIn('-model = "multilingual-e5-small"', out)
+        self.assertIn('+model = "multilingual-e5-small:latest"', out)
+        self.assertIn("every stored vector is reused", err)
+        changed = [line for line in after.splitlines() if line not in before.splitlines()]
+        self.assertEqual(changed, ['model = "multilingual-e5-small:latest"'])
+        self.assertIn("# my own note, kept", after)
+        self.assertEqual((again[0], again[1]), (0, ""))
+        self.assertIn("unchanged", again[2])
+
+    def test_update_with_no_server_changes_nothing(self):
+        with clean_env(EMBED_URL=closed_port_url()):
+            self.assertEqual(run_cli("init", self.docs, "--manifest", self.target)[0], 0)
+            before = self.target.read_bytes()
+            code, out, err = run_cli("init", "--update", self.target)
+        self.assertNotEqual(code, 0)
+        self.assertIn("left as it is", err)
+        self.assertEqual(self.target.read_bytes(), before)
+
     def test_a_listed_name_with_a_line_break_cannot_write_into_the_manifest(self):
         """The other names the server lists go in a comment: one with a newline broke out of it, and init failed."""
         hostile = 'x-embed\n[publish]\nbastion = "rogue"\n#'
@@ -111,7 +143,7 @@ class InitTests(TempFolder, unittest.TestCase):
     def test_the_manifest_is_commented_and_shows_the_real_default_exclude(self):
         self.init(closed_port_url())
         text = self.target.read_text()
-        self.assertIn('# exclude = [".git/**", ".hg/**", ".svn/**", ".bastion/**", "**/.DS_Store"]', text)
+        self.assertIn('# exclude = [".git/**", ".hg/**", ".svn/**", ".bastion/**", ".bastion-*/**", "**/.DS_Store"]', text)
         self.assertIn("EMBED_URL", text)
 
 

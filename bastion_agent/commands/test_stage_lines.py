@@ -200,6 +200,29 @@ class ProgressTests(unittest.TestCase):
         bar.tick()  # a late tick draws nothing after the done line
         self.assertTrue(self.stream.getvalue().endswith("in 20s\n"))
 
+    def test_an_interrupted_stage_never_says_done(self):
+        """Issue 27: after Ctrl-C the line said "embed: done, 32/168" before "interrupted"."""
+        with self.assertRaises(KeyboardInterrupt):
+            with self.make() as bar:
+                self.clock.now += 4
+                bar.advance(32)
+                raise KeyboardInterrupt
+        self.assertNotIn("done", self.stream.getvalue())
+        self.assertEqual(self.last_line(), "embed: 32/100 windows  8.0 windows/s  4s  ETA 9s\n")
+
+    def test_the_rate_and_eta_follow_the_last_minute(self):
+        """A sweep that slows down shows it: the ETA comes from a moving rate, not the whole run's mean."""
+        bar = self.make()
+        self.clock.now += 60
+        bar.advance(60)  # 1 window/s for the first minute
+        self.clock.now += 60
+        bar.advance(6)  # then 0.1 window/s
+        self.assertIn("0.1 windows/s", self.last_line())
+        self.assertTrue(self.last_line().endswith("ETA 5m40s"), self.last_line())  # 34 left at 0.1/s
+        self.clock.now += 30  # nothing for 30 s: the rate falls and the ETA grows while waiting
+        bar.tick()
+        self.assertTrue(self.last_line().endswith("ETA 8m30s"), self.last_line())
+
     def test_the_timer_redraws_by_itself(self):
         drawn = []
 

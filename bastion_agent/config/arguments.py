@@ -19,7 +19,7 @@ from bastion_agent.core.layout import Layout
 def add_manifest_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments every manifest-driven command shares."""
     parser.add_argument("manifest", type=Path, help="the manifest (.toml, or .json)")
-    parser.add_argument("--out", metavar="DIR", help="output folder (default: .bastion/ beside the manifest)")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: .bastion/ beside bastion.toml, .bastion-NAME/ beside NAME.toml)")
     parser.add_argument(
         "--require-signed",
         action="store_true",

@@ -19,10 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from bastion_agent.config import signing
+from bastion_agent.config.model_names import canonical_name
 from bastion_agent.core.errors import ManifestError
 
 DEFAULT_INCLUDE = ("**",)
-DEFAULT_EXCLUDE = (".git/**", ".hg/**", ".svn/**", ".bastion/**", "**/.DS_Store")
+DEFAULT_EXCLUDE = (".git/**", ".hg/**", ".svn/**", ".bastion/**", ".bastion-*/**", "**/.DS_Store")
+# [embed.chunk] when a manifest leaves it out (or one of its keys): windows that fit a 512-token
+# context even at 2 model tokens per regex token (multilingual-e5-small's, docs/embedding.md).
+DEFAULT_SIZE_TOKENS = 128
+DEFAULT_OVERLAP_TOKENS = 16
 DEFAULT_MAX_FILE_MB = 64.0
 MAX_MANIFEST_BYTES = 1 << 20
 BASTION_NAME_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -77,10 +82,15 @@ class EmbedSettings:
         ``model`` column); with prefixes, the name plus the passage prefix,
         because a window embedded with another prefix is another vector and
         must never be reused or compared as if it were the same.
+
+        The name is the model's canonical one (``model_names``): the same
+        model under another form of its name (``:latest``, a hub owner,
+        ``.gguf``) reuses its vectors instead of embedding everything again.
         """
+        name = canonical_name(self.model)
         if not self.passage_prefix:
-            return self.model
-        return f"{self.model}+passage_prefix={json.dumps(self.passage_prefix)}"
+            return name
+        return f"{name}+passage_prefix={json.dumps(self.passage_prefix)}"
 
 
 @dataclass(frozen=True)
@@ -156,7 +166,7 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
     where.known_keys("", data)
     source = where.table(data, "source", required=True)
     embed = where.table(data, "embed", required=True)
-    chunk = where.table(embed, "chunk", required=True, name="embed.chunk")
+    chunk = where.table(embed, "chunk", required=False, name="embed.chunk")
     search = where.table(data, "search", required=False)
     publish = where.table(data, "publish", required=False)
     for name, table in (("source", source), ("embed", embed), ("embed.chunk", chunk), ("search", search),
@@ -226,8 +236,9 @@ def _positive(where: "_Where", source: dict, key: str, default, unit: str, minim
 def _embed_settings(where: "_Where", embed: dict, chunk: dict) -> EmbedSettings:
     model = where.string(embed, "embed", "model")
     dim = where.integer(embed, "embed", "dim", minimum=1)
-    size = where.integer(chunk, "embed.chunk", "size_tokens", minimum=1)
-    overlap = where.integer(chunk, "embed.chunk", "overlap_tokens", minimum=0)
+    size = where.integer(chunk, "embed.chunk", "size_tokens", minimum=1) if "size_tokens" in chunk else DEFAULT_SIZE_TOKENS
+    overlap = (where.integer(chunk, "embed.chunk", "overlap_tokens", minimum=0) if "overlap_tokens" in chunk
+               else min(DEFAULT_OVERLAP_TOKENS, size // 8))
     if overlap >= size:
         where.fail("embed.chunk", "overlap_tokens", f"must be >= 0 and < size_tokens ({size}); got {overlap}")
     prefixes = {}

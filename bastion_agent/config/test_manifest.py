@@ -40,7 +40,6 @@ INVALID = [
     ("dim zero", VALID.replace("dim = 768", "dim = 0"), ["[embed] dim", ">= 1"]),
     ("dim a float", VALID.replace("dim = 768", "dim = 7.5"), ["[embed] dim"]),
     ("dim a bool", VALID.replace("dim = 768", "dim = true"), ["[embed] dim"]),
-    ("missing chunk table", VALID.replace("[embed.chunk]\nsize_tokens = 256\noverlap_tokens = 32", ""), ["[embed.chunk]"]),
     ("negative size", VALID.replace("size_tokens = 256", "size_tokens = -4"), ["[embed.chunk] size_tokens", ">= 1"]),
     ("negative overlap", VALID.replace("overlap_tokens = 32", "overlap_tokens = -1"), ["[embed.chunk] overlap_tokens", ">= 0"]),
     ("overlap equals size", VALID.replace("overlap_tokens = 32", "overlap_tokens = 256"), ["overlap_tokens", "< size_tokens (256)"]),
@@ -74,6 +73,17 @@ class ManifestTests(TempFolder, unittest.TestCase):
         self.assertEqual((loaded.embed.model, loaded.embed.dim), ("nomic-embed-text", 768))
         self.assertEqual((loaded.embed.size_tokens, loaded.embed.overlap_tokens), (256, 32))
         self.assertFalse(loaded.signature.signed)
+
+    def test_embed_chunk_is_optional_with_the_defaults(self):
+        """Issue 27: a manifest without [embed.chunk] was refused instead of taking the defaults."""
+        chunkless = VALID.replace("[embed.chunk]\nsize_tokens = 256\noverlap_tokens = 32", "")
+        self.assertNotEqual(chunkless, VALID)
+        with clean_env():
+            loaded = manifest_module.load(self.write(chunkless))
+            self.assertEqual((loaded.embed.size_tokens, loaded.embed.overlap_tokens),
+                             (manifest_module.DEFAULT_SIZE_TOKENS, manifest_module.DEFAULT_OVERLAP_TOKENS))
+            sized = manifest_module.load(self.write(VALID.replace("overlap_tokens = 32\n", ""), "sized.toml"))
+        self.assertEqual((sized.embed.size_tokens, sized.embed.overlap_tokens), (256, 16))
 
     def test_root_is_relative_to_the_manifest_folder_not_the_working_directory(self):
         path = self.write(VALID)

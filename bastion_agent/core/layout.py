@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +28,10 @@ class Layout:
 
     @classmethod
     def for_manifest(cls, manifest_path: Path, out: str | os.PathLike | None) -> "Layout":
-        """``--out`` when given, else ``.bastion/`` beside the manifest."""
+        """``--out`` when given, else the manifest's own folder beside it (``default_out_dir``)."""
         if out is not None:
             return cls(Path(out))
-        return cls(Path(manifest_path).resolve().parent / DEFAULT_OUT_NAME)
+        return cls(default_out_dir(Path(manifest_path)))
 
     @property
     def extract_dir(self) -> Path:
@@ -65,6 +66,32 @@ class Layout:
     def doc_text_path(store: Path, doc: str) -> Path:
         """A document's text in a store (extract or sanitized), keyed by doc id."""
         return store / f"{doc}.txt"
+
+
+DEFAULT_MANIFEST_STEM = "bastion"  # bastion.toml (or .json): the output folder is .bastion/
+
+
+def default_out_dir(manifest_path: Path) -> Path:
+    """``.bastion/`` beside ``bastion.toml``, ``.bastion-NAME/`` beside any other ``NAME.toml``.
+
+    Two manifests in one folder shared ``.bastion/`` (issue 27): the second
+    sweep replaced the first one's windows. Each manifest now has its own
+    folder. An older agent's ``.bastion/`` keeps working for the manifest
+    that made it: when ``.bastion-NAME/`` does not exist yet, ``.bastion/``
+    is an output folder and no ``bastion.toml``/``bastion.json`` lies beside
+    it (which would own it), ``NAME.toml`` goes on using it; rename it to
+    ``.bastion-NAME/`` to give a second manifest a folder of its own.
+    """
+    folder = manifest_path.resolve().parent
+    stem = manifest_path.stem
+    if stem == DEFAULT_MANIFEST_STEM:
+        return folder / DEFAULT_OUT_NAME
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip(".-") or "manifest"
+    own, legacy = folder / f"{DEFAULT_OUT_NAME}-{name}", folder / DEFAULT_OUT_NAME
+    owner_beside = any((folder / f"{DEFAULT_MANIFEST_STEM}{suffix}").exists() for suffix in (".toml", ".json"))
+    if not own.exists() and legacy.is_dir() and is_out_dir(legacy) and not owner_beside:
+        return legacy
+    return own
 
 
 def ensure_private_dir(path: Path) -> Path:

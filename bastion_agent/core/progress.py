@@ -6,13 +6,19 @@ can take half a minute), is redrawn by a timer at least every
 ``TICK_SECONDS`` even when nothing advanced (the elapsed time moves, so it
 never looks frozen), and at most every ``REDRAW_SECONDS`` when counts move
 fast. ``note`` adds what the count leaves out (embed: the windows reused
-from earlier runs). ``close`` ends with a done line. When stderr is not a
+from earlier runs). The rate, and the ETA from it, are measured over the
+last ``RATE_WINDOW_SECONDS`` (a moving rate: a machine that got busy, or a
+tuner that found a better batch, shows in a minute, not at the end).
+``close`` ends with a done line; a stage that stops on an error or Ctrl-C
+ends with its last state instead, never "done" (issue 27: "embed: done,
+32/168" before "interrupted"). When stderr is not a
 terminal (CI, a pipe, a log file), or ``--quiet`` was given, nothing is
 written here: the stage's one summary line (``stage_lines``) says what it did.
 """
 
 from __future__ import annotations
 
+import collections
 import re
 import sys
 import threading
@@ -21,6 +27,7 @@ from typing import Callable, TextIO
 
 REDRAW_SECONDS = 0.2
 TICK_SECONDS = 1.0
+RATE_WINDOW_SECONDS = 60.0
 
 _quiet = False
 
@@ -57,6 +64,7 @@ class Progress:
         self.done = 0
         self.started = clock()
         self._drawn_at = self.started
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()  # (time, done) at each advance
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._timer = None
@@ -71,8 +79,22 @@ class Progress:
         with self._lock:
             self.done += count
             now = self.clock()
+            self._samples.append((now, self.done))
             if self.enabled and not self._closed.is_set() and now - self._drawn_at >= REDRAW_SECONDS:
                 self._draw(now)
+
+    def say(self, text: str) -> None:
+        """One line of its own on the stream (``embed``'s estimate): above the progress line on a terminal,
+        plainly elsewhere; nothing with ``--quiet``."""
+        with self._lock:
+            if _quiet or self._closed.is_set():
+                return
+            if self.enabled:
+                self.stream.write("\r\x1b[2K" + text + "\n")
+                self._draw(self.clock())
+            else:
+                self.stream.write(text + "\n")
+            self.stream.flush()
 
     def tick(self) -> None:
         """Redraw now (the timer's job): the elapsed time and the rate move even without progress."""
@@ -80,14 +102,15 @@ class Progress:
             if self.enabled and not self._closed.is_set():
                 self._draw(self.clock())
 
-    def close(self) -> None:
-        """Stop the timer and end with the done line."""
+    def close(self, finished: bool = True) -> None:
+        """Stop the timer and end with the done line (``finished``), or with the last state, left as it stood."""
         with self._lock:
             if self._closed.is_set():
                 return
             self._closed.set()
             if self.enabled:
-                self.stream.write("\r\x1b[2K" + self.done_line(self.clock()) + "\n")
+                now = self.clock()
+                self.stream.write("\r\x1b[2K" + (self.done_line(now) if finished else self.line(now)) + "\n")
                 self.stream.flush()
         if self._timer is not None:
             self._timer.join()
@@ -95,13 +118,21 @@ class Progress:
     def __enter__(self) -> "Progress":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(finished=exc_type is None)
+
+    def rate(self, now: float) -> float:
+        """Units per second over the last ``RATE_WINDOW_SECONDS`` (since the start while younger)."""
+        limit = now - RATE_WINDOW_SECONDS
+        while len(self._samples) > 1 and self._samples[1][0] <= limit:
+            self._samples.popleft()
+        since, base = (self._samples[0] if self._samples and self._samples[0][0] <= limit else (self.started, 0))
+        return (self.done - base) / max(now - since, 1e-9)
 
     def line(self, now: float) -> str:
         """The text of the progress line at time ``now``."""
         elapsed = max(now - self.started, 1e-9)
-        rate = self.done / elapsed
+        rate = self.rate(now)
         count = f"{self.done}/{self.total}" if self.total is not None else f"{self.done}"
         text = f"{self.label}: {count} {self.unit}" + (f" ({self.note})" if self.note else "")
         text += f"  {rate:.1f} {self.unit}/s  {_duration(elapsed)}"

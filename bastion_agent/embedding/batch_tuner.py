@@ -26,8 +26,10 @@ So the embed stage starts at ``EMBED_BATCH`` and lets ``BatchTuner`` move:
   clamped to it), the same way. Steps go one way only, no setting is
   measured twice, and once settled nothing moves again: the tuner cannot
   oscillate, whatever the noise; noise can cost exploring, not a move.
-- **Bounds.** Batch 1 to ``max(MAX_BATCH, EMBED_BATCH)``, and never above
-  a limit the server has shown (a batch refused as too large, ``cap``).
+- **Bounds.** Batch 1 to ``EMBED_BATCH`` when the user set it (a ceiling:
+  one sets it because the server refuses larger batches), else 1 to
+  ``MAX_BATCH`` from the default start of 32; never above a limit the
+  server has shown (a batch refused as too large, ``cap``).
 
 - **Paired.** While a batch size is on trial, every other batch is cut at
   the best size so far, and the trial is judged against the best's rate

@@ -66,6 +66,10 @@ MAX_ERROR_BYTES = 64 << 10  # of an error answer: enough for any server's messag
 APIS = ("ollama", "openai")
 PATHS = {"ollama": "/api/embed", "openai": "/v1/embeddings"}
 PROBE_TEXT = "bastion agent probe: is this the pinned model?"
+# Routes a user may paste into EMBED_URL from a server's docs; the agent adds them itself.
+ROUTE_SUFFIXES = ("/api/embed", "/api/embeddings", "/v1/embeddings")
+LISTING_ROUTES = ("/api/tags", "/v1/models")  # where a server lists its models (model_info reads them too)
+MAX_LISTING_BYTES = 1 << 20
 START_HINT = ("start one (the embedded model: python3 -m bastion_agent model-server; or ollama serve) "
               "or point EMBED_URL at yours")
 
@@ -101,6 +105,7 @@ class EndpointConfig:
     concurrency: int = DEFAULT_CONCURRENCY
     retry_deadline: float = DEFAULT_RETRY_DEADLINE
     batch_fixed: bool = False  # EMBED_BATCH_FIXED=1: no tuning (batch_tuner.py), EMBED_BATCH and EMBED_CONCURRENCY as given
+    batch_set: bool = False  # EMBED_BATCH was given: the tuner's ceiling (a server that refuses larger batches)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "EndpointConfig":
@@ -116,6 +121,7 @@ class EndpointConfig:
             concurrency=concurrency,
             retry_deadline=_positive(env, "EMBED_RETRY_DEADLINE", DEFAULT_RETRY_DEADLINE, float),
             batch_fixed=_switch(env, "EMBED_BATCH_FIXED"),
+            batch_set=bool(env.get("EMBED_BATCH")),
         )
 
     @property
@@ -170,6 +176,11 @@ def _base_url(value: str) -> str:
     if any(char.isspace() or not char.isprintable() for char in value.strip()):
         raise ConfigError(f"EMBED_URL {shown} must not contain spaces or control characters")
     path = parts.path.rstrip("/")
+    for route in ROUTE_SUFFIXES:  # the route itself: the agent adds it, and asked for /api/embed/api/embed
+        if path.lower().endswith(route):
+            base = shown + path[: -len(route)]
+            raise ConfigError(f"EMBED_URL ends in {route}, the route the agent adds itself: drop {route} "
+                              f"(EMBED_URL={base})")
     if path.endswith("/v1"):  # an OpenAI "base URL": the paths below add /v1 themselves
         path = path[: -len("/v1")]
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
@@ -368,13 +379,21 @@ def _exchange(url: str, data: bytes, timeout: float, opener, limit: int) -> obje
             text = b""
         finally:
             exc.close()
-        raise HTTPFailure(exc.code, _error_message(text), parse_retry_after(exc.headers.get("Retry-After"))) from None
+        raise HTTPFailure(exc.code, _error_message(text, exc.headers.get("Content-Type")),
+                          parse_retry_after(exc.headers.get("Retry-After"))) from None
     except http.client.HTTPException as exc:  # IncompleteRead, BadStatusLine: the exchange was cut
         raise ConnectionResetError(f"{type(exc).__name__}: {exc}") from None
     try:
         return json.loads(payload)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # nested past the parser's depth, too
-        raise BadAnswer("the answer is not JSON") from None
+        kind = _content_type(response.headers.get("Content-Type"))
+        raise BadAnswer(f"the answer is not JSON ({kind})" if kind else "the answer is not JSON") from None
+
+
+def _content_type(value: str | None) -> str:
+    """The media type of a ``Content-Type`` header, as a message may show it (``text/html``), or ""."""
+    media = (value or "").split(";", 1)[0].strip().lower()
+    return media if re.fullmatch(r"[a-z0-9][a-z0-9.+\-]{0,40}/[a-z0-9][a-z0-9.+\-]{0,60}", media) else ""
 
 
 def parse_retry_after(value: str | None, now: Callable[[], float] = time.time) -> float | None:
@@ -392,12 +411,22 @@ def parse_retry_after(value: str | None, now: Callable[[], float] = time.time) -
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
-def _error_message(body: bytes) -> str:
-    """The message of Ollama's ``{"error": "..."}``, llama.cpp's ``{"error": {"message"}}`` or TEI's ``{"error"|"message"}``."""
+def _error_message(body: bytes, content_type: str | None = None) -> str:
+    """The message of Ollama's ``{"error": "..."}``, llama.cpp's ``{"error": {"message"}}`` or TEI's ``{"error"|"message"}``.
+
+    An answer that is not JSON is shown by its content type, never its body:
+    an ordinary web server's HTML page printed 17 lines as the "one line"
+    (issue 27). A short plain-text body (a proxy's "404 page not found")
+    is kept, on one line.
+    """
     try:
         value = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return body[:200].decode("utf-8", "replace").strip()
+        kind = _content_type(content_type)
+        text = " ".join(body[:200].decode("utf-8", "replace").split())
+        if kind in ("", "text/plain") and text and "<" not in text:
+            return text[:120]
+        return f"a {kind or 'non-JSON'} answer, not an embedding API's"
     error = value.get("error") if isinstance(value, dict) else None
     if isinstance(error, dict):
         error = error.get("message")
@@ -609,17 +638,73 @@ class EmbedClient:
         except BadAnswer as exc:
             raise RequestFailure(TRANSIENT, "bad_response", str(exc)) from None
         except (OSError, TimeoutError) as exc:
+            if _plain_http_answered(exc):
+                plain = "http" + self.config.display_url[len("https"):]
+                raise RequestFailure(FATAL, "tls_to_plain_http",
+                                     f"EMBED_URL says https:// but the server there answers plain HTTP, without TLS: "
+                                     f"use EMBED_URL={plain} (or put TLS in front of it)") from None
             kind = "timeout" if isinstance(exc, TimeoutError) or "timed out" in _reason(exc) else _connection_kind(exc)
             raise RequestFailure(TRANSIENT, kind, f"cannot reach the model server: {_reason(exc)}") from None
 
     def _failure_message(self, api: str | None, exc: RequestFailure) -> str:
         where = self.config.display_url
+        if exc.reason == "tls_to_plain_http":
+            return f"{where}: {exc.detail}"
+        if exc.status == 404 and _names_the_model(exc.detail, self.model):
+            return self._not_served(api)
         if exc.reason in ("connection", CONNECTION_LOST, "timeout"):
             return (f"cannot reach the model server at {where} (EMBED_URL): {exc.detail.split(': ', 1)[-1]}; "
                     f"{START_HINT}")
         if exc.status is not None:
             return f"{where}{PATHS.get(api or '', '')} refused the request: {exc.detail}"
         return f"{where}{PATHS.get(api or '', '')}: {exc.detail}"
+
+
+    def _not_served(self, api: str | None) -> str:
+        """Model not found: the names the server has (Ollama said "try pulling it first": nothing to pull)."""
+        where = self.config.display_url
+        names = served_names(self.config.url, min(self.config.timeout, 10.0))
+        if names:
+            shown = ", ".join(repr(name) for name in names[:12]) + (" ..." if len(names) > 12 else "")
+            has = f"it serves {shown}: set [embed] model to one of them (init --update MANIFEST does it)"
+        else:
+            has = "it does not list the models it has"
+        return f"{where}{PATHS.get(api or '', '')} has no model {self.model!r}; {has}, or serve that model"
+
+
+def _plain_http_answered(exc: BaseException) -> bool:
+    """Whether a TLS handshake failed because the server answered in plain HTTP (OpenSSL's WRONG_VERSION_NUMBER)."""
+    import ssl
+
+    reason = getattr(exc, "reason", None)
+    cause = reason if isinstance(reason, BaseException) else exc
+    if not isinstance(cause, ssl.SSLError):
+        return False
+    text = f"{getattr(cause, 'reason', '')} {cause}".upper()
+    return "WRONG_VERSION_NUMBER" in text or "HTTP_REQUEST" in text or "RECORD_LAYER_FAILURE" in text
+
+
+def served_names(base: str, timeout: float) -> list[str]:
+    """The model names the server lists (``/api/tags``, then ``/v1/models``), bounded; [] when none answer."""
+    for path in LISTING_ROUTES:
+        try:
+            answer = within(timeout, _get_json, base + path, timeout)
+        except (TimeoutError, OSError, http.client.HTTPException, ValueError, BadAnswer, RecursionError):
+            continue
+        items = answer.get("models" if path == "/api/tags" else "data") if isinstance(answer, dict) else None
+        key = "name" if path == "/api/tags" else "id"
+        names = [item.get(key) for item in items[:1000] if isinstance(item, dict)] if isinstance(items, list) else []
+        names = [name for name in names if isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable()]
+        if names:
+            return names
+    return []
+
+
+def _get_json(url: str, timeout: float) -> object:
+    deadline = time.monotonic() + timeout
+    request = urllib.request.Request(url, method="GET", headers={"Accept": "application/json"})
+    with _NO_PROXY_OPENER.open(request, timeout=timeout) as response:
+        return json.loads(read_bounded(response, MAX_LISTING_BYTES, deadline))
 
 
 def prompt_tokens(answer: object) -> int | None:

@@ -45,6 +45,7 @@ from typing import Callable, Iterator, Sequence
 
 from bastion_agent.core.errors import ModelServerError
 from bastion_agent.core.progress import Progress
+from bastion_agent.embedding.estimate import FirstBatches
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.batch_tuner import BatchTuner, Setting
 from bastion_agent.embedding.client import (
@@ -388,7 +389,10 @@ class Steering:
         self.config = config
         self.sizer = sizer
         self.gate = gate
-        self.tuner = None if config.batch_fixed else BatchTuner(config.batch, config.concurrency)
+        # EMBED_BATCH set by the user is a ceiling: a user sets it because the server refuses larger
+        # batches (issue 27: EMBED_BATCH=5 sent 80); unset, the tuner starts at 32 and may go up.
+        ceiling = {"max_batch": config.batch} if getattr(config, "batch_set", False) else {}
+        self.tuner = None if config.batch_fixed else BatchTuner(config.batch, config.concurrency, **ceiling)
         if self.tuner is not None:
             gate.set_limit(self.tuner.setting().concurrency)
 
@@ -438,6 +442,7 @@ def embed_chunks(db, client: EmbedClient, key: str, dim: int, prefix: str,
     pending: dict[Future, tuple[int, Setting]] = {}  # future -> chunks in its batch, the setting it was cut at
     streak, streak_limit = 0, max(MIN_FAILURE_STREAK, 2 * config.batch)
     try:
+        first = FirstBatches(len(missing))
         with Progress("embed", len(missing), "windows", note=f"{stats.reused} reused") as progress:
             _fill(pending, batches, pool, embedder, 2 * gate.limit)
             while pending:
@@ -455,6 +460,9 @@ def embed_chunks(db, client: EmbedClient, key: str, dim: int, prefix: str,
                     _count(stats, outcome)
                     steering.measured(setting, size, outcome.seconds)
                     progress.advance(size)
+                    estimate = first.record(size, outcome.seconds, setting.concurrency, progress.done)
+                    if estimate:
+                        progress.say(estimate)
                     streak = 0 if outcome.stored else streak + len(outcome.failed)
                     if streak >= streak_limit:
                         reasons = ", ".join(sorted({reason for _, reason in outcome.failed}))

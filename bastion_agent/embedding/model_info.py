@@ -40,6 +40,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from bastion_agent.config.model_names import canonical_name
 from bastion_agent.core.errors import ConfigError, ModelServerError
 from bastion_agent.embedding.client import (_NO_PROXY_OPENER, PROBE_TEXT, BadAnswer, EndpointConfig, read_bounded,
                                             within)
@@ -287,12 +288,8 @@ def _count_part(base: str, counter: str, model: str, part: list[str], timeout: f
 
 
 def normalised_name(name: str) -> str:
-    """A model name as compared: lowercase, without a folder or hub owner, ``.gguf`` or ``:latest``."""
-    name = name.strip().lower().replace("\\", "/").rsplit("/", 1)[-1]
-    for suffix in (".gguf", ":latest"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    return name
+    """A model name as compared: its canonical name (``config.model_names``), the one vectors are keyed by."""
+    return canonical_name(name)
 
 
 def served_match(model: str, served: Sequence[str]) -> str | None:

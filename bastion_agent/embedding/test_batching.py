@@ -41,8 +41,10 @@ def vector_rows(layout) -> list[tuple]:
         return db.execute("SELECT chunk_id, model, dim, vec FROM vectors ORDER BY chunk_id").fetchall()
 
 
-class TuningTests(FaultCase):
-    doc_count = 160  # 480 windows of 8 tokens
+class DownwardTuningTests(FaultCase):
+    """Below a ceiling the user set: the tuner halves toward the server's fastest batch."""
+
+    doc_count = 320  # 960 windows: enough for three paired trials from 16
 
     def peaked(self, batch: int) -> float:
         """Seconds per request of a server fastest at batch 8 (30.3 windows/s at 4, 35.1 at 8, 26.1 at 16)."""
@@ -50,16 +52,71 @@ class TuningTests(FaultCase):
 
     def test_the_batch_moves_to_the_servers_fastest_and_the_summary_says_so(self):
         with FaultStub(rule=costly(self.time, self.peaked)) as stub:
-            summary = self.embed_with(stub, EMBED_BATCH="4")
+            summary = self.embed_with(stub, EMBED_BATCH="16")
             sizes = [len(body["input"]) for _, body in stub.requests[1:]]
         self.assertEqual((summary["batch_settled"], summary["concurrency_settled"]), (8, 1))
         self.assertEqual(summary["batch_tuning"], "settled")
-        self.assertEqual([t["batch"] for t in summary["batch_trials"]], [4, 8, 16])
-        self.assertEqual(sizes[0], 4)
-        self.assertEqual(set(sizes[-10:]), {8})
+        self.assertEqual([t["batch"] for t in summary["batch_trials"]], [16, 8, 4])  # 16 is the ceiling: down only
+        self.assertEqual(sizes[0], 16)
+        self.assertEqual(set(sizes[-10:-1]), {8})  # the last batch is what was left
+        self.assertLessEqual(max(sizes), 16)
         self.assertEqual(summary["failed"], 0)
         self.assert_every_vector_right()
         self.assertIn("batch 8, 1 in flight", summary_line("embed", summary))
+
+
+class TuningTests(FaultCase):
+    doc_count = 160  # 480 windows of 8 tokens
+
+    def peaked(self, batch: int) -> float:
+        """Seconds per request of a server fastest at batch 8 (30.3 windows/s at 4, 35.1 at 8, 26.1 at 16)."""
+        return 0.1 + 0.002 * batch ** 2
+
+    def test_embed_batch_set_by_the_user_is_a_ceiling(self):
+        """Issue 27: EMBED_BATCH=5 sent requests of up to 80 windows to a server that refuses more than 5."""
+        flat = lambda batch: 0.1  # noqa: E731 - a server where a larger batch is always faster
+        with FaultStub(rule=costly(self.time, flat)) as stub:
+            summary = self.embed_with(stub, EMBED_BATCH="5")
+            sizes = [len(body["input"]) for _, body in stub.requests[1:]]
+        self.assertEqual(max(sizes), 5)
+        self.assertLessEqual(summary["batch_settled"], 5)
+        self.assertEqual(summary["embedded"], 480)
+
+    def test_unset_the_tuner_starts_at_32_and_may_go_up(self):
+        flat = lambda batch: 0.1  # noqa: E731
+        with FaultStub(rule=costly(self.time, flat)) as stub:
+            self.embed_with(stub)
+            sizes = [len(body["input"]) for _, body in stub.requests[1:]]
+        self.assertEqual(sizes[0], 32)
+        self.assertGreater(max(sizes), 32)
+
+    def embed_noting(self, seconds_per_request: float) -> tuple[dict, str]:
+        import contextlib
+        import io
+
+        err = io.StringIO()
+        with FaultStub(rule=costly(self.time, lambda batch: seconds_per_request)) as stub, contextlib.redirect_stderr(err):
+            summary = self.embed_with(stub, EMBED_BATCH="4", EMBED_BATCH_FIXED="1")
+        return summary, err.getvalue()
+
+    def test_the_expected_time_is_said_before_the_wait(self):
+        """Issue 27: 25,841 windows took 4 hours, and nothing said so before embed started."""
+        summary, err = self.embed_noting(2.0)  # 4 windows each 2 s: 2 windows/s, 468 windows left after 3 batches
+        self.assertEqual(summary["embedded"], 480)
+        estimates = [line for line in err.splitlines() if "windows to embed" in line]
+        self.assertEqual(estimates, ["embed: 468 windows to embed at 2.0 windows/s (measured on the first batches): "
+                                     "about 4 min"])
+
+    def test_hours_say_that_a_gpu_server_is_the_fix(self):
+        summary, err = self.embed_noting(40.0)  # 0.1 window/s: 468 windows are 1 h 18 min
+        estimate = [line for line in err.splitlines() if "windows to embed" in line]
+        self.assertEqual(len(estimate), 1)
+        self.assertIn("about 1 h 18 min; a model server on a GPU is the fix", estimate[0])
+        self.assertIn("EMBED_URL=", estimate[0])
+
+    def test_a_short_run_gets_no_estimate(self):
+        summary, err = self.embed_noting(0.01)
+        self.assertNotIn("windows to embed", err)
 
     def test_batch_fixed_keeps_the_batch_and_concurrency_as_given(self):
         with FaultStub(rule=costly(self.time, self.peaked)) as stub:

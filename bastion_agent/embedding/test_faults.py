@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import unittest
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from unittest import mock
 
@@ -48,7 +49,8 @@ from bastion_agent.testing.fault_stub import (
     tei_batch_limit,
     tei_body_too_large,
 )
-from bastion_agent.testing.stub_server import bag_of_words
+from bastion_agent.core.httpthread import ServesInBackground, make_server
+from bastion_agent.testing.stub_server import StubServer, bag_of_words
 from bastion_agent.testing.testsupport import (
     TempFolder,
     clean_env,
@@ -167,6 +169,81 @@ class ProbeGateTests(FaultCase):
         self.assertEqual(code, ModelServerError.exit_code)
         self.assertIn("cannot reach the model server", err)
         self.assertFalse(self.layout.vectors_db.exists())
+
+
+class OrdinaryWebServer(ServesInBackground):
+    """A web server that is not a model server: an HTML page of many lines for any GET, an HTML 404 for any POST."""
+
+    PAGE = "<!DOCTYPE html>\n<html>\n<head><title>Welcome</title></head>\n<body>\n" + "<p>line</p>\n" * 15 + "</body></html>\n"
+
+    def __init__(self):
+        page = self.PAGE.encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def answer(self, status):
+                self.send_response(status)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def do_GET(self):
+                self.answer(200)
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.answer(404)
+
+        self.httpd = make_server("127.0.0.1", 0, Handler)
+
+
+class ErrorsThatSayTheFixTests(FaultCase):
+    """Issue 27: each of these printed something that misled a newcomer; now one line that says the fix."""
+
+    def embed_cli(self, url: str) -> tuple[int, str, str]:
+        with clean_env(EMBED_URL=url):
+            return run_cli("embed", self.manifest_path, "--out", self.layout.root)
+
+    def assert_one_line(self, code: int, err: str, *expected: str) -> None:
+        self.assertEqual(code, ModelServerError.exit_code, err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        for text in expected:
+            self.assertIn(text, err)
+        self.assertNotIn("Traceback", err)
+        self.assertFalse(self.layout.vectors_db.exists())
+
+    def test_a_mistyped_model_lists_the_names_the_server_has(self):
+        with StubServer(models=["stub-model-large:latest", "nomic-embed-text:latest"]) as stub:
+            code, out, err = self.embed_cli(stub.url)
+        self.assert_one_line(code, err, "has no model 'stub-model'", "'stub-model-large:latest'",
+                             "'nomic-embed-text:latest'", "init --update")
+        self.assertNotIn("pulling", err)
+
+    def test_an_ordinary_web_server_is_one_line_with_status_and_content_type_never_its_body(self):
+        with OrdinaryWebServer() as web:
+            code, out, err = self.embed_cli(web.url)
+        self.assert_one_line(code, err, "HTTP 404", "text/html", "did not answer as an embedding server")
+        self.assertNotIn("<", err)
+        self.assertNotIn("line", err.replace("one line", ""))
+
+    def test_a_route_in_embed_url_says_which_part_to_drop(self):
+        with StubServer() as stub:
+            for route in ("/api/embed", "/v1/embeddings/"):
+                with self.subTest(route=route):
+                    code, out, err = self.embed_cli(stub.url + route)
+                    self.assertEqual(code, ConfigError.exit_code, err)
+                    self.assertIn(f"drop {route.rstrip('/')} (EMBED_URL={stub.url})", err)
+                    self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertEqual(stub.requests, [])
+
+    def test_https_to_a_plain_http_server_says_so(self):
+        with StubServer() as stub:
+            code, out, err = self.embed_cli("https" + stub.url[len("http"):])
+        self.assert_one_line(code, err, "answers plain HTTP", f"EMBED_URL={stub.url}")
+        self.assertNotIn("start one", err)
 
 
 class RetryTests(FaultCase):

@@ -126,14 +126,39 @@ class LlamaCppPythonLikeTests(SanitizedStoreCase):
     docs = {RUNBOOK: ["runbook.txt"]}
     size, overlap = 32, 4
 
-    def test_with_embed_context_its_windows_are_counted_by_the_server(self):
+    def over(self, context: int) -> dict[str, int]:
+        windows = embed.current_windows(self.layout)[0]
+        return {row[0]: token_count(row[5]) for row in windows if token_count(row[5]) > context}
+
+    def test_without_embed_context_the_cut_is_found_by_probing(self):
+        """Issue 27: a sweep of windows over its context reported truncated 0; the cut is found empirically."""
+        write_manifest(self.tmp, size=64, overlap=8)  # a window as long as the runbook: 147 model tokens
         self.chunk()
         with StubServer(apis=("openai",), flavor="llama-cpp-python", context=48, listed=["stub-model"]) as stub:
-            unknown, err, error = embed_capturing(self, stub)
+            summary, err, error = embed_capturing(self, stub)
+            probes = [body for path, body in stub.requests if path == "/v1/embeddings"]
         self.assertIsNone(error)
-        self.assertEqual((unknown["context_tokens"], unknown["token_counter"], unknown["truncated"]),
-                         (None, "llama-cpp-python", 0))  # it cuts, but cannot say so: nothing to count against
-        (self.out / "vectors.db").unlink()
+        over = self.over(48)
+        self.assertTrue(over)
+        self.assertEqual((summary["context_tokens"], summary["token_counter"]), (48, "llama-cpp-python"))
+        self.assertTrue(summary["context_source"].startswith("probed ("), summary["context_source"])
+        self.assertEqual(summary["truncated"], len(over))
+        self.assertEqual(summary["tokens_lost"], sum(t - 48 for t in over.values()))
+        self.assertIn("over the model's 48-token context", err)
+        self.assertLessEqual(len(probes) - summary["batches"] - 1, 10)  # a few probes, not one per window
+
+    def test_a_server_that_reads_everything_is_probed_twice_and_said_unknown(self):
+        write_manifest(self.tmp, size=64, overlap=8)
+        self.chunk()
+        with StubServer(apis=("openai",), flavor="llama-cpp-python", context=None, listed=["stub-model"]) as stub:
+            summary, err, error = embed_capturing(self, stub)
+            embeds = [body for path, body in stub.requests if path == "/v1/embeddings"]
+        self.assertIsNone(error)
+        self.assertEqual((summary["context_tokens"], summary["truncated"]), (None, 0))
+        self.assertEqual(len(embeds), 1 + 2 + summary["requests"])  # the probe, two prefixes, the batches
+
+    def test_with_embed_context_its_windows_are_counted_by_the_server(self):
+        self.chunk()
         with StubServer(apis=("openai",), flavor="llama-cpp-python", context=48, listed=["stub-model"]) as stub:
             summary, err, error = embed_capturing(self, stub, EMBED_CONTEXT="48")
         self.assertIsNone(error)

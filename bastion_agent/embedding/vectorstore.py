@@ -33,6 +33,7 @@ from array import array
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from bastion_agent.config.model_names import canonical_name
 from bastion_agent.core.errors import StoreError
 
 BUSY_TIMEOUT_MS = 10_000
@@ -138,7 +139,38 @@ def _m004_sanitized_ids(db: sqlite3.Connection) -> None:
     db.execute("INSERT INTO search_state VALUES ('rekey_pending', 1)")
 
 
-MIGRATIONS = [_m001_create_tables, _m002_embed_failures, _m003_search_state, _m004_sanitized_ids]
+PREFIX_MARK = "+passage_prefix="  # EmbedSettings.vector_key: the name, then the prefix
+
+
+def canonical_key(key: str) -> str:
+    """A vector key with its model name in canonical form (``config.model_names``), the prefix part kept."""
+    name, mark, prefix = key.partition(PREFIX_MARK)
+    return canonical_name(name) + mark + prefix
+
+
+def _m005_canonical_model_keys(db: sqlite3.Connection) -> None:
+    """Key every vector by its model's canonical name, as ``EmbedSettings.vector_key`` now does.
+
+    A store written before keyed them by the name as the manifest wrote it,
+    so ``multilingual-e5-small`` and ``multilingual-e5-small:latest`` were two
+    models and switching re-embedded everything. Each key of another form is
+    renamed; where a chunk has a vector under both forms, the one already
+    canonical stays and the other goes (the same model's vector of the same
+    text). Failures and pending reuse rows are renamed alike.
+    """
+    for table, unique in (("vectors", "chunk_id"), ("embed_failures", "chunk_id"), ("reuse_by_text", "text")):
+        keys = [row[0] for row in db.execute(f"SELECT DISTINCT model FROM {table}")]
+        for key in keys:
+            canonical = canonical_key(key)
+            if canonical == key:
+                continue
+            db.execute(f"DELETE FROM {table} WHERE model = ? AND {unique} IN"
+                       f" (SELECT {unique} FROM {table} WHERE model = ?)", (key, canonical))
+            db.execute(f"UPDATE {table} SET model = ? WHERE model = ?", (canonical, key))
+
+
+MIGRATIONS = [_m001_create_tables, _m002_embed_failures, _m003_search_state, _m004_sanitized_ids,
+              _m005_canonical_model_keys]
 
 
 def rekey_pending(db: sqlite3.Connection) -> bool:

@@ -137,6 +137,70 @@ def truncated_after(fit: WindowFit, cuts: bool, api: str | None, db, vector_key:
     return len(cut), lost
 
 
+# --- the context when the server does not say it -----------------------------------
+
+SAME_VECTOR = 1e-6  # 1 - cosine below which two answers are the same vector (one text, batch 1: deterministic)
+PROBE_DROP = 8  # regex tokens the first shorter prefix drops: a trailing mark alone may not move a vector
+PROBE_MIN_TOKENS = 48  # a longest window shorter than this is not probed: no embedding model reads less
+
+
+def probe_context(client, text: str, count, probe_tokens: int | None) -> tuple[int | None, int]:
+    """``(context, requests)``: where the server stops reading, found by embedding prefixes of ``text``.
+
+    llama-cpp-python's server names no context and silently keeps a long
+    input's first tokens, so a sweep of windows over its 512 tokens said
+    ``truncated 0`` (issue 27). A server that cuts gives every prefix longer
+    than its cut the same vector as the whole text; a server that reads
+    everything gives a shorter prefix another vector. So: embed the longest
+    window to embed, then its prefix ``PROBE_DROP`` regex tokens shorter; equal means it
+    was cut, and a bisection over the prefix length (about log2 of the
+    window's tokens, 8 requests for 300) finds the shortest prefix with the
+    whole text's vector. The context is one more than the model tokens of
+    the prefix one token shorter (the server's counter, else the same
+    estimate ``measure`` uses), so a window is counted as cut exactly when
+    it is longer than what the server was seen to read. Any failure is no
+    answer (None): the stage goes on as before, the context unknown.
+    """
+    from bastion_agent.core.errors import ModelServerError
+
+    ends = [match.end() for match in TOKEN_RE.finditer(text)]
+    requests = 0
+
+    def vector(n: int):
+        nonlocal requests
+        requests += 1
+        return client.embed([text[: ends[n - 1]]])[0]
+
+    try:
+        if len(ends) < 2:
+            return None, requests
+        whole = vector(len(ends))
+        shorter = len(ends) - min(PROBE_DROP, len(ends) - 1)
+        if not _same(vector(shorter), whole):
+            return None, requests  # the whole window was read: its end changes the vector
+        low, high = 1, shorter  # vector(high) is the whole text's; find the smallest such prefix
+        while low < high:
+            middle = (low + high) // 2
+            if _same(vector(middle), whole):
+                high = middle
+            else:
+                low = middle + 1
+    except ModelServerError:
+        return None, requests
+    read = text[: ends[high - 2]] if high >= 2 else ""
+    tokens = count([read])[0] if count is not None and read else None
+    if tokens is None:
+        ratio = max(1.0, probe_tokens / max(1, regex_tokens(PROBE_TEXT))) if probe_tokens else DEFAULT_RATIO
+        tokens = math.ceil(regex_tokens(read) * ratio)
+    return tokens + 1, requests
+
+
+def _same(a, b) -> bool:
+    dot = sum(x * y for x, y in zip(a, b))
+    norm = math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+    return norm > 0 and 1 - dot / norm < SAME_VECTOR
+
+
 # --- the embed stage's calls ----------------------------------------------------
 
 
@@ -161,9 +225,17 @@ def fit_windows(info, client, embed_settings, missing: Sequence[tuple[str, str]]
     prefix = embed_settings.passage_prefix
     items = [(chunk_id, prefix + text) for chunk_id, text in missing]
     count = None
-    if info.counter and info.context is not None:
+    if info.counter:
         def count(texts):
             return model_info.count_tokens(client.config, info.counter, client.model, texts)
+    longest = max((text for _, text in items), key=regex_tokens) if items else ""
+    if (info.context is None and info.cuts_long_inputs and info.api == "openai"
+            and regex_tokens(longest) >= PROBE_MIN_TOKENS):
+        info.context, probes = probe_context(client, longest, count, client.probe_tokens)
+        if info.context is not None:
+            info.context_source = f"probed ({probes} requests)"
+    if info.context is None:
+        count = None
     fit = measure(info, items, embed_settings.size_tokens, client.probe_tokens, count)
     line = fix_line(fit, len(items), info.cuts_long_inputs, embed_settings.size_tokens,
                     embed_settings.overlap_tokens, info.api)

@@ -24,9 +24,14 @@ vector; a vector hit that the keyword side did not return has keyword
 evidence 0 (its words were not among the best matches). Ties go to the
 smaller chunk id.
 
-``relevance`` (0-100) is the stronger of the two evidences, in percent:
-the same scale in every mode and for every query, so 80 means a close
-match whatever was asked; ``score`` stays the ranking value.
+``relevance`` (0-100) is the evidence the order was made by, in percent:
+the fused evidence in hybrid, the vector evidence in vector mode, the
+keyword evidence in keyword mode. It never rises down the list (issue 27:
+the stronger side's evidence read 85, 100, 76 for hits 1, 2, 3, which looks
+like a bug), and means the same for every query (both evidences are
+calibrated, so the blend is too): 100 in hybrid is a window both sides
+call a full match. Each side's own evidence stays in ``vector_relevance``
+and ``keyword_relevance``; ``score`` stays the ranking value.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ class Scored:
     vector_rank: int | None = None
     keyword_score: float | None = None
     keyword_rank: int | None = None
+    vector_relevance: int | None = None  # the vector side's evidence in percent, where it was had
+    keyword_relevance: int | None = None  # the keyword side's
 
 
 def vector_evidence(cosine: float, floor: float) -> float:
@@ -68,12 +75,14 @@ def cosine_floor(cosines: list[float]) -> float:
 
 
 def vector_only(ranked: list[tuple[float, str]], floor: float) -> list[Scored]:
-    return [Scored(cos, chunk, percent(vector_evidence(cos, floor)), cos, rank)
+    return [Scored(cos, chunk, percent(vector_evidence(cos, floor)), cos, rank,
+                   vector_relevance=percent(vector_evidence(cos, floor)))
             for rank, (cos, chunk) in enumerate(ranked, start=1)]
 
 
 def keyword_only(hits) -> list[Scored]:
-    return [Scored(hit.bm25, hit.chunk_id, percent(hit.evidence), keyword_score=hit.bm25, keyword_rank=rank)
+    return [Scored(hit.bm25, hit.chunk_id, percent(hit.evidence), keyword_score=hit.bm25, keyword_rank=rank,
+                   keyword_relevance=percent(hit.evidence))
             for rank, hit in enumerate(hits, start=1)]
 
 
@@ -95,8 +104,9 @@ def fuse(by_vector: list[tuple[float, str]], by_keyword, other_cosines: dict[str
         v = vector_evidence(cos, floor) if cos is not None else 0.0
         hit = keyword_of.get(chunk)
         k = hit.evidence if hit else 0.0
-        scored.append(Scored(weight * v + (1 - weight) * k, chunk, percent(max(v, k)),
-                             cosine_of.get(chunk), vector_rank.get(chunk),
-                             hit.bm25 if hit else None, keyword_rank.get(chunk)))
+        fused = weight * v + (1 - weight) * k
+        scored.append(Scored(fused, chunk, percent(fused), cosine_of.get(chunk), vector_rank.get(chunk),
+                             hit.bm25 if hit else None, keyword_rank.get(chunk),
+                             percent(v) if cos is not None else None, percent(k)))
     scored.sort(key=lambda item: (-item.score, item.chunk_id))
     return scored[:n]

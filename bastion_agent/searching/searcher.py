@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import math
 import operator
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
@@ -39,11 +40,15 @@ class Hit:
     paths: list[str]
     start: int
     end: int
-    relevance: int = 0  # 0-100, the same scale for every query and mode (fusion.py)
+    relevance: int = 0  # 0-100, the evidence the order was made by: never rises down the list (fusion.py)
     vector_score: float | None = None  # the window's cosine, when the vector side returned it
     vector_rank: int | None = None
     keyword_score: float | None = None  # its BM25, when the keyword side returned it
     keyword_rank: int | None = None
+    vector_relevance: int | None = None  # each side's evidence, 0-100, where it was had
+    keyword_relevance: int | None = None
+    mode: str = ""  # the mode that answered this hit: vector, keyword or hybrid
+    fallback: bool = False  # True: the model server was down and keyword search answered instead
 
 
 @dataclass(frozen=True)
@@ -177,7 +182,7 @@ class SearchIndex:
                 ranked = fusion.vector_only(self._vector_top(query_vector, k, exact), self.cosine_floor())
             else:
                 ranked = self._hybrid(query, query_vector, k, exact)
-            return self._hits(ranked)
+            return self._hits(ranked, mode)
 
     def _hybrid(self, query: str, query_vector, k: int, exact: bool) -> list:
         from bastion_agent.searching import fusion, keyword
@@ -253,7 +258,7 @@ class SearchIndex:
         scored = sorted(zip(scores, (chunk for chunk, _ in found)), key=lambda item: (-item[0], item[1]))
         return scored[:n]
 
-    def _hits(self, ranked: list) -> list[Hit]:
+    def _hits(self, ranked: list, mode: str) -> list[Hit]:
         """``fusion.Scored`` rows as hits, with their windows' text and paths."""
         if not ranked:
             return []
@@ -264,7 +269,8 @@ class SearchIndex:
         paths = vectorstore.document_paths(self.db, (row[1] for row in rows.values()))
         return [
             Hit(item.score, doc, idx, item.chunk_id, text, paths.get(doc, []), start, end, item.relevance,
-                item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank)
+                item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank,
+                item.vector_relevance, item.keyword_relevance, mode)
             for item in ranked if item.chunk_id in rows
             for _, doc, idx, start, end, text in (rows[item.chunk_id],)
         ]
@@ -342,7 +348,8 @@ def answer(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: Emb
         except ModelServerError as exc:
             if not fallback:
                 raise
-            return Answer(index.search(query, None, k, "keyword"), "keyword", "keyword", fallback_notice(mode, exc))
+            hits = [dataclasses.replace(hit, fallback=True) for hit in index.search(query, None, k, "keyword")]
+            return Answer(hits, "keyword", "keyword", fallback_notice(mode, exc))
         return Answer(index.search(query, vector, k, mode, exact=exact), mode)
     finally:
         index.close()

@@ -325,7 +325,8 @@ class KeywordTests(SyntheticStore):
         found = hybrid[self.ids(hybrid).index(target)]
         self.assertEqual(found.keyword_rank, 1)
         self.assertGreater(found.vector_rank, 10)  # far down the vector side, brought up by its exact words
-        self.assertGreaterEqual(found.relevance, 50)
+        self.assertGreaterEqual(found.keyword_relevance, 50)  # its own side's evidence is kept (issue 27)
+        self.assertLess(found.relevance, found.keyword_relevance)  # the blend, by which it ranks below
 
     def test_keyword_index_follows_the_chunks(self):
         self.store(self.chunks[:4] + self.chunks[5:], [])
@@ -417,6 +418,33 @@ class ParaphraseTests(SanitizedStoreCase):
             weak = embed.search(self.manifest(), self.layout, "orchard violins trumpets drums", 1, mode="keyword")
         self.assertLess(weak[0].relevance, hits[0].relevance)  # one word of four matched reads lower
 
+    def test_relevance_never_rises_down_the_list_in_any_mode(self):
+        """Issue 27: hybrid showed 85, then 100, then 76 (the stronger side of each, ranked by the blend)."""
+        for query in ("orchard pears ferry", "ferry island invoice bank", "plums tide dawn"):
+            for mode in ("vector", "keyword", "hybrid"):
+                with self.subTest(query=query, mode=mode), clean_env(EMBED_URL=self.stub.url):
+                    code, out, err = run_cli("search", self.manifest_path, query, "--out", self.out, "--json",
+                                             "--mode", mode, "-k", "4")
+                    hits = json.loads(out)
+                    shown = [hit["relevance"] for hit in hits]
+                    self.assertEqual(shown, sorted(shown, reverse=True))
+                    self.assertTrue(all(hit["mode"] == mode and hit["fallback"] is False for hit in hits))
+                    side = {"vector": "vector_relevance", "keyword": "keyword_relevance"}.get(mode)
+                    for hit in hits:  # each side's own evidence stays, and it is what a single mode shows
+                        if side:
+                            self.assertEqual(hit["relevance"], hit[side])
+                        else:
+                            self.assertIsNotNone(hit["keyword_relevance"])
+
+    def test_hybrid_relevance_is_the_blend_the_order_follows(self):
+        from bastion_agent.searching import fusion
+
+        # a: strong words, far meaning; b: close meaning, no words. Ranked b, a; the stronger sides read 50, 100.
+        fused = fusion.fuse([(0.9, "b"), (0.55, "a")], [keyword.KeywordHit("a", 9.0, 1.0)], {}, 0.5, 2)
+        self.assertEqual([item.chunk_id for item in fused], ["b", "a"])
+        self.assertEqual([item.relevance for item in fused], [48, 46])
+        self.assertEqual([(item.vector_relevance, item.keyword_relevance) for item in fused], [(80, 0), (10, 100)])
+
     @unittest.skipUnless(HAS_NUMPY, "numpy is not installed")
     def test_numpy_and_pure_python_calibrate_and_fuse_alike(self):
         with clean_env(EMBED_URL=self.stub.url):
@@ -440,6 +468,13 @@ class ParaphraseTests(SanitizedStoreCase):
         hits = json.loads(out)
         self.assertEqual(hits[0]["paths"], ["garden/orchard.txt"])
         self.assertIsNone(hits[0]["vector_rank"])
+        self.assertTrue(all(hit["mode"] == "keyword" and hit["fallback"] is True for hit in hits))
+        with clean_env(EMBED_URL=closed_port_url()):  # vector mode too: a script can tell it did not answer
+            code, out, err = run_cli("search", self.manifest_path, "orchard pears", "--out", self.out, "--json",
+                                     "--mode", "vector")
+        self.assertEqual(code, 0)
+        self.assertIn("instead of vector search", err)
+        self.assertTrue(json.loads(out) and all(hit["fallback"] is True for hit in json.loads(out)))
         with clean_env(EMBED_URL=closed_port_url()):
             code, out, err = run_cli("search", self.manifest_path, "orchard pears", "--out", self.out)
         self.assertEqual(code, 0)

@@ -153,7 +153,12 @@ def _schemas(settings) -> dict:
             "properties": {
                 "score": {"type": "number", "description": "The ranking score (fused in hybrid mode), higher is better."},
                 "relevance": {"type": "integer", "minimum": 0, "maximum": 100,
-                              "description": "How close a match, 0-100, on the same scale for every query and mode."},
+                              "description": "How close a match, 0-100, on the same scale for every query: the evidence "
+                                             "the order was made by (fused in hybrid), never rising down the list."},
+                "vector_relevance": {"type": ["integer", "null"], "description": "The vector side's evidence, 0-100."},
+                "keyword_relevance": {"type": ["integer", "null"], "description": "The keyword side's evidence, 0-100."},
+                "mode": {"type": "string", "description": "The mode that answered: vector, keyword or hybrid."},
+                "fallback": {"type": "boolean", "description": "True when the model server was down and keyword search answered."},
                 "vector_score": {"type": ["number", "null"], "description": "Cosine similarity, if the vector side returned the window."},
                 "vector_rank": {"type": ["integer", "null"], "description": "Its rank on the vector side, from 1."},
                 "keyword_score": {"type": ["number", "null"], "description": "BM25, if the keyword side returned the window."},
