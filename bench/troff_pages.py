@@ -69,7 +69,8 @@ def main() -> None:
         print(json.dumps({"skipped": "no man pages or no man(1) on this machine"}))
         return
     scores = {"troff reader": [], "plain text (before)": []}
-    for path in sample(args.sample):
+    for number, path in enumerate(sample(args.sample)):
+        print(number, path, file=sys.stderr, flush=True)
         data = path.read_bytes()
         raw = gzip.decompress(data) if path.name.endswith(".gz") else data
         if raw.lstrip().startswith(b".so "):
