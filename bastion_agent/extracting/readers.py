@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from bastion_agent.extracting.formats import compressed, htmltext, mail, office, rtf
+from bastion_agent.extracting.formats import htmlmain, troff
 from bastion_agent.extracting.formats.base import (
     REASON_BINARY,
     REASON_DAMAGED,
@@ -89,6 +90,8 @@ def _kind_by_name(name: str, head: bytes) -> str:
         return _KINDS_BY_SUFFIX[suffix]
     if suffix in _BINARY_SUFFIXES:
         return "binary"
+    if troff.is_page_name(suffix) or (not suffix and troff.looks_like_page(head)):
+        return "troff"  # a man page: ls.1, base64.1.gz, Net::HTTP.3pm
     return "text"
 
 
@@ -162,7 +165,7 @@ _READERS = {
     "csv": _read_text,
     "json": _read_text,
     "xml": _read_text,
-    "html": htmltext.read_html,
+    "html": htmlmain.read_html_main,
     "docx": office.read_docx,
     "odt": office.read_odf,
     "ods": office.read_odf,
@@ -172,7 +175,11 @@ _READERS = {
     "eml": mail.read_eml,
     "rtf": rtf.read_rtf,
     "pdf": _read_pdf,
+    "troff": troff.read_troff,
 }
+
+# Kinds whose reader changed after READER_VERSION 3 on their own: their texts are read again.
+_KIND_VERSIONS = {"troff": "troff1", "html": "main1"}  # html: the main content, not the site chrome
 
 def _split_kind(kind: str) -> tuple[str, str | None]:
     """``("text", ".gz")`` for ``text.gz``; ``(kind, None)`` for a kind that is not compressed."""
@@ -213,6 +220,8 @@ def version(kind: str) -> str | None:
         from bastion_agent.extracting import pdf
 
         return pdf.version()
+    if kind in _KIND_VERSIONS:
+        return f"{READER_VERSION}+{_KIND_VERSIONS[kind]}"
     if kind in _READERS:
         return READER_VERSION
     return None

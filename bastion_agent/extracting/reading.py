@@ -14,13 +14,13 @@ import re
 
 from bastion_agent.core.budget import REASON_OUTPUT, Budget
 from bastion_agent.extracting import readers
-from bastion_agent.extracting.formats import compressed
-from bastion_agent.extracting.formats.base import Refused, plain_decoding
+from bastion_agent.extracting.formats import compressed, htmltext
+from bastion_agent.extracting.formats.base import Refused, decode_text, plain_decoding
 from bastion_agent.sanitizing.normalise import lookalike_view
 from bastion_agent.sanitizing.sanitize import SanitizeSettings, merge, sanitizer_for
 
 # Kinds whose bytes are text a reader decodes: the ones a decoding can hide text in.
-QUARANTINE_KINDS = frozenset({"text", "markdown", "csv", "json", "xml", "html", "eml", "rtf"})
+QUARANTINE_KINDS = frozenset({"text", "markdown", "csv", "json", "xml", "html", "eml", "rtf", "troff"})
 QUARANTINE = "quarantined"
 
 
@@ -54,12 +54,13 @@ def hidden_findings(data: bytes, text: str, settings: SanitizeSettings | None, k
         kind = inner
     with plain_decoding():
         plain = readers.read(kind, data).text
-    views = [view for view in (plain, ebcdic_view(data)) if view and view != text]
+    dropped_plain, dropped_shown = _dropped_views(kind, data)
+    views = [view for view in (plain, ebcdic_view(data), dropped_plain) if view and view != text]
     if not views:
         return []
     sanitizer = sanitizer_for(settings)
     normal = lookalike_view(text)
-    seen = (text, normal.text if normal else text)
+    seen = (text, normal.text if normal else text) + dropped_shown
     hidden = set()
     for view in views:
         for finding in merge(sanitizer.findings(view)):
@@ -67,6 +68,32 @@ def hidden_findings(data: bytes, text: str, settings: SanitizeSettings | None, k
             if value and value.isascii() and not any(value in shown for shown in seen):
                 hidden.add(finding.rule)
     return sorted(hidden)
+
+
+def _dropped_views(kind: str, data: bytes) -> tuple[str | None, tuple[str, ...]]:
+    """What a reader leaves out on purpose, in the plain view and as the document shows it.
+
+    The man-page reader drops comments and requests, the HTML reader the
+    site chrome around the main content. Dropped text is not indexed, but
+    the scan must still see it: the plain view of the whole (the raw bytes
+    of a page; the whole visible text of HTML) is scanned too, and a value
+    found there counts as shown when the same whole, decoded as the
+    document says, holds it (a licence e-mail in a man page's comment is
+    dropped, not hidden). Only a value that the decoding itself hides
+    quarantines the document, wherever in the file it sits.
+    """
+    try:
+        if kind == "troff":
+            with plain_decoding():
+                plain = decode_text(data)
+            return plain, (decode_text(data),)
+        if kind == "html":
+            with plain_decoding():
+                plain = htmltext.read_html(data)
+            return plain, (htmltext.read_html(data),)
+    except Refused:
+        pass
+    return None, ()
 
 
 # EBCDIC (a mainframe's text, copied in binary mode) has no byte of ASCII's

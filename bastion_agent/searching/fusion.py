@@ -10,9 +10,11 @@ means the same for every query, and the fused score is
     score = VECTOR_WEIGHT * vector evidence + (1 - VECTOR_WEIGHT) * keyword evidence
 
 - vector evidence: ``(cosine - floor) / (1 - floor)``, clipped to [0, 1],
-  where ``floor`` is the median cosine between windows of this store taken
-  at random (``cosine_floor``): what an unrelated window scores with this
-  model. A model whose cosines all sit near 0.8 and one whose cosines
+  where ``floor`` is the median cosine between the query and windows of
+  this store taken at random (``cosine_floor`` of
+  ``SearchIndex.query_floor``): what an unrelated window scores for this
+  query with this model. (Window against window scores higher with E5 than
+  any query against a window, so that floor hid every cross-language hit.) A model whose cosines all sit near 0.8 and one whose cosines
   spread from 0 to 1 then read alike.
 - keyword evidence: ``keyword.KeywordHit.evidence``, the BM25 score over the
   summed idf of the discriminating words searched: how much of the query a

@@ -643,5 +643,46 @@ class PipelineModeTests(SanitizedStoreCase):
         self.assertEqual(json.loads(out)[0]["paths"], ["space/engine.txt"])
 
 
+class QueryFloorTests(SyntheticStore):
+    """Issue 27 item 8: a query in another language scores below every window-to-window cosine.
+
+    E5 puts a query further from every window than windows are from each
+    other (``query: `` against ``passage: ``), and a German question about
+    English pages further still: against the store's floor (window against
+    window) its best window had evidence 0, relevance 0 in vector mode, and
+    hybrid ranked by the keyword side alone. The floor is the query's own now.
+    """
+
+    def setUp(self):
+        super().setUp()
+        base = [self.rng.gauss(0, 1) for _ in range(DIM)]
+        noises = [[self.rng.gauss(0, 1) for _ in range(DIM)] for _ in range(60)]
+        chunks, vectors = self.rows(60)
+        # Windows that all look alike (as E5's do: window-to-window cosines about 0.9) ...
+        vectors = [(chunk, vectorstore.pack([b + 0.25 * n for b, n in zip(base, noise)]))
+                   for (chunk, _), noise in zip(vectors, noises)]
+        self.store(chunks, vectors)
+        self.target = chunks[17][0]
+        # ... and a query near one of them but far from all (about 0.7 to it, 0.5 to the rest).
+        away = [self.rng.gauss(0, 1) for _ in range(DIM)]
+        self.vector = [b + 1.5 * n + 0.8 * a for b, n, a in zip(base, noises[17], away)]
+
+    def test_the_best_window_of_a_distant_query_is_not_shown_as_unrelated(self):
+        index = self.load()
+        self.assertGreater(min(index._query_cosines(self.vector, 48)), 0)
+        self.assertLess(index.query_floor(self.vector), index.cosine_floor())
+        hits = index.search("", self.vector, 3, "vector")
+        self.assertEqual(hits[0].chunk_id, self.target)
+        self.assertGreater(hits[0].relevance, 0)
+        self.assertGreater(hits[0].relevance, hits[1].relevance)
+        hybrid = index.search("nothing in any window", self.vector, 3, "hybrid")
+        self.assertEqual((hybrid[0].chunk_id, hybrid[0].relevance > 0), (self.target, True))
+
+    @unittest.skipUnless(HAS_NUMPY, "numpy is not installed (pip install 'bastion-agent[fast]')")
+    def test_numpy_and_pure_python_give_the_same_query_floor(self):
+        fast, pure = self.load(use_numpy=True), self.load(use_numpy=False)
+        self.assertAlmostEqual(fast.query_floor(self.vector), pure.query_floor(self.vector), places=9)
+
+
 if __name__ == "__main__":
     unittest.main()
