@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from bastion_agent.extracting.formats import compressed, htmltext, mail, office, rtf
+from bastion_agent.extracting.formats import compressed, htmltext, mail, office, ocr, rtf
 from bastion_agent.extracting.formats.base import (
     REASON_BINARY,
     REASON_DAMAGED,
@@ -57,7 +57,11 @@ _KINDS_BY_SUFFIX = {
     ".csv": "csv", ".tsv": "csv",
     ".json": "json", ".jsonl": "json", ".ndjson": "json",
     ".xml": "xml", ".svg": "xml",
+    # Scans, read by OCR (formats/ocr.py, extra ocr): their own kinds, so the listing says which
+    ".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".tif": "tiff", ".tiff": "tiff",
+    ".webp": "webp", ".bmp": "bmp", ".gif": "gif",
 }
+IMAGE_KINDS = frozenset({"png", "jpeg", "tiff", "webp", "bmp", "gif"})
 
 # Formats that are binary by nature and that no reader here opens: they are
 # skipped as "binary" without being decoded as text.
@@ -172,6 +176,7 @@ _READERS = {
     "eml": mail.read_eml,
     "rtf": rtf.read_rtf,
     "pdf": _read_pdf,
+    **{image: ocr.read_image for image in IMAGE_KINDS},
 }
 
 def _split_kind(kind: str) -> tuple[str, str | None]:
@@ -196,6 +201,8 @@ def unavailable(kind: str) -> str | None:
         from bastion_agent.extracting import pdf
 
         return None if pdf.available() else pdf.REASON_NOT_INSTALLED
+    if kind in IMAGE_KINDS:
+        return ocr.unavailable()
     return None
 
 
@@ -213,6 +220,8 @@ def version(kind: str) -> str | None:
         from bastion_agent.extracting import pdf
 
         return pdf.version()
+    if kind in IMAGE_KINDS:
+        return ocr.version()
     if kind in _READERS:
         return READER_VERSION
     return None
