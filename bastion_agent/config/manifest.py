@@ -39,7 +39,8 @@ DEFAULT_BUDGET_MEMORY_MB = 1024  # address space of the worker reading one file
 # ("overlap_token") cannot silently fall back to a default.
 ALLOWED_KEYS = {
     "": {"source", "embed", "sanitize", "search", "publish"},
-    "source": {"root", "include", "exclude", "max_file_mb", "budget_seconds", "budget_memory_mb"},
+    "source": {"root", "include", "exclude", "max_file_mb", "budget_seconds", "budget_memory_mb",
+               "ocr", "ocr_languages"},
     "embed": {"model", "dim", "chunk", "query_prefix", "passage_prefix"},
     "embed.chunk": {"size_tokens", "overlap_tokens"},
     "search": {"mode"},
@@ -57,6 +58,8 @@ class SourceSettings:
     max_file_mb: float = DEFAULT_MAX_FILE_MB
     budget_seconds: float = DEFAULT_BUDGET_SECONDS
     budget_memory_mb: int = DEFAULT_BUDGET_MEMORY_MB
+    ocr: bool = True  # read scans (images, PDF pages without text) when Tesseract is installed
+    ocr_languages: tuple[str, ...] | None = None  # Tesseract's names ("eng", "deu"); None: every installed one
 
     @property
     def max_file_bytes(self) -> int:
@@ -223,7 +226,31 @@ def _source_settings(where: "_Where", source: dict) -> SourceSettings:
         max_file_mb=float(max_mb),
         budget_seconds=float(_positive(where, source, "budget_seconds", DEFAULT_BUDGET_SECONDS, "seconds")),
         budget_memory_mb=int(_positive(where, source, "budget_memory_mb", DEFAULT_BUDGET_MEMORY_MB, "megabytes", minimum=64)),
+        ocr=_ocr_switch(where, source),
+        ocr_languages=_ocr_languages(where, source),
     )
+
+
+def _ocr_switch(where: "_Where", source: dict) -> bool:
+    value = source.get("ocr", True)
+    if not isinstance(value, bool):
+        where.fail("source", "ocr", f"must be true or false; got {value!r}")
+    return value
+
+
+_LANGUAGE = re.compile(r"[A-Za-z][A-Za-z0-9_]{1,31}")
+
+
+def _ocr_languages(where: "_Where", source: dict) -> tuple[str, ...] | None:
+    """Tesseract language names; whether they are installed is checked by extract, on the machine that reads."""
+    if "ocr_languages" not in source:
+        return None
+    value = source["ocr_languages"]
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(item, str) and _LANGUAGE.fullmatch(item) for item in value)):
+        where.fail("source", "ocr_languages",
+                   f"must be a non-empty list of Tesseract language names (e.g. [\"eng\", \"deu\"]); got {value!r}")
+    return tuple(dict.fromkeys(value))
 
 
 def _positive(where: "_Where", source: dict, key: str, default, unit: str, minimum: float = 0):

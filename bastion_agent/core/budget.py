@@ -43,7 +43,8 @@ from typing import Any, Iterable, Iterator
 REASON_MEMORY = "too_costly: memory"
 REASON_TIME = "too_costly: time"
 REASON_OUTPUT = "too_costly: output"  # the readers stop at the output cap with this reason too
-COSTLY_REASONS = (REASON_MEMORY, REASON_TIME, REASON_OUTPUT)
+REASON_PIXELS = "too_costly: pixels"  # a scan whose pages or pixels (from its headers) exceed what OCR may decode
+COSTLY_REASONS = (REASON_MEMORY, REASON_TIME, REASON_OUTPUT, REASON_PIXELS)
 
 DEFAULT_SECONDS = 30.0           # per job, plus SECONDS_PER_MIB for each MiB of input
 SECONDS_PER_MIB = 1.0

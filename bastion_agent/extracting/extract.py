@@ -51,7 +51,8 @@ from bastion_agent.core.layout import (
     write_summary,
 )
 from bastion_agent.core.progress import Progress, for_terminal
-from bastion_agent.extracting import readers
+from bastion_agent.extracting import pdf as pdf_reasons, readers
+from bastion_agent.extracting.formats import ocr
 from bastion_agent.sanitizing import sanitize
 
 STATUS_EXTRACTED = "extracted"
@@ -434,6 +435,7 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
     claim_out_dir(layout.root)
     remove_stale_temps(layout.extract_dir)
     budget = budget_of(source)
+    scans = _configure_ocr(source)
     with SourceRoot(source.root) as root:
         selection = Selection(root.real, GlobSet(source.include), GlobSet(source.exclude), layout.root)
         entries, excluded = walk(root, selection)
@@ -441,6 +443,7 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
         sweep = _Sweep(store, _Previous(layout), _Costly(layout, budget),
                        {kind: readers.version(kind) for kind in sorted(readers.KINDS)},
                        getattr(manifest, "sanitize", None))
+        sweep.ocr_settings = scans
         with Progress("extract", len(entries), "files") as progress, WorkerPool(budget, workers) as pool:
             for job, answer in pool.ordered(sweep.jobs(entries, root, selection, source.max_file_bytes)):
                 sweep.settle(job, answer)
@@ -476,6 +479,7 @@ class _Sweep:
         self.outcomes: dict[str, _Outcome] = {}
         self.jobs_done: list[_Job] = []
         self.bytes_read = 0
+        self.ocr_settings = None  # [source] ocr, ocr_languages, for the worker (formats/ocr.py)
 
     def jobs(self, entries, root, selection, max_bytes):
         """``(job, call)`` per entry; the call is None when nothing needs reading."""
@@ -496,7 +500,7 @@ class _Sweep:
                 continue
             kind = readers.kind_for(entry.rel, data[:8])
             decided = _extract_doc(key, kind, data, self.store, self.previous, self.versions.get(kind), self.costly,
-                                   self.settings, max_bytes)
+                                   self.settings, max_bytes, self.ocr_settings)
             if isinstance(decided, _Outcome):
                 self.outcomes[key] = decided
                 yield job, None
@@ -522,7 +526,7 @@ class _Sweep:
 
 
 def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: "_Previous", version, costly: _Costly,
-                 settings=None, max_bytes: int | None = None):
+                 settings=None, max_bytes: int | None = None, ocr_settings=None):
     """What to do with one content: an ``_Outcome`` when it is settled without reading
     (empty, reused, known too costly), else the budgeted ``Call`` that reads it."""
     if not data:
@@ -533,7 +537,7 @@ def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: "_Prev
     known = costly.reason(key) or readers.unavailable(kind)
     if known:
         return _Outcome(kind, STATUS_SKIPPED, known)
-    return Call("read", (kind, data, settings, max_bytes), len(data))  # max_bytes also bounds what a .gz unpacks to
+    return Call("read", (kind, data, settings, max_bytes, ocr_settings), len(data))  # max_bytes also bounds what a .gz unpacks to
 
 
 def _stored(key: str, kind: str, answer, store: Path, costly: _Costly) -> _Outcome:
@@ -600,7 +604,27 @@ def _counts(rows, outcomes, kept, removed, excluded, bytes_read, max_bytes, vers
         "excluded": excluded,
         "max_file_bytes": max_bytes,
         "readers": {kind: version for kind, version in versions.items() if version is not None},
+        "unread_for_ocr": _unread_for_ocr(rows),
     }
+
+
+def _configure_ocr(source):
+    """``[source] ocr`` and ``ocr_languages`` for this run; a language Tesseract lacks is refused by name."""
+    settings = ocr.settings_of(source)
+    ocr.configure(settings)
+    if settings.enabled and settings.languages and ocr.available():
+        missing = [name for name in settings.languages if name not in ocr.installed_languages()]
+        if missing:
+            raise ManifestError(f"[source] ocr_languages: {', '.join(missing)} not installed for Tesseract "
+                                f"(installed: {', '.join(ocr.installed_languages())}; "
+                                f"Debian: apt-get install tesseract-ocr-{missing[0]})")
+    return settings
+
+
+def _unread_for_ocr(rows) -> int:
+    """Files left unread because OCR is missing: images, and PDFs with no page of text (a count of files)."""
+    return sum(1 for row in rows if row.reason == ocr.REASON_NOT_INSTALLED
+               or (row.reason == pdf_reasons.REASON_NO_TEXT and ocr.unavailable() == ocr.REASON_NOT_INSTALLED))
 
 
 def _note_missing_extra(counts: dict) -> None:
@@ -610,6 +634,9 @@ def _note_missing_extra(counts: dict) -> None:
     missing = counts["skipped_by_reason"].get(REASON_NOT_INSTALLED)
     if missing:
         print(f"bastion_agent extract: note: {missing} PDF file(s) skipped: {REASON_NOT_INSTALLED}", file=sys.stderr)
+    if counts.get("unread_for_ocr"):
+        print(f"bastion_agent extract: note: {counts['unread_for_ocr']} scanned file(s) left unread: "
+              f"{ocr.REASON_NOT_INSTALLED}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- report

@@ -29,6 +29,7 @@ import warnings
 from dataclasses import dataclass
 
 from bastion_agent.core.extras import optional
+from bastion_agent.extracting.formats.base import Refused
 
 PDF_VERSION = "1"  # bump when this module's output changes
 MAX_PAGES = 5_000
@@ -66,7 +67,11 @@ def version() -> str | None:
     pypdf = _pypdf()
     if pypdf is None:
         return None
-    return f"{PDF_VERSION}+pypdf-{pypdf.__version__}+pages-{MAX_PAGES}+chars-{MAX_TEXT_CHARS}"
+    from bastion_agent.extracting.formats import ocr
+
+    scans = ocr.version() if ocr.pdf_available() else None  # installing OCR reads image-only pages again
+    return f"{PDF_VERSION}+pypdf-{pypdf.__version__}+pages-{MAX_PAGES}+chars-{MAX_TEXT_CHARS}" + (
+        f"+{scans}+pdfium-{optional('pypdfium2.version').PYPDFIUM_INFO}" if scans else "")
 
 
 def read_pdf(data: bytes, *, max_seconds: float = MAX_SECONDS, clock=time.monotonic) -> PdfReading:
@@ -95,6 +100,9 @@ def _read(pypdf, data: bytes, max_seconds: float, clock) -> PdfReading:
         if count > MAX_PAGES:
             return PdfReading(None, REASON_PAGES)
         pages, chars = [], 0
+        from bastion_agent.extracting.formats import ocr
+
+        scans = ocr.pdf_available()
         for page in reader.pages:
             if clock() - started > max_seconds:
                 return PdfReading(None, REASON_TIME)
@@ -102,12 +110,16 @@ def _read(pypdf, data: bytes, max_seconds: float, clock) -> PdfReading:
             chars += len(text)
             if chars > MAX_TEXT_CHARS:
                 return PdfReading(None, REASON_UNPACKED)
-            if text:
-                pages.append(text)
+            pages.append(text)
+        if scans:
+            _recognise(data, pages, ocr)
+        pages = [page for page in pages if page]
     except encrypted:
         return PdfReading(None, REASON_ENCRYPTED)
     except limited:
         return PdfReading(None, REASON_UNPACKED)
+    except Refused as refused:  # OCR's limits (too_costly: pixels), or a page PDFium cannot render
+        return PdfReading(None, refused.reason)
     except _TimedOut:
         raise
     except (Exception, RecursionError):  # a parser on hostile input may raise anything
@@ -117,6 +129,14 @@ def _read(pypdf, data: bytes, max_seconds: float, clock) -> PdfReading:
     if not pages:
         return PdfReading(None, REASON_NO_TEXT)
     return PdfReading("\n\n".join(pages))
+
+
+def _recognise(data: bytes, pages: list[str], ocr) -> None:
+    """Put OCR's text in place of each page whose text layer is empty or garbage (formats/ocr.py)."""
+    scanned = [index for index, text in enumerate(pages) if ocr.needs_ocr(text)]
+    if scanned:
+        for index, text in ocr.pdf_pages(data, scanned).items():
+            pages[index] = text.strip("\n")
 
 
 class _TimedOut(BaseException):

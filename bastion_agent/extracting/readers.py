@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from bastion_agent.extracting.formats import compressed, htmltext, mail, office, rtf
+from bastion_agent.extracting.formats import compressed, htmltext, mail, office, ocr, rtf
 from bastion_agent.extracting.formats import htmlmain, troff
 from bastion_agent.extracting.formats.base import (
     REASON_BINARY,
@@ -58,7 +58,11 @@ _KINDS_BY_SUFFIX = {
     ".csv": "csv", ".tsv": "csv",
     ".json": "json", ".jsonl": "json", ".ndjson": "json",
     ".xml": "xml", ".svg": "xml",
+    # Scans, read by OCR (formats/ocr.py, extra ocr): their own kinds, so the listing says which
+    ".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".tif": "tiff", ".tiff": "tiff",
+    ".webp": "webp", ".bmp": "bmp", ".gif": "gif",
 }
+IMAGE_KINDS = frozenset({"png", "jpeg", "tiff", "webp", "bmp", "gif"})
 
 # Formats that are binary by nature and that no reader here opens: they are
 # skipped as "binary" without being decoded as text.
@@ -176,6 +180,7 @@ _READERS = {
     "rtf": rtf.read_rtf,
     "pdf": _read_pdf,
     "troff": troff.read_troff,
+    **{image: ocr.read_image for image in IMAGE_KINDS},
 }
 
 # Kinds whose reader changed after READER_VERSION 3 on their own: their texts are read again.
@@ -203,6 +208,8 @@ def unavailable(kind: str) -> str | None:
         from bastion_agent.extracting import pdf
 
         return None if pdf.available() else pdf.REASON_NOT_INSTALLED
+    if kind in IMAGE_KINDS:
+        return ocr.unavailable()
     return None
 
 
@@ -222,6 +229,8 @@ def version(kind: str) -> str | None:
         return pdf.version()
     if kind in _KIND_VERSIONS:
         return f"{READER_VERSION}+{_KIND_VERSIONS[kind]}"
+    if kind in IMAGE_KINDS:
+        return ocr.version()
     if kind in _READERS:
         return READER_VERSION
     return None

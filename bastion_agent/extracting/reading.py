@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 
-from bastion_agent.core.budget import REASON_OUTPUT, Budget
+from bastion_agent.core.budget import COSTLY_REASONS, Budget
 from bastion_agent.extracting import readers
-from bastion_agent.extracting.formats import compressed, htmltext
+from bastion_agent.extracting.formats import compressed, htmltext, ocr
 from bastion_agent.extracting.formats.base import Refused, decode_text, plain_decoding
 from bastion_agent.sanitizing.normalise import lookalike_view
 from bastion_agent.sanitizing.sanitize import SanitizeSettings, merge, sanitizer_for
@@ -119,7 +119,8 @@ def ebcdic_view(data: bytes) -> str | None:
     return data.decode(_EBCDIC).replace("\x85", "\n")  # EBCDIC's own newline, NEL
 
 
-def budget_task_read(note, kind: str, data: bytes, settings=None, max_bytes: int | None = None) -> tuple[dict, bytes]:
+def budget_task_read(note, kind: str, data: bytes, settings=None, max_bytes: int | None = None,
+                     ocr_settings: ocr.OcrSettings | None = None) -> tuple[dict, bytes]:
     """Read one file's bytes as ``kind``; the text comes back as UTF-8 (surrogates escaped).
 
     The byte-level scan (``hidden_findings``) runs here too, under
@@ -127,10 +128,12 @@ def budget_task_read(note, kind: str, data: bytes, settings=None, max_bytes: int
     hides comes back quarantined, without its text.
     """
     unpack_limit = {} if max_bytes is None else {"max_bytes": max_bytes}
+    if ocr_settings is not None:
+        ocr.configure(ocr_settings)  # [source] ocr, ocr_languages: the parent's choice, for the scans
     reading = readers.read(kind, data, max_chars=Budget.output_for(len(data)), **unpack_limit)
     if reading.text is None:
-        if reading.reason == REASON_OUTPUT:
-            return {"costly": REASON_OUTPUT}, b""
+        if reading.reason in COSTLY_REASONS:
+            return {"costly": reading.reason}, b""
         return {"reason": reading.reason}, b""
     hidden = hidden_findings(data, reading.text, settings, kind, **unpack_limit)
     if hidden:
