@@ -137,7 +137,7 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool) -> bool:
     lowered = value.lower()
     if lowered in BOOLEANISH or is_placeholder(value) or not any(ch.isalnum() for ch in value):
         return False
-    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("/", "./", "~/", "../")):
+    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("/", "./", "~/", "../", "<")):
         return False  # a URL (its user-info is the URL rule's) or a path
     if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
         return False
@@ -157,6 +157,11 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool) -> bool:
         compact = value.replace("-", "")
         return len(value) >= 16 and " " not in value and looks_random(compact, base64_bits=3.5)
     return len(value) >= 4
+
+
+def _directive_value(value: str) -> bool:
+    """A directive's value has a digit, or a symbol that is not the punctuation of a sentence."""
+    return any(ch.isdigit() for ch in value) or any(not ch.isalnum() and ch not in ".,;:!?" for ch in value)
 
 
 def _telling(value: str) -> bool:
@@ -370,7 +375,9 @@ def _unmarked(text, start, end, position, line_end, strength, before, opening, k
     if at_line_start and position < line_end and position > end:
         # ``bindpw Tp4!Zx8c``, ``requirepass ...``, netrc ``password X``: a directive and one word
         rest = text[position:line_end].rstrip()
-        if rest and " " not in rest and "\t" not in rest and name.islower() and _telling(rest):
+        last = key_words(name)[-1] if key_words(name) else ""
+        if (rest and " " not in rest and "\t" not in rest and name.islower() and rest[0] not in QUOTES + "<"
+                and ("pass" in last or last.endswith("pw")) and _directive_value(rest)):
             return _accept(text, position, position + len(rest), strength, quoted=False, label=False)
         return None
     words = key_words(name)
