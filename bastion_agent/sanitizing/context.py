@@ -49,10 +49,12 @@ from bastion_agent.sanitizing.validators import (
     NON_SECRET_SUFFIX,
     NOT_SECRET_WORDS,
     SEQUENCES,
+    SOURCE_FILE_KEY,
     STRONG_EXACT,
     STRONG_WORDS,
     TEMPLATE_PARTS,
     is_placeholder,
+    is_whole_reference,
     key_words,
     is_reference,
     looks_like_code,
@@ -67,9 +69,6 @@ MAX_VALUE = 1024  # a value longer than this on its line is a blob, not a creden
 PROSE_WORDS = frozenset({"password", "passwort", "passphrase", "passcode", "pw", "pwd", "pin", "passwd"})
 CODE_EXPRESSION = re.compile(r"[A-Za-z_$][\w.$]*(?:\s*(?:\(|\[|\.\w+\().*|\s*(?:\|\||&&|\?\?|\?|\+)\s*.*)")
 REFERENCE_WORD = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z]+(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+")
-WHOLE_REFERENCE = re.compile(
-    r"(?:\s*(?:" + TEMPLATE_PARTS.pattern + r"|\$[A-Za-z_]\w*|%[A-Za-z_]\w*%|\$\{[^}\n]*\}|\{\{[^\n]*?\}\}))+\s*"
-)
 SPACE = " \t"
 FORMATTED = re.compile(r"\.(?:format|formatted|replace|join|split|strip)\(|[ \t]*%[ \t]*[(\w]|[ \t]*\+[ \t]*\w")
 
@@ -113,18 +112,6 @@ def _pw_word(word: str) -> bool:
 
 
 # --- values ---------------------------------------------------------------------------
-
-
-def is_whole_reference(value: str) -> bool:
-    """The value is nothing but references: ``${DB_PASSWORD}``, ``{{ .Values.pw }}``, ``%(pw)s``, ``<secret>``.
-
-    Punctuation between references counts as part of them (``{0}:{1}``,
-    ``${USER}:${PASS}``); a letter or digit outside does not: ``pre${X}post`` goes.
-    """
-    if WHOLE_REFERENCE.fullmatch(value):
-        return True
-    rest = TEMPLATE_PARTS.sub("", value)
-    return rest != value and not any(ch.isalnum() for ch in rest)
 
 
 def value_ok(value: str, strength: str, *, quoted: bool, label: bool) -> bool:
@@ -210,6 +197,8 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     strength = credential_key(name)
     if strength is None or name.lower() == "key":
         return None  # a bare ``key`` names a map's key (XML key="...", YAML key: ...), not a credential
+    if SOURCE_FILE_KEY.fullmatch(name):
+        return None  # ``src/chpasswd.c: s/exit/...``: a change log names a file, not a key
     opening = text[start - 1] if start > 0 else ""
     after = end
     key_quoted = opening in QUOTES and text[end:end + 1] == opening

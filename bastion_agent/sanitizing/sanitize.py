@@ -254,7 +254,7 @@ class Sanitizer:
         ``scan_219-09-9999.pdf``, ``n/+41 44 668 18 11 call log.txt`` and
         ``password=NamePw998877.txt`` lose their number and password.
         """
-        findings = merge(self.findings(path) + self._name_findings(path))
+        findings = _keep_extension(path, merge(self.findings(path) + self._name_findings(path)))
         if not findings:
             return path
         pieces, position = [], 0
@@ -451,6 +451,14 @@ def _covered(spans: list[tuple[int, int]], position: int) -> bool:
         if end > position:
             return True
     return False
+
+
+def _keep_extension(path: str, findings: list[Finding]) -> list[Finding]:
+    """A value read to the end of a name (``password=X.txt``) stops before the name's extension."""
+    dot = path.rfind(".")
+    if dot <= path.rfind("/") or len(path) - dot > 6:
+        return findings
+    return [Finding(f.start, dot, f.order, f.rule) if f.start < dot < f.end == len(path) else f for f in findings]
 
 
 def _replace(text: str, findings: list[Finding]) -> tuple[str, Counter]:

@@ -95,6 +95,23 @@ def is_placeholder(value: str) -> bool:
     return False
 
 
+WHOLE_REFERENCE = re.compile(
+    r"(?:\s*(?:" + TEMPLATE_PARTS.pattern + r"|\$[A-Za-z_]\w*|%[A-Za-z_]\w*%|\$\{[^}\n]*\}|\{\{[^\n]*?\}\}))+\s*"
+)
+
+
+def is_whole_reference(value: str) -> bool:
+    """The value is nothing but references: ``${DB_PASSWORD}``, ``{{ .Values.pw }}``, ``%(pw)s``, ``<secret>``.
+
+    Punctuation between references counts as part of them (``{0}:{1}``,
+    ``${USER}:${PASS}``); a letter or digit outside does not: ``pre${X}post`` goes.
+    """
+    if WHOLE_REFERENCE.fullmatch(value):
+        return True
+    rest = TEMPLATE_PARTS.sub("", value)
+    return rest != value and not any(ch.isalnum() for ch in rest)
+
+
 def is_templated(value: str) -> bool:
     """The value is mostly a template expression or a variable reference."""
     if not TEMPLATE_PARTS.search(value) and not value.startswith(("$", "%")):
@@ -434,7 +451,8 @@ def check_url_credentials(match: re.Match, start: int, end: int):
     host = re.match(r"[^\s/?#:\"'<>]*", match.string[end + 1:end + 256]).group(0).lower().rstrip(".")
     if host in RESERVED_URL_HOSTS or host.endswith(tuple("." + name for name in RESERVED_URL_HOSTS)) or host.endswith(RESERVED_URL_TLDS):
         return False  # https://abc:xyz@example.com is documentation (RFC 2606), not a credential
-    return len(password) >= 3 and plausible_secret(password)
+    # Only a password that is entirely a reference stays: ``O$pwLeEtq1`` is a password with a "$" in it.
+    return len(password) >= 3 and has_alnum(password) and not is_placeholder(password) and not is_whole_reference(password)
 
 
 def check_cli_user(match: re.Match, start: int, end: int):
