@@ -38,6 +38,7 @@ memchr-speed passes; each hit costs a look at its identifier and its line.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from bastion_agent.sanitizing.validators import (
@@ -64,6 +65,8 @@ from bastion_agent.sanitizing.validators import (
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin")
 IDENT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 QUOTES = "\"'`"
+MAX_NAME = 100  # a longer identifier is no key name (and its scan stops there)
+REACH = 4096  # how far from a key its line is read, either way
 MAX_VALUE = 1024  # a value longer than this on its line is a blob, not a credential: its first 1 KiB goes
 # Words of a password's family: the only keys whose value is read from prose ("the password is X").
 PROSE_WORDS = frozenset({"password", "passwort", "passphrase", "passcode", "pw", "pwd", "pin", "passwd"})
@@ -76,6 +79,7 @@ FORMATTED = re.compile(r"\.(?:format|formatted|replace|join|split|strip)\(|[ \t]
 # --- the key vocabulary -------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)  # code repeats its identifiers: classify each once
 def credential_key(name: str) -> str | None:
     """"strong", "weak", "pin" or None: does the identifier ``name`` name a credential?
 
@@ -170,18 +174,19 @@ def scan(text: str) -> list[tuple[int, int]]:
     for stem in STEMS:
         position = lowered.find(stem)
         while position != -1:
-            start = position
-            while start > 0 and text[start - 1] in IDENT:
+            start, floor = position, max(0, position - MAX_NAME)
+            while start > floor and text[start - 1] in IDENT:
                 start -= 1
-            if start not in seen:
+            end, ceiling = position + len(stem), min(len(text), position + len(stem) + MAX_NAME)
+            while end < ceiling and text[end] in IDENT:
+                end += 1
+            if start not in seen and (start == 0 or text[start - 1] not in IDENT) and (
+                    end == len(text) or text[end] not in IDENT):
                 seen.add(start)
-                end = position + len(stem)
-                while end < len(text) and text[end] in IDENT:
-                    end += 1
                 span = _keyed(text, start, end)
                 if span is not None:
                     spans.append(span)
-            position = lowered.find(stem, position + len(stem))
+            position = lowered.find(stem, end)  # the rest of this identifier was seen
     if "net " in lowered or "net\t" in lowered:
         spans.extend(_net_use(text))
     if any(trigger in lowered for trigger in TOOL_TRIGGERS):
@@ -206,9 +211,10 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         after += 1
     if text[after:after + 1] == "]":
         after += 1
-    line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", after)
-    line_end = len(text) if line_end == -1 else line_end
+    newline = text.rfind("\n", max(0, start - REACH), start)  # bounded: a megabyte line costs no more than itself
+    line_start = newline + 1 if newline != -1 else max(0, start - REACH)
+    line_end = text.find("\n", after, after + REACH)
+    line_end = min(len(text), after + REACH) if line_end == -1 else line_end
     before = text[line_start:start - (1 if opening else 0)]
     position = after
     while position < line_end and text[position] in SPACE:
