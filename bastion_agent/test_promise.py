@@ -186,6 +186,39 @@ CORPUS += [
     ).encode("ascii"), (RT_JSON_URLPW, RT_JSON_GSONPW)),
 ]
 
+# Issue 24: credential values by their context, whatever characters they hold
+# (``; # & ! $``, spaces, quotes), and a found token's copy in a second file.
+CTX_INI = _token(B62, 5) + "; #" + _token(B62, 5) + "&2"
+CTX_YAML = _token(B62, 4) + " " + _token(B62, 6) + "!$9"
+CTX_ENV = _token(B62, 8) + "#&" + _token(B62, 3) + "1"
+CTX_JAVA = _token(B62, 9) + "!" + _token(B62, 3) + "4"
+CTX_XML = _token(B62, 7) + "&amp;" + _token(B62, 4) + "#6"
+CTX_ATTR = _token(B62, 6) + " '$" + _token(B62, 4) + "8"
+CTX_NET = _token(B62, 7) + "#" + _token(B62, 2) + "3"
+CTX_PROSE = _token(B62, 6) + ";" + _token(B62, 5) + "5"
+CTX_TOKEN = _token(B62, 23) + "7"
+CTX_URL = _token(B62, 12) + "9"
+CORPUS += [
+    Planted("ctx/app.ini", f"[database]\nhost = ledger-db\ndb_password = {CTX_INI}\nport = 5432\n".encode("ascii"),
+            (CTX_INI,)),
+    Planted("ctx/values.yaml", f"ledger:\n  replicas: 2\n  pwd: {CTX_YAML}\n".encode("ascii"), (CTX_YAML,)),
+    Planted("ctx/.env", f"LEDGER_HOST=ledger-db\nLEDGER_DB_PASSWORD={CTX_ENV}\n".encode("ascii"), (CTX_ENV,)),
+    Planted("ctx/Boot.java", ('class Boot { void init() {\n'
+                              f'  System.setProperty("db.password", "{CTX_JAVA}");\n}} }}\n').encode("ascii"),
+            (CTX_JAVA,)),
+    Planted("ctx/settings.xml", (f"<settings>\n  <password>{CTX_XML}</password>\n"
+                                 f'  <entry key="ledger.db.password" value="{CTX_ATTR}" />\n'
+                                 '  <entry key="jetbrains.mps.v8_elimination" value="executed" />\n'
+                                 "</settings>\n").encode("ascii"), (CTX_XML, CTX_ATTR)),
+    Planted("ctx/runbook.md", (f"# Ledger runbook\n\n    net use L: \\\\fs01\\ledger /user:CORP\\ops {CTX_NET}\n"
+                               f"    psql postgres://ledger:{CTX_URL}@db.corp.local:5432/ledger\n\n"
+                               f"Log in to the NAS as admin, pw: {CTX_PROSE}\n").encode("ascii"),
+            (CTX_NET, CTX_URL, CTX_PROSE)),
+    Planted("ctx/deploy.toml", f'[registry]\ntoken = "{CTX_TOKEN}"\n'.encode("ascii"), (CTX_TOKEN,)),
+    Planted("ctx/howto.txt", (f"To push, run docker login registry.corp -u ci {CTX_TOKEN} and then the job.\n"
+                              ).encode("ascii"), (CTX_TOKEN,)),
+]
+
 
 def gpg_private_key(folder: Path) -> Planted | None:
     """Real ``gpg --armor --export-secret-keys`` output in a notes file; None without gpg."""

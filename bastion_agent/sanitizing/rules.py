@@ -61,7 +61,7 @@ CATEGORIES = {
     "national-id": PERSONAL,
 }
 
-SCOPES = ("keyword", "run", "number", "document", "text")
+SCOPES = ("keyword", "run", "number", "document", "text", "context")
 
 
 @dataclass(frozen=True)
@@ -377,6 +377,9 @@ RULES: tuple[Rule, ...] = (
        r"(?:[ \t]*\r?\n){0,8}"  # YAML allows blank lines before the value
        r"(?P<block>(?:(?P=indent)[ \t]+\S[^\n]*(?:\n|$))+)",
        keywords=("secret", "token", "pass", "pwd"), validator="secret_block", anchor="line"),
+    # The value of a credential-named key, whole, found by context.py (its pattern is not used:
+    # the key vocabulary and a value scanner per syntax decide; see docs/sanitize.md).
+    R_("credential-value", "assignment", r"(?!)", scope="context"),
     R_("high-entropy-string", "high-entropy",
        r"(?:(?<=[=:\"'`])|(?<=[=:] ))(?P<secret>[A-Za-z0-9+/_\-]{20,}={0,2})(?![A-Za-z0-9+/=_\-])",
        validator="high_entropy", scope="run"),

@@ -34,6 +34,7 @@ from typing import Iterable
 from bastion_agent.core import layout as store
 from bastion_agent.core.errors import ManifestError, StoreError
 from bastion_agent.core.progress import Progress
+from bastion_agent.sanitizing import context, copies
 from bastion_agent.sanitizing.normalise import joined_view, junctions, lookalike_view
 from bastion_agent.sanitizing.rules import (
     CATEGORIES,
@@ -219,23 +220,29 @@ class Sanitizer:
         self._triggers_nocase: list[tuple[str, re.Pattern]] | None = None
         self._allow = frozenset(self.settings.allow)
         self._allow_patterns = [re.compile(p) for p in self.settings.allow_patterns]
+        self._context_order = next((a.order for a in self._by_scope["context"]), None)
 
     # The public API ------------------------------------------------------------
 
     def redact(self, text: str) -> tuple[str, Counter]:
         """The text with every finding replaced, and the number of placeholders per rule id."""
+        clean, counts, _ = self.redact_found(text)
+        return clean, counts
+
+    def redact_found(self, text: str) -> tuple[str, Counter, dict[str, str]]:
+        """``redact``, and the values it found that are worth removing elsewhere (value -> rule id).
+
+        Every other occurrence of a found value in the same text goes too
+        (``copies.py``): ``api_key = "X"`` then ``print("X")``. The values
+        are raw secrets: the stage keeps them inside the extract store.
+        """
         findings = merge(self.findings(text))
-        counts: Counter = Counter()
         if not findings:
-            return text, counts
-        pieces, position = [], 0
-        for finding in findings:
-            pieces.append(text[position:finding.start])
-            pieces.append(PLACEHOLDER.format(finding.rule))
-            counts[finding.rule] += 1
-            position = finding.end
-        pieces.append(text[position:])
-        return "".join(pieces), counts
+            return text, Counter(), {}
+        found = copies.found_values(text, findings)
+        if found:
+            findings = merge(findings + [Finding(s, e, -1, rule) for s, e, rule in copies.occurrences(text, found)])
+        return _replace(text, findings) + (found,)
 
     def redact_path(self, path: str) -> str:
         """A path name as users may see it (search hits, serve).
@@ -247,7 +254,7 @@ class Sanitizer:
         ``scan_219-09-9999.pdf``, ``n/+41 44 668 18 11 call log.txt`` and
         ``password=NamePw998877.txt`` lose their number and password.
         """
-        findings = merge(self.findings(path) + self._name_findings(path))
+        findings = _keep_extension(path, merge(self.findings(path) + self._name_findings(path)))
         if not findings:
             return path
         pieces, position = [], 0
@@ -289,12 +296,20 @@ class Sanitizer:
                     found.append(Finding(start, end, finding.order, finding.rule))
         if "\n" in text:
             found.extend(self._joined_findings(text, found))
+        found.extend(self._context_findings(text))
         if ATTACHMENT_MARK in text:
             for label in ATTACHMENT_LABEL.finditer(text):
                 offset = label.start(1)
                 found.extend(Finding(f.start + offset, f.end + offset, f.order, f.rule)
                              for f in self._name_findings(label.group(1)))
         return found
+
+    def _context_findings(self, text: str) -> list[Finding]:
+        """The values of credential-named keys, whole, to their syntax's own end (``context.py``)."""
+        if self._context_order is None:
+            return []
+        order = self._context_order
+        return [Finding(s, e, order, "credential-value") for s, e in context.scan(text) if not self._allowed(text[s:e])]
 
     def _joined_findings(self, text: str, found: list[Finding]) -> list[Finding]:
         spans = junctions(text)
@@ -436,6 +451,27 @@ def _covered(spans: list[tuple[int, int]], position: int) -> bool:
         if end > position:
             return True
     return False
+
+
+def _keep_extension(path: str, findings: list[Finding]) -> list[Finding]:
+    """A value read to the end of a name (``password=X.txt``) stops before the name's extension."""
+    dot = path.rfind(".")
+    if dot <= path.rfind("/") or len(path) - dot > 6:
+        return findings
+    return [Finding(f.start, dot, f.order, f.rule) if f.start < dot < f.end == len(path) else f for f in findings]
+
+
+def _replace(text: str, findings: list[Finding]) -> tuple[str, Counter]:
+    """The text with each (merged) finding replaced by its placeholder, and the count per rule id."""
+    counts: Counter = Counter()
+    pieces, position = [], 0
+    for finding in findings:
+        pieces.append(text[position:finding.start])
+        pieces.append(PLACEHOLDER.format(finding.rule))
+        counts[finding.rule] += 1
+        position = finding.end
+    pieces.append(text[position:])
+    return "".join(pieces), counts
 
 
 def merge(findings: list[Finding]) -> list[Finding]:
@@ -581,7 +617,7 @@ def redact(text: str, settings: SanitizeSettings | None = None) -> str:
 SANITIZED_MAP = "sanitized.jsonl"
 # The modules whose code decides what sanitize removes: a change to any of them
 # (or to the manifest's [sanitize] settings) sanitizes every text again.
-SANITIZER_MODULES = ("sanitize", "rules", "validators")
+SANITIZER_MODULES = ("sanitize", "rules", "validators", "context", "copies")
 
 
 @dataclass
@@ -609,6 +645,10 @@ class MapRow:
     sanitizer: str
     findings: dict
     bytes_in: int
+    # Raw values (private, like the whole map): those this text's own findings found, value -> rule
+    # id, and those found in other texts of the sweep whose copies were removed here (copies.py).
+    values: dict = field(default_factory=dict)
+    copies: list = field(default_factory=list)
 
 
 def map_path(layout) -> Path:
@@ -664,6 +704,7 @@ def run(manifest, layout) -> dict:
     by_rule: Counter = Counter()
     documents: dict[str, _Document] = {}
     mapped: list[MapRow] = []
+    kept: list[tuple[str, MapRow]] = []
     changed = bytes_in = reused = 0
     with Progress("sanitize", len(extracted), "docs") as progress, pool:
         for key in sorted(extracted):
@@ -676,16 +717,19 @@ def run(manifest, layout) -> dict:
                 failed[row] += 1
                 progress.advance()
                 continue
-            mapped.append(row)
-            by_rule.update(row.findings)
-            changed += bool(row.findings)
-            bytes_in += row.bytes_in
-            document = documents.setdefault(row.doc, _Document())
-            document.raw_paths.update(extracted[key].paths)
-            document.kind_by_path.update((path, extracted[key].kind) for path in extracted[key].paths)
+            kept.append((key, row))
             progress.advance()
+        kept, matcher = _apply_copies(layout, (pool, settings), fingerprint, kept, failed)
+    for key, row in kept:
+        mapped.append(row)
+        by_rule.update(row.findings)
+        changed += bool(row.findings)
+        bytes_in += row.bytes_in
+        document = documents.setdefault(row.doc, _Document())
+        document.raw_paths.update(extracted[key].paths)
+        document.kind_by_path.update((path, extracted[key].kind) for path in extracted[key].paths)
     store.sync_to_disk()
-    rows, paths_redacted = _listing_rows(documents, sanitizer)
+    rows, paths_redacted = _listing_rows(documents, sanitizer, matcher)
     store.write_jsonl(layout.sanitized_listing, rows)
     store.write_jsonl(map_path(layout), [asdict(row) for row in mapped])
     removed = _remove_stale(layout, set(documents))
@@ -732,16 +776,69 @@ def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str) -> M
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise StoreError("a text in the extract store is not UTF-8: run extract again") from None
-    clean, counts = _redact_in_budget(*sanitizer, text)
+    clean, counts, values = _redact_in_budget(*sanitizer, text)
     if clean is None:
         return counts  # the reason it was not sanitized
     doc = doc_id(clean)
     _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), clean.encode("utf-8"))
-    return MapRow(key, doc, fingerprint, dict(sorted(counts.items())), len(raw))
+    return MapRow(key, doc, fingerprint, dict(sorted(counts.items())), len(raw), values)
+
+
+def _apply_copies(layout, worker, fingerprint: str, kept: list, failed: Counter):
+    """Remove, in every text of the sweep, the copies of values found in any of them.
+
+    Each text's own sanitizing (``_sanitize_one``) already removed the copies
+    of its own values; this pass gathers every text's values into one
+    matcher (``copies.Matcher``: one pass per text whatever their number),
+    finds which values of *other* texts each raw text holds, and replaces
+    those in its sanitized text. A text whose stored result was made with
+    another set of copies (a value appeared in, or left, some other file
+    since) is sanitized again from its raw text, so a re-sweep that finds a
+    value in a new file cleans the older documents that hold it.
+    """
+    values: dict[str, str] = {}
+    for _, row in kept:
+        for value, rule in row.values.items():
+            values.setdefault(value, rule)
+    matcher = copies.Matcher(values) if values else None
+    result = []
+    for key, row in kept:
+        present: list[str] = []
+        if matcher is not None:
+            raw = _read_extracted(layout, key).decode("utf-8", "replace")
+            present = sorted(matcher.present(raw) - set(row.values))
+        if present == list(row.copies):
+            result.append((key, row))
+            continue
+        if row.copies:  # made with other copies: start again from the raw text
+            row = _sanitize_one(layout, worker, key, fingerprint)
+            if isinstance(row, str):
+                failed[row] += 1
+                continue
+            if not present:
+                result.append((key, row))
+                continue
+        result.append((key, _with_copies(layout, row, {value: values[value] for value in present})))
+    return result, matcher
+
+
+def _with_copies(layout, row: MapRow, present: dict[str, str]) -> MapRow:
+    """The row's sanitized text with the copies of ``present`` (values found elsewhere) replaced."""
+    clean = layout.doc_text_path(layout.sanitized_dir, row.doc).read_bytes().decode("utf-8")
+    found = [Finding(s, e, -1, rule) for s, e, rule in copies.occurrences(clean, present)]
+    findings = dict(row.findings)
+    if found:
+        clean, counts = _replace(clean, merge(found))
+        for rule, count in counts.items():
+            findings[rule] = findings.get(rule, 0) + count
+    doc = doc_id(clean)
+    _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), clean.encode("utf-8"))
+    return MapRow(row.key, doc, row.sanitizer, dict(sorted(findings.items())), row.bytes_in, row.values,
+                  sorted(present))
 
 
 def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
-    """``(clean, counts)`` from a budgeted worker, or ``(None, reason)`` when it overran.
+    """``(clean, counts, values)`` from a budgeted worker, or ``(None, reason, {})`` when it overran.
 
     A custom pattern that backtracks without end (``(a+)+$``) is stopped by
     the time budget like a runaway reader; the reason names the rule that
@@ -755,10 +852,11 @@ def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
     answer = pool.run(Call("redact", (pickle.dumps(settings), data), len(data)))
     if answer.reason is not None:
         rule = answer.progress
-        return None, f"{answer.reason} (rule {rule})" if rule and rule != "built-in" else answer.reason
+        return None, f"{answer.reason} (rule {rule})" if rule and rule != "built-in" else answer.reason, {}
     if "error" in answer.header:
         raise StoreError(f"sanitize failed on a text of the extract store ({answer.header['error']}); run it again")
-    return answer.data.decode("utf-8"), Counter(answer.header.get("findings", {}))
+    values = answer.header.get("values", {})
+    return answer.data.decode("utf-8"), Counter(answer.header.get("findings", {})), values
 
 
 _WORKER_SANITIZERS: dict[bytes, "Sanitizer"] = {}
@@ -785,23 +883,34 @@ def budget_task_redact(note, settings_blob: bytes, data: bytes):
 
     sanitizer._accept = noted
     try:
-        clean, counts = sanitizer.redact(data.decode("utf-8"))
+        clean, counts, values = sanitizer.redact_found(data.decode("utf-8"))
     finally:
         sanitizer._accept = accept
-    return {"findings": dict(counts)}, clean.encode("utf-8")
+    # values: raw, handed back to the stage through the worker's pipe, kept in the private map
+    return {"findings": dict(counts), "values": values}, clean.encode("utf-8")
 
 
-def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer) -> tuple[list[dict], int]:
-    """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path) and how many paths changed."""
+def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher=None) -> tuple[list[dict], int]:
+    """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path) and how many paths changed.
+
+    A value found in any text of the sweep is removed from the path names too (``matcher``).
+    """
     rows, paths_redacted = [], 0
     for doc in sorted(documents):
         document = documents[doc]
-        shown = {path: sanitizer.redact_path(path) for path in document.raw_paths}
+        shown = {path: _without_copies(sanitizer.redact_path(path), matcher) for path in document.raw_paths}
         paths_redacted += sum(1 for path, clean_path in shown.items() if clean_path != path)
         first = min(document.raw_paths) if document.raw_paths else None
         kind = document.kind_by_path.get(first, "") if first is not None else ""
         rows.append({"doc": doc, "paths": sorted(set(shown.values())), "kind": kind})
     return rows, paths_redacted
+
+
+def _without_copies(text: str, matcher) -> str:
+    if matcher is None:
+        return text
+    found = [Finding(s, e, -1, rule) for s, e, rule in matcher.finditer(text)]
+    return _replace(text, merge(found))[0] if found else text
 
 
 def _extracted_keys(layout) -> dict[str, _Extracted]:

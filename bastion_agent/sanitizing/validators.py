@@ -95,6 +95,23 @@ def is_placeholder(value: str) -> bool:
     return False
 
 
+WHOLE_REFERENCE = re.compile(
+    r"(?:\s*(?:" + TEMPLATE_PARTS.pattern + r"|\$[A-Za-z_]\w*|%[A-Za-z_]\w*%|\$\{[^}\n]*\}|\{\{[^\n]*?\}\}))+\s*"
+)
+
+
+def is_whole_reference(value: str) -> bool:
+    """The value is nothing but references: ``${DB_PASSWORD}``, ``{{ .Values.pw }}``, ``%(pw)s``, ``<secret>``.
+
+    Punctuation between references counts as part of them (``{0}:{1}``,
+    ``${USER}:${PASS}``); a letter or digit outside does not: ``pre${X}post`` goes.
+    """
+    if WHOLE_REFERENCE.fullmatch(value):
+        return True
+    rest = TEMPLATE_PARTS.sub("", value)
+    return rest != value and not any(ch.isalnum() for ch in rest)
+
+
 def is_templated(value: str) -> bool:
     """The value is mostly a template expression or a variable reference."""
     if not TEMPLATE_PARTS.search(value) and not value.startswith(("$", "%")):
@@ -174,6 +191,10 @@ def public_ip(value: str) -> bool:
 
 RESERVED_EMAIL_DOMAINS = ("example.com", "example.org", "example.net")
 RESERVED_EMAIL_TLDS = (".example", ".test", ".invalid", ".localhost", ".local")
+# Hosts of URLs whose user-info stays: only the names reserved for documentation (RFC 2606,
+# RFC 6761). ``.local`` and ``localhost`` are real hosts (Active Directory, mDNS, a developer's database).
+RESERVED_URL_HOSTS = ("example.com", "example.org", "example.net")
+RESERVED_URL_TLDS = (".example", ".test", ".invalid")
 
 
 def personal_email(value: str) -> bool:
@@ -257,11 +278,21 @@ def key_strength(key: str) -> str | None:
             strength, last = strength or "weak", index
     if strength is None:
         return None
-    if any(word in NON_SECRET_SUFFIX for word in words[last + 1:]):
+    if any(word in NON_SECRET_SUFFIX or word in NAME_SUFFIX for word in words[last + 1:]):
         return None
     if any(word in NON_SECRET_PREFIX for word in words[:last]):
         return None
     return strength
+
+
+# Words after a credential word that make the identifier describe one, not hold one
+# (``validKeyChars``, ``passwordAlphabet``, ``tokenKind``, ``secret_name``).
+NAME_SUFFIX = frozenset({"chars", "characters", "alphabet", "charset", "symbols", "re", "regexp", "kind",
+                         "ref", "refs", "name", "keys", "hash", "hashed", "digest", "salt"})
+# A value of this shape reads as an HTTP header name (``contentTypeToken = "Content-Type"``).
+HEADER_NAME = re.compile(r"[A-Z][a-z]+(?:-[A-Z][a-z0-9]*)+")
+# An attribute of a tag named ``key``/``name``/``id`` holds the name of a setting, not its value.
+ATTRIBUTE_NAMES = frozenset({"key", "name", "id"})
 
 
 def unquote(raw: str, start: int) -> tuple[str, int, int, bool]:
@@ -304,6 +335,8 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
         return False
     if len(value.split()) >= 6:  # a sentence (a message, a label), not a secret
         return False
+    if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
+        return False  # an alphabet constant, a header name
     if not quoted and looks_like_code(value, following):
         return False
     if strength == "weak":
@@ -325,6 +358,8 @@ def check_assignment(match: re.Match, start: int, end: int):
     if strength is None:
         return False
     groups = match.groupdict()
+    if key.lower() in ATTRIBUTE_NAMES and groups.get("op") == "=" and _inside_tag(match.string, match.start("key")):
+        return False  # <entry key="jetbrains.mps.v8_elimination" value="..."/>: key= names the setting
     if groups.get("op") == ",":
         if not groups.get("kq"):
             return False  # ``token, value = ...``: tuple unpacking, not an assignment
@@ -338,6 +373,13 @@ def check_assignment(match: re.Match, start: int, end: int):
     if not assignment_value_ok(value, strength, quoted, following):
         return False
     return [(vstart, vend)]
+
+
+def _inside_tag(text: str, position: int) -> bool:
+    """Is ``position`` inside an XML/HTML tag (a ``<`` before it on its line, no ``>`` between)?"""
+    line_start = text.rfind("\n", 0, position) + 1
+    opening = text.rfind("<", line_start, position)
+    return opening != -1 and text.find(">", opening, position) == -1
 
 
 def block_value_spans(block: str, offset: int, *, minimum: int = 4) -> Spans:
@@ -407,9 +449,10 @@ def check_auth_header(match: re.Match, start: int, end: int):
 def check_url_credentials(match: re.Match, start: int, end: int):
     user, _, password = match.string[start:end].partition(":")
     host = re.match(r"[^\s/?#:\"'<>]*", match.string[end + 1:end + 256]).group(0).lower().rstrip(".")
-    if host.endswith(RESERVED_EMAIL_DOMAINS) or host.endswith(RESERVED_EMAIL_TLDS):
+    if host in RESERVED_URL_HOSTS or host.endswith(tuple("." + name for name in RESERVED_URL_HOSTS)) or host.endswith(RESERVED_URL_TLDS):
         return False  # https://abc:xyz@example.com is documentation (RFC 2606), not a credential
-    return len(password) >= 3 and plausible_secret(password)
+    # Only a password that is entirely a reference stays: ``O$pwLeEtq1`` is a password with a "$" in it.
+    return len(password) >= 3 and has_alnum(password) and not is_placeholder(password) and not is_whole_reference(password)
 
 
 def check_cli_user(match: re.Match, start: int, end: int):

@@ -1,0 +1,448 @@
+"""Credential values found by their context: the key they are assigned to, then the syntax.
+
+A detector that decides by a value's *shape* misses ``db_password =
+p@ss;word#2024`` (its characters end a token) and cuts ``Tr0ub4dor&3-prod``
+at the ``&``. A person decides by the key: a value assigned to a
+credential-named key is a secret whatever it holds, up to where its syntax
+says it ends. This module is that one mechanism:
+
+- a **key vocabulary** (``credential_key``): the words of an identifier
+  (``db_password``, ``db.password``, ``DB_PASSWORD``, ``dbPassword``,
+  ``bindpw``) name a credential (password, passwd, pwd, pw, pass,
+  passphrase, secret, token, api key, credential, PIN...), unless a later
+  word says the value only describes one (``password_length``,
+  ``token_url``) or an earlier one negates it (``max_password``);
+- a **value scanner per syntax** (``_value``): after the key, the operator
+  and what surrounds it say which syntax this is, and each syntax ends its
+  value at its own terminator: the closing quote (escapes honoured) of a
+  quoted value, the end of the line in INI/TOML/YAML/.properties/.env, ``;``
+  in a connection string, ``&`` in a URL query, the next whitespace on a
+  command line, in ``export`` and in prose, ``</`` for an XML element, the
+  quote of a string that holds ``KEY=value`` (``putenv("PW=...")``);
+- a few **positional** command lines whose password has no key at all
+  (``net use ... /user:X PASS``, ``net user NAME PASS``, ``htpasswd -b``,
+  ``smbclient -U user%PASS``, ``sqlplus user/PASS@db``).
+
+What stays: a value that is *entirely* a reference (``${DB_PASSWORD}``,
+``{{ .Values.pw }}``, ``%(pw)s``, ``<secret>``, ``$PW``, ``%PW%``), an
+obvious placeholder, code (``getPassword()``, ``config.password``), a
+boolean, a path or URL, a sentence. A value that merely *contains* ``${``
+goes whole. ``scan`` returns ``(start, end)`` spans; ``Sanitizer.findings``
+turns them into findings of the rule ``credential-value``.
+
+The scan is driven by a few literal stems (``pass``, ``pw``, ``secret``,
+``token``, ``key``, ``cred``, ``auth``, ``pin``) searched with
+``str.find`` in the lowered text, so text without them costs a handful of
+memchr-speed passes; each hit costs a look at its identifier and its line.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from bastion_agent.sanitizing.validators import (
+    BOOLEANISH,
+    HEADER_NAME,
+    KEY_COMPANIONS,
+    NAME_SUFFIX,
+    NON_SECRET_PREFIX,
+    NON_SECRET_SUFFIX,
+    NOT_SECRET_WORDS,
+    SEQUENCES,
+    SOURCE_FILE_KEY,
+    STRONG_EXACT,
+    STRONG_WORDS,
+    TEMPLATE_PARTS,
+    is_placeholder,
+    is_whole_reference,
+    key_words,
+    is_reference,
+    looks_like_code,
+    looks_random,
+)
+
+STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin")
+IDENT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+QUOTES = "\"'`"
+MAX_NAME = 100  # a longer identifier is no key name (and its scan stops there)
+REACH = 4096  # how far from a key its line is read, either way
+MAX_VALUE = 1024  # a value longer than this on its line is a blob, not a credential: its first 1 KiB goes
+# Words of a password's family: the only keys whose value is read from prose ("the password is X").
+PROSE_WORDS = frozenset({"password", "passwort", "passphrase", "passcode", "pw", "pwd", "pin", "passwd"})
+CODE_EXPRESSION = re.compile(r"[A-Za-z_$][\w.$]*(?:\s*(?:\(|\[|\.\w+\().*|\s*(?:\|\||&&|\?\?|\?|\+)\s*.*)")
+REFERENCE_WORD = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z]+(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+")
+SPACE = " \t"
+FORMATTED = re.compile(r"\.(?:format|formatted|replace|join|split|strip)\(|[ \t]*%[ \t]*[(\w]|[ \t]*\+[ \t]*\w")
+
+
+# --- the key vocabulary -------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)  # code repeats its identifiers: classify each once
+def credential_key(name: str) -> str | None:
+    """"strong", "weak", "pin" or None: does the identifier ``name`` name a credential?
+
+    Strong: a password-, secret- or token-like word (``db.password``,
+    ``bindpw``, ``apiKey``, ``client_secret``); weak: ``key``, ``auth``,
+    ``cred``-like words, whose value must also look random; "pin": a PIN,
+    whose value is 4 to 12 digits.
+    """
+    words = key_words(name)
+    strength, last = None, -1
+    for index, word in enumerate(words):
+        if word in NOT_SECRET_WORDS:
+            continue
+        if word == "pin" or (word == "code" and index and words[index - 1] == "pin"):
+            strength, last = strength or "pin", index
+        elif word in STRONG_EXACT or any(strong in word for strong in STRONG_WORDS) or _pw_word(word):
+            strength, last = "strong", index
+        elif word == "key" and index > 0 and words[index - 1] in KEY_COMPANIONS:
+            strength, last = "strong", index
+        elif word.endswith("key") or word.startswith("auth") or "cred" in word:
+            strength, last = strength or "weak", index
+    if strength is None:
+        return None
+    if any(word in NON_SECRET_SUFFIX or word in NAME_SUFFIX for word in words[last + 1:]):
+        return None
+    if any(word in NON_SECRET_PREFIX for word in words[:last]):
+        return None
+    return strength
+
+
+def _pw_word(word: str) -> bool:
+    """``bindpw``, ``rootpw``, ``adminpw``: a short word ending in ``pw`` (nslcd, slapd, kickstart)."""
+    return word.endswith("pw") and 2 < len(word) <= 8
+
+
+# --- values ---------------------------------------------------------------------------
+
+
+def value_ok(value: str, strength: str, *, quoted: bool, label: bool) -> bool:
+    """Is this value of a credential key a credential (not a reference, a placeholder, code or prose)?"""
+    value = value.strip()
+    if not value or is_whole_reference(value):
+        return False
+    if strength == "pin":
+        return value.isdigit() and 4 <= len(value) <= 12
+    lowered = value.lower()
+    if lowered in BOOLEANISH or is_placeholder(value) or not any(ch.isalnum() for ch in value):
+        return False
+    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("/", "./", "~/", "../", "<")):
+        return False  # a URL (its user-info is the URL rule's) or a path
+    if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
+        return False
+    words = value.split()
+    if len(words) >= 6:
+        return False  # a sentence, a message
+    if not quoted:
+        if value.endswith(":") or value.startswith(":") or CODE_EXPRESSION.fullmatch(value):
+            return False
+        if re.fullmatch(r"[A-Za-z]+", value) or REFERENCE_WORD.fullmatch(value) or is_reference(value):
+            return False  # a word or an identifier: in code a variable, in text a label
+        if looks_like_code(value, ""):
+            return False  # settings.API_TOKEN, config.db.password
+        if label and not _telling(value):
+            return False  # "Password: see the vault": a label and prose
+    if strength == "weak":
+        compact = value.replace("-", "")
+        return len(value) >= 16 and " " not in value and looks_random(compact, base64_bits=3.5)
+    return len(value) >= 4
+
+
+def _directive_value(value: str) -> bool:
+    """A directive's value has a digit, or a symbol that is not the punctuation of a sentence."""
+    return any(ch.isdigit() for ch in value) or any(not ch.isalnum() and ch not in ".,;:!?" for ch in value)
+
+
+def _telling(value: str) -> bool:
+    """Has a digit, a symbol or a capital after its first letter: not a word of a sentence."""
+    return (any(ch.isdigit() for ch in value) or any(not ch.isalnum() and not ch.isspace() for ch in value)
+            or any(ch.isupper() for ch in value[1:]))
+
+
+# --- the scanner -------------------------------------------------------------------------
+
+
+def scan(text: str) -> list[tuple[int, int]]:
+    """The spans of credential values in ``text`` (keyed and positional)."""
+    lowered = text.lower()
+    if len(lowered) != len(text):
+        lowered = "".join(ch.lower() if len(ch.lower()) == 1 else ch for ch in text)
+    spans: list[tuple[int, int]] = []
+    seen: set[int] = set()
+    for stem in STEMS:
+        position = lowered.find(stem)
+        while position != -1:
+            start, floor = position, max(0, position - MAX_NAME)
+            while start > floor and text[start - 1] in IDENT:
+                start -= 1
+            end, ceiling = position + len(stem), min(len(text), position + len(stem) + MAX_NAME)
+            while end < ceiling and text[end] in IDENT:
+                end += 1
+            if start not in seen and (start == 0 or text[start - 1] not in IDENT) and (
+                    end == len(text) or text[end] not in IDENT):
+                seen.add(start)
+                span = _keyed(text, start, end)
+                if span is not None:
+                    spans.append(span)
+            position = lowered.find(stem, end)  # the rest of this identifier was seen
+    if "net " in lowered or "net\t" in lowered:
+        spans.extend(_net_use(text))
+    if any(trigger in lowered for trigger in TOOL_TRIGGERS):
+        spans.extend(_tools(text))
+    return spans
+
+
+def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """The value assigned to the identifier ``text[start:end]``, when it names a credential."""
+    name = text[start:end].strip(".-")
+    if not name or len(name) > 100:
+        return None
+    strength = credential_key(name)
+    if strength is None or name.lower() == "key":
+        return None  # a bare ``key`` names a map's key (XML key="...", YAML key: ...), not a credential
+    if SOURCE_FILE_KEY.fullmatch(name):
+        return None  # ``src/chpasswd.c: s/exit/...``: a change log names a file, not a key
+    opening = text[start - 1] if start > 0 else ""
+    after = end
+    key_quoted = opening in QUOTES and text[end:end + 1] == opening
+    if key_quoted:
+        after += 1
+    if text[after:after + 1] == "]":
+        after += 1
+    newline = text.rfind("\n", max(0, start - REACH), start)  # bounded: a megabyte line costs no more than itself
+    line_start = newline + 1 if newline != -1 else max(0, start - REACH)
+    line_end = text.find("\n", after, after + REACH)
+    line_end = min(len(text), after + REACH) if line_end == -1 else line_end
+    before = text[line_start:start - (1 if opening else 0)]
+    position = after
+    while position < line_end and text[position] in SPACE:
+        position += 1
+    operator = _operator(text, position, line_end)
+    at_line_start = _line_start(before, opening)
+    if operator is None:
+        return _unmarked(text, start, end, position, line_end, strength, before, opening, key_quoted, at_line_start)
+    kind, width = operator
+    if kind == "," and not key_quoted:
+        return None  # ``token, rest = ...``: a tuple, not a pair
+    if kind == ">" and opening != "<":
+        return None
+    position += width
+    if kind == ">":
+        close = text.find("<", position, min(len(text), position + MAX_VALUE))
+        if close == -1:
+            return None
+        return _accept(text, position, close, strength, quoted=True, label=False)
+    while position < line_end and text[position] in SPACE:
+        position += 1
+    if kind == "," and text[position:position + 1] not in QUOTES:
+        return None  # ``("password", variable)``: a name handed to code
+    if kind == ",":
+        close = _closing(text, position, line_end) if text[position:position + 1] in QUOTES else None
+        inner = text[position + 1:close] if close is not None else ""
+        if REFERENCE_WORD.fullmatch(inner) or re.fullmatch(r"[A-Za-z]+", inner):
+            return None  # ``("password", "password_confirm")``: a list of field names
+    if kind == ":" and not key_quoted and at_line_start and name[:1].isupper() and not name.isupper():
+        label = True  # ``Password: ...`` at the start of a line: a form label in prose
+    else:
+        label = kind == ":" and not at_line_start and not key_quoted
+    terminator = _terminator(text, start, "" if key_quoted else opening, before, at_line_start, label)
+    return _read_value(text, position, line_end, strength, terminator, label)
+
+
+def _operator(text: str, position: int, line_end: int) -> tuple[str, int] | None:
+    ahead = text[position:position + 3]
+    for token in (":::=", "::=", ":=", "=>", "+=", "?=", "===", "==", "="):
+        if ahead.startswith(token) or text[position:position + len(token)] == token:
+            return "=", len(token)
+    if ahead.startswith(":") and not ahead.startswith("::"):
+        return ":", 1
+    if ahead.startswith(","):
+        return ",", 1
+    if ahead.startswith(">"):
+        return ">", 1
+    return None
+
+
+def _line_start(before: str, opening: str) -> bool:
+    """Only indentation, a list dash, ``export``/``set``/``$``/``-D`` or a quote before the key."""
+    stripped = before.strip()
+    if opening in QUOTES + "$":
+        stripped = stripped[:-1] if stripped.endswith(opening) else stripped
+    return stripped in ("", "-", "export", "set", "setx", "declare -x", "ENV", "-D", "readonly", "local", "$",
+                        "var", "let", "const", "my", "our", "static")
+
+
+def _terminator(text: str, start: int, opening: str, before: str, at_line_start: bool, label: bool) -> str:
+    """Which syntax the value is in, by what stands before its key."""
+    if opening in "\"'`" and opening:
+        return opening  # ``putenv("PW=...")``, ``"--password=..."``: the string's own quote ends it
+    previous = before.rstrip()[-1:] if before.rstrip() else ""
+    if opening == ";" or previous == ";" or (";" in before and "=" in before):
+        return ";"  # a connection string: Server=...;Password=...;
+    if opening in ("?", "&"):
+        return "&"  # a URL query
+    if opening == "," or previous == ",":
+        return ","  # mount -o user=x,password=y
+    if opening in ("-", "/") or before.strip().startswith("export ") or before.strip() == "export":
+        return " "  # a command line flag, shell export: a word
+    if label or not at_line_start:
+        return " "
+    return "\n"  # INI, TOML, YAML, .properties, .env: the end of the line
+
+
+def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
+                label: bool) -> tuple[int, int] | None:
+    first = text[position:position + 1]
+    if first == "\\" and text[position + 1:position + 2] == '"':
+        close = text.find('\\"', position + 2, line_end)
+        return _accept(text, position + 2, close, strength, quoted=True, label=False) if close != -1 else None
+    if first and first in QUOTES and first != terminator:
+        close = _closing(text, position, line_end)
+        if close is None:
+            return _accept(text, position + 1, line_end, strength, quoted=False, label=label)
+        if FORMATTED.match(text, close + 1):
+            return None  # ``'{0}:{1}'.format(user, pw)``, ``"%s" % pw``: a format string of code
+        return _accept(text, position + 1, close, strength, quoted=True, label=False)
+    if first == "{" and terminator == ";":
+        close = text.find("}", position, line_end)  # ODBC: Pwd={a;b}
+        if close != -1:
+            return _accept(text, position + 1, close, strength, quoted=True, label=False)
+    if terminator == "\n":
+        end = line_end
+    else:
+        stops = {" ": " \t", ";": ";", "&": "&# \t", ",": ", \t"}.get(terminator, terminator)
+        end = position
+        while end < line_end and text[end] not in stops:
+            end += 1
+    end = min(end, position + MAX_VALUE)
+    while end > position and text[end - 1] in " \t\r":
+        end -= 1
+    if terminator == " " and label:
+        while end > position and text[end - 1] in ".,;:!?)\"'":
+            end -= 1
+    return _accept(text, position, end, strength, quoted=False, label=label)
+
+
+def _closing(text: str, position: int, line_end: int) -> int | None:
+    """Where the quote opened at ``position`` closes on its line (backslash escapes; '' in single quotes)."""
+    quote = text[position]
+    index = position + 1
+    while index < line_end:
+        ch = text[index]
+        if ch == "\\" and quote != "'" or ch == "\\" and text[index + 1:index + 2] == "'":
+            index += 2
+            continue
+        if ch == quote:
+            if quote == "'" and text[index + 1:index + 2] == "'":
+                index += 2
+                continue
+            return index
+        index += 1
+    return None
+
+
+def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, label: bool) -> tuple[int, int] | None:
+    if end <= start:
+        return None
+    value = text[start:end]
+    if not quoted:
+        stripped = value.rstrip()
+        end = start + len(stripped)
+        value = stripped
+        if value.endswith(";") and CODE_EXPRESSION.fullmatch(value[:-1].strip() or "x"):
+            return None
+    if not value_ok(value, strength, quoted=quoted, label=label):
+        return None
+    lead = len(value) - len(value.lstrip())
+    end -= len(value) - len(value.rstrip())
+    return (start + lead, end) if end > start + lead else None
+
+
+def _unmarked(text, start, end, position, line_end, strength, before, opening, key_quoted, at_line_start):
+    """No operator after the key: an XML key/value attribute pair, a directive, or prose."""
+    if key_quoted and re.search(r"(?i)(?:key|name|id|property)\s*=\s*$", before):
+        return _attribute_pair(text, end + 1, strength)
+    if strength == "weak":
+        return None
+    name = text[start:end]
+    if at_line_start and position < line_end and position > end:
+        # ``bindpw Tp4!Zx8c``, ``requirepass ...``, netrc ``password X``: a directive and one word
+        rest = text[position:line_end].rstrip()
+        last = key_words(name)[-1] if key_words(name) else ""
+        if (rest and " " not in rest and "\t" not in rest and name.islower() and rest[0] not in QUOTES + "<"
+                and ("pass" in last or last.endswith("pw")) and _directive_value(rest)):
+            return _accept(text, position, position + len(rest), strength, quoted=False, label=False)
+        return None
+    words = key_words(name)
+    if not words or words[-1] not in PROSE_WORDS:
+        return None
+    prose = PROSE_VERB.match(text, position, line_end)
+    if prose is None:
+        return None
+    return _read_value(text, prose.end(), line_end, strength, " ", True)
+
+
+PROSE_VERB = re.compile(r"(?i)(?:is|was|will be|is now|is set to|has been changed to|changed to|ist|lautet)[ \t]+"
+                        r"(?:now[ \t]+|still[ \t]+)?[:\u201c\u2018\"']?")
+
+
+def _attribute_pair(text: str, position: int, strength: str) -> tuple[int, int] | None:
+    """``<entry key="db.password" value="..."/>``: the ``value`` attribute of the same tag."""
+    tag_end = text.find(">", position, position + MAX_VALUE)
+    if tag_end == -1:
+        return None
+    match = re.compile(r"""(?i)\s(?:value|content|default)\s*=\s*(["'])""").search(text, position, tag_end)
+    if match is None:
+        return None
+    close = text.find(match.group(1), match.end(), tag_end + 1 + MAX_VALUE)
+    return _accept(text, match.end(), close, strength, quoted=True, label=False) if close != -1 else None
+
+
+# --- positional passwords on command lines ----------------------------------------------
+
+
+def _net_use(text: str) -> list[tuple[int, int]]:
+    """``net use Z: \\\\srv\\share PASS /user:DOMAIN\\name`` (either order): the one bare word."""
+    spans = []
+    for line in NET_USE.finditer(text):
+        has_user = False
+        words = list(re.finditer(r'"[^"\n]*"|\S+', line.group("args")))
+        candidates = []
+        for index, word in enumerate(words):
+            token = word.group(0)
+            if token.lower().startswith("/user:") or token.lower().startswith("/u:"):
+                has_user = True
+            elif not token.startswith(("/", "\\\\")) and not re.fullmatch(r"[A-Za-z]:|\*", token):
+                candidates.append(word)
+        if has_user or line.group("verb").lower() == "user":
+            for word in candidates[1:] if line.group("verb").lower() == "user" else candidates:
+                span = _accept(text, line.start("args") + word.start(), line.start("args") + word.end(), "strong",
+                               quoted=False, label=True)
+                if span is not None:
+                    spans.append(span)
+    return spans
+
+
+NET_USE = re.compile(r"(?im)(?<![\w\-])net[ \t]+(?P<verb>use|user)[ \t]+(?P<args>[^\r\n]*)")
+TOOL_PASSWORDS = (
+    re.compile(r"(?im)(?<![\w\-])htpasswd(?:[ \t]+-[a-zA-Z]+)*[ \t]+-[a-zA-Z]*b[a-zA-Z]*(?:[ \t]+-[a-zA-Z]+)*"
+               r"[ \t]+\S+[ \t]+\S+[ \t]+(?P<secret>\S+)"),
+    re.compile(r"(?im)(?<![\w\-])(?:smbclient|rpcclient|smbmap|mount\.cifs)[^\r\n]*?[ \t](?:-U|--user(?:name)?=?)[ \t]*"
+               r"[\"']?[^\s%\"']+%(?P<secret>[^\s\"']+)"),
+    re.compile(r"(?im)(?<![\w\-])(?:sqlplus|expdp|impdp|rman)[ \t]+(?:-[sSL][ \t]+)*[\"']?[\w$#]+/(?P<secret>[^\s@\"']+)@"),
+)
+
+
+def _tools(text: str) -> list[tuple[int, int]]:
+    spans = []
+    for pattern in TOOL_PASSWORDS:
+        for match in pattern.finditer(text):
+            span = _accept(text, match.start("secret"), match.end("secret"), "strong", quoted=True, label=False)
+            if span is not None:
+                spans.append(span)
+    return spans
+
+
+TOOL_TRIGGERS = ("htpasswd", "smbclient", "rpcclient", "smbmap", "mount.cifs", "sqlplus", "expdp", "impdp", "rman")

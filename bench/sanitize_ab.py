@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Sanitize throughput of this checkout beside another one's (main's), in the same run.
+
+Each measure runs in its own process (two ``bastion_agent`` packages cannot
+share one), the two checkouts alternating ``--repeat`` times so that both
+see the same load on a shared machine; the best time of each is kept. The
+corpora: prose (the scifact abstracts of ``../shared/data/ir``, or
+``BASTION_PROSE_DATA``) and source code (this package's own Python, dense in
+token/key/password), read in place. Prints JSON: MB/s of each and the ratio
+this / baseline (issue 24's target: >= 0.8).
+
+Usage: python3 bench/sanitize_ab.py --baseline DIR [--mb 2] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PROSE = Path(os.environ.get("BASTION_PROSE_DATA", HERE.parent.parent / "shared" / "data" / "ir" / "scifact" / "docs"))
+if not PROSE.is_dir():
+    PROSE = Path("/work/shared/data/ir/scifact/docs")
+
+TIMER = r"""
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from bastion_agent.sanitizing.sanitize import Sanitizer
+files = sorted(Path(sys.argv[2]).glob(sys.argv[3]))
+limit = int(float(sys.argv[4]) * 1e6)
+texts, size = [], 0
+for path in files:
+    if size >= limit:
+        break
+    text = path.read_text(encoding="utf-8", errors="replace")
+    texts.append(text)
+    size += len(text.encode())
+sanitizer = Sanitizer()
+sanitizer.redact("warm up: password = x1y2z3w4")
+start = time.perf_counter()
+for text in texts:
+    sanitizer.redact_found(text) if hasattr(sanitizer, "redact_found") else sanitizer.redact(text)
+print(size, time.perf_counter() - start)
+"""
+
+
+def measure(code: Path, folder: Path, pattern: str, megabytes: float) -> tuple[int, float]:
+    out = subprocess.run([sys.executable, "-c", TIMER, str(code), str(folder), pattern, str(megabytes)],
+                         check=True, capture_output=True, text=True).stdout.split()
+    return int(out[0]), float(out[1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", required=True, help="root of the checkout to compare with (holds bastion_agent/)")
+    parser.add_argument("--mb", type=float, default=2.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    report = {}
+    for name, folder, pattern, megabytes in (("prose", PROSE, "*.txt", args.mb),
+                                             ("code", HERE.parent / "bastion_agent", "**/*.py", args.mb / 2)):
+        best = {"this": None, "baseline": None}
+        size = 0
+        for _ in range(max(1, args.repeat)):
+            for which, code in (("baseline", Path(args.baseline)), ("this", HERE.parent)):
+                size, seconds = measure(code, folder, pattern, megabytes)
+                best[which] = seconds if best[which] is None else min(best[which], seconds)
+        report[name] = {"megabytes": round(size / 1e6, 2),
+                        "this_mb_s": round(size / 1e6 / best["this"], 2),
+                        "baseline_mb_s": round(size / 1e6 / best["baseline"], 2),
+                        "ratio": round(best["baseline"] / best["this"], 3)}
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
