@@ -157,6 +157,31 @@ class RemediationTests(EraseCase):
         self.assertEqual(code, 0, err)
         self.assert_erased(old_ids, old_vectors)
 
+    def old_ids_of(self, text: str) -> set[str]:
+        return {row["chunk_id"] for row in self.windows() if row["doc"] == sha(text)} | {sha(text)}
+
+    def test_a_file_changed_in_the_same_sweep_as_the_rule_loses_its_old_windows_too(self):
+        self.put("hr.txt", HR_TEXT)
+        self.assertEqual(self.sweep()[0], 0)
+        old_ids = self.old_ids_of(HR_TEXT)
+        self.put("hr.txt", HR_TEXT + "Reviewed in April.\n")  # other raw bytes: no new document to compare with
+        self.add_rule()
+        code, _, err = self.sweep()
+        self.assertEqual(code, 0, err)
+        self.assert_erased(old_ids, set())
+
+    def test_windows_of_an_earlier_chunk_size_are_erased_with_their_document(self):
+        self.put("hr.txt", HR_TEXT)
+        self.assertEqual(self.sweep()[0], 0)
+        old_ids = self.old_ids_of(HR_TEXT)
+        write_manifest(self.tmp, size=12, overlap=OVERLAP, dim=DIM)  # the size-8 windows' vectors go stale
+        self.assertEqual(self.sweep()[0], 0)
+        old_ids |= self.old_ids_of(HR_TEXT)
+        write_manifest(self.tmp, size=12, overlap=OVERLAP, dim=DIM, extra=RULE)
+        code, _, err = self.sweep()
+        self.assertEqual(code, 0, err)
+        self.assert_erased(old_ids, set())
+
     def test_a_document_the_rule_leaves_unchanged_keeps_its_vectors_and_a_removed_file_stays_stale(self):
         self.put("keep.txt", KEEP_TEXT)
         self.put("gone.txt", "The cafeteria menu changes every monday; soup is served at noon.\n")
@@ -308,3 +333,48 @@ class PruneTests(EraseCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PublishedErasureTests(EraseCase):
+    """Read only on ``publishing/``: what the next publish does with a superseded document (the i26 branch owns it)."""
+
+    @classmethod
+    def setUpClass(cls):
+        from bastion_agent.testing import pgtest
+
+        reason = pgtest.unavailable_reason()
+        if reason:
+            raise unittest.SkipTest(reason)
+        cls.postgres = pgtest.ThrowawayPostgres().start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.postgres.stop()
+
+    def publish(self) -> None:
+        with clean_env(BASTION_PUBLISH_DSN=self.postgres.dsn()):
+            code, _, err = run_cli("publish", self.manifest, "--out", self.out)
+        self.assertEqual(code, 0, err)
+
+    def published(self) -> set[tuple[str, str]]:
+        import psycopg
+
+        with psycopg.connect(self.postgres.dsn(), autocommit=True) as conn:
+            windows = conn.execute("SELECT doc, chunk_id FROM bastion_agent.windows").fetchall()
+            documents = conn.execute("SELECT doc, doc FROM bastion_agent.documents").fetchall()
+        return set(windows) | set(documents)
+
+    def test_the_next_publish_deletes_the_superseded_documents_rows(self):
+        publish = '\n[publish]\nbastion = "fs-01"\n'
+        write_manifest(self.tmp, size=SIZE, overlap=OVERLAP, dim=DIM, extra=publish)
+        self.put("hr.txt", HR_TEXT)
+        self.assertEqual(self.sweep()[0], 0)
+        old_ids = {row["chunk_id"] for row in self.windows()} | {sha(HR_TEXT)}
+        self.publish()
+        self.assertTrue(old_ids & {value for row in self.published() for value in row})
+        write_manifest(self.tmp, size=SIZE, overlap=OVERLAP, dim=DIM, extra=publish + RULE)
+        self.assertEqual(self.sweep()[0], 0)
+        self.publish()
+        left = {value for row in self.published() for value in row}
+        self.assertIn(sha(HR_TEXT.replace(EMPLOYEE, PLACEHOLDER)), left)
+        self.assertEqual(old_ids & left, set())
