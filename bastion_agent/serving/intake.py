@@ -90,8 +90,10 @@ class Intake:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread and close every connection still waiting."""
+        """Stop the thread and close every connection still waiting (once; a second call does nothing)."""
         with self._lock:
+            if self._stopped:
+                return
             self._stopped = True
         self._wake()
         if self._thread.is_alive():

@@ -550,13 +550,13 @@ class BastionHTTPServer(ThreadingHTTPServer):
         self.page = serve_page.PAGE.encode("utf-8")
         self.page_csp = serve_page.content_security_policy()
         self.address_family = address_family(settings.host)
-        super().__init__((settings.host, settings.port), Handler)
-        self.openapi = json.dumps(serve_openapi.document(settings, self.url), indent=2).encode("utf-8")
         self.open_slots = threading.BoundedSemaphore(MAX_CONNECTIONS - RESERVED_SLOTS)
         self.reserved_slots = threading.BoundedSemaphore(RESERVED_SLOTS)
         self.intake = intake.Intake(self._head_ready, self._refuse,
                                     deadline=min(intake.HEAD_SECONDS, settings.request_time_limit))
         self._heads = threading.local()
+        super().__init__((settings.host, settings.port), Handler)  # on a bind error it calls server_close
+        self.openapi = json.dumps(serve_openapi.document(settings, self.url), indent=2).encode("utf-8")
 
     def process_request(self, request, client_address) -> None:
         """The accepting thread hands every connection to the intake, which reads its head without a thread."""
