@@ -104,6 +104,7 @@ EXTRA_COMMANDS = [
     ("model-server", "model.modelserver", "serve the embedded model (multilingual-e5-small) on loopback, Ollama and OpenAI style"),
     ("demo", "commands.demo", "the main job on the bundled sample: start the embedded model, sweep, search, stop"),
     ("mcp", "serving.mcp_server", "let AI assistants search over the Model Context Protocol (stdio; needs the [mcp] extra)"),
+    ("prune", "commands.prune_cli", "erase stale vectors (every model, or --model) from vectors.db and index/; print the counts"),
 ]
 
 

@@ -33,8 +33,11 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
     run retries exactly the chunks that still have no vector.
     """
     from bastion_agent.embedding.embed_engine import EmbedStats
+    from bastion_agent.embedding.erase import erase_superseded
 
     started = time.monotonic()
+    # First, and whatever the model server does: windows sanitize superseded must not outlive the fix.
+    erased = erase_superseded(layout)
     chunk_rows, documents = current_windows(layout)
     client = client or EmbedClient(EndpointConfig.from_env(), manifest.embed.model)
     key = manifest.embed.vector_key
@@ -67,6 +70,7 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
             counts = _embed_counts(db, manifest, client, api, stats, documents, chunk_rows, missing, started)
             counts.update(window_fit.summary_fields(server, fit, db, key, stats.truncated_ids, manifest.embed.model))
             counts["probed"] = probed
+            counts["superseded_erased"] = erased
             summary = write_summary(layout, "embed", counts, manifest.signature)
             vectorstore.checkpoint(db)
     except ModelServerError as exc:

@@ -13,6 +13,10 @@ Two tables from the specification, plus one for the documents' paths:
   the model server refused, so a re-run knows what it retries (no text).
 - ``reuse_by_text``: empty but while a store written with old, raw-file ids
   is rebuilt (``_m004_sanitized_ids``).
+- ``chunk_docs(chunk_id PK, doc)``: the document of every window that was
+  ever in ``chunks`` (``_m006_chunk_docs``), so the vectors of a document can
+  be found after its windows left the table: a superseded document's are
+  erased (``erase_documents``), and ``prune`` erases stale ones.
 
 Removed text leaves the file's bytes: every connection sets
 ``secure_delete`` (deleted rows and freed pages are zeroed), and ``scrub``
@@ -169,8 +173,28 @@ def _m005_canonical_model_keys(db: sqlite3.Connection) -> None:
             db.execute(f"UPDATE {table} SET model = ? WHERE model = ?", (canonical, key))
 
 
+
+def _m006_chunk_docs(db: sqlite3.Connection) -> None:
+    """Which document each window came from, kept after the window leaves ``chunks``.
+
+    ``chunks`` holds only this sweep's windows, and ``vectors`` is keyed by
+    chunk id and model: once a document's windows left the table, nothing
+    said which vectors were its. When sanitize's result for the same raw
+    text changes (a new rule), the old document's vectors must go
+    (``erase_documents``), including those of windows an earlier chunk size
+    made. A trigger records every window as it enters ``chunks``; this
+    migration records the windows there now. Vectors of windows that left
+    ``chunks`` before it ran have no row: ``prune`` erases them as stale.
+    """
+    db.execute("CREATE TABLE chunk_docs (chunk_id TEXT PRIMARY KEY, doc TEXT NOT NULL)")
+    db.execute("CREATE INDEX chunk_docs_doc ON chunk_docs (doc)")
+    db.execute("INSERT OR IGNORE INTO chunk_docs SELECT chunk_id, doc FROM chunks")
+    db.execute("CREATE TRIGGER chunks_doc AFTER INSERT ON chunks BEGIN"
+               " INSERT OR IGNORE INTO chunk_docs VALUES (new.chunk_id, new.doc); END")
+
+
 MIGRATIONS = [_m001_create_tables, _m002_embed_failures, _m003_search_state, _m004_sanitized_ids,
-              _m005_canonical_model_keys]
+              _m005_canonical_model_keys, _m006_chunk_docs]
 
 
 def rekey_pending(db: sqlite3.Connection) -> bool:
@@ -377,6 +401,63 @@ def stale_vector_count(db: sqlite3.Connection, model: str | None = None) -> int:
     if model is None:
         return count(db, sql)
     return count(db, sql + " AND v.model = ?", model)
+
+
+def erase_documents(db: sqlite3.Connection, docs: Iterable[str]) -> int:
+    """Delete every trace of these documents: windows, vectors of every model, failures, rows. Returns windows erased.
+
+    For documents that sanitize superseded (``embedding.erase``): their
+    windows' ids and vectors were computed from text the current sanitizer
+    would not let out. The windows are those of ``chunk_docs`` (every window
+    the document ever had) and of ``chunks``. The caller scrubs afterwards
+    (``scrub``), so the deleted bytes leave the file and its WAL.
+    """
+    docs = sorted(set(docs))
+    if not docs:
+        return 0
+    with transaction(db):
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS erase_docs (doc TEXT PRIMARY KEY)")
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS erase_ids (chunk_id TEXT PRIMARY KEY)")
+        db.execute("DELETE FROM temp.erase_docs")
+        db.execute("DELETE FROM temp.erase_ids")
+        db.executemany("INSERT OR IGNORE INTO temp.erase_docs VALUES (?)", ((doc,) for doc in docs))
+        db.execute("INSERT OR IGNORE INTO temp.erase_ids SELECT chunk_id FROM chunk_docs WHERE doc IN temp.erase_docs")
+        db.execute("INSERT OR IGNORE INTO temp.erase_ids SELECT chunk_id FROM chunks WHERE doc IN temp.erase_docs")
+        erased = count(db, "SELECT COUNT(*) FROM temp.erase_ids")
+        for table in ("vectors", "embed_failures", "chunks", "chunk_docs"):
+            db.execute(f"DELETE FROM {table} WHERE chunk_id IN temp.erase_ids")
+        db.execute("DELETE FROM documents WHERE doc IN temp.erase_docs")
+        db.execute("DELETE FROM temp.erase_ids")
+        db.execute("DELETE FROM temp.erase_docs")
+    return erased
+
+
+def erase_stale(db: sqlite3.Connection, model: str | None = None, keep: Iterable[str] = ()) -> dict[str, int]:
+    """Delete the vectors whose window is in neither ``chunks`` nor ``keep`` (of ``model``, or every model).
+
+    Returns how many were deleted per model. A window left with no vector
+    of any model also loses its ``chunk_docs`` row, and failure records of
+    windows not in this sweep go too (``prune``). The caller scrubs.
+    """
+    with transaction(db):
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS keep_ids (chunk_id TEXT PRIMARY KEY)")
+        db.execute("DELETE FROM temp.keep_ids")
+        db.executemany("INSERT OR IGNORE INTO temp.keep_ids VALUES (?)", ((chunk_id,) for chunk_id in keep))
+        stale = ("NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = {t}.chunk_id)"
+                 " AND {t}.chunk_id NOT IN temp.keep_ids")
+        where, params = stale.format(t="v"), ()
+        if model is not None:
+            where, params = where + " AND v.model = ?", (model,)
+        removed = dict(db.execute(f"SELECT v.model, COUNT(*) FROM vectors v WHERE {where} GROUP BY v.model", params))
+        db.execute(f"DELETE FROM vectors WHERE {stale.format(t='vectors')}"
+                   + (" AND model = ?" if model is not None else ""), params)
+        db.execute(f"DELETE FROM embed_failures WHERE {stale.format(t='embed_failures')}"
+                   + (" AND model = ?" if model is not None else ""), params)
+        db.execute("DELETE FROM chunk_docs WHERE NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = chunk_docs.chunk_id)"
+                   " AND NOT EXISTS (SELECT 1 FROM embed_failures f WHERE f.chunk_id = chunk_docs.chunk_id)"
+                   f" AND {stale.format(t='chunk_docs')}")
+        db.execute("DELETE FROM temp.keep_ids")
+    return {name: n for name, n in sorted(removed.items())}
 
 
 def searchable(db: sqlite3.Connection, model: str) -> Iterator[tuple]:

@@ -615,6 +615,10 @@ def redact(text: str, settings: SanitizeSettings | None = None) -> str:
 
 
 SANITIZED_MAP = "sanitized.jsonl"
+# Documents to erase from vectors.db and index/ (``embedding.erase``): the ids
+# of documents that the current sanitizer superseded. Private like the map:
+# an old id is the hash of text holding what the current sanitizer removes.
+ERASE_LIST = "erase.jsonl"
 # The modules whose code decides what sanitize removes: a change to any of them
 # (or to the manifest's [sanitize] settings) sanitizes every text again.
 SANITIZER_MODULES = ("sanitize", "rules", "validators", "context", "copies")
@@ -720,17 +724,20 @@ def run(manifest, layout) -> dict:
             kept.append((key, row))
             progress.advance()
         kept, matcher = _apply_copies(layout, (pool, settings), fingerprint, kept, failed)
-    for key, row in kept:
-        mapped.append(row)
-        by_rule.update(row.findings)
-        changed += bool(row.findings)
-        bytes_in += row.bytes_in
-        document = documents.setdefault(row.doc, _Document())
-        document.raw_paths.update(extracted[key].paths)
-        document.kind_by_path.update((path, extracted[key].kind) for path in extracted[key].paths)
+        for key, row in kept:
+            mapped.append(row)
+            by_rule.update(row.findings)
+            changed += bool(row.findings)
+            bytes_in += row.bytes_in
+            document = documents.setdefault(row.doc, _Document())
+            document.raw_paths.update(extracted[key].paths)
+            document.kind_by_path.update((path, extracted[key].kind) for path in extracted[key].paths)
+        superseded = _superseded(layout, (pool, settings), previous, extracted, mapped, fingerprint, set(documents))
     store.sync_to_disk()
     rows, paths_redacted = _listing_rows(documents, sanitizer, matcher)
     store.write_jsonl(layout.sanitized_listing, rows)
+    # The erase list before the map: once the map is rewritten, nothing else remembers the old documents.
+    write_erase_list(layout, (read_erase_list(layout) | superseded) - set(documents))
     store.write_jsonl(map_path(layout), [asdict(row) for row in mapped])
     removed = _remove_stale(layout, set(documents))
     bytes_out = sum(layout.doc_text_path(layout.sanitized_dir, doc).stat().st_size for doc in documents)
@@ -758,6 +765,65 @@ def run(manifest, layout) -> dict:
         "skipped_by_reason": dict(sorted(failed.items())),
     }
     return store.write_summary(layout, "sanitize", counts, manifest.signature)
+
+
+def erase_list_path(layout) -> Path:
+    return Path(layout.extract_dir) / ERASE_LIST
+
+
+def read_erase_list(layout) -> set[str]:
+    """The superseded documents still to erase (``embedding.erase`` reads this through ``sanitized_store``)."""
+    try:
+        return {row["doc"] for row in store.read_jsonl(erase_list_path(layout)) if DOC_ID.fullmatch(row.get("doc", ""))}
+    except FileNotFoundError:
+        return set()
+    except (OSError, ValueError, TypeError, AttributeError):
+        raise StoreError(f"{erase_list_path(layout)} is unreadable: run sanitize again") from None
+
+
+def write_erase_list(layout, docs: set[str]) -> None:
+    """Keep the documents still to erase; no file when there are none."""
+    path = erase_list_path(layout)
+    if docs:
+        store.write_jsonl(path, [{"doc": doc} for doc in sorted(docs)])
+    elif path.exists():
+        path.unlink()
+
+
+def _superseded(layout, sanitizer, previous: dict[str, MapRow], extracted: dict, mapped: list[MapRow],
+                fingerprint: str, current: set[str]) -> set[str]:
+    """Last run's documents that another sanitizer made and the current one would not make again.
+
+    An unchanged raw text (the same key) that now sanitizes to another
+    document supersedes its old one (a new rule, an allow-list change, an
+    upgrade): the old windows were computed from text the current sanitizer
+    would not let out, so they are erased. A text that left (its file changed
+    or removed) under another sanitizer has no new document to compare
+    with: its old sanitized text is sanitized again, and erased when the
+    current sanitizer would change it (or cannot say, over its budget).
+    Documents of this run are never superseded.
+    """
+    now = {row.key: row.doc for row in mapped}
+    superseded = set()
+    for key, old in previous.items():
+        if old.sanitizer == fingerprint or old.doc in current or not DOC_ID.fullmatch(old.doc):
+            continue
+        if key in extracted:
+            if now.get(key) != old.doc:
+                superseded.add(old.doc)
+        elif old.doc not in superseded and _would_change(layout, sanitizer, old.doc):
+            superseded.add(old.doc)
+    return superseded
+
+
+def _would_change(layout, sanitizer, doc: str) -> bool:
+    """Whether the current sanitizer changes this sanitized text (True when it is gone or over budget)."""
+    try:
+        text = layout.doc_text_path(layout.sanitized_dir, doc).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return True
+    clean, _ = _redact_in_budget(*sanitizer, text)
+    return clean != text
 
 
 def _reusable(row: MapRow | None, fingerprint: str, layout) -> MapRow | None:

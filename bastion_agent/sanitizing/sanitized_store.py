@@ -59,3 +59,22 @@ def read_checked_text(folder: str, doc: str) -> str:
 
 def read_sanitized_text(layout: Layout, doc: str) -> str:
     return read_checked_text(str(layout.sanitized_dir), doc)
+
+
+def documents_to_erase(layout: Layout) -> set[str]:
+    """Documents sanitize superseded, whose windows and vectors are still to be erased (``embedding.erase``).
+
+    The list lives in the private extract store, like the map it comes from:
+    an old document's id is the hash of text that the current sanitizer would
+    redact. It holds ids, never text.
+    """
+    from bastion_agent.sanitizing.sanitize import read_erase_list
+
+    return read_erase_list(layout)
+
+
+def documents_erased(layout: Layout, docs: set[str]) -> None:
+    """Forget documents once their windows and vectors are erased (others added meanwhile stay)."""
+    from bastion_agent.sanitizing.sanitize import read_erase_list, write_erase_list
+
+    write_erase_list(layout, read_erase_list(layout) - set(docs))

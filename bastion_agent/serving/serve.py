@@ -16,6 +16,13 @@ Each connection carries one request (HTTP/1.0) and lives at most
 in time) or 503 (answer not ready in time) and closes it, so a slow or stalled
 client holds one thread for a bounded time and never blocks the others.
 
+Under a flood of connections (issue 25): a connection gets a thread only once
+its request line and headers have arrived (``intake``: one thread reads every
+waiting head, with a short deadline and a cap per client), and
+``RESERVED_SLOTS`` of the ``MAX_CONNECTIONS`` threads are kept for requests
+that carry the right token, so idle or half-sent requests from anyone without
+it can never take the slots a user needs.
+
 The access log (stderr) names the method, the route, the status and the
 milliseconds, never the query string or an unknown path, which can hold what
 someone searched for.
@@ -27,6 +34,7 @@ import argparse
 import dataclasses
 import errno
 import hmac
+import io
 import json
 import os
 import re
@@ -52,7 +60,7 @@ from bastion_agent.core.errors import (
 from bastion_agent.core.loopback import is_loopback, is_loopback_host_header
 from bastion_agent.embedding.client import EmbedClient, EndpointConfig
 from bastion_agent.searching import searcher
-from bastion_agent.serving import serve_openapi
+from bastion_agent.serving import intake, serve_openapi
 from bastion_agent.serving.serve_openapi import PUBLIC_ROUTES, ROUTES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -67,7 +75,8 @@ SEARCH_BODY_KEYS = ("query", "k", "mode")
 DRAIN_LIMIT_BYTES = 1024 * 1024  # read at most this much of a refused body, so the client sees the answer
 DRAIN_SECONDS = 1.0
 STOP_GRACE_SECONDS = 5.0  # how long a stopping server lets the requests in flight finish
-MAX_CONNECTIONS = 64  # connections served at once (one thread each); more are answered 503 at once
+MAX_CONNECTIONS = 64  # requests served at once (one thread each); more are answered 503 at once
+RESERVED_SLOTS = 16  # of those, kept for requests with the right token (BASTION_SERVE_TOKEN)
 _BUSY_ANSWER = (
     b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"
     b"Content-Length: 52\r\nRetry-After: 1\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
@@ -541,32 +550,75 @@ class BastionHTTPServer(ThreadingHTTPServer):
         self.page = serve_page.PAGE.encode("utf-8")
         self.page_csp = serve_page.content_security_policy()
         self.address_family = address_family(settings.host)
-        super().__init__((settings.host, settings.port), Handler)
+        self.open_slots = threading.BoundedSemaphore(MAX_CONNECTIONS - RESERVED_SLOTS)
+        self.reserved_slots = threading.BoundedSemaphore(RESERVED_SLOTS)
+        self.intake = intake.Intake(self._head_ready, self._refuse,
+                                    deadline=min(intake.HEAD_SECONDS, settings.request_time_limit))
+        self._heads = threading.local()
+        super().__init__((settings.host, settings.port), Handler)  # on a bind error it calls server_close
         self.openapi = json.dumps(serve_openapi.document(settings, self.url), indent=2).encode("utf-8")
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
 
     def process_request(self, request, client_address) -> None:
-        """A thread per connection, at most ``MAX_CONNECTIONS``: idle sockets cannot pile up threads."""
-        if not self.slots.acquire(blocking=False):
-            self._refuse_busy(request)
+        """The accepting thread hands every connection to the intake, which reads its head without a thread."""
+        self.intake.add(request, client_address)
+
+    def _head_ready(self, request, client_address, head: bytes) -> None:
+        """A whole head arrived (on the intake's thread): a slot and a thread, or 503 at once.
+
+        A request with the right token may take a reserved slot when the
+        others are taken; any other request (no token, a wrong one, the
+        public routes) only the open ones.
+        """
+        slot = self.open_slots if self.open_slots.acquire(blocking=False) else None
+        if slot is None and self.authenticated_head(head) and self.reserved_slots.acquire(blocking=False):
+            slot = self.reserved_slots
+        if slot is None:
+            self._refuse(request, 503, "too many connections; try again shortly")
             return
         try:
-            super().process_request(request, client_address)
+            request.setblocking(True)
+            threading.Thread(target=self._serve_connection, args=(request, client_address, head, slot),
+                             daemon=True).start()
         except BaseException:
-            self.slots.release()
+            slot.release()
+            self.shutdown_request(request)
             raise
 
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
+    def authenticated_head(self, head: bytes) -> bool:
+        """Whether a request head carries the right token (always, when the server has none)."""
+        token = self.settings.token
+        if token is None:
+            return True
+        for line in head.split(b"\n")[1:]:
+            name, colon, value = line.partition(b":")
+            if not line.strip():
+                break
+            if colon and name.strip().lower() == b"authorization":
+                return bearer_matches(value.decode("latin-1"), token)
+        return False
 
-    def _refuse_busy(self, request) -> None:
-        """503 without reading the request, in one non-blocking write, on the accepting thread."""
+    def _serve_connection(self, request, client_address, head: bytes, slot) -> None:
+        try:
+            self._heads.head = head
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self._heads.head = b""
+            slot.release()
+            self.shutdown_request(request)
+
+    def take_head(self) -> bytes:
+        """The head the intake read for the connection this thread serves."""
+        head, self._heads.head = getattr(self._heads, "head", b""), b""
+        return head
+
+    def _refuse(self, request, status: int, message: str) -> None:
+        """Answer without reading further, in one non-blocking write, then close."""
         try:
             request.setblocking(False)
-            request.send(_BUSY_ANSWER)
+            request.send(_BUSY_ANSWER if status == 503 and message.startswith("too many connections;")
+                         else short_answer(status, message))
         except OSError:
             pass
         self.shutdown_request(request)
@@ -578,12 +630,14 @@ class BastionHTTPServer(ThreadingHTTPServer):
 
     def serve_forever(self, poll_interval: float = 0.1) -> None:
         self.watchdog.start()
+        self.intake.start()
         self.service.start()
         super().serve_forever(poll_interval)
 
     def server_close(self) -> None:
         """Stop listening, let the requests in flight finish (bounded), then stop the helpers."""
         super().server_close()
+        self.intake.stop()
         self.watchdog.wait_idle(STOP_GRACE_SECONDS)
         self.watchdog.stop()
         self.service.stop()
@@ -598,6 +652,42 @@ class BastionHTTPServer(ThreadingHTTPServer):
     def log(self, line: str) -> None:
         with self.log_lock:
             print(line, file=self.log_stream, flush=True)
+
+
+def short_answer(status: int, message: str) -> bytes:
+    """A whole HTTP/1.0 answer with a JSON error, for a connection no handler serves."""
+    from http import HTTPStatus
+
+    body = json.dumps({"error": message}).encode("utf-8")
+    return (f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+            "X-Frame-Options: DENY\r\nContent-Security-Policy: default-src 'none'; frame-ancestors 'none'\r\n"
+            "Connection: close\r\n\r\n").encode("ascii") + body
+
+
+def bearer_matches(authorization: str | None, token: str) -> bool:
+    """Whether an ``Authorization`` header value is ``Bearer TOKEN`` (compared in constant time)."""
+    scheme, _, given = (authorization or "").strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("utf-8"), token.encode("utf-8"))
+
+
+class _HeadFirst(io.RawIOBase):
+    """The connection as a raw stream: the head the intake already read, then the socket."""
+
+    def __init__(self, head: bytes, sock: socket.socket):
+        self.head = memoryview(head)
+        self.sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.head:
+            n = min(len(buffer), len(self.head))
+            buffer[:n] = self.head[:n]
+            self.head = self.head[n:]
+            return n
+        return self.sock.recv_into(buffer)
 
 
 def address_family(host: str) -> int:
@@ -629,6 +719,10 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.timeout = self.server.settings.request_time_limit + 1  # the watchdog acts first
         super().setup()
+        head = self.server.take_head()
+        if head:  # what the intake read comes first (the socket's own file closed, or it would keep it open)
+            self.rfile.close()
+            self.rfile = io.BufferedReader(_HeadFirst(head, self.connection))
         try:  # the header and the body are two writes: send each at once
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
