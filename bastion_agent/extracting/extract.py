@@ -1,12 +1,24 @@
 """The ``extract`` stage: every file under ``source.root`` into text in the private store.
 
 The walk sees each file once, in path order. Each file's bytes are read
-once; their sha256 is the file's **extract key** and the name of its text,
-``<out>/extract/<key>.txt``. The key is private to the extract store: it is
-computed from unsanitized bytes, so it never leaves ``extract/`` (the
-document id that the later stages see is the sha256 of the *sanitized*
-text, given by the sanitize stage). Identical content at several paths is
-read once. Nothing that cannot be read stops the stage: it gets a row in
+once; the sha256 of its raw path and its bytes is the file's **extract key**
+and the name of its text, ``<out>/extract/<key>.txt``. The key is private to
+the extract store: it is computed from unsanitized bytes, so it never leaves
+``extract/`` (the document id that the later stages see is the sha256 of the
+*sanitized* text, given by the sanitize stage).
+
+No oracle of raw equality: the key holds the path, so two paths with the
+same bytes are two texts, each read, timed, counted and kept like any other
+file, and a file is reused from the last run only at its own path with its
+own bytes. Someone who plants a guess of a victim's file in the root and
+reads what the agent prints (summaries, ``--json``, stage lines, progress,
+the report, how long it took) sees the same thing whether the guess holds
+the victim's exact bytes or not. Summaries hold counts of files only; the
+raw-side figures an operator may want (bytes read, contents reused, texts
+dropped) go to ``extract/extract.figures.json`` (0600), never outside the
+extract store.
+
+Nothing that cannot be read stops the stage: it gets a row in
 ``extract/listing.jsonl`` with the reason, and the reason is counted in
 ``extract.summary.json``. Texts of files that left the source are removed
 from the extract store; the sanitize stage removes its own stale documents.
@@ -48,6 +60,7 @@ from bastion_agent.core.layout import (
     sync_to_disk,
     write_jsonl,
     write_private,
+    write_figures,
     write_summary,
 )
 from bastion_agent.core.progress import Progress, for_terminal
@@ -82,7 +95,7 @@ class Row:
     """One file seen: a line of ``extract/listing.jsonl``."""
 
     path: str
-    key: str | None  # sha256 of the file's bytes: private to the extract store
+    key: str | None  # sha256 of the file's raw path and bytes (``extract_key``): private to the extract store
     size: int
     kind: str
     status: str
@@ -275,6 +288,18 @@ def walk(root: SourceRoot, selection: Selection) -> tuple[list[_Entry], int]:
     return entries, excluded
 
 
+def extract_key(parts: tuple[str, ...], data: bytes) -> str:
+    """The private key of one file's text: sha256 of its raw path (from the root) and its bytes.
+
+    The path is in it so that equal bytes at two paths are never one text:
+    what the agent does with a file (reads it, reuses it, counts it, how long
+    that takes) then never depends on whether another file holds the same
+    bytes, which a planted copy could otherwise test.
+    """
+    path = b"/".join(os.fsencode(name) for name in parts)
+    return hashlib.sha256(b"bastion extract key 2\0" + path + b"\0" + data).hexdigest()
+
+
 def _is_dir(item: os.DirEntry) -> bool:
     try:
         return item.is_dir(follow_symlinks=False)
@@ -451,7 +476,8 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
     sweep.costly.save()
     sync_to_disk()
     write_jsonl(layout.extract_listing, [asdict(row) for row in rows])
-    counts = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions)
+    counts, figures = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions)
+    write_figures(layout, "extract", figures)
     _note_missing_extra(counts)
     return write_summary(layout, "extract", counts, manifest.signature)
 
@@ -489,11 +515,8 @@ class _Sweep:
                 continue
             data = loaded.data
             self.bytes_read += len(data)
-            key = hashlib.sha256(data).hexdigest()
+            key = extract_key(entry.parts, data)
             job = _Job(entry.rel, key=key, size=len(data))
-            if key in self.outcomes:
-                yield job, None
-                continue
             kind = readers.kind_for(entry.rel, data[:8])
             decided = _extract_doc(key, kind, data, self.store, self.previous, self.versions.get(kind), self.costly,
                                    self.settings, max_bytes)
@@ -577,30 +600,42 @@ def _unlink(path: Path) -> None:
         raise StoreError(f"cannot remove {path} from the store: {exc.strerror or exc}") from None
 
 
-def _counts(rows, outcomes, kept, removed, excluded, bytes_read, max_bytes, versions) -> dict:
+def _counts(rows, outcomes, kept, removed, excluded, bytes_read, max_bytes, versions) -> tuple[dict, dict]:
+    """``(summary counts, private figures)``.
+
+    The summary counts files (seen, read, skipped, by kind and reason) and
+    nothing measured from raw bytes: a byte total, with the sanitized texts
+    and the placeholders' lengths, gives back the length of what sanitize
+    removed. Those figures, and the ones keyed by raw contents (reused,
+    dropped), are the private figures, written inside ``extract/``.
+    """
     by_kind: dict[str, Counter] = {}
     for row in rows:
         tally = by_kind.setdefault(row.kind, Counter())
         tally["files"] += 1
         tally[row.status] += 1
         tally["bytes"] += row.size
-    return {
+    counts = {
         "files": len(rows),
         "extracted": sum(row.status == STATUS_EXTRACTED for row in rows),
         "skipped": sum(row.status == STATUS_SKIPPED for row in rows),
         "skipped_by_reason": dict(sorted(Counter(row.reason for row in rows if row.reason).items())),
         "by_kind": {
-            kind: {key: tally.get(key, 0) for key in ("files", STATUS_EXTRACTED, STATUS_SKIPPED, "bytes")}
+            kind: {key: tally.get(key, 0) for key in ("files", STATUS_EXTRACTED, STATUS_SKIPPED)}
             for kind, tally in sorted(by_kind.items())
         },
-        "bytes_read": bytes_read,
-        "documents": len(kept),
-        "reused": sum(1 for key in kept if outcomes[key].reused),
-        "removed": removed,
         "excluded": excluded,
         "max_file_bytes": max_bytes,
         "readers": {kind: version for kind, version in versions.items() if version is not None},
     }
+    figures = {
+        "bytes_read": bytes_read,
+        "bytes_by_kind": {kind: tally.get("bytes", 0) for kind, tally in sorted(by_kind.items())},
+        "texts": len(kept),
+        "reused": sum(1 for key in kept if outcomes[key].reused),
+        "removed": removed,
+    }
+    return counts, figures
 
 
 def _note_missing_extra(counts: dict) -> None:
@@ -636,18 +671,16 @@ def print_report(layout: Layout, stream=None, settings=None, files: bool = False
 def report_lines(rows: list[dict], summary: dict, settings=None, files: bool = False) -> list[str]:
     """The report as lines of text (kept apart from printing so it is easy to test); sanitized paths only."""
     rows = [{**row, "path": for_terminal(sanitize.sanitize_path(row["path"], settings))} for row in rows]
-    mb = summary.get("bytes_read", 0) / 1e6
     lines = [
-        f"extract: {summary.get('files', len(rows))} files seen, {summary.get('extracted', 0)} extracted "
-        f"({summary.get('documents', 0)} documents), {summary.get('skipped', 0)} skipped; {mb:.1f} MB read; "
-        f"{summary.get('excluded', 0)} excluded by globs; {summary.get('removed', 0)} stale documents removed",
+        f"extract: {summary.get('files', len(rows))} files seen, {summary.get('extracted', 0)} extracted, "
+        f"{summary.get('skipped', 0)} skipped; {summary.get('excluded', 0)} excluded by globs",
         "",
         "By kind",
     ]
     kinds = summary.get("by_kind", {})
     lines += _table(
-        ["kind", "files", "extracted", "skipped", "MB"],
-        [[kind, t["files"], t["extracted"], t["skipped"], f"{t['bytes'] / 1e6:.1f}"] for kind, t in kinds.items()],
+        ["kind", "files", "extracted", "skipped"],
+        [[kind, t["files"], t["extracted"], t["skipped"]] for kind, t in kinds.items()],
     )
     reasons = summary.get("skipped_by_reason", {})
     lines += ["", "Skipped, by reason"]

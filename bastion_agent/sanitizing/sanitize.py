@@ -673,12 +673,13 @@ def run(manifest, layout) -> dict:
             else:
                 reused += 1
             if isinstance(row, str):  # over budget: fails closed, not indexed, counted
-                failed[row] += 1
+                failed[row] += max(1, len(extracted[key].paths))
                 progress.advance()
                 continue
             mapped.append(row)
-            by_rule.update(row.findings)
-            changed += bool(row.findings)
+            files = max(1, len(extracted[key].paths))  # counted per file, never per distinct raw content
+            by_rule.update({rule: count * files for rule, count in row.findings.items()})
+            changed += files if row.findings else 0
             bytes_in += row.bytes_in
             document = documents.setdefault(row.doc, _Document())
             document.raw_paths.update(extracted[key].paths)
@@ -696,18 +697,20 @@ def run(manifest, layout) -> dict:
         rule = next((a.rule for a in sanitizer.rules if a.rule.id == rule_id), None)
         categories[rule.category if rule else "unknown"] += count
         kinds[rule.kind if rule else "unknown"] += count
+    # Counts of files and of sanitized documents only: a count of distinct raw texts, or of those
+    # reused by raw key, says which raw files are equal, and a raw byte total (even bytes_out, beside
+    # the files' sizes) measures what was removed. Those figures stay in extract/ (write_figures).
+    store.write_figures(layout, "sanitize", {"texts": len(extracted), "reused": reused,
+                                             "bytes_in": bytes_in, "bytes_out": bytes_out})
     counts = {
         "documents": len(documents),
-        "texts": len(extracted),
-        "reused": reused,
-        "documents_changed": changed,
+        "files": sum(max(1, len(item.paths)) for item in extracted.values()),
+        "files_changed": changed,
         "findings": sum(by_rule.values()),
         "findings_by_rule": dict(sorted(by_rule.items())),
         "findings_by_category": dict(sorted(categories.items())),
         "findings_by_kind": dict(sorted(kinds.items())),
         "paths_redacted": paths_redacted,
-        "bytes_in": bytes_in,
-        "bytes_out": bytes_out,
         "removed_stale": removed,
         "rules_active": len(sanitizer.rules),
         "skipped": sum(failed.values()),
