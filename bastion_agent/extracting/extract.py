@@ -52,6 +52,7 @@ from bastion_agent.core.budget import (
 from bastion_agent.core.confine import NotRegular, SourceRoot
 from bastion_agent.core.errors import ManifestError, StoreError
 from bastion_agent.core.layout import (
+    OUT_MARKER,
     Layout,
     claim_out_dir,
     ensure_private_dir,
@@ -79,6 +80,15 @@ REASON_BROKEN_LINK = "broken link"
 REASON_LINK_EXCLUDED = "link to excluded file"
 REASON_SPECIAL = "special file"
 REASON_TOO_DEEP = "too deep"
+REASON_STORE = "output folder"  # a bastion output folder below the root (a copied project, a backup)
+REASON_STORE_FILE = "file of the output folder"  # a hard link to, or a copy of, a file of a store
+
+# What marks a folder as one of our output folders, made by any version: the
+# marker, a stage summary, a store with its listing, or an extract store on its
+# own (its listing beside texts named by their key, or its private map).
+_STORE_SUMMARIES = tuple(f"{stage}.summary.json" for stage in ("extract", "sanitize", "chunk", "embed"))
+_STORE_LISTINGS = ("extract/listing.jsonl", "sanitized/listing.jsonl")
+_EXTRACT_STORE_FILES = ("sanitized.jsonl", "costly.json", "extract.figures.json", "sanitize.figures.json")
 
 # Folders nested deeper than this below the root are not entered (listed
 # "too deep"). Every path, listing row and open from the root grows with the
@@ -195,7 +205,8 @@ class _Entry:
 class Selection:
     """Which paths under the root the stage reads: the globs, minus the output folder."""
 
-    def __init__(self, root_real: str, include: GlobSet, exclude: GlobSet, out: Path | None = None):
+    def __init__(self, root_real: str, include: GlobSet, exclude: GlobSet, out: Path | None = None,
+                 known_links: set | None = None):
         self.root_real = root_real
         self.include, self.exclude = include, exclude
         try:
@@ -203,6 +214,16 @@ class Selection:
             self.out_id = (info.st_dev, info.st_ino) if info else None
         except OSError:
             self.out_id = None
+        self.out_files = _files_of(out) | set(known_links or ())
+        self.links_seen: set[tuple[int, int]] = set()
+
+    def is_out_file(self, info: os.stat_result) -> bool:
+        """Whether a file is one of the output folder's, under another name (a hard link), now or
+        at an earlier run (the store replaces its files, leaving the link with the old content)."""
+        found = (info.st_dev, info.st_ino) in self.out_files
+        if found:
+            self.links_seen.add((info.st_dev, info.st_ino))
+        return found
 
     def enters(self, rel: str) -> bool:
         """Whether the walk goes into the folder ``rel`` (the output folder is checked once opened)."""
@@ -236,6 +257,61 @@ class Selection:
         return self.selects("/".join(names))
 
 
+def _files_of(out: Path | None) -> set[tuple[int, int]]:
+    """``(st_dev, st_ino)`` of every regular file in the output folder, so that no other name of one is read."""
+    found: set[tuple[int, int]] = set()
+    if out is None:
+        return found
+    for folder, _, names in os.walk(out):
+        for name in names:
+            try:
+                info = os.stat(os.path.join(folder, name), follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                found.add((info.st_dev, info.st_ino))
+    return found
+
+
+def is_store_folder(fd: int, children: list[tuple[str, bool]]) -> bool:
+    """Whether the open folder ``fd`` (whose entries are ``children``) is a bastion output folder or
+    an extract store: its marker, a stage summary, a store listing, or an extract store's own files.
+
+    Such a folder below the root (a copied older project, a backup) holds raw text keyed by raw
+    hashes, raw paths and raw figures; read as documents, they would carry all of it out.
+    """
+    names = {name: is_dir for name, is_dir in children}
+    if any(names.get(name) is False for name in (OUT_MARKER,) + _STORE_SUMMARIES):
+        return True
+    for listing in _STORE_LISTINGS:
+        folder = listing.split("/")[0]
+        if names.get(folder):
+            try:
+                if stat.S_ISREG(os.stat(listing, dir_fd=fd, follow_symlinks=False).st_mode):
+                    return True
+            except OSError:
+                pass
+    if names.get("vectors.db") is False and names.get("chunks.jsonl") is False:
+        return True
+    if names.get("listing.jsonl") is False:
+        return any(names.get(name) is False for name in _EXTRACT_STORE_FILES) or any(
+            _DOC_TEXT.fullmatch(name) and is_dir is False for name, is_dir in children)
+    return False
+
+
+def looks_like_store_file(data: bytes) -> bool:
+    """Whether bytes read from the root are a store's listing or private map (a copy, or a hard link
+    whose inode the store has since replaced): raw paths and keys computed from raw bytes."""
+    first = data[:4096].split(b"\n", 1)[0]
+    if not first.startswith(b"{"):
+        return False
+    try:
+        row = json.loads(first)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(row, dict) and ({"path", "key", "status"} <= row.keys() or {"key", "doc", "sanitizer"} <= row.keys())
+
+
 def walk(root: SourceRoot, selection: Selection) -> tuple[list[_Entry], int]:
     """Entries under the root that the selection reads, in path order, and how many files it excluded.
 
@@ -264,6 +340,10 @@ def walk(root: SourceRoot, selection: Selection) -> tuple[list[_Entry], int]:
             seen_dirs.add((info.st_dev, info.st_ino))
             with os.scandir(fd) as scan:
                 children = sorted(((item.name, _is_dir(item)) for item in scan))
+            if parts and is_store_folder(fd, children):
+                rel = prefix.rstrip("/")
+                entries.append(_Entry(rel, parts, Row(rel, None, 0, "folder", STATUS_SKIPPED, REASON_STORE)))
+                continue
         except OSError:
             rel = prefix.rstrip("/") or "."
             entries.append(_Entry(rel, parts, Row(rel, None, 0, "folder", STATUS_SKIPPED, REASON_UNREADABLE)))
@@ -346,6 +426,8 @@ def load(entry: _Entry, root: SourceRoot, selection: Selection, max_bytes: int) 
         target = resolved
     if not stat.S_ISREG(info.st_mode):
         return _Loaded(None, Row(rel, None, 0, "special", STATUS_SKIPPED, REASON_SPECIAL))
+    if selection.is_out_file(info):
+        return _Loaded(None, Row(rel, None, 0, "file", STATUS_SKIPPED, REASON_STORE_FILE))
     if info.st_size > max_bytes:
         return _Loaded(None, Row(rel, None, info.st_size, _kind_by_name(rel), STATUS_SKIPPED, REASON_TOO_LARGE))
     try:
@@ -354,6 +436,9 @@ def load(entry: _Entry, root: SourceRoot, selection: Selection, max_bytes: int) 
         return _Loaded(None, Row(rel, None, 0, "special", STATUS_SKIPPED, REASON_SPECIAL))
     except OSError:
         return _Loaded(None, Row(rel, None, info.st_size, _kind_by_name(rel), STATUS_SKIPPED, REASON_UNREADABLE))
+    if selection.is_out_file(os.fstat(fd)):  # linked between the check and the open
+        os.close(fd)
+        return _Loaded(None, Row(rel, None, 0, "file", STATUS_SKIPPED, REASON_STORE_FILE))
     with os.fdopen(fd, "rb") as handle:
         os.set_blocking(fd, True)
         try:
@@ -362,6 +447,8 @@ def load(entry: _Entry, root: SourceRoot, selection: Selection, max_bytes: int) 
             return _Loaded(None, Row(rel, None, info.st_size, _kind_by_name(rel), STATUS_SKIPPED, REASON_UNREADABLE))
     if len(data) > max_bytes:  # it grew after the check
         return _Loaded(None, Row(rel, None, len(data), _kind_by_name(rel), STATUS_SKIPPED, REASON_TOO_LARGE))
+    if looks_like_store_file(data):
+        return _Loaded(None, Row(rel, None, 0, "file", STATUS_SKIPPED, REASON_STORE_FILE))
     return _Loaded(data)
 
 
@@ -448,6 +535,32 @@ class _Costly:
             _unlink(self.path)
 
 
+LINKS_FILE = "linked.json"
+
+
+class _Links:
+    """Files of the output folder found under another name in the root (hard links), by inode.
+
+    Kept in ``extract/linked.json`` so that such a file is still skipped after
+    the store has replaced its own file (a new inode), leaving the link with
+    the old content: a listing of raw paths and keys, say.
+    """
+
+    def __init__(self, layout: Layout):
+        self.path = layout.extract_dir / LINKS_FILE
+        try:
+            self.known = {(int(dev), int(ino)) for dev, ino in json.loads(self.path.read_text(encoding="utf-8"))}
+        except (OSError, ValueError, TypeError):
+            self.known = set()
+
+    def save(self, seen: set[tuple[int, int]]) -> None:
+        """Only the links still in the root are kept; none: no file."""
+        if seen:
+            write_private(self.path, json.dumps(sorted(seen)) + "\n")
+        elif self.path.exists():
+            _unlink(self.path)
+
+
 def run(manifest, layout: Layout, workers: int | None = None) -> dict:
     """Extract every selected file under ``manifest.source.root``; return the summary.
 
@@ -459,8 +572,9 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
     claim_out_dir(layout.root)
     remove_stale_temps(layout.extract_dir)
     budget = budget_of(source)
+    links = _Links(layout)
     with SourceRoot(source.root) as root:
-        selection = Selection(root.real, GlobSet(source.include), GlobSet(source.exclude), layout.root)
+        selection = Selection(root.real, GlobSet(source.include), GlobSet(source.exclude), layout.root, links.known)
         entries, excluded = walk(root, selection)
         store = ensure_private_dir(layout.extract_dir)
         sweep = _Sweep(store, _Previous(layout), _Costly(layout, budget),
@@ -474,6 +588,7 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
     kept = {key for key, outcome in outcomes.items() if outcome.status == STATUS_EXTRACTED}
     removed = _drop_stale(layout, kept)
     sweep.costly.save()
+    links.save(selection.links_seen)
     sync_to_disk()
     write_jsonl(layout.extract_listing, [asdict(row) for row in rows])
     counts, figures = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions)
