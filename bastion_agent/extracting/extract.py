@@ -64,7 +64,7 @@ from bastion_agent.core.layout import (
     write_figures,
     write_summary,
 )
-from bastion_agent.core.progress import Progress, for_terminal
+from bastion_agent.core.progress import Progress
 from bastion_agent.extracting import readers
 from bastion_agent.sanitizing import sanitize
 
@@ -388,8 +388,18 @@ def _is_dir(item: os.DirEntry) -> bool:
 
 
 def _display(name: str) -> str:
-    """A name as text: bytes that are not UTF-8 are shown as \\xNN escapes."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """A name as text: its bytes read as UTF-8, else as Latin-1 (every byte one character).
+
+    Decoded before anything else sees it, so sanitize reads the name a person
+    reads: ``jos\\xe9.garc\\xeda@corp-mail.es.txt`` (escaped first) kept half
+    of the address from the detectors. Outputs escape control characters
+    afterwards (``progress.escape_name``), never before sanitize.
+    """
+    data = os.fsencode(name)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
 
 
 # ---------------------------------------------------------------- reading one file
@@ -785,7 +795,7 @@ def print_report(layout: Layout, stream=None, settings=None, files: bool = False
 
 def report_lines(rows: list[dict], summary: dict, settings=None, files: bool = False) -> list[str]:
     """The report as lines of text (kept apart from printing so it is easy to test); sanitized paths only."""
-    rows = [{**row, "path": for_terminal(sanitize.sanitize_path(row["path"], settings))} for row in rows]
+    rows = [{**row, "path": sanitize.sanitize_path(row["path"], settings)} for row in rows]
     lines = [
         f"extract: {summary.get('files', len(rows))} files seen, {summary.get('extracted', 0)} extracted, "
         f"{summary.get('skipped', 0)} skipped; {summary.get('excluded', 0)} excluded by globs",

@@ -473,7 +473,8 @@ class StageTests(TempCase):
         with open(name, "wb") as handle:
             handle.write(b"latin name")
         self.run_stage()
-        self.assertEqual(list(self.listing()), ["caf\\xe9.txt"])
+        self.assertEqual(list(self.listing()), ["café.txt"])  # UTF-8, else Latin-1: decoded before sanitize sees it
+        self.assertEqual(self.text_of("café.txt"), "latin name")
 
     def test_a_reader_crash_is_counted_not_raised(self):
         # Readers run in worker processes; the in-process call is what each worker makes.

@@ -33,7 +33,7 @@ from typing import Iterable
 
 from bastion_agent.core import layout as store
 from bastion_agent.core.errors import ManifestError, StoreError
-from bastion_agent.core.progress import Progress
+from bastion_agent.core.progress import Progress, escape_name
 from bastion_agent.sanitizing.normalise import joined_view, junctions, lookalike_view
 from bastion_agent.sanitizing.rules import (
     CATEGORIES,
@@ -558,8 +558,9 @@ def sanitizer_for(settings: SanitizeSettings | None) -> Sanitizer:
 
 
 def sanitize_path(path: str, settings: SanitizeSettings | None) -> str:
-    """A path name shown to users, through the same sanitizer as the text."""
-    return sanitizer_for(settings).redact_path(path)
+    """A path name shown to users, through the same sanitizer as the text, then with its control
+    characters escaped (a newline, ESC, a bidi control): sanitized first, on the name as decoded."""
+    return escape_name(sanitizer_for(settings).redact_path(path))
 
 
 def redact(text: str, settings: SanitizeSettings | None = None) -> str:
@@ -795,12 +796,17 @@ def budget_task_redact(note, settings_blob: bytes, data: bytes):
 
 
 def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer) -> tuple[list[dict], int]:
-    """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path) and how many paths changed."""
+    """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path) and how many paths changed.
+
+    The paths are sanitized, then their control characters escaped, so search, serve, MCP and
+    publish show no name that can forge a line or drive a terminal.
+    """
     rows, paths_redacted = [], 0
     for doc in sorted(documents):
         document = documents[doc]
-        shown = {path: sanitizer.redact_path(path) for path in document.raw_paths}
-        paths_redacted += sum(1 for path, clean_path in shown.items() if clean_path != path)
+        redacted = {path: sanitizer.redact_path(path) for path in document.raw_paths}
+        paths_redacted += sum(1 for path, clean_path in redacted.items() if clean_path != path)
+        shown = {path: escape_name(clean_path) for path, clean_path in redacted.items()}  # every output's form
         first = min(document.raw_paths) if document.raw_paths else None
         kind = document.kind_by_path.get(first, "") if first is not None else ""
         rows.append({"doc": doc, "paths": sorted(set(shown.values())), "kind": kind})
