@@ -328,7 +328,11 @@ class PromiseTests(TempFolder, unittest.TestCase):
         self.assertIn("vectors.db", self.places)
         self.assertTrue(any(name.startswith("sanitized/") for name in self.places))
         self.assertGreater(files, 8)
-        self.assertEqual(leaks(self.places, self.secrets()), [])
+        secrets = self.secrets()
+        for row in read_jsonl(self.out / "extract" / "listing.jsonl"):  # the private keys: hashes of raw bytes
+            if row.get("key"):
+                secrets[f"extract key of {row['path']}"] = row["key"]
+        self.assertEqual(leaks(self.places, secrets), [])
 
     def serve_answers(self, stub: StubServer) -> None:
         from bastion_agent.config import manifest as manifest_module
