@@ -98,6 +98,7 @@ _EXTRACT_STORE_FILES = ("sanitized.jsonl", "costly.json", "extract.figures.json"
 MAX_DEPTH = 256
 
 _DOC_TEXT = re.compile(r"[0-9a-f]{64}\.txt")
+_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -299,17 +300,34 @@ def is_store_folder(fd: int, children: list[tuple[str, bool]]) -> bool:
     return False
 
 
+_STORE_FILE_MAX = 1 << 18  # parsed whole in the parent (no budget there): only files as small as these are
+
+
 def looks_like_store_file(data: bytes) -> bool:
-    """Whether bytes read from the root are a store's listing or private map (a copy, or a hard link
-    whose inode the store has since replaced): raw paths and keys computed from raw bytes."""
+    """Whether bytes read from the root are a private file of an extract store (a copy, or a hard
+    link whose inode the store has since replaced): its listing or map (raw paths, keys computed
+    from raw bytes), ``costly.json`` (keys) or a figures file (raw byte totals)."""
     first = data[:4096].split(b"\n", 1)[0]
-    if not first.startswith(b"{"):
+    if not first.lstrip().startswith(b"{"):
         return False
     try:
         row = json.loads(first)
     except (ValueError, UnicodeDecodeError):
+        row = None
+    if isinstance(row, dict) and ({"path", "key", "status"} <= row.keys() or {"key", "doc", "sanitizer"} <= row.keys()):
+        return True
+    if len(data) > _STORE_FILE_MAX:
         return False
-    return isinstance(row, dict) and ({"path", "key", "status"} <= row.keys() or {"key", "doc", "sanitizer"} <= row.keys())
+    try:
+        whole = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+    if not isinstance(whole, dict) or not whole:
+        return False
+    if whole.get("stage") in ("extract", "sanitize") and ({"bytes_read", "bytes_in", "texts"} & whole.keys()):
+        return True
+    return all(_KEY.fullmatch(str(key)) and isinstance(value, dict) and "budget" in value
+               for key, value in whole.items())
 
 
 def walk(root: SourceRoot, selection: Selection) -> tuple[list[_Entry], int]:

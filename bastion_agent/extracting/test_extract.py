@@ -468,6 +468,20 @@ class StageTests(TempCase):
         self.assertEqual(list(self.listing(inside)), ["a.txt"])
         self.assertEqual(summary["files"], 1)
 
+    def test_copies_of_the_private_store_files_are_not_read(self):
+        # Each holds keys computed from raw bytes, raw paths or raw byte totals.
+        self.put("a.txt", "alpha")
+        self.run_stage()
+        self.put("copies/listing-copy.jsonl", self.layout.extract_listing.read_bytes())
+        self.put("copies/figures.json", figures_path(self.layout, "extract").read_bytes())
+        self.put("copies/costly.json", json.dumps({"a" * 64: {"reason": "too_costly: time", "budget": "x"}}))
+        self.put("copies/ordinary.json", '{"stage": "deploy", "hosts": 3}')
+        self.run_stage()
+        rows = self.listing()
+        for name in ("listing-copy.jsonl", "figures.json", "costly.json"):
+            self.assertEqual(rows[f"copies/{name}"]["reason"], "file of the output folder", name)
+        self.assertEqual(rows["copies/ordinary.json"]["status"], "extracted")
+
     def test_non_utf8_file_name(self):
         name = os.fsencode(self.root) + b"/caf\xe9.txt"
         with open(name, "wb") as handle:
