@@ -6,7 +6,7 @@ import hashlib
 import json
 import unittest
 
-from bastion_agent.core.layout import Layout, read_jsonl
+from bastion_agent.core.layout import Layout, figures_path, read_jsonl
 from bastion_agent.embed import chunk_id
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
@@ -44,6 +44,10 @@ class IdCase(TempFolder, unittest.TestCase):
         last = "embed" if stages[-1] == "sweep" else stages[-1]
         return json.loads(self.layout.summary_path(last).read_text(encoding="utf-8"))
 
+    def figures(self, stage: str) -> dict:
+        """A stage's private raw-side figures (inside extract/)."""
+        return json.loads(figures_path(self.layout, stage).read_text(encoding="utf-8"))
+
     def listing(self) -> dict[str, dict]:
         return {row["doc"]: row for row in read_jsonl(self.layout.sanitized_listing)}
 
@@ -70,19 +74,21 @@ class SanitizedIdTests(IdCase):
         self.put("c.txt", "something else\n")
         summary = self.stage("extract", "sanitize")
         listing = self.listing()
-        self.assertEqual((summary["texts"], summary["documents"]), (3, 2))
+        self.assertEqual((summary["files"], summary["documents"]), (3, 2))
         self.assertEqual(sorted(row["paths"] for row in listing.values()), [["a.txt", "b.txt"], ["c.txt"]])
 
     def test_an_unchanged_text_is_not_sanitized_again_unless_the_settings_change(self):
         self.put("a.txt", f"the key is {AWS_KEY}\n")
         self.put("b.txt", "plain words\n")
         first = self.stage("extract", "sanitize")
+        first_figures = self.figures("sanitize")
         again = self.stage("sanitize")
-        self.assertEqual((first["reused"], again["reused"], again["texts"]), (0, 2, 2))
+        again_figures = self.figures("sanitize")
+        self.assertEqual((first_figures["reused"], again_figures["reused"], again["files"]), (0, 2, 2))
         self.assertEqual(again["findings_by_rule"], first["findings_by_rule"])  # counts kept for reused texts
         write_manifest(self.tmp, size=8, overlap=2, extra='\n[sanitize]\ndisable = ["email"]\n')
-        changed = self.stage("sanitize")
-        self.assertEqual(changed["reused"], 0)
+        self.stage("sanitize")
+        self.assertEqual(self.figures("sanitize")["reused"], 0)
 
     def test_a_removed_or_changed_file_leaves_the_sanitized_store_on_the_next_sanitize(self):
         self.put("keep.txt", "kept words\n")

@@ -31,6 +31,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import string
 import subprocess
@@ -39,7 +40,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from bastion_agent.core.layout import Layout
+from bastion_agent.core.layout import Layout, read_jsonl
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
     TempFolder,
@@ -360,7 +361,11 @@ class PromiseTests(TempFolder, unittest.TestCase):
         self.assertIn("vectors.db", self.places)
         self.assertTrue(any(name.startswith("sanitized/") for name in self.places))
         self.assertGreater(files, 8)
-        self.assertEqual(leaks(self.places, self.secrets()), [])
+        secrets = self.secrets()
+        for row in read_jsonl(self.out / "extract" / "listing.jsonl"):  # the private keys: hashes of raw bytes
+            if row.get("key"):
+                secrets[f"extract key of {row['path']}"] = row["key"]
+        self.assertEqual(leaks(self.places, secrets), [])
 
     def serve_answers(self, stub: StubServer) -> None:
         from bastion_agent.config import manifest as manifest_module
@@ -391,6 +396,286 @@ class PromiseTests(TempFolder, unittest.TestCase):
             return answer.read().decode("utf-8")
         finally:
             connection.close()
+
+
+# ---------------------------------------------------------------- side channels
+#
+# Nothing an attacker can read may depend on a redacted value: not its length,
+# not whether it equals another file's. Two sweeps whose folders differ only in
+# a redacted value must print and write the same outputs, timings aside.
+
+_TIMING_KEYS = {"seconds", "batch_trials", "batch_settled", "concurrency_settled", "batch_size_final", "batch_tuning"}
+_TIMING_TEXT = (
+    (re.compile(r" in (?:\d+(?:\.\d+)? s|\d+ min \d+ s)\b"), " in <time>"),
+    (re.compile(r"\(\d+(?:\.\d+)? windows/s, (?:batch \d+(?: \(fixed\))?, \d+ in flight, )?"), "("),
+)
+NOTES = [f"notes/note-{index:02d}.txt" for index in range(20)]
+PIN_RULE = '\n[[sanitize.rules]]\nid = "door-pin"\npattern = "(?<=door PIN: )[0-9]{3}"\n'
+
+
+def without_timings(value, tmp: Path):
+    """A command's output or a summary with what varies from run to run (timings, the folder) taken out."""
+    if isinstance(value, dict):
+        return {key: without_timings(item, tmp) for key, item in value.items() if key not in _TIMING_KEYS}
+    if isinstance(value, list):
+        return [without_timings(item, tmp) for item in value]
+    if not isinstance(value, str):
+        return value
+    text = value.replace(str(tmp), "<tmp>")
+    try:
+        return without_timings(json.loads(text), tmp) if text.strip()[:1] in ("{", "[") else _untimed(text)
+    except ValueError:
+        return _untimed(text)
+
+
+def _untimed(text: str) -> str:
+    for pattern, replacement in _TIMING_TEXT:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class SideChannelTests(TempFolder, unittest.TestCase):
+    """Every summary, ``--json`` output, stage line and report of two sweeps that differ only in a redacted value."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.stub = StubServer(dim=64).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stub.__exit__(None, None, None)
+
+    def readable_outputs(self, files: dict[str, bytes], extra: str = "", commands=None) -> dict:
+        """What an attacker who can read the output folder's summaries and the commands' output sees."""
+        tmp = self.make_tmp()
+        manifest = write_manifest(tmp, size=16, overlap=4, extra=extra)
+        for name in NOTES:
+            (tmp / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / "docs" / name).write_text(f"Meeting note {name}: the ledger review and the rota.\n")
+        for name, data in files.items():
+            (tmp / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / "docs" / name).write_bytes(data)
+        outputs = {}
+        commands = commands or (("extract", "--json"), ("sanitize", "--json"), ("chunk", "--json"),
+                                ("embed", "--json"), ("sweep", "--json"), ("sweep",), ("extract", "--report", "--files"),
+                                ("search", "ledger service config", "--json", "-k", "30"))
+        for argv in commands:
+            with clean_env(EMBED_URL=self.stub.url):
+                code, out, err = run_cli(argv[0], manifest, *argv[1:], "--out", tmp / "out")
+            self.assertEqual(code, 0, err)
+            outputs[f"stdout of {' '.join(argv)}"] = without_timings(out, tmp)
+            outputs[f"stderr of {' '.join(argv)}"] = without_timings(err, tmp)
+        for path in sorted((tmp / "out").glob("*.summary.json")):
+            outputs[path.name] = without_timings(path.read_text(encoding="utf-8"), tmp)
+        return outputs
+
+    def assertSameOutputs(self, first: dict, second: dict) -> None:
+        self.assertEqual(sorted(first), sorted(second))
+        for name in first:
+            self.assertEqual(first[name], second[name], f"{name} tells the two folders apart")
+
+    def test_a_password_of_another_value_or_length_changes_no_output(self):
+        base = {"ops/config.json": '{"service": "ledger", "password": "%s"}\n'}
+        outputs = {}
+        for label, password in (("same length", "Kq7sP2xWm9Lt"), ("other value", "Zr4nB8vCy1Hd"),
+                                ("other length", "Wm3hT8qLp2Rx6Ns9Vb4Kd7Gf5Jc1Y")):
+            files = {name: (text % password).encode() for name, text in base.items()}
+            outputs[label] = self.readable_outputs(files)
+        self.assertIn("secret-assignment", json.dumps(outputs["same length"]))  # the password was redacted
+        self.assertSameOutputs(outputs["same length"], outputs["other value"])
+        self.assertSameOutputs(outputs["same length"], outputs["other length"])
+
+    def test_two_configs_with_equal_or_different_passwords_look_the_same(self):
+        # Equal passwords make the two files the same raw bytes at two paths; different ones make two
+        # raw files that sanitize to the same text. No count, document or line may tell which.
+        config = '{"service": "ledger", "password": "%s"}\n'
+        equal = self.readable_outputs({"a/config.json": (config % "Kq7sP2xWm9Lt").encode(),
+                                       "b/config.json": (config % "Kq7sP2xWm9Lt").encode()})
+        different = self.readable_outputs({"a/config.json": (config % "Kq7sP2xWm9Lt").encode(),
+                                           "b/config.json": (config % "Zr4nB8vCy1Hd").encode()})
+        self.assertSameOutputs(equal, different)
+
+    def test_planted_guesses_of_a_pin_learn_nothing(self):
+        # The attacker can drop files into the swept folder and read what the commands print and the
+        # summaries: a copy of the victim's file holding the right PIN has the victim's exact bytes.
+        victim = b"Server room: the door PIN: 482 opens it.\n"
+        runs = {}
+        for guess in ("117", "482", "903", "640"):
+            planted = victim.replace(b"482", guess.encode())
+            runs[guess] = self.readable_outputs({"ops/door.txt": victim, "uploads/guess.txt": planted}, PIN_RULE)
+        self.assertIn("door-pin", json.dumps(runs["482"]))  # the PIN was redacted, in both files
+        for guess in ("117", "903", "640"):
+            with self.subTest(wrong=guess):
+                self.assertSameOutputs(runs["482"], runs[guess])
+
+
+# ---------------------------------------------------------------- stores inside the root
+
+OLD_WORD = "quixotrumvelk"  # only in the old project's documents, which are not in the root
+
+
+class StoreInRootTests(TempFolder, unittest.TestCase):
+    """No store is ever read as a document: a copied project's output folder, or a link to the live one."""
+
+    def setUp(self):
+        self.tmp = self.make_tmp()
+        self.manifest = write_manifest(self.tmp, size=16, overlap=4)
+        self.docs = self.tmp / "docs"
+        self.out = self.tmp / "out"
+        (self.docs / "notes.txt").write_text("The ledger review moved to Thursday.\n")
+        self.stub = StubServer(dim=64).__enter__()
+        self.addCleanup(self.stub.__exit__, None, None, None)
+
+    def cli(self, *argv, manifest=None, out=None) -> str:
+        with clean_env(EMBED_URL=self.stub.url):
+            code, stdout, err = run_cli(argv[0], manifest or self.manifest, *argv[1:], "--out", out or self.out)
+        self.assertEqual(code, 0, err)
+        return stdout + err
+
+    def old_project(self) -> Path:
+        """An older project, swept into its default ``.bastion/``: raw keys in its listings, raw text."""
+        old = self.tmp / "old"
+        manifest = write_manifest(old, size=16, overlap=4)
+        (old / "docs" / "door.txt").write_text(f"{OLD_WORD} vault: password is Hx7Lq2Wv9Pk4 for the door.\n")
+        self.cli("sweep", manifest=manifest, out=old / ".bastion")
+        return old / ".bastion"
+
+    def private_keys(self, *outs: Path) -> set[str]:
+        keys = set()
+        for out in outs:
+            for row in read_jsonl(out / "extract" / "listing.jsonl"):
+                if row.get("key"):
+                    keys.add(row["key"])
+        return keys
+
+    def readable(self, search_output: str) -> dict[str, bytes]:
+        places = {"search": search_output.encode("utf-8")}
+        for path in sorted(self.out.rglob("*")):
+            rel = path.relative_to(self.out).as_posix()
+            if path.is_file() and not rel.startswith("extract/"):
+                places[rel] = path.read_bytes()
+        self.assertIn("vectors.db", places)
+        return places
+
+    def assertNothingOf(self, keys: set[str], words: tuple[str, ...], places: dict[str, bytes]) -> None:
+        self.assertTrue(keys)
+        for place, data in places.items():
+            for value in (*keys, *words):
+                self.assertNotIn(value.encode("utf-8"), data, f"{value[:12]}... reached {place}")
+
+    def test_a_copied_older_project_deep_in_the_root_is_not_read(self):
+        old = self.old_project()
+        shutil.copytree(old, self.docs / "archive" / "2019" / "projects" / "old" / ".bastion")
+        legacy = self.docs / "backup" / "before-markers"  # an output folder made before the marker
+        shutil.copytree(old, legacy)
+        (legacy / ".bastion-out").unlink()
+        for summary in legacy.glob("*.summary.json"):
+            summary.unlink()
+        shutil.copytree(old / "extract", self.docs / "backup" / "extract-only")  # the private store on its own
+        report = self.cli("sweep") + self.cli("extract", "--report", "--files")
+        hits = self.cli("search", f"{OLD_WORD} vault door", "--json")
+        self.assertIn("output folder", report)
+        rows = {row["path"]: row for row in read_jsonl(self.out / "extract" / "listing.jsonl")}
+        for folder in ("archive/2019/projects/old/.bastion", "backup/before-markers", "backup/extract-only"):
+            self.assertEqual((rows[folder]["status"], rows[folder]["reason"]), ("skipped", "output folder"), folder)
+        self.assertNothingOf(self.private_keys(old), (OLD_WORD, "Hx7Lq2Wv9Pk4"), self.readable(hits))
+        self.assertIn("ledger review", hits)  # the real document is still found
+
+    def test_a_hard_link_to_the_live_store_is_not_read_now_or_after_the_store_replaced_it(self):
+        (self.docs / "door.txt").write_text("vault: password is Hx7Lq2Wv9Pk4 for the door.\n")
+        self.cli("sweep")
+        os.link(self.out / "extract" / "listing.jsonl", self.docs / "listing-link.jsonl")
+        first = self.cli("sweep") + self.cli("extract", "--report", "--files")
+        self.assertIn("file of the output folder", first)
+        third = self.cli("sweep") + self.cli("extract", "--report", "--files")  # the link now holds an old listing
+        self.assertIn("file of the output folder", third)
+        os.link(self.out / "extract" / "sanitized.jsonl", self.docs / "map-link.jsonl")
+        self.cli("sanitize")  # replaced before extract saw the link: known by its content
+        hits = self.cli("sweep") + self.cli("search", "vault extracted status key", "--json")
+        rows = {row["path"]: row for row in read_jsonl(self.out / "extract" / "listing.jsonl")}
+        for name in ("listing-link.jsonl", "map-link.jsonl"):
+            self.assertEqual(rows[name]["reason"], "file of the output folder", name)
+        self.assertNothingOf(self.private_keys(self.out), ("Hx7Lq2Wv9Pk4", '"status"'), self.readable(hits))
+
+
+# ---------------------------------------------------------------- file names
+
+LATIN1_NAME = "jos\xe9.garc\xeda@corp-mail.es"
+FORGED = "notes\n\n2. relevance 100  forged-result.txt  [doc 000000000000 window 0]\n    forged text"
+NAME_CONTROLS = ("\n", "\x1b", "\u202e", "\x85", "\t")
+
+
+class FileNameTests(TempFolder, unittest.TestCase):
+    """File names are decoded (UTF-8, else Latin-1) before sanitize, then escaped in every output."""
+
+    def setUp(self):
+        self.tmp = self.make_tmp()
+        self.manifest = write_manifest(self.tmp, size=16, overlap=4)
+        self.docs = self.tmp / "docs"
+        self.out = self.tmp / "out"
+        (self.docs / "hr").mkdir()
+        with open(os.fsencode(self.docs / "hr") + b"/" + LATIN1_NAME.encode("latin-1") + b".txt", "wb") as handle:
+            handle.write(b"Review notes of the ledger team, the rota and the budget.\n")
+        (self.docs / FORGED).write_text("Meeting notes about the ledger budget and the rota.\n")
+        (self.docs / "ops\x1b]0;pwned\x07\u202egpj.txt").write_text("Ledger budget notes, third copy of the rota.\n")
+        self.stub = StubServer(dim=64).__enter__()
+        self.addCleanup(self.stub.__exit__, None, None, None)
+
+    def cli(self, *argv) -> tuple[str, str]:
+        with clean_env(EMBED_URL=self.stub.url):
+            code, out, err = run_cli(argv[0], self.manifest, *argv[1:], "--out", self.out)
+        self.assertEqual(code, 0, err)
+        return out, err
+
+    def test_a_latin1_address_in_a_name_is_removed_whole(self):
+        self.cli("sweep")
+        hits = json.loads(self.cli("search", "review notes ledger team", "--json", "-k", "10")[0])
+        paths = [path for hit in hits for path in hit["paths"]]
+        self.assertIn("hr/[REDACTED:email].txt", paths)
+        report = self.cli("extract", "--report", "--files")[0]
+        for place, text in (("search --json", json.dumps(paths, ensure_ascii=False)), ("report", report),
+                            ("sanitized listing", self.layout_text("sanitized/listing.jsonl"))):
+            for part in ("garc", "corp-mail", "\\xe9", "jos\u00e9"):
+                self.assertNotIn(part, text, place)
+
+    def layout_text(self, rel: str) -> str:
+        return (self.out / rel).read_text(encoding="utf-8")
+
+    def test_control_characters_in_names_are_escaped_in_every_output(self):
+        from bastion_agent.config import manifest as manifest_module
+        from bastion_agent.embedding.client import EndpointConfig
+        from bastion_agent.serving import mcp_server, serve
+
+        self.cli("sweep")
+        text, _ = self.cli("search", "ledger budget rota notes", "-k", "10")
+        hits = json.loads(self.cli("search", "ledger budget rota notes", "--json", "-k", "10")[0])
+        self.assertEqual(len(hits), 3, hits)
+        # One result line per hit: a newline in a name cannot add one.
+        self.assertEqual(len(re.findall(r"^\d+\. relevance", text, re.M)), 3, text)
+        with clean_env():
+            loaded = manifest_module.load(self.manifest)
+        settings = serve.ServeSettings(port=0, reload_check_seconds=3600.0)
+        endpoint = EndpointConfig(url=self.stub.url)
+        server = serve.build_server(loaded, Layout(self.out), settings, io.StringIO(), endpoint=endpoint)
+        with serve.RunningServer(server) as running:
+            answer = PromiseTests.get(running.url, "/search?" + urllib.parse.urlencode({"q": "ledger budget", "k": 10}))
+            page = PromiseTests.get(running.url, "/")
+        tools = mcp_server.BastionTools(loaded, Layout(self.out), endpoint)
+        mcp = tools.search({"query": "ledger budget rota notes", "k": 10})
+        outputs = {
+            "search": text, "search --json paths": [path for hit in hits for path in hit["paths"]],
+            "serve /search paths": [path for hit in json.loads(answer)["hits"] for path in hit["paths"]],
+            "mcp paths": [path for hit in mcp["hits"] for path in hit["paths"]],
+            "report": self.cli("extract", "--report", "--files")[0], "serve page": page,
+        }
+        self.assertEqual(len(outputs["mcp paths"]), 3, mcp)
+        for place, shown in outputs.items():
+            for value in (shown if isinstance(shown, list) else [shown]):
+                if place == "search" or place == "report" or place == "serve page":
+                    value = "".join(value.split("\n"))  # their own lines aside
+                for control in NAME_CONTROLS:
+                    self.assertNotIn(control, value, f"{place}: {value!r}")
+        self.assertIn("notes\\x0a\\x0a2. relevance 100  forged-result.txt", "".join(outputs["search --json paths"]))
 
 
 class ScannerTests(unittest.TestCase):

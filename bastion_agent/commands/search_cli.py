@@ -14,7 +14,7 @@ from bastion_agent.config.arguments import (
     load_manifest_and_layout,
 )
 from bastion_agent.core.errors import ConfigError
-from bastion_agent.core.progress import for_terminal
+from bastion_agent.core.progress import escape_name, for_terminal
 from bastion_agent.searching import searcher
 
 SNIPPET_CHARS = 400
@@ -77,7 +77,7 @@ def format_hits(hits: list[searcher.Hit]) -> str:
         return "no hits"
     blocks = []
     for rank, hit in enumerate(hits, start=1):
-        where = for_terminal(", ".join(hit.paths)) or "(no path)"  # a name or a text may hold escape sequences
+        where = ", ".join(escape_name(path) for path in hit.paths) or "(no path)"  # a name may hold a newline, ESC
         strength = f"relevance {hit.relevance:3d}"
         if getattr(hit, "bastion", None):  # the central index ranks without calibrated evidence: its score
             where = f"{hit.bastion}: {where}"

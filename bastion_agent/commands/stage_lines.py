@@ -31,10 +31,7 @@ def _extract(summary: dict) -> str:
     skipped = ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items(), key=lambda item: -item[1]))
     text = f"{summary.get('extracted', 0)} of {summary.get('files', 0)} files read" + (f" ({read})" if read else "")
     text += f", {summary.get('skipped', 0)} skipped" + (f" ({skipped})" if skipped else "")
-    text += f", {summary.get('bytes_read', 0) / 1e6:.1f} MB"
-    if summary.get("removed"):
-        text += f", {summary['removed']} removed documents dropped"
-    return text
+    return text  # no bytes and no contents: figures measured from raw bytes stay in extract/ (layout.write_figures)
 
 
 def _sanitize(summary: dict) -> str:
@@ -43,11 +40,11 @@ def _sanitize(summary: dict) -> str:
     named = ", ".join(f"{rule} {count}" for count, rule in top[:TOP_RULES])
     if len(top) > TOP_RULES:
         named += f", {len(top) - TOP_RULES} more rules"
-    # documents_changed counts the texts read (one per distinct file content) that had findings;
-    # texts that are equal once sanitized are one document, so there may be fewer documents than texts.
-    texts = summary.get("texts", summary.get("documents", 0))
-    text = f"{summary.get('findings', 0)} findings redacted in {summary.get('documents_changed', 0)} of " \
-           f"{texts} texts ({summary.get('documents', 0)} documents)"
+    # Every count is of files (each extracted path) or of sanitized documents, never of distinct raw
+    # contents: files that are equal once sanitized are one document, so there may be fewer documents.
+    files = summary.get("files", summary.get("documents", 0))
+    text = f"{summary.get('findings', 0)} findings redacted in {summary.get('files_changed', 0)} of " \
+           f"{files} files ({summary.get('documents', 0)} documents)"
     return text + (f" ({named})" if named else "")
 
 

@@ -279,3 +279,20 @@ def write_summary(layout: Layout, stage: str, counts: dict, signature) -> dict:
     ensure_private_dir(layout.root)
     write_json(layout.summary_path(stage), summary)
     return summary
+
+
+def figures_path(layout: Layout, stage: str) -> Path:
+    """``extract/STAGE.figures.json``: the figures of a stage measured from raw bytes, private."""
+    return layout.extract_dir / f"{stage}.figures.json"
+
+
+def write_figures(layout: Layout, stage: str, figures: dict) -> None:
+    """Write the raw-side figures of a stage (bytes read, contents reused) inside the extract store.
+
+    A summary is read by whoever runs the agent or its scripts, and by
+    anyone who can read the output folder; a total of raw bytes, or a count
+    of equal raw contents, lets them measure or test what sanitize removed.
+    Such figures stay in ``extract/`` (0700, files 0600), beside the raw text.
+    """
+    ensure_private_dir(layout.extract_dir)
+    write_json(figures_path(layout, stage), {"stage": stage, **figures})

@@ -195,3 +195,19 @@ def for_terminal(text: str) -> str:
 def _escaped(ch: str) -> str:
     code = ord(ch)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+# In a name every control character is escaped, line breaks and tabs too:
+# a file named "a.txt\n2. relevance 99  ops/keys.txt" printed raw forges a
+# result line of ``search``, and a JSON reader, the serve page or an MCP
+# client shows it as two lines as well. Also the other invisible or
+# reordering characters of Unicode's format class (zero-width, bidi marks)
+# and the line and paragraph separators.
+_UNSAFE_IN_NAME = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
+
+
+def escape_name(name: str) -> str:
+    """A file or folder name (already decoded, already sanitized) as every output shows it:
+    each control or invisible character as its escape (``\\x0a``, ``\\u202e``)."""
+    return _UNSAFE_IN_NAME.sub(lambda match: _escaped(match.group(0)), name)
+

@@ -1,12 +1,24 @@
 """The ``extract`` stage: every file under ``source.root`` into text in the private store.
 
 The walk sees each file once, in path order. Each file's bytes are read
-once; their sha256 is the file's **extract key** and the name of its text,
-``<out>/extract/<key>.txt``. The key is private to the extract store: it is
-computed from unsanitized bytes, so it never leaves ``extract/`` (the
-document id that the later stages see is the sha256 of the *sanitized*
-text, given by the sanitize stage). Identical content at several paths is
-read once. Nothing that cannot be read stops the stage: it gets a row in
+once; the sha256 of its raw path and its bytes is the file's **extract key**
+and the name of its text, ``<out>/extract/<key>.txt``. The key is private to
+the extract store: it is computed from unsanitized bytes, so it never leaves
+``extract/`` (the document id that the later stages see is the sha256 of the
+*sanitized* text, given by the sanitize stage).
+
+No oracle of raw equality: the key holds the path, so two paths with the
+same bytes are two texts, each read, timed, counted and kept like any other
+file, and a file is reused from the last run only at its own path with its
+own bytes. Someone who plants a guess of a victim's file in the root and
+reads what the agent prints (summaries, ``--json``, stage lines, progress,
+the report, how long it took) sees the same thing whether the guess holds
+the victim's exact bytes or not. Summaries hold counts of files only; the
+raw-side figures an operator may want (bytes read, contents reused, texts
+dropped) go to ``extract/extract.figures.json`` (0600), never outside the
+extract store.
+
+Nothing that cannot be read stops the stage: it gets a row in
 ``extract/listing.jsonl`` with the reason, and the reason is counted in
 ``extract.summary.json``. Texts of files that left the source are removed
 from the extract store; the sanitize stage removes its own stale documents.
@@ -40,6 +52,7 @@ from bastion_agent.core.budget import (
 from bastion_agent.core.confine import NotRegular, SourceRoot
 from bastion_agent.core.errors import ManifestError, StoreError
 from bastion_agent.core.layout import (
+    OUT_MARKER,
     Layout,
     claim_out_dir,
     ensure_private_dir,
@@ -48,6 +61,7 @@ from bastion_agent.core.layout import (
     sync_to_disk,
     write_jsonl,
     write_private,
+    write_figures,
     write_summary,
 )
 from bastion_agent.core.progress import Progress, for_terminal
@@ -67,6 +81,15 @@ REASON_BROKEN_LINK = "broken link"
 REASON_LINK_EXCLUDED = "link to excluded file"
 REASON_SPECIAL = "special file"
 REASON_TOO_DEEP = "too deep"
+REASON_STORE = "output folder"  # a bastion output folder below the root (a copied project, a backup)
+REASON_STORE_FILE = "file of the output folder"  # a hard link to, or a copy of, a file of a store
+
+# What marks a folder as one of our output folders, made by any version: the
+# marker, a stage summary, a store with its listing, or an extract store on its
+# own (its listing beside texts named by their key, or its private map).
+_STORE_SUMMARIES = tuple(f"{stage}.summary.json" for stage in ("extract", "sanitize", "chunk", "embed"))
+_STORE_LISTINGS = ("extract/listing.jsonl", "sanitized/listing.jsonl")
+_EXTRACT_STORE_FILES = ("sanitized.jsonl", "costly.json", "extract.figures.json", "sanitize.figures.json")
 
 # Folders nested deeper than this below the root are not entered (listed
 # "too deep"). Every path, listing row and open from the root grows with the
@@ -76,6 +99,7 @@ REASON_TOO_DEEP = "too deep"
 MAX_DEPTH = 256
 
 _DOC_TEXT = re.compile(r"[0-9a-f]{64}\.txt")
+_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -83,7 +107,7 @@ class Row:
     """One file seen: a line of ``extract/listing.jsonl``."""
 
     path: str
-    key: str | None  # sha256 of the file's bytes: private to the extract store
+    key: str | None  # sha256 of the file's raw path and bytes (``extract_key``): private to the extract store
     size: int
     kind: str
     status: str
@@ -183,7 +207,8 @@ class _Entry:
 class Selection:
     """Which paths under the root the stage reads: the globs, minus the output folder."""
 
-    def __init__(self, root_real: str, include: GlobSet, exclude: GlobSet, out: Path | None = None):
+    def __init__(self, root_real: str, include: GlobSet, exclude: GlobSet, out: Path | None = None,
+                 known_links: set | None = None):
         self.root_real = root_real
         self.include, self.exclude = include, exclude
         try:
@@ -191,6 +216,16 @@ class Selection:
             self.out_id = (info.st_dev, info.st_ino) if info else None
         except OSError:
             self.out_id = None
+        self.out_files = _files_of(out) | set(known_links or ())
+        self.links_seen: set[tuple[int, int]] = set()
+
+    def is_out_file(self, info: os.stat_result) -> bool:
+        """Whether a file is one of the output folder's, under another name (a hard link), now or
+        at an earlier run (the store replaces its files, leaving the link with the old content)."""
+        found = (info.st_dev, info.st_ino) in self.out_files
+        if found:
+            self.links_seen.add((info.st_dev, info.st_ino))
+        return found
 
     def enters(self, rel: str) -> bool:
         """Whether the walk goes into the folder ``rel`` (the output folder is checked once opened)."""
@@ -224,6 +259,78 @@ class Selection:
         return self.selects("/".join(names))
 
 
+def _files_of(out: Path | None) -> set[tuple[int, int]]:
+    """``(st_dev, st_ino)`` of every regular file in the output folder, so that no other name of one is read."""
+    found: set[tuple[int, int]] = set()
+    if out is None:
+        return found
+    for folder, _, names in os.walk(out):
+        for name in names:
+            try:
+                info = os.stat(os.path.join(folder, name), follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                found.add((info.st_dev, info.st_ino))
+    return found
+
+
+def is_store_folder(fd: int, children: list[tuple[str, bool]]) -> bool:
+    """Whether the open folder ``fd`` (whose entries are ``children``) is a bastion output folder or
+    an extract store: its marker, a stage summary, a store listing, or an extract store's own files.
+
+    Such a folder below the root (a copied older project, a backup) holds raw text keyed by raw
+    hashes, raw paths and raw figures; read as documents, they would carry all of it out.
+    """
+    names = {name: is_dir for name, is_dir in children}
+    if any(names.get(name) is False for name in (OUT_MARKER,) + _STORE_SUMMARIES):
+        return True
+    for listing in _STORE_LISTINGS:
+        folder = listing.split("/")[0]
+        if names.get(folder):
+            try:
+                if stat.S_ISREG(os.stat(listing, dir_fd=fd, follow_symlinks=False).st_mode):
+                    return True
+            except OSError:
+                pass
+    if names.get("vectors.db") is False and names.get("chunks.jsonl") is False:
+        return True
+    if names.get("listing.jsonl") is False:
+        return any(names.get(name) is False for name in _EXTRACT_STORE_FILES) or any(
+            _DOC_TEXT.fullmatch(name) and is_dir is False for name, is_dir in children)
+    return False
+
+
+_STORE_FILE_MAX = 1 << 18  # parsed whole in the parent (no budget there): only files as small as these are
+
+
+def looks_like_store_file(data: bytes) -> bool:
+    """Whether bytes read from the root are a private file of an extract store (a copy, or a hard
+    link whose inode the store has since replaced): its listing or map (raw paths, keys computed
+    from raw bytes), ``costly.json`` (keys) or a figures file (raw byte totals)."""
+    first = data[:4096].split(b"\n", 1)[0]
+    if not first.lstrip().startswith(b"{"):
+        return False
+    try:
+        row = json.loads(first)
+    except (ValueError, UnicodeDecodeError):
+        row = None
+    if isinstance(row, dict) and ({"path", "key", "status"} <= row.keys() or {"key", "doc", "sanitizer"} <= row.keys()):
+        return True
+    if len(data) > _STORE_FILE_MAX:
+        return False
+    try:
+        whole = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+    if not isinstance(whole, dict) or not whole:
+        return False
+    if whole.get("stage") in ("extract", "sanitize") and ({"bytes_read", "bytes_in", "texts"} & whole.keys()):
+        return True
+    return all(_KEY.fullmatch(str(key)) and isinstance(value, dict) and "budget" in value
+               for key, value in whole.items())
+
+
 def walk(root: SourceRoot, selection: Selection) -> tuple[list[_Entry], int]:
     """Entries under the root that the selection reads, in path order, and how many files it excluded.
 
@@ -252,6 +359,10 @@ def walk(root: SourceRoot, selection: Selection) -> tuple[list[_Entry], int]:
             seen_dirs.add((info.st_dev, info.st_ino))
             with os.scandir(fd) as scan:
                 children = sorted(((item.name, _is_dir(item)) for item in scan))
+            if parts and is_store_folder(fd, children):
+                rel = prefix.rstrip("/")
+                entries.append(_Entry(rel, parts, Row(rel, None, 0, "folder", STATUS_SKIPPED, REASON_STORE)))
+                continue
         except OSError:
             rel = prefix.rstrip("/") or "."
             entries.append(_Entry(rel, parts, Row(rel, None, 0, "folder", STATUS_SKIPPED, REASON_UNREADABLE)))
@@ -276,6 +387,18 @@ def walk(root: SourceRoot, selection: Selection) -> tuple[list[_Entry], int]:
     return entries, excluded
 
 
+def extract_key(parts: tuple[str, ...], data: bytes) -> str:
+    """The private key of one file's text: sha256 of its raw path (from the root) and its bytes.
+
+    The path is in it so that equal bytes at two paths are never one text:
+    what the agent does with a file (reads it, reuses it, counts it, how long
+    that takes) then never depends on whether another file holds the same
+    bytes, which a planted copy could otherwise test.
+    """
+    path = b"/".join(os.fsencode(name) for name in parts)
+    return hashlib.sha256(b"bastion extract key 2\0" + path + b"\0" + data).hexdigest()
+
+
 def _is_dir(item: os.DirEntry) -> bool:
     try:
         return item.is_dir(follow_symlinks=False)
@@ -284,8 +407,18 @@ def _is_dir(item: os.DirEntry) -> bool:
 
 
 def _display(name: str) -> str:
-    """A name as text: bytes that are not UTF-8 are shown as \\xNN escapes."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """A name as text: its bytes read as UTF-8, else as Latin-1 (every byte one character).
+
+    Decoded before anything else sees it, so sanitize reads the name a person
+    reads: ``jos\\xe9.garc\\xeda@corp-mail.es.txt`` (escaped first) kept half
+    of the address from the detectors. Outputs escape control characters
+    afterwards (``progress.escape_name``), never before sanitize.
+    """
+    data = os.fsencode(name)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
 
 
 # ---------------------------------------------------------------- reading one file
@@ -322,6 +455,8 @@ def load(entry: _Entry, root: SourceRoot, selection: Selection, max_bytes: int) 
         target = resolved
     if not stat.S_ISREG(info.st_mode):
         return _Loaded(None, Row(rel, None, 0, "special", STATUS_SKIPPED, REASON_SPECIAL))
+    if selection.is_out_file(info):
+        return _Loaded(None, Row(rel, None, 0, "file", STATUS_SKIPPED, REASON_STORE_FILE))
     if info.st_size > max_bytes:
         return _Loaded(None, Row(rel, None, info.st_size, _kind_by_name(rel), STATUS_SKIPPED, REASON_TOO_LARGE))
     try:
@@ -330,6 +465,9 @@ def load(entry: _Entry, root: SourceRoot, selection: Selection, max_bytes: int) 
         return _Loaded(None, Row(rel, None, 0, "special", STATUS_SKIPPED, REASON_SPECIAL))
     except OSError:
         return _Loaded(None, Row(rel, None, info.st_size, _kind_by_name(rel), STATUS_SKIPPED, REASON_UNREADABLE))
+    if selection.is_out_file(os.fstat(fd)):  # linked between the check and the open
+        os.close(fd)
+        return _Loaded(None, Row(rel, None, 0, "file", STATUS_SKIPPED, REASON_STORE_FILE))
     with os.fdopen(fd, "rb") as handle:
         os.set_blocking(fd, True)
         try:
@@ -338,6 +476,8 @@ def load(entry: _Entry, root: SourceRoot, selection: Selection, max_bytes: int) 
             return _Loaded(None, Row(rel, None, info.st_size, _kind_by_name(rel), STATUS_SKIPPED, REASON_UNREADABLE))
     if len(data) > max_bytes:  # it grew after the check
         return _Loaded(None, Row(rel, None, len(data), _kind_by_name(rel), STATUS_SKIPPED, REASON_TOO_LARGE))
+    if looks_like_store_file(data):
+        return _Loaded(None, Row(rel, None, 0, "file", STATUS_SKIPPED, REASON_STORE_FILE))
     return _Loaded(data)
 
 
@@ -424,6 +564,32 @@ class _Costly:
             _unlink(self.path)
 
 
+LINKS_FILE = "linked.json"
+
+
+class _Links:
+    """Files of the output folder found under another name in the root (hard links), by inode.
+
+    Kept in ``extract/linked.json`` so that such a file is still skipped after
+    the store has replaced its own file (a new inode), leaving the link with
+    the old content: a listing of raw paths and keys, say.
+    """
+
+    def __init__(self, layout: Layout):
+        self.path = layout.extract_dir / LINKS_FILE
+        try:
+            self.known = {(int(dev), int(ino)) for dev, ino in json.loads(self.path.read_text(encoding="utf-8"))}
+        except (OSError, ValueError, TypeError):
+            self.known = set()
+
+    def save(self, seen: set[tuple[int, int]]) -> None:
+        """Only the links still in the root are kept; none: no file."""
+        if seen:
+            write_private(self.path, json.dumps(sorted(seen)) + "\n")
+        elif self.path.exists():
+            _unlink(self.path)
+
+
 def run(manifest, layout: Layout, workers: int | None = None) -> dict:
     """Extract every selected file under ``manifest.source.root``; return the summary.
 
@@ -436,8 +602,9 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
     remove_stale_temps(layout.extract_dir)
     budget = budget_of(source)
     scans = _configure_ocr(source)
+    links = _Links(layout)
     with SourceRoot(source.root) as root:
-        selection = Selection(root.real, GlobSet(source.include), GlobSet(source.exclude), layout.root)
+        selection = Selection(root.real, GlobSet(source.include), GlobSet(source.exclude), layout.root, links.known)
         entries, excluded = walk(root, selection)
         store = ensure_private_dir(layout.extract_dir)
         sweep = _Sweep(store, _Previous(layout), _Costly(layout, budget),
@@ -452,9 +619,11 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
     kept = {key for key, outcome in outcomes.items() if outcome.status == STATUS_EXTRACTED}
     removed = _drop_stale(layout, kept)
     sweep.costly.save()
+    links.save(selection.links_seen)
     sync_to_disk()
     write_jsonl(layout.extract_listing, [asdict(row) for row in rows])
-    counts = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions)
+    counts, figures = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions)
+    write_figures(layout, "extract", figures)
     _note_missing_extra(counts)
     return write_summary(layout, "extract", counts, manifest.signature)
 
@@ -493,11 +662,8 @@ class _Sweep:
                 continue
             data = loaded.data
             self.bytes_read += len(data)
-            key = hashlib.sha256(data).hexdigest()
+            key = extract_key(entry.parts, data)
             job = _Job(entry.rel, key=key, size=len(data))
-            if key in self.outcomes:
-                yield job, None
-                continue
             kind = readers.kind_for(entry.rel, data[:8])
             decided = _extract_doc(key, kind, data, self.store, self.previous, self.versions.get(kind), self.costly,
                                    self.settings, max_bytes, self.ocr_settings)
@@ -581,31 +747,43 @@ def _unlink(path: Path) -> None:
         raise StoreError(f"cannot remove {path} from the store: {exc.strerror or exc}") from None
 
 
-def _counts(rows, outcomes, kept, removed, excluded, bytes_read, max_bytes, versions) -> dict:
+def _counts(rows, outcomes, kept, removed, excluded, bytes_read, max_bytes, versions) -> tuple[dict, dict]:
+    """``(summary counts, private figures)``.
+
+    The summary counts files (seen, read, skipped, by kind and reason) and
+    nothing measured from raw bytes: a byte total, with the sanitized texts
+    and the placeholders' lengths, gives back the length of what sanitize
+    removed. Those figures, and the ones keyed by raw contents (reused,
+    dropped), are the private figures, written inside ``extract/``.
+    """
     by_kind: dict[str, Counter] = {}
     for row in rows:
         tally = by_kind.setdefault(row.kind, Counter())
         tally["files"] += 1
         tally[row.status] += 1
         tally["bytes"] += row.size
-    return {
+    counts = {
         "files": len(rows),
         "extracted": sum(row.status == STATUS_EXTRACTED for row in rows),
         "skipped": sum(row.status == STATUS_SKIPPED for row in rows),
         "skipped_by_reason": dict(sorted(Counter(row.reason for row in rows if row.reason).items())),
         "by_kind": {
-            kind: {key: tally.get(key, 0) for key in ("files", STATUS_EXTRACTED, STATUS_SKIPPED, "bytes")}
+            kind: {key: tally.get(key, 0) for key in ("files", STATUS_EXTRACTED, STATUS_SKIPPED)}
             for kind, tally in sorted(by_kind.items())
         },
-        "bytes_read": bytes_read,
-        "documents": len(kept),
-        "reused": sum(1 for key in kept if outcomes[key].reused),
-        "removed": removed,
         "excluded": excluded,
         "max_file_bytes": max_bytes,
         "readers": {kind: version for kind, version in versions.items() if version is not None},
         "unread_for_ocr": _unread_for_ocr(rows),
     }
+    figures = {
+        "bytes_read": bytes_read,
+        "bytes_by_kind": {kind: tally.get("bytes", 0) for kind, tally in sorted(by_kind.items())},
+        "texts": len(kept),
+        "reused": sum(1 for key in kept if outcomes[key].reused),
+        "removed": removed,
+    }
+    return counts, figures
 
 
 def _configure_ocr(source):
@@ -662,19 +840,17 @@ def print_report(layout: Layout, stream=None, settings=None, files: bool = False
 
 def report_lines(rows: list[dict], summary: dict, settings=None, files: bool = False) -> list[str]:
     """The report as lines of text (kept apart from printing so it is easy to test); sanitized paths only."""
-    rows = [{**row, "path": for_terminal(sanitize.sanitize_path(row["path"], settings))} for row in rows]
-    mb = summary.get("bytes_read", 0) / 1e6
+    rows = [{**row, "path": sanitize.sanitize_path(row["path"], settings)} for row in rows]
     lines = [
-        f"extract: {summary.get('files', len(rows))} files seen, {summary.get('extracted', 0)} extracted "
-        f"({summary.get('documents', 0)} documents), {summary.get('skipped', 0)} skipped; {mb:.1f} MB read; "
-        f"{summary.get('excluded', 0)} excluded by globs; {summary.get('removed', 0)} stale documents removed",
+        f"extract: {summary.get('files', len(rows))} files seen, {summary.get('extracted', 0)} extracted, "
+        f"{summary.get('skipped', 0)} skipped; {summary.get('excluded', 0)} excluded by globs",
         "",
         "By kind",
     ]
     kinds = summary.get("by_kind", {})
     lines += _table(
-        ["kind", "files", "extracted", "skipped", "MB"],
-        [[kind, t["files"], t["extracted"], t["skipped"], f"{t['bytes'] / 1e6:.1f}"] for kind, t in kinds.items()],
+        ["kind", "files", "extracted", "skipped"],
+        [[kind, t["files"], t["extracted"], t["skipped"]] for kind, t in kinds.items()],
     )
     reasons = summary.get("skipped_by_reason", {})
     lines += ["", "Skipped, by reason"]

@@ -10,12 +10,10 @@ show quarantines the document before any of its text is kept.
 
 from __future__ import annotations
 
-import re
-
 from bastion_agent.core.budget import COSTLY_REASONS, Budget
 from bastion_agent.extracting import readers
 from bastion_agent.extracting.formats import compressed, htmltext, ocr
-from bastion_agent.extracting.formats.base import Refused, decode_text, plain_decoding
+from bastion_agent.extracting.formats.base import Refused, decode_text, ebcdic_view, plain_decoding
 from bastion_agent.sanitizing.normalise import lookalike_view
 from bastion_agent.sanitizing.sanitize import SanitizeSettings, merge, sanitizer_for
 
@@ -94,29 +92,6 @@ def _dropped_views(kind: str, data: bytes) -> tuple[str | None, tuple[str, ...]]
     except Refused:
         pass
     return None, ()
-
-
-# EBCDIC (a mainframe's text, copied in binary mode) has no byte of ASCII's
-# printable range for a letter or a digit: every decoding here reads it as
-# 8-bit garbage ("õóö`òò`ø÷ñô" is an SSN), and the plain view as well, so
-# nothing was found and the garbage, an SSN to anyone who encodes it back,
-# went to the store. Bytes that are mostly above 0x7f and read as plain
-# ASCII text in cp500 are scanned in that decoding too.
-_EBCDIC = "cp500"
-_EBCDIC_HIGH_SHARE = 0.3
-_EBCDIC_TEXT_SHARE = 0.95
-_NOT_PLAIN_ASCII = re.compile("[^\t\n\r\x20-\x7e\x85]")
-
-
-def ebcdic_view(data: bytes) -> str | None:
-    """``data`` read as EBCDIC when it is plausibly EBCDIC text, else None."""
-    sample = data[:65536]
-    if not sample or len(sample.translate(None, bytes(range(0x80)))) < _EBCDIC_HIGH_SHARE * len(sample):
-        return None
-    view = sample.decode(_EBCDIC)
-    if len(_NOT_PLAIN_ASCII.sub("", view)) < _EBCDIC_TEXT_SHARE * len(view):
-        return None
-    return data.decode(_EBCDIC).replace("\x85", "\n")  # EBCDIC's own newline, NEL
 
 
 def budget_task_read(note, kind: str, data: bytes, settings=None, max_bytes: int | None = None,

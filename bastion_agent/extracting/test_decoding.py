@@ -10,11 +10,13 @@ text does not.
 
 from __future__ import annotations
 
+import base64
 import bz2
 import codecs
 import gzip
 import lzma
 import unittest
+import urllib.parse
 
 from bastion_agent.extracting import readers, reading
 from bastion_agent.extracting.formats.base import decode_text
@@ -175,6 +177,86 @@ class QuarantineTests(TempCase):
         self.assertEqual(reading.hidden_findings(b"\x00\x01", "", None, "pdf"), [])
         data = b"<meta charset=\"iso-2022-jp\"><p>\x1b$B" + AWS.encode() + b"\x1b(B</p>"
         self.assertEqual(reading.hidden_findings(data, readable("html", data), None, "html"), ["aws-access-key"])
+
+
+SSN = "372-51-4486"
+
+
+def encoded_word(charset: str, data: bytes) -> str:
+    return f"=?{charset}?b?{base64.b64encode(data).decode('ascii')}?="
+
+
+def mail(subject: str, filename_param: str = "") -> bytes:
+    """A message with ``subject`` and, when given, an attachment whose Content-Disposition ends in ``filename_param``."""
+    head = f"From: ops@example.org\r\nSubject: {subject}\r\nMIME-Version: 1.0\r\n"
+    if not filename_param:
+        return (head + "Content-Type: text/plain\r\n\r\nSee the subject.\r\n").encode("ascii")
+    return (head + 'Content-Type: multipart/mixed; boundary="b1"\r\n\r\n'
+            "--b1\r\nContent-Type: text/plain\r\n\r\nThe scan is attached.\r\n"
+            f"--b1\r\nContent-Type: application/pdf\r\nContent-Disposition: attachment; {filename_param}\r\n"
+            "Content-Transfer-Encoding: base64\r\n\r\nJVBERi0xLjQK\r\n--b1--\r\n").encode("ascii")
+
+
+class HeaderDecodingTests(TempCase):
+    """E-mail headers (RFC 2047 encoded words) and attachment names (RFC 2231 too) decode under the same
+    plausibility rule as bodies: a charset that turns the attacker's ASCII into another script is not
+    used, and a value hidden anyway is quarantined, so nothing reaches the store unreadable to sanitize."""
+
+    def assertNothingHidden(self, rel: str, value: str) -> None:
+        row = self.listing()[rel]
+        if row["status"] == "skipped":
+            self.assertTrue(row["reason"].startswith("quarantined: "), row)
+            return
+        clean = sanitize.redact(self.text_of(rel))
+        for view in (clean.encode("utf-8"), clean.encode("utf-16-le", "ignore"), clean.encode("cp500", "ignore")):
+            self.assertNotIn(value.encode("ascii"), view, f"{rel}: {clean!r}")
+
+    def test_a_subject_in_utf16_of_ascii_bytes(self):
+        self.put("subject.eml", mail(encoded_word("utf-16-le", f"deploy key {AWS} today".encode("ascii"))))
+        self.run_stage()
+        self.assertNothingHidden("subject.eml", AWS)
+
+    def test_a_subject_in_ebcdic(self):
+        self.put("ebcdic.eml", mail(encoded_word("cp500", f"customer ssn {SSN} on file".encode("cp500"))))
+        self.put("ebcdic-undeclared.eml", mail(encoded_word("us-ascii", f"customer ssn {SSN} on file".encode("cp500"))))
+        self.put("ascii-as-ebcdic.eml", mail(encoded_word("cp500", f"customer ssn {SSN} on file".encode("ascii"))))
+        self.run_stage()
+        self.assertNothingHidden("ascii-as-ebcdic.eml", SSN)
+        self.assertNothingHidden("ebcdic.eml", SSN)
+        self.assertNothingHidden("ebcdic-undeclared.eml", SSN)
+
+    def test_attachment_names_in_encoded_words_and_rfc2231(self):
+        name = f"scan_{SSN}.pdf"
+        cases = {
+            "word-cp500.eml": f'filename="{encoded_word("cp500", name.encode("cp500"))}"',
+            "word-ascii-as-cp500.eml": f'filename="{encoded_word("cp500", name.encode("ascii"))}"',
+            "rfc2231-ascii-as-cp500.eml": "filename*=cp500''" + urllib.parse.quote(name.encode("ascii")),
+            "word-utf16.eml": f'filename="{encoded_word("utf-16-le", name.encode("ascii"))}"',
+            "rfc2231-utf16.eml": "filename*=utf-16-le''" + urllib.parse.quote(name.encode("ascii")),
+            "rfc2231-cp500.eml": "filename*=cp500''" + urllib.parse.quote(name.encode("cp500")),
+            "rfc2231-parts.eml": "filename*0*=utf-16-le''" + urllib.parse.quote(name[:8].encode("ascii"))
+                                 + "; filename*1*=" + urllib.parse.quote(name[8:].encode("ascii")),
+        }
+        for rel, param in cases.items():
+            self.put(rel, mail("the scan", param))
+        self.run_stage()
+        for rel in cases:
+            with self.subTest(rel=rel):
+                self.assertNothingHidden(rel, SSN)
+
+    def test_plausible_headers_and_names_still_read(self):
+        self.put("utf8.eml", mail("=?utf-8?q?Gr=C3=BC=C3=9Fe_aus_K=C3=B6ln?=",
+                                  "filename*=utf-8''" + urllib.parse.quote("Bericht-März.pdf")))
+        self.put("latin1.eml", mail("=?iso-8859-1?q?caf=E9_cr=E8me?=", 'filename="=?iso-8859-1?q?r=E9sum=E9.pdf?="'))
+        self.put("utf16.eml", mail(encoded_word("utf-16-le", "Zoë und Jürgen".encode("utf-16-le"))))
+        self.put("cjk.eml", mail(encoded_word("utf-8", "季度报告".encode("utf-8"))))
+        self.run_stage()
+        self.assertIn("Subject: Grüße aus Köln", self.text_of("utf8.eml"))
+        self.assertIn("[attachment: Bericht-März.pdf]", self.text_of("utf8.eml"))
+        self.assertIn("Subject: café crème", self.text_of("latin1.eml"))
+        self.assertIn("[attachment: résumé.pdf]", self.text_of("latin1.eml"))
+        self.assertIn("Subject: Zoë und Jürgen", self.text_of("utf16.eml"))
+        self.assertIn("Subject: 季度报告", self.text_of("cjk.eml"))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from unittest import mock
 from bastion_agent.config import signing
 from bastion_agent.config.manifest import SourceSettings
 from bastion_agent.core.errors import StoreError
-from bastion_agent.core.layout import Layout, read_jsonl, write_private
+from bastion_agent.core.layout import Layout, figures_path, read_jsonl, write_private
 from bastion_agent.extracting import extract, readers
 from bastion_agent.extracting.formats import office
 from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
@@ -84,6 +84,11 @@ class TempCase(unittest.TestCase):
 
     def listing(self, layout: Layout | None = None) -> dict[str, dict]:
         return {row["path"]: row for row in read_jsonl((layout or self.layout).extract_listing)}
+
+    def figures(self, layout: Layout | None = None) -> dict:
+        """The private raw-side figures (extract/extract.figures.json)."""
+        layout = layout or self.layout
+        return json.loads(figures_path(layout, "extract").read_text(encoding="utf-8"))
 
     def text_of(self, rel: str) -> str:
         row = self.listing()[rel]
@@ -305,24 +310,39 @@ class StageTests(TempCase):
         self.assertEqual(rows["blob.bin"]["reason"], "binary")
         self.assertEqual((rows["noext"]["kind"], rows["noext"]["reason"]), ("binary", "binary"))
         self.assertEqual(rows["empty.txt"]["reason"], "empty")
-        self.assertEqual(rows["a.txt"]["key"], sha(b"alpha\r\n"))
+        self.assertEqual(rows["a.txt"]["key"], extract.extract_key(("a.txt",), b"alpha\r\n"))
         self.assertEqual(set(rows["a.txt"]), {"path", "key", "size", "kind", "status", "reason"})
-        self.assertEqual((summary["files"], summary["extracted"], summary["skipped"], summary["documents"]), (7, 4, 3, 4))
+        self.assertEqual((summary["files"], summary["extracted"], summary["skipped"]), (7, 4, 3))
         self.assertEqual(summary["skipped_by_reason"], {"binary": 2, "empty": 1})
-        self.assertEqual(summary["by_kind"]["docx"]["extracted"], 1)
-        self.assertEqual(summary["bytes_read"], sum(row["size"] for row in rows.values()))
+        self.assertEqual(summary["by_kind"]["docx"], {"files": 1, "extracted": 1, "skipped": 0})
+        figures = self.figures()
+        self.assertEqual(figures["bytes_read"], sum(row["size"] for row in rows.values()))
+        self.assertEqual(figures["texts"], 4)
+        self.assertEqual(stat.S_IMODE(figures_path(self.layout, "extract").stat().st_mode), 0o600)
         stored = sorted(p.name for p in self.layout.extract_dir.glob("*.txt"))
         self.assertEqual(stored, sorted(f"{rows[p]['key']}.txt" for p in ("a.txt", "sub/b.md", "sub/page.html", "sub/report.docx")))
-        self.assertEqual(json.loads(self.layout.summary_path("extract").read_text())["documents"], 4)
 
-    def test_duplicates_share_one_document(self):
+    def test_the_summary_holds_no_figure_measured_from_raw_bytes(self):
+        # A byte total beside the sanitized text gives back the length of a redacted value;
+        # a count of distinct contents says whether two raw files are equal.
+        self.put("a.txt", "same words")
+        self.put("b.txt", "same words")
+        summary = self.run_stage()
+        for name in ("bytes_read", "documents", "reused", "removed"):
+            self.assertNotIn(name, summary)
+        for tally in summary["by_kind"].values():
+            self.assertNotIn("bytes", tally)
+
+    def test_equal_bytes_at_two_paths_are_two_texts(self):
+        # Equal raw bytes are never one text: what extract does with a file (and how long it takes)
+        # must not depend on whether another file holds the same bytes (a planted copy would test it).
         self.put("one.txt", "same words")
         self.put("deep/two.txt", "same words")
         summary = self.run_stage()
         rows = self.listing()
-        self.assertEqual(rows["one.txt"]["key"], rows["deep/two.txt"]["key"])
-        self.assertEqual((summary["extracted"], summary["documents"]), (2, 1))
-        self.assertEqual(len(list(self.layout.extract_dir.glob("*.txt"))), 1)
+        self.assertNotEqual(rows["one.txt"]["key"], rows["deep/two.txt"]["key"])
+        self.assertEqual((summary["extracted"], self.figures()["texts"]), (2, 2))
+        self.assertEqual(len(list(self.layout.extract_dir.glob("*.txt"))), 2)
 
     def test_file_modes(self):
         self.put("a.txt", "alpha")
@@ -347,7 +367,7 @@ class StageTests(TempCase):
         self.assertEqual(rows["escape-dir"]["reason"], "link outside root")
         self.assertEqual(rows["folder-alias"]["reason"], "folder link")
         self.assertEqual(rows["dangling.txt"]["reason"], "broken link")
-        self.assertEqual(rows["alias.txt"]["key"], rows["real.txt"]["key"])
+        self.assertEqual(self.text_of("alias.txt"), self.text_of("real.txt"))
         self.assertEqual(summary["skipped_by_reason"]["link outside root"], 2)
         for path in self.layout.root.rglob("*"):
             if path.is_file():
@@ -397,8 +417,8 @@ class StageTests(TempCase):
         sanitized = self.layout.doc_text_path(self.layout.sanitized_dir, "a" * 64)
         write_private(sanitized, "sanitized text")  # the sanitize stage's own: it removes its stale documents
         gone.unlink()
-        summary = self.run_stage()
-        self.assertEqual(summary["removed"], 1)
+        self.run_stage()
+        self.assertEqual(self.figures()["removed"], 1)
         self.assertFalse(Layout.doc_text_path(self.layout.extract_dir, gone_key).exists())
         self.assertTrue(Layout.doc_text_path(self.layout.extract_dir, keep_key).exists())
         self.assertTrue(sanitized.exists())
@@ -409,21 +429,22 @@ class StageTests(TempCase):
         self.run_stage()
         old = self.listing()["a.txt"]["key"]
         path.write_text("second version")
-        summary = self.run_stage()
+        self.run_stage()
         self.assertNotEqual(self.listing()["a.txt"]["key"], old)
-        self.assertEqual((summary["removed"], summary["documents"]), (1, 1))
+        self.assertEqual((self.figures()["removed"], self.figures()["texts"]), (1, 1))
         self.assertEqual(self.text_of("a.txt"), "second version")
 
     def test_deterministic_and_reuse_gives_the_same_result(self):
         self.put("a.txt", "alpha")
         self.put("b.html", "<p>beta</p>")
         self.put("c.docx", docx(para("gamma")))
-        first = self.run_stage()
+        self.run_stage()
+        first = self.figures()
         again = self.run_stage()
+        self.assertEqual((first["reused"], self.figures()["reused"]), (0, 3))
         other = Layout(self.base / "other")
         fresh = self.run_stage(other)
-        self.assertEqual((first["reused"], again["reused"]), (0, 3))
-        for key in ("files", "extracted", "documents", "by_kind", "skipped_by_reason", "bytes_read"):
+        for key in ("files", "extracted", "by_kind", "skipped_by_reason"):
             self.assertEqual(again[key], fresh[key], key)
         self.assertEqual(self.layout.extract_listing.read_bytes(), other.extract_listing.read_bytes())
         texts = {p.name: p.read_bytes() for p in self.layout.extract_dir.glob("*.txt")}
@@ -432,11 +453,11 @@ class StageTests(TempCase):
     def test_a_changed_reader_version_extracts_again(self):
         self.put("a.txt", "alpha")
         self.run_stage()
-        text_path = Layout.doc_text_path(self.layout.extract_dir, sha(b"alpha"))
+        text_path = Layout.doc_text_path(self.layout.extract_dir, extract.extract_key(("a.txt",), b"alpha"))
         text_path.write_text("stale text from an older reader")
         with mock.patch.object(readers, "READER_VERSION", "older-or-newer"):
-            summary = self.run_stage()
-        self.assertEqual(summary["reused"], 0)
+            self.run_stage()
+        self.assertEqual(self.figures()["reused"], 0)
         self.assertEqual(text_path.read_text(), "alpha")
 
     def test_output_folder_inside_the_root_is_not_read(self):
@@ -447,12 +468,27 @@ class StageTests(TempCase):
         self.assertEqual(list(self.listing(inside)), ["a.txt"])
         self.assertEqual(summary["files"], 1)
 
+    def test_copies_of_the_private_store_files_are_not_read(self):
+        # Each holds keys computed from raw bytes, raw paths or raw byte totals.
+        self.put("a.txt", "alpha")
+        self.run_stage()
+        self.put("copies/listing-copy.jsonl", self.layout.extract_listing.read_bytes())
+        self.put("copies/figures.json", figures_path(self.layout, "extract").read_bytes())
+        self.put("copies/costly.json", json.dumps({"a" * 64: {"reason": "too_costly: time", "budget": "x"}}))
+        self.put("copies/ordinary.json", '{"stage": "deploy", "hosts": 3}')
+        self.run_stage()
+        rows = self.listing()
+        for name in ("listing-copy.jsonl", "figures.json", "costly.json"):
+            self.assertEqual(rows[f"copies/{name}"]["reason"], "file of the output folder", name)
+        self.assertEqual(rows["copies/ordinary.json"]["status"], "extracted")
+
     def test_non_utf8_file_name(self):
         name = os.fsencode(self.root) + b"/caf\xe9.txt"
         with open(name, "wb") as handle:
             handle.write(b"latin name")
         self.run_stage()
-        self.assertEqual(list(self.listing()), ["caf\\xe9.txt"])
+        self.assertEqual(list(self.listing()), ["café.txt"])  # UTF-8, else Latin-1: decoded before sanitize sees it
+        self.assertEqual(self.text_of("café.txt"), "latin name")
 
     def test_a_reader_crash_is_counted_not_raised(self):
         # Readers run in worker processes; the in-process call is what each worker makes.
@@ -470,7 +506,8 @@ class ReportTests(TempCase):
         out = io.StringIO()
         extract.print_report(self.layout, out)
         report = out.getvalue()
-        self.assertIn("3 files seen, 2 extracted (2 documents), 1 skipped", report)
+        self.assertIn("3 files seen, 2 extracted, 1 skipped", report)
+        self.assertNotIn("MB", report)
         lines = report.splitlines()
         self.assertTrue(any(line.split()[:4] == ["html", "1", "1", "0"] for line in lines), report)
         self.assertTrue(any(line.split() == ["binary", "1"] for line in lines), report)

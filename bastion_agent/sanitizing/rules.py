@@ -385,7 +385,8 @@ RULES: tuple[Rule, ...] = (
        validator="high_entropy", scope="run"),
     # --- personal data ------------------------------------------------------------------
     R_("email", "email",
-       r"(?<![\w.%+\-])[A-Za-z0-9](?:[A-Za-z0-9._%+\-]{0,62}[A-Za-z0-9_%+\-])?@"
+       # the local part in any script (RFC 6531: josé.garcía@...), the domain in ASCII
+       r"(?<![\w.%+\-])[^\W_](?:(?:[^\W_]|[.%+\-]){0,62}[\w%+\-])?@"
        r"(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w\-]|\.[A-Za-z0-9])",
        keywords=("@",), validator="email"),
     R_("phone", "phone",

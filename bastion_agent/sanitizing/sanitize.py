@@ -33,7 +33,7 @@ from typing import Iterable
 
 from bastion_agent.core import layout as store
 from bastion_agent.core.errors import ManifestError, StoreError
-from bastion_agent.core.progress import Progress
+from bastion_agent.core.progress import Progress, escape_name
 from bastion_agent.sanitizing import context, copies
 from bastion_agent.sanitizing.normalise import joined_view, junctions, lookalike_view
 from bastion_agent.sanitizing.rules import (
@@ -594,8 +594,9 @@ def sanitizer_for(settings: SanitizeSettings | None) -> Sanitizer:
 
 
 def sanitize_path(path: str, settings: SanitizeSettings | None) -> str:
-    """A path name shown to users, through the same sanitizer as the text."""
-    return sanitizer_for(settings).redact_path(path)
+    """A path name shown to users, through the same sanitizer as the text, then with its control
+    characters escaped (a newline, ESC, a bidi control): sanitized first, on the name as decoded."""
+    return escape_name(sanitizer_for(settings).redact_path(path))
 
 
 def redact(text: str, settings: SanitizeSettings | None = None) -> str:
@@ -718,7 +719,7 @@ def run(manifest, layout) -> dict:
             else:
                 reused += 1
             if isinstance(row, str):  # over budget: fails closed, not indexed, counted
-                failed[row] += 1
+                failed[row] += max(1, len(extracted[key].paths))
                 progress.advance()
                 continue
             kept.append((key, row))
@@ -726,8 +727,9 @@ def run(manifest, layout) -> dict:
         kept, matcher = _apply_copies(layout, (pool, settings), fingerprint, kept, failed)
         for key, row in kept:
             mapped.append(row)
-            by_rule.update(row.findings)
-            changed += bool(row.findings)
+            files = max(1, len(extracted[key].paths))  # counted per file, never per distinct raw content
+            by_rule.update({rule: count * files for rule, count in row.findings.items()})
+            changed += files if row.findings else 0
             bytes_in += row.bytes_in
             document = documents.setdefault(row.doc, _Document())
             document.raw_paths.update(extracted[key].paths)
@@ -747,18 +749,20 @@ def run(manifest, layout) -> dict:
         rule = next((a.rule for a in sanitizer.rules if a.rule.id == rule_id), None)
         categories[rule.category if rule else "unknown"] += count
         kinds[rule.kind if rule else "unknown"] += count
+    # Counts of files and of sanitized documents only: a count of distinct raw texts, or of those
+    # reused by raw key, says which raw files are equal, and a raw byte total (even bytes_out, beside
+    # the files' sizes) measures what was removed. Those figures stay in extract/ (write_figures).
+    store.write_figures(layout, "sanitize", {"texts": len(extracted), "reused": reused,
+                                             "bytes_in": bytes_in, "bytes_out": bytes_out})
     counts = {
         "documents": len(documents),
-        "texts": len(extracted),
-        "reused": reused,
-        "documents_changed": changed,
+        "files": sum(max(1, len(item.paths)) for item in extracted.values()),
+        "files_changed": changed,
         "findings": sum(by_rule.values()),
         "findings_by_rule": dict(sorted(by_rule.items())),
         "findings_by_category": dict(sorted(categories.items())),
         "findings_by_kind": dict(sorted(kinds.items())),
         "paths_redacted": paths_redacted,
-        "bytes_in": bytes_in,
-        "bytes_out": bytes_out,
         "removed_stale": removed,
         "rules_active": len(sanitizer.rules),
         "skipped": sum(failed.values()),
@@ -960,12 +964,15 @@ def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher
     """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path) and how many paths changed.
 
     A value found in any text of the sweep is removed from the path names too (``matcher``).
+    The paths are sanitized, then their control characters escaped, so search, serve, MCP and
+    publish show no name that can forge a line or drive a terminal.
     """
     rows, paths_redacted = [], 0
     for doc in sorted(documents):
         document = documents[doc]
-        shown = {path: _without_copies(sanitizer.redact_path(path), matcher) for path in document.raw_paths}
-        paths_redacted += sum(1 for path, clean_path in shown.items() if clean_path != path)
+        redacted = {path: _without_copies(sanitizer.redact_path(path), matcher) for path in document.raw_paths}
+        paths_redacted += sum(1 for path, clean_path in redacted.items() if clean_path != path)
+        shown = {path: escape_name(clean_path) for path, clean_path in redacted.items()}  # every output's form
         first = min(document.raw_paths) if document.raw_paths else None
         kind = document.kind_by_path.get(first, "") if first is not None else ""
         rows.append({"doc": doc, "paths": sorted(set(shown.values())), "kind": kind})

@@ -558,7 +558,7 @@ class StageTests(unittest.TestCase):
         write_private(stale, "old")
         code, out, err = self.run_cli("sanitize", str(self.manifest), "--out", str(self.out))
         self.assertEqual(code, 0)
-        self.assertTrue(err.startswith("sanitize: 2 findings redacted"), err)
+        self.assertTrue(err.startswith("sanitize: 4 findings redacted in 2 of 3 files"), err)  # counted per file
         rows = read_jsonl(self.layout.sanitized_listing)
         cleaned = {text: redact(text, SanitizeSettings(allow=("help@northwind-mail.com",))) for text in documents}
         ids = {text: sha256_hex(clean) for text, clean in cleaned.items()}  # the id is the sanitized text's
@@ -577,9 +577,11 @@ class StageTests(unittest.TestCase):
         self.assertEqual(self.layout.sanitized_dir.stat().st_mode & 0o777, 0o700)
         summary = json.loads(self.layout.summary_path("sanitize").read_text())
         self.assertEqual(summary["documents"], 2)
-        self.assertEqual(summary["documents_changed"], 1)
-        self.assertEqual(summary["findings_by_rule"], {"aws-access-key": 1, "email": 1})
-        self.assertEqual(summary["findings_by_kind"], {"personal": 1, "secret": 1})
+        self.assertEqual(summary["files_changed"], 2)
+        self.assertEqual(summary["findings_by_rule"], {"aws-access-key": 2, "email": 2})
+        self.assertEqual(summary["findings_by_kind"], {"personal": 2, "secret": 2})
+        for name in ("texts", "reused", "bytes_in", "bytes_out"):  # raw-side: in extract/ only
+            self.assertNotIn(name, summary)
         self.assertEqual(summary["removed_stale"], 1)
         self.assertEqual(summary["paths_redacted"], 1)
         self.assertNotIn(key, json.dumps(summary))

@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 from bastion_agent.config.manifest import SEARCH_MODES
 from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
 from bastion_agent.core.layout import Layout
+from bastion_agent.core.progress import escape_name
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.client import EmbedClient, EndpointConfig
 
@@ -306,7 +307,8 @@ class SearchIndex:
             [item.chunk_id for item in ranked])}
         paths = vectorstore.document_paths(self.db, (row[1] for row in rows.values()))
         return [
-            Hit(item.score, doc, idx, item.chunk_id, text, paths.get(doc, []), start, end, item.relevance,
+            Hit(item.score, doc, idx, item.chunk_id, text, [escape_name(path) for path in paths.get(doc, [])],
+                start, end, item.relevance,
                 item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank,
                 item.vector_relevance, item.keyword_relevance, mode)
             for item in ranked if item.chunk_id in rows

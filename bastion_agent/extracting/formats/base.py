@@ -247,6 +247,64 @@ def _utf16_without_bom(data: bytes) -> str | None:
     return None
 
 
+def decode_word(data: bytes, declared: str | None = None) -> str:
+    """A short piece of text a header holds (an RFC 2047 encoded word, an RFC 2231 file name): the
+    same plausibility rule as a body (``decode_text``), so no charset a message names can turn the
+    sender's ASCII into another script, or EBCDIC into 8-bit letters, that sanitize cannot read.
+
+    A declared charset that does not read ASCII as ASCII (EBCDIC, UTF-7) is used only when its
+    reading of these bytes is plain ASCII text (bytes really in EBCDIC); otherwise the bytes are
+    read as any undeclared text. Under ``plain_decoding()`` the word is the dumb view of its
+    bytes, and their EBCDIC reading when that is plausible, so extract's byte-level scan sees
+    whatever a decoding hid (``reading.hidden_findings``).
+    """
+    if _PLAIN.get():
+        ebcdic = ebcdic_view(data)
+        return plain_text(data) + (" " + ebcdic if ebcdic else "")
+    try:
+        name = codecs.lookup(declared.strip().strip("\"'")).name if declared else None
+    except LookupError:
+        name = None
+    if name and not ascii_compatible(name) and not name.startswith(("utf-16", "utf-32")):
+        try:
+            text = data.decode(name)
+        except (UnicodeDecodeError, LookupError):
+            text = ""
+        if text and _plain_ascii_share(text) >= EBCDIC_TEXT_SHARE:
+            return text
+        name = None
+    try:
+        return decode_text(data, name)
+    except Refused:  # NUL or control bytes: shown as they are, never hidden
+        return plain_text(data)
+
+
+# EBCDIC (a mainframe's text, copied in binary mode) has no byte of ASCII's
+# printable range for a letter or a digit: every decoding here reads it as
+# 8-bit garbage ("õóö`òò`ø÷ñô" is an SSN), and the plain view as well, so
+# nothing was found and the garbage, an SSN to anyone who encodes it back,
+# went to the store. Bytes that are mostly above 0x7f and read as plain
+# ASCII text in cp500 are scanned in that decoding too.
+EBCDIC = "cp500"
+EBCDIC_HIGH_SHARE = 0.3
+EBCDIC_TEXT_SHARE = 0.95
+_NOT_PLAIN_ASCII = re.compile("[^\t\n\r\x20-\x7e\x85]")
+
+
+def _plain_ascii_share(text: str) -> float:
+    return (len(text) - len(_NOT_PLAIN_ASCII.findall(text))) / len(text) if text else 0.0
+
+
+def ebcdic_view(data: bytes) -> str | None:
+    """``data`` read as EBCDIC when it is plausibly EBCDIC text, else None."""
+    sample = data[:65536]
+    if not sample or len(sample.translate(None, bytes(range(0x80)))) < EBCDIC_HIGH_SHARE * len(sample):
+        return None
+    if _plain_ascii_share(sample.decode(EBCDIC)) < EBCDIC_TEXT_SHARE:
+        return None
+    return data.decode(EBCDIC).replace("\x85", "\n")  # EBCDIC's own newline, NEL
+
+
 def _checked(text: str) -> str:
     sample = text[:_SNIFF_CHARS]
     if not sample:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import email
 import email.header
 import email.policy
+import email.utils
 import re
 
-from bastion_agent.extracting.formats.base import REASON_DAMAGED, Refused, decode_text
+from bastion_agent.extracting.formats.base import REASON_DAMAGED, Refused, decode_text, decode_word
 from bastion_agent.extracting.formats.htmltext import html_to_text
 
 _HEADERS = ("Subject", "From", "To", "Cc", "Date")
@@ -71,10 +72,7 @@ def header_text(raw) -> str:
             return match.group(0)
         if isinstance(data, str):
             return data
-        try:
-            return data.decode(charset or "ascii", errors="replace")
-        except LookupError:
-            return data.decode("latin-1")
+        return decode_word(data, charset)  # the charset only where it is plausible, as for a body
 
     return _ENCODED_WORD.sub(decoded, text)
 
@@ -102,8 +100,8 @@ def _render_part(part, depth: int) -> str:
             return _render_part(_best_alternative(children), depth)
         texts = [_render_part(child, depth) for child in children]
         return "\n\n".join(t for t in texts if t)
-    filename = part.get_filename()
-    label = f"[attachment: {' '.join(header_text(filename).split())}]" if filename else ""
+    filename = attachment_name(part)
+    label = f"[attachment: {' '.join(filename.split())}]" if filename else ""
     if content_type == "text/plain":
         text = _part_text(part).strip("\n")
     elif content_type == "text/html":
@@ -111,6 +109,30 @@ def _render_part(part, depth: int) -> str:
     else:
         text = ""
     return "\n".join(item for item in (label, text) if item)
+
+
+_MISSING = object()
+
+
+def attachment_name(part) -> str | None:
+    """An attached file's name: ``filename`` of Content-Disposition, else ``name`` of Content-Type.
+
+    RFC 2231 (``filename*=charset''%XX...``, in pieces or not) and RFC 2047
+    words inside the name are decoded by ``decode_word``, the rule bodies
+    follow; the ``email`` package's own ``get_filename`` decodes in whatever
+    charset the sender names, which turned ASCII into another script.
+    """
+    value = part.get_param("filename", _MISSING, "content-disposition")
+    if value is _MISSING:
+        value = part.get_param("name", _MISSING, "content-type")
+    if value is _MISSING or value is None:
+        return None
+    if isinstance(value, tuple):  # RFC 2231: (charset, language, the %-decoded bytes as latin-1 text)
+        charset, _, text = value
+        text = decode_word(bytes(text, "raw-unicode-escape"), charset or None)
+    else:
+        text = email.utils.unquote(value)
+    return header_text(text).strip() or None
 
 
 def _best_alternative(children):
