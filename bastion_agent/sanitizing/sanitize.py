@@ -34,6 +34,7 @@ from typing import Iterable
 from bastion_agent.core import layout as store
 from bastion_agent.core.errors import ManifestError, StoreError
 from bastion_agent.core.progress import Progress
+from bastion_agent.sanitizing import columns, names
 from bastion_agent.sanitizing.normalise import joined_view, junctions, lookalike_view
 from bastion_agent.sanitizing.rules import (
     CATEGORIES,
@@ -294,7 +295,23 @@ class Sanitizer:
                 offset = label.start(1)
                 found.extend(Finding(f.start + offset, f.end + offset, f.order, f.rule)
                              for f in self._name_findings(label.group(1)))
+        found.extend(self._structure(text, columns.column_findings(text, self._structure_orders())))
+        found.extend(self._structure(text, names.name_findings(text, self._structure_orders())))
         return found
+
+    def _structure_orders(self) -> dict[str, int]:
+        """Rule id -> order of the enabled structure rules (cells by their header, marked names)."""
+        orders = getattr(self, "_structure_cache", None)
+        if orders is None:
+            orders = {a.rule.id: a.order for a in self.rules if a.rule.effective_scope == "structure"}
+            self._structure_cache = orders
+        return orders
+
+    def _structure(self, text: str, spans: list[tuple[int, int, str]]) -> list[Finding]:
+        """Findings of a structure scanner's (start, end, rule id) spans, the allowlist applied."""
+        orders = self._structure_orders()
+        return [Finding(start, end, orders[rule], rule) for start, end, rule in spans
+                if rule in orders and not self._allowed(text[start:end])]
 
     def _joined_findings(self, text: str, found: list[Finding]) -> list[Finding]:
         spans = junctions(text)
@@ -581,7 +598,7 @@ def redact(text: str, settings: SanitizeSettings | None = None) -> str:
 SANITIZED_MAP = "sanitized.jsonl"
 # The modules whose code decides what sanitize removes: a change to any of them
 # (or to the manifest's [sanitize] settings) sanitizes every text again.
-SANITIZER_MODULES = ("sanitize", "rules", "validators")
+SANITIZER_MODULES = ("sanitize", "rules", "validators", "columns", "names")
 
 
 @dataclass
