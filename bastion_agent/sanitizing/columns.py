@@ -316,9 +316,34 @@ def _delimiter_of(text: str, line_start: int, line_end: int) -> str | None:
     return None
 
 
+def _continues_a_table(text: str, line_start: int, delimiter: str) -> bool:
+    """Is the line before ``line_start`` a row of the same shape (as many filled fields)? A header starts its table.
+
+    A title line above a CSV header ("Exported from HR, 2024") has another
+    count, so the header under it is still read.
+    """
+    if line_start == 0:
+        return False
+    back = max(0, line_start - 1 - 4096)
+    newline = text.rfind("\n", back, line_start - 1)
+    if newline == -1 and back > 0:
+        return True  # a line longer than that before it: not a header's neighbour we can vouch for
+    previous = text[newline + 1:line_start - 1]
+    if not previous.strip() or delimiter not in previous:
+        return False
+    line_end = text.find("\n", line_start)
+    line = text[line_start:line_end if line_end != -1 else len(text)]
+    return _filled(previous, delimiter) == _filled(line, delimiter)
+
+
+def _filled(line: str, delimiter: str) -> int:
+    """How many non-empty fields a line has, split naively (tab-aligned listings repeat their tabs)."""
+    return sum(1 for field in line.split(delimiter) if field.strip())
+
+
 def _header_rules(text: str, cells: list[tuple[int, int]]) -> dict[int, str] | None:
     """Column index -> rule id for a header row, or None when the row is not a header."""
-    if len(cells) < 2:
+    if sum(1 for start, end in cells if end > start) < 2:
         return None
     rules: dict[int, str] = {}
     ambiguous: list[int] = []
@@ -347,6 +372,8 @@ def _table_at(scanner: _Scanner, line_start: int, enabled) -> tuple[int, list] |
     delimiter = _delimiter_of(text, line_start, line_end)
     if delimiter is None:
         return None
+    if _continues_a_table(text, line_start, delimiter):
+        return None  # a row in the middle of a listing ("  email<TAB>package"), not its header
     header, position = scanner.row(line_start, delimiter)
     rules = _header_rules(text, header)
     if rules is None:

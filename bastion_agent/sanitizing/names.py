@@ -49,6 +49,7 @@ señor señora señores todos equipo estimados
 bug bugs issue issues release version package packages changelog readme license copyright note notes thanks
 patient doctor physician nurse witness tenant landlord insured beneficiary guardian spouse mother father parent
 student pupil employee room ward date time age sex gender male female number phone email address signature
+journal magazine productions press kernel stable clerk disclaimer
 """.split())
 PARTICLES = frozenset("van von de der den del della di da du le la dos das ter ten bin binti al el y zu af av".split())
 _TITLES = "Mrs Mr Ms Mx Miss Mme Mlle Dr Dhr Prof Herr Frau Sra Srta Sr Mevr".split()
@@ -167,9 +168,11 @@ def read_name(text: str, position: int, limit: int, *, caps: bool = False) -> tu
     start, end, words, pending = position, None, 0, 0
     while words < MAX_TOKENS and position < limit:
         match = _TOKEN.match(text, position, limit)
-        if match is None:
-            break
+        if match is None or (match.end() < len(text) and (text[match.end()].isalnum() or text[match.end()] == "_")):
+            break  # "Mr C0B", "Dr D1mr": not a word of its own
         token = match.group()
+        if token.endswith(("'s", "’s")):  # "Dr. Robert Hermann's gems": the name, not its possessive
+            token = token[:-2]
         core = token.rstrip(".")
         if core.lower() in NOT_NAMES:
             return None
@@ -180,9 +183,11 @@ def read_name(text: str, position: int, limit: int, *, caps: bool = False) -> tu
         elif _capitalised(core, caps):
             words += 1
             pending = 0
-            end = match.end() if (len(core) == 1 or token == core) else match.end() - 1
+            end = match.start() + len(token) - (len(core) > 1 and token != core)
         else:
             break
+        if len(token) != len(match.group()):
+            break  # a possessive ends the name
         position = match.end()
         if text.startswith((" ", "\t"), position) and not text.startswith(("  ", "\t\t", " \t", "\t "), position):
             position += 1
