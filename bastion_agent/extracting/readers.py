@@ -30,7 +30,7 @@ from bastion_agent.extracting.formats.base import (
 
 # Bump when any core reader's output changes: stored texts made by another
 # version are extracted again instead of reused.
-READER_VERSION = "3"  # 2: plausible decodings (UTF-16 shapes, ASCII-compatible charsets); 3: linear readers, output caps
+READER_VERSION = "4"  # 2: plausible decodings (UTF-16 shapes, ASCII-compatible charsets); 3: linear readers, output caps; 4: tables in one normal form (rows as lines, cells by tabs, spans kept)
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,7 @@ class OfficeTests(unittest.TestCase):
                 + "<w:tbl><w:tr><w:tc>" + para("c1") + para("more") + "</w:tc><w:tc>" + para("c2") + "</w:tc></w:tr></w:tbl>")
         header = '<w:hdr xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">' + para("Confidential") + "</w:hdr>"
         text = readers.read("docx", docx(body, {"word/header1.xml": header})).text
-        self.assertEqual(text, "Hello world\na\tb\nkept\nc1 more\tc2\n\nConfidential")
+        self.assertEqual(text, "Hello world\na\tb\nkept\n\nc1 more\tc2\n\nConfidential")
         self.assertNotIn("deleted", text)
 
     def test_docx_that_is_not_a_zip_is_damaged(self):

@@ -59,9 +59,12 @@ CATEGORIES = {
     "ip": PERSONAL,
     "password-hash": SECRET,
     "national-id": PERSONAL,
+    "person-name": PERSONAL,
+    "date-of-birth": PERSONAL,
+    "address": PERSONAL,
 }
 
-SCOPES = ("keyword", "run", "number", "document", "text", "context")
+SCOPES = ("keyword", "run", "number", "document", "text", "context", "structure")
 
 
 @dataclass(frozen=True)
@@ -423,5 +426,29 @@ RULES: tuple[Rule, ...] = (
        r":[0-9A-Fa-f]{0,4}:[0-9A-Fa-f:]*(?:\d{1,3}(?:\.\d{1,3}){3})?(?![\w:.])",
        validator="public_ipv6"),
 )
+
+# Findings of the structure scanners, which read where a value stands rather
+# than its shape: ``columns.py`` (every cell under a header such as "ssn" or
+# "password") and ``names.py`` (names where a document marks them: salutations,
+# sign-offs, mail headers, form labels, honorifics; labelled dates of birth).
+# Their rows carry no pattern the keyword scan runs (scope "structure"); they
+# are here so that ``[sanitize] disable`` and the summary's categories know them.
+_NEVER = r"(?!)"
+STRUCTURE_RULES: tuple[Rule, ...] = tuple(
+    R_(rule_id, category, _NEVER, scope="structure") for rule_id, category in (
+        ("password-column", "assignment"),
+        ("pin-column", "assignment"),
+        ("ssn-column", "ssn"),
+        ("phone-column", "phone"),
+        ("email-column", "email"),
+        ("account-column", "iban"),
+        ("card-column", "card"),
+        ("id-number-column", "national-id"),
+        ("address-column", "address"),
+        ("date-of-birth", "date-of-birth"),
+        ("person-name", "person-name"),
+    )
+)
+RULES += STRUCTURE_RULES
 
 RULES_BY_ID = {rule.id: rule for rule in RULES}

@@ -34,7 +34,7 @@ from typing import Iterable
 from bastion_agent.core import layout as store
 from bastion_agent.core.errors import ManifestError, StoreError
 from bastion_agent.core.progress import Progress, escape_name
-from bastion_agent.sanitizing import context, copies
+from bastion_agent.sanitizing import columns, context, copies, names
 from bastion_agent.sanitizing.normalise import joined_view, junctions, lookalike_view
 from bastion_agent.sanitizing.rules import (
     CATEGORIES,
@@ -302,6 +302,8 @@ class Sanitizer:
                 offset = label.start(1)
                 found.extend(Finding(f.start + offset, f.end + offset, f.order, f.rule)
                              for f in self._name_findings(label.group(1)))
+        found.extend(self._structure(text, columns.column_findings(text, self._structure_orders())))
+        found.extend(self._structure(text, names.name_findings(text, self._structure_orders())))
         return found
 
     def _context_findings(self, text: str) -> list[Finding]:
@@ -310,6 +312,20 @@ class Sanitizer:
             return []
         order = self._context_order
         return [Finding(s, e, order, "credential-value") for s, e in context.scan(text) if not self._allowed(text[s:e])]
+
+    def _structure_orders(self) -> dict[str, int]:
+        """Rule id -> order of the enabled structure rules (cells by their header, marked names)."""
+        orders = getattr(self, "_structure_cache", None)
+        if orders is None:
+            orders = {a.rule.id: a.order for a in self.rules if a.rule.effective_scope == "structure"}
+            self._structure_cache = orders
+        return orders
+
+    def _structure(self, text: str, spans: list[tuple[int, int, str]]) -> list[Finding]:
+        """Findings of a structure scanner's (start, end, rule id) spans, the allowlist applied."""
+        orders = self._structure_orders()
+        return [Finding(start, end, orders[rule], rule) for start, end, rule in spans
+                if rule in orders and not self._allowed(text[start:end])]
 
     def _joined_findings(self, text: str, found: list[Finding]) -> list[Finding]:
         spans = junctions(text)
@@ -622,7 +638,7 @@ SANITIZED_MAP = "sanitized.jsonl"
 ERASE_LIST = "erase.jsonl"
 # The modules whose code decides what sanitize removes: a change to any of them
 # (or to the manifest's [sanitize] settings) sanitizes every text again.
-SANITIZER_MODULES = ("sanitize", "rules", "validators", "context", "copies")
+SANITIZER_MODULES = ("sanitize", "rules", "validators", "context", "copies", "columns", "names")
 
 
 @dataclass

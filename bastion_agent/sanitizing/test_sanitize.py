@@ -237,6 +237,18 @@ POSITIVES = [
     ("uk-national-insurance", "NI number {v} on the payslip", "AB 12 34 56 C"),
     ("de-tax-id", "Steuer-ID: {v}", "86095742719"),
     ("iban", "iban {v} (lower case)", "de89370400440532013000"),
+    # Cells by their header (columns.py) and names where documents mark them (names.py).
+    ("password-column", "user,password\nalice,{v}\n", rand(B62, 6) + ";#&!$ " + rand(B62, 4)),
+    ("pin-column", "card\tPIN\nVisa\t{v}\n", rand("0123456789", 4)),
+    ("ssn-column", "name;ssn\nA. Roe;{v}\n", rand("12345678", 9)),
+    ("phone-column", "| user | mobile |\n|---|---|\n| bo | {v} |\n", rand("23456789", 10)),
+    ("email-column", "id\tE-Mail\n1\t{v}\n", rand("abcdefgh", 8)),
+    ("account-column", "vendor,account number\nAcme,{v}\n", rand("0123456789", 12)),
+    ("card-column", "holder\tcard no\nX\t{v}\n", rand("0123456789", 16)),
+    ("id-number-column", "Passport No,country\n{v},NZ\n", "L" + rand("0123456789", 8)),
+    ("address-column", "id,home address\n7,{v}\n", rand("0123456789", 2) + " Quay Road"),
+    ("date-of-birth", "Date of birth: {v}\n", "14/03/19" + rand("0123456789", 2)),
+    ("person-name", "Dear Ms. {v},\n", "Ok" + rand("aeiounr", 6) + "-Baptiste"),
 ]
 
 # Text that looks like a finding but is not one: it must come out unchanged.

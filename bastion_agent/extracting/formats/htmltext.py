@@ -23,6 +23,52 @@ _VOID_ELEMENTS = frozenset("area base br col embed hr img input link meta param 
 
 # A newline inside <pre>, kept apart from the line breaks of the layout.
 _PRE_NEWLINE = "\x0b"
+# Starts a line that is a table row: its cells' tabs are kept as they are.
+_ROW = "\x0e"
+MAX_SPAN = 1024  # columns one cell's colspan may stand for
+
+
+class _Table:
+    """The rows of one table being read: cells of the row and the text of the cell being read.
+
+    Tables are emitted in the normal form sanitize reads by header
+    (sanitizing/columns.py): a paragraph break around the table, one line
+    per row, one tab between cells, the header row first. Inside a cell,
+    blocks and line breaks are spaces, so a cell never splits its row; a
+    ``colspan`` of N is followed by N-1 empty cells, so later cells stay
+    under their header. A table inside a cell is text of that cell.
+    """
+
+    def __init__(self) -> None:
+        self.row: list[str] | None = None
+        self.cell: list[str] | None = None
+        self.span = 1
+
+    def open_row(self, parts: list[str]) -> None:
+        self.close_row(parts)
+        self.row = []
+
+    def open_cell(self, parts: list[str], span: int) -> None:
+        self.close_cell()
+        if self.row is None:
+            self.row = []
+        self.cell, self.span = [], span
+
+    def close_cell(self) -> None:
+        if self.cell is not None and self.row is not None:
+            self.row.append(" ".join("".join(self.cell).split()))
+            self.row.extend([""] * (self.span - 1))
+        self.cell, self.span = None, 1
+
+    def close_row(self, parts: list[str]) -> None:
+        self.close_cell()
+        if self.row is not None:
+            cells = self.row
+            while cells and not cells[-1]:
+                cells.pop()
+            if cells:
+                parts.append("\n" + _ROW + "\t".join(cells) + "\n")
+        self.row = None
 
 
 class _HTMLText(HTMLParser):
@@ -33,8 +79,53 @@ class _HTMLText(HTMLParser):
         self.parts: list[str] = []
         self.skipping = 0
         self.pre = 0
+        self.tables: list[_Table] = []  # open tables, outermost first; only the outermost has rows
+        self.nested = 0  # tables open inside a cell of the outermost one
+
+    def _in_cell(self) -> bool:
+        return bool(self.tables) and self.tables[0].cell is not None
+
+    def _table_tag(self, tag, attrs, start: bool) -> bool:
+        """Handle a table element; True when it was one (then nothing else is done with it)."""
+        if tag not in ("table", "tr", "td", "th"):
+            return False
+        if tag == "table":
+            if start:
+                if self._in_cell():
+                    self.nested += 1
+                elif not self.tables:
+                    self.tables.append(_Table())
+                    self.parts.append(_PARAGRAPH)
+                else:
+                    return False
+            elif self.nested:
+                self.nested -= 1
+            elif self.tables:
+                self.tables.pop().close_row(self.parts)
+                self.parts.append(_PARAGRAPH)
+            if self.nested or self._in_cell():
+                self.tables[0].cell.append(" ")
+            return True
+        if not self.tables:
+            return False
+        table = self.tables[0]
+        if self.nested:
+            table.cell.append(" ")
+        elif tag == "tr":
+            table.open_row(self.parts) if start else table.close_row(self.parts)
+        elif start:
+            span = dict(attrs).get("colspan") or "1"
+            table.open_cell(self.parts, min(max(int(span) if span.strip().isdigit() else 1, 1), MAX_SPAN))
+        else:
+            table.close_cell()
+        return True
 
     def handle_starttag(self, tag, attrs):
+        if not self.skipping and self._table_tag(tag, attrs, True):
+            return
+        if self._in_cell() and tag not in _SKIPPED_ELEMENTS:
+            self.tables[0].cell.append(" ")
+            return
         if tag in _SKIPPED_ELEMENTS:
             self.skipping += 1
         elif tag == "br":
@@ -53,6 +144,11 @@ class _HTMLText(HTMLParser):
                 self.handle_endtag(tag)
 
     def handle_endtag(self, tag):
+        if not self.skipping and self._table_tag(tag, (), False):
+            return
+        if self._in_cell() and tag not in _SKIPPED_ELEMENTS:
+            self.tables[0].cell.append(" ")
+            return
         if tag in _SKIPPED_ELEMENTS:
             self.skipping = max(0, self.skipping - 1)
         else:
@@ -69,7 +165,9 @@ class _HTMLText(HTMLParser):
     def handle_data(self, data):
         if self.skipping:
             return
-        if self.pre:
+        if self._in_cell():
+            self.tables[0].cell.append(data)
+        elif self.pre:
             self.parts.append(data.replace("\n", _PRE_NEWLINE))
         else:
             self.parts.append(re.sub(r"\s+", " ", data))
@@ -114,6 +212,8 @@ def html_to_text(html: str) -> str:
         parser.close()
     except (AssertionError, ValueError):  # malformed markup the parser gives up on
         pass
+    for table in parser.tables:  # a table the markup never closed
+        table.close_row(parser.parts)
     joined = "".join(parser.parts).replace("\xa0", " ").replace(_PARAGRAPH, "\n" + _PARAGRAPH + "\n")
     lines: list[str] = []
     blank_wanted = False
@@ -121,7 +221,8 @@ def html_to_text(html: str) -> str:
         if line == _PARAGRAPH:
             blank_wanted = bool(lines)
             continue
-        line = line.strip(" \t").replace(_PRE_NEWLINE, "\n")
+        line = line[1:].rstrip(" \t") if line.startswith(_ROW) else line.strip(" \t")
+        line = line.replace(_PRE_NEWLINE, "\n")
         if line:
             if blank_wanted:
                 lines.append("")

@@ -98,6 +98,9 @@ class _XMLText:
         self.stack: list[str] = []
         self.sink: list[str] = []
         self.skipping = 0
+        self.span = 1  # columns the table cell being read covers (a merged cell)
+        self.pending = 0  # empty cells owed before the next content (never written at a row's end)
+        self.row_start = 0  # where the table row being read began in the sink
 
     def parse(self, chunks) -> None:
         parser = expat.ParserCreate(namespace_separator="}")
@@ -133,37 +136,85 @@ class _XMLText:
 
     def _data(self, data):
         if not self.skipping and self.stack and self.stack[-1] in self.text_tags:
+            self._owed()
             spend_output(len(data))
             self.sink.append(data)
 
     def emit(self, text: str) -> None:
+        self._owed()
         spend_output(len(text))
         self.sink.append(text)
 
+    def _owed(self) -> None:
+        if self.pending:
+            count, self.pending = self.pending, 0
+            spend_output(count)
+            self.sink.append("\t" * count)
+
     def end_cell(self) -> None:
         """A table cell ends with a tab (its paragraphs were joined by spaces)."""
-        if self.sink and self.sink[-1] == " ":
+        if self.sink and self.sink[-1] == " " and not self.pending:
             self.sink[-1] = "\t"
         else:
+            self._owed()
             self.sink.append("\t")
+
+    def end_row(self) -> None:
+        """A table row ends with a line break; the empty cells still owed are dropped."""
+        self.pending = 0
+        self.emit("\n")
+
+    def pad_span(self) -> None:
+        """The empty cells a merged or repeated cell stands for, so later cells stay under their header.
+
+        They are owed, not written: written only when content follows in the
+        row, so a sheet's trailing thousand repeated empty cells cost nothing.
+        """
+        self.pending += self.span - 1
+        self.span = 1
 
     def text(self) -> str:
         return "".join(self.sink)
 
 
+# Tables are emitted in one normal form that sanitize reads by its header
+# (sanitizing/columns.py): a blank line before and after the table, one line
+# per row, cells separated by one tab each, the header row first. Inside a
+# cell, paragraphs, tabs and line breaks become spaces, so a cell never
+# splits a row; a cell spanning N columns is followed by N-1 empty ones, so
+# the cells below a header stay under it. A table inside a cell is text of
+# that cell.
+MAX_SPAN = 1024  # columns one merged cell may stand for
+
+
+def _table_depth(xml, table_tag: str) -> int:
+    return xml.stack.count(table_tag)
+
+
 def _docx_start(xml, tag, attrs):
+    in_cell = "tc" in xml.stack
     if tag == "tab":
-        xml.emit("\t")
+        xml.emit(" " if in_cell else "\t")
     elif tag in ("br", "cr"):
-        xml.emit("\n")
+        xml.emit(" " if in_cell else "\n")
+    elif tag == "tbl" and _table_depth(xml, "tbl") == 1:
+        xml.emit("\n\n")
+    elif tag == "gridSpan" and _table_depth(xml, "tbl") == 1:
+        xml.span = min(max(_int(attrs.get("val"), 1), 1), MAX_SPAN)
 
 
 def _docx_end(xml, tag):
+    depth = _table_depth(xml, "tbl")
     if tag == "p":
         xml.emit(" " if "tc" in xml.stack else "\n")
-    elif tag == "tc":
+    elif tag == "tc" and depth == 1:
         xml.end_cell()
-    elif tag == "tr":
+        xml.pad_span()
+    elif tag == "tr" and depth == 1:
+        xml.end_row()
+    elif tag in ("tc", "tr"):
+        xml.emit(" ")
+    elif tag == "tbl" and depth == 0:
         xml.emit("\n")
 
 
@@ -187,21 +238,42 @@ def read_docx(data: bytes) -> str:
     return "\n\n".join(t for t in texts if t)
 
 
+_ODF_CELLS = ("table-cell", "covered-table-cell")
+
+
 def _odf_start(xml, tag, attrs):
+    in_cell = "table-cell" in xml.stack or "covered-table-cell" in xml.stack
+    depth = _table_depth(xml, "table")
     if tag == "s":
         xml.emit(" " * min(_int(attrs.get("c"), 1), 100))
     elif tag == "tab":
-        xml.emit("\t")
+        xml.emit(" " if in_cell else "\t")
     elif tag == "line-break":
-        xml.emit("\n")
+        xml.emit(" " if in_cell else "\n")
+    elif tag == "table" and depth == 1:
+        xml.emit("\n\n")
+    elif tag in _ODF_CELLS and depth == 1:
+        xml.span = min(max(_int(attrs.get("number-columns-repeated"), 1), 1), MAX_SPAN)
+    elif tag == "table-row" and depth == 1:
+        xml.row_start = len(xml.sink)
 
 
 def _odf_end(xml, tag):
+    depth = _table_depth(xml, "table")
     if tag in ("p", "h"):
         xml.emit(" " if "table-cell" in xml.stack else "\n")
-    elif tag == "table-cell":
+    elif tag in _ODF_CELLS and depth == 1:
         xml.end_cell()
-    elif tag == "table-row":
+        xml.pad_span()
+    elif tag == "table-row" and depth == 1:
+        if not "".join(xml.sink[xml.row_start:]).strip(" \t"):
+            del xml.sink[xml.row_start:]  # an empty row (a sheet's million repeated ones) is no line
+        else:
+            xml.end_row()
+        xml.pending = 0
+    elif tag in (*_ODF_CELLS, "table-row"):
+        xml.emit(" ")
+    elif tag == "table" and depth == 0:
         xml.emit("\n")
     elif tag == "page":  # a presentation slide
         xml.emit("\n\n")
@@ -308,18 +380,23 @@ def _xlsx_shared_strings(archive, budget) -> list[str]:
 def _xlsx_rows(archive, name, shared, budget) -> list[str]:
     rows: list[str] = []
     cells: list[str] = []
-    cell = {"type": None}
+    cell = {"type": None, "column": None}
 
     def start(xml, tag, attrs):
         if tag == "row":
             cells.clear()
         elif tag == "c":
             cell["type"] = attrs.get("t")
+            cell["column"] = _xlsx_column(attrs.get("r"))
             xml.sink.clear()
 
     def end(xml, tag):
         if tag == "c":
             value = _xlsx_value(cell["type"], xml.text(), shared)
+            column = cell["column"]
+            if column is not None and column > len(cells):  # cells left empty are not stored: keep the columns
+                spend_output(column - len(cells))
+                cells.extend([""] * (column - len(cells)))
             spend_output(len(value))  # a shared string is stored once but shown in every cell using it
             cells.append(value)
             xml.sink.clear()
@@ -331,10 +408,26 @@ def _xlsx_rows(archive, name, shared, budget) -> list[str]:
     return rows
 
 
+XLSX_MAX_COLUMN = 16_384  # Excel's last column, XFD
+_CELL_REF = re.compile(r"([A-Za-z]{1,3})\d*")
+
+
+def _xlsx_column(reference) -> int | None:
+    """The 0-based column of a cell reference (``C7`` is 2), None when there is none or it is past XFD."""
+    match = _CELL_REF.fullmatch(reference or "")
+    if match is None:
+        return None
+    column = 0
+    for letter in match.group(1).upper():
+        column = column * 26 + ord(letter) - 64
+    return column - 1 if column <= XLSX_MAX_COLUMN else None
+
+
 def _xlsx_value(cell_type, raw: str, shared: list[str]) -> str:
+    """A cell's value on one line: its tabs and line breaks as spaces, so it never splits its row."""
     if cell_type == "s":
         index = _int(raw.strip(), -1)
-        return shared[index] if 0 <= index < len(shared) else ""
-    if cell_type == "b":
+        raw = shared[index] if 0 <= index < len(shared) else ""
+    elif cell_type == "b":
         return "TRUE" if raw.strip() == "1" else "FALSE"
-    return raw.replace("\t", " ").replace("\n", " ")
+    return raw.replace("\t", " ").replace("\r", " ").replace("\n", " ")

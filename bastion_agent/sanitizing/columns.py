@@ -1,0 +1,432 @@
+"""Columns by their header: a cell is personal or secret because of the column it stands in.
+
+``staff.csv`` with the header ``name,ssn,phone,password`` holds bare
+``536228710``, ``2025550143`` and passwords of any shape: no detector that
+looks at a value alone can tell them from an order number, but the header
+says what they are. This module finds tables in a text, reads their header
+row, and gives back the span of every cell below a header that names a
+secret or personal field (``HEADERS``), whatever the cell holds.
+
+Tables it recognises (the readers emit theirs in the first form, see
+docs/extract.md):
+
+- tab-separated lines, the header row first: TSV files, and every table the
+  readers flatten (xlsx and ods sheets, HTML, docx). A block ends at a blank
+  line;
+- CSV with commas or semicolons, double-quoted cells (a quoted cell may
+  hold the delimiter, ``""`` and line breaks). A block ends at a blank line,
+  and it is a table only when its first data row has as many cells as the
+  header (prose with commas rarely has);
+- Markdown pipe tables (the ``|---|`` line after the header) and ASCII grid
+  tables (``+----+`` rules).
+
+Cost: one regular-expression pass finds header words that stand alone in a
+cell (after a delimiter or at a line start); the prefix of the pattern is a
+delimiter, which the engine skips to in C. Only a table whose header names a
+sensitive column is read row by row, each row once; quoted cells are
+bounded (``MAX_QUOTED``) and the next quote of the text is found once per
+position, so an unterminated quote or a header of a hundred thousand
+columns costs time linear in the text.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# rule id -> header words (after ``normal_header``: lowercase, NFKC, separators
+# as single spaces, a trailing ":" / "#" / "no" / "number" form listed here).
+_NUMBER = r"(?: (?:no|nr|num|number|nummer|numero|numéro|#))?"
+HEADERS: dict[str, str] = {
+    "password-column": (
+        r"(?:(?:user|account|login|db|database|admin|root|wifi|wi fi|wlan|initial|temp|temporary|default|new|old|"
+        r"current|one time|app|vpn|email|mail|windows|ad|domain|portal|system|encrypted)s? )?"
+        r"(?:password|passwort|passwd|pass word|pass|pwd|pw|passphrase|passcode|kennwort|mot de passe|mdp|"
+        r"wachtwoord|contraseña|contrasena|clave|credential|credentials|secret|api key|apikey|access token|token)s?"
+    ),
+    "pin-column": r"(?:(?:card|sim|phone|door|alarm|safe|bank) )?(?:pin|pin code|pincode|pin nummer|puk|cvv|cvc|cvv2|security code)" + _NUMBER,
+    "ssn-column": (
+        r"(?:ssn|ss" + _NUMBER + r"|social security" + _NUMBER + r"|social security id|sin|nino|ni" + _NUMBER
+        + r"|national insurance" + _NUMBER + r"|sozialversicherungsnummer|sv nummer|svnr|versicherungsnummer"
+        r"|numéro de sécurité sociale|numero de securite sociale|nir|bsn|burgerservicenummer|sofinummer"
+        r"|número de seguridad social|nss|personnummer|personal identity number)"
+    ),
+    "phone-column": (
+        r"(?:(?:home|work|office|private|personal|business|direct|main|alt|alternate|alternative|emergency|contact|"
+        r"day|evening|primary|secondary|landline|private) )?"
+        r"(?:phone|phones|telephone|tel|mobile|mobile phone|cell|cellphone|cell phone|handy|telefon|telefonnummer|"
+        r"mobilnummer|handynummer|rufnummer|téléphone|telephone|portable|mobiel|telefoon|telefoonnummer|teléfono|"
+        r"telefono|móvil|movil|celular|fax|whatsapp)" + _NUMBER
+    ),
+    "email-column": (
+        r"(?:(?:work|private|personal|business|contact|primary|secondary|home|alt|alternate) )?"
+        r"(?:e mail|email|mail|e mail address|email address|mail address|e mail adresse|email adresse|mailadresse|"
+        r"e mailadresse|courriel|adresse e mail|adresse mail|e mailadres|correo|correo electrónico|correo electronico)"
+    ),
+    "account-column": (
+        r"(?:iban|bic|swift|iban" + _NUMBER + r"|(?:bank )?account" + r" (?:no|nr|num|number|#)|bank account|"
+        r"account number|kontonummer|bankverbindung|rekeningnummer|rekening|numéro de compte|cuenta|número de cuenta|"
+        r"routing" + _NUMBER + r"|sort code|bank details)"
+    ),
+    "card-column": (
+        r"(?:(?:credit |debit )?card" + r" (?:no|nr|num|number|#)|credit card|card number|cc" + _NUMBER
+        + r"|pan|kreditkarte|kreditkartennummer|kartennummer|numéro de carte|carte bancaire|tarjeta)"
+    ),
+    "date-of-birth": (
+        r"(?:date of birth|birth date|birthdate|birthday|dob|d o b|born|geburtsdatum|geburtstag|geb|"
+        r"date de naissance|né le|née le|naissance|geboortedatum|geboren|fecha de nacimiento|fecha nacimiento|"
+        r"data di nascita)"
+    ),
+    "address-column": (
+        r"(?:(?:home|street|postal|mailing|residential|private|billing|shipping|permanent|current|delivery) )?"
+        r"(?:address|addr|address line ?\d|street|street address|adresse|anschrift|wohnadresse|straße|strasse|"
+        r"adres|woonadres|adresse postale|dirección|direccion|domicilio|wohnort|residence)"
+    ),
+    "id-number-column": (
+        r"(?:passport" + _NUMBER + r"|passport id|id" + r" (?:no|nr|num|number|#)|id card" + _NUMBER
+        + r"|identity card" + _NUMBER + r"|national id" + _NUMBER + r"|personalausweis" + _NUMBER
+        + r"|personalausweisnummer|ausweisnummer|ausweis" + _NUMBER + r"|reisepass" + _NUMBER
+        + r"|reisepassnummer|driver s licen[cs]e" + _NUMBER + r"|drivers licen[cs]e" + _NUMBER
+        + r"|driving licen[cs]e" + _NUMBER + r"|licen[cs]e number|führerschein" + _NUMBER
+        + r"|tax id|tax" + r" (?:no|nr|number)|tin|steuer id|steuernummer|steueridentifikationsnummer"
+        r"|numéro d identité|carte d identité|dni|nie|nif|paspoort" + _NUMBER + r"|paspoortnummer|pasaporte"
+        r"|employee id|staff id|personnel" + _NUMBER + r"|personalnummer|patient id|mrn|medical record" + _NUMBER
+        + r"|member id|membership" + _NUMBER + r"|customer id|insurance" + _NUMBER + r"|policy" + _NUMBER + r")"
+    ),
+    "person-name": (
+        r"(?:full name|fullname|first name|firstname|last name|lastname|surname|given name|given names|family name|"
+        r"middle name|maiden name|forename|forenames|legal name|display name|preferred name|real name|"
+        r"employee|employee name|employees|staff|staff member|staff name|patient|patient name|customer name|"
+        r"client name|contact|contact name|contact person|person|applicant|applicant name|candidate|candidate name|"
+        r"tenant|tenant name|account holder|cardholder|card holder|name on card|beneficiary|guardian|"
+        r"parent|parent name|student|student name|pupil|member name|insured|policyholder|policy holder|"
+        r"signatory|next of kin|emergency contact|spouse|child|"
+        r"vorname|nachname|familienname|mitarbeiter|mitarbeiterin|patientin|ansprechpartner|ansprechpartnerin|"
+        r"prénom|prenom|nom de famille|nom complet|employé|employe|salarié|salarie|"
+        r"voornaam|achternaam|volledige naam|medewerker|patiënt|"
+        r"apellido|apellidos|nombre completo|empleado|paciente)"
+    ),
+}
+# Headers that name a person only in a table about people: a bare "name" column
+# of a product list holds product names. These count as person-name columns when
+# another column of the same header is personal (e-mail, phone, ssn, address...).
+AMBIGUOUS_NAME = re.compile(r"(?:name|names|nom|naam|nombre|customer|client|owner|holder|member|user name|"
+                            r"kunde|kundin|client e|cliente|klant|assignee|author|manager)")
+# Rule ids of columns that hold a person's data (what makes a bare "name" a person's).
+PERSONAL_COLUMNS = frozenset({"ssn-column", "phone-column", "email-column", "account-column", "card-column",
+                              "date-of-birth", "address-column", "id-number-column", "person-name"})
+# Columns whose every non-empty cell goes, even one of punctuation only ("!#$%&*").
+ANY_CELL = frozenset({"password-column", "pin-column"})
+
+_COMPILED = [(rule, re.compile(pattern)) for rule, pattern in HEADERS.items()]
+
+MAX_HEADER_CELL = 64      # characters of a header cell (longer: it is prose, not a header)
+MAX_HEADER_WORDS = 6
+MAX_QUOTED = 65_536       # characters of one quoted cell; a longer "quote" is read as plain text
+PLACEHOLDER_CELL = re.compile(r"\[REDACTED:[a-z0-9\-]{1,63}\]")
+
+# The words a sensitive header may start with (the header vocabulary's first words).
+FIRST_WORDS = frozenset(
+    re.match(r"[^\W\d_]+", alternative).group()
+    for pattern in (*HEADERS.values(), AMBIGUOUS_NAME.pattern)
+    for alternative in re.findall(r"(?:^|(?<=[(|?:]))[^\W\d_][^|()?]*", pattern.replace("(?:", "("))
+) - {"no", "nr", "num", "number", "numero", "nummer", "numéro", "número"}
+# One pass: the first word of every cell that starts after a delimiter (spaces, a quote, "*" or "#" before it);
+# the delimiter leads the pattern, so the engine skips to it in C, and a set lookup decides.
+# One pass per delimiter: a pattern led by a literal is skipped through at memchr speed, a class is not.
+_CELL_WORDS = tuple(re.compile(re.escape(d) + r"[ \t\"'*#_]*([^\W\d_]+)") for d in "\n\t,;|")
+_SEPARATORS = re.compile(r"[\s_\-./'’()\[\]]+")
+_PIPE_RULE = re.compile(r"[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*")
+_GRID_RULE = re.compile(r"[ \t]*\+[\-=+: ]*\+[ \t]*")
+_PIPE_SPLIT = re.compile(r"(?<!\\)\|")
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def normal_header(cell: str) -> str:
+    """A header cell as the vocabulary spells it: NFKC, lowercase, separators as one space, no ":"."""
+    folded = unicodedata.normalize("NFKC", cell).lower()
+    folded = "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
+    folded = folded.strip(" \t\"'*#:=")
+    return _SEPARATORS.sub(" ", folded).strip()
+
+
+def column_rule(cell: str) -> str | None:
+    """The rule id of a header cell that names a sensitive column (``"ssn-column"``...), else None."""
+    header = normal_header(cell)
+    if not header or len(header) > MAX_HEADER_CELL:
+        return None
+    header = header.removesuffix(" s")  # "employee's" after the separators
+    for rule, pattern in _COMPILED:
+        if pattern.fullmatch(header):
+            return rule
+    return None
+
+
+def column_findings(text: str, enabled: frozenset[str] | set[str]) -> list[tuple[int, int, str]]:
+    """(start, end, rule id) of every cell under a sensitive header, for the rule ids in ``enabled``."""
+    if not enabled or len(text) < 8:
+        return []
+    found: list[tuple[int, int, str]] = []
+    done = 0
+    scanner = _Scanner(text)
+    starts = _hit_positions(text)
+    for position in starts:
+        if position < done:
+            continue
+        newline = text.rfind("\n", done, position)
+        line_start = newline + 1 if newline != -1 else done
+        table = _table_at(scanner, line_start, enabled)
+        if table is None:
+            line_end = text.find("\n", position)
+            done = len(text) if line_end == -1 else line_end + 1
+            continue
+        end, cells = table
+        found.extend(cells)
+        done = max(end, position + 1)
+    return found
+
+
+def _hit_positions(text: str):
+    """Where a line holding a header word in a cell of its own starts (or a hit inside it)."""
+    if text[:1] not in "\t,;|\n":
+        yield 0
+    words = FIRST_WORDS
+    hits = [match.start() for pattern in _CELL_WORDS for match in pattern.finditer(text)
+            if match.group(1).lower() in words]
+    hits.sort()
+    for start in hits:
+        yield start + 1 if text[start] == "\n" else start
+
+
+class _Scanner:
+    """Reads rows of one text; remembers where the next quote is, so unterminated quotes cost nothing twice."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.quote_at = -1
+        self.quote_from = 0
+
+    def next_quote(self, position: int) -> int:
+        """The first quote at or after ``position`` (the length of the text when none)."""
+        if self.quote_from <= position <= self.quote_at:
+            return self.quote_at  # no quote lies between the last question and its answer
+        found = self.text.find('"', position)
+        self.quote_from, self.quote_at = position, len(self.text) if found == -1 else found
+        return self.quote_at
+
+    def line_end(self, position: int) -> int:
+        end = self.text.find("\n", position)
+        return len(self.text) if end == -1 else end
+
+    def row(self, position: int, delimiter: str) -> tuple[list[tuple[int, int]], int]:
+        """The cells (spans, quotes and spaces excluded) of the row at ``position``, and where the next starts."""
+        text = self.text
+        end = self.line_end(position)
+        if delimiter == "|":
+            return _pipe_cells(text, position, end), end + 1
+        if self.next_quote(position) >= end:  # no quote in the line: a plain split
+            cells, start = [], position
+            while True:
+                cut = text.find(delimiter, start, end)
+                if cut == -1:
+                    cells.append(_trim(text, start, end))
+                    return cells, end + 1
+                cells.append(_trim(text, start, cut))
+                start = cut + 1
+        return self._quoted_row(position, delimiter)
+
+    def _quoted_row(self, position: int, delimiter: str) -> tuple[list[tuple[int, int]], int]:
+        text, cells, start = self.text, [], position
+        length = len(text)
+        while True:
+            lead = start
+            while lead < length and text[lead] in " \t":
+                lead += 1
+            if lead < length and text[lead] == '"':
+                close = self._closing_quote(lead + 1)
+                if close is not None:
+                    after = close + 1
+                    while after < length and text[after] in " \t\r":
+                        after += 1
+                    if after >= length or text[after] in (delimiter, "\n"):
+                        cells.append((lead + 1, close))
+                        if after >= length or text[after] == "\n":
+                            return cells, after + 1
+                        start = after + 1
+                        continue
+            end = self.line_end(start)
+            cut = text.find(delimiter, start, end)
+            if cut == -1:
+                cells.append(_trim(text, start, end))
+                return cells, end + 1
+            cells.append(_trim(text, start, cut))
+            start = cut + 1
+
+    def _closing_quote(self, position: int) -> int | None:
+        """The quote that closes a cell opened before ``position`` (``""`` is an escaped quote), or None."""
+        limit = position + MAX_QUOTED
+        while True:
+            quote = self.next_quote(position)
+            if quote >= len(self.text) or quote > limit:
+                return None
+            if self.text.startswith('""', quote):
+                position = quote + 2
+                continue
+            return quote
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start] in " \t\r":
+        start += 1
+    while end > start and text[end - 1] in " \t\r":
+        end -= 1
+    return start, end
+
+
+def _pipe_cells(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    line = text[start:end]
+    stripped = line.strip()
+    if not stripped or "|" not in stripped:
+        return [_trim(text, start, end)] if stripped else []
+    cells, position = [], 0
+    bounds = [m.start() for m in _PIPE_SPLIT.finditer(line)]
+    edges = [-1] + bounds + [len(line)]
+    for first, last in zip(edges, edges[1:]):
+        cells.append(_trim(text, start + first + 1, start + last))
+    if stripped.startswith("|"):
+        cells = cells[1:]
+    if stripped.endswith("|") and not stripped.endswith("\\|"):
+        cells = cells[:-1]
+    return cells
+
+
+def _delimiter_of(text: str, line_start: int, line_end: int) -> str | None:
+    """The delimiter of a header line: the first of tab, pipe, semicolon, comma that it holds."""
+    line = text[line_start:line_end]
+    if "\t" in line:
+        return "\t"
+    if line.lstrip().startswith("|") and line.count("|") >= 2:
+        return "|"
+    if ";" in line and line.count(";") >= line.count(","):
+        return ";"
+    if "," in line:
+        return ","
+    if "|" in line:
+        return "|"
+    return None
+
+
+def _continues_a_table(text: str, line_start: int, delimiter: str) -> bool:
+    """Is the line before ``line_start`` a row of the same shape (as many filled fields)? A header starts its table.
+
+    A title line above a CSV header ("Exported from HR, 2024") has another
+    count, so the header under it is still read.
+    """
+    if line_start == 0:
+        return False
+    back = max(0, line_start - 1 - 4096)
+    newline = text.rfind("\n", back, line_start - 1)
+    if newline == -1 and back > 0:
+        return True  # a line longer than that before it: not a header's neighbour we can vouch for
+    previous = text[newline + 1:line_start - 1]
+    if not previous.strip() or delimiter not in previous:
+        return False
+    line_end = text.find("\n", line_start)
+    line = text[line_start:line_end if line_end != -1 else len(text)]
+    return _filled(previous, delimiter) == _filled(line, delimiter)
+
+
+def _filled(line: str, delimiter: str) -> int:
+    """How many non-empty fields a line has, split naively (tab-aligned listings repeat their tabs)."""
+    return sum(1 for field in line.split(delimiter) if field.strip())
+
+
+def _header_rules(text: str, cells: list[tuple[int, int]]) -> dict[int, str] | None:
+    """Column index -> rule id for a header row, or None when the row is not a header."""
+    if sum(1 for start, end in cells if end > start) < 2:
+        return None
+    rules: dict[int, str] = {}
+    ambiguous: list[int] = []
+    for index, (start, end) in enumerate(cells):
+        if end == start:
+            continue
+        if end - start > MAX_HEADER_CELL:
+            return None
+        cell = text[start:end]
+        if not _LETTER.search(cell) or "@" in cell or "://" in cell or len(cell.split()) > MAX_HEADER_WORDS:
+            return None
+        rule = column_rule(cell)
+        if rule is not None:
+            rules[index] = rule
+        elif AMBIGUOUS_NAME.fullmatch(normal_header(cell)):
+            ambiguous.append(index)
+    if ambiguous and any(rule in PERSONAL_COLUMNS for rule in rules.values()):
+        rules.update((index, "person-name") for index in ambiguous)
+    return rules or None
+
+
+def _table_at(scanner: _Scanner, line_start: int, enabled) -> tuple[int, list] | None:
+    """(where the table ends, its sensitive cells) when a header row starts at ``line_start``."""
+    text = scanner.text
+    line_end = scanner.line_end(line_start)
+    delimiter = _delimiter_of(text, line_start, line_end)
+    if delimiter is None:
+        return None
+    if _continues_a_table(text, line_start, delimiter):
+        return None  # a row in the middle of a listing ("  email<TAB>package"), not its header
+    header, position = scanner.row(line_start, delimiter)
+    rules = _header_rules(text, header)
+    if rules is None:
+        return None
+    rules = {index: rule for index, rule in rules.items() if rule in enabled}
+    if not rules:
+        return None
+    width = len(header)
+    first = True
+    found: list[tuple[int, int, str]] = []
+    length = len(text)
+    while position < length:
+        line_end = scanner.line_end(position)
+        line = text[position:line_end]
+        if not line.strip(" \t\r"):
+            break
+        if delimiter == "|" and (_PIPE_RULE.fullmatch(line) or _GRID_RULE.fullmatch(line)):
+            position = line_end + 1
+            continue
+        if delimiter != "|" and _GRID_RULE.fullmatch(line):
+            position = line_end + 1
+            continue
+        cells, next_position = scanner.row(position, delimiter)
+        if first and delimiter in ",;" and len(cells) != width:
+            return None  # a comma in prose, not a table
+        if delimiter == "|" and "|" not in line:
+            break
+        first = False
+        _take_cells(text, cells, rules, width, delimiter in ",;", found)
+        position = next_position
+    if first:
+        return None
+    return position, found
+
+
+def _take_cells(text: str, cells, rules: dict[int, str], width: int, realign: bool, found: list) -> None:
+    """The sensitive cells of one row; a CSV row with more cells than the header is read both ways.
+
+    An unquoted comma inside a value (``12 Main St, Springfield``) shifts
+    every later cell one place right: the row's sensitive cells are taken
+    counted from the left and from the right, so the shift cannot expose one.
+    """
+    count = len(cells)
+    positions = [(index, rule) for index, rule in rules.items() if index < count]
+    if realign and count > width:
+        positions += [(count - width + index, rule) for index, rule in rules.items()]
+    for index, rule in positions:
+        start, end = cells[index]
+        if end <= start:
+            continue
+        value = text[start:end]
+        if PLACEHOLDER_CELL.fullmatch(value):
+            continue
+        if rule not in ANY_CELL and not any(ch.isalnum() for ch in value):
+            continue
+        found.append((start, end, rule))
