@@ -32,7 +32,7 @@ class Folder(TempFolder, unittest.TestCase):
         docs = self.tmp / "docs"
         (docs / "roof.txt").write_text("Cedar shingles on the north roof leak after heavy rain.\n", encoding="utf-8")
         (docs / "keys.txt").write_text("aws_access_key_id = AKIAIOSFODNN7EXAMPLE for the billing job\n", encoding="utf-8")
-        (docs / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+        (docs / "logo.ico").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
         self.out = self.tmp / "out"
 
     def run_stage(self, stub_url: str, *argv):
@@ -114,14 +114,14 @@ class ReportTests(Folder):
     def test_report_files_lists_skipped_files_with_sanitized_paths_only(self):
         private = self.tmp / "docs" / "alice.smith@northwind-law.de"
         private.mkdir()
-        (private / "scan.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+        (private / "scan.ico").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
         (private / "cv.txt").write_text("Curriculum vitae.\n", encoding="utf-8")
         code, out, err = self.run_stage(closed_port_url(), "extract", "--report", "--files")
         self.assertEqual(code, 0, err)
         self.assertNotIn("alice.smith", out + err)
         skipped = out[out.index("Skipped files"):].splitlines()
-        self.assertRegex("\n".join(skipped), r"\[REDACTED:email\]/scan\.png +binary +binary")
-        self.assertRegex("\n".join(skipped), r"(?m)^logo\.png +binary +binary$")
+        self.assertRegex("\n".join(skipped), r"\[REDACTED:email\]/scan\.ico +binary +binary")
+        self.assertRegex("\n".join(skipped), r"(?m)^logo\.ico +binary +binary$")
         self.assertNotIn("cv.txt", "\n".join(skipped))  # read, so not listed
         self.assertIn("[REDACTED:email]/", out[out.index("By folder"):out.index("Skipped files")])
 

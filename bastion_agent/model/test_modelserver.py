@@ -230,7 +230,7 @@ class BadRequests(FakeServerCase):
         from bastion_agent.embedding.client import EmbedClient, EndpointConfig
 
         client = EmbedClient(EndpointConfig(url=self.url), "nomic-embed-text")
-        with self.assertRaisesRegex(ModelServerError, "not found"):
+        with self.assertRaisesRegex(ModelServerError, "has no model 'nomic-embed-text'; it serves"):
             client.probe(DIM)
 
     def test_wrong_method_names_the_allowed_one(self):
