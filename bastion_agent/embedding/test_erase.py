@@ -346,6 +346,10 @@ class PublishedErasureTests(EraseCase):
         if reason:
             raise unittest.SkipTest(reason)
         cls.postgres = pgtest.ThrowawayPostgres().start()
+        import psycopg
+
+        with psycopg.connect(cls.postgres.dsn(), autocommit=True) as conn:  # the superuser's part of the set-up
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
 
     @classmethod
     def tearDownClass(cls):

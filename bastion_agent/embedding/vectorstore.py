@@ -186,10 +186,10 @@ def _m006_chunk_docs(db: sqlite3.Connection) -> None:
     migration records the windows there now. Vectors of windows that left
     ``chunks`` before it ran have no row: ``prune`` erases them as stale.
     """
-    db.execute("CREATE TABLE chunk_docs (chunk_id TEXT PRIMARY KEY, doc TEXT NOT NULL)")
-    db.execute("CREATE INDEX chunk_docs_doc ON chunk_docs (doc)")
+    db.execute("CREATE TABLE IF NOT EXISTS chunk_docs (chunk_id TEXT PRIMARY KEY, doc TEXT NOT NULL)")
+    db.execute("CREATE INDEX IF NOT EXISTS chunk_docs_doc ON chunk_docs (doc)")
     db.execute("INSERT OR IGNORE INTO chunk_docs SELECT chunk_id, doc FROM chunks")
-    db.execute("CREATE TRIGGER chunks_doc AFTER INSERT ON chunks BEGIN"
+    db.execute("CREATE TRIGGER IF NOT EXISTS chunks_doc AFTER INSERT ON chunks BEGIN"
                " INSERT OR IGNORE INTO chunk_docs VALUES (new.chunk_id, new.doc); END")
 
 

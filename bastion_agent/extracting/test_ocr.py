@@ -205,7 +205,7 @@ class ScanReadingTests(TempCase):
         with mock.patch.object(ocr, "recognise", side_effect=AssertionError("OCR ran again")):
             summary = self.run_stage()  # the worker is another process: its call would show as damaged
         self.assertIs(ocr.recognise, real)
-        self.assertEqual((summary["reused"], summary["extracted"], summary["skipped"]), (1, 1, 0))
+        self.assertEqual((self.figures()["reused"], summary["extracted"], summary["skipped"]), (1, 1, 0))
 
     def test_ocr_off_and_a_language_choice_come_from_the_manifest(self):
         self.put("scan.png", encoded(page("Die Kündigung wurde am Montag zugestellt."), "PNG"))

@@ -842,7 +842,7 @@ def _would_change(layout, sanitizer, doc: str) -> bool:
         text = layout.doc_text_path(layout.sanitized_dir, doc).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return True
-    clean, _ = _redact_in_budget(*sanitizer, text)
+    clean, _, _ = _redact_in_budget(*sanitizer, text)
     return clean != text
 
 
