@@ -17,7 +17,7 @@ Systems (each in process, warm, top 10):
 - ``numpy``: ``M @ q`` over the normalised float32 matrix, top 10 by
   ``argpartition`` (the exact floor a user would write first).
 - ``faiss-hnsw``: ``IndexHNSWFlat`` (M 32, inner product on normalised
-  vectors), at ``efSearch`` 16 (its default) and 64.
+  vectors), at ``efSearch`` 16 (its default), 64, 128 and 256 (to compare at equal recall).
 - ``chroma``: a persistent collection (HNSW, cosine).
 - ``lancedb``: an IVF-PQ vector index, its full-text index, and hybrid
   through its RRF reranker.
@@ -135,7 +135,7 @@ class FaissHnsw:
 
         self.index = faiss.IndexHNSWFlat(unit.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
         self.index.add(unit)
-        self.modes = {f"vector_ef{ef}": self._searcher(ef) for ef in (16, 64)}
+        self.modes = {f"vector_ef{ef}": self._searcher(ef) for ef in (16, 64, 128, 256)}
 
     def _searcher(self, ef: int):
         def search(q):
@@ -290,7 +290,7 @@ def ratios(table: list[dict]) -> dict:
     """The figures the search issue sets targets on, as ratios within this run."""
     p50 = {(row["system"], row["mode"]): row["p50_ms"] for row in table}
     found = {}
-    for faiss_mode in ("vector_ef16", "vector_ef64"):
+    for faiss_mode in ("vector_ef16", "vector_ef64", "vector_ef128", "vector_ef256"):
         if ("faiss-hnsw", faiss_mode) in p50:
             found[f"bastion_vector_over_faiss_{faiss_mode}"] = round(p50[("bastion", "vector")] / p50[("faiss-hnsw", faiss_mode)], 2)
     if ("numpy", "vector") in p50:
