@@ -44,16 +44,10 @@ import re
 from bastion_agent.sanitizing.validators import (
     BOOLEANISH,
     HEADER_NAME,
-    KEY_COMPANIONS,
-    NAME_SUFFIX,
-    NON_SECRET_PREFIX,
-    NON_SECRET_SUFFIX,
-    NOT_SECRET_WORDS,
     SEQUENCES,
     SOURCE_FILE_KEY,
-    STRONG_EXACT,
-    STRONG_WORDS,
     TEMPLATE_PARTS,
+    classify_key_words,
     is_placeholder,
     is_whole_reference,
     key_words,
@@ -88,26 +82,7 @@ def credential_key(name: str) -> str | None:
     ``cred``-like words, whose value must also look random; "pin": a PIN,
     whose value is 4 to 12 digits.
     """
-    words = key_words(name)
-    strength, last = None, -1
-    for index, word in enumerate(words):
-        if word in NOT_SECRET_WORDS:
-            continue
-        if word == "pin" or (word == "code" and index and words[index - 1] == "pin"):
-            strength, last = strength or "pin", index
-        elif word in STRONG_EXACT or any(strong in word for strong in STRONG_WORDS) or _pw_word(word):
-            strength, last = "strong", index
-        elif word == "key" and index > 0 and words[index - 1] in KEY_COMPANIONS:
-            strength, last = "strong", index
-        elif word.endswith("key") or word.startswith("auth") or "cred" in word:
-            strength, last = strength or "weak", index
-    if strength is None:
-        return None
-    if any(word in NON_SECRET_SUFFIX or word in NAME_SUFFIX for word in words[last + 1:]):
-        return None
-    if any(word in NON_SECRET_PREFIX for word in words[:last]):
-        return None
-    return strength
+    return classify_key_words(key_words(name), pins=True, strong_word=_pw_word)
 
 
 def _pw_word(word: str) -> bool:

@@ -265,12 +265,26 @@ def key_words(key: str) -> list[str]:
 
 def key_strength(key: str) -> str | None:
     """"strong" for a password/secret/token-like name, "weak" for key/auth/cred-like, None otherwise."""
-    words = key_words(key)
+    return classify_key_words(key_words(key))
+
+
+def classify_key_words(words: list[str], *, pins: bool = False, strong_word=None) -> str | None:
+    """The strength of a key named by ``words``: "strong", "weak", None, or "pin" when ``pins`` is set.
+
+    One scan for every caller, so that what names a secret is decided in one
+    place: the last credential word decides, a word after it that names
+    something else (``password_length``) or a word before it that counts or
+    switches (``max_password``) makes it no credential. ``strong_word`` lets
+    a caller count more words as strong (the context scanner's ``bindpw``).
+    """
     strength, last = None, -1
     for index, word in enumerate(words):
         if word in NOT_SECRET_WORDS:
             continue
-        if word in STRONG_EXACT or any(strong in word for strong in STRONG_WORDS):
+        if pins and (word == "pin" or (word == "code" and index and words[index - 1] == "pin")):
+            strength, last = strength or "pin", index
+        elif (word in STRONG_EXACT or any(strong in word for strong in STRONG_WORDS)
+              or (strong_word is not None and strong_word(word))):
             strength, last = "strong", index
         elif word == "key" and index > 0 and words[index - 1] in KEY_COMPANIONS:
             strength, last = "strong", index
