@@ -25,7 +25,7 @@ from bastion_agent.core.layout import Layout
 from bastion_agent.extracting.formats import ocr
 from bastion_agent.extracting.test_extract import TempCase
 from bastion_agent.testing.stub_server import StubServer
-from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
+from bastion_agent.testing.testsupport import clean_env, pdf_file, run_cli, write_manifest
 
 try:
     from PIL import Image, ImageDraw, ImageFont
@@ -101,18 +101,7 @@ def pdf_of_image(width: int, height: int) -> bytes:
         b"<< /Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace /DeviceGray /BitsPerComponent 8 "
         b"/Filter /FlateDecode /Length %d >>\nstream\n%s\nendstream" % (width, height, len(pixels), pixels),
     ]
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n%s\nendobj\n" % (number, body))
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
-    return out.getvalue()
+    return pdf_file(objects)
 
 
 def blank_pdf(pages: int) -> bytes:

@@ -17,6 +17,7 @@ from unittest import mock
 from bastion_agent.core.layout import Layout
 from bastion_agent.extracting import extract, pdf, readers
 from bastion_agent.extracting.test_extract import TempCase, make_manifest
+from bastion_agent.testing.testsupport import pdf_file
 
 try:
     import pypdf
@@ -46,18 +47,7 @@ def build_pdf(pages: list[str | None]) -> bytes:
     pixels = zlib.compress(bytes([128]) * 4)
     objects.append(b"<< /Type /XObject /Subtype /Image /Width 2 /Height 2 /ColorSpace /DeviceGray "
                    b"/BitsPerComponent 8 /Filter /FlateDecode /Length %d >>\nstream\n%s\nendstream" % (len(pixels), pixels))
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n%s\nendobj\n" % (number, body))
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
-    return out.getvalue()
+    return pdf_file(objects)
 
 
 def encrypt(data: bytes, user_password: str, algorithm: str = "RC4-128") -> bytes:

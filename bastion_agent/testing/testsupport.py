@@ -154,3 +154,25 @@ class SanitizedStoreCase(TempFolder, unittest.TestCase):
 
         with clean_env(EMBED_URL=stub.url, **env):
             return embedder.run_embed(manifest or self.manifest(), self.layout)
+
+
+def pdf_file(objects: list[bytes]) -> bytes:
+    """A PDF of these numbered objects (object 1 the catalog), with a correct cross-reference table.
+
+    The PDF and OCR tests build their files object by object, so each test
+    says exactly what the page holds (a text layer, an image, both).
+    """
+    import io
+
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n%s\nendobj\n" % (number, body))
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    return out.getvalue()
