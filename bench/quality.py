@@ -72,12 +72,13 @@ def write_manifest(folder: Path, docs: Path, size: int, overlap: int) -> Path:
 
 
 @contextlib.contextmanager
-def out_folder(out: str | None):
+def out_folder(out: str | None, prefix: str = "bastion-quality-"):
+    """``out`` (kept after the run), or a temporary folder named ``prefix…`` removed after it."""
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         yield Path(out)
     else:
-        with tempfile.TemporaryDirectory(prefix="bastion-quality-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
             yield Path(tmp)
 
 
