@@ -251,7 +251,7 @@ class SearchApiTests(StoreCase):
         service = self.server.server.service
         original = service.index.search
         service.index.search = lambda query, vector, k, mode=None: seen.append(mode) or original(query, vector, k, mode)
-        expected = embed.resolve_mode(self.store.manifest(), None) if hasattr(embed, "resolve_mode") else "vector"
+        expected = embed.resolve_mode(self.store.manifest(), None)
         _, _, answer = self.search("bread")
         self.assertEqual((seen, answer["mode"]), ([expected], expected))
         _, _, answer = self.search("bread", mode="vector")
@@ -511,7 +511,6 @@ class ModelServerTests(StoreCase):
         health = request(server.url, path="/healthz")
         self.assertEqual((health[0], health[2]["model_server"]), (200, "unreachable"))
 
-    @unittest.skipUnless(hasattr(embed, "needs_vector"), "this index has no keyword search")
     def test_keyword_search_works_while_the_model_server_is_down(self):
         server = start(self.store, self, endpoint_url=closed_port_url(), reprobe_seconds=3600.0)
         status, _, value = request(server.url, path="/search?q=sourdough&mode=keyword&k=1")
