@@ -170,7 +170,8 @@ class ScanReadingTests(TempCase):
         text = self.text_of("scan.pdf")
         for word in ("alpha", "bravo", "charlie"):
             self.assertIn(word, text)
-        self.assertEqual(len([part for part in text.split("\n\n") if "Chapter" in part]), 3)
+        self.assertEqual([part.strip().split()[1] for part in text.split("\f")], ["alpha", "bravo", "charlie"])
+        self.assertEqual(self.listing()["scan.pdf"]["ocr_pages"], [1, 2, 3])
 
     @needs_pdf
     def test_a_page_with_a_text_layer_keeps_it_and_only_the_scanned_page_is_recognised(self):
