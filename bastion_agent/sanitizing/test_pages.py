@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import unittest
 
+from bastion_agent.core.layout import Layout, read_jsonl
 from bastion_agent.sanitizing import pages
 from bastion_agent.sanitizing.pages import PAGE_BREAK, page_map, where
 from bastion_agent.sanitizing.sanitize import Finding, SanitizeSettings, Sanitizer, _replace, parse_settings
+from bastion_agent.testing.testsupport import TempFolder, run_cli, write_manifest
+
+try:
+    import pypdf
+except ImportError:
+    pypdf = None
 
 
 class PageMapTests(unittest.TestCase):
@@ -76,6 +84,48 @@ class SanitizeKeepsPageBreaksTests(unittest.TestCase):
         self.assertNotIn("alpha", clean)
         self.assertEqual(clean.count("\f"), 2)
         self.assertEqual([entry[1] for entry in page_map(clean, [])], [1, 2, 3])
+
+
+@unittest.skipUnless(pypdf is not None, "pip install 'bastion-agent[pdf]' to run the PDF page tests")
+class StagePageMapTests(TempFolder, unittest.TestCase):
+    """Extract then sanitize through the CLI, OCR off (these pages have text layers or none)."""
+
+    def sanitize(self, pdf: bytes) -> tuple[dict, str, str]:
+        tmp = self.make_tmp()
+        manifest = write_manifest(tmp, extra="")
+        text = manifest.read_text().replace('root = "docs"', 'root = "docs"\nocr = false')
+        manifest.write_text(text)
+        (tmp / "docs" / "file.pdf").write_bytes(pdf)
+        for stage in ("extract", "sanitize"):
+            code, _, err = run_cli(stage, manifest, "--out", tmp / "out", "--quiet")
+            self.assertEqual(code, 0, err)
+        layout = Layout(tmp / "out")
+        (row,) = read_jsonl(layout.sanitized_listing)
+        (raw_path,) = [path for path in layout.extract_dir.glob("*.txt")]
+        clean = layout.doc_text_path(layout.sanitized_dir, row["doc"]).read_text(encoding="utf-8")
+        return row, clean, raw_path.read_text(encoding="utf-8")
+
+    def test_the_map_of_a_pdf_holds_offsets_of_the_sanitized_text_never_raw_ones(self):
+        from bastion_agent.extracting.test_pdf import build_pdf
+
+        row, clean, raw = self.sanitize(build_pdf(["Mail margaret.hollis@northbarn-farm.co.uk today", "second page words"]))
+        self.assertEqual([entry[1:] for entry in row["pages"]], [[1, False], [2, False]])
+        start = row["pages"][1][0]
+        self.assertEqual(clean[start:].lstrip(), "second page words")
+        self.assertNotEqual(start, raw.index("\f") + 1)
+        self.assertNotIn("northbarn", clean)
+
+    def test_a_pdf_of_thousands_of_blank_pages_has_a_map_of_one_entry(self):
+        writer = pypdf.PdfWriter()
+        for _ in range(2_999):
+            writer.add_blank_page(612, 792)
+        from bastion_agent.extracting.test_pdf import build_pdf
+
+        writer.append(pypdf.PdfReader(io.BytesIO(build_pdf(["the last page has words"]))))
+        buffer = io.BytesIO()
+        writer.write(buffer)
+        row, clean, _ = self.sanitize(buffer.getvalue())
+        self.assertEqual(row["pages"], [[clean.rindex("\f") + 1, 3_000, False]])
 
 
 if __name__ == "__main__":
