@@ -348,8 +348,9 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: I
         db.execute("DELETE FROM temp.new_chunks")
         db.execute("DELETE FROM documents")
         db.executemany("INSERT INTO documents VALUES (?, ?)", documents)
-        db.execute("DELETE FROM document_pages")
-        db.executemany("INSERT OR REPLACE INTO document_pages (doc, pages) VALUES (?, ?)", pages)
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'document_pages'").fetchone():  # not in an old store
+            db.execute("DELETE FROM document_pages")
+            db.executemany("INSERT OR REPLACE INTO document_pages (doc, pages) VALUES (?, ?)", pages)
     return deleted
 
 
