@@ -196,6 +196,7 @@ class ScanReadingTests(TempCase):
             summary = self.run_stage()  # the worker is another process: its call would show as damaged
         self.assertIs(ocr.recognise, real)
         self.assertEqual((self.figures()["reused"], summary["extracted"], summary["skipped"]), (1, 1, 0))
+        self.assertEqual(self.listing()["scan.png"]["ocr_pages"], [1])  # a reused text still says OCR read it
 
     def test_ocr_off_and_a_language_choice_come_from_the_manifest(self):
         self.put("scan.png", encoded(page("Die Kündigung wurde am Montag zugestellt."), "PNG"))

@@ -52,9 +52,14 @@ def page_map(clean: str, ocr_pages) -> list[list]:
 
 def where(entries, position: int) -> Where:
     """The page holding ``position`` of the sanitized text, by its map (``[]``/None: no pages)."""
-    if not entries:
+    if not entries or not isinstance(entries, list):
         return Where()
-    starts = [entry[0] for entry in entries]
-    index = max(0, bisect.bisect_right(starts, position) - 1)
-    _, page, ocr = entries[index]
-    return Where(bool(ocr), page if isinstance(page, int) and not isinstance(page, bool) else None)
+    try:
+        starts = [entry[0] for entry in entries]
+        if not all(type(start) is int for start in starts):
+            return Where()
+        index = max(0, bisect.bisect_right(starts, position) - 1)
+        _, page, ocr = entries[index]
+    except (TypeError, ValueError, IndexError, KeyError):  # a map changed by hand: no page rather than a failed search
+        return Where()
+    return Where(ocr is True, page if isinstance(page, int) and not isinstance(page, bool) else None)

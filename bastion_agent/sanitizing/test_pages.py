@@ -37,6 +37,8 @@ class PageMapTests(unittest.TestCase):
         self.assertEqual(where(entries, len(text)), pages.Where(True, 2))
         self.assertEqual(where(None, 5), pages.Where(False, None))
         self.assertEqual(where([], 5), pages.Where(False, None))
+        for forged in ({"a": 1}, [[0, 1]], [["x", 1, True], [0, 2, True]], [None], "[[0, 1, true]]"):
+            self.assertEqual(where(forged, 5), pages.Where(False, None), forged)
 
     def test_a_window_starting_before_the_first_page_with_text_is_on_that_page(self):
         text = PAGE_BREAK.join(["", "", "third page is the first with words"])
@@ -126,6 +128,24 @@ class StagePageMapTests(TempFolder, unittest.TestCase):
         writer.write(buffer)
         row, clean, _ = self.sanitize(buffer.getvalue())
         self.assertEqual(row["pages"], [[clean.rindex("\f") + 1, 3_000, False]])
+
+
+class ForgedListingTests(TempFolder, unittest.TestCase):
+    def test_embed_keeps_only_well_formed_bounded_maps_of_this_sweeps_documents(self):
+        from bastion_agent.core.layout import write_jsonl
+        from bastion_agent.embedding.embedder import current_pages
+        from bastion_agent.testing.testsupport import write_sanitized_store
+
+        layout = Layout(self.make_tmp() / "out")
+        texts = {f"document number {n}": [f"d{n}.pdf"] for n in range(6)}
+        ids = write_sanitized_store(layout, texts)
+        docs = [ids[text] for text in texts]
+        forged = {docs[0]: [[0, 1, True]], docs[1]: [[0, 1, False]] * (pages.MAX_PAGES + 1),
+                  docs[2]: [[0, "1", True]], docs[3]: "[[0, 1, true]]", docs[4]: [[0, 1, 1]], docs[5]: [[0, None, True]]}
+        rows = [{"doc": doc, "paths": [], "kind": "pdf", "pages": forged[doc]} for doc in docs]
+        write_jsonl(layout.sanitized_listing, rows)
+        kept = dict(current_pages(layout, set(docs) - {docs[5]}))
+        self.assertEqual(kept, {docs[0]: "[[0,1,true]]"})  # too long, wrong types, a string, not this sweep's: out
 
 
 if __name__ == "__main__":
