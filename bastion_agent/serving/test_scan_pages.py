@@ -146,6 +146,14 @@ class ScanPagesTests(SweptFolder, unittest.TestCase):
         for needle in (IBAN_DIGITS, IBAN, "0532 0130"):
             self.assertNotIn(needle.encode(), outside)
 
+    def test_the_cli_list_says_a_hit_is_on_a_scanned_page(self):
+        with clean_env(EMBED_URL=self.stub.url):
+            code, out, err = run_cli("search", self.manifest, "pensions annex", "--out", self.out, "-k", "10",
+                                     "--mode", "keyword")
+        self.assertEqual((code, err), (0, ""))
+        self.assertIn("page 3] (scanned: OCR text, may hold errors)", out)
+        self.assertNotIn("\f", out)
+
     # --- serve -------------------------------------------------------------------------
 
     def test_serve_answers_the_same_fields_and_its_page_marks_scans(self):
