@@ -82,7 +82,9 @@ def format_hits(hits: list[searcher.Hit]) -> str:
         if getattr(hit, "bastion", None):  # the central index ranks without calibrated evidence: its score
             where = f"{hit.bastion}: {where}"
             strength = f"{hit.score:.4f}"
-        head = f"{rank}. {strength}  {where}  [doc {hit.doc[:12]} window {hit.idx}]"
+        page = f" page {hit.page}" if getattr(hit, "page", None) else ""
+        scanned = " (scanned: OCR text, may hold errors)" if getattr(hit, "ocr", False) else ""
+        head = f"{rank}. {strength}  {where}  [doc {hit.doc[:12]} window {hit.idx}{page}]{scanned}"
         text = for_terminal(" ".join(hit.text.split()))
         if len(text) > SNIPPET_CHARS:
             text = text[: SNIPPET_CHARS - 1] + "…"

@@ -16,6 +16,7 @@ from bastion_agent.core.errors import ModelServerError, StoreError
 from bastion_agent.core.layout import Layout, read_jsonl, write_summary
 from bastion_agent.embedding import vectorstore, window_fit
 from bastion_agent.embedding.client import EmbedClient, EndpointConfig
+from bastion_agent.sanitizing.pages import MAX_PAGES as PAGE_MAP_LIMIT
 from bastion_agent.sanitizing.sanitized_store import read_sanitized_text
 
 # --- embed -----------------------------------------------------------------
@@ -39,6 +40,7 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
     # First, and whatever the model server does: windows sanitize superseded must not outlive the fix.
     erased = erase_superseded(layout)
     chunk_rows, documents = current_windows(layout)
+    pages = current_pages(layout, {row[1] for row in chunk_rows})
     client = client or EmbedClient(EndpointConfig.from_env(), manifest.embed.model)
     key = manifest.embed.vector_key
     probed = not all_embedded(layout, key, manifest.embed.dim, chunk_rows)
@@ -52,7 +54,7 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
     db = vectorstore.connect(layout.vectors_db, create=True)
     try:
         rebuilding = vectorstore.rekey_pending(db)  # a store of old, raw-file ids (legacy_ids.py)
-        removed = vectorstore.replace_chunks(db, chunk_rows, documents)
+        removed = vectorstore.replace_chunks(db, chunk_rows, documents, pages)
         if rebuilding:
             from bastion_agent.core import legacy_ids
 
@@ -186,6 +188,28 @@ def current_windows(layout: Layout) -> tuple[list[tuple], list[tuple]]:
         chunk_rows.append((row["chunk_id"], doc, row["idx"], row["start"], row["end"], window))
     documents = [(doc, json.dumps(listing.get(doc, {}).get("paths", []))) for doc in sorted(texts)]
     return chunk_rows, documents
+
+
+def current_pages(layout: Layout, docs: set[str]) -> list[tuple[str, str]]:
+    """``(doc, page map as JSON)`` of this sweep's paged documents, from the sanitized listing.
+
+    The map was made by sanitize from the sanitized text (``sanitizing/pages.py``);
+    a malformed one is left out rather than trusted, and a document without one has no pages.
+    """
+    if not layout.sanitized_listing.exists():
+        return []
+    rows = []
+    for row in read_jsonl(layout.sanitized_listing):
+        pages = row.get("pages")
+        if row.get("doc") in docs and _is_page_map(pages):
+            rows.append((row["doc"], json.dumps(pages, separators=(",", ":"))))
+    return sorted(rows)
+
+
+def _is_page_map(pages) -> bool:
+    return isinstance(pages, list) and len(pages) <= PAGE_MAP_LIMIT and all(
+        isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], int)
+        and (entry[1] is None or isinstance(entry[1], int)) and isinstance(entry[2], bool) for entry in pages)
 
 
 def refresh_derived(layout: Layout, manifest) -> None:

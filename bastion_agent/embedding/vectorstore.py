@@ -17,6 +17,9 @@ Two tables from the specification, plus one for the documents' paths:
   ever in ``chunks`` (``_m006_chunk_docs``), so the vectors of a document can
   be found after its windows left the table: a superseded document's are
   erased (``erase_documents``), and ``prune`` erases stale ones.
+- ``document_pages(doc PK, pages)``: the page map of each paged document (a
+  PDF, an image: ``sanitizing/pages.py``, JSON), so a hit can say its page
+  and whether OCR read it. Offsets in the sanitized text only.
 
 Removed text leaves the file's bytes: every connection sets
 ``secure_delete`` (deleted rows and freed pages are zeroed), and ``scrub``
@@ -193,8 +196,17 @@ def _m006_chunk_docs(db: sqlite3.Connection) -> None:
                " INSERT OR IGNORE INTO chunk_docs VALUES (new.chunk_id, new.doc); END")
 
 
+def _m_document_pages(db: sqlite3.Connection) -> None:
+    """Each paged document's page map, beside ``documents`` (whose columns others may extend).
+
+    Written so that it works in whatever place of the list it ends up: it
+    creates only what is missing, and reads nothing another migration makes.
+    """
+    db.execute("CREATE TABLE IF NOT EXISTS document_pages (doc TEXT PRIMARY KEY, pages TEXT NOT NULL)")
+
+
 MIGRATIONS = [_m001_create_tables, _m002_embed_failures, _m003_search_state, _m004_sanitized_ids,
-              _m005_canonical_model_keys, _m006_chunk_docs]
+              _m005_canonical_model_keys, _m006_chunk_docs, _m_document_pages]
 
 
 def rekey_pending(db: sqlite3.Connection) -> bool:
@@ -309,8 +321,9 @@ class transaction:
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
-def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: Iterable[tuple]) -> int:
-    """Make ``chunks`` and ``documents`` hold exactly this sweep's rows, atomically.
+def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: Iterable[tuple],
+                   pages: Iterable[tuple] = ()) -> int:
+    """Make ``chunks``, ``documents`` and ``document_pages`` hold exactly this sweep's rows, atomically.
 
     ``chunks`` rows are ``(chunk_id, doc, idx, start, end, text)``; a chunk id
     seen twice (a repeated window) keeps its first position.
@@ -335,6 +348,9 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: I
         db.execute("DELETE FROM temp.new_chunks")
         db.execute("DELETE FROM documents")
         db.executemany("INSERT INTO documents VALUES (?, ?)", documents)
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'document_pages'").fetchone():  # not in an old store
+            db.execute("DELETE FROM document_pages")
+            db.executemany("INSERT OR REPLACE INTO document_pages (doc, pages) VALUES (?, ?)", pages)
     return deleted
 
 
@@ -427,6 +443,7 @@ def erase_documents(db: sqlite3.Connection, docs: Iterable[str]) -> int:
         for table in ("vectors", "embed_failures", "chunks", "chunk_docs"):
             db.execute(f"DELETE FROM {table} WHERE chunk_id IN temp.erase_ids")
         db.execute("DELETE FROM documents WHERE doc IN temp.erase_docs")
+        db.execute("DELETE FROM document_pages WHERE doc IN temp.erase_docs")
         db.execute("DELETE FROM temp.erase_ids")
         db.execute("DELETE FROM temp.erase_docs")
     return erased
@@ -467,6 +484,27 @@ def searchable(db: sqlite3.Connection, model: str) -> Iterator[tuple]:
         " JOIN chunks c ON c.chunk_id = v.chunk_id WHERE v.model = ?",
         (model,),
     )
+
+
+def document_pages(db: sqlite3.Connection, docs: Iterable[str]) -> dict[str, list]:
+    """Each listed document's page map (``sanitizing/pages.py``); a document without pages is left out."""
+    import json
+
+    docs = sorted(set(docs))
+    if not docs:
+        return {}
+    marks = ",".join("?" * len(docs))
+    try:
+        rows = db.execute(f"SELECT doc, pages FROM document_pages WHERE doc IN ({marks})", docs).fetchall()
+    except sqlite3.OperationalError:  # a store no embed has opened since pages were kept: none known
+        return {}
+    result = {}
+    for doc, pages in rows:
+        try:
+            result[doc] = json.loads(pages)
+        except ValueError:
+            continue
+    return result
 
 
 def document_paths(db: sqlite3.Connection, docs: Iterable[str]) -> dict[str, list[str]]:

@@ -112,6 +112,16 @@ class Row:
     kind: str
     status: str
     reason: str | None = None
+    # A PDF's or an image's pages that OCR read (numbers from 1); None for a text without pages. Private
+    # like the whole listing; sanitize turns it into the page map of the sanitized text (sanitizing/pages.py).
+    ocr_pages: list[int] | None = None
+
+    def listed(self) -> dict:
+        """The listing's line: ``ocr_pages`` only where the text has pages."""
+        row = asdict(self)
+        if row["ocr_pages"] is None:
+            del row["ocr_pages"]
+        return row
 
 
 # ---------------------------------------------------------------- globs
@@ -499,6 +509,7 @@ class _Outcome:
     status: str
     reason: str | None
     reused: bool = False
+    ocr_pages: list[int] | None = None
 
 
 class _Previous:
@@ -507,15 +518,17 @@ class _Previous:
     def __init__(self, layout: Layout):
         self.kinds: dict[str, str] = {}
         self.versions: dict[str, str] = {}
+        self.ocr_pages: dict[str, list[int] | None] = {}
         try:
             for row in read_jsonl(layout.extract_listing):
                 key = row.get("key") or row.get("doc")  # "doc": a listing written before the key was named so
                 if row.get("status") == STATUS_EXTRACTED and key:
                     self.kinds[key] = row.get("kind")
+                    self.ocr_pages[key] = row.get("ocr_pages")
             summary = json.loads(layout.summary_path("extract").read_text(encoding="utf-8"))
             self.versions = dict(summary.get("readers") or {})
         except (OSError, ValueError, TypeError, AttributeError):
-            self.kinds, self.versions = {}, {}
+            self.kinds, self.versions, self.ocr_pages = {}, {}, {}
 
     def reusable(self, key: str, kind: str, version: str | None, text_path: Path) -> bool:
         return (
@@ -621,7 +634,7 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
     sweep.costly.save()
     links.save(selection.links_seen)
     sync_to_disk()
-    write_jsonl(layout.extract_listing, [asdict(row) for row in rows])
+    write_jsonl(layout.extract_listing, [row.listed() for row in rows])
     counts, figures = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions)
     write_figures(layout, "extract", figures)
     _note_missing_extra(counts)
@@ -687,7 +700,8 @@ class _Sweep:
                 rows.append(job.row)
             else:
                 outcome = self.outcomes[job.key]
-                rows.append(Row(job.rel, job.key, job.size, outcome.kind, outcome.status, outcome.reason))
+                rows.append(Row(job.rel, job.key, job.size, outcome.kind, outcome.status, outcome.reason,
+                                outcome.ocr_pages))
         return rows
 
 
@@ -699,7 +713,7 @@ def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: "_Prev
         return _Outcome(kind, STATUS_SKIPPED, REASON_EMPTY)
     text_path = Layout.doc_text_path(store, key)
     if previous.reusable(key, kind, version, text_path):
-        return _Outcome(kind, STATUS_EXTRACTED, None, reused=True)
+        return _Outcome(kind, STATUS_EXTRACTED, None, reused=True, ocr_pages=previous.ocr_pages.get(key))
     known = costly.reason(key) or readers.unavailable(kind)
     if known:
         return _Outcome(kind, STATUS_SKIPPED, known)
@@ -720,7 +734,8 @@ def _stored(key: str, kind: str, answer, store: Path, costly: _Costly) -> _Outco
         write_private(Layout.doc_text_path(store, key), answer.data, durable=False)
     except OSError as exc:
         raise StoreError(f"cannot write the extract store {store}: {exc.strerror or exc}") from None
-    return _Outcome(kind, STATUS_EXTRACTED, None)
+    pages = answer.header.get("ocr_pages")
+    return _Outcome(kind, STATUS_EXTRACTED, None, ocr_pages=pages if isinstance(pages, list) else None)
 
 
 def _drop_stale(layout: Layout, kept: set[str]) -> int:

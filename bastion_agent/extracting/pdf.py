@@ -5,9 +5,12 @@ bastion can read PDFs without a compiled parser. It is imported here, lazily,
 never at the top of a core module: without it a PDF is skipped with a reason
 that says what to install.
 
-Text is read page by page in the order pypdf gives, one blank line between
-pages so that a window never glues the last words of a page to the first of
-the next. Every failure is a reason, never an exception:
+Text is read page by page in the order pypdf gives, with ``PAGE_BREAK`` (a
+form feed on a line of its own) between pages, so that a window never glues
+the last words of a page to the first of the next and a hit can say its page
+(``sanitizing/pages.py``); a page without text is an empty page between two
+breaks, so the pages keep their numbers. Which pages OCR read is in
+``PdfReading.ocr_pages``. Every failure is a reason, never an exception:
 
 - ``encrypted``: a password is needed (an empty user password, common on
   "protected" PDFs that only restrict printing, is tried and works);
@@ -30,8 +33,9 @@ from dataclasses import dataclass
 
 from bastion_agent.core.extras import optional
 from bastion_agent.extracting.formats.base import Refused
+from bastion_agent.sanitizing.pages import FORM_FEED, PAGE_BREAK
 
-PDF_VERSION = "1"  # bump when this module's output changes
+PDF_VERSION = "2"  # bump when this module's output changes; 2: pages apart by PAGE_BREAK, blank ones kept
 MAX_PAGES = 5_000
 MAX_TEXT_CHARS = 64 * 1024 * 1024
 MAX_SECONDS = 120.0
@@ -51,6 +55,7 @@ REASON_TIME = "timed out"
 class PdfReading:
     text: str | None
     reason: str | None = None
+    ocr_pages: tuple[int, ...] = ()  # the pages (numbers from 1) whose text OCR recognised
 
 
 def _pypdf():
@@ -106,14 +111,12 @@ def _read(pypdf, data: bytes, max_seconds: float, clock) -> PdfReading:
         for page in reader.pages:
             if clock() - started > max_seconds:
                 return PdfReading(None, REASON_TIME)
-            text = (page.extract_text() or "").strip("\n").rstrip()
+            text = (page.extract_text() or "").replace(FORM_FEED, "\n").strip("\n").rstrip()
             chars += len(text)
             if chars > MAX_TEXT_CHARS:
                 return PdfReading(None, REASON_UNPACKED)
             pages.append(text)
-        if scans:
-            _recognise(data, pages, ocr)
-        pages = [page for page in pages if page]
+        recognised = _recognise(data, pages, ocr) if scans else []
     except encrypted:
         return PdfReading(None, REASON_ENCRYPTED)
     except limited:
@@ -126,17 +129,21 @@ def _read(pypdf, data: bytes, max_seconds: float, clock) -> PdfReading:
         return PdfReading(None, REASON_DAMAGED)
     if count == 0:
         return PdfReading(None, REASON_DAMAGED)
-    if not pages:
+    if not any(pages):
         return PdfReading(None, REASON_NO_TEXT)
-    return PdfReading("\n\n".join(pages))
+    return PdfReading(PAGE_BREAK.join(pages), ocr_pages=tuple(index + 1 for index in recognised if pages[index]))
 
 
-def _recognise(data: bytes, pages: list[str], ocr) -> None:
-    """Put OCR's text in place of each page whose text layer is empty or garbage (formats/ocr.py)."""
+def _recognise(data: bytes, pages: list[str], ocr) -> list[int]:
+    """Put OCR's text in place of each page whose text layer is empty or garbage (formats/ocr.py).
+
+    Returns the indexes of the pages recognised.
+    """
     scanned = [index for index, text in enumerate(pages) if ocr.needs_ocr(text)]
     if scanned:
         for index, text in ocr.pdf_pages(data, scanned).items():
-            pages[index] = text.strip("\n")
+            pages[index] = text.replace(FORM_FEED, "\n").strip("\n")
+    return scanned
 
 
 class _TimedOut(BaseException):

@@ -24,6 +24,7 @@ from bastion_agent.extracting.formats.base import (
     REASON_EMPTY,
     REASON_OUTPUT,
     OutputMeter,
+    Paged,
     Refused,
     decode_text,
 )
@@ -35,10 +36,15 @@ READER_VERSION = "4"  # 2: plausible decodings (UTF-16 shapes, ASCII-compatible 
 
 @dataclass(frozen=True)
 class Reading:
-    """What a reader made of a file: text, or the reason there is none."""
+    """What a reader made of a file: text, or the reason there is none.
+
+    ``ocr_pages`` is None for a text without pages; for a PDF or an image,
+    the pages (numbers from 1) that OCR recognised, possibly none.
+    """
 
     text: str | None
     reason: str | None = None
+    ocr_pages: tuple[int, ...] | None = None
 
     @classmethod
     def skip(cls, reason: str) -> "Reading":
@@ -118,6 +124,9 @@ def read(kind: str, data: bytes, max_chars: int | None = None,
         if packed is not None:
             data = compressed.unpack(packed, data, max_bytes)
         text = reader(data)
+        ocr_pages = None
+        if isinstance(text, Paged):
+            text, ocr_pages = text.text, text.ocr_pages
     except Refused as refused:
         return Reading.skip(refused.reason)
     except RecursionError:
@@ -133,7 +142,7 @@ def read(kind: str, data: bytes, max_chars: int | None = None,
     text = normalise(text)
     if not text.strip():
         return Reading.skip(REASON_EMPTY)
-    return Reading(text)
+    return Reading(text, ocr_pages=ocr_pages)
 
 
 def normalise(text: str) -> str:
@@ -154,13 +163,13 @@ def _read_text(data: bytes) -> str:
     return decode_text(data)
 
 
-def _read_pdf(data: bytes) -> str:
+def _read_pdf(data: bytes) -> Paged:
     from bastion_agent.extracting import pdf
 
     reading = pdf.read_pdf(data)
     if reading.text is None:
         raise Refused(reading.reason)
-    return reading.text
+    return Paged(reading.text, reading.ocr_pages)
 
 
 _READERS = {

@@ -100,7 +100,8 @@ def budget_task_read(note, kind: str, data: bytes, settings=None, max_bytes: int
 
     The byte-level scan (``hidden_findings``) runs here too, under
     the same budget: a document whose bytes show a finding its decoded text
-    hides comes back quarantined, without its text.
+    hides comes back quarantined, without its text. A paged text (a PDF,
+    an image) says in the header which pages OCR read (``ocr_pages``).
     """
     unpack_limit = {} if max_bytes is None else {"max_bytes": max_bytes}
     if ocr_settings is not None:
@@ -113,4 +114,5 @@ def budget_task_read(note, kind: str, data: bytes, settings=None, max_bytes: int
     hidden = hidden_findings(data, reading.text, settings, kind, **unpack_limit)
     if hidden:
         return {"reason": f"{QUARANTINE}: {', '.join(hidden)}"}, b""
-    return {}, reading.text.encode("utf-8", "surrogatepass")
+    header = {} if reading.ocr_pages is None else {"ocr_pages": list(reading.ocr_pages)}
+    return header, reading.text.encode("utf-8", "surrogatepass")

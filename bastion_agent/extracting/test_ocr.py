@@ -170,7 +170,8 @@ class ScanReadingTests(TempCase):
         text = self.text_of("scan.pdf")
         for word in ("alpha", "bravo", "charlie"):
             self.assertIn(word, text)
-        self.assertEqual(len([part for part in text.split("\n\n") if "Chapter" in part]), 3)
+        self.assertEqual([part.strip().split()[1] for part in text.split("\f")], ["alpha", "bravo", "charlie"])
+        self.assertEqual(self.listing()["scan.pdf"]["ocr_pages"], [1, 2, 3])
 
     @needs_pdf
     def test_a_page_with_a_text_layer_keeps_it_and_only_the_scanned_page_is_recognised(self):
@@ -195,6 +196,7 @@ class ScanReadingTests(TempCase):
             summary = self.run_stage()  # the worker is another process: its call would show as damaged
         self.assertIs(ocr.recognise, real)
         self.assertEqual((self.figures()["reused"], summary["extracted"], summary["skipped"]), (1, 1, 0))
+        self.assertEqual(self.listing()["scan.png"]["ocr_pages"], [1])  # a reused text still says OCR read it
 
     def test_ocr_off_and_a_language_choice_come_from_the_manifest(self):
         self.put("scan.png", encoded(page("Die Kündigung wurde am Montag zugestellt."), "PNG"))

@@ -80,9 +80,10 @@ class ReadPdfTests(unittest.TestCase):
         self.assertEqual(pdf.read_pdf(build_pdf(["Quarterly revenue grew"])).text, "Quarterly revenue grew")
 
     @needs_pypdf
-    def test_pages_are_separated_by_a_blank_line(self):
+    def test_pages_are_separated_by_a_form_feed_on_a_line_of_its_own(self):
+        # a line-based rule sees a blank line between pages; the page map counts the form feeds
         self.assertEqual(pdf.read_pdf(build_pdf(["first page words", "second page words"])).text,
-                         "first page words\n\nsecond page words")
+                         "first page words\n\f\nsecond page words")
 
     @needs_pypdf
     def test_encrypted_with_a_user_password(self):
@@ -102,8 +103,13 @@ class ReadPdfTests(unittest.TestCase):
         self.assertEqual(pdf.read_pdf(build_pdf([None, None])).reason, "no text layer")
 
     @needs_pypdf
-    def test_a_page_without_text_among_others_is_left_out(self):
-        self.assertEqual(pdf.read_pdf(build_pdf(["one", None, "three"])).text, "one\n\nthree")
+    def test_a_page_without_text_among_others_keeps_its_place_so_pages_keep_their_numbers(self):
+        self.assertEqual(pdf.read_pdf(build_pdf(["one", None, "three"])).text, "one\n\f\n\n\f\nthree")
+
+    @needs_pypdf
+    def test_a_form_feed_inside_a_page_is_no_page_break(self):
+        reading = pdf.read_pdf(build_pdf(["before\fafter", "next"]))
+        self.assertEqual(reading.text.count("\f"), 1, reading.text)
 
     @needs_pypdf
     def test_truncated_and_garbage_are_damaged(self):
@@ -170,7 +176,7 @@ class PdfStageTests(TempCase):
     def test_same_folder_with_the_extra(self):
         self.fill()
         summary = self.run_stage()
-        self.assertEqual(self.text_of("contracts/lease.pdf"), "Lease agreement\n\nSigned by both parties")
+        self.assertEqual(self.text_of("contracts/lease.pdf"), "Lease agreement\n\f\nSigned by both parties")
         self.assertEqual(summary["skipped_by_reason"], {"damaged": 1, "no text layer": 1})
         self.assertEqual(summary["by_kind"]["pdf"]["extracted"], 1)
         self.assertIn("pdf", summary["readers"])

@@ -36,6 +36,7 @@ from bastion_agent.core.errors import ManifestError, StoreError
 from bastion_agent.core.progress import Progress, escape_name
 from bastion_agent.sanitizing import columns, context, copies, names
 from bastion_agent.sanitizing.normalise import joined_view, junctions, lookalike_view
+from bastion_agent.sanitizing.pages import FORM_FEED, page_map
 from bastion_agent.sanitizing.rules import (
     CATEGORIES,
     RULES,
@@ -478,12 +479,16 @@ def _keep_extension(path: str, findings: list[Finding]) -> list[Finding]:
 
 
 def _replace(text: str, findings: list[Finding]) -> tuple[str, Counter]:
-    """The text with each (merged) finding replaced by its placeholder, and the count per rule id."""
+    """The text with each (merged) finding replaced by its placeholder, and the count per rule id.
+
+    A page break inside a finding stays, after its placeholder: the page
+    map (``pages.py``) counts form feeds in the sanitized text.
+    """
     counts: Counter = Counter()
     pieces, position = [], 0
     for finding in findings:
         pieces.append(text[position:finding.start])
-        pieces.append(PLACEHOLDER.format(finding.rule))
+        pieces.append(PLACEHOLDER.format(finding.rule) + FORM_FEED * text.count(FORM_FEED, finding.start, finding.end))
         counts[finding.rule] += 1
         position = finding.end
     pieces.append(text[position:])
@@ -643,10 +648,11 @@ SANITIZER_MODULES = ("sanitize", "rules", "validators", "context", "copies", "co
 
 @dataclass
 class _Extracted:
-    """One extract key (one raw content): its raw paths, and the kind of the first."""
+    """One extract key (one raw content): its raw paths, the kind of the first, and its pages read by OCR."""
 
     paths: list[str]
     kind: str
+    ocr_pages: list[int] | None = None  # None: not a paged document (a PDF or an image is)
 
 
 @dataclass
@@ -655,6 +661,7 @@ class _Document:
 
     raw_paths: set[str] = field(default_factory=set)
     kind_by_path: dict[str, str] = field(default_factory=dict)
+    ocr_pages_by_path: dict[str, list[int] | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -750,9 +757,10 @@ def run(manifest, layout) -> dict:
             document = documents.setdefault(row.doc, _Document())
             document.raw_paths.update(extracted[key].paths)
             document.kind_by_path.update((path, extracted[key].kind) for path in extracted[key].paths)
+            document.ocr_pages_by_path.update((path, extracted[key].ocr_pages) for path in extracted[key].paths)
         superseded = _superseded(layout, (pool, settings), previous, extracted, mapped, fingerprint, set(documents))
     store.sync_to_disk()
-    rows, paths_redacted = _listing_rows(documents, sanitizer, matcher)
+    rows, paths_redacted = _listing_rows(documents, sanitizer, matcher, layout)
     store.write_jsonl(layout.sanitized_listing, rows)
     # The erase list before the map: once the map is rewritten, nothing else remembers the old documents.
     write_erase_list(layout, (read_erase_list(layout) | superseded) - set(documents))
@@ -976,8 +984,12 @@ def budget_task_redact(note, settings_blob: bytes, data: bytes):
     return {"findings": dict(counts), "values": values}, clean.encode("utf-8")
 
 
-def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher=None) -> tuple[list[dict], int]:
+def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher=None,
+                  layout=None) -> tuple[list[dict], int]:
     """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path) and how many paths changed.
+
+    A paged document (a PDF, an image) also gets its page map (``pages.py``), made from its
+    sanitized text and the pages extract recognised by OCR.
 
     A value found in any text of the sweep is removed from the path names too (``matcher``).
     The paths are sanitized, then their control characters escaped, so search, serve, MCP and
@@ -991,7 +1003,12 @@ def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher
         shown = {path: escape_name(clean_path) for path, clean_path in redacted.items()}  # every output's form
         first = min(document.raw_paths) if document.raw_paths else None
         kind = document.kind_by_path.get(first, "") if first is not None else ""
-        rows.append({"doc": doc, "paths": sorted(set(shown.values())), "kind": kind})
+        row = {"doc": doc, "paths": sorted(set(shown.values())), "kind": kind}
+        ocr_pages = document.ocr_pages_by_path.get(first) if first is not None else None
+        if ocr_pages is not None and layout is not None:
+            clean = layout.doc_text_path(layout.sanitized_dir, doc).read_bytes().decode("utf-8")
+            row["pages"] = page_map(clean, ocr_pages)
+        rows.append(row)
     return rows, paths_redacted
 
 
@@ -1012,6 +1029,7 @@ def _extracted_keys(layout) -> dict[str, _Extracted]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StoreError(f"extract listing {listing} is unreadable ({exc.__class__.__name__}): run extract again") from None
     found: dict[str, list[tuple[str, str]]] = {}
+    ocr_pages: dict[str, list[int] | None] = {}  # the same for every path of a key: they hold the same bytes
     for row in rows:
         if not isinstance(row, dict) or row.get("status") != "extracted":
             continue
@@ -1019,11 +1037,20 @@ def _extracted_keys(layout) -> dict[str, _Extracted]:
         if not isinstance(key, str) or not DOC_ID.fullmatch(key):
             raise StoreError(f"extract listing {listing} has an invalid or missing key: run extract again")
         found.setdefault(key, []).append((str(row.get("path", "")), str(row.get("kind", ""))))
+        ocr_pages.setdefault(key, _ocr_pages(row.get("ocr_pages")))
     keys = {}
     for key, entries in found.items():
         entries.sort()
-        keys[key] = _Extracted(paths=sorted({path for path, _ in entries if path}), kind=entries[0][1])
+        keys[key] = _Extracted(paths=sorted({path for path, _ in entries if path}), kind=entries[0][1],
+                               ocr_pages=ocr_pages[key])
     return keys
+
+
+def _ocr_pages(value) -> list[int] | None:
+    """A listing row's ``ocr_pages`` (page numbers from 1), or None when the text has no pages."""
+    if not isinstance(value, list):
+        return None
+    return [page for page in value if isinstance(page, int) and not isinstance(page, bool) and page > 0]
 
 
 def _read_extracted(layout, key: str) -> bytes:

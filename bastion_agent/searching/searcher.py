@@ -22,6 +22,7 @@ from bastion_agent.core.layout import Layout
 from bastion_agent.core.progress import escape_name
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.client import EmbedClient, EndpointConfig
+from bastion_agent.sanitizing import pages as page_maps
 
 DEFAULT_K = 5
 
@@ -50,6 +51,8 @@ class Hit:
     keyword_relevance: int | None = None
     mode: str = ""  # the mode that answered this hit: vector, keyword or hybrid
     fallback: bool = False  # True: the model server was down and keyword search answered instead
+    ocr: bool = False  # True: the window starts on a page OCR read, so its text may hold recognition errors
+    page: int | None = None  # the page (from 1) where the window starts, in a PDF or an image; None elsewhere
 
 
 @dataclass(frozen=True)
@@ -306,14 +309,21 @@ class SearchIndex:
             f'SELECT chunk_id, doc, idx, start, "end", text FROM chunks WHERE chunk_id IN ({marks})',
             [item.chunk_id for item in ranked])}
         paths = vectorstore.document_paths(self.db, (row[1] for row in rows.values()))
+        maps = vectorstore.document_pages(self.db, (row[1] for row in rows.values()))
         return [
             Hit(item.score, doc, idx, item.chunk_id, text, [escape_name(path) for path in paths.get(doc, [])],
                 start, end, item.relevance,
                 item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank,
-                item.vector_relevance, item.keyword_relevance, mode)
+                item.vector_relevance, item.keyword_relevance, mode, **page_of(maps.get(doc), start, text))
             for item in ranked if item.chunk_id in rows
             for _, doc, idx, start, end, text in (rows[item.chunk_id],)
         ]
+
+
+def page_of(page_map, start: int, text: str) -> dict:
+    """``ocr`` and ``page`` of a window: those of the page its first visible character is on."""
+    where = page_maps.where(page_map, start + len(text) - len(text.lstrip()))
+    return {"ocr": where.ocr, "page": where.page}
 
 
 def cosines(query: Sequence[float], blobs: list[bytes], dim: int, np=None) -> list[float]:

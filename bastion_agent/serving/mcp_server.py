@@ -156,6 +156,7 @@ class BastionTools:
                 " ORDER BY idx", (doc, idx - neighbours, idx + neighbours)).fetchall()
             total = index.db.execute("SELECT count(*) FROM chunks WHERE doc = ?", (doc,)).fetchone()[0]
             paths = vectorstore.document_paths(index.db, [doc])[doc]
+            page_map = vectorstore.document_pages(index.db, [doc]).get(doc)
         text, truncated = capped(passage(rows), MAX_PASSAGE_CHARS)
         return {
             "chunk_id": chunk,
@@ -169,6 +170,7 @@ class BastionTools:
             "text": text,
             "truncated": truncated,
             "windows": [{"chunk_id": row[0], "idx": row[1], "start": row[2], "end": row[3]} for row in rows],
+            **searcher.page_of(page_map, rows[0][2], rows[0][4]),
         }
 
     def fetch_arguments(self, arguments: dict) -> tuple[str, int]:
@@ -263,6 +265,12 @@ PATHS_SCHEMA = {"type": "array", "items": {"type": "string"}, "maxItems": MAX_PA
                 "description": f"the document's source paths relative to the source root, sanitized (at most {MAX_PATHS})"}
 
 
+OCR_SCHEMA = {"type": "boolean", "description": "true when the text starts on a scanned page that OCR read:"
+                                                " it may hold recognition errors"}
+PAGE_SCHEMA = {"type": ["integer", "null"], "minimum": 1,
+               "description": "the page (from 1) the text starts on, in a PDF or an image; null elsewhere"}
+
+
 def json_type(annotation) -> dict:
     """The JSON schema of a dataclass field's type (float, int, str, bool, list[str], X | None)."""
     simple = {float: "number", int: "integer", str: "string", bool: "boolean"}
@@ -287,6 +295,7 @@ def hit_schema() -> dict:
     properties["text"] = {"type": "string", "description": f"the sanitized window (at most {MAX_TEXT_CHARS} characters)"}
     properties["truncated"] = {"type": "boolean", "description": "whether text was cut to the limit"}
     properties["paths_total"] = {"type": "integer", "description": "how many source paths the document has"}
+    properties["ocr"], properties["page"] = OCR_SCHEMA, PAGE_SCHEMA
     return {"type": "object", "properties": properties, "required": sorted(properties)}
 
 
@@ -318,6 +327,8 @@ FETCH_OUTPUT_SCHEMA = {
         "end": {"type": "integer"},
         "text": {"type": "string", "description": "the windows as one sanitized passage, overlaps once"},
         "truncated": {"type": "boolean"},
+        "ocr": OCR_SCHEMA,
+        "page": PAGE_SCHEMA,
         "windows": {
             "type": "array",
             "items": {"type": "object", "properties": {"chunk_id": {"type": "string"}, "idx": {"type": "integer"},
@@ -327,13 +338,14 @@ FETCH_OUTPUT_SCHEMA = {
         },
     },
     "required": ["chunk_id", "doc", "idx", "document_windows", "paths", "paths_total", "start", "end", "text",
-                 "truncated", "windows"],
+                 "truncated", "windows", "ocr", "page"],
 }
 
 SEARCH_DESCRIPTION = (
     "Search the swept documents (sanitized: secrets and personal data are replaced by placeholders). "
     "Returns the best windows of text first, each with its score, relevance, document id, position (idx), "
-    "chunk_id and source paths. Pass a hit's chunk_id to fetch to read around it."
+    "chunk_id and source paths, and for a PDF or image its page (ocr: true when the page was a scan read by OCR,"
+    " whose text may hold recognition errors). Pass a hit's chunk_id to fetch to read around it."
 )
 FETCH_DESCRIPTION = (
     "Read around a search hit: the window a chunk_id names and its neighbours in the same document, "

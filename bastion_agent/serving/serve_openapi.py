@@ -170,6 +170,10 @@ def _schemas(settings) -> dict:
                 "paths": {"type": "array", "items": {"type": "string"}, "description": "Source paths, relative to the source root."},
                 "start": {"type": "integer"},
                 "end": {"type": "integer"},
+                "ocr": {"type": "boolean", "description": "True when the window starts on a scanned page that OCR "
+                                                         "read: its text may hold recognition errors."},
+                "page": {"type": ["integer", "null"], "minimum": 1,
+                         "description": "The page (from 1) the window starts on, in a PDF or an image; null elsewhere."},
             },
         },
         "SearchAnswer": {

@@ -91,6 +91,7 @@ ol#results > li {
 .score .bar i { display: block; height: 100%; background: var(--accent); }
 .text { margin: .5rem 0 .4rem 2.75rem; white-space: pre-wrap; overflow-wrap: anywhere; }
 .meta { margin-left: 2.75rem; font-size: .8rem; color: var(--muted); }
+.ocr { margin: .4rem 0 0 2.75rem; font-size: .8rem; color: var(--text); border-left: 3px solid #d08a1e; padding-left: .5rem; }
 details.window { margin: 0 0 .4rem 2.75rem; }
 details.window summary { cursor: pointer; color: var(--accent); font-size: .85rem; }
 details.window .text { margin-left: 0; }
@@ -193,6 +194,7 @@ SCRIPT = r"""
   }
   // One hit: its path(s) first (where to look), the score, a snippet, the whole window on demand.
   function renderHit(hit, rank, pattern, mode) {
+    hit = Object.assign({}, hit, { text: hit.text.replace(/\f/g, "\n") });  // a page break reads as a line break
     const item = el("li");
     item.tabIndex = -1;
     const head = el("div", "head");
@@ -204,13 +206,19 @@ SCRIPT = r"""
     const snippet = fillHighlighted(el("p", "text"), hit.text.slice(start, end), pattern);
     if (start > 0) snippet.prepend(document.createTextNode("\u2026"));
     if (end < hit.text.length) snippet.append(document.createTextNode("\u2026"));
-    item.append(head, snippet);
+    item.append(head);
+    if (hit.ocr) {
+      item.append(el("p", "ocr", (Number.isInteger(hit.page) ? "scanned page " + hit.page : "scanned page")
+        + " \u2014 text recognised by OCR, may hold errors"));
+    }
+    item.append(snippet);
     if (start > 0 || end < hit.text.length) {
       const whole = el("details", "window");
       whole.append(el("summary", "", "Whole passage"), fillHighlighted(el("p", "text whole"), hit.text, pattern));
       item.append(whole);
     }
-    item.append(el("div", "meta", "document " + hit.doc.slice(0, 12) + " \u00b7 window " + hit.idx));
+    item.append(el("div", "meta", "document " + hit.doc.slice(0, 12) + " \u00b7 window " + hit.idx
+      + (Number.isInteger(hit.page) ? " \u00b7 page " + hit.page : "")));
     return item;
   }
   function showShare(query, mode) {

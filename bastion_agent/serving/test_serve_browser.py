@@ -362,6 +362,25 @@ class SearchPageTests(unittest.TestCase):
         widths = self.browser.script("return [...document.querySelectorAll('#results .bar i')].slice(0, 2).map(i => i.style.width)")
         self.assertEqual(widths, ["90%", "80%"])
 
+    def test_a_hit_from_a_scanned_page_is_marked_and_a_page_break_reads_as_a_line_break(self):
+        self.serve()
+        # What serve answers for a PDF (serving/test_scan_pages.py has the real one, with Tesseract).
+        self.edit_search_answers("body.hits[0].ocr = true; body.hits[0].page = 3; "
+                                 "body.hits[0].text = body.hits[0].text + '\\fnext page'; "
+                                 "body.hits[1].ocr = false; body.hits[1].page = 2;")
+        self.browser.type("#q", "flour water salt" + ENTER)
+        self.browser.wait_for("return document.querySelectorAll('#results > li').length > 2", "the results")
+        marks = self.browser.script("return [...document.querySelectorAll('#results > li')].slice(0, 3)"
+                                    ".map(li => (li.querySelector('.ocr') || {}).textContent || null)")
+        self.assertEqual(marks, ["scanned page 3 \u2014 text recognised by OCR, may hold errors", None, None])
+        metas = self.browser.script("return [...document.querySelectorAll('#results .meta')].slice(0, 3)"
+                                    ".map(m => m.textContent)")
+        self.assertTrue(metas[0].endswith(" \u00b7 page 3") and metas[1].endswith(" \u00b7 page 2"), metas)
+        self.assertNotIn("page", metas[2])  # a text file has no page
+        shown = self.browser.script("return document.querySelector('#results > li').textContent")
+        self.assertNotIn("\f", shown)
+        self.assertIn("next page", shown)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 import re
 import unicodedata
+from dataclasses import dataclass
 
 from bastion_agent.core.budget import (
     REASON_OUTPUT,  # the cap on a reader's output is the worker's budget
@@ -30,6 +31,18 @@ class Refused(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+@dataclass(frozen=True)
+class Paged:
+    """What a reader of pages returns: the text, its pages apart by ``pages.PAGE_BREAK``, and which OCR read.
+
+    ``ocr_pages`` holds page numbers from 1; a reader that returns ``str``
+    has no pages (a text file, an e-mail), and its hits no page number.
+    """
+
+    text: str
+    ocr_pages: tuple[int, ...] = ()
 
 
 class OutputMeter:

@@ -35,9 +35,10 @@ from dataclasses import dataclass
 
 from bastion_agent.core.budget import REASON_PIXELS
 from bastion_agent.core.extras import optional
-from bastion_agent.extracting.formats.base import REASON_DAMAGED, Refused, spend_output
+from bastion_agent.extracting.formats.base import REASON_DAMAGED, Paged, Refused, spend_output
+from bastion_agent.sanitizing.pages import PAGE_BREAK
 
-OCR_VERSION = "1"  # bump when this module's output changes
+OCR_VERSION = "2"  # bump when this module's output changes; 2: a TIFF's pages apart by PAGE_BREAK
 DPI = 300  # PDF pages are rendered at this resolution (Tesseract's sweet spot for body text)
 MAX_PAGES = 500  # pages to recognise in one file
 MAX_PAGE_PIXELS = 60_000_000  # one page: A4 at 600 dpi is 35 million; a 10,000 x 10,000 image is 100
@@ -179,8 +180,8 @@ def _die_with_parent() -> None:
 _FIRST_FRAME_ONLY = frozenset({"GIF", "WEBP", "PNG"})
 
 
-def read_image(data: bytes) -> str:
-    """Text of an image file: every page of a TIFF, the first frame of anything else."""
+def read_image(data: bytes) -> Paged:
+    """Text of an image file: every page of a TIFF (apart by ``PAGE_BREAK``), the first frame of anything else."""
     pil = optional("PIL")
     if pil is None or unavailable() is not None:
         raise Refused(unavailable() or REASON_NOT_INSTALLED)
@@ -197,9 +198,7 @@ def read_image(data: bytes) -> str:
             if frame:
                 image.seek(frame)  # the next directory's header, not its pixels
             check_pixels(*image.size)
-            text = recognise(image)
-            if text.strip():
-                pages.append(text)
+            pages.append(recognise(image))
     except Refused:
         raise
     except Image.DecompressionBombError:
@@ -208,7 +207,7 @@ def read_image(data: bytes) -> str:
         raise
     except Exception:  # Pillow on hostile input may raise anything
         raise Refused(REASON_DAMAGED) from None
-    return "\n\n".join(pages)
+    return Paged(PAGE_BREAK.join(pages), tuple(number for number, text in enumerate(pages, start=1) if text.strip()))
 
 
 # ---------------------------------------------------------------- PDF pages
