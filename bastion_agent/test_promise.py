@@ -4,7 +4,8 @@ or recover what sanitize removed.
 A red-team folder is written in the test (``CORPUS``, plus an ``ssh-keygen``
 private key made on the spot), swept through the command line against the
 stub model server, searched with ``search --json`` and through ``serve``
-(``/search``, the page ``/``, ``/healthz``). Then every place a user or an
+(``/search``, the page ``/``, ``/healthz``) and the MCP tools (``search``,
+then ``fetch`` around each hit). Then every place a user or an
 attacker can read is scanned for every planted value (``leaks``): every file
 of the output folder but ``extract/`` (raw bytes: vectors.db and its side
 files, index/, summaries, chunks.jsonl, sanitized/), stdout and stderr of
@@ -35,12 +36,14 @@ import re
 import shutil
 import string
 import subprocess
+import sys
 import unittest
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
 from bastion_agent.core.layout import Layout, read_jsonl
+from bastion_agent.extracting.test_extract import docx, para, zipped
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
     TempFolder,
@@ -221,6 +224,115 @@ CORPUS += [
 ]
 
 
+# Issue 24, personal data where documents mark it: a staff table in every
+# syntax the readers emit one from, a letter's salutation and signature, an
+# e-mail's display name and a patient form. These values are fresh on every
+# run (FRESH_SEED, printed with a leak); each file has its own, so a column
+# missed in one syntax is not hidden by the copies pass finding the same
+# value in another.
+FRESH_SEED = random.randrange(2**32)
+_fresh = random.Random(FRESH_SEED)
+
+
+def _fresh_digits(length: int) -> str:
+    return "".join(_fresh.choice("23456789") for _ in range(length))
+
+
+def _fresh_name() -> str:
+    return "Ys" + "".join(_fresh.choice("aeiounrl") for _ in range(5))
+
+
+def _fresh_surname() -> str:
+    return "Ok" + "".join(_fresh.choice("aeiounrl") for _ in range(6)) + "-Baptiste"
+
+
+def _fresh_password() -> str:
+    """Letters and digits around ``; # & ! $``, a space and both quotes."""
+    return (_token_of(_fresh, B62, 5) + _fresh.choice(";#&!$") + " " + _token_of(_fresh, B62, 3) + "'\""
+            + _fresh.choice(";#&!$") + _fresh_digits(2))
+
+
+def _token_of(rng: random.Random, alphabet: str, length: int) -> str:
+    return "".join(rng.choice(alphabet) for _ in range(length))
+
+
+STAFF_HEADER = ("name", "ssn", "phone", "password", "PIN")
+
+
+def _staff_row() -> tuple[str, ...]:
+    # Long numbers (a PIN of 8 digits) so that no count or timing of an output holds one by chance.
+    return (f"{_fresh_name()} {_fresh_surname()}", _fresh_digits(9), _fresh_digits(10), _fresh_password(),
+            _fresh_digits(8))
+
+
+def _xml(value: str) -> str:
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def staff_table(kind: str, rows: list[tuple[str, ...]], header: tuple[str, ...] = STAFF_HEADER) -> bytes:
+    """The table (``header`` then ``rows``) as a file of ``kind``."""
+    table = [header, *rows]
+    if kind == "csv":
+        return "".join(",".join('"' + cell.replace('"', '""') + '"' for cell in row) + "\r\n"
+                       for row in table).encode("utf-8")
+    if kind == "tsv":
+        return "".join("\t".join(row) + "\n" for row in table).encode("utf-8")
+    if kind == "md":
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return ("# Staff\n\n" + "\n".join(lines) + "\n").encode("utf-8")
+    if kind == "html":
+        cells = "".join("<tr>" + "".join(f"<{tag}>{_xml(cell)}</{tag}>" for cell in row) + "</tr>"
+                        for tag, row in (("th" if index == 0 else "td", row) for index, row in enumerate(table)))
+        return f"<html><body><h1>Staff</h1><table>{cells}</table></body></html>".encode("utf-8")
+    if kind == "docx":
+        cells = "".join("<w:tr>" + "".join(f"<w:tc>{para(_xml(cell))}</w:tc>" for cell in row) + "</w:tr>"
+                        for row in table)
+        return docx(para("Staff") + f"<w:tbl>{cells}</w:tbl>")
+    if kind == "xlsx":  # a real sheet: text cells inline, the numbers as numbers
+        def cell(value: str) -> str:
+            if value.isdigit():
+                return f"<c><v>{value}</v></c>"
+            return f'<c t="inlineStr"><is><t xml:space="preserve">{_xml(value)}</t></is></c>'
+        sheet = "".join("<row>" + "".join(cell(value) for value in row) + "</row>" for row in table)
+        return zipped({"[Content_Types].xml": "<Types/>",
+                       "xl/worksheets/sheet1.xml": f'<worksheet xmlns="s"><sheetData>{sheet}</sheetData></worksheet>'})
+    raise ValueError(kind)
+
+
+STAFF_KINDS = ("csv", "tsv", "xlsx", "md", "html", "docx")
+STAFF_ROWS = {kind: [_staff_row(), _staff_row()] for kind in STAFF_KINDS}
+LETTER_TO, LETTER_FROM = _fresh_surname(), (_fresh_name(), _fresh_surname())
+MAIL_FROM = (_fresh_name(), _fresh_surname())
+PATIENT = (_fresh_name(), _fresh_surname())
+PATIENT_BORN = f"{_fresh.randint(10, 28)}/0{_fresh.randint(1, 9)}/{_fresh.randint(1940, 2005)}"
+
+
+def staff_values(kind: str, rows: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The values as they stand in the file of ``kind`` (a CSV cell doubles its quotes) and as they are."""
+    values = [value for row in rows for value in row]
+    if kind == "csv":
+        values += [value.replace('"', '""') for value in values if '"' in value]
+    return tuple(values)
+
+
+CORPUS += [Planted(f"hr/staff.{kind}", staff_table(kind, rows), staff_values(kind, rows))
+           for kind, rows in STAFF_ROWS.items()]
+CORPUS += [
+    Planted("letters/reference.txt", (
+        f"Dear Ms. {LETTER_TO},\n\nthank you for the ledger audit; the rota for next month is attached.\n\n"
+        f"Kind regards,\n{LETTER_FROM[0]} {LETTER_FROM[1]}\nHead of Payroll\n").encode("utf-8"),
+        (LETTER_TO, *LETTER_FROM)),
+    Planted("mail/rota.eml", (
+        f"From: {MAIL_FROM[0]} {MAIL_FROM[1]} <{MAIL_FROM[0].lower()}@harbourline-post.com>\r\n"
+        "To: ops@example.org\r\nSubject: the ledger rota\r\nMIME-Version: 1.0\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n\r\nThe ledger rota for December is settled.\r\n"
+    ).encode("utf-8"), MAIL_FROM),
+    Planted("forms/intake.txt", (
+        f"Intake form, ledger clinic\nPatient name: {PATIENT[0]} {PATIENT[1]}\nDate of birth: {PATIENT_BORN}\n"
+        "Reason: annual check\n").encode("utf-8"), (*PATIENT, PATIENT_BORN)),
+]
+
 def gpg_private_key(folder: Path) -> Planted | None:
     """Real ``gpg --armor --export-secret-keys`` output in a notes file; None without gpg."""
     if shutil.which("gpg") is None:
@@ -241,7 +353,8 @@ def gpg_private_key(folder: Path) -> Planted | None:
 
 
 INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e"))
-QUERIES = ("deploy the ledger service", "customer phone notes", "cafeteria menu")
+QUERIES = ("deploy the ledger service", "customer phone notes", "cafeteria menu",
+           "staff name ssn phone password PIN", "letter about the ledger audit and the rota", "patient intake form")
 
 
 def views(text: str) -> dict[str, bytes]:
@@ -346,6 +459,7 @@ class PromiseTests(TempFolder, unittest.TestCase):
                 self.assertIsInstance(hits, list)
             self.assertTrue(hits, "the search found nothing: the scan would prove little")
             self.serve_answers(stub)
+            self.mcp_answers(stub)
             for index, (path, body) in enumerate(stub.requests):
                 self.places[f"model server request {index} to {path}"] = json.dumps(body, ensure_ascii=False)
                 inputs = body.get("input") if isinstance(body.get("input"), list) else [body.get("input")]
@@ -360,12 +474,70 @@ class PromiseTests(TempFolder, unittest.TestCase):
                 files += 1
         self.assertIn("vectors.db", self.places)
         self.assertTrue(any(name.startswith("sanitized/") for name in self.places))
+        status = {row["path"]: row["status"] for row in read_jsonl(self.out / "extract" / "listing.jsonl")}
+        for name in [f"hr/staff.{kind}" for kind in STAFF_KINDS] + ["letters/reference.txt", "mail/rota.eml"]:
+            self.assertEqual(status.get(name), "extracted", f"{name} was not read: its scan would prove nothing")
         self.assertGreater(files, 8)
         secrets = self.secrets()
         for row in read_jsonl(self.out / "extract" / "listing.jsonl"):  # the private keys: hashes of raw bytes
             if row.get("key"):
                 secrets[f"extract key of {row['path']}"] = row["key"]
-        self.assertEqual(leaks(self.places, secrets), [])
+        self.assertEqual(leaks(self.places, secrets), [], f"fresh values of seed {FRESH_SEED}")
+
+    def mcp_answers(self, stub: StubServer) -> None:
+        """What the MCP tools answer: ``search`` for each query, then ``fetch`` around each hit.
+
+        Through the SDK's own stdio client against ``mcp MANIFEST`` when the
+        mcp extra is installed (what an assistant reads: the structured
+        content and the text blocks); without it, the same tools in this
+        process (what that server would have serialised).
+        """
+        try:
+            import anyio
+            from mcp import ClientSession, StdioServerParameters, stdio_client
+        except ImportError:
+            self.mcp_answers_in_process(stub)
+            return
+        params = StdioServerParameters(command=sys.executable, cwd=str(Path(__file__).resolve().parents[1]),
+                                       args=["-m", "bastion_agent", "mcp", str(self.manifest), "--out", str(self.out)],
+                                       env={"EMBED_URL": stub.url})
+        answers: dict[str, str] = {}
+
+        def shown(result) -> str:
+            self.assertFalse(result.is_error, result.content)
+            return result.model_dump_json(by_alias=True) + "".join(block.text for block in result.content)
+
+        async def session_then_calls():
+            with anyio.fail_after(120):
+                async with stdio_client(params) as (read_stream, write_stream):
+                    async with ClientSession(read_stream, write_stream) as session:
+                        await session.initialize()
+                        for query in QUERIES:
+                            result = await session.call_tool("search", {"query": query, "k": 10})
+                            answers[f"mcp search {query}"] = shown(result)
+                            for hit in result.structured_content["hits"]:
+                                fetched = await session.call_tool("fetch", {"chunk_id": hit["chunk_id"],
+                                                                            "neighbours": 2})
+                                answers[f"mcp fetch {hit['chunk_id']}"] = shown(fetched)
+
+        anyio.run(session_then_calls)
+        self.assertTrue(any(name.startswith("mcp fetch") for name in answers), answers)
+        self.places.update(answers)
+
+    def mcp_answers_in_process(self, stub: StubServer) -> None:
+        from bastion_agent.config import manifest as manifest_module
+        from bastion_agent.embedding.client import EndpointConfig
+        from bastion_agent.serving import mcp_server
+
+        with clean_env():
+            loaded = manifest_module.load(self.manifest)
+        tools = mcp_server.BastionTools(loaded, self.layout, EndpointConfig(url=stub.url))
+        for query in QUERIES:
+            found = tools.search({"query": query, "k": 10})
+            self.places[f"mcp search {query}"] = json.dumps(found, ensure_ascii=False)
+            for hit in found["hits"]:
+                self.places[f"mcp fetch {hit['chunk_id']}"] = json.dumps(
+                    tools.fetch({"chunk_id": hit["chunk_id"], "neighbours": 2}), ensure_ascii=False)
 
     def serve_answers(self, stub: StubServer) -> None:
         from bastion_agent.config import manifest as manifest_module
@@ -677,6 +849,43 @@ class FileNameTests(TempFolder, unittest.TestCase):
                     self.assertNotIn(control, value, f"{place}: {value!r}")
         self.assertIn("notes\\x0a\\x0a2. relevance 100  forged-result.txt", "".join(outputs["search --json paths"]))
 
+
+class StaffTableTests(unittest.TestCase):
+    """Each syntax of the staff table, as its reader emits it, loses every sensitive cell; a look-alike keeps all.
+
+    The look-alike has the same syntax and a bare ``name`` column, but no
+    personal column beside it (a product list): its names and numbers stay.
+    """
+
+    def read_then_sanitize(self, kind: str, data: bytes) -> tuple[str, str]:
+        from bastion_agent.extracting import readers
+        from bastion_agent.sanitizing.sanitize import Sanitizer
+
+        text = readers.read(readers.kind_for(f"staff.{kind}", data[:4096]), data).text
+        self.assertIsNotNone(text, kind)
+        return text, Sanitizer().redact(text)[0]
+
+    def test_every_sensitive_cell_goes_in_every_syntax(self):
+        for kind in STAFF_KINDS:
+            rows = [_staff_row(), _staff_row()]
+            with self.subTest(kind=kind):
+                text, clean = self.read_then_sanitize(kind, staff_table(kind, rows))
+                values = staff_values(kind, rows)
+                for value in values:
+                    if kind != "csv" or '"' not in value or '""' in value:  # as the file holds it
+                        self.assertIn(value, text, "the reader lost a cell: the test would prove nothing")
+                    self.assertNotIn(value, clean)
+                for column in ("ssn-column", "phone-column", "password-column", "pin-column", "person-name"):
+                    self.assertIn(f"[REDACTED:{column}]", clean)
+
+    def test_a_product_table_in_the_same_syntax_stays(self):
+        products = [("name", "price", "sku", "stock"), ("Widget Pro", "3.50", "AB-1", "120"),
+                    ("Gadget Max", "12.00", "CD-22", "7")]
+        for kind in STAFF_KINDS:
+            with self.subTest(kind=kind):
+                text, clean = self.read_then_sanitize(kind, staff_table(kind, products[1:], products[0]))
+                self.assertIn("Gadget Max", text)
+                self.assertEqual(clean, text)
 
 class ScannerTests(unittest.TestCase):
     """The scanner itself must find what it is meant to find, or a clean result proves nothing."""

@@ -30,10 +30,22 @@ documents of ``../shared/data/ir/scifact/docs`` (override with
   skipped), and ``quarantine``: how many of a fixed sample of
   ``/usr/share/doc`` files extract would quarantine (should be none).
 
+- ``peers``: the peers table of ``bench/peers.py``: bastion beside
+  detect-secrets on detect-secrets' and gitleaks' own test strings, recall
+  and false positives, per family, the misses and the placeholders kept
+  (detect-secrets runs from a bench-only venv given by ``--peer-path``; it is
+  no dependency of the project);
+- ``copies``: the cost of the copies pass (one matcher of 100 and of 10,000
+  found values read over the prose corpus);
+- ``before_after`` (with ``--baseline DIR``): throughput on prose and source
+  code beside another checkout's, in the same run (``bench/sanitize_ab.py``),
+  as this / baseline.
+
 ``--code DIR`` measures another checkout's ``bastion_agent`` (e.g. main's,
 for the "before" figures) with this script's data.
 
 Usage: python3 bench/sanitize.py [--mb 24] [--repeat 3] [--no-throughput] [--code DIR]
+                                 [--peer-path SITE_PACKAGES] [--baseline DIR [--ab-mb 2]]
 """
 
 from __future__ import annotations
@@ -58,6 +70,10 @@ else:
 from bastion_agent.sanitizing import sanitize as sanitize_module  # noqa: E402
 from bastion_agent.sanitizing import validators  # noqa: E402
 from bastion_agent.sanitizing.sanitize import Sanitizer  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+import peers  # noqa: E402  (the peers table: bench/peers.py)
+import sanitize_ab  # noqa: E402  (throughput beside another checkout: bench/sanitize_ab.py)
 
 LABELS = HERE.parent / "bastion_agent" / "sanitizing" / "testdata" / "real_findings.tsv"
 
@@ -407,6 +423,39 @@ def throughput(sanitizer: Sanitizer, folder: Path, pattern: str, megabytes: floa
     }
 
 
+def copies_cost(folder: Path, megabytes: float, repeat: int) -> dict:
+    """What the copies pass costs: one matcher of N found values read over the corpus, for N = 100 and 10,000.
+
+    The matcher is one regular expression shaped as a trie of the values: its
+    scan is linear in the text for any N, and at each position it tries the
+    branches of the values' first characters, so its cost per MB grows with
+    N only until every character of the alphabet starts some value
+    (``ratio_scan_10000_to_100`` says how much). Its build grows with the
+    values' total length, not with the folder.
+    """
+    from bastion_agent.sanitizing import copies
+
+    text = corpus(folder, pattern="*.txt", megabytes=megabytes)
+    size_mb = len(text.encode("utf-8")) / 1e6
+    rng = random.Random(24)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789;#&!$"
+    report = {"megabytes": round(size_mb, 2)}
+    for count in (100, 10_000):
+        values = {"".join(rng.choice(alphabet) for _ in range(rng.randint(10, 40))): "credential-value"
+                  for _ in range(count)}
+        started = time.perf_counter()
+        matcher = copies.Matcher(values)
+        build = time.perf_counter() - started
+        scan = float("inf")
+        for _ in range(repeat):
+            started = time.perf_counter()
+            sum(1 for _ in matcher.finditer(text))
+            scan = min(scan, time.perf_counter() - started)
+        report[f"values_{count}"] = {"build_s": round(build, 3), "scan_mb_s": round(size_mb / scan, 1)}
+    report["ratio_scan_10000_to_100"] = round(report["values_100"]["scan_mb_s"] / report["values_10000"]["scan_mb_s"], 2)
+    return report
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=float, default=24.0, help="size of the throughput corpus in MB (default 24)")
@@ -414,6 +463,12 @@ def main(argv=None) -> int:
     parser.add_argument("--no-throughput", action="store_true", help="skip the throughput measure")
     parser.add_argument("--code", help="root of another checkout whose bastion_agent to measure")
     parser.add_argument("--no-real", action="store_true", help="skip the real-document precision and quarantine")
+    parser.add_argument("--peer-path", default=os.environ.get("BASTION_PEER_PATH"),
+                        help="site-packages of a bench-only venv holding detect-secrets, for the peers table "
+                             "(default: $BASTION_PEER_PATH; without it the table has bastion's columns only)")
+    parser.add_argument("--baseline", help="root of a checkout to compare throughput with, in the same run "
+                                           "(bench/sanitize_ab.py): e.g. main before issue 24, from git archive")
+    parser.add_argument("--ab-mb", type=float, default=2.0, help="prose MB of the before/after comparison (default 2)")
     args = parser.parse_args(argv)
     sanitizer = Sanitizer()
     report = {
@@ -425,6 +480,7 @@ def main(argv=None) -> int:
     }
     report["redteam"] = recall(sanitizer, redteam_records(), lambda r: r["rule"])
     report["redteam"]["paths"] = redteam_paths(sanitizer)
+    report["peers"] = peers.peers_report(sanitizer, args.peer_path)
     if not args.no_real:
         report["real"] = real_precision(sanitizer)
         report["quarantine"] = quarantine_rate()
@@ -433,6 +489,9 @@ def main(argv=None) -> int:
         # Source code is dense in the keywords (token, key, password...): the slow case.
         report["throughput_code"] = throughput(sanitizer, HERE.parent / "bastion_agent", "**/*.py", args.mb / 4,
                                                max(1, args.repeat))
+        report["copies"] = copies_cost(PROSE, args.mb / 4, max(1, args.repeat))
+        if args.baseline:
+            report["before_after"] = sanitize_ab.compare(Path(args.baseline), args.ab_mb, max(1, args.repeat))
     print(json.dumps(report, indent=2))
     return 0
 

@@ -55,26 +55,31 @@ def measure(code: Path, folder: Path, pattern: str, megabytes: float) -> tuple[i
     return int(out[0]), float(out[1])
 
 
+def compare(baseline: Path, megabytes: float = 2.0, repeat: int = 3) -> dict:
+    """MB/s of this checkout and of ``baseline`` on prose and on source code, and their ratio (this / baseline)."""
+    report = {"baseline": str(baseline), "target_ratio": 0.8}
+    for name, folder, pattern, size_mb in (("prose", PROSE, "*.txt", megabytes),
+                                           ("code", HERE.parent / "bastion_agent", "**/*.py", megabytes / 2)):
+        best = {"this": None, "baseline": None}
+        size = 0
+        for _ in range(max(1, repeat)):
+            for which, code in (("baseline", baseline), ("this", HERE.parent)):
+                size, seconds = measure(code, folder, pattern, size_mb)
+                best[which] = seconds if best[which] is None else min(best[which], seconds)
+        report[name] = {"megabytes": round(size / 1e6, 2),
+                        "this_mb_s": round(size / 1e6 / best["this"], 2),
+                        "baseline_mb_s": round(size / 1e6 / best["baseline"], 2),
+                        "ratio": round(best["baseline"] / best["this"], 3)}
+    return report
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", required=True, help="root of the checkout to compare with (holds bastion_agent/)")
     parser.add_argument("--mb", type=float, default=2.0)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
-    report = {}
-    for name, folder, pattern, megabytes in (("prose", PROSE, "*.txt", args.mb),
-                                             ("code", HERE.parent / "bastion_agent", "**/*.py", args.mb / 2)):
-        best = {"this": None, "baseline": None}
-        size = 0
-        for _ in range(max(1, args.repeat)):
-            for which, code in (("baseline", Path(args.baseline)), ("this", HERE.parent)):
-                size, seconds = measure(code, folder, pattern, megabytes)
-                best[which] = seconds if best[which] is None else min(best[which], seconds)
-        report[name] = {"megabytes": round(size / 1e6, 2),
-                        "this_mb_s": round(size / 1e6 / best["this"], 2),
-                        "baseline_mb_s": round(size / 1e6 / best["baseline"], 2),
-                        "ratio": round(best["baseline"] / best["this"], 3)}
-    print(json.dumps(report, indent=2))
+    print(json.dumps(compare(Path(args.baseline), args.mb, args.repeat), indent=2))
     return 0
 
 

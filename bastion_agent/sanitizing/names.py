@@ -174,18 +174,19 @@ def read_name(text: str, position: int, limit: int, *, caps: bool = False) -> tu
         if token.endswith(("'s", "’s")):  # "Dr. Robert Hermann's gems": the name, not its possessive
             token = token[:-2]
         core = token.rstrip(".")
+        particle = bool(words) and core.lower() in PARTICLES and core[0].islower()
+        if not particle and not _capitalised(core, caps):
+            break  # the name ended: "Mrs Roe yesterday and ..." is Mrs Roe, whatever words follow
         if core.lower() in NOT_NAMES:
             return None
-        if words and core.lower() in PARTICLES and core[0].islower():
+        if particle:
             pending += 1
             if pending > 2:
                 break
-        elif _capitalised(core, caps):
+        else:
             words += 1
             pending = 0
             end = match.start() + len(token) - (len(core) > 1 and token != core)
-        else:
-            break
         if len(token) != len(match.group()):
             break  # a possessive ends the name
         position = match.end()

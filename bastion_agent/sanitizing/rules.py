@@ -388,8 +388,8 @@ RULES: tuple[Rule, ...] = (
        validator="high_entropy", scope="run"),
     # --- personal data ------------------------------------------------------------------
     R_("email", "email",
-       # the local part in any script (RFC 6531: josé.garcía@...), the domain in ASCII
-       r"(?<![\w.%+\-])[^\W_](?:(?:[^\W_]|[.%+\-]){0,62}[\w%+\-])?@"
+       # the local part in any script (RFC 6531: josé.garcía@...), "_" inside it (li_wei@), the domain in ASCII
+       r"(?<![\w.%+\-])[^\W_](?:[\w.%+\-]{0,62}[\w%+\-])?@"
        r"(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w\-]|\.[A-Za-z0-9])",
        keywords=("@",), validator="email"),
     R_("phone", "phone",

@@ -23,6 +23,64 @@ def surname() -> str:
     return "Ok" + "".join(_rng.choice("aeiounrl") for _ in range(6)) + "-Baptiste"
 
 
+def forename() -> str:
+    return "Ys" + "".join(_rng.choice("aeiounrl") for _ in range(5))
+
+
+def birth_date() -> str:
+    day, month, year = _rng.randint(10, 28), _rng.randint(1, 12), _rng.randint(1940, 2005)
+    return _rng.choice((f"{day:02d}/{month:02d}/{year}", f"{year}-{month:02d}-{day:02d}",
+                        f"{day} {'March' if month < 7 else 'October'} {year}"))
+
+
+def name_placements() -> list[tuple[str, str, tuple[str, ...]]]:
+    """(place, text, values that must go) for each place issue 24 names; fresh names every run."""
+    first, last, born = forename(), surname(), birth_date()
+    mail = f"{first.lower()}@corp-mail.io"
+    return [
+        ("salutation", f"Dear Ms. {last},\n\nthank you for the call.\n", (last,)),
+        ("salutation with a first name", f"Hi {first},\nthe rota is attached.\n", (first,)),
+        ("sign-off", f"See you on Monday.\n\nKind regards,\n{first} {last}\nHead of Payroll\n", (first, last)),
+        ("signature after a blank line", f"Best regards,\n\n{first} {last}\n", (first, last)),
+        ("sign-off on one line", f"Thanks for the help.\nBest, {first}\n", (first,)),
+        ("From display name", f"From: {first} {last} <{mail}>\nSubject: rota\n", (first, last)),
+        ("From display name in quotes", f'From: "{last}, {first}" <{mail}>\n', (first, last)),
+        ("To and Cc display names", f"To: {first} {last} <{mail}>, Ops <ops@corp.io>\nCc: {last} Berg <b@corp.io>\n",
+         (first, last)),
+        ("Reply-To display name", f"Reply-To: {first} {last} <{mail}>\n", (first, last)),
+        ("display name before an address", f"Contact {first} {last} <{mail}> about the lease.\n", (first, last)),
+        ("form label Patient name", f"Patient name: Ingrid {last}\nWard: 4B\n", (last,)),
+        ("form label in capitals", f"PATIENT NAME: {last.upper()}, {first.upper()}\n", (last.upper(), first.upper())),
+        ("form label Employee", f"Employee: {first} {last}\n", (first, last)),
+        ("form label Signed by", f"Signed by: {first} {last}\n", (first, last)),
+        ("form label Name", f"Name: {first} {last}\n", (first, last)),
+        ("honorific in prose", f"The visit of Dr. {last} went well.\n", (last,)),
+        ("honorific then lower-case words", f"we spoke to Mrs {first} {last} yesterday and she agreed\n",
+         (first, last)),
+        ("honorific then and", f"Mr. {last} and the landlord signed.\n", (last,)),
+        ("date of birth", f"Date of birth: {born}\n", (born,)),
+        ("DOB", f"DOB {born}\n", (born,)),
+        ("Name column of a staff table", f"Name,E-mail,Dept\n{first} {last},{mail},Payroll\n", (first, last)),
+        ("Employee column", f"employee\tteam\n{first} {last}\tPayroll\n", (first, last)),
+    ]
+
+
+NAME_LOOKALIKES = [
+    ("generic salutation", "Dear Sir or Madam,\nplease find attached.\n"),
+    ("salutation of a group", "Dear all,\nHi team,\nHello everyone,\n"),
+    ("sign-off of a team", "Kind regards,\nThe Ops Team\n"),
+    ("sign-off followed by prose", "Thanks,\nplease reply by Friday.\n"),
+    ("From of a role", "From: Debian Python Team <team@example.org>\n"),
+    ("form label with prose", "Patient name: see the attached form\n"),
+    ("lower-case YAML name", "metadata:\n  name: api-key\n"),
+    ("a label naming no one", "Name: the name of the setting\n"),
+    ("a date that is not a birth", "Date of release: 14/03/2020\nBuilt: 2021-05-01\n"),
+    ("a product table", "Name,Price,SKU\nWidget Pro,3.50,AB-1\n"),
+    ("a capitalised acronym", "Open it in MS Excel or Dr.Web first.\n"),
+    ("an honorific at the end of a line", "He signed it as Dr.\n"),
+]
+
+
 class ColumnTests(unittest.TestCase):
     def test_staff_csv_tsv_and_markdown_lose_every_sensitive_cell(self):
         ssn, phone, pw, name = digits(9), digits(10), password(), "Ysolde " + surname()
@@ -33,6 +91,23 @@ class ColumnTests(unittest.TestCase):
                 clean = Sanitizer().redact(text)[0]
                 for value in (ssn, phone, pw, name):
                     self.assertNotIn(value, clean)
+
+    def test_every_sensitive_column_of_a_staff_table_in_each_syntax(self):
+        header = ("name", "ssn", "phone", "password", "PIN")
+        row = ("Ysolde " + surname(), digits(9), digits(10), password(), digits(4))
+        tables = {
+            "csv": ",".join(header) + "\n" + ",".join(f'"{cell}"' for cell in row) + "\n",
+            "semicolon csv": ";".join(header) + "\n" + ";".join(f'"{cell}"' for cell in row) + "\n",
+            "tsv": "\t".join(header) + "\n" + "\t".join(row) + "\n",
+            "markdown": "| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n| " + " | ".join(row) + " |\n",
+        }
+        for syntax, text in tables.items():
+            with self.subTest(syntax=syntax):
+                clean = Sanitizer().redact(text)[0]
+                for value in row:
+                    self.assertNotIn(value, clean)
+                for word in header:
+                    self.assertIn(word, clean)  # the header stays readable
 
     def test_lookalike_tables_keep_their_cells(self):
         for text in ("name,price,sku\nWidget,3.50,AB-1\n", "ext.\troom\n4412\tB2\n",
@@ -49,6 +124,18 @@ class ColumnTests(unittest.TestCase):
 
 
 class NameTests(unittest.TestCase):
+    def test_each_place_a_document_marks_a_name(self):
+        for place, text, values in name_placements():
+            with self.subTest(place=place):
+                clean = Sanitizer().redact(text)[0]
+                for value in values:
+                    self.assertNotIn(value, clean)
+
+    def test_lookalikes_of_marked_names_stay(self):
+        for place, text in NAME_LOOKALIKES:
+            with self.subTest(place=place):
+                self.assertEqual(Sanitizer().redact(text)[0], text)
+
     def test_marked_names_go_and_generic_salutations_stay(self):
         name = surname()
         clean = Sanitizer().redact(f"Dear Ms. {name},\n\nKind regards,\nIngrid {name}\n")[0]

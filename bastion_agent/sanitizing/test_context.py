@@ -46,6 +46,7 @@ def token(length: int = 21) -> str:
 def positives() -> list[tuple[str, str, str]]:
     """(name, text, value) for every syntax of issue 24 items 1 and 2."""
     p, w = phrase(), word
+    passphrase = " ".join("".join(random.choice(string.ascii_lowercase) for _ in range(6)) for _ in range(4))
     values = {name: w() for name in ("ini", "amp", "bind", "prop", "net", "xml", "pw", "url", "jenkins", "export",
                                      "env", "json", "attr", "call", "php", "environ", "ENV", "putenv", "conn",
                                      "wifi", "sql", "mssql", "netuser", "toml", "yaml", "properties", "flag",
@@ -55,6 +56,7 @@ def positives() -> list[tuple[str, str, str]]:
         ("ini with ; and #", f"[db]\ndb_password = {p}\nhost = db1\n", p),
         ("ini & and -", f"password = Tr0ub4dor&3-{v['amp']}\n", f"Tr0ub4dor&3-{v['amp']}"),
         ("yaml passphrase", "pwd: correct horse battery staple\n", "correct horse battery staple"),
+        ("yaml passphrase of fresh words", f"pwd: {passphrase}\n", passphrase),
         ("yaml random", f"db:\n  password: {p}\n", p),
         ("nslcd bindpw", f"binddn cn=nslcd,dc=corp\nbindpw {v['bind']}\n", v["bind"]),
         ("java setProperty", f'System.setProperty("db.password", "{v["prop"]}");', v["prop"]),

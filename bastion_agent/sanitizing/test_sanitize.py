@@ -195,6 +195,7 @@ POSITIVES = [
      base64.b64encode(rand(B62, 24).encode()).decode()),
     ("high-entropy-string", 'digest = "{v}"', rand(B62 + "+/", 44)),
     ("email", "Questions? Write to {v}.", "kim.ode+billing@northwind-mail.com"),
+    ("email", "Kontakt: {v}\n", "li_" + rand("abcdefgh", 5) + "_08@posteo.de"),
     ("phone", "Call me on {v} tomorrow.", "+44 20 7946 0958"),
     ("phone", "Hotline: {v}", "(415) 555-2671"),
     ("phone", "Bureau {v} (standard)", "01 42 68 53 00"),
