@@ -45,7 +45,7 @@ from bastion_agent.searching.keyword import (
 
 K1 = 1.2
 B = 0.75
-OPEN, CLOSE = "\x01", "\x02"  # highlight() marks; sanitized text holds no control characters of this kind
+OPEN, CLOSE = "\x01", "\x02"  # highlight() marks (a window that holds one itself only raises its own count)
 
 
 def caller_top(db: sqlite3.Connection, text: str, n: int, vocabulary: Vocabulary | None, visible) -> list[KeywordHit]:

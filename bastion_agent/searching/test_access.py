@@ -139,6 +139,29 @@ class DisjointCallersTests(LabelledStore):
         hits = self.answer("payroll calendar salaries paid", HR, "keyword").hits
         self.assertNotIn("hr/payroll.txt", {path for hit in hits for path in hit.paths})
 
+    def test_many_distinct_callers_keep_a_bounded_cache(self):
+        from bastion_agent.searching import visible
+
+        index = embed.SearchIndex.load(self.manifest(), self.layout)
+        self.addCleanup(index.close)
+        for number in range(visible.CACHED_CALLERS + 20):
+            index.search("review", None, 3, "keyword", groups=frozenset({"eng", f"g{number}"}))
+        tables = index.db.execute("SELECT count(*) FROM sqlite_temp_master WHERE name LIKE 'visible_%'").fetchone()[0]
+        self.assertLessEqual(tables, visible.CACHED_CALLERS)
+
+    def test_a_hand_edited_listing_with_bad_group_names_labels_nothing(self):
+        from bastion_agent.core.layout import read_jsonl, write_jsonl
+
+        rows = read_jsonl(self.layout.sanitized_listing)
+        for row in rows:
+            row["groups"] = ["eng", "Not A Group"] if "eng/parser.txt" in row["paths"] else "eng"
+        write_jsonl(self.layout.sanitized_listing, rows)
+        self.embed_with(self.stub)
+        db = vectorstore.connect(self.layout.vectors_db, create=False)
+        self.addCleanup(db.close)
+        self.assertEqual({row[0] for row in db.execute("SELECT groups FROM documents")}, {"[]"})
+        self.assertEqual(self.answer("parser tokens", ENG, "keyword").hits, [])
+
     def test_a_store_without_labels_shows_nothing_to_a_group_and_everything_to_every_group(self):
         db = vectorstore.connect(self.layout.vectors_db, create=False)
         self.addCleanup(db.close)
