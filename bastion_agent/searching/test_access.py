@@ -9,6 +9,7 @@ import unittest
 from unittest import mock
 
 from bastion_agent import embed
+from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.layout import Layout, ensure_private_dir
 from bastion_agent.embedding import ann, vectorfile, vectorstore
 from bastion_agent.searching.test_search import fake_manifest
@@ -171,6 +172,34 @@ class DisjointCallersTests(LabelledStore):
         self.assertEqual(len(self.answer("review", None, "hybrid").hits), 3)
 
 
+class SweepRelabelTests(TempFolder, unittest.TestCase):
+    """The whole sweep: a changed rule re-labels at the next sweep with no request to the model server."""
+
+    def test_a_changed_rule_relabels_without_a_request(self):
+        from bastion_agent.testing.testsupport import run_cli, write_manifest
+
+        tmp = self.make_tmp()
+        rules = '[access]\ndefault = ["staff"]\n[[access.rules]]\npaths = ["hr/**"]\ngroups = ["{}"]\n'
+        path = write_manifest(tmp, size=8, overlap=2, extra=rules.format("hr"))
+        (tmp / "docs" / "hr").mkdir()
+        (tmp / "docs" / "hr" / "pay.txt").write_text("Salary bands for the coming year.", encoding="utf-8")
+        (tmp / "docs" / "notes.txt").write_text("Lunch is at noon on Fridays.", encoding="utf-8")
+        with StubServer() as stub, clean_env(EMBED_URL=stub.url):
+            code, _, err = run_cli("sweep", path, "--out", tmp / "out")
+            self.assertEqual(code, 0, err)
+            requests = len(stub.requests)
+            write_manifest(tmp, size=8, overlap=2, extra=rules.format("people"))
+            code, _, err = run_cli("sweep", path, "--out", tmp / "out")
+            self.assertEqual(code, 0, err)
+            self.assertEqual(len(stub.requests), requests)
+            manifest = manifest_module.load(path)
+            layout = Layout(tmp / "out")
+            for groups, expected in ((frozenset({"people"}), ["hr/pay.txt"]), (frozenset({"hr"}), []),
+                                     (frozenset({"staff"}), ["notes.txt"])):
+                hits = embed.answer(manifest, layout, "salary bands lunch", 5, mode="keyword", groups=groups).hits
+                self.assertEqual(sorted({p for hit in hits for p in hit.paths}), expected)
+
+
 class HostileProbeTests(TempFolder, unittest.TestCase):
     """A caller without HR's group asks about an HR document: its answers equal those of a store that never had it."""
 
@@ -180,7 +209,6 @@ class HostileProbeTests(TempFolder, unittest.TestCase):
     def store(self, docs: dict) -> tuple:
         tmp = self.make_tmp()
         from bastion_agent.testing.testsupport import write_manifest
-        from bastion_agent.config import manifest as manifest_module
         from bastion_agent.chunking import chunker
         from bastion_agent.embedding import embedder
 
