@@ -30,6 +30,7 @@ import sqlite3
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.searching.keyword import (
     BOUNDED_RANK,
+    DF_CACHE_WORDS,
     WORD_RE,
     MAX_DF_SHARE,
     RANK_BUDGET,
@@ -66,7 +67,7 @@ def caller_top(db: sqlite3.Connection, text: str, n: int, vocabulary: Vocabulary
     windows = visible.windows
     if not words or not windows:
         return []
-    terms = [Term(f'"{word}"', _count(db, visible.table, f'"{word}"', RANK_BUDGET + 1)) for word in words]
+    terms = [Term(f'"{word}"', _frequency(db, visible, f'"{word}"')) for word in words]
     most = max(1, int(MAX_DF_SHARE * windows))
     terms = sorted((term for term in terms if term.df <= most), key=lambda term: (term.df, term.phrase))
     absent = [term for term in terms if term.df == 0]
@@ -95,6 +96,17 @@ def _best(db, scores: dict[int, float], n: int) -> list[tuple[str, float]]:
     ids = _chunk_ids(db, [rowid for rowid, _ in ranked])
     best = sorted(((ids[rowid], score) for rowid, score in ranked if rowid in ids), key=lambda item: (-item[1], item[0]))
     return best[:n]
+
+
+def _frequency(db, visible, phrase: str) -> int:
+    """The caller's windows holding ``phrase``, counted up to ``RANK_BUDGET + 1`` and kept while the store does not change."""
+    found = visible.frequencies.get(phrase)
+    if found is None:
+        found = _count(db, visible.table, phrase, RANK_BUDGET + 1)
+        if len(visible.frequencies) >= DF_CACHE_WORDS:
+            visible.frequencies.clear()
+        visible.frequencies[phrase] = found
+    return found
 
 
 def _count(db, table: str, expression: str, cap: int) -> int:
