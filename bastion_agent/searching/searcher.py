@@ -197,8 +197,8 @@ class SearchIndex:
             raise ModelServerError(f"the query vector has {len(query_vector)} dimensions, the manifest says dim = {self.dim}")
         with self.lock:
             visible = self.visible(groups) if groups is not None else None
-            if visible is not None and not visible.count:
-                return []
+            if visible is not None and not visible.count and not visible.windows:
+                return []  # nothing to rank, as in an empty store
             if mode == "keyword":
                 ranked = fusion.keyword_only(self._keyword_top(query, k, visible))
             elif mode == "vector":
