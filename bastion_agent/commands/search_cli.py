@@ -56,7 +56,9 @@ def run_search(args: argparse.Namespace) -> int:
         hits = remote_search.search(manifest, args.query, args.k, mode=args.mode, bastions=args.bastion,
                                     exact=args.exact)
     else:
-        result = searcher.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact)
+        # The local user sees what [access] local_groups gives (absent: every group, as before labels).
+        result = searcher.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact,
+                                 groups=manifest.access.local_groups)
         if result.notice:
             print(f"bastion_agent search: {result.notice}", file=sys.stderr)
         hits = result.hits
