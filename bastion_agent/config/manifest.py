@@ -38,13 +38,14 @@ DEFAULT_BUDGET_MEMORY_MB = 1024  # address space of the worker reading one file
 # Keys each table may hold; anything else is refused so that a typo
 # ("overlap_token") cannot silently fall back to a default.
 ALLOWED_KEYS = {
-    "": {"source", "embed", "sanitize", "search", "publish"},
+    "": {"source", "embed", "sanitize", "search", "publish", "serve"},
     "source": {"root", "include", "exclude", "max_file_mb", "budget_seconds", "budget_memory_mb",
                "ocr", "ocr_languages"},
     "embed": {"model", "dim", "chunk", "query_prefix", "passage_prefix"},
     "embed.chunk": {"size_tokens", "overlap_tokens"},
     "search": {"mode"},
     "publish": {"bastion"},
+    "serve": {"audit_queries"},
 }
 
 
@@ -108,6 +109,7 @@ class Manifest:
     search_mode: str | None
     signature: signing.SignatureStatus = field(default_factory=signing.SignatureStatus)
     publish_bastion: str | None = None  # [publish] bastion: this bastion's name in the central index
+    audit_queries: bool = False  # [serve] audit_queries: the audit log keeps each query's text (core/audit.py)
 
     def section(self, name: str) -> dict[str, Any]:
         """A top-level table as parsed (empty when absent)."""
@@ -172,8 +174,9 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
     chunk = where.table(embed, "chunk", required=False, name="embed.chunk")
     search = where.table(data, "search", required=False)
     publish = where.table(data, "publish", required=False)
+    serve = where.table(data, "serve", required=False)
     for name, table in (("source", source), ("embed", embed), ("embed.chunk", chunk), ("search", search),
-                        ("publish", publish)):
+                        ("publish", publish), ("serve", serve)):
         where.known_keys(name, table)
     return Manifest(
         path=path,
@@ -184,7 +187,16 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
         search_mode=_search_mode(where, search),
         signature=status,
         publish_bastion=_publish_bastion(where, data, publish),
+        audit_queries=_audit_queries(where, serve),
     )
+
+
+def _audit_queries(where: "_Where", serve: dict) -> bool:
+    """``[serve] audit_queries``: whether the audit log keeps query texts (off: they can be sensitive)."""
+    value = serve.get("audit_queries", False)
+    if not isinstance(value, bool):
+        where.fail("serve", "audit_queries", "must be true or false")
+    return value
 
 
 def _publish_bastion(where: "_Where", data: dict, publish: dict) -> str | None:
