@@ -93,6 +93,19 @@ class TokenEntry:
                 "created": self.created}
 
 
+def local_caller(manifest) -> Caller:
+    """The user of this machine (CLI search, stdio MCP, loopback serve without tokens).
+
+    Every group, unless the manifest's ``[access] local_groups`` names the
+    groups local searches see.
+    """
+    from bastion_agent.core.audit import local_caller as local_name
+
+    access = getattr(manifest, "access", None)
+    groups = getattr(access, "local_groups", None)
+    return Caller(local_name(), None if groups is None else frozenset(groups))
+
+
 def new_token() -> str:
     """A fresh token: ``bst_`` + 43 URL-safe base64 characters of 32 random bytes."""
     return TOKEN_PREFIX + base64.urlsafe_b64encode(secrets.token_bytes(TOKEN_BYTES)).rstrip(b"=").decode("ascii")
