@@ -237,7 +237,7 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
     missing = len(stored - vectors.keys())
     if missing:
         raise StoreError(f"{missing} window(s) have no vector for model {key!r} (dim {dim}): run embed first")
-    result = {doc: LocalDocument(doc, json.loads(paths)) for doc, paths in documents}
+    result = {doc: LocalDocument(doc, json.loads(paths)) for doc, paths, *_ in documents}
     seen: set[str] = set()
     for chunk_id, doc, idx, start, end, text in chunk_rows:
         if chunk_id in seen:  # a repeated window keeps its first position, as in vectors.db
