@@ -58,7 +58,9 @@ def run_search(args: argparse.Namespace) -> int:
                                     exact=args.exact)
         mode = searcher.resolve_mode(manifest, args.mode)
     else:
-        result = searcher.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact)
+        # the local user sees the manifest's [access] local_groups (absent: every group)
+        result = searcher.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact,
+                                 groups=manifest.access.local_groups)
         if result.notice:
             print(f"bastion_agent search: {result.notice}", file=sys.stderr)
         hits, mode = result.hits, result.mode

@@ -35,6 +35,7 @@ from typing import Callable
 
 from bastion_agent import __version__
 from bastion_agent.config.manifest import SEARCH_MODES
+from bastion_agent.core import access
 from bastion_agent.core.errors import BastionError, ConfigError
 from bastion_agent.embedding import vectorstore
 from bastion_agent.searching import searcher
@@ -196,18 +197,14 @@ FETCH_WITH_GROUPS = ("SELECT c.doc, c.idx, d.groups FROM chunks AS c LEFT JOIN d
 
 
 def visible_to(stored_groups: str | None, groups: frozenset[str] | None) -> bool:
-    """Whether a document labelled ``stored_groups`` (vectors.db's JSON list) is visible to ``groups``.
-
-    Every group (None) sees everything; otherwise the sets must intersect,
-    so a document without a label is visible only to every group.
-    """
+    """Whether a document labelled ``stored_groups`` (vectors.db's JSON list) is visible to ``groups``."""
     if groups is None:
         return True
     try:
         labels = json.loads(stored_groups) if stored_groups else []
     except ValueError:
         return False
-    return isinstance(labels, list) and not groups.isdisjoint(label for label in labels if isinstance(label, str))
+    return isinstance(labels, list) and access.can_see(groups, (label for label in labels if isinstance(label, str)))
 
 
 def refuse_unknown(arguments: dict, allowed: tuple[str, ...]) -> None:

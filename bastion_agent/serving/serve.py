@@ -326,7 +326,7 @@ class SearchService:
             "status": "ok" if self.model.reachable else "degraded",
             "model": self.manifest.embed.model,
             "dim": self.manifest.embed.dim,
-            "chunks": None if caller is None else visible_count(index, caller.groups),
+            "chunks": None if caller is None else self.visible_count(index, caller.groups),
             "caller": None if caller is None else caller.name,
             "loaded_at": index.loaded_at,
             "index_error": self.index_error,
@@ -350,7 +350,7 @@ class SearchService:
         hits = []
         notice = None
         asked = mode
-        if len(index) or not vectors:  # no vectors: no hits and no model call, as the CLI does
+        if not vectors or self.visible_count(index, caller.groups):  # none to see: no hits, no model call (as the CLI)
             vector = None
             if vectors:
                 try:
@@ -382,14 +382,24 @@ class SearchService:
 
     def _search_as(self, caller: tokens.Caller, index, query: str, vector, k: int, mode: str) -> list:
         """The index's top k among the windows ``caller`` may see (filtered before ranking, by the index)."""
-        if caller.groups is None:
-            return index.search(query, vector, k, mode)
         if not self.remote:
             return index.search(query, vector, k, mode, groups=caller.groups)
+        if caller.groups is None:
+            return index.search(query, vector, k, mode)
         if caller.reader is None:  # fail closed: the DSN's own role reads every group centrally
             raise RequestError(403, "this token has no reader role for the central index; "
                                     "give it one with `token add NAME --groups G --reader ROLE`")
         return index.search(query, vector, k, mode, reader=caller.reader)
+
+    def visible_count(self, index, groups: frozenset[str] | None) -> int | None:
+        """How many windows a caller with ``groups`` may search (None: every group).
+
+        Centrally (``--remote``) only the reader's own connection could count
+        a named token's rows; until then it is not said (None), never the total.
+        """
+        if groups is None:
+            return len(index)
+        return None if self.remote else index.visible_count(groups)
 
     def _audit(self, caller: tokens.Caller, via: str, mode: str, k: int, hits: list, query: str) -> None:
         try:
@@ -401,9 +411,6 @@ class SearchService:
                                     "see the server's log") from None
 
 
-def visible_count(index, groups: frozenset[str] | None) -> int:
-    """How many windows a caller with ``groups`` may search (None: every group)."""
-    return len(index) if groups is None else index.visible_count(groups)
 
 
 _PATH_RE = re.compile(r"""(?:[A-Za-z]:)?(?:~|\.{1,2})?[/\\][^\s'"()\[\],;]*""")

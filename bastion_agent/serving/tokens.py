@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bastion_agent.core import access
 from bastion_agent.core.errors import ConfigError
 
 TOKENS_ENV = "BASTION_SERVE_TOKENS"
@@ -53,8 +54,7 @@ FILE_VERSION = 1
 MAX_FILE_BYTES = 1 << 20  # thousands of tokens; a bigger file is not a tokens file, and is not read
 MAX_TOKENS = 10_000
 HASH_PREFIX = "sha256:"
-GROUP_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
-TOKEN_NAME_RE = GROUP_NAME_RE  # no ":", so no token can pass for a local user ("local:NAME") in the audit log
+TOKEN_NAME_RE = access.GROUP_RE  # the group names' rule: no ":", so no token can pass for a local user ("local:NAME") in the audit log
 READER_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # a PostgreSQL role name that needs no quoting
 _HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _ENTRY_KEYS = {"name", "hash", "groups", "reader", "created"}
@@ -101,9 +101,7 @@ def local_caller(manifest) -> Caller:
     """
     from bastion_agent.core.audit import local_caller as local_name
 
-    access = getattr(manifest, "access", None)
-    groups = getattr(access, "local_groups", None)
-    return Caller(local_name(), None if groups is None else frozenset(groups))
+    return Caller(local_name(), manifest.access.local_groups)
 
 
 def new_token() -> str:
@@ -123,11 +121,10 @@ def now_utc() -> str:
 
 
 def group_name(text) -> str:
-    """``text`` if it is a group name (``[a-z0-9][a-z0-9_-]{0,62}``), else ``ConfigError``."""
-    if not isinstance(text, str) or not GROUP_NAME_RE.fullmatch(text):
+    """``text`` if it is a group name (``core.access``'s rule), else ``ConfigError``."""
+    if not access.is_group_name(text):
         shown = repr(text)[:70] if isinstance(text, str) else type(text).__name__
-        raise ConfigError(f"group {shown} is not a group name: 1-63 lowercase letters, digits, '-' and '_', "
-                          "starting with a letter or digit")
+        raise ConfigError(f"group {shown} is not a group name: {access.GROUP_RULE}")
     return text
 
 
