@@ -176,6 +176,41 @@ class McpToolsTests(TwoTokensCase):
         self.assertEqual(self.tools.fetch({"chunk_id": shared["chunk_id"]}, self.hr_caller)["doc"], shared["doc"])
 
 
+class LocalGroupsTests(unittest.TestCase):
+    """The local user (CLI search, stdio MCP, loopback serve without tokens) sees ``[access] local_groups``."""
+
+    def setUp(self):
+        holder = tempfile.TemporaryDirectory()
+        self.addCleanup(holder.cleanup)
+        self.stub = StubServer().start()
+        self.addCleanup(self.stub.stop)
+        self.store = LabelledStore(Path(holder.name), self.stub, DOCS)
+        with open(self.store.manifest_path, "a", encoding="utf-8") as handle:
+            handle.write('\n[access]\nlocal_groups = ["eng"]\n')
+
+    def test_cli_search_serve_and_the_mcp_tools_see_only_the_local_groups(self):
+        from bastion_agent.testing.testsupport import clean_env, run_cli
+
+        for mode in MODES:
+            with self.subTest(mode=mode), clean_env(EMBED_URL=self.stub.url):
+                code, out, err = run_cli("search", self.store.manifest_path, "salary review, and the compiler", "-k",
+                                         "5", "--mode", mode, "--out", self.store.layout.root, "--json")
+                self.assertEqual((code, err), (0, ""))
+                self.assertEqual(len(json.loads(out)), 5)
+                self.assertTrue(folders(json.loads(out)) <= {"eng", "all"})
+        server = start(self.store, self)
+        _, _, health = request(server.url, path="/healthz")
+        self.assertEqual(health["chunks"], server.server.service.index.visible_count(frozenset({"eng"})))
+        _, _, answer = request(server.url, path="/search?q=salary+review&k=20")
+        self.assertTrue(folders(answer["hits"]) <= {"eng", "all"})
+        tools = mcp_server.BastionTools(self.store.manifest(), self.store.layout, EndpointConfig(url=self.stub.url))
+        hits = tools.search({"query": "salary review", "k": 20}, None)["hits"]
+        self.assertTrue(folders(hits) <= {"eng", "all"})
+        rows = [json.loads(line) for line in self.store.layout.audit_log.read_text(encoding="utf-8").splitlines()]
+        self.assertEqual([row["via"] for row in rows], ["cli"] * 3 + ["serve", "mcp"])
+        self.assertTrue(all(row["caller"].startswith("local:") for row in rows))
+
+
 class McpHttpTests(TwoTokensCase):
     """``mcp --http`` with the tokens file: each token's session sees its own share; a revoked token stops."""
 
@@ -248,6 +283,30 @@ class McpHttpTests(TwoTokensCase):
         self.assertEqual(other.content[0].text.replace(found["hr_chunk"], "<id>"),
                          random_.content[0].text.replace("0" * 64, "<id>"))
         self.assertIsNone(other.structured_content)
+
+    def test_a_token_revoked_during_a_session_is_refused_at_its_next_request(self):
+        try:
+            import mcp  # noqa: F401
+        except ImportError:
+            self.skipTest("the mcp extra is not installed")
+        url = self.start_http()
+        spare = token_cli.add_token(self.tokens_file, "spare", ("eng",))
+        outcome = {}
+
+        async def body(session):
+            outcome["before"] = await session.call_tool("search", {"query": "compiler", "k": 1})
+            token_cli.revoke_token(self.tokens_file, "spare")
+            try:
+                outcome["after"] = await session.call_tool("search", {"query": "compiler", "k": 1})
+            except Exception as exc:  # the transport's 401: the session cannot go on
+                outcome["after"] = exc
+
+        try:
+            self.session(url, spare, body)
+        except BaseException as exc:  # the SDK ends the session with the HTTP error
+            outcome.setdefault("after", exc)
+        self.assertFalse(outcome["before"].is_error)
+        self.assertIsInstance(outcome["after"], Exception)  # the server's 401 ends the call: no result at all
 
 
 if __name__ == "__main__":
