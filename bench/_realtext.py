@@ -181,7 +181,7 @@ def build(folder: Path, n: int, log=print) -> dict:
     documents_out: list = []
     vectorstore.replace_chunks(db, chunk_rows(n, documents_out), [])
     with vectorstore.transaction(db):
-        db.executemany("INSERT INTO documents VALUES (?, ?)", documents_out)
+        db.executemany("INSERT INTO documents (doc, paths) VALUES (?, ?)", documents_out)
     chunks_s = time.monotonic() - started
     log(f"chunks and FTS index: {chunks_s:.0f} s")
     total = vectorstore.count(db, "SELECT COUNT(*) FROM chunks")
