@@ -58,7 +58,7 @@ def run_search(args: argparse.Namespace) -> int:
                                     exact=args.exact)
         mode = searcher.resolve_mode(manifest, args.mode)
     else:
-        # the local user sees the manifest's [access] local_groups (absent: every group)
+        # The local user sees what [access] local_groups gives (absent: every group, as before labels).
         result = searcher.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact,
                                  groups=manifest.access.local_groups)
         if result.notice:

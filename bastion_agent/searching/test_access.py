@@ -104,6 +104,18 @@ class DisjointCallersTests(LabelledStore):
                     self.assertAlmostEqual(a.score, b.score, places=9)
                     self.assertEqual(a.relevance, b.relevance)
 
+    def test_the_cli_search_sees_the_manifests_local_groups(self):
+        from bastion_agent.testing.testsupport import run_cli, write_manifest
+
+        for extra, expected in (('[access]\nlocal_groups = ["eng"]\n', {"eng", "all"}), ("", {"hr", "eng", "all"})):
+            with self.subTest(extra=extra):
+                path = write_manifest(self.tmp, size=self.size, overlap=self.overlap, extra=extra)
+                with clean_env(EMBED_URL=self.stub.url):
+                    code, out, err = run_cli("search", path, "review salary compiler", "-k", "30", "--json",
+                                             "--out", self.out)
+                self.assertEqual(code, 0, err)
+                self.assertEqual({p.split("/")[0] for hit in json.loads(out) for p in hit["paths"]}, expected)
+
     def test_visible_count_is_the_callers(self):
         index = embed.SearchIndex.load(self.manifest(), self.layout)
         self.addCleanup(index.close)
