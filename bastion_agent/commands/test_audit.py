@@ -38,6 +38,16 @@ class AuditLogTests(TempFolder, unittest.TestCase):
         self.assertNotIn("query", row)
         self.assertRegex(row["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
+    def test_a_query_cannot_break_or_forge_a_line(self):
+        forged = '"}\n{"caller": "ceo", "via": "cli"\u2028\x1b[2J'
+        audit.record_search(self.layout, caller="c", via="serve", mode="keyword", k=1, docs=[], query=forged)
+        raw = self.layout.audit_log.read_bytes()
+        self.assertEqual(raw.count(b"\n"), 1)
+        self.assertTrue(raw.isascii())
+        self.assertNotIn(b"\x1b", raw)
+        (row,) = list(audit.read_records(self.layout.audit_log))
+        self.assertEqual((row["caller"], row["query"]), ("c", forged))
+
     def test_concurrent_searches_give_whole_lines(self):
         def one(n):
             audit.record_search(self.layout, caller=f"c{n % 4}", via="serve", mode="vector", k=3, docs=[f"{n:064x}"])

@@ -88,7 +88,8 @@ def record_search(layout: Layout, *, caller: str, via: str, mode: str, k: int, d
 
 
 def append(path: Path, row: dict, *, max_bytes: int = MAX_BYTES, keep: int = KEEP) -> None:
-    data = (json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
+    # ASCII only: a query's U+2028 or control characters arrive escaped, so every tool sees one line per record
+    data = (json.dumps(row, ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
     with _lock_for(path):
         try:
             if not path.parent.is_dir():

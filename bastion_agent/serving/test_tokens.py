@@ -83,6 +83,11 @@ class TokenFileTests(TempFolder, unittest.TestCase):
             tokens.read_tokens(self.tmp / "nope.json")
         self.assertIn("token add", str(caught.exception))
 
+    def test_a_fifo_is_refused_without_waiting_for_a_writer(self):
+        self.path.unlink()
+        os.mkfifo(self.path, 0o600)
+        self.refused("not a regular file")
+
     def test_a_huge_file_is_refused_without_being_read(self):
         with open(self.path, "wb") as handle:
             handle.truncate(64 * 1024 * 1024 * 1024)  # sparse: 64 GiB that would fill memory if read
