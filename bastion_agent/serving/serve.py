@@ -45,8 +45,8 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Callable, TextIO
 
 from bastion_agent import __version__
@@ -409,8 +409,6 @@ class SearchService:
             self.log(f"bastion_agent {via}: {exc}")
             raise RequestError(503, "the audit log cannot be written, so the search is not answered; "
                                     "see the server's log") from None
-
-
 
 
 _PATH_RE = re.compile(r"""(?:[A-Za-z]:)?(?:~|\.{1,2})?[/\\][^\s'"()\[\],;]*""")

@@ -281,10 +281,10 @@ class TokenBook:
         self.log = log
         self._lock = threading.Lock()
         self._stamp: tuple | None = None
-        self._entries: list[TokenEntry] = []
+        self._entries: list[tuple[bytes, Caller]] = []  # (stored hash as bytes, its caller), made once per load
         self.error: str | None = None  # why the file's tokens are refused right now
         if self.path is not None:
-            self._entries = read_tokens(self.path)  # at start a bad file stops the server, in one line
+            self._entries = _prepared(read_tokens(self.path))  # at start a bad file stops the server, in one line
             self._stamp = self._stat()
 
     @property
@@ -318,7 +318,7 @@ class TokenBook:
                     self.log(f"bastion_agent serve: {exc}; every named token is refused until it is fixed")
                 self.error = str(exc)
                 return
-            self._entries, self._stamp, self.error = entries, stamp, None
+            self._entries, self._stamp, self.error = _prepared(entries), stamp, None
 
     def caller(self, authorization: str | None) -> Caller | None:
         """The caller an ``Authorization: Bearer TOKEN`` header value names, or None."""
@@ -332,7 +332,11 @@ class TokenBook:
         if self.single_token is not None and hmac.compare_digest(presented, self.single_token.encode("utf-8")):
             found = Caller(SINGLE_TOKEN_NAME, None, None)
         digest = (HASH_PREFIX + hashlib.sha256(presented).hexdigest()).encode("ascii")
-        for entry in self._entries:  # every hash, no early exit
-            if hmac.compare_digest(digest, entry.hash.encode("ascii")) and found is None:
-                found = entry.caller()
+        for stored, caller in self._entries:  # every hash, no early exit
+            if hmac.compare_digest(digest, stored) and found is None:
+                found = caller
         return found
+
+
+def _prepared(entries: list[TokenEntry]) -> list[tuple[bytes, Caller]]:
+    return [(entry.hash.encode("ascii"), entry.caller()) for entry in entries]
