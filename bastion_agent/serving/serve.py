@@ -326,7 +326,7 @@ class SearchService:
             "status": "ok" if self.model.reachable else "degraded",
             "model": self.manifest.embed.model,
             "dim": self.manifest.embed.dim,
-            "chunks": None if caller is None else self.visible_count(index, caller.groups),
+            "chunks": None if caller is None else self.visible_count(index, caller),
             "caller": None if caller is None else caller.name,
             "loaded_at": index.loaded_at,
             "index_error": self.index_error,
@@ -350,7 +350,7 @@ class SearchService:
         hits = []
         notice = None
         asked = mode
-        if not vectors or self.visible_count(index, caller.groups):  # none to see: no hits, no model call (as the CLI)
+        if not vectors or self.visible_count(index, caller) != 0:  # none to see: no hits, no model call (as the CLI)
             vector = None
             if vectors:
                 try:
@@ -389,17 +389,20 @@ class SearchService:
         if caller.reader is None:  # fail closed: the DSN's own role reads every group centrally
             raise RequestError(403, "this token has no reader role for the central index; "
                                     "give it one with `token add NAME --groups G --reader ROLE`")
-        return index.search(query, vector, k, mode, reader=caller.reader)
+        return index.search(query, vector, k, mode, groups=caller.groups, reader=caller.reader)
 
-    def visible_count(self, index, groups: frozenset[str] | None) -> int | None:
-        """How many windows a caller with ``groups`` may search (None: every group).
+    def visible_count(self, index, caller: tokens.Caller) -> int | None:
+        """How many windows ``caller`` may search.
 
-        Centrally (``--remote``) only the reader's own connection could count
-        a named token's rows; until then it is not said (None), never the total.
+        Centrally (``--remote``) a named token's rows are counted as its
+        reader; a token without one is refused there, and is told no count
+        (None), never the total.
         """
-        if groups is None:
+        if caller.groups is None:
             return len(index)
-        return None if self.remote else index.visible_count(groups)
+        if not self.remote:
+            return index.visible_count(caller.groups)
+        return None if caller.reader is None else index.visible_count(caller.groups, reader=caller.reader)
 
     def _audit(self, caller: tokens.Caller, via: str, mode: str, k: int, hits: list, query: str) -> None:
         try:
@@ -1038,7 +1041,8 @@ def build_server(manifest, layout, settings: ServeSettings, log_stream: TextIO |
     config = dataclasses.replace(config, timeout=min(config.timeout, settings.request_time_limit))
     model = ModelLink(manifest, config, settings.reprobe_seconds, settings.model_concurrency)
     log = lambda line: print(line, file=stream, flush=True)  # noqa: E731
-    book = tokens.TokenBook(settings.tokens_file, settings.token, log=log)  # a bad tokens file stops here
+    check = None if remote is None else readers_check(remote)
+    book = tokens.TokenBook(settings.tokens_file, settings.token, log=log, check=check)  # a bad file stops here
     service = SearchService(manifest, layout, settings, model, log=log, remote=remote)
     try:
         server = BastionHTTPServer(service, settings, stream, book)
@@ -1048,6 +1052,24 @@ def build_server(manifest, layout, settings: ServeSettings, log_stream: TextIO |
         log(f"bastion_agent serve: the model server is unavailable ({model.error}); /search answers 503 "
             f"until it answers (checked every {settings.reprobe_seconds:g} s)")
     return server
+
+
+def readers_check(remote):
+    """serve --remote: refuse a tokens file in which a token's reader role reads a group the token lacks.
+
+    Asked of the central database (``remote_search.reader_groups``) at start
+    and at every reload of the file, so a token never reads more centrally
+    than it may locally.
+    """
+    from bastion_agent.publishing import remote_search
+
+    def check(entries) -> None:
+        for entry in entries:
+            if entry.reader is not None:
+                groups_of_reader = remote_search.reader_groups(remote.dsn, entry.reader)
+                remote_search.check_reader(entry.name, frozenset(entry.groups), entry.reader, groups_of_reader)
+
+    return check
 
 
 def listen_error(host: str, port: int, exc: OSError) -> BastionError:

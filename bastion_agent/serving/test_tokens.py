@@ -131,6 +131,21 @@ class TokenFileTests(TempFolder, unittest.TestCase):
         self.path.unlink()
         self.assertIsNone(book.caller(f"Bearer {self.eng}"))
 
+    def test_a_check_that_refuses_a_token_fails_the_load_like_a_malformed_file(self):
+        def no_reader_hr(entries):
+            for item in entries:
+                if item.reader == "reader_hr":
+                    raise ConfigError(f"token {item.name}: its reader reads too much")
+
+        with self.assertRaises(ConfigError):
+            tokens.TokenBook(self.path, check=no_reader_hr)
+        write_file(self.path, [entry("eng", self.eng, ["eng"])])
+        book = tokens.TokenBook(self.path, check=no_reader_hr)
+        self.assertEqual(book.caller(f"Bearer {self.eng}").name, "eng")
+        write_file(self.path, [entry("eng", self.eng, ["eng"]), entry("hr-portal", self.hr, ["hr"], "reader_hr")])
+        self.assertIsNone(book.caller(f"Bearer {self.eng}"))  # the whole file is refused, not just that token
+        self.assertIn("reads too much", book.error)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -275,16 +275,19 @@ class TokenBook:
     """
 
     def __init__(self, path: Path | None, single_token: str | None = None,
-                 log=lambda line: None):
+                 log=lambda line: None, check=None):
         self.path = Path(path) if path is not None else None
         self.single_token = single_token
         self.log = log
+        # check(entries): raises ConfigError when a loaded file must not be used as it is (serve --remote: a
+        # token whose reader reads a group the token lacks); it fails the load like a malformed file
+        self.check = check
         self._lock = threading.Lock()
         self._stamp: tuple | None = None
         self._entries: list[tuple[bytes, Caller]] = []  # (stored hash as bytes, its caller), made once per load
         self.error: str | None = None  # why the file's tokens are refused right now
         if self.path is not None:
-            self._entries = _prepared(read_tokens(self.path))  # at start a bad file stops the server, in one line
+            self._entries = _prepared(self._read())  # at start a bad file stops the server, in one line
             self._stamp = self._stat()
 
     @property
@@ -311,7 +314,7 @@ class TokenBook:
             if stamp == self._stamp and stamp is not None:
                 return
             try:
-                entries = read_tokens(self.path)
+                entries = self._read()
             except ConfigError as exc:
                 self._entries, self._stamp = [], stamp
                 if str(exc) != self.error:
@@ -319,6 +322,12 @@ class TokenBook:
                 self.error = str(exc)
                 return
             self._entries, self._stamp, self.error = _prepared(entries), stamp, None
+
+    def _read(self) -> list[TokenEntry]:
+        entries = read_tokens(self.path)
+        if self.check is not None:
+            self.check(entries)
+        return entries
 
     def caller(self, authorization: str | None) -> Caller | None:
         """The caller an ``Authorization: Bearer TOKEN`` header value names, or None."""
