@@ -448,7 +448,7 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"serve MCP's Streamable HTTP transport at http://HOST:PORT{HTTP_PATH} instead of stdio")
     parser.add_argument("--host", default=serve.DEFAULT_HOST,
                         help=f"with --http: address to listen on (default {serve.DEFAULT_HOST}; any other needs "
-                             f"{serve.TOKEN_ENV})")
+                             f"{serve.TOKEN_ENV} or {tokens.TOKENS_ENV})")
     parser.add_argument("--port", type=serve.port_number, default=DEFAULT_HTTP_PORT,
                         help=f"with --http: port to listen on (default {DEFAULT_HTTP_PORT}; 0 picks a free one)")
     parser.epilog = ("Speaks the Model Context Protocol on stdin/stdout (or, with --http, over HTTP on loopback): "

@@ -134,7 +134,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_manifest_arguments(parser)
     parser.add_argument("--host", default=DEFAULT_HOST,
-                        help=f"address to listen on (default {DEFAULT_HOST}; any other needs {TOKEN_ENV})")
+                        help=f"address to listen on (default {DEFAULT_HOST}; any other needs {TOKEN_ENV} or {tokens.TOKENS_ENV})")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                         help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
     from bastion_agent.config.arguments import add_remote_arguments
