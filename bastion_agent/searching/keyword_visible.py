@@ -11,8 +11,10 @@ taken over its own windows (the temporary table ``Visible.table``):
   ``keyword.capped_count``), and so is the window count ``N``;
 - the average length is that of the caller's windows (FTS5's own token
   counts, ``chunks_fts_docsize``);
-- each word's count in a window is read with FTS5's ``highlight()`` over
-  the candidate windows (the word searched alone marks each occurrence).
+- each word's count in a window is read from FTS5's own posting list
+  (``fts5vocab`` in ``instance`` mode, one row per occurrence of a token;
+  a word the tokenizer cuts into several tokens is counted with
+  ``highlight()``, which marks each occurrence of the phrase).
 
 The score is FTS5's BM25 formula (k1 = 1.2, b = 0.75, its idf floored just
 above zero) computed from those numbers, and the same planning as
@@ -23,12 +25,12 @@ are all there is, the scores equal FTS5's own to rounding.
 
 from __future__ import annotations
 
-import math
 import sqlite3
 
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.searching.keyword import (
     BOUNDED_RANK,
+    DF_CACHE_WORDS,
     WORD_RE,
     MAX_DF_SHARE,
     RANK_BUDGET,
@@ -44,7 +46,7 @@ from bastion_agent.searching.keyword import (
 
 K1 = 1.2
 B = 0.75
-OPEN, CLOSE = "\x01", "\x02"  # highlight() marks; sanitized text holds no control characters of this kind
+OPEN, CLOSE = "\x01", "\x02"  # highlight() marks (a window that holds one itself only raises its own count)
 
 
 def caller_top(db: sqlite3.Connection, text: str, n: int, vocabulary: Vocabulary | None, visible) -> list[KeywordHit]:
@@ -58,13 +60,14 @@ def caller_top(db: sqlite3.Connection, text: str, n: int, vocabulary: Vocabulary
     try:
         with vocabulary.lock:
             words = vocabulary._one_per_stem(query_words(text)) if query_words(text) else []
+            tokens = _tokens(vocabulary, words)
     finally:
         if own:
             vocabulary.close()
     windows = visible.windows
     if not words or not windows:
         return []
-    terms = [Term(f'"{word}"', _count(db, visible.table, f'"{word}"', RANK_BUDGET + 1)) for word in words]
+    terms = [Term(f'"{word}"', _frequency(db, visible, f'"{word}"')) for word in words]
     most = max(1, int(MAX_DF_SHARE * windows))
     terms = sorted((term for term in terms if term.df <= most), key=lambda term: (term.df, term.phrase))
     absent = [term for term in terms if term.df == 0]
@@ -78,12 +81,32 @@ def caller_top(db: sqlite3.Connection, text: str, n: int, vocabulary: Vocabulary
         candidates = _candidates(db, visible.table, searched[0].phrase, True)
     if not candidates:
         return []
-    scores = _bm25(db, visible, searched, candidates, windows)
+    scores = _bm25(db, visible, searched, candidates, windows, {f'"{word}"': tokens[word] for word in words})
     weight = sum(idf(term.df, windows) for term in searched + absent) or 1.0
-    ids = _chunk_ids(db, list(scores))
-    hits = [KeywordHit(ids[rowid], score, min(1.0, score / weight)) for rowid, score in scores.items() if rowid in ids]
-    hits.sort(key=lambda hit: (-hit.bm25, hit.chunk_id))
-    return hits[:n]
+    best = _best(db, scores, n)
+    return [KeywordHit(chunk, score, min(1.0, score / weight)) for chunk, score in best]
+
+
+def _best(db, scores: dict[int, float], n: int) -> list[tuple[str, float]]:
+    """``(chunk_id, score)`` of the ``n`` best, ties by chunk id; only the ids near the cut are read."""
+    ranked = sorted(scores.items(), key=lambda item: -item[1])
+    if len(ranked) > n:
+        cut = ranked[n - 1][1]
+        ranked = [item for item in ranked if item[1] >= cut]
+    ids = _chunk_ids(db, [rowid for rowid, _ in ranked])
+    best = sorted(((ids[rowid], score) for rowid, score in ranked if rowid in ids), key=lambda item: (-item[1], item[0]))
+    return best[:n]
+
+
+def _frequency(db, visible, phrase: str) -> int:
+    """The caller's windows holding ``phrase``, counted up to ``RANK_BUDGET + 1`` and kept while the store does not change."""
+    found = visible.frequencies.get(phrase)
+    if found is None:
+        found = _count(db, visible.table, phrase, RANK_BUDGET + 1)
+        if len(visible.frequencies) >= DF_CACHE_WORDS:
+            visible.frequencies.clear()
+        visible.frequencies[phrase] = found
+    return found
 
 
 def _count(db, table: str, expression: str, cap: int) -> int:
@@ -92,27 +115,55 @@ def _count(db, table: str, expression: str, cap: int) -> int:
                       f" ON v.rowid = chunks_fts.rowid WHERE chunks_fts MATCH ? LIMIT ?)", (expression, cap)).fetchone()[0]
 
 
-def _candidates(db, table: str, expression: str, bounded: bool) -> list[int]:
-    """The caller's windows matching ``expression`` (only the first ``BOUNDED_RANK`` by rowid when ``bounded``)."""
-    sql = (f"SELECT chunks_fts.rowid FROM chunks_fts CROSS JOIN temp.{table} v ON v.rowid = chunks_fts.rowid"
-           f" WHERE chunks_fts MATCH ? ORDER BY chunks_fts.rowid")
-    if bounded:
-        return [row[0] for row in db.execute(sql + " LIMIT ?", (expression, BOUNDED_RANK))]
-    return [row[0] for row in db.execute(sql + " LIMIT ?", (expression, RANK_BUDGET + 1))]
+def _candidates(db, table: str, expression: str, bounded: bool) -> dict[int, int]:
+    """The caller's windows matching ``expression`` with their lengths in tokens (FTS5's own counts).
+
+    Only the first ``BOUNDED_RANK`` by rowid when ``bounded``.
+    """
+    sql = (f"SELECT chunks_fts.rowid, d.sz FROM chunks_fts CROSS JOIN temp.{table} v ON v.rowid = chunks_fts.rowid"
+           f" CROSS JOIN chunks_fts_docsize d ON d.id = chunks_fts.rowid WHERE chunks_fts MATCH ?"
+           f" ORDER BY chunks_fts.rowid LIMIT ?")
+    limit = BOUNDED_RANK if bounded else RANK_BUDGET + 1
+    return {rowid: (_varint(size) if size else 0) for rowid, size in db.execute(sql, (expression, limit))}
 
 
-def _bm25(db, visible, searched: list[Term], candidates: list[int], windows: int) -> dict[int, float]:
-    """FTS5's BM25 of each candidate for the searched words, from the caller's statistics."""
+def _tokens(vocabulary: Vocabulary, words: list[str]) -> dict[str, tuple[str, ...]]:
+    """Each word as the keyword index's tokenizer cuts it (the same tokenizer, in the vocabulary's memory table)."""
+    vocabulary.stems.execute("DELETE FROM words")
+    vocabulary.stems.executemany("INSERT INTO words(rowid, word) VALUES (?, ?)", enumerate(words))
+    found: dict[int, list[str]] = {}
+    for row, term in vocabulary.stems.execute("SELECT doc, term FROM word_terms ORDER BY doc, offset"):
+        found.setdefault(row, []).append(term)
+    return {word: tuple(found.get(row, ())) for row, word in enumerate(words)}
+
+
+def _bm25(db, visible, searched: list[Term], lengths: dict[int, int], windows: int,
+          tokens: dict[str, tuple[str, ...]]) -> dict[int, float]:
+    """FTS5's BM25 of each candidate (``lengths``' keys) for the searched words, from the caller's statistics."""
     average = visible.average_length
-    lengths = _lengths(db, candidates)
+    candidates = sorted(lengths)
     scores = dict.fromkeys(candidates, 0.0)
+    wanted = set(candidates)
     for term in searched:
         weight = idf(term.df, windows)
-        for rowid, count in _occurrences(db, term.phrase, candidates).items():
+        cut = tokens.get(term.phrase, ())
+        found = _token_counts(db, cut[0], wanted) if len(cut) == 1 else _occurrences(db, term.phrase, candidates)
+        for rowid, count in sorted(found.items()):
             length = lengths.get(rowid, 0)
             scale = K1 * (1 - B + B * length / average) if average > 0 else K1
             scores[rowid] += weight * count * (K1 + 1) / (count + scale)
     return scores
+
+
+def _token_counts(db, token: str, wanted: set[int]) -> dict[int, int]:
+    """How often one token occurs in each wanted window, from its posting list."""
+    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_fts_instance USING fts5vocab(main, 'chunks_fts', 'instance')")
+    found: dict[int, int] = {}
+    for rowid, count in db.execute("SELECT doc, count(*) FROM temp.chunks_fts_instance WHERE term = ? GROUP BY doc",
+                                   (token,)):
+        if rowid in wanted:
+            found[rowid] = count
+    return found
 
 
 def _occurrences(db, phrase: str, candidates: list[int]) -> dict[int, int]:
@@ -125,17 +176,6 @@ def _occurrences(db, phrase: str, candidates: list[int]) -> dict[int, int]:
                 f"SELECT rowid, highlight(chunks_fts, 0, ?, ?) FROM chunks_fts WHERE chunks_fts MATCH ?"
                 f" AND rowid IN ({marks})", (OPEN, CLOSE, phrase, *part)):
             found[rowid] = marked.count(OPEN)
-    return found
-
-
-def _lengths(db, rowids: list[int]) -> dict[int, int]:
-    """FTS5's token count of each window."""
-    found: dict[int, int] = {}
-    for first in range(0, len(rowids), 500):
-        part = rowids[first : first + 500]
-        marks = ",".join("?" * len(part))
-        for rowid, size in db.execute(f"SELECT id, sz FROM chunks_fts_docsize WHERE id IN ({marks})", part):
-            found[rowid] = _varint(size) if size else 0
     return found
 
 

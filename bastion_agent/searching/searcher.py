@@ -109,7 +109,7 @@ class SearchIndex:
         self.ann = ann_index
         self.version = version
         self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # re-entered: search holds it while it asks for the caller's filter
         self._vocabulary = None
         self._labels = None
         self._floor: float | None = None
@@ -163,16 +163,16 @@ class SearchIndex:
         """What a caller with ``groups`` (None: every group) may search (``searching.visible``)."""
         from bastion_agent.searching.visible import Labels
 
-        if self._labels is None:
-            self._labels = Labels(self.db, self.vectors, self.key, self.dim)
-        return self._labels.visible(groups)
+        with self.lock:
+            if self._labels is None:
+                self._labels = Labels(self.db, self.vectors, self.key, self.dim)
+            return self._labels.visible(groups)
 
     def visible_count(self, groups: frozenset | None = None) -> int:
         """How many windows a caller with ``groups`` may search (None: every group, ``len`` of the index)."""
-        if groups is None:
-            return len(self) if self.vectors is not None else self.visible(None).count
-        with self.lock:
-            return self.visible(groups).count
+        if groups is None and self.vectors is not None:
+            return len(self)
+        return self.visible(groups).count
 
     def is_current(self) -> bool:
         """False once ``vectors.db`` has changed since this index was loaded."""

@@ -9,6 +9,7 @@ import unittest
 from unittest import mock
 
 from bastion_agent import embed
+from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.layout import Layout, ensure_private_dir
 from bastion_agent.embedding import ann, vectorfile, vectorstore
 from bastion_agent.searching.test_search import fake_manifest
@@ -139,6 +140,29 @@ class DisjointCallersTests(LabelledStore):
         hits = self.answer("payroll calendar salaries paid", HR, "keyword").hits
         self.assertNotIn("hr/payroll.txt", {path for hit in hits for path in hit.paths})
 
+    def test_many_distinct_callers_keep_a_bounded_cache(self):
+        from bastion_agent.searching import visible
+
+        index = embed.SearchIndex.load(self.manifest(), self.layout)
+        self.addCleanup(index.close)
+        for number in range(visible.CACHED_CALLERS + 20):
+            index.search("review", None, 3, "keyword", groups=frozenset({"eng", f"g{number}"}))
+        tables = index.db.execute("SELECT count(*) FROM sqlite_temp_master WHERE name LIKE 'visible_%'").fetchone()[0]
+        self.assertLessEqual(tables, visible.CACHED_CALLERS)
+
+    def test_a_hand_edited_listing_with_bad_group_names_labels_nothing(self):
+        from bastion_agent.core.layout import read_jsonl, write_jsonl
+
+        rows = read_jsonl(self.layout.sanitized_listing)
+        for row in rows:
+            row["groups"] = ["eng", "Not A Group"] if "eng/parser.txt" in row["paths"] else "eng"
+        write_jsonl(self.layout.sanitized_listing, rows)
+        self.embed_with(self.stub)
+        db = vectorstore.connect(self.layout.vectors_db, create=False)
+        self.addCleanup(db.close)
+        self.assertEqual({row[0] for row in db.execute("SELECT groups FROM documents")}, {"[]"})
+        self.assertEqual(self.answer("parser tokens", ENG, "keyword").hits, [])
+
     def test_a_store_without_labels_shows_nothing_to_a_group_and_everything_to_every_group(self):
         db = vectorstore.connect(self.layout.vectors_db, create=False)
         self.addCleanup(db.close)
@@ -146,6 +170,34 @@ class DisjointCallersTests(LabelledStore):
             db.execute("UPDATE documents SET groups = '[]'")
         self.assertEqual(self.answer("review", ENG, "hybrid").hits, [])
         self.assertEqual(len(self.answer("review", None, "hybrid").hits), 3)
+
+
+class SweepRelabelTests(TempFolder, unittest.TestCase):
+    """The whole sweep: a changed rule re-labels at the next sweep with no request to the model server."""
+
+    def test_a_changed_rule_relabels_without_a_request(self):
+        from bastion_agent.testing.testsupport import run_cli, write_manifest
+
+        tmp = self.make_tmp()
+        rules = '[access]\ndefault = ["staff"]\n[[access.rules]]\npaths = ["hr/**"]\ngroups = ["{}"]\n'
+        path = write_manifest(tmp, size=8, overlap=2, extra=rules.format("hr"))
+        (tmp / "docs" / "hr").mkdir()
+        (tmp / "docs" / "hr" / "pay.txt").write_text("Salary bands for the coming year.", encoding="utf-8")
+        (tmp / "docs" / "notes.txt").write_text("Lunch is at noon on Fridays.", encoding="utf-8")
+        with StubServer() as stub, clean_env(EMBED_URL=stub.url):
+            code, _, err = run_cli("sweep", path, "--out", tmp / "out")
+            self.assertEqual(code, 0, err)
+            requests = len(stub.requests)
+            write_manifest(tmp, size=8, overlap=2, extra=rules.format("people"))
+            code, _, err = run_cli("sweep", path, "--out", tmp / "out")
+            self.assertEqual(code, 0, err)
+            self.assertEqual(len(stub.requests), requests)
+            manifest = manifest_module.load(path)
+            layout = Layout(tmp / "out")
+            for groups, expected in ((frozenset({"people"}), ["hr/pay.txt"]), (frozenset({"hr"}), []),
+                                     (frozenset({"staff"}), ["notes.txt"])):
+                hits = embed.answer(manifest, layout, "salary bands lunch", 5, mode="keyword", groups=groups).hits
+                self.assertEqual(sorted({p for hit in hits for p in hit.paths}), expected)
 
 
 class HostileProbeTests(TempFolder, unittest.TestCase):
@@ -157,7 +209,6 @@ class HostileProbeTests(TempFolder, unittest.TestCase):
     def store(self, docs: dict) -> tuple:
         tmp = self.make_tmp()
         from bastion_agent.testing.testsupport import write_manifest
-        from bastion_agent.config import manifest as manifest_module
         from bastion_agent.chunking import chunker
         from bastion_agent.embedding import embedder
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bastion_agent.core.access import can_see, caller_key
 from bastion_agent.embedding.vectorfile import RowFilter
@@ -44,6 +44,8 @@ class Visible:
     count: int  # windows the caller may search (with a vector, when the vector file is loaded)
     windows: int = 0  # the caller's windows in ``chunks`` (what keyword search counts over)
     average_length: float = 0.0  # their mean length in tokens (keyword search's BM25)
+    # keyword search's capped document frequencies over these windows, per word asked (``keyword_visible``)
+    frequencies: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def everything(self) -> bool:
