@@ -13,6 +13,7 @@ from bastion_agent.config.arguments import (
     add_remote_arguments,
     load_manifest_and_layout,
 )
+from bastion_agent.core import audit
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.core.progress import escape_name, for_terminal
 from bastion_agent.searching import searcher
@@ -55,13 +56,17 @@ def run_search(args: argparse.Namespace) -> int:
 
         hits = remote_search.search(manifest, args.query, args.k, mode=args.mode, bastions=args.bastion,
                                     exact=args.exact)
+        mode = searcher.resolve_mode(manifest, args.mode)
     else:
         # The local user sees what [access] local_groups gives (absent: every group, as before labels).
         result = searcher.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact,
                                  groups=manifest.access.local_groups)
         if result.notice:
             print(f"bastion_agent search: {result.notice}", file=sys.stderr)
-        hits = result.hits
+        hits, mode = result.hits, result.mode
+    # recorded before anything is printed: a search the log cannot hold is not answered
+    audit.record_search(layout, caller=audit.local_caller(), via="cli", mode=mode, k=args.k,
+                        docs=[hit.doc for hit in hits], query=args.query if manifest.audit_queries else None)
     if args.json:
         print(json.dumps([asdict(hit) for hit in hits], ensure_ascii=False, indent=2))
     else:

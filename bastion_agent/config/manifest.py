@@ -39,7 +39,7 @@ DEFAULT_BUDGET_MEMORY_MB = 1024  # address space of the worker reading one file
 # Keys each table may hold; anything else is refused so that a typo
 # ("overlap_token") cannot silently fall back to a default.
 ALLOWED_KEYS = {
-    "": {"source", "embed", "sanitize", "search", "publish", "access"},
+    "": {"source", "embed", "sanitize", "search", "publish", "access", "serve"},
     "source": {"root", "include", "exclude", "max_file_mb", "budget_seconds", "budget_memory_mb",
                "ocr", "ocr_languages", "groups_from_permissions"},
     "embed": {"model", "dim", "chunk", "query_prefix", "passage_prefix"},
@@ -48,6 +48,7 @@ ALLOWED_KEYS = {
     "publish": {"bastion"},
     "access": {"default", "rules", "local_groups"},
     "access.rules": {"paths", "groups"},
+    "serve": {"audit_queries"},
 }
 
 
@@ -112,6 +113,7 @@ class Manifest:
     signature: signing.SignatureStatus = field(default_factory=signing.SignatureStatus)
     publish_bastion: str | None = None  # [publish] bastion: this bastion's name in the central index
     access: AccessSettings = field(default_factory=AccessSettings)  # [access]: documents' groups, the local user's
+    audit_queries: bool = False  # [serve] audit_queries: the audit log keeps each query's text (core/audit.py)
 
     def section(self, name: str) -> dict[str, Any]:
         """A top-level table as parsed (empty when absent)."""
@@ -177,8 +179,9 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
     search = where.table(data, "search", required=False)
     publish = where.table(data, "publish", required=False)
     access = where.table(data, "access", required=False)
+    serve = where.table(data, "serve", required=False)
     for name, table in (("source", source), ("embed", embed), ("embed.chunk", chunk), ("search", search),
-                        ("publish", publish), ("access", access)):
+                        ("publish", publish), ("access", access), ("serve", serve)):
         where.known_keys(name, table)
     return Manifest(
         path=path,
@@ -190,6 +193,7 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
         signature=status,
         publish_bastion=_publish_bastion(where, data, publish),
         access=_access_settings(where, access, source),
+        audit_queries=_audit_queries(where, serve),
     )
 
 
@@ -238,6 +242,14 @@ def _group_list(where: "_Where", table: str, key: str, value) -> tuple[str, ...]
         return validate_groups(value)
     except ValueError as exc:
         where.fail(table, key, str(exc))
+
+
+def _audit_queries(where: "_Where", serve: dict) -> bool:
+    """``[serve] audit_queries``: whether the audit log keeps query texts (off: they can be sensitive)."""
+    value = serve.get("audit_queries", False)
+    if not isinstance(value, bool):
+        where.fail("serve", "audit_queries", "must be true or false")
+    return value
 
 
 def _publish_bastion(where: "_Where", data: dict, publish: dict) -> str | None:

@@ -59,6 +59,11 @@ class Layout:
     def vectors_db(self) -> Path:
         return self.root / "vectors.db"
 
+    @property
+    def audit_log(self) -> Path:
+        """One JSON line per search (``core/audit.py``); rotated beside itself as ``audit.jsonl.1`` …"""
+        return self.root / "audit.jsonl"
+
     def summary_path(self, stage: str) -> Path:
         return self.root / f"{stage}.summary.json"
 
@@ -239,6 +244,23 @@ def write_private(path: Path, data: bytes | str, *, durable: bool = True, mode: 
         except FileNotFoundError:
             pass
         raise
+
+
+def open_private_append(path: Path) -> int:
+    """A descriptor appending to ``path`` (created 0600, never through a final link), for logs.
+
+    Every ``write`` on it lands at the end of the file, whole, even with
+    other writers (O_APPEND); the caller writes each record in one call.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, PRIVATE_FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o077:  # made by someone else, or by hand: ours is private
+            os.fchmod(fd, PRIVATE_FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def sync_to_disk() -> None:

@@ -35,12 +35,14 @@ from typing import Callable
 
 from bastion_agent import __version__
 from bastion_agent.config.manifest import SEARCH_MODES
+from bastion_agent.core import access
 from bastion_agent.core.errors import BastionError, ConfigError
 from bastion_agent.embedding import vectorstore
 from bastion_agent.searching import searcher
-from bastion_agent.serving import serve
+from bastion_agent.serving import serve, tokens
 
 INSTALL_HINT = "pip install 'bastion-agent[mcp]'"
+CALLER_SCOPE_KEY = "bastion.caller"  # where BearerGate leaves the caller of an HTTP request for the tools
 SERVER_NAME = "bastion-agent"
 
 MAX_K = 20  # hits per search: an assistant's context is the scarce resource
@@ -89,9 +91,10 @@ class BastionTools:
         self.model = serve.ModelLink(manifest, endpoint, self.settings.reprobe_seconds,
                                      self.settings.model_concurrency)
         self.default_mode = searcher.resolve_mode(manifest, None)
+        self.local_caller = tokens.local_caller(manifest)  # stdio: the user who started the server
         self._service: serve.SearchService | None = None
         self._lock = threading.Lock()
-        self.handlers: dict[str, Callable[[dict], dict]] = {"search": self.search, "fetch": self.fetch}
+        self.handlers: dict[str, Callable[[dict, tokens.Caller], dict]] = {"search": self.search, "fetch": self.fetch}
 
     def warm(self) -> None:
         """Open the index and probe the model server now, so the first call answers at once; failures wait for it."""
@@ -114,12 +117,12 @@ class BastionTools:
                 self._service.check_reload()
             return self._service
 
-    def search(self, arguments: dict) -> dict:
-        """``search --json``'s hits for the query, in serve's envelope, each hit bounded."""
+    def search(self, arguments: dict, caller: tokens.Caller | None = None) -> dict:
+        """``search --json``'s hits among the windows ``caller`` may see, in serve's envelope, each hit bounded."""
         query, k, mode = self.search_arguments(arguments)
         service = self.service()
         try:
-            envelope = service.search(query, k, mode)
+            envelope = service.search(query, k, mode, caller or self.local_caller, via="mcp")
         except serve.RequestError as exc:
             raise BastionError(exc.message) from None
         result = {key: envelope[key] for key in ENVELOPE_KEYS if key in envelope}
@@ -141,16 +144,22 @@ class BastionTools:
             raise ToolArgumentError(exc.message) from None
         return checked.text, checked.k, checked.mode
 
-    def fetch(self, arguments: dict) -> dict:
-        """The window ``chunk_id`` names and up to ``neighbours`` windows each side, as one passage."""
+    def fetch(self, arguments: dict, caller: tokens.Caller | None = None) -> dict:
+        """The window ``chunk_id`` names and up to ``neighbours`` windows each side, as one passage.
+
+        A window of a document ``caller`` may not see is answered exactly as
+        one that does not exist (the same message, after the same one query),
+        so guessing chunk ids tells nothing about what other groups hold.
+        """
         chunk, neighbours = self.fetch_arguments(arguments)
+        groups = (caller or self.local_caller).groups
         index = self.service().index
         with index.lock:  # the index's one SQLite connection is shared by the search threads
-            found = index.db.execute("SELECT doc, idx FROM chunks WHERE chunk_id = ?", (chunk,)).fetchone()
-            if found is None:
+            found = index.db.execute(FETCH_ALL_GROUPS if groups is None else FETCH_WITH_GROUPS, (chunk,)).fetchone()
+            if found is None or not visible_to(found[2], groups):
                 raise BastionError(f"no window {chunk} in this sweep: ids change when a document changes; "
                                    "search again for a current chunk_id")
-            doc, idx = found
+            doc, idx, _ = found
             rows = index.db.execute(
                 'SELECT chunk_id, idx, start, "end", text FROM chunks WHERE doc = ? AND idx BETWEEN ? AND ?'
                 " ORDER BY idx", (doc, idx - neighbours, idx + neighbours)).fetchall()
@@ -182,6 +191,22 @@ class BastionTools:
             raise ToolArgumentError(f"neighbours must be a whole number from 0 to {MAX_NEIGHBOURS}")
         return chunk.strip().lower(), neighbours
 
+
+
+FETCH_ALL_GROUPS = "SELECT doc, idx, NULL FROM chunks WHERE chunk_id = ?"  # every group: no label to read
+FETCH_WITH_GROUPS = ("SELECT c.doc, c.idx, d.groups FROM chunks AS c LEFT JOIN documents AS d ON d.doc = c.doc"
+                     " WHERE c.chunk_id = ?")
+
+
+def visible_to(stored_groups: str | None, groups: frozenset[str] | None) -> bool:
+    """Whether a document labelled ``stored_groups`` (vectors.db's JSON list) is visible to ``groups``."""
+    if groups is None:
+        return True
+    try:
+        labels = json.loads(stored_groups) if stored_groups else []
+    except ValueError:
+        return False
+    return isinstance(labels, list) and access.can_see(groups, (label for label in labels if isinstance(label, str)))
 
 
 def refuse_unknown(arguments: dict, allowed: tuple[str, ...]) -> None:
@@ -394,9 +419,12 @@ def build_server(tools: BastionTools):
             raise MCPError(code=types.INVALID_PARAMS,
                            message=f"unknown tool {params.name[:40]!r}; this server has: {', '.join(tools.handlers)}")
         arguments = dict(params.arguments or {})
+        caller = caller_of(ctx, tools)
+        if caller is None:  # an HTTP request BearerGate did not let through cannot get here; refuse all the same
+            return tool_error("not authenticated: send 'Authorization: Bearer TOKEN'")
         try:
             # SQLite and the model server block: a worker thread keeps the session answering meanwhile.
-            value = await anyio.to_thread.run_sync(handler, arguments)
+            value = await anyio.to_thread.run_sync(handler, arguments, caller)
         except BastionError as exc:
             return tool_error(str(exc))
         except Exception:  # a bug: say so to the assistant, keep the traceback for the operator, keep serving
@@ -407,6 +435,14 @@ def build_server(tools: BastionTools):
 
     return Server(SERVER_NAME, version=__version__, title="bastion agent", instructions=INSTRUCTIONS,
                   on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def caller_of(ctx, tools: BastionTools) -> tokens.Caller | None:
+    """Who calls a tool: over HTTP, whom BearerGate authenticated for this very request; over stdio, the local user."""
+    request = getattr(ctx, "request", None)
+    if request is None:
+        return tools.local_caller
+    return request.scope.get(CALLER_SCOPE_KEY)
 
 
 # --- the command ------------------------------------------------------------------
@@ -424,7 +460,7 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"serve MCP's Streamable HTTP transport at http://HOST:PORT{HTTP_PATH} instead of stdio")
     parser.add_argument("--host", default=serve.DEFAULT_HOST,
                         help=f"with --http: address to listen on (default {serve.DEFAULT_HOST}; any other needs "
-                             f"{serve.TOKEN_ENV})")
+                             f"{serve.TOKEN_ENV} or {tokens.TOKENS_ENV})")
     parser.add_argument("--port", type=serve.port_number, default=DEFAULT_HTTP_PORT,
                         help=f"with --http: port to listen on (default {DEFAULT_HTTP_PORT}; 0 picks a free one)")
     parser.epilog = ("Speaks the Model Context Protocol on stdin/stdout (or, with --http, over HTTP on loopback): "
@@ -446,7 +482,7 @@ def run_mcp(args: argparse.Namespace) -> int:
     tools.warm()
     server = build_server(tools)
     if settings is not None:
-        return run_http(server, settings, log)
+        return run_http(server, tools, settings, log)
 
     async def serve_stdio() -> None:
         async with stdio_server() as (read_stream, write_stream):
@@ -460,28 +496,38 @@ def run_mcp(args: argparse.Namespace) -> int:
 
 
 class BearerGate:
-    """ASGI: every request carries ``Authorization: Bearer TOKEN`` when a token is set, else 401."""
+    """ASGI: who is asking, from ``Authorization: Bearer TOKEN`` only; 401 for a request without a valid token.
 
-    def __init__(self, app, token: str | None):
+    Every HTTP request is checked against the token book (so a revoked token
+    is refused at its next request, even inside a session), and its caller
+    is left in the request's scope for the tools. Without any token
+    configured (loopback only) the caller is the local user.
+    """
+
+    def __init__(self, app, book: tokens.TokenBook, local_caller: tokens.Caller):
         self.app = app
-        self.token = token
+        self.book = book
+        self.local_caller = local_caller
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and self.token is not None and not self.authorized(scope):
-            body = json.dumps({"error": f"send 'Authorization: Bearer TOKEN' with the server's {serve.TOKEN_ENV}"})
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"www-authenticate", b'Bearer realm="bastion"')]})
-            await send({"type": "http.response.body", "body": body.encode("utf-8")})
-            return
+        if scope["type"] == "http":
+            caller = self.caller(scope)
+            if caller is None:
+                body = json.dumps({"error": f"send 'Authorization: Bearer TOKEN' with a token of the server's "
+                                            f"{serve.TOKEN_ENV} or {tokens.TOKENS_ENV}"})
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"www-authenticate", b'Bearer realm="bastion"')]})
+                await send({"type": "http.response.body", "body": body.encode("utf-8")})
+                return
+            scope[CALLER_SCOPE_KEY] = caller
         await self.app(scope, receive, send)
 
-    def authorized(self, scope) -> bool:
-        import hmac
-
+    def caller(self, scope) -> tokens.Caller | None:
+        if not self.book.enabled:
+            return self.local_caller
         given = dict(scope.get("headers") or []).get(b"authorization", b"")
-        scheme, _, value = given.partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), self.token.encode("utf-8"))
+        return self.book.caller(given.decode("latin-1"))
 
 
 def transport_security(settings: serve.ServeSettings):
@@ -497,14 +543,16 @@ def transport_security(settings: serve.ServeSettings):
     )
 
 
-def run_http(server, settings: serve.ServeSettings, log: Callable[[str], None]) -> int:
+def run_http(server, tools: BastionTools, settings: serve.ServeSettings, log: Callable[[str], None]) -> int:
     """Serve the tools at ``http://HOST:PORT/mcp`` until interrupted."""
     import socket
 
     import uvicorn
 
+    book = tokens.TokenBook(settings.tokens_file, settings.token, log=log)  # a bad tokens file stops here
     app = BearerGate(server.streamable_http_app(streamable_http_path=HTTP_PATH, host=settings.host,
-                                                transport_security=transport_security(settings)), settings.token)
+                                                transport_security=transport_security(settings)),
+                     book, tools.local_caller)
     try:
         listener = socket.socket(serve.address_family(settings.host), socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -515,7 +563,7 @@ def run_http(server, settings: serve.ServeSettings, log: Callable[[str], None]) 
     host, port = listener.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     log(f"bastion_agent mcp: http://{shown}:{port}{HTTP_PATH} (Streamable HTTP; "
-        f"{'bearer token required' if settings.token else 'loopback only'}; Ctrl-C stops)")
+        f"{'bearer token required' if settings.guarded else 'loopback only'}; Ctrl-C stops)")
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
     uvicorn.Server(config).run(sockets=[listener])
     return 0

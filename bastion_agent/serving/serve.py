@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
-import hmac
 import io
 import json
 import os
@@ -47,20 +46,23 @@ import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Callable, TextIO
 
 from bastion_agent import __version__
 from bastion_agent.config.manifest import SEARCH_MODES
+from bastion_agent.core import audit
 from bastion_agent.core.errors import (
     BastionError,
     ConfigError,
     DatabaseError,
     ModelServerError,
+    StoreError,
 )
 from bastion_agent.core.loopback import is_loopback, is_loopback_host_header
 from bastion_agent.embedding.client import EmbedClient, EndpointConfig
 from bastion_agent.searching import searcher
-from bastion_agent.serving import intake, serve_openapi
+from bastion_agent.serving import intake, serve_openapi, tokens
 from bastion_agent.serving.serve_openapi import PUBLIC_ROUTES, ROUTES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -93,6 +95,7 @@ class ServeSettings:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     token: str | None = None
+    tokens_file: Path | None = None  # BASTION_SERVE_TOKENS: named tokens with their groups (tokens.py)
     default_k: int = searcher.DEFAULT_K
     max_k: int = 100
     max_query_chars: int = 2000
@@ -106,6 +109,11 @@ class ServeSettings:
     @property
     def loopback(self) -> bool:
         return is_loopback(self.host)
+
+    @property
+    def guarded(self) -> bool:
+        """Whether every request but the public routes must carry a token."""
+        return self.token is not None or self.tokens_file is not None
 
 
 class RequestError(Exception):
@@ -126,7 +134,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_manifest_arguments(parser)
     parser.add_argument("--host", default=DEFAULT_HOST,
-                        help=f"address to listen on (default {DEFAULT_HOST}; any other needs {TOKEN_ENV})")
+                        help=f"address to listen on (default {DEFAULT_HOST}; any other needs {TOKEN_ENV} or {tokens.TOKENS_ENV})")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                         help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
     from bastion_agent.config.arguments import add_remote_arguments
@@ -150,12 +158,13 @@ def settings_from(host: str, port: int, environ=None) -> ServeSettings:
                 f"{TOKEN_ENV} must be at least {MIN_TOKEN_CHARS} printable characters without surrounding spaces; "
                 "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
             )
-    if not is_loopback(host) and token is None:
+    tokens_file = tokens.tokens_path(env)
+    if not is_loopback(host) and token is None and tokens_file is None:
         raise ConfigError(
-            f"--host {host} would expose the search beyond this machine: set {TOKEN_ENV} "
+            f"--host {host} would expose the search beyond this machine: set {TOKEN_ENV} or {tokens.TOKENS_ENV} "
             f"(every client then sends 'Authorization: Bearer TOKEN'), or keep the default --host {DEFAULT_HOST}"
         )
-    return ServeSettings(host=host, port=port, token=token)
+    return ServeSettings(host=host, port=port, token=token, tokens_file=tokens_file)
 
 
 # --- the warm index and the model server --------------------------------------
@@ -248,6 +257,8 @@ class SearchService:
         self.log = log
         self.clock = clock
         self.summary_seen = summary_stamp(layout)  # taken before the load: a later summary means a later sweep
+        self.local_caller = tokens.local_caller(manifest)  # who asks when no token is needed (loopback, stdio)
+        self.remote = remote is not None
         # remote: a remote_search.RemoteIndex (serve --remote), always current, never reloaded
         self.index = remote if remote is not None else searcher.SearchIndex.load(manifest, layout)
         self.index_error: str | None = None  # what /healthz says (no local path)
@@ -308,31 +319,38 @@ class SearchService:
         self.log(f"bastion_agent serve: reloaded the index: {len(fresh)} chunks")
         return True
 
-    def health(self) -> dict:
+    def health(self, caller: tokens.Caller | None) -> dict:
+        """The server's state as ``caller`` may see it: ``chunks`` counts only its windows (None: no caller)."""
         index = self.index
         return {
             "status": "ok" if self.model.reachable else "degraded",
             "model": self.manifest.embed.model,
             "dim": self.manifest.embed.dim,
-            "chunks": len(index),
+            "chunks": None if caller is None else self.visible_count(index, caller),
+            "caller": None if caller is None else caller.name,
             "loaded_at": index.loaded_at,
             "index_error": self.index_error,
             "model_server": "ok" if self.model.reachable else "unreachable",
             "fallback": None if self.model.reachable else "keyword",  # /search answers by keyword meanwhile
             "search_mode": self.default_mode,
-            "auth": "bearer" if self.settings.token else "none",
+            "auth": "bearer" if self.settings.guarded else "none",
             "limits": {"max_k": self.settings.max_k, "max_query_chars": self.settings.max_query_chars},
             "version": __version__,
         }
 
-    def search(self, query: str, k: int, mode: str) -> dict:
-        """What ``search --json`` would print, in an envelope; the same rules as ``searcher.search``."""
+    def search(self, query: str, k: int, mode: str, caller: tokens.Caller | None = None, via: str = "serve") -> dict:
+        """What ``search --json`` would print for ``caller``'s groups, in an envelope; audited before it is returned.
+
+        ``caller`` None is the local user (``local_caller``); ``via`` names
+        the way in for the audit log (serve, mcp).
+        """
+        caller = caller or self.local_caller
         index = self.index
         vectors = searcher.needs_vector(mode)  # keyword search works while the model server is down
         hits = []
         notice = None
         asked = mode
-        if len(index) or not vectors:  # no vectors: no hits and no model call, as the CLI does
+        if not vectors or self.visible_count(index, caller) != 0:  # none to see: no hits, no model call (as the CLI)
             vector = None
             if vectors:
                 try:
@@ -342,7 +360,7 @@ class SearchService:
                         raise
                     mode, notice = "keyword", f"{exc.message.removesuffix('; try again later')}; answered with keyword search instead of {asked} search"
             try:
-                hits = index.search(query, vector, k, mode)
+                hits = self._search_as(caller, index, query, vector, k, mode)
             except ConfigError as exc:
                 raise RequestError(400, str(exc)) from None
             except ModelServerError as exc:
@@ -350,6 +368,7 @@ class SearchService:
             except DatabaseError as exc:  # serve --remote: the details go to the log, not to the client
                 self.log(f"bastion_agent serve: {exc}")
                 raise RequestError(503, "the central index is unavailable; try again later") from None
+        self._audit(caller, via, mode, k, hits, query)
         envelope = {
             "query": query,
             "model": self.manifest.embed.model,
@@ -360,6 +379,39 @@ class SearchService:
         if notice:
             envelope.update(fallback="keyword", notice=notice)
         return envelope
+
+    def _search_as(self, caller: tokens.Caller, index, query: str, vector, k: int, mode: str) -> list:
+        """The index's top k among the windows ``caller`` may see (filtered before ranking, by the index)."""
+        if not self.remote:
+            return index.search(query, vector, k, mode, groups=caller.groups)
+        if caller.groups is None:
+            return index.search(query, vector, k, mode)
+        if caller.reader is None:  # fail closed: the DSN's own role reads every group centrally
+            raise RequestError(403, "this token has no reader role for the central index; "
+                                    "give it one with `token add NAME --groups G --reader ROLE`")
+        return index.search(query, vector, k, mode, groups=caller.groups, reader=caller.reader)
+
+    def visible_count(self, index, caller: tokens.Caller) -> int | None:
+        """How many windows ``caller`` may search.
+
+        Centrally (``--remote``) a named token's rows are counted as its
+        reader; a token without one is refused there, and is told no count
+        (None), never the total.
+        """
+        if caller.groups is None:
+            return len(index)
+        if not self.remote:
+            return index.visible_count(caller.groups)
+        return None if caller.reader is None else index.visible_count(caller.groups, reader=caller.reader)
+
+    def _audit(self, caller: tokens.Caller, via: str, mode: str, k: int, hits: list, query: str) -> None:
+        try:
+            audit.record_search(self.layout, caller=caller.name, via=via, mode=mode, k=k,
+                                docs=[hit.doc for hit in hits], query=query if self.manifest.audit_queries else None)
+        except StoreError as exc:
+            self.log(f"bastion_agent {via}: {exc}")
+            raise RequestError(503, "the audit log cannot be written, so the search is not answered; "
+                                    "see the server's log") from None
 
 
 _PATH_RE = re.compile(r"""(?:[A-Za-z]:)?(?:~|\.{1,2})?[/\\][^\s'"()\[\],;]*""")
@@ -539,11 +591,13 @@ class BastionHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, service: SearchService, settings: ServeSettings, log_stream: TextIO):
+    def __init__(self, service: SearchService, settings: ServeSettings, log_stream: TextIO,
+                 book: tokens.TokenBook | None = None):
         from bastion_agent.serving import serve_page
 
         self.service = service
         self.settings = settings
+        self.tokens = book or tokens.TokenBook(settings.tokens_file, settings.token, log=service.log)
         self.log_stream = log_stream
         self.log_lock = threading.Lock()
         self.watchdog = Watchdog(settings.request_time_limit)
@@ -585,16 +639,15 @@ class BastionHTTPServer(ThreadingHTTPServer):
             raise
 
     def authenticated_head(self, head: bytes) -> bool:
-        """Whether a request head carries the right token (always, when the server has none)."""
-        token = self.settings.token
-        if token is None:
+        """Whether a request head carries a valid token (always, when the server needs none)."""
+        if not self.tokens.enabled:
             return True
         for line in head.split(b"\n")[1:]:
             name, colon, value = line.partition(b":")
             if not line.strip():
                 break
             if colon and name.strip().lower() == b"authorization":
-                return bearer_matches(value.decode("latin-1"), token)
+                return self.tokens.caller(value.decode("latin-1")) is not None
         return False
 
     def _serve_connection(self, request, client_address, head: bytes, slot) -> None:
@@ -665,12 +718,6 @@ def short_answer(status: int, message: str) -> bytes:
             "Connection: close\r\n\r\n").encode("ascii") + body
 
 
-def bearer_matches(authorization: str | None, token: str) -> bool:
-    """Whether an ``Authorization`` header value is ``Bearer TOKEN`` (compared in constant time)."""
-    scheme, _, given = (authorization or "").strip().partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("utf-8"), token.encode("utf-8"))
-
-
 class _HeadFirst(io.RawIOBase):
     """The connection as a raw stream: the head the intake already read, then the socket."""
 
@@ -737,6 +784,7 @@ class Handler(BaseHTTPRequestHandler):
         self.body_read = False
         self.status: int | None = None
         self.route: str | None = None
+        self.caller: tokens.Caller | None = None
         self.server.watchdog.watch(self)
 
     def finish(self) -> None:
@@ -764,6 +812,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.check_site()
             if path not in PUBLIC_ROUTES:
                 self.check_token()
+            else:
+                self.caller = self.optional_caller()
             if path not in ROUTES:
                 raise RequestError(404, f"no such path; this server answers {', '.join(ROUTES)}")
             if self.command not in ROUTES[path]:
@@ -787,18 +837,18 @@ class Handler(BaseHTTPRequestHandler):
             self.send_bytes(200, self.server.page, "text/html; charset=utf-8", {"Content-Security-Policy": self.server.page_csp})
         elif path == "/healthz":
             self.request_read = True
-            self.send_json(200, service.health())
+            self.send_json(200, service.health(self.caller))
         elif path == "/openapi.json":
             self.request_read = True
             self.send_bytes(200, self.server.openapi, "application/json")
         elif self.command == "GET":
             self.request_read = True
             query = query_from_string(query_string, self.server.settings, service.default_mode)
-            self.send_json(200, service.search(query.text, query.k, query.mode))
+            self.send_json(200, service.search(query.text, query.k, query.mode, self.caller))
         else:
             body = self.read_body()
             query = query_from_body(body, self.server.settings, service.default_mode)
-            self.send_json(200, service.search(query.text, query.k, query.mode))
+            self.send_json(200, service.search(query.text, query.k, query.mode, self.caller))
 
     def check_host(self) -> None:
         host = self.headers.get("Host")
@@ -829,13 +879,23 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError(403, "requests from a web page on another site are refused; open this server's own page")
 
     def check_token(self) -> None:
-        token = self.server.settings.token
-        if token is None:
-            return
-        scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("utf-8"), token.encode("utf-8")):
-            raise RequestError(401, f"send 'Authorization: Bearer TOKEN' with the server's {TOKEN_ENV}",
-                               {"WWW-Authenticate": 'Bearer realm="bastion"'})
+        """Who is asking (``self.caller``), from the ``Authorization`` header only; 401 for anyone else.
+
+        Never from the query string or a cookie: a token in a URL ends up in
+        histories, proxies' logs and ``Referer`` headers, and a cookie is sent
+        by the browser on requests other sites make.
+        """
+        self.caller = self.optional_caller()
+        if self.caller is None:
+            raise RequestError(401, f"send 'Authorization: Bearer TOKEN' with a token of the server's {TOKEN_ENV} "
+                                    f"or {tokens.TOKENS_ENV}", {"WWW-Authenticate": 'Bearer realm="bastion"'})
+
+    def optional_caller(self) -> tokens.Caller | None:
+        """The caller a valid token names; the local user when the server needs none; else None."""
+        book = self.server.tokens
+        if not book.enabled:
+            return self.server.service.local_caller
+        return book.caller(self.headers.get("Authorization"))
 
     def read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding"):
@@ -981,15 +1041,35 @@ def build_server(manifest, layout, settings: ServeSettings, log_stream: TextIO |
     config = dataclasses.replace(config, timeout=min(config.timeout, settings.request_time_limit))
     model = ModelLink(manifest, config, settings.reprobe_seconds, settings.model_concurrency)
     log = lambda line: print(line, file=stream, flush=True)  # noqa: E731
+    check = None if remote is None else readers_check(remote)
+    book = tokens.TokenBook(settings.tokens_file, settings.token, log=log, check=check)  # a bad file stops here
     service = SearchService(manifest, layout, settings, model, log=log, remote=remote)
     try:
-        server = BastionHTTPServer(service, settings, stream)
+        server = BastionHTTPServer(service, settings, stream, book)
     except OSError as exc:
         raise listen_error(settings.host, settings.port, exc) from None
     if probe and not model.probe():
         log(f"bastion_agent serve: the model server is unavailable ({model.error}); /search answers 503 "
             f"until it answers (checked every {settings.reprobe_seconds:g} s)")
     return server
+
+
+def readers_check(remote):
+    """serve --remote: refuse a tokens file in which a token's reader role reads a group the token lacks.
+
+    Asked of the central database (``remote_search.reader_groups``) at start
+    and at every reload of the file, so a token never reads more centrally
+    than it may locally.
+    """
+    from bastion_agent.publishing import remote_search
+
+    def check(entries) -> None:
+        for entry in entries:
+            if entry.reader is not None:
+                groups_of_reader = remote_search.reader_groups(remote.dsn, entry.reader)
+                remote_search.check_reader(entry.name, frozenset(entry.groups), entry.reader, groups_of_reader)
+
+    return check
 
 
 def listen_error(host: str, port: int, exc: OSError) -> BastionError:

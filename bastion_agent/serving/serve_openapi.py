@@ -37,7 +37,7 @@ def document(settings, url: str) -> dict:
             responses["403"] = _error("Sent by a web page on another site (Sec-Fetch-Site, Origin): refused.")
         if settings.loopback:
             responses["421"] = _error("The Host header does not name a loopback address (DNS rebinding guard).")
-        if settings.token and path not in PUBLIC_ROUTES:
+        if settings.guarded and path not in PUBLIC_ROUTES:
             responses["401"] = _error("Missing or wrong `Authorization: Bearer TOKEN`.")
             operation["security"] = [{"bearer": []}]
         paths.setdefault(path, {})[method.lower()] = operation
@@ -56,7 +56,7 @@ def document(settings, url: str) -> dict:
         "paths": paths,
         "components": {"schemas": _schemas(settings)},
     }
-    if settings.token:
+    if settings.guarded:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     return doc
 
@@ -78,7 +78,7 @@ def _page() -> dict:
 
 def _health() -> dict:
     return {
-        "summary": "Liveness, the model, the number of searchable chunks and when the index was loaded.",
+        "summary": "Liveness, the model, the number of chunks the caller may search and when the index was loaded.",
         "description": "Never needs the token. `status` is `degraded` while the model server is unreachable.",
         "responses": {"200": _json("The server's state.", "Health")},
     }
@@ -197,7 +197,11 @@ def _schemas(settings) -> dict:
                 "status": {"type": "string", "enum": ["ok", "degraded"]},
                 "model": {"type": "string"},
                 "dim": {"type": "integer"},
-                "chunks": {"type": "integer", "description": "Searchable windows in the loaded index."},
+                "chunks": {"type": ["integer", "null"],
+                           "description": "Windows this caller may search (its token's groups); null without a token "
+                                          "on a server that needs one."},
+                "caller": {"type": ["string", "null"], "description": "Who the server takes the caller for: a token's "
+                                                                      "name, or local:USER."},
                 "loaded_at": {"type": "string", "description": "UTC time the index was loaded (ISO 8601)."},
                 "index_error": {"type": ["string", "null"], "description": "Why the last reload failed, if it did."},
                 "model_server": {"type": "string", "enum": ["ok", "unreachable"]},

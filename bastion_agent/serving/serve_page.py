@@ -257,7 +257,10 @@ SCRIPT = r"""
       if (answer.status === 503 && mode !== "keyword") { keywordBox.hidden = false; current = { query, k }; }
       return;
     }
-    if (tokenInput.value.trim()) sessionStorage.setItem("bastion-token", tokenInput.value.trim());
+    if (tokenInput.value.trim() && tokenInput.value.trim() !== sessionStorage.getItem("bastion-token")) {
+      sessionStorage.setItem("bastion-token", tokenInput.value.trim());
+      loadHealth();
+    }
     current = { query, k, mode };
     const pattern = wordPattern(terms(query));
     results.replaceChildren(...body.hits.map((hit, i) => renderHit(hit, i + 1, pattern, body.mode)));
@@ -294,15 +297,20 @@ SCRIPT = r"""
     if (event.key === "/" && !typing) { event.preventDefault(); input.focus(); input.select(); }
     else if (event.key === "Escape" && event.target === input) { input.value = ""; }
   });
-  fetch("healthz", { cache: "no-store" }).then((r) => r.json()).then((h) => {
-    maxK = (h.limits && h.limits.max_k) || maxK;
-    healthLine.className = h.status;
-    healthLine.replaceChildren(el("span", "dot"), document.createTextNode(
-      h.chunks + " passages \u00b7 model " + h.model +
-      (h.model_server === "ok" ? "" : " \u00b7 model server unreachable (keyword search still works)")));
-    if (h.auth === "bearer") tokenBox.hidden = false;
-  }).catch(() => { healthLine.textContent = "server status unknown"; });
+  // The count is this caller's: the passages its token's groups may search (none shown before a token).
+  function loadHealth() {
+    const headers = token() ? { "Authorization": "Bearer " + token() } : {};
+    fetch("healthz", { cache: "no-store", headers }).then((r) => r.json()).then((h) => {
+      maxK = (h.limits && h.limits.max_k) || maxK;
+      healthLine.className = h.status;
+      healthLine.replaceChildren(el("span", "dot"), document.createTextNode(
+        (h.chunks === null ? "enter your access token to search" : h.chunks + " passages") + " \u00b7 model " + h.model +
+        (h.model_server === "ok" ? "" : " \u00b7 model server unreachable (keyword search still works)")));
+      if (h.auth === "bearer") tokenBox.hidden = false;
+    }).catch(() => { healthLine.textContent = "server status unknown"; });
+  }
   if (sessionStorage.getItem("bastion-token")) tokenInput.value = sessionStorage.getItem("bastion-token");
+  loadHealth();
   input.focus();
   // /?q=...&mode=...: a linked or bookmarked search runs as the page opens.
   const linked = new URLSearchParams(location.search);
@@ -325,7 +333,7 @@ BODY = """
       <input id="token" type="password" autocomplete="off" spellcheck="false" aria-describedby="token-hint">
       <button type="button" class="secondary" id="forget">Forget</button>
     </div>
-    <p class="hint" id="token-hint">This server asks for its BASTION_SERVE_TOKEN. It is kept in this tab only.</p>
+    <p class="hint" id="token-hint">This server asks for an access token (yours, or its BASTION_SERVE_TOKEN). It is kept in this tab only.</p>
   </div>
   <form id="search-form" role="search" autocomplete="off">
     <label for="q">Search the documents by meaning</label>

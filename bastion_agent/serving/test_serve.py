@@ -237,7 +237,7 @@ class SearchApiTests(StoreCase):
 
     def test_a_mode_the_index_refuses_is_a_400_with_its_reason(self):
         class Refusing(type(self.server.server.service.index)):
-            def search(self, query, vector, k, mode="vector"):
+            def search(self, query, vector, k, mode="vector", groups=None):
                 raise ConfigError(f"search mode {mode!r} is not available here")
 
         service = self.server.server.service
@@ -250,7 +250,8 @@ class SearchApiTests(StoreCase):
         seen = []
         service = self.server.server.service
         original = service.index.search
-        service.index.search = lambda query, vector, k, mode=None: seen.append(mode) or original(query, vector, k, mode)
+        service.index.search = (lambda query, vector, k, mode=None, groups=None:
+                                seen.append(mode) or original(query, vector, k, mode, groups=groups))
         expected = embed.resolve_mode(self.store.manifest(), None)
         _, _, answer = self.search("bread")
         self.assertEqual((seen, answer["mode"]), ([expected], expected))
@@ -431,7 +432,9 @@ class TokenTests(StoreCase):
     def test_the_token_is_compared_in_constant_time(self):
         import inspect
 
-        self.assertIn("hmac.compare_digest", inspect.getsource(serve.Handler.check_token))
+        from bastion_agent.serving import tokens
+
+        self.assertIn("hmac.compare_digest", inspect.getsource(tokens.TokenBook.caller))
 
 
 class ExposureTests(unittest.TestCase):
