@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bastion_agent.config import signing
+from bastion_agent.core.access import AccessRule, AccessSettings, validate_groups
 from bastion_agent.config.model_names import canonical_name
 from bastion_agent.core.errors import ManifestError
 
@@ -38,13 +39,15 @@ DEFAULT_BUDGET_MEMORY_MB = 1024  # address space of the worker reading one file
 # Keys each table may hold; anything else is refused so that a typo
 # ("overlap_token") cannot silently fall back to a default.
 ALLOWED_KEYS = {
-    "": {"source", "embed", "sanitize", "search", "publish"},
+    "": {"source", "embed", "sanitize", "search", "publish", "access"},
     "source": {"root", "include", "exclude", "max_file_mb", "budget_seconds", "budget_memory_mb",
-               "ocr", "ocr_languages"},
+               "ocr", "ocr_languages", "groups_from_permissions"},
     "embed": {"model", "dim", "chunk", "query_prefix", "passage_prefix"},
     "embed.chunk": {"size_tokens", "overlap_tokens"},
     "search": {"mode"},
     "publish": {"bastion"},
+    "access": {"default", "rules", "local_groups"},
+    "access.rules": {"paths", "groups"},
 }
 
 
@@ -108,6 +111,7 @@ class Manifest:
     search_mode: str | None
     signature: signing.SignatureStatus = field(default_factory=signing.SignatureStatus)
     publish_bastion: str | None = None  # [publish] bastion: this bastion's name in the central index
+    access: AccessSettings = field(default_factory=AccessSettings)  # [access]: documents' groups, the local user's
 
     def section(self, name: str) -> dict[str, Any]:
         """A top-level table as parsed (empty when absent)."""
@@ -172,8 +176,9 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
     chunk = where.table(embed, "chunk", required=False, name="embed.chunk")
     search = where.table(data, "search", required=False)
     publish = where.table(data, "publish", required=False)
+    access = where.table(data, "access", required=False)
     for name, table in (("source", source), ("embed", embed), ("embed.chunk", chunk), ("search", search),
-                        ("publish", publish)):
+                        ("publish", publish), ("access", access)):
         where.known_keys(name, table)
     return Manifest(
         path=path,
@@ -184,7 +189,55 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
         search_mode=_search_mode(where, search),
         signature=status,
         publish_bastion=_publish_bastion(where, data, publish),
+        access=_access_settings(where, access, source),
     )
+
+
+def _access_settings(where: "_Where", access: dict, source: dict) -> AccessSettings:
+    """``[access]`` (default groups, path rules, the local user's groups) and ``[source] groups_from_permissions``."""
+    from_permissions = source.get("groups_from_permissions", False)
+    if not isinstance(from_permissions, bool):
+        where.fail("source", "groups_from_permissions", f"must be true or false; got {from_permissions!r}")
+    local = None
+    if "local_groups" in access:
+        local = frozenset(_group_list(where, "access", "local_groups", access["local_groups"]))
+    rules = access.get("rules", [])
+    if not isinstance(rules, list) or not all(isinstance(rule, dict) for rule in rules):
+        where.fail("access", "rules", "must be a list of tables ([[access.rules]] with paths and groups)")
+    return AccessSettings(
+        default=_group_list(where, "access", "default", access.get("default", [])),
+        rules=tuple(_access_rule(where, index, rule) for index, rule in enumerate(rules)),
+        local_groups=local,
+        from_permissions=from_permissions,
+    )
+
+
+def _access_rule(where: "_Where", index: int, rule: dict) -> AccessRule:
+    table = f"access.rules[{index}]"
+    for key in rule:
+        if key not in ALLOWED_KEYS["access.rules"]:
+            where.fail(table, key, f"is not a key of a rule; allowed: {', '.join(sorted(ALLOWED_KEYS['access.rules']))}")
+    for key in ("paths", "groups"):
+        if key not in rule:
+            where.fail(table, key, "is missing (a rule needs paths and groups)")
+    paths = rule["paths"]
+    if not isinstance(paths, list) or not paths or not all(isinstance(item, str) and item.strip() for item in paths):
+        where.fail(table, "paths", f"must be a non-empty list of glob strings (e.g. [\"hr/**\"]); got {paths!r}")
+    built = AccessRule(tuple(paths), _group_list(where, table, "groups", rule["groups"]))
+    try:
+        built.globs  # the same grammar as [source] include: a bad pattern is refused now, not at sanitize
+    except ManifestError as exc:
+        where.fail(table, "paths", str(exc))
+    return built
+
+
+def _group_list(where: "_Where", table: str, key: str, value) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        where.fail(table, key, f"must be a list of group names (e.g. [\"hr\", \"staff\"]); got {value!r}")
+    try:
+        return validate_groups(value)
+    except ValueError as exc:
+        where.fail(table, key, str(exc))
 
 
 def _publish_bastion(where: "_Where", data: dict, publish: dict) -> str | None:

@@ -163,7 +163,7 @@ def embed_missing(db, client: EmbedClient, manifest, missing: Sequence[tuple[str
 
 
 def current_windows(layout: Layout) -> tuple[list[tuple], list[tuple]]:
-    """This sweep's ``(chunk_id, doc, idx, start, end, text)`` rows and ``(doc, paths)`` rows.
+    """This sweep's ``(chunk_id, doc, idx, start, end, text)`` rows and ``(doc, paths, groups)`` rows.
 
     Each window's text is cut from the sanitized store and its id checked
     again, so a sanitized store changed since ``chunk`` is caught here.
@@ -184,8 +184,19 @@ def current_windows(layout: Layout) -> tuple[list[tuple], list[tuple]]:
         if chunk_id(doc, window) != row["chunk_id"]:
             raise StoreError("the sanitized store changed since chunk ran: run chunk again")
         chunk_rows.append((row["chunk_id"], doc, row["idx"], row["start"], row["end"], window))
-    documents = [(doc, json.dumps(listing.get(doc, {}).get("paths", []))) for doc in sorted(texts)]
+    documents = [(doc, json.dumps(listing.get(doc, {}).get("paths", [])), json.dumps(_groups(listing.get(doc, {}))))
+                 for doc in sorted(texts)]
     return chunk_rows, documents
+
+
+def _groups(row: dict) -> list[str]:
+    """A listing row's groups, sorted; a row without valid ones (an older listing, a hand edit) has none (fail closed)."""
+    from bastion_agent.core.access import is_group_name
+
+    groups = row.get("groups", [])
+    if not isinstance(groups, list) or not all(is_group_name(name) for name in groups):
+        return []
+    return sorted(set(groups))
 
 
 def refresh_derived(layout: Layout, manifest) -> None:

@@ -312,6 +312,33 @@ def _read_array(path: Path, typecode: str, count: int) -> array:
     return values
 
 
+# Below this share of visible rows, a filtered scan gathers the visible rows
+# and scores only them; above it, it scores every row and masks the others
+# (a gather copies the rows, which costs more than scoring them in place).
+GATHER_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """The rows of a vector file one caller may see (``searching.visible`` builds it).
+
+    ``positions`` are the visible current rows, ascending (a numpy int64
+    array with numpy, else a list); ``mask`` is one flag per row (a numpy
+    bool array, else bytes). A row outside the caller's groups is never
+    scored, so no score or count depends on it.
+    """
+
+    positions: object
+    mask: object
+
+    @property
+    def count(self) -> int:
+        return len(self.positions)
+
+    def allows(self, position: int) -> bool:
+        return 0 <= position < len(self.mask) and bool(self.mask[position])
+
+
 class VectorFile:
     """A read-only view of one build: the first ``rows`` rows, by memory map when numpy is there.
 
@@ -355,13 +382,58 @@ class VectorFile:
             return self.stale is None or not self.stale[position]
         return bool(self.mask[position])
 
-    def top(self, query, n: int, first: int = 0) -> list[tuple[float, int]]:
-        """The ``n`` best current rows at or after ``first``, by cosine with ``query``."""
+    def top(self, query, n: int, first: int = 0, allowed: RowFilter | None = None) -> list[tuple[float, int]]:
+        """The ``n`` best current rows at or after ``first``, by cosine with ``query``.
+
+        With ``allowed``, only its rows are scored: the ``n`` best of them,
+        never fewer because others ranked higher.
+        """
         if n <= 0 or first >= self.rows:
             return []
+        if allowed is not None:
+            return self._top_allowed(query, n, first, allowed)
         if self.np is not None:
             return self._top_numpy(query, n, first)
         return self._top_python(query, n, first)
+
+    def _top_allowed(self, query, n: int, first: int, allowed: RowFilter) -> list[tuple[float, int]]:
+        if self.np is None:
+            q = array("f", query)
+            view, dim, mul, inverse = memoryview(self.flat), self.dim, operator.mul, self.inverse
+            scored = ((sum(map(mul, q, view[i * dim : (i + 1) * dim])) * inverse[i], i)
+                      for i in allowed.positions if i >= first)
+            return heapq.nlargest(n, scored)
+        np = self.np
+        positions = allowed.positions
+        if first:
+            positions = positions[np.searchsorted(positions, first):]
+        if not len(positions):
+            return []
+        if len(positions) < GATHER_SHARE * (self.rows - first):
+            return self._best_of(query, n, positions)
+        q = np.asarray(query, dtype=np.float32)
+        scores = np.einsum("ij,j->i", self.matrix[first:], q)
+        scores *= self.weights[first:]
+        scores[~allowed.mask[first : self.rows]] = -np.inf
+        return self._pick(scores, n, first)
+
+    def _best_of(self, query, n: int, positions) -> list[tuple[float, int]]:
+        """The ``n`` best of the chosen rows (ascending positions), gathered and scored."""
+        np = self.np
+        scores = np.einsum("ij,j->i", self.matrix[positions], np.asarray(query, dtype=np.float32))
+        scores *= self.weights[positions]
+        return [(score, int(positions[i])) for score, i in self._pick(scores, n, 0)]
+
+    def _pick(self, scores, n: int, first: int) -> list[tuple[float, int]]:
+        """``(score, index + first)`` of the ``n`` best finite scores, best first (ties: the lower index)."""
+        np = self.np
+        if n < len(scores):
+            picked = np.argpartition(scores, len(scores) - n)[len(scores) - n :]
+        else:
+            picked = np.arange(len(scores))
+        picked = picked[np.isfinite(scores[picked])]
+        order = picked[np.argsort(-scores[picked], kind="stable")]
+        return [(float(scores[i]), int(i) + first) for i in order]
 
     def _top_numpy(self, query, n: int, first: int) -> list[tuple[float, int]]:
         np = self.np
@@ -372,13 +444,7 @@ class VectorFile:
         scores *= self.weights[first:]
         if self.stale is not None:
             scores[self.stale[first:]] = -np.inf
-        if n < len(scores):
-            picked = np.argpartition(scores, len(scores) - n)[len(scores) - n :]
-        else:
-            picked = np.arange(len(scores))
-        picked = picked[np.isfinite(scores[picked])]
-        order = picked[np.argsort(-scores[picked], kind="stable")]
-        return [(float(scores[i]), int(i) + first) for i in order]
+        return self._pick(scores, n, first)
 
     def _top_python(self, query, n: int, first: int) -> list[tuple[float, int]]:
         q = array("f", query)

@@ -7,8 +7,10 @@ Two tables from the specification, plus one for the documents' paths:
 - ``vectors(chunk_id, model, dim, vec, created)``, PK ``(chunk_id, model)``:
   rows are only ever added, so switching models or going back to an earlier
   document costs nothing;
-- ``documents(doc PK, paths)``: each document's sanitized source paths (JSON
-  list), so a hit can say where it comes from.
+- ``documents(doc PK, paths, groups)``: each document's sanitized source
+  paths (JSON list), so a hit can say where it comes from, and its access
+  groups (JSON sorted list, ``_m007_document_groups``), so a search can
+  keep to what its caller may see.
 - ``embed_failures(chunk_id, model, reason, attempts, last_failed)``: chunks
   the model server refused, so a re-run knows what it retries (no text).
 - ``reuse_by_text``: empty but while a store written with old, raw-file ids
@@ -193,8 +195,25 @@ def _m006_chunk_docs(db: sqlite3.Connection) -> None:
                " INSERT OR IGNORE INTO chunk_docs VALUES (new.chunk_id, new.doc); END")
 
 
+def _m007_document_groups(db: sqlite3.Connection) -> None:
+    """Each document's access groups (a JSON sorted list of names), as sanitize labelled it.
+
+    Rows of an older store get ``[]``: no group, so only a caller with every
+    group sees them until the next embed copies the labels from the
+    sanitized listing (fail closed). Labels are rewritten with the documents
+    on every embed, so a label change never re-embeds a window. Idempotent,
+    like every migration a re-run may meet.
+    """
+    if not _has_column(db, "documents", "groups"):
+        db.execute("ALTER TABLE documents ADD COLUMN groups TEXT NOT NULL DEFAULT '[]'")
+
+
+def _has_column(db: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(row[1] == column for row in db.execute(f"PRAGMA table_info({table})"))
+
+
 MIGRATIONS = [_m001_create_tables, _m002_embed_failures, _m003_search_state, _m004_sanitized_ids,
-              _m005_canonical_model_keys, _m006_chunk_docs]
+              _m005_canonical_model_keys, _m006_chunk_docs, _m007_document_groups]
 
 
 def rekey_pending(db: sqlite3.Connection) -> bool:
@@ -313,7 +332,8 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: I
     """Make ``chunks`` and ``documents`` hold exactly this sweep's rows, atomically.
 
     ``chunks`` rows are ``(chunk_id, doc, idx, start, end, text)``; a chunk id
-    seen twice (a repeated window) keeps its first position.
+    seen twice (a repeated window) keeps its first position. ``documents``
+    rows are ``(doc, paths JSON, groups JSON)`` (``(doc, paths)``: no group).
 
     Only the difference is written: an unchanged chunk keeps its row, so the
     keyword index (kept in step by triggers) and the derived search files
@@ -334,7 +354,11 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: I
         )
         db.execute("DELETE FROM temp.new_chunks")
         db.execute("DELETE FROM documents")
-        db.executemany("INSERT INTO documents VALUES (?, ?)", documents)
+        if _has_column(db, "documents", "groups"):
+            db.executemany("INSERT INTO documents (doc, paths, groups) VALUES (?, ?, ?)",
+                           (row if len(row) == 3 else (*row, "[]") for row in documents))
+        else:  # a store not yet migrated this far (only tests write one)
+            db.executemany("INSERT INTO documents (doc, paths) VALUES (?, ?)", (row[:2] for row in documents))
     return deleted
 
 
@@ -467,6 +491,13 @@ def searchable(db: sqlite3.Connection, model: str) -> Iterator[tuple]:
         " JOIN chunks c ON c.chunk_id = v.chunk_id WHERE v.model = ?",
         (model,),
     )
+
+
+def document_groups(db: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
+    """Every current document's groups (a document with none maps to ``()``)."""
+    import json
+
+    return {doc: tuple(json.loads(groups)) for doc, groups in db.execute("SELECT doc, groups FROM documents")}
 
 
 def document_paths(db: sqlite3.Connection, docs: Iterable[str]) -> dict[str, list[str]]:

@@ -42,7 +42,6 @@ from bastion_agent.core.errors import ConfigError, DatabaseError
 
 ADMIN_DSN_VARIABLE = "BASTION_ADMIN_DSN"
 ROLE_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # no quoting needed, so none can go wrong
-GROUP_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")  # the manifest's [access] group names
 MIN_PASSWORD = 12
 SCRAM_ITERATIONS = 4096  # PostgreSQL's default scram_iterations
 SCHEMA = "bastion_agent"  # publish_schema.SCHEMA (not imported: --help and --print need no psycopg)
@@ -77,14 +76,15 @@ def bastion_name(text: str) -> str:
 
 def group_names(text: str) -> list[str]:
     """``--groups hr,staff``: the sorted, distinct group names; one line for a name that is not one."""
+    from bastion_agent.core import access
+
     names = [name.strip() for name in (text or "").split(",") if name.strip()]
     if not names:
         raise ConfigError("--groups needs at least one group name (a reader with none would read nothing)")
-    for name in names:
-        if not GROUP_RE.fullmatch(name):
-            raise ConfigError(f"a group name must be 1-63 lowercase letters, digits, '-' and '_', starting with a letter"
-                              f" or digit; got {name!r}")
-    return sorted(set(names))
+    try:
+        return list(access.validate_groups(names))
+    except ValueError as exc:
+        raise ConfigError(f"--groups: {exc}") from None
 
 
 def default_role(bastion: str) -> str:

@@ -46,6 +46,7 @@ from bastion_agent.core.errors import (
     ManifestError,
     StoreError,
 )
+from bastion_agent.core import access
 from bastion_agent.core.layout import Layout, write_summary
 from bastion_agent.embedding import vectorstore
 
@@ -244,7 +245,7 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
     missing = len(stored - vectors.keys())
     if missing:
         raise StoreError(f"{missing} window(s) have no vector for model {key!r} (dim {dim}): run embed first")
-    result = {doc: LocalDocument(doc, json.loads(paths), groups=groups.get(doc, [])) for doc, paths in documents}
+    result = {doc: LocalDocument(doc, json.loads(paths), groups=groups.get(doc, [])) for doc, paths, *_ in documents}
     seen: set[str] = set()
     for chunk_id, doc, idx, start, end, text in chunk_rows:
         if chunk_id in seen:  # a repeated window keeps its first position, as in vectors.db
@@ -252,9 +253,6 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
         seen.add(chunk_id)
         result[doc].windows.append((chunk_id, idx, start, end, text, vectors[chunk_id]))
     return result
-
-
-GROUP_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")  # the group names of the manifest's [access] table
 
 
 def document_groups(db) -> dict[str, list[str]]:
@@ -270,7 +268,7 @@ def document_groups(db) -> dict[str, list[str]]:
     result = {}
     for doc, text in db.execute("SELECT doc, groups FROM documents"):
         names = json.loads(text) if text else []
-        if not isinstance(names, list) or not all(isinstance(n, str) and GROUP_RE.fullmatch(n) for n in names):
+        if not isinstance(names, list) or not all(access.is_group_name(name) for name in names):
             raise StoreError("vectors.db holds a document whose groups are not group names: run embed again")
         result[doc] = sorted(set(names))
     return result

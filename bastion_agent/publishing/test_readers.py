@@ -272,6 +272,31 @@ class LabelPublishTests(ReaderCase):
                 code, _, err = bastion.publish(publisher)  # and again: nothing to do
                 self.assertEqual(bastion.summary()["documents_groups_updated"], 0)
 
+    def test_sanitize_labels_reach_the_central_rows_through_embed_and_a_relabel_sends_no_vector(self):
+        from bastion_agent.testing.testsupport import label_documents
+
+        folder = self.tmp / "lab-03"
+        folder.mkdir()
+        lab = test_publish.Bastion(folder, "lab-03", {HR[2]: ["people/notes.txt"], ENG[1]: ["eng/review.txt"]})
+        label_documents(lab.layout, {"people/notes.txt": ["hr"], "eng/review.txt": ["eng", "staff"]})
+        lab.embed(self.stub)
+        code, _, err = lab.publish(self.dsn)
+        self.assertEqual(code, 0, err)
+
+        def central() -> dict[str, list[str]]:
+            return dict(query(self.dsn, "SELECT doc, groups FROM bastion_agent.documents WHERE bastion = 'lab-03'"))
+
+        self.assertEqual(central(), {lab.ids[HR[2]]: ["hr"], lab.ids[ENG[1]]: ["eng", "staff"]})
+        label_documents(lab.layout, {"people/notes.txt": ["hr", "staff"], "eng/review.txt": ["eng"]})
+        lab.embed(self.stub)  # embed copies the new labels into vectors.db and embeds nothing
+        code, _, err = lab.publish(self.dsn)
+        self.assertEqual(code, 0, err)
+        summary = lab.summary()
+        self.assertEqual((summary["documents_groups_updated"], summary["inserted"]), (2, 0))
+        self.assertEqual(central(), {lab.ids[HR[2]]: ["hr", "staff"], lab.ids[ENG[1]]: ["eng"]})
+        windows = query(self.dsn, "SELECT DISTINCT doc, groups FROM bastion_agent.windows WHERE bastion = 'lab-03'")
+        self.assertEqual(dict(windows), central(), "each window carries its document's groups")
+
     def test_bad_groups_in_vectors_db_stop_the_publish_in_one_line(self):
         label(self.fs, {HR[0]: ["Bad Group/../etc"]})
         code, out, err = self.fs.publish(self.dsn)
@@ -331,8 +356,8 @@ class ReaderAdminTests(ReaderCase):
         self.assertIn("CREATE ROLE reader_hr NOLOGIN", out)
         self.assertIn("add_reader('reader_hr', ARRAY['hr', 'staff']::text[])", out)
         self.assertIn("GRANT reader_hr TO serve_gw", out)
-        for args, message in (((self.hr, "--groups", "HR"), "a group name must be"),
-                              ((self.hr, "--groups", "hr,../etc"), "a group name must be"),
+        for args, message in (((self.hr, "--groups", "HR"), "group names are"),
+                              ((self.hr, "--groups", "hr,../etc"), "group names are"),
                               ((self.hr, "--groups", ","), "at least one group"),
                               ((self.hr, "--gateway", self.gateway), "give its --groups"),
                               ((self.hr, "--groups", "hr", "--gateway", self.eng), "is not a gateway")):

@@ -752,7 +752,8 @@ def run(manifest, layout) -> dict:
             document.kind_by_path.update((path, extracted[key].kind) for path in extracted[key].paths)
         superseded = _superseded(layout, (pool, settings), previous, extracted, mapped, fingerprint, set(documents))
     store.sync_to_disk()
-    rows, paths_redacted = _listing_rows(documents, sanitizer, matcher)
+    labeller = _labeller(manifest, sanitizer, matcher)
+    rows, paths_redacted = _listing_rows(documents, sanitizer, matcher, labeller)
     store.write_jsonl(layout.sanitized_listing, rows)
     # The erase list before the map: once the map is rewritten, nothing else remembers the old documents.
     write_erase_list(layout, (read_erase_list(layout) | superseded) - set(documents))
@@ -779,6 +780,8 @@ def run(manifest, layout) -> dict:
         "findings_by_category": dict(sorted(categories.items())),
         "findings_by_kind": dict(sorted(kinds.items())),
         "paths_redacted": paths_redacted,
+        "groups_dropped": labeller.counts.groups_dropped,
+        "documents_without_group": labeller.counts.without_group,
         "removed_stale": removed,
         "rules_active": len(sanitizer.rules),
         "skipped": sum(failed.values()),
@@ -976,13 +979,37 @@ def budget_task_redact(note, settings_blob: bytes, data: bytes):
     return {"findings": dict(counts), "values": values}, clean.encode("utf-8")
 
 
-def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher=None) -> tuple[list[dict], int]:
-    """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path) and how many paths changed.
+def _labeller(manifest, sanitizer: Sanitizer, matcher):
+    """The access labeller of this run: the manifest's rules, and the path rules a group name must pass."""
+    from bastion_agent.core.access import AccessSettings
+    from bastion_agent.sanitizing.labels import Labeller
+
+    settings = getattr(manifest, "access", None) or AccessSettings()
+    source = getattr(manifest, "source", None)
+    return Labeller(settings, getattr(source, "root", None),
+                    lambda name: escape_name(_without_copies(sanitizer.redact_path(name), matcher)))
+
+
+def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher=None,
+                  labeller=None) -> tuple[list[dict], int]:
+    """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path, groups) and how many paths changed.
 
     A value found in any text of the sweep is removed from the path names too (``matcher``).
     The paths are sanitized, then their control characters escaped, so search, serve, MCP and
-    publish show no name that can forge a line or drive a terminal.
+    publish show no name that can forge a line or drive a terminal. The groups are computed
+    from the raw paths (``labels``); only their names are written.
     """
+    from bastion_agent.sanitizing.labels import open_root
+
+    source = open_root(labeller.settings, labeller.root) if labeller is not None else None
+    try:
+        return _rows(documents, sanitizer, matcher, labeller, source)
+    finally:
+        if source is not None:
+            source.close()
+
+
+def _rows(documents, sanitizer, matcher, labeller, source) -> tuple[list[dict], int]:
     rows, paths_redacted = [], 0
     for doc in sorted(documents):
         document = documents[doc]
@@ -991,7 +1018,10 @@ def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher
         shown = {path: escape_name(clean_path) for path, clean_path in redacted.items()}  # every output's form
         first = min(document.raw_paths) if document.raw_paths else None
         kind = document.kind_by_path.get(first, "") if first is not None else ""
-        rows.append({"doc": doc, "paths": sorted(set(shown.values())), "kind": kind})
+        row = {"doc": doc, "paths": sorted(set(shown.values())), "kind": kind}
+        if labeller is not None:
+            row["groups"] = labeller.document_groups(document.raw_paths, source)
+        rows.append(row)
     return rows, paths_redacted
 
 

@@ -225,7 +225,11 @@ def plan(terms: list[Term]) -> tuple[str, list[Term], bool]:
 
 
 def top(db: sqlite3.Connection, text: str, n: int, vocabulary: Vocabulary | None = None) -> list[KeywordHit]:
-    """The ``n`` best current windows for ``text`` by BM25 over its discriminating words, best first."""
+    """The ``n`` best current windows for ``text`` by BM25 over its discriminating words, best first.
+
+    Over every window; a caller who may see only some is ranked by
+    ``keyword_visible.caller_top`` instead, with statistics of its windows.
+    """
     if not WORD_RE.search(text):
         return []
     if not has_index(db):

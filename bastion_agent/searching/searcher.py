@@ -111,6 +111,7 @@ class SearchIndex:
         self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.lock = threading.Lock()
         self._vocabulary = None
+        self._labels = None
         self._floor: float | None = None
         self.db = sqlite3.connect(layout.vectors_db, timeout=vectorstore.BUSY_TIMEOUT_MS / 1000,
                                   isolation_level=None, check_same_thread=False)
@@ -158,16 +159,34 @@ class SearchIndex:
             self._vocabulary.close()
         self.db.close()
 
+    def visible(self, groups: frozenset | None):
+        """What a caller with ``groups`` (None: every group) may search (``searching.visible``)."""
+        from bastion_agent.searching.visible import Labels
+
+        if self._labels is None:
+            self._labels = Labels(self.db, self.vectors, self.key, self.dim)
+        return self._labels.visible(groups)
+
+    def visible_count(self, groups: frozenset | None = None) -> int:
+        """How many windows a caller with ``groups`` may search (None: every group, ``len`` of the index)."""
+        if groups is None:
+            return len(self) if self.vectors is not None else self.visible(None).count
+        with self.lock:
+            return self.visible(groups).count
+
     def is_current(self) -> bool:
         """False once ``vectors.db`` has changed since this index was loaded."""
         return store_version(self.layout) == self.version
 
     def search(self, query: str, query_vector: Sequence[float] | None, k: int, mode: str | None = None,
-               exact: bool = False) -> list[Hit]:
+               exact: bool = False, groups: frozenset | None = None) -> list[Hit]:
         """The top ``k`` hits; ``query_vector`` may be None in keyword mode.
 
         ``mode`` is vector, keyword or hybrid (None: the manifest's default);
         ``exact`` scans every vector even where the ANN index would answer.
+        ``groups`` is the caller's (None: every group): every side ranks only
+        the windows of documents sharing a group with it, so the hits are the
+        top ``k`` of those, and nothing in them depends on any other window.
         """
         from bastion_agent.searching import fusion, keyword
 
@@ -177,23 +196,35 @@ class SearchIndex:
         if needs_vector(mode) and query_vector is not None and len(query_vector) != self.dim:
             raise ModelServerError(f"the query vector has {len(query_vector)} dimensions, the manifest says dim = {self.dim}")
         with self.lock:
+            visible = self.visible(groups) if groups is not None else None
+            if visible is not None and not visible.count:
+                return []
             if mode == "keyword":
-                ranked = fusion.keyword_only(keyword.top(self.db, query, k, self.vocabulary()))
+                ranked = fusion.keyword_only(self._keyword_top(query, k, visible))
             elif mode == "vector":
-                ranked = fusion.vector_only(self._vector_top(query_vector, k, exact), self.query_floor(query_vector))
+                ranked = fusion.vector_only(self._vector_top(query_vector, k, exact, visible),
+                                            self.query_floor(query_vector, visible))
             else:
-                ranked = self._hybrid(query, query_vector, k, exact)
+                ranked = self._hybrid(query, query_vector, k, exact, visible)
             return self._hits(ranked, mode)
 
-    def _hybrid(self, query: str, query_vector, k: int, exact: bool) -> list:
+    def _hybrid(self, query: str, query_vector, k: int, exact: bool, visible=None) -> list:
         from bastion_agent.searching import fusion, keyword
 
         depth = max(FUSION_CANDIDATES, k)
-        by_vector = self._vector_top(query_vector, depth, exact)
-        by_keyword = keyword.top(self.db, query, depth, self.vocabulary())
+        by_vector = self._vector_top(query_vector, depth, exact, visible)
+        by_keyword = self._keyword_top(query, depth, visible)
         seen = {chunk for _, chunk in by_vector}
         others = self._cosines_of(query_vector, [hit.chunk_id for hit in by_keyword if hit.chunk_id not in seen])
-        return fusion.fuse(by_vector, by_keyword, others, self.query_floor(query_vector), k)
+        return fusion.fuse(by_vector, by_keyword, others, self.query_floor(query_vector, visible), k)
+
+    def _keyword_top(self, query: str, n: int, visible=None) -> list:
+        """The keyword side: over every window, or over a filtered caller's with its own statistics."""
+        from bastion_agent.searching import keyword, keyword_visible
+
+        if visible is not None:
+            return keyword_visible.caller_top(self.db, query, n, self.vocabulary(), visible)
+        return keyword.top(self.db, query, n, self.vocabulary())
 
     def vocabulary(self):
         """The keyword side's cache for this store (made on first use; the index is dropped when the store changes)."""
@@ -211,7 +242,7 @@ class SearchIndex:
             self._floor = fusion.cosine_floor(self._sample_cosines(fusion.FLOOR_SAMPLE))
         return self._floor
 
-    def query_floor(self, query_vector) -> float:
+    def query_floor(self, query_vector, visible=None) -> float:
         """The median cosine between the query and windows of this store taken at random.
 
         What "unrelated" scores for this query. E5 puts a query (``query: ``)
@@ -219,22 +250,29 @@ class SearchIndex:
         query in another language further still: against the store's floor
         (window against window, about 0.85) a German question's best window
         (0.80) had evidence 0, so hybrid ranked by its keyword side alone.
+        A filtered caller's floor is sampled from its own windows only, so
+        its relevance numbers never depend on windows it may not see.
         """
         from bastion_agent.searching import fusion
 
-        return fusion.cosine_floor(self._query_cosines(query_vector, fusion.FLOOR_SAMPLE))
+        allowed = visible.rows if visible is not None else None
+        return fusion.cosine_floor(self._query_cosines(query_vector, fusion.FLOOR_SAMPLE, allowed))
 
-    def _sample_positions(self, count: int) -> list[int]:
+    def _sample_positions(self, count: int, allowed=None) -> list[int]:
         vectors = self.vectors
+        if allowed is not None:
+            positions = allowed.positions
+            step = max(1, len(positions) // count)
+            return [int(p) for p in positions[::step][:count]]
         step = max(1, vectors.rows // count)
         return [p for p in range(0, vectors.rows, step) if vectors.is_current_row(p)][:count]
 
-    def _query_cosines(self, query_vector, count: int) -> list[float]:
-        """Cosines between the query and ``count`` current rows spread evenly over the vector file."""
+    def _query_cosines(self, query_vector, count: int, allowed=None) -> list[float]:
+        """Cosines between the query and ``count`` current rows (of ``allowed``) spread evenly over the vector file."""
         vectors = self.vectors
         if vectors is None or not vectors.rows or query_vector is None:
             return []
-        positions = self._sample_positions(count)
+        positions = self._sample_positions(count, allowed)
         query_vector = [float(x) for x in query_vector]
         query_norm = math.sqrt(math.fsum(x * x for x in query_vector))
         if query_norm == 0:
@@ -279,12 +317,16 @@ class SearchIndex:
                          self.vectors.np if self.vectors is not None else None)
         return {chunk: score for (chunk, _), score in zip(found, scores)}
 
-    def _vector_top(self, query_vector, n: int, exact: bool) -> list[tuple[float, str]]:
-        """``(cosine, chunk_id)`` of the ``n`` nearest current windows, scored from the database's vectors."""
+    def _vector_top(self, query_vector, n: int, exact: bool, visible=None) -> list[tuple[float, str]]:
+        """``(cosine, chunk_id)`` of the ``n`` nearest current windows (of ``visible``), scored from the database's vectors."""
         if query_vector is None or not len(self):
             return []
         want = n + RESCORE_MARGIN
-        candidates = self.ann.top(query_vector, want) if self.ann and not exact else self.vectors.top(query_vector, want)
+        allowed = visible.rows if visible is not None else None
+        if self.ann and not exact:
+            candidates = self.ann.top(query_vector, want, allowed) if allowed is not None else self.ann.top(query_vector, want)
+        else:
+            candidates = self.vectors.top(query_vector, want, allowed=allowed)
         rowids = [self.vectors.rowid(position) for _, position in candidates]
         found = []
         for first in range(0, len(rowids), 500):
@@ -350,15 +392,16 @@ def embed_query(manifest, query: str, client: EmbedClient | None = None) -> list
 
 
 def search(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: EmbedClient | None = None,
-           mode: str | None = None, exact: bool = False) -> list[Hit]:
+           mode: str | None = None, exact: bool = False, groups: frozenset | None = None) -> list[Hit]:
     """The top ``k`` current windows for ``query``, best first (``answer`` without the keyword fallback).
 
     ``mode`` (vector, keyword, hybrid) defaults to the manifest's ``[search]
     mode``, else ``DEFAULT_MODE``. Keyword search never calls the model
     server; a model with no vectors gives ``[]`` in the other modes without
     calling it either. An unreachable model server raises ``ModelServerError``.
+    ``groups`` is the caller's (None: every group; ``SearchIndex.search``).
     """
-    return answer(manifest, layout, query, k, client, mode, exact, fallback=False).hits
+    return answer(manifest, layout, query, k, client, mode, exact, fallback=False, groups=groups).hits
 
 
 def fallback_notice(mode: str, error: Exception) -> str:
@@ -367,12 +410,15 @@ def fallback_notice(mode: str, error: Exception) -> str:
 
 
 def answer(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: EmbedClient | None = None,
-           mode: str | None = None, exact: bool = False, fallback: bool = True) -> Answer:
+           mode: str | None = None, exact: bool = False, fallback: bool = True,
+           groups: frozenset | None = None) -> Answer:
     """``search``, and when the model server cannot embed the query, keyword search with a notice saying so.
 
     Keyword search needs only ``vectors.db``, so a model server that is down
     (or answers nonsense) costs the meaning side of a query, not the answer.
-    ``fallback=False`` raises the ``ModelServerError`` instead.
+    ``fallback=False`` raises the ``ModelServerError`` instead. ``groups``
+    is the caller's (None: every group); a caller who may see no window gets
+    ``[]`` without the query being embedded, exactly like an empty store.
     """
     if not query.strip():
         raise ConfigError("the query is empty")
@@ -381,16 +427,17 @@ def answer(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: Emb
     mode = resolve_mode(manifest, mode)
     index = SearchIndex.load(manifest, layout, vectors=needs_vector(mode))
     try:
-        if needs_vector(mode) and not len(index):
+        if needs_vector(mode) and not index.visible_count(groups):
             return Answer([], mode)
         try:
             vector = embed_query(manifest, query, client) if needs_vector(mode) else None
         except ModelServerError as exc:
             if not fallback:
                 raise
-            hits = [dataclasses.replace(hit, fallback=True) for hit in index.search(query, None, k, "keyword")]
+            hits = [dataclasses.replace(hit, fallback=True)
+                    for hit in index.search(query, None, k, "keyword", groups=groups)]
             return Answer(hits, "keyword", "keyword", fallback_notice(mode, exc))
-        return Answer(index.search(query, vector, k, mode, exact=exact), mode)
+        return Answer(index.search(query, vector, k, mode, exact=exact, groups=groups), mode)
     finally:
         index.close()
 

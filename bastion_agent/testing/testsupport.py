@@ -89,6 +89,16 @@ def write_sanitized_store(layout: Layout, documents: dict[str, list[str]]) -> di
     return ids
 
 
+def label_documents(layout: Layout, groups_by_path: dict[str, list[str]]) -> None:
+    """Stand in for sanitize's access labels: each listed document gets the union of its paths' groups."""
+    from bastion_agent.core.layout import read_jsonl
+
+    rows = read_jsonl(layout.sanitized_listing)
+    for row in rows:
+        row["groups"] = sorted({name for path in row["paths"] for name in groups_by_path.get(path, [])})
+    write_jsonl(layout.sanitized_listing, rows)
+
+
 def closed_port_url() -> str:
     """A loopback URL where nothing listens (connection refused)."""
     with socket.socket() as sock:

@@ -1,0 +1,143 @@
+"""What one caller may search: the windows of the documents that share a group with it.
+
+A search is filtered *before* ranking: each side ranks only the caller's
+windows, so it returns the top k among them (never fewer because other
+windows ranked higher), and no hit, count, score or error depends on a
+window the caller may not see. This module turns a caller's groups
+(``core.access``: None is every group) into the objects each side filters
+by:
+
+- ``rows``: a ``vectorfile.RowFilter`` over the vector file (the exact scan
+  and the ANN index skip every other row);
+- ``table``: a temporary table of the caller's windows (``chunks`` rowids,
+  which are the keyword index's rowids), that keyword search joins;
+- ``count``: how many windows the caller may search.
+
+Documents' groups are read once per loaded index (``Labels``), as one
+small table of distinct group sets and, per row of the vector file, the
+number of its set; a caller's filter is then a lookup, cached per group set
+while the store does not change (``SearchIndex`` is reloaded when it does).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from bastion_agent.core.access import can_see, caller_key
+from bastion_agent.embedding.vectorfile import RowFilter
+from bastion_agent.searching.keyword_visible import average_length
+
+CACHED_CALLERS = 32  # distinct group sets kept per loaded index; each holds a row mask and a temp table
+_TABLE_NUMBERS = itertools.count()
+
+
+@dataclass(frozen=True)
+class Visible:
+    """One caller's share of a store (``groups`` None: every group, nothing filtered)."""
+
+    groups: frozenset | None
+    rows: RowFilter | None  # None: every current row of the vector file (or no vector file loaded)
+    table: str | None  # temp table of the caller's chunk rowids; None: every window
+    count: int  # windows the caller may search (with a vector, when the vector file is loaded)
+    windows: int = 0  # the caller's windows in ``chunks`` (what keyword search counts over)
+    average_length: float = 0.0  # their mean length in tokens (keyword search's BM25)
+
+    @property
+    def everything(self) -> bool:
+        return self.groups is None
+
+
+class Labels:
+    """Each current window's group set, read once from ``documents`` for one loaded index."""
+
+    def __init__(self, db, vectors, key: str, dim: int):
+        self.db = db
+        self.vectors = vectors
+        self.sets: list[tuple[str, ...]] = []
+        numbers: dict[str, int] = {}
+        doc_set: dict[str, int] = {}
+        for doc, groups in db.execute("SELECT doc, groups FROM documents"):
+            if groups not in numbers:
+                numbers[groups] = len(self.sets)
+                self.sets.append(tuple(_names(groups)))
+            doc_set[doc] = numbers[groups]
+        self.chunk_sets = [(rowid, doc_set.get(doc, -1)) for rowid, doc in db.execute("SELECT rowid, doc FROM chunks")]
+        self.position_sets = self._positions(key, dim, doc_set) if vectors is not None else None
+        self._cache: OrderedDict = OrderedDict()
+
+    def _positions(self, key: str, dim: int, doc_set: dict[str, int]):
+        """The group-set number of each vector-file row (-1: stale, or its document is gone)."""
+        vectors = self.vectors
+        rows = self.db.execute("SELECT v.rowid, c.doc FROM vectors v JOIN chunks c ON c.chunk_id = v.chunk_id"
+                               " WHERE v.model = ? AND v.dim = ? ORDER BY v.rowid", (key, dim)).fetchall()
+        if vectors.np is None:
+            where = {int(rowid): position for position, rowid in enumerate(vectors.rowids)}
+            sets = [-1] * vectors.rows
+            for rowid, doc in rows:
+                position = where.get(rowid)
+                if position is not None:
+                    sets[position] = doc_set.get(doc, -1)
+            return sets
+        np = vectors.np
+        sets = np.full(vectors.rows, -1, dtype=np.int32)
+        if rows and vectors.rows:
+            rowids = np.fromiter((rowid for rowid, _ in rows), dtype=np.int64, count=len(rows))
+            found = np.searchsorted(vectors.rowids, rowids)
+            inside = found < vectors.rows
+            found, picked = found[inside], np.flatnonzero(inside)
+            exact = np.asarray(vectors.rowids[found]) == rowids[picked]
+            numbers = np.fromiter((doc_set.get(doc, -1) for _, doc in rows), dtype=np.int32, count=len(rows))
+            sets[found[exact]] = numbers[picked[exact]]
+            if vectors.stale is not None:
+                sets[vectors.stale] = -1
+        return sets
+
+    def visible(self, groups: frozenset | None) -> Visible:
+        """The caller's share (cached per group set; the oldest of ``CACHED_CALLERS`` is dropped)."""
+        key = caller_key(groups)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        found = self._build(groups)
+        self._cache[key] = found
+        if len(self._cache) > CACHED_CALLERS:
+            _, dropped = self._cache.popitem(last=False)
+            if dropped.table is not None:
+                self.db.execute(f"DROP TABLE IF EXISTS temp.{dropped.table}")
+        return found
+
+    def _build(self, groups: frozenset | None) -> Visible:
+        if groups is None:
+            count = self.vectors.current if self.vectors is not None else len(self.chunk_sets)
+            return Visible(None, None, None, count, len(self.chunk_sets))
+        seen = {number for number, names in enumerate(self.sets) if can_see(groups, names)}
+        table = f"visible_{next(_TABLE_NUMBERS)}"
+        self.db.execute(f"CREATE TEMP TABLE {table} (rowid INTEGER PRIMARY KEY)")
+        self.db.executemany(f"INSERT INTO temp.{table} VALUES (?)",
+                            ((rowid,) for rowid, number in self.chunk_sets if number in seen))
+        windows = sum(1 for _, number in self.chunk_sets if number in seen)
+        rows = self._row_filter(seen)
+        return Visible(groups, rows, table, rows.count if rows is not None else windows, windows,
+                       average_length(self.db, table))
+
+    def _row_filter(self, seen: set[int]) -> RowFilter | None:
+        if self.position_sets is None:
+            return None
+        if self.vectors.np is None:
+            mask = bytes(1 if number in seen else 0 for number in self.position_sets)
+            return RowFilter([p for p, flag in enumerate(mask) if flag], mask)
+        np = self.vectors.np
+        mask = np.isin(self.position_sets, np.fromiter(seen, dtype=np.int32, count=len(seen)))
+        return RowFilter(np.flatnonzero(mask).astype(np.int64), mask)
+
+
+def _names(groups: str) -> list[str]:
+    """A ``documents.groups`` value as names; anything unreadable is no group (fail closed)."""
+    try:
+        names = json.loads(groups)
+    except (TypeError, ValueError):
+        return []
+    return [name for name in names if isinstance(name, str)] if isinstance(names, list) else []
