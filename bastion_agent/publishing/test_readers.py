@@ -165,6 +165,10 @@ class ReaderSearchTests(ReaderCase):
         self.assertEqual(len(self.index), 0, "the gateway on its own counts nothing")
         with self.assertRaises(ConfigError):
             self.index.search("review", None, 5, "keyword", groups=frozenset({"eng"}))  # groups, but no reader
+        for hostile in ('postgres"; RESET ROLE; --', "Reader", ""):
+            with self.subTest(reader=hostile), self.assertRaises(ConfigError):
+                self.index.search("review", None, 5, "keyword", reader=hostile)
+        self.assertEqual(len(self.search(self.eng, "review", "keyword", 5)), 1, "the connection is still usable")
 
     def test_a_reader_with_no_groups_and_a_role_in_no_table_read_nothing(self):
         empty = self.new_role("empty")
