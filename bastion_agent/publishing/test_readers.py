@@ -159,6 +159,17 @@ class ReaderSearchTests(ReaderCase):
                 self.assertEqual(len(hits), min(k, len(matching)))
                 self.assertLessEqual({h.chunk_id for h in hits}, matching)
 
+    def test_a_readers_approximate_search_walks_the_graph_and_exact_reads_the_rows(self):
+        from psycopg import sql
+
+        vector = self.stub_vector(HR[0])
+        for exact, expected in ((False, "windows_hnsw_"), (True, "Seq Scan")):
+            with self.subTest(exact=exact), self.index.lock, self.index._as_reader(self.eng):
+                settings, statement = self.index.vector_query(vector, 5, exact)
+                plan = "\n".join(row[0] for row in self.index.in_one_message(settings, sql.SQL("EXPLAIN ") + statement))
+                self.assertIn(expected, plan)
+                self.assertIn("groups &&", plan, "the read policy is part of the scan")
+
     def test_counts_and_scores_are_the_readers_own(self):
         self.assertEqual(self.index.visible_count(reader=self.eng), len(self.visible_windows(["eng"])))
         self.assertEqual(self.index.visible_count(reader=self.hr), len(self.visible_windows(["hr"])))
