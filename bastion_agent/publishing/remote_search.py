@@ -156,9 +156,10 @@ class RemoteIndex:
 
     def visible_count(self, groups=None, reader: str | None = None) -> int:
         """The windows this caller may search: ``reader``'s (None: the index's own reader)."""
-        self._refuse_groups_without_reader(groups, reader or self.reader)
+        reader = self.reader if reader is None else reader_name(reader)
+        self._refuse_groups_without_reader(groups, reader)
         with self.lock, self._errors():
-            return self.counts(reader or self.reader)[0]
+            return self.counts(reader)[0]
 
     @staticmethod
     def _refuse_groups_without_reader(groups, reader: str | None) -> None:
@@ -174,9 +175,11 @@ class RemoteIndex:
             return
         from psycopg import pq, sql
 
-        self.conn.execute(sql.SQL("BEGIN READ ONLY; SET LOCAL ROLE {}").format(sql.Identifier(reader)), prepare=False)
-        self._reading_as = reader
         try:
+            # a role that does not exist, or that this login may not become, fails here: rolled back below
+            self.conn.execute(sql.SQL("BEGIN READ ONLY; SET LOCAL ROLE {}").format(sql.Identifier(reader)),
+                              prepare=False)
+            self._reading_as = reader
             yield
         finally:
             self._reading_as = None

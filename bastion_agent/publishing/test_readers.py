@@ -179,6 +179,11 @@ class ReaderSearchTests(ReaderCase):
         for hostile in ('postgres"; RESET ROLE; --', "Reader", ""):
             with self.subTest(reader=hostile), self.assertRaises(ConfigError):
                 self.index.search("review", None, 5, "keyword", reader=hostile)
+        roles = RoleSetup(self, "fs-02")  # a role the gateway may not become: refused by the server, in one line
+        for reader in ("no_such_role_x", roles.searcher):
+            with self.subTest(reader=reader[:12]), self.assertRaises(DatabaseError) as refused:
+                self.index.search("review", None, 5, "keyword", reader=reader)
+            self.assertEqual(len(str(refused.exception).splitlines()), 1)
         self.assertEqual(len(self.search(self.eng, "review", "keyword", 5)), 1, "the connection is still usable")
 
     def test_a_reader_with_no_groups_and_a_role_in_no_table_read_nothing(self):
