@@ -368,6 +368,23 @@ class ReaderAdminTests(ReaderCase):
         self.assertTrue(hits)
         self.assertLessEqual({h.doc for h in hits}, self.docs_of(HR + [SHARED]))
 
+    def test_the_sql_blocks_of_the_docs_make_the_same_gateway_and_reader(self):
+        from bastion_agent.publishing.test_publish import run_block
+
+        gateway, reader = self.new_role("gwdocs"), self.new_role("legal")
+        run_block(self.super_dsn, "superuser gateway", {"serve_gateway": gateway, "'gateway-password'": "'g4teway-pw'"})
+        run_block(self.dsn, "owner gateway", {"serve_gateway": gateway})
+        query(self.super_dsn, f"CREATE ROLE {reader} NOLOGIN NOINHERIT")
+        run_block(self.dsn, "owner reader", {"reader_legal": reader, "'legal'": "'eng'"})
+        run_block(self.super_dsn, "superuser reader", {"reader_legal": reader, "serve_gateway": gateway})
+        dsn = test_publish.SERVER.dsn(user=gateway, password="g4teway-pw", dbname=self.database)
+        self.assertEqual(remote_search.reader_groups(dsn, reader), frozenset({"eng"}))
+        index = remote_search.RemoteIndex(manifest_of(), dsn)
+        self.addCleanup(index.close)
+        hits = index.search("review keys soup", self.stub_vector("review keys soup"), 50, "hybrid", reader=reader)
+        self.assertTrue(hits)
+        self.assertLessEqual({h.doc for h in hits}, self.docs_of(ENG + [SHARED]))
+
     def test_print_and_bad_input(self):
         with clean_env():
             code, out, err = run_cli("admin", "add-searcher", "reader_hr", "--groups", "hr,staff", "--gateway",
