@@ -6,8 +6,14 @@
 - ``admin remove-bastion NAME``: the role first (its sessions ended, its
   grants revoked, dropped), then its mapping, windows and documents;
 - ``admin add-searcher ROLE``: a search role that reads every registered
-  bastion (issue 29 adds ``--groups``: the role's row in ``searchers``
-  then says which bastions ``readable_bastions()`` gives it);
+  bastion, every group;
+- ``admin add-searcher ROLE --groups hr,staff [--gateway GW] [--login]``: a
+  reader, which row-level security limits to the rows sharing one of its
+  groups; by default a role nobody logs in as (``NOLOGIN``), which the
+  gateway ``GW`` may become (``SET ROLE``); run again with other groups,
+  it has those instead;
+- ``admin add-gateway ROLE``: the login role serve connects as, which reads
+  nothing itself and may become the readers granted to it;
 - ``admin add-model KEY --dim N``: register a model (publishing roles cannot).
 
 The database is ``BASTION_ADMIN_DSN``: a role allowed to create roles (a
@@ -68,6 +74,19 @@ def bastion_name(text: str) -> str:
         raise ConfigError(f"the bastion name {exc}") from None
 
 
+def group_names(text: str) -> list[str]:
+    """``--groups hr,staff``: the sorted, distinct group names; one line for a name that is not one."""
+    from bastion_agent.core import access
+
+    names = [name.strip() for name in (text or "").split(",") if name.strip()]
+    if not names:
+        raise ConfigError("--groups needs at least one group name (a reader with none would read nothing)")
+    try:
+        return list(access.validate_groups(names))
+    except ValueError as exc:
+        raise ConfigError(f"--groups: {exc}") from None
+
+
 def default_role(bastion: str) -> str:
     return "publish_" + bastion.replace("-", "_")
 
@@ -119,18 +138,21 @@ def scram_verifier(password: str, salt: bytes | None = None, iterations: int = S
 # --- the steps ---------------------------------------------------------------
 
 
-def login_role_steps(role: str, verifier: str) -> list[Step]:
-    """Create the role, or bring an existing one back to a plain login role with this password."""
-    attributes = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOINHERIT"
+def login_role_steps(role: str, verifier: str | None) -> list[Step]:
+    """Create the role, or bring an existing one back to a plain login role with this password
+    (``verifier`` None: a role nobody logs in as, which only a gateway becomes)."""
+    login = "LOGIN" if verifier is not None else "NOLOGIN"
+    attributes = f"{login} NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOINHERIT"
+    password = literal(verifier) if verifier is not None else "NULL"
     return [Step("superuser", f"""DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = {literal(role)}
                AND (rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls)) THEN
         RAISE EXCEPTION 'role % has administrative rights: choose another name', {literal(role)};
     ELSIF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = {literal(role)}) THEN
-        ALTER ROLE {role} {attributes} PASSWORD {literal(verifier)};
+        ALTER ROLE {role} {attributes} PASSWORD {password};
     ELSE
-        CREATE ROLE {role} {attributes} PASSWORD {literal(verifier)};
+        CREATE ROLE {role} {attributes} PASSWORD {password};
     END IF;
 END $$""")]
 
@@ -157,6 +179,25 @@ END $$"""),
 
 def add_searcher_steps(role: str, verifier: str) -> list[Step]:
     return login_role_steps(role, verifier) + [Step("owner", f"SELECT {SCHEMA}.add_searcher({literal(role)})")]
+
+
+def add_reader_steps(role: str, groups: list[str], gateway: str | None, verifier: str | None) -> list[Step]:
+    """A reader: its role, its groups (the owner's ``add_reader``), then the gateway's right to become it."""
+    array = "ARRAY[" + ", ".join(literal(group) for group in groups) + "]::text[]"
+    steps = login_role_steps(role, verifier) + [Step("owner", f"SELECT {SCHEMA}.add_reader({literal(role)}, {array})")]
+    if gateway:
+        steps.append(Step("superuser", f"""DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM {SCHEMA}.gateways WHERE role_name = {literal(gateway)}) THEN
+        RAISE EXCEPTION 'role % is not a gateway: bastion-agent admin add-gateway % first', {literal(gateway)}, {literal(gateway)};
+    END IF;
+    GRANT {role} TO {gateway};
+END $$"""))
+    return steps
+
+
+def add_gateway_steps(role: str, verifier: str) -> list[Step]:
+    return login_role_steps(role, verifier) + [Step("owner", f"SELECT {SCHEMA}.add_gateway({literal(role)})")]
 
 
 def add_model_steps(model: str, dim: int) -> list[Step]:
@@ -244,7 +285,16 @@ def add_admin_arguments(parser) -> None:
     sub.add_argument("name")
     sub.add_argument("--role", help="the role's name (default: the one the server maps, else publish_NAME)")
     _print_option(sub)
-    sub = actions.add_parser("add-searcher", help="a search role that reads every registered bastion (idempotent)")
+    sub = actions.add_parser("add-searcher", help="a search role that reads every registered bastion, or with --groups"
+                                                  " a reader limited to those groups (idempotent)")
+    sub.add_argument("name", help="the role's name")
+    sub.add_argument("--groups", metavar="G,…", help="a reader: it reads only the rows sharing one of these groups")
+    sub.add_argument("--gateway", metavar="ROLE", help="with --groups: the gateway (admin add-gateway) that may become it")
+    sub.add_argument("--login", action="store_true", help="with --groups: the reader logs in itself (asks a password);"
+                                                          " by default only a gateway becomes it")
+    _password_options(sub)
+    sub = actions.add_parser("add-gateway", help="the login role serve --remote connects as: reads nothing itself,"
+                                                 " becomes the readers granted to it (idempotent)")
     sub.add_argument("name", help="the role's name")
     _password_options(sub)
     sub = actions.add_parser("add-model", help="register a model, so bastions may publish it (idempotent)")
@@ -281,10 +331,23 @@ def run_admin(args) -> int:
         role = args.role or (None if args.print else mapped_role(bastion)) or default_role(bastion)
         steps = remove_bastion_steps(bastion, role_name(role))
         done = f"bastion {bastion} removed: role {role} dropped, its rows deleted"
+    elif action == "add-searcher" and args.groups is not None:
+        role, groups = role_name(args.name), group_names(args.groups)
+        gateway = role_name(args.gateway) if args.gateway else None
+        verifier = scram_verifier(read_password(args.password_file)) if args.login else None
+        steps = add_reader_steps(role, groups, gateway, verifier)
+        done = f"role {role} reads the groups {', '.join(groups)}" + (f" (gateway {gateway} may become it)"
+                                                                       if gateway else "")
     elif action == "add-searcher":
+        if args.gateway or args.login:
+            raise ConfigError("--gateway and --login belong to a reader: give its --groups")
         role = role_name(args.name)
         steps = add_searcher_steps(role, scram_verifier(read_password(args.password_file)))
         done = f"role {role} searches every registered bastion"
+    elif action == "add-gateway":
+        role = role_name(args.name)
+        steps = add_gateway_steps(role, scram_verifier(read_password(args.password_file)))
+        done = f"role {role} is a gateway: it reads nothing itself and may become the readers granted to it"
     else:
         if not 1 <= args.dim <= 4000:
             raise ConfigError(f"--dim must be 1..4000; got {args.dim}")

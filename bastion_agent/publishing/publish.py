@@ -15,7 +15,8 @@ those with the bastion's and then
 - deletes the documents the bastion no longer has (windows and row);
 - replaces the windows of each new or changed document, whole documents per
   transaction (a batch of them), loaded with binary ``COPY``;
-- updates only the paths of a document whose windows are the same;
+- updates only the paths or the groups (its ``[access]`` labels) of a
+  document whose windows are the same: a label change sends no vector;
 - writes nothing for an unchanged document.
 
 A publish killed at any point leaves every document as it was before or as
@@ -45,6 +46,7 @@ from bastion_agent.core.errors import (
     ManifestError,
     StoreError,
 )
+from bastion_agent.core import access
 from bastion_agent.core.layout import Layout, write_summary
 from bastion_agent.embedding import vectorstore
 
@@ -197,6 +199,7 @@ class LocalDocument:
     doc: str
     paths: list[str]
     windows: list[tuple] = field(default_factory=list)  # (chunk_id, idx, start, end, text, vec blob)
+    groups: list[str] = field(default_factory=list)  # who may read it (vectors.db's documents.groups)
 
     @property
     def chunks_fingerprint(self) -> str:
@@ -207,6 +210,10 @@ class LocalDocument:
     @property
     def paths_json(self) -> str:
         return json.dumps(sorted(self.paths), ensure_ascii=False)
+
+    @property
+    def groups_json(self) -> str:
+        return json.dumps(sorted(set(self.groups)))
 
 
 def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
@@ -230,6 +237,7 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
     try:
         stored = {row[0] for row in db.execute("SELECT chunk_id FROM chunks")}
         vectors = dict(db.execute("SELECT chunk_id, vec FROM vectors WHERE model = ? AND dim = ?", (key, dim)))
+        groups = document_groups(db)
     finally:
         db.close()
     if stored != {row[0] for row in chunk_rows}:
@@ -237,13 +245,32 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
     missing = len(stored - vectors.keys())
     if missing:
         raise StoreError(f"{missing} window(s) have no vector for model {key!r} (dim {dim}): run embed first")
-    result = {doc: LocalDocument(doc, json.loads(paths)) for doc, paths, *_ in documents}
+    result = {doc: LocalDocument(doc, json.loads(paths), groups=groups.get(doc, [])) for doc, paths, *_ in documents}
     seen: set[str] = set()
     for chunk_id, doc, idx, start, end, text in chunk_rows:
         if chunk_id in seen:  # a repeated window keeps its first position, as in vectors.db
             continue
         seen.add(chunk_id)
         result[doc].windows.append((chunk_id, idx, start, end, text, vectors[chunk_id]))
+    return result
+
+
+def document_groups(db) -> dict[str, list[str]]:
+    """doc -> its groups, from vectors.db's ``documents.groups`` (a JSON list); {} before that column exists.
+
+    A document without groups is published with none, which only the
+    every-group search role reads (fails closed). A name that is not a group
+    name stops the publish: labels are names, never paths or text.
+    """
+    columns = {row[1] for row in db.execute("PRAGMA table_info(documents)")}
+    if "groups" not in columns:
+        return {}
+    result = {}
+    for doc, text in db.execute("SELECT doc, groups FROM documents"):
+        names = json.loads(text) if text else []
+        if not isinstance(names, list) or not all(access.is_group_name(name) for name in names):
+            raise StoreError("vectors.db holds a document whose groups are not group names: run embed again")
+        result[doc] = sorted(set(names))
     return result
 
 
@@ -298,22 +325,29 @@ class Plan:
     paths_only: list[LocalDocument]
     delete: list[str]
     unchanged: int
+    groups_only: list[LocalDocument] = field(default_factory=list)  # same windows, other groups
 
 
-def plan(local: dict[str, LocalDocument], remote: dict[str, tuple[str, str, int]]) -> Plan:
-    """Compare the bastion's documents with the server's (doc -> fingerprint, paths, windows)."""
-    write, paths_only, unchanged = [], [], 0
+def plan(local: dict[str, LocalDocument], remote: dict[str, tuple[str, str, int]],
+         remote_groups: dict[str, str] | None = None) -> Plan:
+    """Compare the bastion's documents with the server's (doc -> fingerprint, paths, windows; doc -> groups
+    as a JSON list). A written document carries its groups; a kept one whose groups differ is relabelled."""
+    write, paths_only, groups_only, unchanged = [], [], [], 0
     for doc in sorted(local):
         document = local[doc]
         held = remote.get(doc)
         if held is None or held[0] != document.chunks_fingerprint:
             write.append(document)
-        elif held[1] != document.paths_json:
+            continue
+        relabel = remote_groups is not None and remote_groups.get(doc, "[]") != document.groups_json
+        if relabel:
+            groups_only.append(document)
+        if held[1] != document.paths_json:
             paths_only.append(document)
-        else:
+        elif not relabel:
             unchanged += 1
     delete = sorted(doc for doc in remote if doc not in local)
-    return Plan(write, paths_only, delete, unchanged)
+    return Plan(write, paths_only, delete, unchanged, groups_only)
 
 
 def batches(documents: list[LocalDocument], limit: int) -> Iterator[list[LocalDocument]]:
@@ -398,6 +432,15 @@ class Writer:
         return {doc: (fingerprint, paths, windows) for doc, fingerprint, paths, windows in self.conn.execute(
             "SELECT * FROM bastion_agent.published_documents(%s, %s, %s)", (self.bastion, self.model, self.dim))}
 
+    def published_state(self) -> tuple[dict[str, tuple[str, str, int]], dict[str, str]]:
+        """``published()`` and doc -> its groups on the server (a sorted JSON list), in one statement."""
+        rows = self.conn.execute(
+            "SELECT p.doc, p.chunks_fingerprint, p.paths, p.windows, g.groups"
+            " FROM bastion_agent.published_documents(%s, %s, %s) p"
+            " LEFT JOIN bastion_agent.published_groups(%s, %s) g ON g.doc = p.doc",
+            (self.bastion, self.model, self.dim, self.bastion, self.model)).fetchall()
+        return {row[0]: row[1:4] for row in rows}, {row[0]: row[4] or "[]" for row in rows}
+
     LOCK_SQL = "SELECT bastion_agent.lock_bastion(%s)"
 
     @contextlib.contextmanager
@@ -437,14 +480,20 @@ class Writer:
         with self.conn.transaction():
             with self.conn.cursor() as cur:
                 copy_into(cur, f"pg_temp.{STAGING}", copy_rows(None, None, batch), STAGING_COLUMNS, pause)
-                cur.execute("SELECT bastion_agent.write_documents(%s, %s, %s, %s, %s, %s)",
+                cur.execute("SELECT bastion_agent.write_documents(%s, %s, %s, %s, %s, %s, %s)",
                             (self.bastion, self.model, [d.doc for d in batch], [d.chunks_fingerprint for d in batch],
-                             [d.paths_json for d in batch], [len(d.windows) for d in batch]))
+                             [d.paths_json for d in batch], [len(d.windows) for d in batch],
+                             [d.groups_json for d in batch]))
                 return cur.fetchone()[0]
 
     def update_paths(self, documents: list[LocalDocument]) -> None:
         self.conn.execute("SELECT bastion_agent.update_paths(%s, %s, %s, %s)",
                           (self.bastion, self.model, [d.doc for d in documents], [d.paths_json for d in documents]))
+
+    def update_groups(self, documents: list[LocalDocument]) -> None:
+        """New labels on documents the server holds: their rows and windows are relabelled, no vector sent."""
+        self.conn.execute("SELECT bastion_agent.update_groups(%s, %s, %s, %s)",
+                          (self.bastion, self.model, [d.doc for d in documents], [d.groups_json for d in documents]))
 
     def delete(self, docs: list[str]) -> int:
         return self.conn.execute("SELECT bastion_agent.delete_documents(%s, %s, %s)",
@@ -460,6 +509,12 @@ class OwnerWriter(Writer):
         return {doc: (fingerprint, paths, windows) for doc, fingerprint, paths, windows in self.conn.execute(
             "SELECT doc, chunks_fingerprint, paths::text, windows FROM bastion_agent.documents"
             " WHERE bastion = %s AND model = %s", (self.bastion, self.model))}
+
+    def published_state(self) -> tuple[dict[str, tuple[str, str, int]], dict[str, str]]:
+        rows = self.conn.execute("SELECT doc, chunks_fingerprint, paths::text, windows, to_jsonb(groups)::text"
+                                 " FROM bastion_agent.documents WHERE bastion = %s AND model = %s",
+                                 (self.bastion, self.model)).fetchall()
+        return {row[0]: row[1:4] for row in rows}, {row[0]: row[4] for row in rows}
 
     @contextlib.contextmanager
     def lock(self, wait: float | None = None):
@@ -484,6 +539,9 @@ class OwnerWriter(Writer):
                     " windows = excluded.windows, published_at = excluded.published_at",
                     [(self.bastion, self.model, d.doc, d.chunks_fingerprint, d.paths_json, len(d.windows))
                      for d in batch])
+            labelled = [d for d in batch if d.groups]  # COPY wrote none: the labelled ones' rows, in this transaction
+            if labelled:
+                self.update_groups(labelled)
             return deleted
 
     def update_paths(self, documents: list[LocalDocument]) -> None:
@@ -491,6 +549,15 @@ class OwnerWriter(Writer):
             cur.executemany("UPDATE bastion_agent.documents SET paths = %s::jsonb, published_at = now()"
                             " WHERE bastion = %s AND model = %s AND doc = %s",
                             [(d.paths_json, self.bastion, self.model, d.doc) for d in documents])
+
+    def update_groups(self, documents: list[LocalDocument]) -> None:
+        with self.conn.transaction():
+            for table in ("documents", "windows"):
+                self.conn.execute(
+                    f"UPDATE bastion_agent.{table} t SET groups = bastion_agent.groups_of(u.g) FROM unnest(%s::text[],"
+                    " %s::text[]) AS u(doc, g) WHERE t.bastion = %s AND t.model = %s AND t.doc = u.doc"
+                    " AND t.groups <> bastion_agent.groups_of(u.g)",
+                    ([d.doc for d in documents], [d.groups_json for d in documents], self.bastion, self.model))
 
     def delete(self, docs: list[str]) -> int:
         with self.conn.transaction():
@@ -507,21 +574,27 @@ def canonical(remote: dict[str, tuple[str, str, int]]) -> dict[str, tuple[str, s
     return {doc: (f, json.dumps(sorted(json.loads(p)), ensure_ascii=False), n) for doc, (f, p, n) in remote.items()}
 
 
+def published(writer: Writer) -> tuple[dict[str, tuple[str, str, int]], dict[str, str]]:
+    """The server's documents (canonical paths) and their groups."""
+    remote, groups = writer.published_state()
+    return canonical(remote), groups
+
+
 def publish_documents(writer: Writer, local: dict[str, LocalDocument]) -> dict:
     """Bring the server's rows of (bastion, model) to ``local``; return the counts.
 
-    An unchanged bastion costs one statement here (the fingerprints) and
+    An unchanged bastion costs one statement here (the fingerprints and groups) and
     takes no lock; otherwise the bastion's row is locked and the
     fingerprints read again under the lock, since a publish that held it
     may have written meanwhile.
     """
-    todo = plan(local, canonical(writer.published()))
+    todo = plan(local, *published(writer))
     counts = {"documents": len(local), "documents_written": 0, "documents_deleted": 0,
-              "documents_unchanged": todo.unchanged, "documents_paths_updated": 0,
+              "documents_unchanged": todo.unchanged, "documents_paths_updated": 0, "documents_groups_updated": 0,
               "windows": sum(len(d.windows) for d in local.values()), "inserted": 0, "deleted": 0}
-    if todo.write or todo.paths_only or todo.delete:
+    if todo.write or todo.paths_only or todo.groups_only or todo.delete:
         with writer.lock():
-            todo = plan(local, canonical(writer.published()))
+            todo = plan(local, *published(writer))
             counts["documents_unchanged"] = todo.unchanged
             apply_plan(writer, todo, counts)
     written = {document.doc for document in todo.write}
@@ -542,6 +615,9 @@ def apply_plan(writer: Writer, todo: Plan, counts: dict) -> None:
     if todo.paths_only:
         writer.update_paths(todo.paths_only)
         counts["documents_paths_updated"] = len(todo.paths_only)
+    if todo.groups_only:
+        writer.update_groups(todo.groups_only)
+        counts["documents_groups_updated"] = len(todo.groups_only)
     for first in range(0, len(todo.delete), 1000):
         part = todo.delete[first : first + 1000]
         counts["deleted"] += writer.delete(part)

@@ -22,11 +22,22 @@ The same three modes as the local search, answered by PostgreSQL:
   (``keyword_evidence``), with the same ``relevance`` (0-100) on every hit.
 
 Hits are ``RemoteHit``: the local ``searcher.Hit`` fields plus ``bastion``.
+
+**Readers** (docs/publish.md): a search with ``reader=ROLE`` runs in one
+read-only transaction that first does ``SET LOCAL ROLE`` to it, so every
+statement of the search (the vector scan, the keyword pass, the hits'
+rows) reads what row-level security gives that role: the rows sharing one
+of its groups. The filter is part of each scan, before the ``LIMIT``: a
+reader gets the best ``k`` of the rows it may read. The connection's own
+role (``BASTION_PUBLISH_DSN``) is then a gateway that may only become
+readers; ``reader_groups`` tells serve which groups a reader has, so a
+token is never mapped to a reader that reads more than the token may.
 The query vector comes from the local model server, as for local search.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from dataclasses import dataclass
@@ -84,15 +95,30 @@ def _key(bastion: str, chunk_id: str) -> str:
     return f"{bastion}\0{chunk_id}"  # the same document on two bastions is two hits
 
 
-class RemoteIndex:
-    """The central index for one model, behind one connection (serve shares it, under a lock)."""
+def reader_name(text: str) -> str:
+    """A reader role's name as ``admin`` makes them (so it needs no quoting); one line otherwise."""
+    from bastion_agent.publishing import admin
 
-    def __init__(self, manifest, dsn: str, bastions: Sequence[str] = ()):
+    return admin.role_name(text)
+
+
+class RemoteIndex:
+    """The central index for one model, behind one connection (serve shares it, under a lock).
+
+    ``reader``: the role every search becomes unless it names another
+    (None: the connection's own role).
+    """
+
+    def __init__(self, manifest, dsn: str, bastions: Sequence[str] = (), reader: str | None = None):
         from bastion_agent.publishing import publish, publish_schema
 
         self.manifest = manifest
         self.dsn = dsn
         self.bastions = sorted(set(bastions))
+        self.reader = None if reader is None else reader_name(reader)
+        self._reading_as: str | None = None  # the reader of the search in progress (under self.lock)
+        self._counts: dict[str | None, tuple[int, int]] = {}
+        self._floors: dict[str | None, float] = {}
         self.key, self.dim = manifest.embed.vector_key, manifest.embed.dim
         self.default_mode = searcher.resolve_mode(manifest, None)
         self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -100,16 +126,66 @@ class RemoteIndex:
         self.ef_search = ef_search_from_env()
         self.conn = publish.connect(dsn)
         with self._errors():
-            if publish_schema.current_version(self.conn) == 0:
+            self.version = publish_schema.current_version(self.conn)
+            if self.version == 0:
                 raise DatabaseError(f"no bastion has published to this database yet ({publish.describe_dsn(dsn)})")
             self.model = publish_schema.model_index(self.conn, self.key)
             if self.model is not None and self.model.dim != self.dim:
                 raise DatabaseError(f"model {self.key!r} is published with dim {self.model.dim}, the manifest says {self.dim}")
-            self.windows = self._count()
-            self.all_windows = self._count(every_bastion=True) if self.bastions else self.windows
+            if self.reader is not None and self.version < 7:
+                raise DatabaseError(f"the schema on PostgreSQL ({publish.describe_dsn(dsn)}) is at version"
+                                    f" {self.version}: readers need version 7 (bastion-agent admin migrate)")
+            self.windows, self.all_windows = self.counts(self.reader)
 
     def __len__(self) -> int:
         return self.windows
+
+    def counts(self, reader: str | None) -> tuple[int, int]:
+        """(windows of the chosen bastions, windows of every bastion) that ``reader`` may read, counted once.
+
+        Counted as the reader, so both depend only on the rows it may read
+        (serve's page and ``/healthz`` show the first); a role that may read
+        no table (a gateway on its own) counts 0.
+        """
+        if reader not in self._counts:
+            with self._as_reader(reader):
+                windows = self._count()
+                every = self._count(every_bastion=True) if self.bastions else windows
+            self._counts[reader] = (windows, every)
+        return self._counts[reader]
+
+    def visible_count(self, groups=None, reader: str | None = None) -> int:
+        """The windows this caller may search: ``reader``'s (None: the index's own reader)."""
+        reader = self.reader if reader is None else reader_name(reader)
+        self._refuse_groups_without_reader(groups, reader)
+        with self.lock, self._errors():
+            return self.counts(reader)[0]
+
+    @staticmethod
+    def _refuse_groups_without_reader(groups, reader: str | None) -> None:
+        if groups is not None and reader is None:
+            raise ConfigError("a caller limited to groups searches the central index only as a reader role"
+                              " (bastion-agent admin add-searcher NAME --groups …; the token's reader)")
+
+    @contextlib.contextmanager
+    def _as_reader(self, reader: str | None):
+        """One read-only transaction as ``reader`` (``SET LOCAL ROLE``), rolled back at the end; nothing for None."""
+        if reader is None:
+            yield
+            return
+        from psycopg import pq, sql
+
+        try:
+            # a role that does not exist, or that this login may not become, fails here: rolled back below
+            self.conn.execute(sql.SQL("BEGIN READ ONLY; SET LOCAL ROLE {}").format(sql.Identifier(reader)),
+                              prepare=False)
+            self._reading_as = reader
+            yield
+        finally:
+            self._reading_as = None
+            if not self.conn.closed and self.conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                with contextlib.suppress(Exception):  # a broken connection: the next search reconnects
+                    self.conn.execute("ROLLBACK")
 
     def is_current(self) -> bool:
         return True  # the database is always current; serve never reloads it
@@ -119,6 +195,8 @@ class RemoteIndex:
 
     def _count(self, every_bastion: bool = False) -> int:
         if self.model is None:
+            return 0
+        if not self.conn.execute("SELECT has_table_privilege('bastion_agent.documents', 'SELECT')").fetchone()[0]:
             return 0
         sql, params = "SELECT coalesce(sum(windows), 0) FROM bastion_agent.documents WHERE model = %s", [self.key]
         if self.bastions and not every_bastion:
@@ -132,7 +210,15 @@ class RemoteIndex:
         return _DatabaseErrors(self.dsn, publish)
 
     def search(self, query: str, query_vector: Sequence[float] | None, k: int, mode: str | None = None,
-               exact: bool = False) -> list[RemoteHit]:
+               exact: bool = False, groups=None, reader: str | None = None) -> list[RemoteHit]:
+        """The top ``k`` windows that ``reader`` (None: the index's own reader) may read.
+
+        ``groups``: the caller's groups (None: every group). Centrally, the
+        groups are the reader's, which serve checked against the token's
+        (``reader_groups``); a caller with groups and no reader is refused.
+        """
+        reader = self.reader if reader is None else reader_name(reader)
+        self._refuse_groups_without_reader(groups, reader)
         mode = mode or self.default_mode
         if mode not in SEARCH_MODES:
             raise ConfigError(f"search mode must be one of {', '.join(SEARCH_MODES)}; got {mode!r}")
@@ -145,20 +231,25 @@ class RemoteIndex:
                 from bastion_agent.publishing import publish
 
                 self.conn = publish.connect(self.dsn)
-            from bastion_agent.searching import fusion
+            self.counts(reader)
+            with self._as_reader(reader):
+                return self._search(query, query_vector, k, mode, exact)
 
-            if mode == "keyword":
-                ranked = fusion.keyword_only(self.keyword_hits(query, k))
-            elif mode == "vector":
-                ranked = fusion.vector_only(self.vector_top(query_vector, k, exact), self.cosine_floor())
-            else:  # the local search's fusion and relevance (searching/fusion.py), on the server's evidence
-                depth = max(searcher.FUSION_CANDIDATES, k)
-                by_vector = self.vector_top(query_vector, depth, exact)
-                by_keyword = self.keyword_hits(query, depth)
-                seen = {key for _, key in by_vector}
-                others = self.cosines_of(query_vector, [hit.chunk_id for hit in by_keyword if hit.chunk_id not in seen])
-                ranked = fusion.fuse(by_vector, by_keyword, others, self.cosine_floor(), k)
-            return self.hits([(item.score, item.chunk_id, item.relevance) for item in ranked])
+    def _search(self, query: str, query_vector, k: int, mode: str, exact: bool) -> list[RemoteHit]:
+        from bastion_agent.searching import fusion
+
+        if mode == "keyword":
+            ranked = fusion.keyword_only(self.keyword_hits(query, k))
+        elif mode == "vector":
+            ranked = fusion.vector_only(self.vector_top(query_vector, k, exact), self.cosine_floor())
+        else:  # the local search's fusion and relevance (searching/fusion.py), on the server's evidence
+            depth = max(searcher.FUSION_CANDIDATES, k)
+            by_vector = self.vector_top(query_vector, depth, exact)
+            by_keyword = self.keyword_hits(query, depth)
+            seen = {key for _, key in by_vector}
+            others = self.cosines_of(query_vector, [hit.chunk_id for hit in by_keyword if hit.chunk_id not in seen])
+            ranked = fusion.fuse(by_vector, by_keyword, others, self.cosine_floor(), k)
+        return self.hits([(item.score, item.chunk_id, item.relevance) for item in ranked])
 
     def keyword_hits(self, query: str, n: int) -> list:
         """``keyword_top`` as ``keyword.KeywordHit``s (key, score, evidence), which ``fusion`` reads."""
@@ -169,16 +260,17 @@ class RemoteIndex:
 
     def cosine_floor(self) -> float:
         """The median cosine between windows of this model taken at random (a page sample): ``fusion``'s floor."""
-        if getattr(self, "_floor", None) is None:
-            percent = min(100.0, 100.0 * 400 / max(self.all_windows, 1))
+        reader = self._reading_as  # each reader's floor from the rows it may read
+        if reader not in self._floors:
+            percent = min(100.0, 100.0 * 400 / max(self.counts(reader)[1], 1))
             row = self.conn.execute(
                 "WITH s AS (SELECT embedding AS e, row_number() OVER () AS i FROM (SELECT embedding FROM"
                 f" bastion_agent.windows TABLESAMPLE SYSTEM ({percent:.6f}) REPEATABLE (26) WHERE model = %s"
                 f" LIMIT {FLOOR_SAMPLE}) x)"
                 " SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY 1 - (a.e <=> b.e)) FROM s a JOIN s b ON a.i < b.i",
                 (self.key,)).fetchone()
-            self._floor = float(row[0]) if row and row[0] is not None else 0.0
-        return self._floor
+            self._floors[reader] = float(row[0]) if row and row[0] is not None else 0.0
+        return self._floors[reader]
 
     def cosines_of(self, query_vector, keys: list[str]) -> dict[str, float]:
         """The cosine of each listed window with the query, read on the server (keyword hits the vector side missed)."""
@@ -212,8 +304,9 @@ class RemoteIndex:
         the graph until it has that many of the bastions' rows, and the ``n``
         nearest are taken from them. Asking for ``n`` there loses recall
         (0.79 against 0.94 at ef_search 100, one bastion of ten: docs/publish.md).
+        A reader's search is filtered too (row-level security, to its groups).
         """
-        return max(n, self.ef_search) if self.bastions else n
+        return max(n, self.ef_search) if self.bastions or self._reading_as else n
 
     def scans_exactly(self) -> bool:
         """Whether a search of the chosen bastions reads their rows instead of walking the shared graph.
@@ -226,7 +319,8 @@ class RemoteIndex:
         up to ``EXACT_SHARE`` of the model's rows, the exact scan (its
         bitmap on ``(bastion, model, doc)``) answers; above it, the graph.
         """
-        return bool(self.bastions) and self.windows <= EXACT_SHARE * max(self.all_windows, 1)
+        windows, every = self.counts(self._reading_as)  # the reader's own counts: nothing it may not read
+        return bool(self.bastions) and windows <= EXACT_SHARE * max(every, 1)
 
     def vector_top(self, query_vector, n: int, exact: bool = False) -> list[tuple[float, str]]:
         """``(cosine, key)`` of the ``n`` nearest windows, best first."""
@@ -251,8 +345,14 @@ class RemoteIndex:
                  where=self._bastion_filter(), limit=sql.Literal(n if exact else self.depth(n)))                # literal, as it says
         if exact:
             return [sql.SQL("SET LOCAL enable_indexscan = off")], statement
-        return [sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))),
-                sql.SQL("SET LOCAL hnsw.iterative_scan = relaxed_order")], statement
+        settings = [sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))),
+                    sql.SQL("SET LOCAL hnsw.iterative_scan = relaxed_order")]
+        if self._reading_as is not None:
+            # the planner guesses the read policy keeps ~1 % of the rows, so ef_search rows through the graph
+            # look dearer than sorting every row: 460 ms against 80 at 100k windows (docs/publish.md); the
+            # graph walk is what a reader's approximate search means, as it is for everyone else
+            settings.append(sql.SQL("SET LOCAL enable_sort = off"))
+        return settings, statement
 
     def in_one_message(self, settings: list, statement) -> list[tuple]:
         """The rows of ``statement`` run with ``settings`` (``SET LOCAL``), all in one message to the server.
@@ -268,6 +368,10 @@ class RemoteIndex:
         """
         from psycopg import Error, pq, sql
 
+        if self._reading_as is not None:  # inside the reader's transaction: the settings end with a savepoint
+            message = sql.SQL("; ").join([sql.SQL("SAVEPOINT vector_search"), *settings, statement,
+                                          sql.SQL("ROLLBACK TO SAVEPOINT vector_search")])
+            return self._rows_of(self.conn.execute(message, prepare=False))
         message = sql.SQL("; ").join([sql.SQL("BEGIN"), *settings, statement, sql.SQL("COMMIT")])
         try:
             cursor = self.conn.execute(message, prepare=False)
@@ -275,6 +379,11 @@ class RemoteIndex:
             if not self.conn.closed and self.conn.pgconn.transaction_status == pq.TransactionStatus.INERROR:
                 self.conn.rollback()
             raise
+        return self._rows_of(cursor)
+
+    @staticmethod
+    def _rows_of(cursor) -> list[tuple]:
+        """The rows of the one statement of a multi-statement message that returns any."""
         rows: list[tuple] = []
         while True:
             if cursor.description is not None:
@@ -301,7 +410,9 @@ class RemoteIndex:
     def _keyword_pass(self, expression: str, n: int) -> list[tuple[float, str]]:
         """One pass: at most ``KEYWORD_POOL`` matches ranked, through ``keyword_matches`` (the owner's function,
         which applies the read policy's rule itself so that the GIN index can answer)."""
-        rows = self.conn.execute("SELECT * FROM bastion_agent.keyword_matches(%s, %s, %s, %s, %s)",
+        # from schema 7 the role in effect (a reader after SET ROLE) is named: the function runs as the owner
+        role = ", current_user" if self.version >= 7 else ""
+        rows = self.conn.execute(f"SELECT * FROM bastion_agent.keyword_matches(%s, %s, %s, %s, %s{role})",
                                  [expression, self.key, self.bastions or None, KEYWORD_POOL, n]).fetchall()
         return [(float(r), _key(bastion, chunk)) for bastion, chunk, r in rows]
 
@@ -340,8 +451,8 @@ class _DatabaseErrors:
         return False
 
 
-def open_index(manifest, bastions: Sequence[str] = ()) -> RemoteIndex:
-    """The central index at ``BASTION_PUBLISH_DSN`` for the manifest's model."""
+def open_index(manifest, bastions: Sequence[str] = (), reader: str | None = None) -> RemoteIndex:
+    """The central index at ``BASTION_PUBLISH_DSN`` for the manifest's model (searched as ``reader``, if given)."""
     from bastion_agent.publishing import publish
 
     for name in bastions:
@@ -349,16 +460,17 @@ def open_index(manifest, bastions: Sequence[str] = ()) -> RemoteIndex:
             publish.validate_bastion_name(name)
         except ValueError as exc:
             raise ConfigError(f"--bastion {exc}") from None
-    return RemoteIndex(manifest, publish.dsn_from_env(), bastions)
+    return RemoteIndex(manifest, publish.dsn_from_env(), bastions, reader)
 
 
 def search(manifest, query: str, k: int = searcher.DEFAULT_K, mode: str | None = None, bastions: Sequence[str] = (),
-           exact: bool = False, client=None) -> list[RemoteHit]:
-    """The top ``k`` windows across the bastions (all, or ``bastions``), as ``searcher.search`` for one."""
+           exact: bool = False, client=None, reader: str | None = None) -> list[RemoteHit]:
+    """The top ``k`` windows across the bastions (all, or ``bastions``), as ``searcher.search`` for one;
+    ``reader``: the reader role the search becomes (``SET LOCAL ROLE``), which reads only its groups' rows."""
     if not query.strip():
         raise ConfigError("the query is empty")
     mode = searcher.resolve_mode(manifest, mode)
-    index = open_index(manifest, bastions)
+    index = open_index(manifest, bastions, reader)
     try:
         if searcher.needs_vector(mode) and not len(index):
             return []
@@ -366,3 +478,56 @@ def search(manifest, query: str, k: int = searcher.DEFAULT_K, mode: str | None =
         return index.search(query, vector, k, mode, exact=exact)
     finally:
         index.close()
+
+
+def reader_groups(conn_or_dsn, reader: str) -> frozenset:
+    """The groups of ``reader`` (a role ``admin add-searcher NAME --groups`` made), as the connection's role sees them.
+
+    Serve calls it at load for each token's reader and refuses a token whose
+    reader has a group the token lacks (``check_reader``). One line, never a
+    frozenset, for a reader this connection's role may not become, a role
+    that is not a reader, or the every-group search role (a token with
+    groups must never be mapped to it).
+    """
+    from bastion_agent.publishing import publish
+
+    reader = reader_name(reader)
+    own = isinstance(conn_or_dsn, str)
+    conn = publish.connect(conn_or_dsn) if own else conn_or_dsn
+    dsn = conn_or_dsn if own else conn.info.dsn  # libpq's view of it, without the password
+    where = publish.describe_dsn(dsn)
+    try:
+        with _DatabaseErrors(dsn, publish):
+            row = conn.execute("SELECT pg_has_role(session_user, r.oid, 'MEMBER') FROM pg_catalog.pg_roles r"
+                               " WHERE r.rolname = %s", (reader,)).fetchone()
+            if row is None:
+                raise DatabaseError(f"PostgreSQL ({where}) has no role {reader}")
+            if not row[0]:
+                raise DatabaseError(f"this connection's role may not become reader {reader}: the administrator runs"
+                                    f" bastion-agent admin add-searcher {reader} --groups … --gateway GATEWAY")
+            if publish_schema_version(conn) < 7:
+                raise DatabaseError(f"the schema on PostgreSQL ({where}) has no readers yet: bastion-agent admin migrate")
+            groups = conn.execute("SELECT bastion_agent.readable_groups(%s)", (reader,)).fetchone()[0]
+    finally:
+        if own:
+            conn.close()
+    if groups is None:
+        raise DatabaseError(f"role {reader} reads every group (a search role without --groups): a token with groups"
+                            " needs a reader made with bastion-agent admin add-searcher NAME --groups …")
+    return frozenset(groups)
+
+
+def check_reader(token: str, token_groups, reader: str, groups_of_reader: frozenset) -> None:
+    """Refuse, in one line, a token whose reader reads a group the token may not (``token_groups`` None: every group)."""
+    if token_groups is None:
+        return
+    extra = sorted(groups_of_reader - frozenset(token_groups))
+    if extra:
+        raise ConfigError(f"token {token}: its reader {reader} also reads group(s) {', '.join(extra)}, which the token"
+                          " may not: give the token a reader limited to its groups")
+
+
+def publish_schema_version(conn) -> int:
+    from bastion_agent.publishing import publish_schema
+
+    return publish_schema.current_version(conn)
