@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Publish throughput at 100k windows; remote search latency and HNSW recall at 1M windows over 10 bastions.
+"""Publish throughput at 100k windows; remote search latency and HNSW recall over 10 bastions (1M windows unless
+``--windows`` says otherwise), one bastion beside all of them (``side_by_side``).
 
 Real text only: windows of 32 tokens (the project's chunker, no overlap)
 cut from /usr/share/common-licenses, /usr/share/doc (gzip files read) and
@@ -20,7 +21,8 @@ build run once; ``--phase`` runs one part:
   ``vector``, built CONCURRENTLY beside it);
 - ``search``: p50/p95 of ``RemoteIndex.search`` per mode (the query vector
   given: the model server's time is not in it), unfiltered and filtered to
-  one bastion, and recall@10 of the HNSW ranking against exact search
+  one bastion (as publish chooses, and through the shared graph; the vector
+  searches of the three interleaved query by query), and recall@10 of the HNSW ranking against exact search
   per ``hnsw.ef_search`` (of the twin too, interleaved, when it exists),
   with the shared buffers a query touches (``EXPLAIN (ANALYZE, BUFFERS)``
   of the same statement: the graph walk's work, which the machine's load
@@ -28,7 +30,9 @@ build run once; ``--phase`` runs one part:
 - ``publish``: the publisher (``publish.publish_documents``: plan, one
   transaction per batch of whole documents, binary COPY) on 100k windows
   into an empty schema, against a bare binary COPY of the same rows into an
-  identical table (same indexes) in the same run; then an unchanged re-publish.
+  identical table (same indexes) in the same run; then an unchanged re-publish;
+- ``bastion-graph``: an experiment on the loaded database, a graph of one
+  bastion's rows only, interleaved with the unfiltered search (``bastion_graph``).
 
 Prints JSON. Usage: python3 bench/publish.py [--phase all] [--windows 1000000] [--queries 200]
 """
@@ -370,8 +374,12 @@ def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
     if len(compared) > 1:
         result[f"{other.kind}_twin_index_mb"] = index_mb(everywhere.conn, other.index_name)
     result["one_bastion_scans_exactly"] = one.scans_exactly()
-    for label, index in (("all_bastions", everywhere), ("one_bastion", one), ("one_bastion_through_graph", through_graph)):
-        for mode in ("vector", "keyword", "hybrid"):
+    labels = {"all_bastions": everywhere, "one_bastion": one, "one_bastion_through_graph": through_graph}
+    for label, figures in interleaved_vector(labels, texts_, vectors).items():
+        result[f"{label}_vector"] = figures
+        log(f"{label} vector (interleaved): {figures}")
+    for label, index in labels.items():
+        for mode in ("keyword", "hybrid"):
             for text, vector in zip(texts_[:10], vectors[:10]):  # warm-up
                 index.search(text, vector, 10, mode)
             times = []
@@ -396,11 +404,108 @@ def search(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
         else:
             result[f"{label}_by_ef_search"] = sweep
         log(f"{label} by ef_search: {sweep}")
+    if recall_queries:  # the unfiltered graph's recall at the default depth, as the filtered ones are measured
+        sweep = result.get("all_bastions_by_ef_search", {}).get(str(everywhere.ef_search))
+        if sweep is None:
+            truth = [everywhere.vector_top(vector, 10, exact=True) for vector in vectors[:recall_queries]]
+            found = [everywhere.vector_top(vector, 10) for vector in vectors[:recall_queries]]
+            result["all_bastions_recall_at_10"] = round(statistics.mean(map(recall, found, truth)), 4)
+        else:
+            result["all_bastions_recall_at_10"] = sweep["recall_at_10"]
     for index in (everywhere, one, through_graph):
         index.close()
     base = result["all_bastions_vector"]["p50_ms"]
     result["one_bastion_vector_p50_over_all_bastions"] = round(result["one_bastion_vector"]["p50_ms"] / base, 2)
+    result["side_by_side"] = side_by_side(result)
     return result
+
+
+def interleaved_vector(indexes: dict, texts_: list[str], vectors: list) -> dict:
+    """Vector-mode p50/p95 of each index, query by query with the order rotating, so that the machine's
+    load (shared, and changing by the minute) falls on each alike: the one-bastion / all-bastions ratio
+    compares searches of the same moment, not of minutes apart."""
+    labels = list(indexes)
+    for label in labels:  # warm-up
+        for text, vector in zip(texts_[:10], vectors[:10]):
+            indexes[label].search(text, vector, 10, "vector")
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    for number, (text, vector) in enumerate(zip(texts_, vectors)):
+        shift = number % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            started = time.perf_counter()
+            indexes[label].search(text, vector, 10, "vector")
+            times[label].append(time.perf_counter() - started)
+    return {label: percentiles(samples) for label, samples in times.items()}
+
+
+def plan_indexes(index, vector) -> list[str]:
+    """The indexes the plan of one vector search (the product's statement, settings included) scans."""
+    from psycopg import sql
+
+    settings, statement = index.vector_query(vector, 10)
+    plan = index.in_one_message(settings, sql.SQL("EXPLAIN (FORMAT JSON) ") + statement)[0][0][0]["Plan"]
+    found, nodes = [], [plan]
+    while nodes:
+        node = nodes.pop()
+        found += [node["Index Name"]] if "Index Name" in node else []
+        nodes += node.get("Plans", [])
+    return found
+
+
+def bastion_graph(pg: ThrowawayPostgres, count: int, recall_queries: int, bastion: str = "bastion-03") -> dict:
+    """An experiment, not what publish makes: a partial HNSW graph of one bastion's rows beside the shared
+    one (same m and ef_construction), searched with the product's filtered statement, interleaved query by
+    query with the unfiltered search. It is dropped afterwards, so the cached database stays as publish
+    makes it. Making it the rule needs the schema to create such a graph per (model, bastion)."""
+    from psycopg import sql
+
+    manifest = SimpleNamespace(embed=SimpleNamespace(vector_key=MODEL, dim=DIM), search_mode=None)
+    dsn = pg.dsn(user="bench_search", password="bench-search")
+    everywhere = remote_search.RemoteIndex(manifest, dsn)
+    model = everywhere.model
+    name = f"{model.index_name}_{bastion.replace('-', '_')}"
+    statement = model.create_sql(name, model.m, model.ef_construction) + sql.SQL(" AND bastion = {}").format(
+        sql.Literal(bastion)).as_string(None)
+    owner = connect(pg)
+    owner.execute(f"DROP INDEX IF EXISTS bastion_agent.{name}")
+    log(f"building a graph of {bastion}'s rows only ({name})")
+    started = time.monotonic()
+    owner.execute(statement)
+    result = {"bastion": bastion, "build_s": round(time.monotonic() - started, 1), "index_mb": index_mb(owner, name)}
+    owner.execute("ANALYZE bastion_agent.windows")
+    try:
+        own = remote_search.RemoteIndex(manifest, dsn, [bastion])
+        own.scans_exactly = lambda: False  # the graph, which the planner now finds for this bastion
+        texts_ = queries(count)
+        vectors = [bow(text) for text in texts_]
+        result["plan_indexes"] = plan_indexes(own, vectors[0])
+        times = interleaved_vector({"all_bastions": everywhere, "one_bastion_own_graph": own}, texts_, vectors)
+        truth = [own.vector_top(vector, 10, exact=True) for vector in vectors[:recall_queries]]
+        found = [own.vector_top(vector, 10) for vector in vectors[:recall_queries]]
+        result.update(times, one_bastion_own_graph_recall_at_10=round(statistics.mean(map(recall, found, truth)), 4),
+                      buffers=round(statistics.mean(buffers(own, vector) for vector in vectors[:20])),
+                      p50_over_all_bastions=round(times["one_bastion_own_graph"]["p50_ms"]
+                                                  / times["all_bastions"]["p50_ms"], 2))
+        own.close()
+    finally:
+        owner.execute(f"DROP INDEX IF EXISTS bastion_agent.{name}")
+        owner.close()
+        everywhere.close()
+    log(f"own graph: {result}")
+    return result
+
+
+def side_by_side(result: dict) -> dict:
+    """Vector search of one bastion (as publish chooses it, and through the shared graph) beside all bastions:
+    p50 / p95, recall@10, and the p50 as a ratio to the all-bastions p50 of the same run (the target: <= 2)."""
+    base = result["all_bastions_vector"]["p50_ms"]
+    rows = {}
+    for label in ("all_bastions", "one_bastion", "one_bastion_through_graph"):
+        figures = result[f"{label}_vector"]
+        rows[label] = {**figures, "recall_at_10": result.get(f"{label}_recall_at_10"),
+                       "p50_over_all_bastions": round(figures["p50_ms"] / base, 2)}
+    rows["one_bastion"]["scans_exactly"] = result["one_bastion_scans_exactly"]
+    return rows
 
 
 # --- publish throughput ----------------------------------------------------
@@ -470,7 +575,8 @@ def publish_throughput(cache: Path, pg: ThrowawayPostgres, n: int, hnsw: bool) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--phase", choices=("data", "load", "search", "publish", "all"), default="all")
+    parser.add_argument("--phase", choices=("data", "load", "search", "publish", "all", "bastion-graph"), default="all",
+                        help="bastion-graph: the experiment of a graph of one bastion's rows (after load and search)")
     parser.add_argument("--cache", type=Path, default=Path("/work/cache/publish"))
     parser.add_argument("--windows", type=int, default=1_000_000)
     parser.add_argument("--publish-windows", type=int, default=100_000)
@@ -499,6 +605,8 @@ def main() -> None:
                 result["load"] = json.loads((args.cache / "load.json").read_text())
         if args.phase in ("search", "all"):
             result["search"] = search(pg, args.queries, args.recall_queries)
+        if args.phase == "bastion-graph":
+            result["bastion_graph"] = bastion_graph(pg, args.queries, args.recall_queries)
         if args.phase in ("publish", "all"):
             result["publish"] = publish_throughput(args.cache, pg, args.publish_windows, hnsw=False)
             result["publish_with_hnsw"] = publish_throughput(args.cache, pg, args.publish_hnsw_windows, hnsw=True)
