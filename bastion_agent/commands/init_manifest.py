@@ -26,11 +26,11 @@ from pathlib import Path
 from bastion_agent.config.manifest import DEFAULT_EXCLUDE, DEFAULT_MAX_FILE_MB
 from bastion_agent.core.errors import BastionError, ConfigError, ManifestError
 from bastion_agent.embedding.client import (
-    APIS,
     EmbedClient,
     EndpointConfig,
     RequestFailure,
 )
+from bastion_agent.embedding.wire_formats import WIRE_FORMATS, listed_names, listing_routes
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")  # the chunker's token (embed.TOKEN_RE)
 DISCOVERY_TIMEOUT = 10.0
@@ -152,7 +152,8 @@ def fitting_size(context: int | None, passage_prefix: str, size: int, overlap: i
 
 
 def _listed_models(config: EndpointConfig) -> list[str]:
-    """Names from ``/api/tags`` (Ollama, the embedded server) or ``/v1/models`` (OpenAI style).
+    """Names from the first listing route that lists any (each wire format's ``listing_routes``:
+    ``/api/tags`` of Ollama and the embedded server, ``/v1/models`` of OpenAI-style servers).
 
     Asked as every introspection request is (``model_info.request_json``):
     within a deadline and a size, and an answer that is not JSON (nested
@@ -160,9 +161,9 @@ def _listed_models(config: EndpointConfig) -> list[str]:
     """
     from bastion_agent.embedding import model_info
 
-    for path, read in (("/api/tags", _ollama_names), ("/v1/models", _openai_names)):
+    for path in listing_routes():
         try:
-            names = read(model_info.request_json(config.url + path, None, DISCOVERY_TIMEOUT, 1 << 20))
+            names = listed_names(path, model_info.request_json(config.url + path, None, DISCOVERY_TIMEOUT, 1 << 20))
         except model_info.Unanswered:
             continue
         if names:
@@ -170,41 +171,21 @@ def _listed_models(config: EndpointConfig) -> list[str]:
     return []
 
 
-def _ollama_names(answer) -> list[str]:
-    models = answer.get("models") if isinstance(answer, dict) else None
-    if not isinstance(models, list):
-        return []
-    names = []
-    for item in models:
-        if isinstance(item, dict) and isinstance(item.get("name") or item.get("model"), str):
-            names.append(item.get("name") or item.get("model"))
-        elif isinstance(item, str):
-            names.append(item)
-    return names
-
-
-def _openai_names(answer) -> list[str]:
-    data = answer.get("data") if isinstance(answer, dict) else None
-    if not isinstance(data, list):
-        return []
-    return [item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
-
-
 def _looks_like_embedding(name: str) -> bool:
     return any(hint in name.lower() for hint in EMBEDDING_HINTS)
 
 
 def _measure(config: EndpointConfig, model: str) -> tuple[str, int] | None:
-    """``(api, dim)`` from one probe embedding of ``model``, or None when no wire format answers."""
+    """``(wire format name, dim)`` from one probe embedding of ``model``, or None when no wire format answers."""
     quick = EndpointConfig(url=config.url, api=config.api, batch=1, timeout=min(config.timeout, DISCOVERY_TIMEOUT))
-    for api in [config.api] if config.api else list(APIS):
+    for name in [config.api] if config.api else list(WIRE_FORMATS):
         client = EmbedClient(quick, model)  # the name exactly as the server lists it
         try:
-            dim = client.measure(api)
+            dim = client.measure(name)
         except RequestFailure:
             continue
         if dim:
-            return api, dim
+            return name, dim
     return None
 
 

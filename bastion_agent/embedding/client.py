@@ -1,19 +1,11 @@
-"""The model server client: the ``EMBED_*`` environment and both wire formats.
+"""The model server client: the ``EMBED_*`` environment, requests and their failures, the probe.
 
 The endpoint is a property of the machine, never of the manifest: the
 environment names it (``EMBED_URL``), and the manifest only pins the model
-name and dimension. Two wire formats are spoken:
-
-- ``ollama``: ``POST /api/embed`` with ``{"model", "input": [...],
-  "truncate": false}``, answer ``{"embeddings": [[...], ...]}`` (never the
-  legacy ``/api/embeddings``, which answers an empty vector when sent
-  ``input``);
-- ``openai``: ``POST /v1/embeddings`` with ``{"model", "input": [...],
-  "encoding_format": "base64"|"float"}``, answer ``{"data": [{"index",
-  "embedding"}]}`` (llama.cpp server, TEI, vLLM); results are matched to
-  inputs by ``index``. The probe asks for base64 (little-endian float32, a
-  third of the bytes of JSON floats) and falls back to floats when the server
-  refuses it; an answer in floats is read either way.
+name and dimension. What each API sends and answers is its wire format
+(``wire_formats.py``: Ollama's ``/api/embed``, the OpenAI-style
+``/v1/embeddings``); this module asks the format in use and never branches
+on its name.
 
 Every failure of a request is classified (``RequestFailure.kind``) so the
 embed stage can tell what to do: wait and retry, split the batch, retry one
@@ -46,6 +38,7 @@ from typing import Callable, Mapping, Sequence
 
 from bastion_agent.core.errors import ConfigError, ModelServerError
 from bastion_agent.core.loopback import is_loopback
+from bastion_agent.embedding.wire_formats import WIRE_FORMATS, WireFormat, listed_names, listing_routes, wire_format
 
 DEFAULT_URL = "http://127.0.0.1:11434"
 DEFAULT_BATCH = 32
@@ -63,12 +56,11 @@ ANSWER_BASE_BYTES = 1 << 20
 ANSWER_DIM_BYTES = 32  # one value of a vector as JSON, generously
 ANSWER_DIMS = 8192  # the widest vector a model serves, unless the manifest pins more
 MAX_ERROR_BYTES = 64 << 10  # of an error answer: enough for any server's message
-APIS = ("ollama", "openai")
-PATHS = {"ollama": "/api/embed", "openai": "/v1/embeddings"}
 PROBE_TEXT = "bastion agent probe: is this the pinned model?"
 # Routes a user may paste into EMBED_URL from a server's docs; the agent adds them itself.
-ROUTE_SUFFIXES = ("/api/embed", "/api/embeddings", "/v1/embeddings")
-LISTING_ROUTES = ("/api/tags", "/v1/models")  # where a server lists its models (model_info reads them too)
+# Longest first, so the message names the whole route pasted (/api/embed before a format's /embed).
+ROUTE_SUFFIXES = tuple(sorted({fmt.embed_path for fmt in WIRE_FORMATS.values()} | {"/api/embeddings"},
+                              key=lambda route: (-len(route), route)))
 MAX_LISTING_BYTES = 1 << 20
 START_HINT = ("start one (the embedded model: python3 -m bastion_agent model-server; or ollama serve) "
               "or point EMBED_URL at yours")
@@ -187,10 +179,8 @@ def _base_url(value: str) -> str:
 
 
 def _api(value: str | None) -> str | None:
-    if value is not None and value not in APIS:
-        # Not echoed: EMBED_API reads like "the API key", and people put keys there.
-        raise ConfigError("EMBED_API must be 'ollama' or 'openai' (or unset to detect)")
-    return value
+    """``EMBED_API``'s wire format name, checked (``wire_format`` lists the names, never echoes the value)."""
+    return None if value is None else wire_format(value).name
 
 
 def _switch(env: Mapping[str, str], name: str) -> bool:
@@ -511,71 +501,74 @@ class EmbedClient:
     def __init__(self, config: EndpointConfig, model: str, post: Callable = post_json):
         self.config = config
         self.model = model
-        self.api = config.api
+        self.wire_format: WireFormat | None = wire_format(config.api) if config.api else None
         self.dim: int | None = None
         self.encoding = "float"
         self.probe_tokens: int | None = None  # the server's token count of the probe text, when it gave one
         self._post = post
 
     @property
-    def can_truncate(self) -> bool:
-        """Whether one too-long input can be resent asking the server to truncate it.
+    def api(self) -> str | None:
+        """The name of the wire format in use (the summary's ``api``), once known."""
+        return self.wire_format.name if self.wire_format else None
 
-        Ollama's ``/api/embed`` takes ``truncate``; the OpenAI-style route of
-        TEI and llama.cpp has no such field (TEI truncates only when started
-        with ``--auto-truncate``), so there a too-long input is recorded as failed.
-        """
-        return self.api == "ollama"
+    @property
+    def can_truncate(self) -> bool:
+        """Whether one too-long input can be resent asking the server to truncate it (see ``WireFormat``)."""
+        return self.wire_format is not None and self.wire_format.can_truncate
 
     def probe(self, dim: int) -> str:
-        """Embed the probe text; return the API in use. Raises ``ModelServerError``."""
-        apis = [self.api] if self.api else list(APIS)
+        """Embed the probe text; return the name of the wire format in use. Raises ``ModelServerError``."""
+        candidates = [self.wire_format] if self.wire_format else list(WIRE_FORMATS.values())
         failures = []
-        for api in apis:
+        for fmt in candidates:
             try:
-                vectors, encoding = self._probe_with(api)
+                vectors, encoding = self._probe_with(fmt)
             except RequestFailure as exc:
                 if exc.kind == WRONG_API:
-                    failures.append(f"{PATHS[api]}: {exc.detail}")
+                    failures.append(f"{fmt.embed_path}: {exc.detail}")
                     continue
-                raise ModelServerError(self._failure_message(api, exc)) from None
+                raise ModelServerError(self._failure_message(fmt, exc)) from None
             served = len(vectors[0])
             if served != dim:
                 raise ModelServerError(
-                    f"model {self.model!r} at {self.config.display_url} ({api}) serves {served}-dimensional "
+                    f"model {self.model!r} at {self.config.display_url} ({fmt.name}) serves {served}-dimensional "
                     f"vectors but the manifest pins dim = {dim}; nothing was stored"
                 )
-            self.api, self.dim, self.encoding = api, dim, encoding
-            return api
+            self.wire_format, self.dim, self.encoding = fmt, dim, encoding
+            return fmt.name
         raise ModelServerError(
             f"{self.config.display_url} did not answer as an embedding server ({'; '.join(failures)}); "
             "check EMBED_URL and EMBED_API"
         )
 
-    def measure(self, api: str) -> int:
-        """The dimension of the probe text's vector in ``api`` (``init`` learns it; no pinned dim yet).
+    def measure(self, fmt: WireFormat | str) -> int:
+        """The dimension of the probe text's vector in wire format ``fmt`` (``init`` learns it; no pinned dim yet).
 
         Raises ``RequestFailure`` when this wire format does not answer with a vector.
         """
-        vectors, _ = self._probe_with(api)
+        vectors, _ = self._probe_with(wire_format(fmt))
         return len(vectors[0]) if vectors else 0
 
-    def _probe_with(self, api: str) -> tuple[list, str]:
-        if api != "openai":
-            return self._vectors(api, [PROBE_TEXT], "float", False), "float"
-        try:
-            answer = self._request(api, [PROBE_TEXT], "base64", False)
-        except RequestFailure as exc:
-            if exc.status not in (400, 422):
+    def _probe_with(self, fmt: WireFormat) -> tuple[list, str]:
+        """The probe text's vector (as floats) and the encoding that gave it: each of the format's
+        ``probe_encodings`` in turn, the next one when the server refuses this one (400, 422)."""
+        encodings = fmt.probe_encodings
+        for number, encoding in enumerate(encodings):
+            try:
+                answer = self._request(fmt, [PROBE_TEXT], encoding, False)
+            except RequestFailure as exc:
+                if exc.status in (400, 422) and number + 1 < len(encodings):
+                    continue  # this encoding refused: the next
                 raise
-            return self._vectors(api, [PROBE_TEXT], "float", False), "float"  # base64 refused
-        self.probe_tokens = prompt_tokens(answer)
-        vectors = _vectors_from(api, answer)
-        if vectors is None:
-            raise RequestFailure(WRONG_API, "bad_response", "the answer does not have the shape of this API")
-        encoding = "base64" if vectors and isinstance(vectors[0], str) else "float"
-        packed = _pack_all(vectors, 1, self.config.display_url)
-        return [unpack_floats(blob) for blob in packed], encoding
+            self.probe_tokens = fmt.prompt_tokens(answer)
+            vectors = fmt.vectors(answer)
+            if vectors is None:
+                raise RequestFailure(WRONG_API, "bad_response", "the answer does not have the shape of this API")
+            sent = "base64" if vectors and isinstance(vectors[0], str) else "float"
+            packed = pack_all(vectors, 1, self.config.display_url)
+            return [unpack_floats(blob) for blob in packed], sent
+        raise AssertionError("a wire format has at least one probe encoding")
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One request for ``texts``; vectors in input order, checked. Raises ``ModelServerError``.
@@ -586,7 +579,7 @@ class EmbedClient:
         try:
             blobs = self.embed_packed(texts)
         except RequestFailure as exc:
-            raise ModelServerError(self._failure_message(self.api, exc)) from None
+            raise ModelServerError(self._failure_message(self.wire_format, exc)) from None
         return [list(unpack_floats(blob)) for blob in blobs]
 
     def embed_packed(self, texts: Sequence[str], truncate: bool = False) -> list[bytes]:
@@ -597,11 +590,11 @@ class EmbedClient:
         (llama.cpp answers all-zero vectors when it cannot read an embedding).
         """
         self._require_probe()
-        answer = self._request(self.api, list(texts), self.encoding, truncate)
-        vectors = _vectors_from(self.api, answer)
+        answer = self._request(self.wire_format, list(texts), self.encoding, truncate)
+        vectors = self.wire_format.vectors(answer)
         if vectors is None:
             raise RequestFailure(REJECTED, "bad_response", "the answer does not have the shape of this API")
-        blobs = _pack_all(vectors, len(texts), self.config.display_url)
+        blobs = pack_all(vectors, len(texts), self.config.display_url)
         for blob in blobs:
             if len(blob) != 4 * self.dim:
                 raise RequestFailure(
@@ -612,25 +605,13 @@ class EmbedClient:
         return blobs
 
     def _require_probe(self) -> None:
-        if self.api is None or self.dim is None:
+        if self.wire_format is None or self.dim is None:
             raise RuntimeError("probe() must succeed before embed()")
 
-    def _vectors(self, api: str, texts: list[str], encoding: str, truncate: bool) -> list:
-        answer = self._request(api, texts, encoding, truncate)
-        self.probe_tokens = prompt_tokens(answer)
-        vectors = _vectors_from(api, answer)
-        if vectors is None:
-            raise RequestFailure(WRONG_API, "bad_response", "the answer does not have the shape of this API")
-        return [unpack_floats(blob) for blob in _pack_all(vectors, len(texts), self.config.display_url)]
-
-    def _request(self, api: str, texts: list[str], encoding: str, truncate: bool) -> object:
+    def _request(self, fmt: WireFormat, texts: list[str], encoding: str, truncate: bool) -> object:
         """POST one batch; the parsed answer, or a classified ``RequestFailure``."""
-        url = self.config.url + PATHS[api]
-        body: dict = {"model": self.model, "input": texts}
-        if api == "openai":
-            body["encoding_format"] = encoding
-        else:
-            body["truncate"] = truncate
+        url = self.config.url + fmt.embed_path
+        body = fmt.request_body(self.model, texts, encoding, truncate)
         try:
             return self._post(url, body, self.config.timeout, limit=answer_limit(len(texts), self.dim))
         except HTTPFailure as exc:
@@ -646,21 +627,21 @@ class EmbedClient:
             kind = "timeout" if isinstance(exc, TimeoutError) or "timed out" in _reason(exc) else _connection_kind(exc)
             raise RequestFailure(TRANSIENT, kind, f"cannot reach the model server: {_reason(exc)}") from None
 
-    def _failure_message(self, api: str | None, exc: RequestFailure) -> str:
+    def _failure_message(self, fmt: WireFormat | None, exc: RequestFailure) -> str:
         where = self.config.display_url
+        route = fmt.embed_path if fmt else ""
         if exc.reason == "tls_to_plain_http":
             return f"{where}: {exc.detail}"
         if exc.status == 404 and _names_the_model(exc.detail, self.model):
-            return self._not_served(api)
+            return self._not_served(route)
         if exc.reason in ("connection", CONNECTION_LOST, "timeout"):
             return (f"cannot reach the model server at {where} (EMBED_URL): {exc.detail.split(': ', 1)[-1]}; "
                     f"{START_HINT}")
         if exc.status is not None:
-            return f"{where}{PATHS.get(api or '', '')} refused the request: {exc.detail}"
-        return f"{where}{PATHS.get(api or '', '')}: {exc.detail}"
+            return f"{where}{route} refused the request: {exc.detail}"
+        return f"{where}{route}: {exc.detail}"
 
-
-    def _not_served(self, api: str | None) -> str:
+    def _not_served(self, route: str) -> str:
         """Model not found: the names the server has (Ollama said "try pulling it first": nothing to pull)."""
         where = self.config.display_url
         names = served_names(self.config.url, min(self.config.timeout, 10.0))
@@ -669,7 +650,7 @@ class EmbedClient:
             has = f"it serves {shown}: set [embed] model to one of them (init --update MANIFEST does it)"
         else:
             has = "it does not list the models it has"
-        return f"{where}{PATHS.get(api or '', '')} has no model {self.model!r}; {has}, or serve that model"
+        return f"{where}{route} has no model {self.model!r}; {has}, or serve that model"
 
 
 def _plain_http_answered(exc: BaseException) -> bool:
@@ -685,16 +666,14 @@ def _plain_http_answered(exc: BaseException) -> bool:
 
 
 def served_names(base: str, timeout: float) -> list[str]:
-    """The model names the server lists (``/api/tags``, then ``/v1/models``), bounded; [] when none answer."""
-    for path in LISTING_ROUTES:
+    """The model names the server lists (each format's ``listing_routes``: ``/api/tags``, then ``/v1/models``),
+    bounded; [] when none answer."""
+    for path in listing_routes():
         try:
             answer = within(timeout, _get_json, base + path, timeout)
         except (TimeoutError, OSError, http.client.HTTPException, ValueError, BadAnswer, RecursionError):
             continue
-        items = answer.get("models" if path == "/api/tags" else "data") if isinstance(answer, dict) else None
-        key = "name" if path == "/api/tags" else "id"
-        names = [item.get(key) for item in items[:1000] if isinstance(item, dict)] if isinstance(items, list) else []
-        names = [name for name in names if isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable()]
+        names = [name for name in listed_names(path, answer) if 0 < len(name) <= 200 and name.isprintable()]
         if names:
             return names
     return []
@@ -707,43 +686,14 @@ def _get_json(url: str, timeout: float) -> object:
         return json.loads(read_bounded(response, MAX_LISTING_BYTES, deadline))
 
 
-def prompt_tokens(answer: object) -> int | None:
-    """The tokens an embedding answer says it read: Ollama's ``prompt_eval_count``, OpenAI's
-    ``usage.prompt_tokens``; None when absent or 0 (servers that do not count say 0)."""
-    if not isinstance(answer, dict):
-        return None
-    usage = answer.get("usage")
-    value = answer.get("prompt_eval_count", usage.get("prompt_tokens") if isinstance(usage, dict) else None)
-    return value if type(value) is int and 0 < value < 1 << 31 else None
-
-
-def _vectors_from(api: str, answer: object) -> list | None:
-    """The vectors of an answer in input order, or None when it is not this API's shape."""
-    if not isinstance(answer, dict):
-        return None
-    if api == "ollama":
-        vectors = answer.get("embeddings")
-        return vectors if isinstance(vectors, list) else None
-    data = answer.get("data")
-    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
-        return None
-    try:
-        ordered = sorted(data, key=lambda item: int(item["index"]))
-    except (KeyError, TypeError, ValueError):
-        return None
-    if [int(item["index"]) for item in ordered] != list(range(len(ordered))):
-        return [None] * len(ordered)  # duplicate or missing indexes: caught as malformed below
-    return [item.get("embedding") for item in ordered]
-
-
-def _pack_all(vectors: list, expected: int, where: str) -> list[bytes]:
+def pack_all(vectors: list, expected: int, where: str) -> list[bytes]:
     """Every vector as float32 bytes, checked; ``RequestFailure`` names the first problem."""
     if len(vectors) != expected:
         raise RequestFailure(REJECTED, "wrong_count", f"{where} returned {len(vectors)} vectors for {expected} inputs")
-    return [_pack_one(vector, where) for vector in vectors]
+    return [pack_one(vector, where) for vector in vectors]
 
 
-def _pack_one(vector: object, where: str) -> bytes:
+def pack_one(vector: object, where: str) -> bytes:
     if isinstance(vector, str):
         try:
             blob = base64.b64decode(vector, validate=True)

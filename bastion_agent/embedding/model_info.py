@@ -44,6 +44,7 @@ from bastion_agent.config.model_names import canonical_name
 from bastion_agent.core.errors import ConfigError, ModelServerError
 from bastion_agent.embedding.client import (_NO_PROXY_OPENER, PROBE_TEXT, BadAnswer, EndpointConfig, read_bounded,
                                             within)
+from bastion_agent.embedding.wire_formats import WireFormat, listed_names, wire_format
 
 INFO_TIMEOUT = 10.0  # seconds for one introspection request, all of it (at most EMBED_TIMEOUT)
 MAX_INFO_BYTES = 1 << 20  # /props, /info, /api/show, model lists: a megabyte is far more than any real answer
@@ -71,7 +72,12 @@ class ServerInfo:
     context_source: str | None = None  # "EMBED_CONTEXT", "/props", "/info", "/api/show"
     counter: str | None = None  # "llama.cpp", "tei", "llama-cpp-python"
     cuts_long_inputs: bool = True  # False: the server embeds a long input whole (the embedded model server)
-    api: str | None = None  # the wire format in use: Ollama's refuses a long input (truncate: false), never cuts it
+    wire_format: WireFormat | None = None  # the one in use: whether the server refuses a long input or cuts it
+
+    @property
+    def api(self) -> str | None:
+        """The name of the wire format in use."""
+        return self.wire_format.name if self.wire_format else None
     notes: list[str] = field(default_factory=list)  # what failed, for a hostile-server message
 
 
@@ -118,9 +124,15 @@ def _exchange(url: str, body: dict | None, timeout: float, limit: int, opener) -
 # --- what the server serves -----------------------------------------------------
 
 
-def inspect(config: EndpointConfig, api: str, model: str, environ=None, fetch: Callable = request_json) -> ServerInfo:
-    """Ask the server at ``config.url`` what it serves, its context and how it counts tokens."""
-    info = ServerInfo(api=api)
+def inspect(config: EndpointConfig, fmt: WireFormat | str, model: str, environ=None,
+            fetch: Callable = request_json) -> ServerInfo:
+    """Ask the server at ``config.url`` what it serves, its context and how it counts tokens.
+
+    The wire format ``fmt`` says which routes are worth asking (``listing_routes``,
+    ``asks_info``, ``asks_show``): a server of another API would only answer 404.
+    """
+    fmt = wire_format(fmt)
+    info = ServerInfo(wire_format=fmt)
     timeout = min(config.timeout, INFO_TIMEOUT)
     base = config.url
 
@@ -132,9 +144,8 @@ def inspect(config: EndpointConfig, api: str, model: str, environ=None, fetch: C
             return None
 
     props = ask("/props")
-    tei_info = ask("/info") if api == "openai" else None
-    listing_routes = ("/api/tags", "/v1/models") if api == "ollama" else ("/v1/models",)
-    for path in listing_routes:
+    tei_info = ask("/info") if fmt.asks_info else None
+    for path in fmt.listing_routes:
         names = _names_in(path, ask(path))
         if names:
             info.served.extend(name for name in names if name not in info.served)
@@ -143,7 +154,7 @@ def inspect(config: EndpointConfig, api: str, model: str, environ=None, fetch: C
     if tei_id and tei_id not in info.served:
         info.served.append(tei_id)
         info.listed_by.append("/info")
-    show = ask("/api/show", {"model": model, "name": model}) if api == "ollama" else None
+    show = ask("/api/show", {"model": model, "name": model}) if fmt.asks_show else None
     if isinstance(props, dict) and props.get("long_inputs") == LONG_INPUTS_AVERAGED:
         info.cuts_long_inputs = False
     info.context, info.context_source = _context(environ, props, tei_info, show)
@@ -152,19 +163,7 @@ def inspect(config: EndpointConfig, api: str, model: str, environ=None, fetch: C
 
 
 def _names_in(path: str, answer) -> list[str]:
-    if not isinstance(answer, dict):
-        return []
-    items = answer.get("models") if path == "/api/tags" else answer.get("data")
-    if not isinstance(items, list):
-        return []
-    names = []
-    for item in items[:1000]:
-        if not isinstance(item, dict):
-            continue
-        name = item.get("name") or item.get("model") if path == "/api/tags" else item.get("id")
-        if isinstance(name, str) and 0 < len(name) <= 512 and name.isprintable():
-            names.append(name)
-    return names
+    return [name for name in listed_names(path, answer) if 0 < len(name) <= 512 and name.isprintable()]
 
 
 def _tei_model_id(answer) -> str | None:

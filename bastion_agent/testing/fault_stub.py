@@ -34,11 +34,10 @@ from typing import Callable, Sequence
 
 from bastion_agent.core.httpthread import make_server
 from bastion_agent.testing.stub_server import (
+    StubFormat,
     StubServer,
-    _as_list,
     _handler_for,
     bag_of_words,
-    openai_answer,
 )
 
 DIALECTS = ("ollama", "llamacpp", "tei", "openai")
@@ -177,8 +176,8 @@ class FaultStub(StubServer):
                 return self.plan.pop(0)
         return (self.rule(number, texts, body) if self.rule else None) or Fault()
 
-    def intercept(self, handler, api: str, body: dict) -> bool:
-        texts = [text for text in _as_list(body.get("input")) if isinstance(text, str)]
+    def intercept(self, handler, fmt: StubFormat, body: dict) -> bool:
+        texts = [text for text in fmt.texts(body) if isinstance(text, str)]
         fault = self.next_fault(texts, body)
         self._count(fault)
         with self.lock:
@@ -189,13 +188,13 @@ class FaultStub(StubServer):
             if self.crash_over is not None and any(model_tokens(text) > self.crash_over for text in texts):
                 self.crash(handler)
                 return True
-            return self._answer(handler, api, body, texts, fault)
+            return self._answer(handler, fmt, body, texts, fault)
         finally:
             with self.lock:
                 self.in_flight -= 1
                 self._connections.discard(handler)
 
-    def _answer(self, handler, api: str, body: dict, texts: list[str], fault: Fault) -> bool:
+    def _answer(self, handler, fmt: StubFormat, body: dict, texts: list[str], fault: Fault) -> bool:
         if fault.delay:
             time.sleep(fault.delay)
         if fault.reset:
@@ -204,16 +203,13 @@ class FaultStub(StubServer):
         if fault.status is not None:
             _send(handler, fault.status, _error_body(fault), fault.retry_after)
             return True
-        encoding = body.get("encoding_format", "float")
-        if api == "openai" and encoding == "base64" and self.reject_base64:
+        encoding = fmt.encoding(body)
+        if encoding == "base64" and self.reject_base64:
             _send(handler, 400, {"error": {"code": 400, "message": "encoding_format base64 is not supported",
                                            "type": "invalid_request_error"}})
             return True
         vectors = self._vectors(texts, fault)
-        if api == "ollama":
-            value = {"model": body.get("model"), "embeddings": vectors}
-        else:
-            value = openai_answer(body.get("model"), vectors, "float" if self.float_only else encoding)
+        value = fmt.answer(body.get("model"), vectors, "float" if self.float_only else encoding, None)
         data = json.dumps(value).encode("utf-8")  # NaN is written as the bare token NaN
         if fault.truncated:
             data = data[: len(data) // 2]
