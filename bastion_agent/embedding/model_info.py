@@ -217,17 +217,20 @@ def _ollama_context(show: dict) -> int | None:
     return context
 
 
-def _counter(base: str, model: str, ask, tei: bool) -> str | None:
-    """The first way of counting tokens that counts the probe text (cheap requests, fixed text)."""
-    if tei:
-        return "tei" if _tei_counts(ask("/tokenize", {"inputs": [PROBE_TEXT], "add_special_tokens": True}), 1) else None
-    answer = ask("/tokenize", {"content": PROBE_TEXT, "add_special": True})
-    if isinstance(answer, dict) and isinstance(answer.get("tokens"), list) and answer["tokens"]:
-        return "llama.cpp"
-    answer = ask("/extras/tokenize/count", {"input": PROBE_TEXT, "model": model})
-    if isinstance(answer, dict) and _tokens(answer.get("count")):
-        return "llama-cpp-python"
-    return None
+@dataclass(frozen=True)
+class TokenCounter:
+    """One server's way of counting tokens: its route, the texts a request takes, its body and answer.
+
+    ``name`` is what the summary's ``token_counter`` says; ``read`` gives one
+    count per text sent, or None when the answer is not that.
+    """
+
+    name: str
+    path: str
+    batch: int
+    body: Callable[[list[str], str], dict]
+    read: Callable[[object, int], "list[int] | None"]
+    limit: int = MAX_TOKENIZE_BYTES
 
 
 def _tei_counts(answer, expected: int) -> list[int] | None:
@@ -236,26 +239,61 @@ def _tei_counts(answer, expected: int) -> list[int] | None:
     return [len(item) for item in answer]
 
 
+def _llama_cpp_counts(answer, expected: int) -> list[int] | None:
+    tokens = answer.get("tokens") if isinstance(answer, dict) else None
+    return [len(tokens)] if isinstance(tokens, list) else None
+
+
+def _count_field(answer, expected: int) -> list[int] | None:
+    count = answer.get("count") if isinstance(answer, dict) else None
+    return [count] if type(count) is int and 0 <= count <= MAX_CONTEXT * 64 else None
+
+
+TEI_COUNTER = TokenCounter("tei", "/tokenize", TEI_TOKENIZE_BATCH,
+                           lambda part, model: {"inputs": part, "add_special_tokens": True}, _tei_counts)
+COUNTERS = {counter.name: counter for counter in (
+    TEI_COUNTER,
+    TokenCounter("llama.cpp", "/tokenize", 1, lambda part, model: {"content": part[0], "add_special": True},
+                 _llama_cpp_counts),
+    TokenCounter("llama-cpp-python", "/extras/tokenize/count", 1,
+                 lambda part, model: {"input": part[0], "model": model}, _count_field, MAX_INFO_BYTES),
+)}
+
+
+def _counter(base: str, model: str, ask, tei: bool) -> str | None:
+    """The first way of counting tokens that counts the probe text (cheap requests, fixed text).
+
+    A server whose ``/info`` says it is TEI is asked TEI's way only (its
+    ``/tokenize`` takes another body than llama.cpp's).
+    """
+    candidates = [TEI_COUNTER] if tei else [counter for counter in COUNTERS.values() if counter is not TEI_COUNTER]
+    for counter in candidates:
+        counts = counter.read(ask(counter.path, counter.body([PROBE_TEXT], model)), 1)
+        if counts and counts[0] > 0:
+            return counter.name
+    return None
+
+
 def count_tokens(config: EndpointConfig, counter: str, model: str, texts: Sequence[str],
                  fetch: Callable = request_json) -> list[int | None]:
     """The server's token count of each text (None where it gave none), in bounded requests.
 
     One text a request for llama.cpp and llama-cpp-python (their routes take
-    one), ``TEI_TOKENIZE_BATCH`` for TEI; each answer is capped at
-    ``MAX_TOKENIZE_BYTES``. After three failed requests in a row the rest is
+    one), ``TEI_TOKENIZE_BATCH`` for TEI; each answer is capped (``TokenCounter.limit``).
+    After three failed requests in a row the rest is
     left uncounted (None): a server that stopped answering costs seconds.
     """
+    way = COUNTERS[counter]
     timeout = min(config.timeout, INFO_TIMEOUT)
     counts: list[int | None] = []
     failures = 0
-    step = TEI_TOKENIZE_BATCH if counter == "tei" else 1
-    for first in range(0, len(texts), step):
-        part = list(texts[first : first + step])
+    for first in range(0, len(texts), way.batch):
+        part = list(texts[first : first + way.batch])
         if failures >= 3:
             counts.extend([None] * len(part))
             continue
         try:
-            counts.extend(_count_part(config.url, counter, model, part, timeout, fetch))
+            counts.extend(_count_part(config.url, way, model, part, timeout, fetch))
             failures = 0
         except Unanswered:
             failures += 1
@@ -263,24 +301,11 @@ def count_tokens(config: EndpointConfig, counter: str, model: str, texts: Sequen
     return counts
 
 
-def _count_part(base: str, counter: str, model: str, part: list[str], timeout: float, fetch) -> list[int | None]:
-    if counter == "tei":
-        answer = fetch(base + "/tokenize", {"inputs": part, "add_special_tokens": True}, timeout, MAX_TOKENIZE_BYTES)
-        counts = _tei_counts(answer, len(part))
-        if counts is None:
-            raise Unanswered("not a token list per input")
-        return counts
-    if counter == "llama.cpp":
-        answer = fetch(base + "/tokenize", {"content": part[0], "add_special": True}, timeout, MAX_TOKENIZE_BYTES)
-        tokens = answer.get("tokens") if isinstance(answer, dict) else None
-        if not isinstance(tokens, list):
-            raise Unanswered("no token list")
-        return [len(tokens)]
-    answer = fetch(base + "/extras/tokenize/count", {"input": part[0], "model": model}, timeout, MAX_INFO_BYTES)
-    count = answer.get("count") if isinstance(answer, dict) else None
-    if not (type(count) is int and 0 <= count <= MAX_CONTEXT * 64):
-        raise Unanswered("no count")
-    return [count]
+def _count_part(base: str, way: TokenCounter, model: str, part: list[str], timeout: float, fetch) -> list[int]:
+    counts = way.read(fetch(base + way.path, way.body(part, model), timeout, way.limit), len(part))
+    if counts is None:
+        raise Unanswered(f"no token count per input from {way.path}")
+    return counts
 
 
 # --- the model's identity -------------------------------------------------------
