@@ -12,7 +12,7 @@ from bastion_agent import embed
 from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
 from bastion_agent.core.layout import read_jsonl
 from bastion_agent.embedding import vectorstore
-from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.testing.stub_server import StubServer, bag_of_words
 from bastion_agent.testing.testsupport import (
     SanitizedStoreCase,

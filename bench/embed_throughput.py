@@ -19,7 +19,7 @@ import time
 from _synthetic import clean_env, stub_process, synthetic_store, temp_folder, window_texts
 
 from bastion_agent import embed
-from bastion_agent.embedding.client import post_json
+from bastion_agent.embedding.transport import post_json
 from bastion_agent.embedding.wire_formats import WIRE_FORMATS
 
 

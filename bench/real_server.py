@@ -35,7 +35,8 @@ from _realtext import IR, read_prose  # noqa: E402
 
 from bastion_agent import embed
 from bastion_agent.config import manifest as manifest_module  # noqa: E402
-from bastion_agent.embedding.client import EmbedClient, EndpointConfig  # noqa: E402
+from bastion_agent.embedding.client import EmbedClient  # noqa: E402
+from bastion_agent.embedding.endpoint import EndpointConfig  # noqa: E402
 from bastion_agent.embedding.wire_formats import WIRE_FORMATS  # noqa: E402
 from bastion_agent.core.errors import ModelServerError  # noqa: E402
 from bastion_agent.core.layout import Layout  # noqa: E402

@@ -25,11 +25,9 @@ from pathlib import Path
 
 from bastion_agent.config.manifest import DEFAULT_EXCLUDE, DEFAULT_MAX_FILE_MB
 from bastion_agent.core.errors import BastionError, ConfigError, ManifestError
-from bastion_agent.embedding.client import (
-    EmbedClient,
-    EndpointConfig,
-    RequestFailure,
-)
+from bastion_agent.embedding.client import EmbedClient
+from bastion_agent.embedding.endpoint import EndpointConfig
+from bastion_agent.embedding.failures import RequestFailure
 from bastion_agent.embedding.wire_formats import WIRE_FORMATS, listed_names, listing_routes
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")  # the chunker's token (embed.TOKEN_RE)

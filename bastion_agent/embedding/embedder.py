@@ -15,7 +15,8 @@ from bastion_agent.chunking.chunker import chunk_id
 from bastion_agent.core.errors import ModelServerError, StoreError
 from bastion_agent.core.layout import Layout, read_jsonl, write_summary
 from bastion_agent.embedding import vectorstore, window_fit
-from bastion_agent.embedding.client import EmbedClient, EndpointConfig
+from bastion_agent.embedding.client import EmbedClient
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.sanitizing.sanitized_store import read_sanitized_text
 
 # --- embed -----------------------------------------------------------------

@@ -42,8 +42,9 @@ from typing import Callable, Sequence
 
 from bastion_agent.config.model_names import canonical_name
 from bastion_agent.core.errors import ConfigError, ModelServerError
-from bastion_agent.embedding.client import (_NO_PROXY_OPENER, PROBE_TEXT, BadAnswer, EndpointConfig, read_bounded,
-                                            within)
+from bastion_agent.embedding.client import PROBE_TEXT
+from bastion_agent.embedding.endpoint import EndpointConfig
+from bastion_agent.embedding.transport import NO_PROXY_OPENER, BadAnswer, read_bounded, within
 from bastion_agent.embedding.wire_formats import WireFormat, listed_names, wire_format
 
 INFO_TIMEOUT = 10.0  # seconds for one introspection request, all of it (at most EMBED_TIMEOUT)
@@ -85,7 +86,7 @@ class ServerInfo:
 
 
 def request_json(url: str, body: dict | None = None, timeout: float = INFO_TIMEOUT, limit: int = MAX_INFO_BYTES,
-                 opener=_NO_PROXY_OPENER) -> object:
+                 opener=NO_PROXY_OPENER) -> object:
     """GET (or POST ``body``) and parse the JSON answer, within ``timeout`` seconds and ``limit`` bytes.
 
     The exchange runs on a daemon thread joined with the deadline: socket

@@ -25,19 +25,17 @@ from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.errors import ConfigError, ModelServerError
 from bastion_agent.core.layout import Layout, read_jsonl
 from bastion_agent.embedding import vectorstore
-from bastion_agent.embedding.client import (
+from bastion_agent.embedding.client import EmbedClient
+from bastion_agent.embedding.endpoint import EndpointConfig
+from bastion_agent.embedding.failures import (
     BATCH_TOO_LARGE,
     FATAL,
     INPUT_TOO_LONG,
     REJECTED,
     TRANSIENT,
-    EmbedClient,
-    EndpointConfig,
-    HTTPFailure,
     classify_http,
-    parse_retry_after,
-    post_json,
 )
+from bastion_agent.embedding.transport import HTTPFailure, parse_retry_after, post_json
 from bastion_agent.embedding.embed_engine import RetryPolicy
 from bastion_agent.testing.fault_stub import (
     Fault,
@@ -529,7 +527,7 @@ class EndlessAnswerTests(unittest.TestCase):
     def post_under_a_limit(self, url: str, caught: str, shown: str) -> str:
         """What ``print(shown)`` says of the ``caught`` error of one ``post_json`` to ``url``, within 768 MiB."""
         code = (
-            f"from bastion_agent.embedding.client import {caught}, post_json\n"
+            f"from bastion_agent.embedding.transport import {caught}, post_json\n"
             "try:\n"
             f"    post_json({url!r}, {{'model': 'm', 'input': ['a']}}, 60)\n"
             f"except {caught} as exc:\n"
@@ -594,7 +592,8 @@ class EndlessAnswerTests(unittest.TestCase):
         with StubServer(routes={"/api/embed": huge}) as stub:
             code = (
                 "from bastion_agent.core.errors import ModelServerError\n"
-                "from bastion_agent.embedding.client import EmbedClient, EndpointConfig\n"
+                "from bastion_agent.embedding.client import EmbedClient\n"
+                "from bastion_agent.embedding.endpoint import EndpointConfig\n"
                 "try:\n"
                 f"    EmbedClient(EndpointConfig(url={stub.url!r}, api='ollama', timeout=60), 'm').probe(64)\n"
                 "except ModelServerError as exc:\n"

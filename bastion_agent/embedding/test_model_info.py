@@ -19,7 +19,7 @@ import unittest
 from bastion_agent import embed
 from bastion_agent.core.errors import BastionError, ModelServerError
 from bastion_agent.embedding import model_info, window_fit
-from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.model.modelserver import ModelServer
 from bastion_agent.testing.stub_server import (
     StubServer,
@@ -104,7 +104,7 @@ class LlamaCppLikeTests(SanitizedStoreCase):
         """The behaviour the counts above stand for: the vector is that of the window's first tokens."""
         text = RUNBOOK
         with StubServer(flavor="llama.cpp", context=self.CONTEXT) as stub:
-            from bastion_agent.embedding.client import post_json
+            from bastion_agent.embedding.transport import post_json
 
             answer = post_json(stub.url + "/v1/embeddings", {"model": "x", "input": [text]}, 5)
         self.assertEqual(answer["data"][0]["embedding"], bag_of_words(cut_to(text, self.CONTEXT), stub.dim))
@@ -401,7 +401,7 @@ class HostileServerTests(TempFolder, unittest.TestCase):
         """The counter reads at most MAX_TOKENIZE_BYTES of an endless answer, under an address-space limit."""
         with StubServer(routes={"/tokenize": endless}) as stub:
             code = (
-                "from bastion_agent.embedding import model_info; from bastion_agent.embedding.client import EndpointConfig; "
+                "from bastion_agent.embedding import model_info; from bastion_agent.embedding.endpoint import EndpointConfig; "
                 f"counts = model_info.count_tokens(EndpointConfig(url={stub.url!r}, timeout=5), 'tei', 'm', ['a'] * 64); "
                 "print(counts.count(None))"
             )

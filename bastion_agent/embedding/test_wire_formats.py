@@ -18,7 +18,9 @@ from pathlib import Path
 
 from bastion_agent.core.errors import ConfigError, ModelServerError
 from bastion_agent.embedding import wire_formats
-from bastion_agent.embedding.client import EmbedClient, EndpointConfig, RequestFailure, WRONG_API
+from bastion_agent.embedding.client import EmbedClient
+from bastion_agent.embedding.endpoint import EndpointConfig
+from bastion_agent.embedding.failures import WRONG_API, RequestFailure
 from bastion_agent.embedding.wire_formats import WIRE_FORMATS, WireFormat, listed_names, wire_format
 from bastion_agent.testing.stub_server import STUB_FORMATS, StubServer, bag_of_words
 
