@@ -6,7 +6,7 @@ A newcomer's first manifest used to name a model the server did not have.
 embedding model, measures its dimension with one probe embedding (a fixed
 sentence, never a document), and writes model, dimension and the prefixes
 that model was trained with, and a window size that fits the context the
-server reports (``model_info``; see ``fitting_size``). When nothing answers, the manifest fits the
+server reports (``server_info``; see ``fitting_size``). When nothing answers, the manifest fits the
 embedded model (``model-server``), and says so. An existing manifest is
 never overwritten. The written file is loaded by the manifest reader before
 it is put in place, so ``init`` never leaves an invalid manifest behind.
@@ -123,12 +123,12 @@ def discover(config: EndpointConfig) -> Found:
 
 
 def _context(config: EndpointConfig, api: str, model: str) -> int | None:
-    """The context the server reports for ``model`` (``model_info``), or None."""
-    from bastion_agent.embedding import model_info
+    """The context the server reports for ``model`` (``server_info``), or None."""
+    from bastion_agent.embedding import server_info
 
     quick = EndpointConfig(url=config.url, api=api, timeout=min(config.timeout, DISCOVERY_TIMEOUT))
     try:
-        return model_info.inspect(quick, api, model).context
+        return server_info.inspect(quick, api, model).context
     except ConfigError:  # a bad EMBED_CONTEXT: the embed stage says so; init sizes without it
         return None
 
@@ -153,16 +153,16 @@ def _listed_models(config: EndpointConfig) -> list[str]:
     """Names from the first listing route that lists any (each wire format's ``listing_routes``:
     ``/api/tags`` of Ollama and the embedded server, ``/v1/models`` of OpenAI-style servers).
 
-    Asked as every introspection request is (``model_info.request_json``):
+    Asked as every introspection request is (``server_info.request_json``):
     within a deadline and a size, and an answer that is not JSON (nested
     past the parser's depth included) is no answer, never a crash.
     """
-    from bastion_agent.embedding import model_info
+    from bastion_agent.embedding import server_info
 
     for path in listing_routes():
         try:
-            names = listed_names(path, model_info.request_json(config.url + path, None, DISCOVERY_TIMEOUT, 1 << 20))
-        except model_info.Unanswered:
+            names = listed_names(path, server_info.request_json(config.url + path, None, DISCOVERY_TIMEOUT, 1 << 20))
+        except server_info.Unanswered:
             continue
         if names:
             return names

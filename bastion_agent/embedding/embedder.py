@@ -46,7 +46,7 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
     # Nothing to embed: no request at all, so a sweep of an unchanged folder
     # works while the model server is down (the summary says it was not probed).
     api = client.probe(manifest.embed.dim) if probed else _previous_api(layout)
-    # What the server serves and its context (model_info); a model it does not list stops here.
+    # What the server serves and its context (server_info); a model it does not list stops here.
     server = window_fit.check_server(client, manifest.embed.model, api) if probed else None
     fit = None
     stats = EmbedStats(batch_size_final=client.config.batch)

@@ -538,7 +538,7 @@ class EndlessAnswerTests(unittest.TestCase):
         return result.stdout.strip()
 
     def test_an_endless_embedding_answer_is_dropped_under_an_address_space_limit(self):
-        from bastion_agent.embedding.test_model_info import endless
+        from bastion_agent.embedding.test_server_info import endless
         from bastion_agent.testing.stub_server import StubServer
 
         with StubServer(routes={"/v1/embeddings": endless}) as stub:

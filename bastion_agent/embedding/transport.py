@@ -1,7 +1,7 @@
 """The network below the client: one JSON exchange, bounded in bytes and time, through no proxy.
 
 This is the cut between the API and the network (the client and
-``model_info`` hand a URL and a body in, and get parsed JSON or an
+``server_info`` hand a URL and a body in, and get parsed JSON or an
 exception out). Below it: no HTTP proxy from the environment (the text is
 the bastion's, and goes to the server named or nowhere), no redirect
 followed, every answer read in pieces up to a limit, every exchange on a

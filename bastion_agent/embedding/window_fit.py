@@ -6,7 +6,7 @@ model's context is still embedded (the specification's windows stay as they
 are) but the server cuts it, so its vector stands for its first part only.
 ``measure`` counts, before embedding, the model tokens of each window to
 embed, exactly as sent (the passage prefix and the sanitized window text):
-by the server's tokenizer where it has one (``model_info.count_tokens``),
+by the server's tokenizer where it has one (``server_info.count_tokens``),
 else estimated as regex tokens times a ratio, which is said to be an
 estimate. ``truncated_after`` then says which of those windows got a vector
 of a cut text, with the tokens lost, for the summary.
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from bastion_agent.chunking.chunker import TOKEN_RE  # the chunker's token (DESIGN.md)
-from bastion_agent.embedding import model_info
+from bastion_agent.embedding import server_info
 from bastion_agent.embedding.client import PROBE_TEXT
 from bastion_agent.embedding.wire_formats import WireFormat, wire_format
 
@@ -52,7 +52,7 @@ def regex_tokens(text: str) -> int:
     return len(TOKEN_RE.findall(text))
 
 
-def measure(info: "model_info.ServerInfo", items: Sequence[tuple[str, str]], size_tokens: int,
+def measure(info: "server_info.ServerInfo", items: Sequence[tuple[str, str]], size_tokens: int,
             probe_tokens: int | None, count: Callable[[list[str]], list[int | None]] | None) -> WindowFit:
     """Model tokens of each ``(chunk_id, text as sent)`` against ``info.context``.
 
@@ -214,10 +214,10 @@ def say(line: str, stream=None) -> None:
     print(f"bastion_agent embed: {line}", file=stream if stream is not None else sys.stderr, flush=True)
 
 
-def check_server(client, model: str, fmt: WireFormat | str) -> "model_info.ServerInfo":
+def check_server(client, model: str, fmt: WireFormat | str) -> "server_info.ServerInfo":
     """After the probe, before the store is opened: what the server serves, refused if not the model."""
-    info = model_info.inspect(client.config, fmt, model)
-    for warning in (client.config.cleartext_warning, model_info.check_identity(info, model, client.config.display_url)):
+    info = server_info.inspect(client.config, fmt, model)
+    for warning in (client.config.cleartext_warning, server_info.check_identity(info, model, client.config.display_url)):
         if warning:
             say(warning)
     return info
@@ -230,7 +230,7 @@ def fit_windows(info, client, embed_settings, missing: Sequence[tuple[str, str]]
     count = None
     if info.counter:
         def count(texts):
-            return model_info.count_tokens(client.config, info.counter, client.model, texts)
+            return server_info.count_tokens(client.config, info.counter, client.model, texts)
     longest = max((text for _, text in items), key=regex_tokens) if items else ""
     may_cut_silently = info.wire_format is not None and not info.wire_format.refuses_long
     if (info.context is None and info.cuts_long_inputs and may_cut_silently
@@ -256,7 +256,7 @@ def summary_fields(info, fit: WindowFit | None, db, vector_key: str, engine_trun
     fit = fit or WindowFit(context=info.context)
     truncated, lost = truncated_after(fit, info.cuts_long_inputs, info.wire_format, db, vector_key, engine_truncated)
     return {
-        "served_model": model_info.served_match(model, info.served),
+        "served_model": server_info.served_match(model, info.served),
         "served_models": info.served[:16],
         "context_tokens": info.context,
         "context_source": info.context_source,

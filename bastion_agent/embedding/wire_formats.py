@@ -5,7 +5,7 @@ API: its name (the value of ``EMBED_API``), the route it posts to, the body
 it sends, how it reads the vectors and token counts out of an answer (and
 what counts as an answer of another shape), whether a request can ask the
 server to truncate a too-long input, and which routes tell what the server
-serves. The client (``client.py``), ``model_info``, ``window_fit``, ``init``
+serves. The client (``client.py``), ``server_info``, ``window_fit``, ``init``
 and the test servers look a format up in ``WIRE_FORMATS`` and ask it;
 none of them branches on a format's name. So a new API is one class here,
 its answer in ``testing/stub_server.py`` (``STUB_FORMATS``), and its tests.
@@ -44,7 +44,7 @@ class WireFormat:
     # so no context needs probing and no stored vector is of a cut text unless the engine asked.
     can_truncate: bool = False
     refuses_long: bool = False
-    # Introspection (model_info): the routes that list served models, whether TEI's GET /info may
+    # Introspection (server_info): the routes that list served models, whether TEI's GET /info may
     # answer beside this API, and whether Ollama's POST /api/show gives the context.
     listing_routes: tuple[str, ...] = ()
     asks_info: bool = False

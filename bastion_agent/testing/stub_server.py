@@ -11,7 +11,7 @@ without a ``StubFormat`` stops the stub at its start: a new route is never
 answered in another format's shape.
 
 It can also behave like a real server in what it says about itself
-(``model_info``): ``flavor="llama.cpp"`` answers ``GET /props`` and ``POST
+(``server_info``): ``flavor="llama.cpp"`` answers ``GET /props`` and ``POST
 /tokenize`` and, like llama.cpp, silently keeps only the first ``context``
 tokens of a longer input; ``flavor="tei"`` answers ``GET /info`` and ``POST
 /tokenize`` and refuses an input over ``context`` as TEI does;

@@ -1,4 +1,4 @@
-"""What the model server says about itself (model_info, window_fit): identity, context, token counts.
+"""What the model server says about itself (server_info, window_fit): identity, context, token counts.
 
 Each stub behaves as a real server does in what matters here: llama.cpp
 (``/props``, ``/tokenize``, inputs over the context cut without a word), TEI
@@ -18,7 +18,7 @@ import unittest
 
 from bastion_agent import embed
 from bastion_agent.core.errors import BastionError, ModelServerError
-from bastion_agent.embedding import model_info, window_fit
+from bastion_agent.embedding import server_info, window_fit
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.model.modelserver import ModelServer
 from bastion_agent.testing.stub_server import (
@@ -180,7 +180,7 @@ class IdentityTests(SanitizedStoreCase):
         # llama.cpp answers any "model" value, and lists the one it has loaded.
         with StubServer(listed=["/models/all-MiniLM-L6-v2.gguf"]) as stub:
             summary, err, error = embed_capturing(self, stub, self.manifest(model="nomic-embed-text"))
-        self.assertIsInstance(error, model_info.ModelMismatchError)
+        self.assertIsInstance(error, server_info.ModelMismatchError)
         message = str(error)
         self.assertEqual(len(message.splitlines()), 1)
         self.assertIn("'nomic-embed-text'", message)
@@ -203,8 +203,8 @@ class IdentityTests(SanitizedStoreCase):
                                ("/models/All-MiniLM-L6-v2.gguf", "all-MiniLM-L6-v2"),
                                ("intfloat/multilingual-e5-small", "multilingual-e5-small")):
             with self.subTest(listed=listed):
-                self.assertEqual(model_info.served_match(pinned, ["other", listed]), listed)
-        self.assertIsNone(model_info.served_match("nomic-embed-text", ["nomic-embed-text-v2"]))
+                self.assertEqual(server_info.served_match(pinned, ["other", listed]), listed)
+        self.assertIsNone(server_info.served_match("nomic-embed-text", ["nomic-embed-text-v2"]))
 
     def test_a_server_listing_nothing_is_one_warning_and_the_run_goes_on(self):
         self.chunk()
@@ -243,7 +243,7 @@ class TeiLikeTests(SanitizedStoreCase):
         self.chunk()
         with StubServer(apis=("openai",), flavor="tei", context=512, listed=["BAAI/bge-small-en-v1.5"]) as stub:
             _, _, error = embed_capturing(self, stub)
-        self.assertIsInstance(error, model_info.ModelMismatchError)
+        self.assertIsInstance(error, server_info.ModelMismatchError)
         self.assertIn("BAAI/bge-small-en-v1.5", str(error))
 
 
@@ -312,16 +312,16 @@ class EmbeddedServerTests(unittest.TestCase):
             config = EndpointConfig(url=server.url, timeout=5)
             for api in ("ollama", "openai"):
                 with self.subTest(api=api):
-                    info = model_info.inspect(config, api, "multilingual-e5-small", environ={})
+                    info = server_info.inspect(config, api, "multilingual-e5-small", environ={})
                     self.assertEqual(info.context, 512)
                     self.assertEqual(info.counter, "llama-cpp-python")
                     self.assertFalse(info.cuts_long_inputs)  # it embeds a long input whole
-                    self.assertEqual(model_info.served_match("multilingual-e5-small", info.served),
+                    self.assertEqual(server_info.served_match("multilingual-e5-small", info.served),
                                      "multilingual-e5-small:latest" if api == "ollama" else "multilingual-e5-small")
-            counts = model_info.count_tokens(config, "llama-cpp-python", "multilingual-e5-small",
+            counts = server_info.count_tokens(config, "llama-cpp-python", "multilingual-e5-small",
                                              ["passage: one two three", "x"])
             self.assertEqual(counts, [6, 3])
-            shown = model_info.request_json(server.url + "/api/show", {"model": "multilingual-e5-small"})
+            shown = server_info.request_json(server.url + "/api/show", {"model": "multilingual-e5-small"})
             self.assertEqual(shown["model_info"]["bert.context_length"], 512)
 
 
@@ -348,9 +348,9 @@ def endless(handler, piece: bytes = b"[" * 65536) -> None:
 
 
 class HostileServerTests(TempFolder, unittest.TestCase):
-    def info_with(self, routes: dict, api: str = "openai", timeout: float = 5) -> model_info.ServerInfo:
+    def info_with(self, routes: dict, api: str = "openai", timeout: float = 5) -> server_info.ServerInfo:
         with StubServer(routes=routes) as stub:
-            return model_info.inspect(EndpointConfig(url=stub.url, timeout=timeout), api, "m", environ={})
+            return server_info.inspect(EndpointConfig(url=stub.url, timeout=timeout), api, "m", environ={})
 
     def test_malformed_props_give_no_context(self):
         answers = [b'{"default_generation_settings": {"n_ctx": "512"}}', b'{"n_ctx": -1}', b'{"n_ctx": true}',
@@ -401,8 +401,8 @@ class HostileServerTests(TempFolder, unittest.TestCase):
         """The counter reads at most MAX_TOKENIZE_BYTES of an endless answer, under an address-space limit."""
         with StubServer(routes={"/tokenize": endless}) as stub:
             code = (
-                "from bastion_agent.embedding import model_info; from bastion_agent.embedding.endpoint import EndpointConfig; "
-                f"counts = model_info.count_tokens(EndpointConfig(url={stub.url!r}, timeout=5), 'tei', 'm', ['a'] * 64); "
+                "from bastion_agent.embedding import server_info; from bastion_agent.embedding.endpoint import EndpointConfig; "
+                f"counts = server_info.count_tokens(EndpointConfig(url={stub.url!r}, timeout=5), 'tei', 'm', ['a'] * 64); "
                 "print(counts.count(None))"
             )
             result = run_python_limited(code, 768 << 20, timeout=120)
@@ -410,7 +410,7 @@ class HostileServerTests(TempFolder, unittest.TestCase):
         self.assertEqual(result.stdout.strip(), "64")  # nothing counted, three tries, then given up
 
     def test_a_lying_tokenizer_falls_back_to_an_estimate_and_says_so(self):
-        info = model_info.ServerInfo(context=10, counter="llama.cpp")
+        info = server_info.ServerInfo(context=10, counter="llama.cpp")
         fit = window_fit.measure(info, [("a", RUNBOOK)], 32, None, lambda texts: [None] * len(texts))
         self.assertEqual(fit.method, "estimate")
         self.assertIn("estimated", window_fit.fix_line(fit, 1, True, 32, 4))
