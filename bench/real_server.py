@@ -148,7 +148,7 @@ def main() -> None:
     config = EndpointConfig.from_env()
     client = EmbedClient(config, args.model)
     dims = {}
-    for candidate in ([config.api] if config.api else list(WIRE_FORMATS)):
+    for candidate in ([config.wire_format.name] if config.wire_format else list(WIRE_FORMATS)):
         try:
             dims[candidate] = client.measure(candidate)
             break

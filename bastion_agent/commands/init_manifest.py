@@ -63,14 +63,14 @@ class Found:
 
     model: str
     dim: int
-    api: str | None
+    wire_format: str | None  # the name of the one that answered; None: no server answered
     where: str
     others: tuple[str, ...] = ()
     context: int | None = None  # the server's context in tokens, when it says
 
     @property
     def answered(self) -> bool:
-        return self.api is not None
+        return self.wire_format is not None
 
 
 def add_init_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +101,7 @@ def run_init(args: argparse.Namespace) -> int:
     write_new(target, text)
     print(f"wrote {target}: {found.model}, {found.dim} dims, source {folder}", file=sys.stderr)
     if found.answered:
-        print(f"  found at {found.where} ({found.api}); next: sweep {target}, then search {target} \"...\"",
+        print(f"  found at {found.where} ({found.wire_format}); next: sweep {target}, then search {target} \"...\"",
               file=sys.stderr)
     else:
         print(f"  no model server answered at {found.where} (EMBED_URL): the manifest fits the embedded model; "
@@ -116,19 +116,19 @@ def discover(config: EndpointConfig) -> Found:
     for model in candidates or [EMBEDDED_MODEL]:
         measured = _measure(config, model)
         if measured is not None:
-            api, dim = measured
-            others = tuple(name for name in candidates if name != model)
-            return Found(model, dim, api, config.display_url, others, _context(config, api, model))
+            name, dim = measured
+            others = tuple(listed for listed in candidates if listed != model)
+            return Found(model, dim, name, config.display_url, others, _context(config, name, model))
     return Found(EMBEDDED_MODEL, EMBEDDED_DIM, None, config.display_url, context=EMBEDDED_CONTEXT)
 
 
-def _context(config: EndpointConfig, api: str, model: str) -> int | None:
+def _context(config: EndpointConfig, format_name: str, model: str) -> int | None:
     """The context the server reports for ``model`` (``server_info``), or None."""
     from bastion_agent.embedding import server_info
 
-    quick = EndpointConfig(url=config.url, api=api, timeout=min(config.timeout, DISCOVERY_TIMEOUT))
+    quick = EndpointConfig(url=config.url, wire_format=format_name, timeout=min(config.timeout, DISCOVERY_TIMEOUT))
     try:
-        return server_info.inspect(quick, api, model).context
+        return server_info.inspect(quick, format_name, model).context
     except ConfigError:  # a bad EMBED_CONTEXT: the embed stage says so; init sizes without it
         return None
 
@@ -175,8 +175,9 @@ def _looks_like_embedding(name: str) -> bool:
 
 def _measure(config: EndpointConfig, model: str) -> tuple[str, int] | None:
     """``(wire format name, dim)`` from one probe embedding of ``model``, or None when no wire format answers."""
-    quick = EndpointConfig(url=config.url, api=config.api, batch=1, timeout=min(config.timeout, DISCOVERY_TIMEOUT))
-    for name in [config.api] if config.api else list(WIRE_FORMATS):
+    quick = EndpointConfig(url=config.url, wire_format=config.wire_format, batch=1,
+                           timeout=min(config.timeout, DISCOVERY_TIMEOUT))
+    for name in [config.wire_format.name] if config.wire_format else list(WIRE_FORMATS):
         client = EmbedClient(quick, model)  # the name exactly as the server lists it
         try:
             dim = client.measure(name)
@@ -211,7 +212,7 @@ def manifest_text(found: Found, root: str) -> str:
     else:
         fitted = "# The server did not say its context: embed counts the windows over it when it can.\n"
     if found.answered:
-        origin = f"# Found at {found.where} ({found.api} API) by `init`; its probe vector has {found.dim} dimensions."
+        origin = f"# Found at {found.where} ({found.wire_format} API) by `init`; its probe vector has {found.dim} dimensions."
         # Names as the server gives them, in a comment: one with a line break would write TOML, so those are left out.
         listed = [name for name in found.others if name.isprintable()][:8]
         if listed:
@@ -330,7 +331,7 @@ def run_update(target: Path) -> int:
     kept = canonical_name(found.model) == canonical_name(current.embed.model) and found.dim == current.embed.dim
     consequence = ("the same model: every stored vector is reused" if kept
                    else "another model: the next embed embeds every window again")
-    print(f"updated {target}: {found.model}, {found.dim} dims, found at {found.where} ({found.api}); {consequence}",
+    print(f"updated {target}: {found.model}, {found.dim} dims, found at {found.where} ({found.wire_format}); {consequence}",
           file=sys.stderr)
     if current.signature.signed:
         print(f"  {target} was signed: the signature no longer matches; sign it again", file=sys.stderr)

@@ -46,16 +46,11 @@ class EmbedClient:
     def __init__(self, config: EndpointConfig, model: str, post: Callable = post_json):
         self.config = config
         self.model = model
-        self.wire_format: WireFormat | None = wire_format(config.api) if config.api else None
+        self.wire_format: WireFormat | None = config.wire_format  # settled by the probe when None
         self.dim: int | None = None
         self.encoding = "float"
         self.probe_tokens: int | None = None  # the server's token count of the probe text, when it gave one
         self._post = post
-
-    @property
-    def api(self) -> str | None:
-        """The name of the wire format in use (the summary's ``api``), once known."""
-        return self.wire_format.name if self.wire_format else None
 
     @property
     def can_truncate(self) -> bool:

@@ -17,7 +17,7 @@ from typing import Mapping
 
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.core.loopback import is_loopback
-from bastion_agent.embedding.wire_formats import WIRE_FORMATS, wire_format
+from bastion_agent.embedding.wire_formats import WIRE_FORMATS, WireFormat, wire_format
 
 DEFAULT_URL = "http://127.0.0.1:11434"
 DEFAULT_BATCH = 32
@@ -37,13 +37,17 @@ class EndpointConfig:
     ``EMBED_CONCURRENCY``, ``EMBED_RETRY_DEADLINE`` and ``EMBED_BATCH_FIXED``, validated."""
 
     url: str = DEFAULT_URL
-    api: str | None = None
+    wire_format: WireFormat | None = None  # EMBED_API's (a name given here is looked up); None: the probe detects it
     batch: int = DEFAULT_BATCH
     timeout: float = DEFAULT_TIMEOUT
     concurrency: int = DEFAULT_CONCURRENCY
     retry_deadline: float = DEFAULT_RETRY_DEADLINE
     batch_fixed: bool = False  # EMBED_BATCH_FIXED=1: no tuning (batch_tuner.py), EMBED_BATCH and EMBED_CONCURRENCY as given
     batch_set: bool = False  # EMBED_BATCH was given: the tuner's ceiling (a server that refuses larger batches)
+
+    def __post_init__(self) -> None:
+        if self.wire_format is not None:  # a name (a test's, init's) becomes its format, or a one-line ConfigError
+            object.__setattr__(self, "wire_format", wire_format(self.wire_format))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "EndpointConfig":
@@ -53,7 +57,7 @@ class EndpointConfig:
             raise ConfigError(f"EMBED_CONCURRENCY must be at most {MAX_CONCURRENCY}; got {concurrency}")
         return cls(
             url=_base_url(env.get("EMBED_URL") or DEFAULT_URL),
-            api=_api(env.get("EMBED_API") or None),
+            wire_format=env.get("EMBED_API") or None,  # checked by wire_format(), which never echoes it
             batch=_positive(env, "EMBED_BATCH", DEFAULT_BATCH, int),
             timeout=_positive(env, "EMBED_TIMEOUT", DEFAULT_TIMEOUT, float),
             concurrency=concurrency,
@@ -122,11 +126,6 @@ def _base_url(value: str) -> str:
     if path.endswith("/v1"):  # an OpenAI "base URL": the paths below add /v1 themselves
         path = path[: -len("/v1")]
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
-
-
-def _api(value: str | None) -> str | None:
-    """``EMBED_API``'s wire format name, checked (``wire_format`` lists the names, never echoes the value)."""
-    return None if value is None else wire_format(value).name
 
 
 def _switch(env: Mapping[str, str], name: str) -> bool:

@@ -74,11 +74,6 @@ class ServerInfo:
     counter: str | None = None  # "llama.cpp", "tei", "llama-cpp-python"
     cuts_long_inputs: bool = True  # False: the server embeds a long input whole (the embedded model server)
     wire_format: WireFormat | None = None  # the one in use: whether the server refuses a long input or cuts it
-
-    @property
-    def api(self) -> str | None:
-        """The name of the wire format in use."""
-        return self.wire_format.name if self.wire_format else None
     notes: list[str] = field(default_factory=list)  # what failed, for a hostile-server message
 
 

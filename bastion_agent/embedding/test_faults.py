@@ -247,7 +247,7 @@ class ErrorsThatSayTheFixTests(FaultCase):
 class RetryTests(FaultCase):
     def test_transient_failures_are_retried_and_nothing_is_lost(self):
         plan = [Fault(), overloaded(503), overloaded(429, retry_after="7"), Fault(reset=True), Fault(truncated=True),
-                overloaded(502, dialect="llamacpp"), overloaded(504, dialect="tei")]
+                overloaded(502, imitates="llama.cpp"), overloaded(504, imitates="tei")]
         with FaultStub(plan=plan) as stub:
             summary = self.embed_with(stub)
         self.assertEqual(summary["retries"], 6)
@@ -374,8 +374,8 @@ class BadVectorTests(PoisonCase):
         "non_finite": Fault(nan=True),
         "zero_vector": Fault(zero=True),
         "wrong_count": Fault(wrong_count=True),
-        "http_500": Fault(status=500, message="failed to decode batch", dialect="llamacpp"),
-        "http_424": Fault(status=424, message="backend error", dialect="tei"),
+        "http_500": Fault(status=500, message="failed to decode batch", imitates="llama.cpp"),
+        "http_424": Fault(status=424, message="backend error", imitates="tei"),
     }
 
     def test_a_bad_answer_is_never_stored_and_only_its_input_fails(self):
@@ -595,7 +595,7 @@ class EndlessAnswerTests(unittest.TestCase):
                 "from bastion_agent.embedding.client import EmbedClient\n"
                 "from bastion_agent.embedding.endpoint import EndpointConfig\n"
                 "try:\n"
-                f"    EmbedClient(EndpointConfig(url={stub.url!r}, api='ollama', timeout=60), 'm').probe(64)\n"
+                f"    EmbedClient(EndpointConfig(url={stub.url!r}, wire_format='ollama', timeout=60), 'm').probe(64)\n"
                 "except ModelServerError as exc:\n"
                 "    print(exc)\n"
             )
@@ -631,7 +631,7 @@ class EndlessAnswerTests(unittest.TestCase):
             with StubServer(routes={"/api/embed": redirect, "/v1/embeddings": redirect}) as stub:
                 for api in ("ollama", "openai"):
                     with self.subTest(api=api), self.assertRaises(ModelServerError) as caught:
-                        EmbedClient(EndpointConfig(url=stub.url, api=api, timeout=10), "m").probe(64)
+                        EmbedClient(EndpointConfig(url=stub.url, wire_format=api, timeout=10), "m").probe(64)
                     self.assertIn("302", str(caught.exception))
         self.assertEqual(elsewhere_hits, [])
 

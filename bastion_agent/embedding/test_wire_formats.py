@@ -88,7 +88,7 @@ class EachFormatEndToEnd(unittest.TestCase):
         for name, fmt in WIRE_FORMATS.items():
             others = tuple(other for other in WIRE_FORMATS if other != name)
             with self.subTest(format=name), StubServer(dim=16, apis=others) as stub:
-                client = EmbedClient(EndpointConfig(url=stub.url, api=name, timeout=10), "m")
+                client = EmbedClient(EndpointConfig(url=stub.url, wire_format=name, timeout=10), "m")
                 with self.assertRaises(ModelServerError) as caught:
                     client.probe(16)
                 self.assertIn(fmt.embed_path, str(caught.exception))
@@ -154,7 +154,7 @@ class ANewFormatIsNeverAnsweredInAnothersShape(unittest.TestCase):
                 StubServer(apis=("unheard",))
             self.assertIn("StubFormat", str(caught.exception))
             with StubServer(dim=16, apis=tuple(STUB_FORMATS)) as stub:  # the unheard route is a 404
-                client = EmbedClient(EndpointConfig(url=stub.url, api="unheard", timeout=10), "m")
+                client = EmbedClient(EndpointConfig(url=stub.url, wire_format="unheard", timeout=10), "m")
                 with self.assertRaises(ModelServerError):
                     client.probe(16)
                 self.assertEqual(stub.requests, [])

@@ -11,13 +11,13 @@ without a ``StubFormat`` stops the stub at its start: a new route is never
 answered in another format's shape.
 
 It can also behave like a real server in what it says about itself
-(``server_info``): ``flavor="llama.cpp"`` answers ``GET /props`` and ``POST
+(``server_info``): ``imitates="llama.cpp"`` answers ``GET /props`` and ``POST
 /tokenize`` and, like llama.cpp, silently keeps only the first ``context``
-tokens of a longer input; ``flavor="tei"`` answers ``GET /info`` and ``POST
+tokens of a longer input; ``imitates="tei"`` answers ``GET /info`` and ``POST
 /tokenize`` and refuses an input over ``context`` as TEI does;
-``flavor="ollama"`` answers ``POST /api/show`` and ``prompt_eval_count``, and
+``imitates="ollama"`` answers ``POST /api/show`` and ``prompt_eval_count``, and
 refuses an over-long input unless asked to truncate it;
-``flavor="llama-cpp-python"`` (the issue's server) cuts like llama.cpp but
+``imitates="llama-cpp-python"`` (a server that names no context) cuts like llama.cpp but
 says no context and counts only through ``POST /extras/tokenize/count``. Its "model tokens"
 (``stub_tokens``) are a word's 4-letter pieces, each digit and each mark, plus
 two special tokens, so they outnumber the chunker's regex tokens as a real
@@ -45,7 +45,7 @@ from bastion_agent.embedding.wire_formats import WIRE_FORMATS
 WORD_RE = re.compile(r"\w+")
 STUB_TOKEN_RE = re.compile(r"[^\W\d_]{1,4}|\d|_|[^\w\s]")
 SPECIAL_TOKENS = 2  # a [CLS] and a [SEP], as BERT-style embedding models count them
-FLAVORS = (None, "llama.cpp", "llama-cpp-python", "tei", "ollama")
+IMITATED_SERVERS = (None, "llama.cpp", "llama-cpp-python", "tei", "ollama")
 
 
 def stub_tokens(text: str) -> list[re.Match]:
@@ -84,7 +84,7 @@ def bag_of_words(text: str, dim: int) -> list[float]:
 class StubFormat:
     """How the stub answers one wire format: the server's side of ``wire_formats.WireFormat``.
 
-    ``name`` is the format's; ``native_server`` is the ``flavor`` whose own
+    ``name`` is the format's; ``native_server`` is the server imitated (``imitates``) whose own
     format it is (that server honours the format's truncation field).
     """
 
@@ -183,16 +183,16 @@ class StubServer(ServesInBackground):
     """
 
     def __init__(self, dim: int = 64, apis=None, models=None, host: str = "127.0.0.1", port: int = 0,
-                 flavor: str | None = None, context: int | None = None, listed=None, routes=None):
-        if flavor not in FLAVORS:
-            raise ValueError(f"flavor must be one of {FLAVORS}")
+                 imitates: str | None = None, context: int | None = None, listed=None, routes=None):
+        if imitates not in IMITATED_SERVERS:
+            raise ValueError(f"imitates must be one of {IMITATED_SERVERS}")
         self.dim = dim
         self.apis = tuple(WIRE_FORMATS) if apis is None else tuple(apis)  # the wire formats it answers
         self.formats = {name: stub_format(name) for name in self.apis}
         self.by_path = {WIRE_FORMATS[name].embed_path: STUB_FORMATS[name] for name in WIRE_FORMATS
                         if name in STUB_FORMATS}
         self.models = None if models is None else set(models)
-        self.flavor = flavor
+        self.imitates = imitates
         self.context = context
         self.listed = None if listed is None else list(listed)
         self.asked: list[str] = []  # model names sent in embed requests, in first-seen order
@@ -243,10 +243,10 @@ def _handler_for(stub: StubServer):
                 stub.routes[self.path](self)
                 return
             names = stub.names()
-            if self.path == "/props" and stub.flavor == "llama.cpp":
+            if self.path == "/props" and stub.imitates == "llama.cpp":
                 self._send(200, {"default_generation_settings": {"n_ctx": stub.context, "params": {}},
                                  "total_slots": 1, "model_path": "/models/stub.gguf"})
-            elif self.path == "/info" and stub.flavor == "tei":
+            elif self.path == "/info" and stub.imitates == "tei":
                 self._send(200, {"model_id": (names or ["stub/model"])[0], "model_dtype": "float32",
                                  "max_input_length": stub.context, "max_client_batch_size": 32, "version": "stub"})
             elif self._listing(names):
@@ -290,7 +290,7 @@ def _handler_for(stub: StubServer):
                 return
             seen = [cut_to(text, stub.context) for text in texts]  # llama.cpp cuts without a word
             vectors = [bag_of_words(text, stub.dim) for text in seen]
-            counted = sum(token_count(text) for text in seen) if stub.flavor else None
+            counted = sum(token_count(text) for text in seen) if stub.imitates else None
             self._send(200, fmt.answer(model, vectors, fmt.encoding(body), counted))
 
         def _listing(self, names: list[str]) -> bool:
@@ -305,12 +305,12 @@ def _handler_for(stub: StubServer):
             """TEI refuses an input over its context, Ollama only when asked not to truncate;
             each honours the truncation field of its own wire format only."""
             long = [text for text in texts if stub.over_context(text)]
-            if not long or stub.flavor not in TRUNCATES_BY_DEFAULT:
+            if not long or stub.imitates not in TRUNCATES_BY_DEFAULT:
                 return False
-            default = TRUNCATES_BY_DEFAULT[stub.flavor]
-            if (fmt.truncate(body, default) if fmt.native_server == stub.flavor else default):
+            default = TRUNCATES_BY_DEFAULT[stub.imitates]
+            if (fmt.truncate(body, default) if fmt.native_server == stub.imitates else default):
                 return False
-            if stub.flavor == "tei":
+            if stub.imitates == "tei":
                 self._send(413, {"error": f"Input validation error: `inputs` must have less than {stub.context} "
                                           f"tokens. Given: {token_count(long[0])}", "error_type": "Validation"})
             else:
@@ -318,8 +318,8 @@ def _handler_for(stub: StubServer):
             return True
 
         def _introspection(self, body) -> bool:
-            """``/tokenize`` (llama.cpp, TEI) and ``/api/show`` (Ollama) of the flavor; True when answered."""
-            if self.path == "/tokenize" and stub.flavor == "llama.cpp":
+            """``/tokenize`` (llama.cpp, TEI) and ``/api/show`` (Ollama) of the imitates; True when answered."""
+            if self.path == "/tokenize" and stub.imitates == "llama.cpp":
                 content = body.get("content") if isinstance(body, dict) else None
                 if not isinstance(content, str):
                     self._send(400, {"error": {"code": 400, "message": "\"content\" must be provided"}})
@@ -328,7 +328,7 @@ def _handler_for(stub: StubServer):
                 ids = [_token_id(match.group()) for match in stub_tokens(content)]
                 self._send(200, {"tokens": [101] * (specials // 2) + ids + [102] * (specials // 2)})
                 return True
-            if self.path == "/tokenize" and stub.flavor == "tei":
+            if self.path == "/tokenize" and stub.imitates == "tei":
                 inputs = body.get("inputs") if isinstance(body, dict) else None
                 inputs = [inputs] if isinstance(inputs, str) else inputs
                 if not isinstance(inputs, list) or not all(isinstance(text, str) for text in inputs):
@@ -336,14 +336,14 @@ def _handler_for(stub: StubServer):
                     return True
                 self._send(200, [_tei_tokens(text, body.get("add_special_tokens", True)) for text in inputs])
                 return True
-            if self.path == "/extras/tokenize/count" and stub.flavor == "llama-cpp-python":
+            if self.path == "/extras/tokenize/count" and stub.imitates == "llama-cpp-python":
                 text = body.get("input") if isinstance(body, dict) else None
                 if not isinstance(text, str):
                     self._send(422, {"detail": [{"loc": ["body", "input"], "msg": "field required"}]})
                     return True
                 self._send(200, {"count": token_count(text)})
                 return True
-            if self.path == "/api/show" and stub.flavor == "ollama":
+            if self.path == "/api/show" and stub.imitates == "ollama":
                 self._send(200, {"modelfile": "", "parameters": "", "details": {"family": "bert"},
                                  "model_info": {"general.architecture": "bert", "bert.context_length": stub.context,
                                                 "bert.embedding_length": stub.dim}})
