@@ -156,7 +156,7 @@ class ProbeGateTests(FaultCase):
         self.assertFalse(self.layout.vectors_db.exists())
 
     def test_a_wrong_answer_to_the_probe_stops_before_the_store(self):
-        with FaultStub(plan=[Fault(zero=True)], apis=("ollama",)) as stub:
+        with FaultStub(plan=[Fault(zero=True)], wire_formats=("ollama",)) as stub:
             with self.assertRaisesRegex(ModelServerError, "all-zero"):
                 self.embed_with(stub)
         self.assertFalse(self.layout.vectors_db.exists())
@@ -296,7 +296,7 @@ class RetryTests(FaultCase):
 class BatchLimitTests(FaultCase):
     def test_tei_batch_limit_splits_and_the_size_is_remembered(self):
         rule = lambda n, texts, body: tei_batch_limit(len(texts), 4) if len(texts) > 4 else None
-        with FaultStub(rule=rule, apis=("openai",)) as stub:
+        with FaultStub(rule=rule, wire_formats=("openai",)) as stub:
             summary = self.embed_with(stub, EMBED_BATCH="8")
             sizes = [len(body["input"]) for _, body in stub.requests[1:]]
         self.assertEqual(stub.faults_served, {"http_422": 1})
@@ -307,7 +307,7 @@ class BatchLimitTests(FaultCase):
 
     def test_a_413_without_a_limit_halves_the_batch(self):
         rule = lambda n, texts, body: tei_body_too_large() if len(texts) > 2 else None
-        with FaultStub(rule=rule, apis=("openai",)) as stub:
+        with FaultStub(rule=rule, wire_formats=("openai",)) as stub:
             summary = self.embed_with(stub, EMBED_BATCH="8")
         self.assertEqual(summary["batch_size_final"], 2)
         self.assertEqual(summary["embedded"], summary["chunks"])
@@ -325,7 +325,7 @@ class PoisonCase(FaultCase):
 class TooLongInputTests(PoisonCase):
     def test_llamacpp_too_large_input_is_isolated_and_recorded_as_failed(self):
         rule = lambda n, texts, body: llamacpp_too_large() if has_poison(texts) else None
-        with FaultStub(rule=rule, apis=("openai",)) as stub:
+        with FaultStub(rule=rule, wire_formats=("openai",)) as stub:
             with self.assertRaisesRegex(ModelServerError, r"refused 1 of \d+ chunks \(too_long: 1\)"):
                 self.embed_with(stub, EMBED_BATCH="8")
         summary = self.summary()
@@ -339,7 +339,7 @@ class TooLongInputTests(PoisonCase):
         def rule(n, texts, body):
             return ollama_too_long() if has_poison(texts) and not body.get("truncate") else None
 
-        with FaultStub(rule=rule, apis=("ollama",)) as stub:
+        with FaultStub(rule=rule, wire_formats=("ollama",)) as stub:
             summary = self.embed_with(stub, EMBED_BATCH="8")
             truncated = [body["input"] for _, body in stub.requests if body.get("truncate")]
         self.assertEqual((summary["failed"], summary["truncated"]), (0, 1))
@@ -348,10 +348,10 @@ class TooLongInputTests(PoisonCase):
 
     def test_a_rerun_retries_only_the_failed_chunk(self):
         rule = lambda n, texts, body: llamacpp_too_large() if has_poison(texts) else None
-        with FaultStub(rule=rule, apis=("openai",)) as stub:
+        with FaultStub(rule=rule, wire_formats=("openai",)) as stub:
             with self.assertRaises(ModelServerError):
                 self.embed_with(stub)
-        with FaultStub(apis=("openai",)) as stub:
+        with FaultStub(wire_formats=("openai",)) as stub:
             summary = self.embed_with(stub)
             texts = stub.inputs()
         self.assertEqual(texts[1:], [self.poison_text()])  # after the probe: the failed chunk only
@@ -384,7 +384,7 @@ class BadVectorTests(PoisonCase):
                 if self.layout.vectors_db.exists():
                     self.layout.vectors_db.unlink()
                 rule = lambda n, texts, body, fault=fault: fault if has_poison(texts) else None
-                with FaultStub(rule=rule, apis=("openai",)) as stub:
+                with FaultStub(rule=rule, wire_formats=("openai",)) as stub:
                     with self.assertRaises(ModelServerError):
                         self.embed_with(stub, EMBED_BATCH="8")
                 summary = self.summary()
@@ -421,7 +421,7 @@ class FailureStreakTests(FaultCase):
 
 class EncodingTests(FaultCase):
     def test_base64_is_used_when_the_server_answers_it(self):
-        with FaultStub(apis=("openai",)) as stub:
+        with FaultStub(wire_formats=("openai",)) as stub:
             summary = self.embed_with(stub)
             formats = {body.get("encoding_format") for _, body in stub.requests}
         self.assertEqual((summary["api"], summary["encoding"]), ("openai", "base64"))
@@ -433,7 +433,7 @@ class EncodingTests(FaultCase):
             with self.subTest(option=option):
                 if self.layout.vectors_db.exists():
                     self.layout.vectors_db.unlink()
-                with FaultStub(apis=("openai",), **{option: True}) as stub:
+                with FaultStub(wire_formats=("openai",), **{option: True}) as stub:
                     summary = self.embed_with(stub)
                 self.assertEqual(summary["encoding"], "float")
                 self.assertEqual(summary["failed"], 0)

@@ -134,7 +134,7 @@ class LlamaCppPythonLikeTests(SanitizedStoreCase):
         """Issue 27: a sweep of windows over its context reported truncated 0; the cut is found empirically."""
         write_manifest(self.tmp, size=64, overlap=8)  # a window as long as the runbook: 147 model tokens
         self.chunk()
-        with StubServer(apis=("openai",), imitates="llama-cpp-python", context=48, listed=["stub-model"]) as stub:
+        with StubServer(wire_formats=("openai",), imitates="llama-cpp-python", context=48, listed=["stub-model"]) as stub:
             summary, err, error = embed_capturing(self, stub)
             probes = [body for path, body in stub.requests if path == "/v1/embeddings"]
         self.assertIsNone(error)
@@ -150,7 +150,7 @@ class LlamaCppPythonLikeTests(SanitizedStoreCase):
     def test_a_server_that_reads_everything_is_probed_twice_and_said_unknown(self):
         write_manifest(self.tmp, size=64, overlap=8)
         self.chunk()
-        with StubServer(apis=("openai",), imitates="llama-cpp-python", context=None, listed=["stub-model"]) as stub:
+        with StubServer(wire_formats=("openai",), imitates="llama-cpp-python", context=None, listed=["stub-model"]) as stub:
             summary, err, error = embed_capturing(self, stub)
             embeds = [body for path, body in stub.requests if path == "/v1/embeddings"]
         self.assertIsNone(error)
@@ -159,7 +159,7 @@ class LlamaCppPythonLikeTests(SanitizedStoreCase):
 
     def test_with_embed_context_its_windows_are_counted_by_the_server(self):
         self.chunk()
-        with StubServer(apis=("openai",), imitates="llama-cpp-python", context=48, listed=["stub-model"]) as stub:
+        with StubServer(wire_formats=("openai",), imitates="llama-cpp-python", context=48, listed=["stub-model"]) as stub:
             summary, err, error = embed_capturing(self, stub, EMBED_CONTEXT="48")
         self.assertIsNone(error)
         windows = embed.current_windows(self.layout)[0]
@@ -191,7 +191,7 @@ class IdentityTests(SanitizedStoreCase):
     def test_the_cli_prints_the_refusal_as_one_line(self):
         write_manifest(self.tmp, model="nomic-embed-text", size=self.size, overlap=self.overlap)
         self.chunk()
-        with StubServer(apis=("ollama",), listed=["all-minilm:latest"]) as stub:
+        with StubServer(wire_formats=("ollama",), listed=["all-minilm:latest"]) as stub:
             with clean_env(EMBED_URL=stub.url):
                 code, out, err = run_cli("embed", self.manifest_path, "--out", self.out)
         self.assertNotEqual(code, 0)
@@ -226,7 +226,7 @@ class TeiLikeTests(SanitizedStoreCase):
 
     def test_info_gives_the_identity_and_context_and_a_refused_window_is_failed_not_truncated(self):
         self.chunk()
-        with StubServer(apis=("openai",), imitates="tei", context=48,
+        with StubServer(wire_formats=("openai",), imitates="tei", context=48,
                         listed=["intfloat/multilingual-e5-small"]) as stub:
             summary, err, error = embed_capturing(self, stub, self.manifest(model="multilingual-e5-small"))
         self.assertIsInstance(error, ModelServerError)  # failed chunks: the stage exits non-zero
@@ -241,7 +241,7 @@ class TeiLikeTests(SanitizedStoreCase):
 
     def test_tei_is_refused_for_another_model(self):
         self.chunk()
-        with StubServer(apis=("openai",), imitates="tei", context=512, listed=["BAAI/bge-small-en-v1.5"]) as stub:
+        with StubServer(wire_formats=("openai",), imitates="tei", context=512, listed=["BAAI/bge-small-en-v1.5"]) as stub:
             _, _, error = embed_capturing(self, stub)
         self.assertIsInstance(error, server_info.ModelMismatchError)
         self.assertIn("BAAI/bge-small-en-v1.5", str(error))
@@ -255,7 +255,7 @@ class OllamaLikeTests(SanitizedStoreCase):
 
     def test_windows_are_estimated_from_the_probe_and_truncated_on_the_resend(self):
         self.chunk()
-        with StubServer(apis=("ollama",), imitates="ollama", context=48, models=["stub-model"],
+        with StubServer(wire_formats=("ollama",), imitates="ollama", context=48, models=["stub-model"],
                         listed=["stub-model:latest"]) as stub:
             summary, err, error = embed_capturing(self, stub)
             truncating = [body for path, body in stub.requests if body.get("truncate") is True]
@@ -424,7 +424,7 @@ class InitTests(TempFolder, unittest.TestCase):
         (tmp / "docs").mkdir()
         (tmp / "docs" / "notes.txt").write_text(" ".join([NOTES] * 40), encoding="utf-8")
         target = tmp / "bastion.toml"
-        with StubServer(apis=("openai",), imitates="llama.cpp", context=128, models=["all-minilm-l6-v2"]) as stub:
+        with StubServer(wire_formats=("openai",), imitates="llama.cpp", context=128, models=["all-minilm-l6-v2"]) as stub:
             with clean_env(EMBED_URL=stub.url):
                 code, out, err = run_cli("init", tmp / "docs", "--manifest", target)
                 self.assertEqual(code, 0, err)

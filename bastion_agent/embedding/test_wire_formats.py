@@ -74,7 +74,7 @@ class Registry(unittest.TestCase):
 class EachFormatEndToEnd(unittest.TestCase):
     def test_probe_detects_each_format_alone_and_embeds_in_its_shape(self):
         for name, fmt in WIRE_FORMATS.items():
-            with self.subTest(format=name), StubServer(dim=16, apis=(name,)) as stub:
+            with self.subTest(format=name), StubServer(dim=16, wire_formats=(name,)) as stub:
                 client = EmbedClient(EndpointConfig(url=stub.url, timeout=10), "m")
                 self.assertEqual(client.probe(16), name)
                 vectors = client.embed(["alpha beta", "gamma"])
@@ -87,7 +87,7 @@ class EachFormatEndToEnd(unittest.TestCase):
     def test_a_pinned_format_the_server_lacks_fails_in_one_line_naming_its_route(self):
         for name, fmt in WIRE_FORMATS.items():
             others = tuple(other for other in WIRE_FORMATS if other != name)
-            with self.subTest(format=name), StubServer(dim=16, apis=others) as stub:
+            with self.subTest(format=name), StubServer(dim=16, wire_formats=others) as stub:
                 client = EmbedClient(EndpointConfig(url=stub.url, wire_format=name, timeout=10), "m")
                 with self.assertRaises(ModelServerError) as caught:
                     client.probe(16)
@@ -151,9 +151,9 @@ class ANewFormatIsNeverAnsweredInAnothersShape(unittest.TestCase):
 
         with registered(Unheard()):
             with self.assertRaises(ValueError) as caught:
-                StubServer(apis=("unheard",))
+                StubServer(wire_formats=("unheard",))
             self.assertIn("StubFormat", str(caught.exception))
-            with StubServer(dim=16, apis=tuple(STUB_FORMATS)) as stub:  # the unheard route is a 404
+            with StubServer(dim=16, wire_formats=tuple(STUB_FORMATS)) as stub:  # the unheard route is a 404
                 client = EmbedClient(EndpointConfig(url=stub.url, wire_format="unheard", timeout=10), "m")
                 with self.assertRaises(ModelServerError):
                     client.probe(16)

@@ -177,18 +177,18 @@ def stub_format(name: str) -> StubFormat:
 class StubServer(ServesInBackground):
     """``with StubServer(dim=64) as stub:`` a server on ``stub.url`` until the block ends.
 
-    ``apis`` lists the wire formats it answers (the others get 404);
+    ``wire_formats`` names the wire formats it answers (the others get 404);
     ``models``, when given, lists the model names it knows (others get the
     server's "model not found"); ``requests`` holds ``(path, body)`` pairs.
     """
 
-    def __init__(self, dim: int = 64, apis=None, models=None, host: str = "127.0.0.1", port: int = 0,
+    def __init__(self, dim: int = 64, wire_formats=None, models=None, host: str = "127.0.0.1", port: int = 0,
                  imitates: str | None = None, context: int | None = None, listed=None, routes=None):
         if imitates not in IMITATED_SERVERS:
             raise ValueError(f"imitates must be one of {IMITATED_SERVERS}")
         self.dim = dim
-        self.apis = tuple(WIRE_FORMATS) if apis is None else tuple(apis)  # the wire formats it answers
-        self.formats = {name: stub_format(name) for name in self.apis}
+        self.wire_formats = tuple(WIRE_FORMATS) if wire_formats is None else tuple(wire_formats)
+        self.formats = {name: stub_format(name) for name in self.wire_formats}
         self.by_path = {WIRE_FORMATS[name].embed_path: STUB_FORMATS[name] for name in WIRE_FORMATS
                         if name in STUB_FORMATS}
         self.models = None if models is None else set(models)
