@@ -233,132 +233,139 @@ def _as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def _handler_for(stub: StubServer):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args) -> None:  # quiet: tests read stderr
+class StubHandler(BaseHTTPRequestHandler):
+    """The stub's HTTP side: one subclass per server (``_handler_for``) carries it as ``stub``."""
+
+    stub: "StubServer"
+
+    def log_message(self, *args) -> None:  # quiet: tests read stderr
+        pass
+
+    def do_GET(self) -> None:
+        if self.path in self.stub.routes:
+            self.stub.routes[self.path](self)
+            return
+        names = self.stub.names()
+        if self.path == "/props" and self.stub.imitates == "llama.cpp":
+            self._send(200, {"default_generation_settings": {"n_ctx": self.stub.context, "params": {}},
+                             "total_slots": 1, "model_path": "/models/stub.gguf"})
+        elif self.path == "/info" and self.stub.imitates == "tei":
+            self._send(200, {"model_id": (names or ["stub/model"])[0], "model_dtype": "float32",
+                             "max_input_length": self.stub.context, "max_client_batch_size": 32, "version": "stub"})
+        elif self._listing(names):
             pass
+        elif self.path in ("/", "/health"):
+            self._send(200, {"status": "ok", "models": names})
+        else:
+            self._send(404, {"error": "not found"})
 
-        def do_GET(self) -> None:
-            if self.path in stub.routes:
-                stub.routes[self.path](self)
-                return
-            names = stub.names()
-            if self.path == "/props" and stub.imitates == "llama.cpp":
-                self._send(200, {"default_generation_settings": {"n_ctx": stub.context, "params": {}},
-                                 "total_slots": 1, "model_path": "/models/stub.gguf"})
-            elif self.path == "/info" and stub.imitates == "tei":
-                self._send(200, {"model_id": (names or ["stub/model"])[0], "model_dtype": "float32",
-                                 "max_input_length": stub.context, "max_client_batch_size": 32, "version": "stub"})
-            elif self._listing(names):
-                pass
-            elif self.path in ("/", "/health"):
-                self._send(200, {"status": "ok", "models": names})
-            else:
-                self._send(404, {"error": "not found"})
+    def do_POST(self) -> None:
+        if self.path in self.stub.routes:
+            self.stub.routes[self.path](self)
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            self._send(400, {"error": "invalid JSON"})
+            return
+        if self._introspection(body):
+            return
+        fmt = self.stub.by_path.get(self.path)
+        if fmt is None or fmt.name not in self.stub.formats:
+            self._send(404, fmt.absent_answer if fmt is not None else {"error": "not found"})
+            return
+        if not isinstance(body, dict):
+            self._send(400, {"error": "the body must be a JSON object"})
+            return
+        self.stub.record(self.path, body)
+        if self.stub.intercept(self, fmt, body):  # a subclass answered (fault_stub.FaultStub)
+            return
+        model = body.get("model")
+        if self.stub.models is not None and model not in self.stub.models:
+            self._send(404, fmt.model_not_found(model))
+            return
+        texts = fmt.texts(body)
+        if not texts or not all(isinstance(text, str) for text in texts):
+            self._send(400, {"error": "input must be a string or a list of strings"})
+            return
+        if self._refuses_long(fmt, body, texts):
+            return
+        seen = [cut_to(text, self.stub.context) for text in texts]  # llama.cpp cuts without a word
+        vectors = [bag_of_words(text, self.stub.dim) for text in seen]
+        counted = sum(token_count(text) for text in seen) if self.stub.imitates else None
+        self._send(200, fmt.answer(model, vectors, fmt.encoding(body), counted))
 
-        def do_POST(self) -> None:
-            if self.path in stub.routes:
-                stub.routes[self.path](self)
-                return
-            length = int(self.headers.get("Content-Length") or 0)
-            try:
-                body = json.loads(self.rfile.read(length))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                self._send(400, {"error": "invalid JSON"})
-                return
-            if self._introspection(body):
-                return
-            fmt = stub.by_path.get(self.path)
-            if fmt is None or fmt.name not in stub.formats:
-                self._send(404, fmt.absent_answer if fmt is not None else {"error": "not found"})
-                return
-            if not isinstance(body, dict):
-                self._send(400, {"error": "the body must be a JSON object"})
-                return
-            stub.record(self.path, body)
-            if stub.intercept(self, fmt, body):  # a subclass answered (fault_stub.FaultStub)
-                return
-            model = body.get("model")
-            if stub.models is not None and model not in stub.models:
-                self._send(404, fmt.model_not_found(model))
-                return
-            texts = fmt.texts(body)
-            if not texts or not all(isinstance(text, str) for text in texts):
-                self._send(400, {"error": "input must be a string or a list of strings"})
-                return
-            if self._refuses_long(fmt, body, texts):
-                return
-            seen = [cut_to(text, stub.context) for text in texts]  # llama.cpp cuts without a word
-            vectors = [bag_of_words(text, stub.dim) for text in seen]
-            counted = sum(token_count(text) for text in seen) if stub.imitates else None
-            self._send(200, fmt.answer(model, vectors, fmt.encoding(body), counted))
+    def _listing(self, names: list[str]) -> bool:
+        """The model list of each format that is on and lists on this path; True when answered."""
+        for fmt in self.stub.formats.values():
+            if self.path == fmt.listing_path:
+                self._send(200, fmt.listing(names))
+                return True
+        return False
 
-        def _listing(self, names: list[str]) -> bool:
-            """The model list of each format that is on and lists on this path; True when answered."""
-            for fmt in stub.formats.values():
-                if self.path == fmt.listing_path:
-                    self._send(200, fmt.listing(names))
-                    return True
+    def _refuses_long(self, fmt: StubFormat, body: dict, texts: list) -> bool:
+        """TEI refuses an input over its context, Ollama only when asked not to truncate;
+        each honours the truncation field of its own wire format only."""
+        long = [text for text in texts if self.stub.over_context(text)]
+        if not long or self.stub.imitates not in TRUNCATES_BY_DEFAULT:
             return False
+        default = TRUNCATES_BY_DEFAULT[self.stub.imitates]
+        if (fmt.truncate(body, default) if fmt.native_server == self.stub.imitates else default):
+            return False
+        if self.stub.imitates == "tei":
+            self._send(413, {"error": f"Input validation error: `inputs` must have less than {self.stub.context} "
+                                      f"tokens. Given: {token_count(long[0])}", "error_type": "Validation"})
+        else:
+            self._send(400, {"error": "the input length exceeds the context length"})
+        return True
 
-        def _refuses_long(self, fmt: StubFormat, body: dict, texts: list) -> bool:
-            """TEI refuses an input over its context, Ollama only when asked not to truncate;
-            each honours the truncation field of its own wire format only."""
-            long = [text for text in texts if stub.over_context(text)]
-            if not long or stub.imitates not in TRUNCATES_BY_DEFAULT:
-                return False
-            default = TRUNCATES_BY_DEFAULT[stub.imitates]
-            if (fmt.truncate(body, default) if fmt.native_server == stub.imitates else default):
-                return False
-            if stub.imitates == "tei":
-                self._send(413, {"error": f"Input validation error: `inputs` must have less than {stub.context} "
-                                          f"tokens. Given: {token_count(long[0])}", "error_type": "Validation"})
-            else:
-                self._send(400, {"error": "the input length exceeds the context length"})
+    def _introspection(self, body) -> bool:
+        """``/tokenize`` (llama.cpp, TEI) and ``/api/show`` (Ollama) of the imitates; True when answered."""
+        if self.path == "/tokenize" and self.stub.imitates == "llama.cpp":
+            content = body.get("content") if isinstance(body, dict) else None
+            if not isinstance(content, str):
+                self._send(400, {"error": {"code": 400, "message": "\"content\" must be provided"}})
+                return True
+            specials = SPECIAL_TOKENS if body.get("add_special") else 0
+            ids = [_token_id(match.group()) for match in stub_tokens(content)]
+            self._send(200, {"tokens": [101] * (specials // 2) + ids + [102] * (specials // 2)})
             return True
+        if self.path == "/tokenize" and self.stub.imitates == "tei":
+            inputs = body.get("inputs") if isinstance(body, dict) else None
+            inputs = [inputs] if isinstance(inputs, str) else inputs
+            if not isinstance(inputs, list) or not all(isinstance(text, str) for text in inputs):
+                self._send(422, {"error": "Failed to deserialize the JSON body", "error_type": "Validation"})
+                return True
+            self._send(200, [_tei_tokens(text, body.get("add_special_tokens", True)) for text in inputs])
+            return True
+        if self.path == "/extras/tokenize/count" and self.stub.imitates == "llama-cpp-python":
+            text = body.get("input") if isinstance(body, dict) else None
+            if not isinstance(text, str):
+                self._send(422, {"detail": [{"loc": ["body", "input"], "msg": "field required"}]})
+                return True
+            self._send(200, {"count": token_count(text)})
+            return True
+        if self.path == "/api/show" and self.stub.imitates == "ollama":
+            self._send(200, {"modelfile": "", "parameters": "", "details": {"family": "bert"},
+                             "model_info": {"general.architecture": "bert", "bert.context_length": self.stub.context,
+                                            "bert.embedding_length": self.stub.dim}})
+            return True
+        return False
 
-        def _introspection(self, body) -> bool:
-            """``/tokenize`` (llama.cpp, TEI) and ``/api/show`` (Ollama) of the imitates; True when answered."""
-            if self.path == "/tokenize" and stub.imitates == "llama.cpp":
-                content = body.get("content") if isinstance(body, dict) else None
-                if not isinstance(content, str):
-                    self._send(400, {"error": {"code": 400, "message": "\"content\" must be provided"}})
-                    return True
-                specials = SPECIAL_TOKENS if body.get("add_special") else 0
-                ids = [_token_id(match.group()) for match in stub_tokens(content)]
-                self._send(200, {"tokens": [101] * (specials // 2) + ids + [102] * (specials // 2)})
-                return True
-            if self.path == "/tokenize" and stub.imitates == "tei":
-                inputs = body.get("inputs") if isinstance(body, dict) else None
-                inputs = [inputs] if isinstance(inputs, str) else inputs
-                if not isinstance(inputs, list) or not all(isinstance(text, str) for text in inputs):
-                    self._send(422, {"error": "Failed to deserialize the JSON body", "error_type": "Validation"})
-                    return True
-                self._send(200, [_tei_tokens(text, body.get("add_special_tokens", True)) for text in inputs])
-                return True
-            if self.path == "/extras/tokenize/count" and stub.imitates == "llama-cpp-python":
-                text = body.get("input") if isinstance(body, dict) else None
-                if not isinstance(text, str):
-                    self._send(422, {"detail": [{"loc": ["body", "input"], "msg": "field required"}]})
-                    return True
-                self._send(200, {"count": token_count(text)})
-                return True
-            if self.path == "/api/show" and stub.imitates == "ollama":
-                self._send(200, {"modelfile": "", "parameters": "", "details": {"family": "bert"},
-                                 "model_info": {"general.architecture": "bert", "bert.context_length": stub.context,
-                                                "bert.embedding_length": stub.dim}})
-                return True
-            return False
+    def _send(self, status: int, value) -> None:
+        data = json.dumps(value).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
-        def _send(self, status: int, value) -> None:
-            data = json.dumps(value).encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
-    return Handler
+def _handler_for(stub: StubServer) -> type:
+    """The handler class of ``stub``'s HTTP server."""
+    return type("Handler", (StubHandler,), {"stub": stub})
+
 
 
 def _token_id(piece: str) -> int:
