@@ -57,7 +57,7 @@ class WireFormat:
     def vectors(self, answer: object) -> list | None:
         """The vectors of an answer in input order (floats or base64 strings), or None when it is not this shape.
 
-        Each vector is checked later (``vectors.pack_all``): a list of the
+        Each vector is checked later (``vector_packing.pack_all``): a list of the
         wrong length, or an element that is not a vector, is a malformed
         answer of this format, not another format's.
         """
