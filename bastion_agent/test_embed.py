@@ -12,7 +12,7 @@ from bastion_agent import embed
 from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
 from bastion_agent.core.layout import read_jsonl
 from bastion_agent.embedding import vectorstore
-from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.testing.stub_server import StubServer, bag_of_words
 from bastion_agent.testing.testsupport import (
     SanitizedStoreCase,
@@ -317,7 +317,7 @@ class WireFormatTests(StageCase):
         self.chunk()
 
     def test_openai_style_server_is_detected(self):
-        with StubServer(apis=("openai",)) as stub:
+        with StubServer(wire_formats=("openai",)) as stub:
             summary = self.embed_with(stub)
             paths = {path for path, _ in stub.requests}
         self.assertEqual(summary["api"], "openai")
@@ -325,7 +325,7 @@ class WireFormatTests(StageCase):
         self.assertGreater(summary["embedded"], 0)
 
     def test_openai_results_are_matched_by_index(self):
-        with StubServer(apis=("openai",)) as stub:  # the stub lists data in reverse order
+        with StubServer(wire_formats=("openai",)) as stub:  # the stub lists data in reverse order
             self.embed_with(stub)
         with sqlite3.connect(self.layout.vectors_db) as db:
             rows = db.execute("SELECT c.text, v.vec FROM chunks c JOIN vectors v USING (chunk_id)").fetchall()
@@ -333,7 +333,7 @@ class WireFormatTests(StageCase):
             self.assertEqual(list(vectorstore.unpack(blob)), bag_of_words(text, 64))
 
     def test_a_forced_wrong_api_is_refused(self):
-        with StubServer(apis=("openai",)) as stub:
+        with StubServer(wire_formats=("openai",)) as stub:
             with self.assertRaisesRegex(ModelServerError, "did not answer as an embedding server"):
                 self.embed_with(stub, EMBED_API="ollama")
         self.assertFalse(self.layout.vectors_db.exists())

@@ -541,7 +541,7 @@ class PromiseTests(TempFolder, unittest.TestCase):
 
     def serve_answers(self, stub: StubServer) -> None:
         from bastion_agent.config import manifest as manifest_module
-        from bastion_agent.embedding.client import EndpointConfig
+        from bastion_agent.embedding.endpoint import EndpointConfig
         from bastion_agent.serving import serve
 
         with clean_env():
@@ -815,7 +815,7 @@ class FileNameTests(TempFolder, unittest.TestCase):
 
     def test_control_characters_in_names_are_escaped_in_every_output(self):
         from bastion_agent.config import manifest as manifest_module
-        from bastion_agent.embedding.client import EndpointConfig
+        from bastion_agent.embedding.endpoint import EndpointConfig
         from bastion_agent.serving import mcp_server, serve
 
         self.cli("sweep")

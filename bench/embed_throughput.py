@@ -2,7 +2,7 @@
 
 The stub runs in its own process and adds a fixed delay to every answer, so
 the server dominates, as a real model does. The bare client sends the same
-batches one after another and only decodes the answers (no database, no
+batches one after another and only parses the answers (no database, no
 checks); the stage does everything it does for real (probe, checks, SQLite
 commits per batch), with EMBED_CONCURRENCY 1, 2 and 4. Prints JSON.
 
@@ -12,7 +12,6 @@ commits per batch), with EMBED_CONCURRENCY 1, 2 and 4. Prints JSON.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import statistics
 import time
@@ -20,22 +19,23 @@ import time
 from _synthetic import clean_env, stub_process, synthetic_store, temp_folder, window_texts
 
 from bastion_agent import embed
-from bastion_agent.embedding.client import PATHS, post_json
+from bastion_agent.embedding.transport import post_json
+from bastion_agent.embedding.wire_formats import WIRE_FORMATS
 
 
 def bare_serial(url: str, api: str, model: str, texts: list[str], batch: int) -> float:
-    """Seconds for one request per batch, in order, decoding each answer: the floor the stage is held to."""
+    """Seconds for one request per batch, in order, parsing each answer: the floor the stage is held to.
+
+    In the encoding the stage's probe settles on (the format's first probe
+    encoding: base64 where the format has it), read by the format's own parser.
+    """
+    fmt = WIRE_FORMATS[api]
     started = time.perf_counter()
     for first in range(0, len(texts), batch):
-        body = {"model": model, "input": texts[first : first + batch]}
-        if api == "openai":
-            body["encoding_format"] = "base64"
-        answer = post_json(url + PATHS[api], body, 300.0)
-        if api == "openai":
-            vectors = [base64.b64decode(item["embedding"]) for item in answer["data"]]
-        else:
-            vectors = answer["embeddings"]
-        assert len(vectors) == len(body["input"])
+        part = texts[first : first + batch]
+        answer = post_json(url + fmt.embed_path, fmt.request_body(model, part, fmt.probe_encodings[0], False), 300.0)
+        vectors = fmt.vectors(answer)
+        assert vectors is not None and len(vectors) == len(part)
     return time.perf_counter() - started
 
 
@@ -68,7 +68,7 @@ def main() -> None:
         _, manifest, layout = synthetic_store(__import__("pathlib").Path(folder), args.chunks, args.dim)
         texts = window_texts(layout)
         with stub_process("--dim", str(args.dim), "--delay", str(args.delay)) as (url, _):
-            for api in ("ollama", "openai"):
+            for api in WIRE_FORMATS:
                 times: dict[str, list[float]] = {"bare": [], **{f"c{level}": [] for level in levels}}
                 for _ in range(args.repeat):  # interleaved, so a busy machine weighs on both alike
                     times["bare"].append(bare_serial(url, api, manifest.embed.model, texts, args.batch))

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bastion_agent.embedding.client import post_json  # noqa: E402
+from bastion_agent.embedding.transport import post_json  # noqa: E402
 from bastion_agent.commands.demo import BackgroundModelServer, environment  # noqa: E402
 
 MODEL = "multilingual-e5-small"

@@ -39,7 +39,8 @@ sys.path.insert(0, str(REPO))
 from bastion_agent import embed
 from bastion_agent.searching import fusion, keyword
 from bastion_agent.config import manifest as manifest_module  # noqa: E402
-from bastion_agent.embedding.client import EmbedClient, EndpointConfig  # noqa: E402
+from bastion_agent.embedding.client import EmbedClient  # noqa: E402
+from bastion_agent.embedding.endpoint import EndpointConfig  # noqa: E402
 from bastion_agent.commands.demo import BackgroundModelServer, environment  # noqa: E402
 from bastion_agent.core.layout import Layout  # noqa: E402
 from bastion_agent.commands.pipeline import run_sweep  # noqa: E402

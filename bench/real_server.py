@@ -35,7 +35,9 @@ from _realtext import IR, read_prose  # noqa: E402
 
 from bastion_agent import embed
 from bastion_agent.config import manifest as manifest_module  # noqa: E402
-from bastion_agent.embedding.client import EmbedClient, EndpointConfig  # noqa: E402
+from bastion_agent.embedding.client import EmbedClient  # noqa: E402
+from bastion_agent.embedding.endpoint import EndpointConfig  # noqa: E402
+from bastion_agent.embedding.wire_formats import WIRE_FORMATS  # noqa: E402
 from bastion_agent.core.errors import ModelServerError  # noqa: E402
 from bastion_agent.core.layout import Layout  # noqa: E402
 from bastion_agent.testing.testsupport import clean_env, write_sanitized_store  # noqa: E402
@@ -146,7 +148,7 @@ def main() -> None:
     config = EndpointConfig.from_env()
     client = EmbedClient(config, args.model)
     dims = {}
-    for candidate in ([config.api] if config.api else ["ollama", "openai"]):
+    for candidate in ([config.wire_format.name] if config.wire_format else list(WIRE_FORMATS)):
         try:
             dims[candidate] = client.measure(candidate)
             break

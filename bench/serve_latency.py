@@ -47,7 +47,8 @@ if "--blas-threads-default" not in sys.argv:  # the in-process baseline runs as 
 import _realtext  # noqa: E402
 from bastion_agent import embed
 from bastion_agent.config import manifest as manifest_module  # noqa: E402
-from bastion_agent.embedding.client import EmbedClient, EndpointConfig  # noqa: E402
+from bastion_agent.embedding.client import EmbedClient  # noqa: E402
+from bastion_agent.embedding.endpoint import EndpointConfig  # noqa: E402
 from bastion_agent.core.layout import Layout  # noqa: E402
 from search_latency import questions  # noqa: E402
 

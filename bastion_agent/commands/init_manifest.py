@@ -6,7 +6,7 @@ A newcomer's first manifest used to name a model the server did not have.
 embedding model, measures its dimension with one probe embedding (a fixed
 sentence, never a document), and writes model, dimension and the prefixes
 that model was trained with, and a window size that fits the context the
-server reports (``model_info``; see ``fitting_size``). When nothing answers, the manifest fits the
+server reports (``server_info``; see ``fitting_size``). When nothing answers, the manifest fits the
 embedded model (``model-server``), and says so. An existing manifest is
 never overwritten. The written file is loaded by the manifest reader before
 it is put in place, so ``init`` never leaves an invalid manifest behind.
@@ -25,12 +25,10 @@ from pathlib import Path
 
 from bastion_agent.config.manifest import DEFAULT_EXCLUDE, DEFAULT_MAX_FILE_MB
 from bastion_agent.core.errors import BastionError, ConfigError, ManifestError
-from bastion_agent.embedding.client import (
-    APIS,
-    EmbedClient,
-    EndpointConfig,
-    RequestFailure,
-)
+from bastion_agent.embedding.client import EmbedClient
+from bastion_agent.embedding.endpoint import EndpointConfig
+from bastion_agent.embedding.failures import RequestFailure
+from bastion_agent.embedding.wire_formats import WIRE_FORMATS, listed_names, listing_routes
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")  # the chunker's token (embed.TOKEN_RE)
 DISCOVERY_TIMEOUT = 10.0
@@ -65,14 +63,14 @@ class Found:
 
     model: str
     dim: int
-    api: str | None
+    wire_format: str | None  # the name of the one that answered; None: no server answered
     where: str
     others: tuple[str, ...] = ()
     context: int | None = None  # the server's context in tokens, when it says
 
     @property
     def answered(self) -> bool:
-        return self.api is not None
+        return self.wire_format is not None
 
 
 def add_init_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +101,7 @@ def run_init(args: argparse.Namespace) -> int:
     write_new(target, text)
     print(f"wrote {target}: {found.model}, {found.dim} dims, source {folder}", file=sys.stderr)
     if found.answered:
-        print(f"  found at {found.where} ({found.api}); next: sweep {target}, then search {target} \"...\"",
+        print(f"  found at {found.where} ({found.wire_format}); next: sweep {target}, then search {target} \"...\"",
               file=sys.stderr)
     else:
         print(f"  no model server answered at {found.where} (EMBED_URL): the manifest fits the embedded model; "
@@ -118,19 +116,19 @@ def discover(config: EndpointConfig) -> Found:
     for model in candidates or [EMBEDDED_MODEL]:
         measured = _measure(config, model)
         if measured is not None:
-            api, dim = measured
-            others = tuple(name for name in candidates if name != model)
-            return Found(model, dim, api, config.display_url, others, _context(config, api, model))
+            name, dim = measured
+            others = tuple(listed for listed in candidates if listed != model)
+            return Found(model, dim, name, config.display_url, others, _context(config, name, model))
     return Found(EMBEDDED_MODEL, EMBEDDED_DIM, None, config.display_url, context=EMBEDDED_CONTEXT)
 
 
-def _context(config: EndpointConfig, api: str, model: str) -> int | None:
-    """The context the server reports for ``model`` (``model_info``), or None."""
-    from bastion_agent.embedding import model_info
+def _context(config: EndpointConfig, format_name: str, model: str) -> int | None:
+    """The context the server reports for ``model`` (``server_info``), or None."""
+    from bastion_agent.embedding import server_info
 
-    quick = EndpointConfig(url=config.url, api=api, timeout=min(config.timeout, DISCOVERY_TIMEOUT))
+    quick = EndpointConfig(url=config.url, wire_format=format_name, timeout=min(config.timeout, DISCOVERY_TIMEOUT))
     try:
-        return model_info.inspect(quick, api, model).context
+        return server_info.inspect(quick, format_name, model).context
     except ConfigError:  # a bad EMBED_CONTEXT: the embed stage says so; init sizes without it
         return None
 
@@ -152,42 +150,23 @@ def fitting_size(context: int | None, passage_prefix: str, size: int, overlap: i
 
 
 def _listed_models(config: EndpointConfig) -> list[str]:
-    """Names from ``/api/tags`` (Ollama, the embedded server) or ``/v1/models`` (OpenAI style).
+    """Names from the first listing route that lists any (each wire format's ``listing_routes``:
+    ``/api/tags`` of Ollama and the embedded server, ``/v1/models`` of OpenAI-style servers).
 
-    Asked as every introspection request is (``model_info.request_json``):
+    Asked as every introspection request is (``server_info.request_json``):
     within a deadline and a size, and an answer that is not JSON (nested
     past the parser's depth included) is no answer, never a crash.
     """
-    from bastion_agent.embedding import model_info
+    from bastion_agent.embedding import server_info
 
-    for path, read in (("/api/tags", _ollama_names), ("/v1/models", _openai_names)):
+    for path in listing_routes():
         try:
-            names = read(model_info.request_json(config.url + path, None, DISCOVERY_TIMEOUT, 1 << 20))
-        except model_info.Unanswered:
+            names = listed_names(path, server_info.request_json(config.url + path, None, DISCOVERY_TIMEOUT, 1 << 20))
+        except server_info.Unanswered:
             continue
         if names:
             return names
     return []
-
-
-def _ollama_names(answer) -> list[str]:
-    models = answer.get("models") if isinstance(answer, dict) else None
-    if not isinstance(models, list):
-        return []
-    names = []
-    for item in models:
-        if isinstance(item, dict) and isinstance(item.get("name") or item.get("model"), str):
-            names.append(item.get("name") or item.get("model"))
-        elif isinstance(item, str):
-            names.append(item)
-    return names
-
-
-def _openai_names(answer) -> list[str]:
-    data = answer.get("data") if isinstance(answer, dict) else None
-    if not isinstance(data, list):
-        return []
-    return [item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
 
 
 def _looks_like_embedding(name: str) -> bool:
@@ -195,16 +174,17 @@ def _looks_like_embedding(name: str) -> bool:
 
 
 def _measure(config: EndpointConfig, model: str) -> tuple[str, int] | None:
-    """``(api, dim)`` from one probe embedding of ``model``, or None when no wire format answers."""
-    quick = EndpointConfig(url=config.url, api=config.api, batch=1, timeout=min(config.timeout, DISCOVERY_TIMEOUT))
-    for api in [config.api] if config.api else list(APIS):
+    """``(wire format name, dim)`` from one probe embedding of ``model``, or None when no wire format answers."""
+    quick = EndpointConfig(url=config.url, wire_format=config.wire_format, batch=1,
+                           timeout=min(config.timeout, DISCOVERY_TIMEOUT))
+    for name in [config.wire_format.name] if config.wire_format else list(WIRE_FORMATS):
         client = EmbedClient(quick, model)  # the name exactly as the server lists it
         try:
-            dim = client.measure(api)
+            dim = client.measure(name)
         except RequestFailure:
             continue
         if dim:
-            return api, dim
+            return name, dim
     return None
 
 
@@ -232,7 +212,7 @@ def manifest_text(found: Found, root: str) -> str:
     else:
         fitted = "# The server did not say its context: embed counts the windows over it when it can.\n"
     if found.answered:
-        origin = f"# Found at {found.where} ({found.api} API) by `init`; its probe vector has {found.dim} dimensions."
+        origin = f"# Found at {found.where} ({found.wire_format} API) by `init`; its probe vector has {found.dim} dimensions."
         # Names as the server gives them, in a comment: one with a line break would write TOML, so those are left out.
         listed = [name for name in found.others if name.isprintable()][:8]
         if listed:
@@ -351,7 +331,7 @@ def run_update(target: Path) -> int:
     kept = canonical_name(found.model) == canonical_name(current.embed.model) and found.dim == current.embed.dim
     consequence = ("the same model: every stored vector is reused" if kept
                    else "another model: the next embed embeds every window again")
-    print(f"updated {target}: {found.model}, {found.dim} dims, found at {found.where} ({found.api}); {consequence}",
+    print(f"updated {target}: {found.model}, {found.dim} dims, found at {found.where} ({found.wire_format}); {consequence}",
           file=sys.stderr)
     if current.signature.signed:
         print(f"  {target} was signed: the signature no longer matches; sign it again", file=sys.stderr)

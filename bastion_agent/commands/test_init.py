@@ -96,7 +96,7 @@ class InitTests(TempFolder, unittest.TestCase):
         self.assertEqual(self.loaded().embed.model, "nomic-embed-text:latest")  # asked through /v1/models instead
 
     def test_an_openai_style_server_is_asked_through_v1_models(self):
-        with StubServer(dim=24, apis=("openai",), models=["bge-small-en-v1.5"]) as stub:
+        with StubServer(dim=24, wire_formats=("openai",), models=["bge-small-en-v1.5"]) as stub:
             code, out, err = self.init(stub.url)
         self.assertEqual(code, 0, err)
         loaded = self.loaded()

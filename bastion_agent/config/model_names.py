@@ -6,7 +6,7 @@ One model goes by several names: the embedded server and Ollama list
 and a hub gives ``intfloat/multilingual-e5-small``. Vectors keyed by the
 string re-embedded a whole folder when the name changed form (issue 27), so
 the key (``EmbedSettings.vector_key``) and the identity check
-(``model_info.served_match``) use this one normalisation.
+(``server_info.served_match``) use this one normalisation.
 
 It lives in ``config`` because the manifest computes the key; the model
 server part imports it from here.

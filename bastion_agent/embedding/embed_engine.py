@@ -48,15 +48,15 @@ from bastion_agent.core.progress import Progress
 from bastion_agent.embedding.estimate import FirstBatches
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.batch_tuner import BatchTuner, Setting
-from bastion_agent.embedding.client import (
+from bastion_agent.embedding.client import EmbedClient
+from bastion_agent.embedding.endpoint import DEFAULT_RETRY_DEADLINE
+from bastion_agent.embedding.failures import (
     BATCH_TOO_LARGE,
     CONNECTION_LOST,
-    DEFAULT_RETRY_DEADLINE,
     FATAL,
     INPUT_TOO_LONG,
     TRANSIENT,
     WRONG_API,
-    EmbedClient,
     RequestFailure,
 )
 

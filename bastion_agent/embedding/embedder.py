@@ -15,7 +15,8 @@ from bastion_agent.chunking.chunker import chunk_id
 from bastion_agent.core.errors import ModelServerError, StoreError
 from bastion_agent.core.layout import Layout, read_jsonl, write_summary
 from bastion_agent.embedding import vectorstore, window_fit
-from bastion_agent.embedding.client import EmbedClient, EndpointConfig
+from bastion_agent.embedding.client import EmbedClient
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.sanitizing.pages import MAX_PAGES as PAGE_MAP_LIMIT
 from bastion_agent.sanitizing.sanitized_store import read_sanitized_text
 
@@ -47,7 +48,7 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
     # Nothing to embed: no request at all, so a sweep of an unchanged folder
     # works while the model server is down (the summary says it was not probed).
     api = client.probe(manifest.embed.dim) if probed else _previous_api(layout)
-    # What the server serves and its context (model_info); a model it does not list stops here.
+    # What the server serves and its context (server_info); a model it does not list stops here.
     server = window_fit.check_server(client, manifest.embed.model, api) if probed else None
     fit = None
     stats = EmbedStats(batch_size_final=client.config.batch)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bastion_agent.commands.stage_lines import summary_line
 from bastion_agent.core.errors import ConfigError, ModelServerError
-from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.embedding.test_faults import FakeTime, FaultCase
 from bastion_agent.testing.fault_stub import Fault, FaultStub, model_tokens, overloaded
 from bastion_agent.testing.testsupport import clean_env

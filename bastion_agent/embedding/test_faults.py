@@ -25,19 +25,17 @@ from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.errors import ConfigError, ModelServerError
 from bastion_agent.core.layout import Layout, read_jsonl
 from bastion_agent.embedding import vectorstore
-from bastion_agent.embedding.client import (
+from bastion_agent.embedding.client import EmbedClient
+from bastion_agent.embedding.endpoint import EndpointConfig
+from bastion_agent.embedding.failures import (
     BATCH_TOO_LARGE,
     FATAL,
     INPUT_TOO_LONG,
     REJECTED,
     TRANSIENT,
-    EmbedClient,
-    EndpointConfig,
-    HTTPFailure,
     classify_http,
-    parse_retry_after,
-    post_json,
 )
+from bastion_agent.embedding.transport import HTTPFailure, parse_retry_after, post_json
 from bastion_agent.embedding.embed_engine import RetryPolicy
 from bastion_agent.testing.fault_stub import (
     Fault,
@@ -158,7 +156,7 @@ class ProbeGateTests(FaultCase):
         self.assertFalse(self.layout.vectors_db.exists())
 
     def test_a_wrong_answer_to_the_probe_stops_before_the_store(self):
-        with FaultStub(plan=[Fault(zero=True)], apis=("ollama",)) as stub:
+        with FaultStub(plan=[Fault(zero=True)], wire_formats=("ollama",)) as stub:
             with self.assertRaisesRegex(ModelServerError, "all-zero"):
                 self.embed_with(stub)
         self.assertFalse(self.layout.vectors_db.exists())
@@ -249,7 +247,7 @@ class ErrorsThatSayTheFixTests(FaultCase):
 class RetryTests(FaultCase):
     def test_transient_failures_are_retried_and_nothing_is_lost(self):
         plan = [Fault(), overloaded(503), overloaded(429, retry_after="7"), Fault(reset=True), Fault(truncated=True),
-                overloaded(502, dialect="llamacpp"), overloaded(504, dialect="tei")]
+                overloaded(502, imitates="llama.cpp"), overloaded(504, imitates="tei")]
         with FaultStub(plan=plan) as stub:
             summary = self.embed_with(stub)
         self.assertEqual(summary["retries"], 6)
@@ -298,7 +296,7 @@ class RetryTests(FaultCase):
 class BatchLimitTests(FaultCase):
     def test_tei_batch_limit_splits_and_the_size_is_remembered(self):
         rule = lambda n, texts, body: tei_batch_limit(len(texts), 4) if len(texts) > 4 else None
-        with FaultStub(rule=rule, apis=("openai",)) as stub:
+        with FaultStub(rule=rule, wire_formats=("openai",)) as stub:
             summary = self.embed_with(stub, EMBED_BATCH="8")
             sizes = [len(body["input"]) for _, body in stub.requests[1:]]
         self.assertEqual(stub.faults_served, {"http_422": 1})
@@ -309,7 +307,7 @@ class BatchLimitTests(FaultCase):
 
     def test_a_413_without_a_limit_halves_the_batch(self):
         rule = lambda n, texts, body: tei_body_too_large() if len(texts) > 2 else None
-        with FaultStub(rule=rule, apis=("openai",)) as stub:
+        with FaultStub(rule=rule, wire_formats=("openai",)) as stub:
             summary = self.embed_with(stub, EMBED_BATCH="8")
         self.assertEqual(summary["batch_size_final"], 2)
         self.assertEqual(summary["embedded"], summary["chunks"])
@@ -327,7 +325,7 @@ class PoisonCase(FaultCase):
 class TooLongInputTests(PoisonCase):
     def test_llamacpp_too_large_input_is_isolated_and_recorded_as_failed(self):
         rule = lambda n, texts, body: llamacpp_too_large() if has_poison(texts) else None
-        with FaultStub(rule=rule, apis=("openai",)) as stub:
+        with FaultStub(rule=rule, wire_formats=("openai",)) as stub:
             with self.assertRaisesRegex(ModelServerError, r"refused 1 of \d+ chunks \(too_long: 1\)"):
                 self.embed_with(stub, EMBED_BATCH="8")
         summary = self.summary()
@@ -341,7 +339,7 @@ class TooLongInputTests(PoisonCase):
         def rule(n, texts, body):
             return ollama_too_long() if has_poison(texts) and not body.get("truncate") else None
 
-        with FaultStub(rule=rule, apis=("ollama",)) as stub:
+        with FaultStub(rule=rule, wire_formats=("ollama",)) as stub:
             summary = self.embed_with(stub, EMBED_BATCH="8")
             truncated = [body["input"] for _, body in stub.requests if body.get("truncate")]
         self.assertEqual((summary["failed"], summary["truncated"]), (0, 1))
@@ -350,10 +348,10 @@ class TooLongInputTests(PoisonCase):
 
     def test_a_rerun_retries_only_the_failed_chunk(self):
         rule = lambda n, texts, body: llamacpp_too_large() if has_poison(texts) else None
-        with FaultStub(rule=rule, apis=("openai",)) as stub:
+        with FaultStub(rule=rule, wire_formats=("openai",)) as stub:
             with self.assertRaises(ModelServerError):
                 self.embed_with(stub)
-        with FaultStub(apis=("openai",)) as stub:
+        with FaultStub(wire_formats=("openai",)) as stub:
             summary = self.embed_with(stub)
             texts = stub.inputs()
         self.assertEqual(texts[1:], [self.poison_text()])  # after the probe: the failed chunk only
@@ -376,8 +374,8 @@ class BadVectorTests(PoisonCase):
         "non_finite": Fault(nan=True),
         "zero_vector": Fault(zero=True),
         "wrong_count": Fault(wrong_count=True),
-        "http_500": Fault(status=500, message="failed to decode batch", dialect="llamacpp"),
-        "http_424": Fault(status=424, message="backend error", dialect="tei"),
+        "http_500": Fault(status=500, message="failed to decode batch", imitates="llama.cpp"),
+        "http_424": Fault(status=424, message="backend error", imitates="tei"),
     }
 
     def test_a_bad_answer_is_never_stored_and_only_its_input_fails(self):
@@ -386,7 +384,7 @@ class BadVectorTests(PoisonCase):
                 if self.layout.vectors_db.exists():
                     self.layout.vectors_db.unlink()
                 rule = lambda n, texts, body, fault=fault: fault if has_poison(texts) else None
-                with FaultStub(rule=rule, apis=("openai",)) as stub:
+                with FaultStub(rule=rule, wire_formats=("openai",)) as stub:
                     with self.assertRaises(ModelServerError):
                         self.embed_with(stub, EMBED_BATCH="8")
                 summary = self.summary()
@@ -423,7 +421,7 @@ class FailureStreakTests(FaultCase):
 
 class EncodingTests(FaultCase):
     def test_base64_is_used_when_the_server_answers_it(self):
-        with FaultStub(apis=("openai",)) as stub:
+        with FaultStub(wire_formats=("openai",)) as stub:
             summary = self.embed_with(stub)
             formats = {body.get("encoding_format") for _, body in stub.requests}
         self.assertEqual((summary["api"], summary["encoding"]), ("openai", "base64"))
@@ -435,7 +433,7 @@ class EncodingTests(FaultCase):
             with self.subTest(option=option):
                 if self.layout.vectors_db.exists():
                     self.layout.vectors_db.unlink()
-                with FaultStub(apis=("openai",), **{option: True}) as stub:
+                with FaultStub(wire_formats=("openai",), **{option: True}) as stub:
                     summary = self.embed_with(stub)
                 self.assertEqual(summary["encoding"], "float")
                 self.assertEqual(summary["failed"], 0)
@@ -529,7 +527,7 @@ class EndlessAnswerTests(unittest.TestCase):
     def post_under_a_limit(self, url: str, caught: str, shown: str) -> str:
         """What ``print(shown)`` says of the ``caught`` error of one ``post_json`` to ``url``, within 768 MiB."""
         code = (
-            f"from bastion_agent.embedding.client import {caught}, post_json\n"
+            f"from bastion_agent.embedding.transport import {caught}, post_json\n"
             "try:\n"
             f"    post_json({url!r}, {{'model': 'm', 'input': ['a']}}, 60)\n"
             f"except {caught} as exc:\n"
@@ -540,7 +538,7 @@ class EndlessAnswerTests(unittest.TestCase):
         return result.stdout.strip()
 
     def test_an_endless_embedding_answer_is_dropped_under_an_address_space_limit(self):
-        from bastion_agent.embedding.test_model_info import endless
+        from bastion_agent.embedding.test_server_info import endless
         from bastion_agent.testing.stub_server import StubServer
 
         with StubServer(routes={"/v1/embeddings": endless}) as stub:
@@ -594,9 +592,10 @@ class EndlessAnswerTests(unittest.TestCase):
         with StubServer(routes={"/api/embed": huge}) as stub:
             code = (
                 "from bastion_agent.core.errors import ModelServerError\n"
-                "from bastion_agent.embedding.client import EmbedClient, EndpointConfig\n"
+                "from bastion_agent.embedding.client import EmbedClient\n"
+                "from bastion_agent.embedding.endpoint import EndpointConfig\n"
                 "try:\n"
-                f"    EmbedClient(EndpointConfig(url={stub.url!r}, api='ollama', timeout=60), 'm').probe(64)\n"
+                f"    EmbedClient(EndpointConfig(url={stub.url!r}, wire_format='ollama', timeout=60), 'm').probe(64)\n"
                 "except ModelServerError as exc:\n"
                 "    print(exc)\n"
             )
@@ -632,7 +631,7 @@ class EndlessAnswerTests(unittest.TestCase):
             with StubServer(routes={"/api/embed": redirect, "/v1/embeddings": redirect}) as stub:
                 for api in ("ollama", "openai"):
                     with self.subTest(api=api), self.assertRaises(ModelServerError) as caught:
-                        EmbedClient(EndpointConfig(url=stub.url, api=api, timeout=10), "m").probe(64)
+                        EmbedClient(EndpointConfig(url=stub.url, wire_format=api, timeout=10), "m").probe(64)
                     self.assertIn("302", str(caught.exception))
         self.assertEqual(elsewhere_hits, [])
 

@@ -6,7 +6,7 @@ model's context is still embedded (the specification's windows stay as they
 are) but the server cuts it, so its vector stands for its first part only.
 ``measure`` counts, before embedding, the model tokens of each window to
 embed, exactly as sent (the passage prefix and the sanitized window text):
-by the server's tokenizer where it has one (``model_info.count_tokens``),
+by the server's tokenizer where it has one (``server_info.count_tokens``),
 else estimated as regex tokens times a ratio, which is said to be an
 estimate. ``truncated_after`` then says which of those windows got a vector
 of a cut text, with the tokens lost, for the summary.
@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from bastion_agent.chunking.chunker import TOKEN_RE  # the chunker's token (DESIGN.md)
-from bastion_agent.embedding import model_info
+from bastion_agent.embedding import server_info
 from bastion_agent.embedding.client import PROBE_TEXT
+from bastion_agent.embedding.wire_formats import WireFormat, wire_format
 
 # Model tokens per regex token when nothing better is known: the 95th
 # percentile measured with multilingual-e5-small's tokenizer on 256-token
@@ -51,7 +52,7 @@ def regex_tokens(text: str) -> int:
     return len(TOKEN_RE.findall(text))
 
 
-def measure(info: "model_info.ServerInfo", items: Sequence[tuple[str, str]], size_tokens: int,
+def measure(info: "server_info.ServerInfo", items: Sequence[tuple[str, str]], size_tokens: int,
             probe_tokens: int | None, count: Callable[[list[str]], list[int | None]] | None) -> WindowFit:
     """Model tokens of each ``(chunk_id, text as sent)`` against ``info.context``.
 
@@ -97,8 +98,9 @@ def _size_that_fits(tokens: list[int], regex: list[int], size_tokens: int, conte
 
 
 def fix_line(fit: WindowFit, to_embed: int, cuts: bool, size_tokens: int, overlap_tokens: int,
-             api: str | None = None) -> str | None:
+             fmt: WireFormat | str | None = None) -> str | None:
     """One line for the windows over the context, with the fix; None when every window fits."""
+    fmt = wire_format(fmt) if fmt else None
     if not fit.over:
         return None
     how = ("estimated: the server cannot count tokens" if fit.method == "estimate"
@@ -106,8 +108,8 @@ def fix_line(fit: WindowFit, to_embed: int, cuts: bool, size_tokens: int, overla
     lost = sum(t - fit.context for t in fit.over.values())
     if not cuts:
         fate = "the server embeds them as a mean of context-long pieces"
-    elif api == "ollama":
-        fate = "Ollama refuses them and they are resent asking it to truncate (counted as truncated)"
+    elif fmt is not None and fmt.refuses_long and fmt.can_truncate:
+        fate = f"{fmt.label} refuses them and they are resent asking it to truncate (counted as truncated)"
     else:
         fate = "the server keeps only their first tokens or refuses them (counted as truncated or failed)"
     overlap = " (and overlap_tokens below it)" if overlap_tokens >= (fit.size_fit or 1) else ""
@@ -117,20 +119,21 @@ def fix_line(fit: WindowFit, to_embed: int, cuts: bool, size_tokens: int, overla
             "and embed again")
 
 
-def truncated_after(fit: WindowFit, cuts: bool, api: str | None, db, vector_key: str,
+def truncated_after(fit: WindowFit, cuts: bool, fmt: WireFormat | str | None, db, vector_key: str,
                     engine_truncated: set[str]) -> tuple[int, int]:
     """``(truncated, tokens_lost)`` of this run.
 
     Truncated: the windows whose stored vector is of a cut text. That is the
     windows over the context that got a vector from a server that cuts (a
     refused one is a failed chunk, not a truncated one), together with the
-    windows the engine resent asking the server to truncate them (Ollama
-    refuses a too-long input when ``truncate`` is false). Tokens lost: what
+    windows the engine resent asking the server to truncate them (a format
+    that ``refuses_long``, as Ollama's with ``truncate: false``). Tokens lost: what
     those windows had beyond the context, as counted (0 for a window only
     the server found too long).
     """
     cut = set(engine_truncated)
-    if cuts and api != "ollama":  # Ollama refused those (truncate: false); the engine's resends are in engine_truncated
+    refused = fmt is not None and wire_format(fmt).refuses_long  # the engine's resends are in engine_truncated
+    if cuts and not refused:
         lookup = "SELECT 1 FROM vectors WHERE chunk_id = ? AND model = ?"
         cut.update(chunk_id for chunk_id in fit.over if db.execute(lookup, (chunk_id, vector_key)).fetchone())
     lost = sum(fit.over[chunk_id] - fit.context for chunk_id in cut if chunk_id in fit.over)
@@ -211,10 +214,10 @@ def say(line: str, stream=None) -> None:
     print(f"bastion_agent embed: {line}", file=stream if stream is not None else sys.stderr, flush=True)
 
 
-def check_server(client, model: str, api: str) -> "model_info.ServerInfo":
+def check_server(client, model: str, fmt: WireFormat | str) -> "server_info.ServerInfo":
     """After the probe, before the store is opened: what the server serves, refused if not the model."""
-    info = model_info.inspect(client.config, api, model)
-    for warning in (client.config.cleartext_warning, model_info.check_identity(info, model, client.config.display_url)):
+    info = server_info.inspect(client.config, fmt, model)
+    for warning in (client.config.cleartext_warning, server_info.check_identity(info, model, client.config.display_url)):
         if warning:
             say(warning)
     return info
@@ -227,9 +230,10 @@ def fit_windows(info, client, embed_settings, missing: Sequence[tuple[str, str]]
     count = None
     if info.counter:
         def count(texts):
-            return model_info.count_tokens(client.config, info.counter, client.model, texts)
+            return server_info.count_tokens(client.config, info.counter, client.model, texts)
     longest = max((text for _, text in items), key=regex_tokens) if items else ""
-    if (info.context is None and info.cuts_long_inputs and info.api == "openai"
+    may_cut_silently = info.wire_format is not None and not info.wire_format.refuses_long
+    if (info.context is None and info.cuts_long_inputs and may_cut_silently
             and regex_tokens(longest) >= PROBE_MIN_TOKENS):
         info.context, probes = probe_context(client, longest, count, client.probe_tokens)
         if info.context is not None:
@@ -238,7 +242,7 @@ def fit_windows(info, client, embed_settings, missing: Sequence[tuple[str, str]]
         count = None
     fit = measure(info, items, embed_settings.size_tokens, client.probe_tokens, count)
     line = fix_line(fit, len(items), info.cuts_long_inputs, embed_settings.size_tokens,
-                    embed_settings.overlap_tokens, info.api)
+                    embed_settings.overlap_tokens, info.wire_format)
     if line:
         say(line)
     return fit
@@ -250,9 +254,9 @@ def summary_fields(info, fit: WindowFit | None, db, vector_key: str, engine_trun
     if info is None:  # not probed: nothing was asked, nothing embedded
         return {"served_model": None, "context_tokens": None, "truncated": len(engine_truncated), "tokens_lost": 0}
     fit = fit or WindowFit(context=info.context)
-    truncated, lost = truncated_after(fit, info.cuts_long_inputs, info.api, db, vector_key, engine_truncated)
+    truncated, lost = truncated_after(fit, info.cuts_long_inputs, info.wire_format, db, vector_key, engine_truncated)
     return {
-        "served_model": model_info.served_match(model, info.served),
+        "served_model": server_info.served_match(model, info.served),
         "served_models": info.served[:16],
         "context_tokens": info.context,
         "context_source": info.context_source,

@@ -13,7 +13,7 @@ the main job through exactly the code path it uses with Ollama:
   {"code", "message", "type"}}``;
 - ``GET /api/tags``, ``/v1/models``, ``/health``, ``/api/version``, ``/``:
   what clients probe;
-- what the embed stage asks of a server (``model_info``): ``GET /props``
+- what the embed stage asks of a server (``server_info``): ``GET /props``
   (llama.cpp's shape: ``default_generation_settings.n_ctx``, the model's
   512 tokens, and ``long_inputs: "mean_of_windows"``, since nothing here is
   cut), ``POST /api/show`` (Ollama's ``model_info``

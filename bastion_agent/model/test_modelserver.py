@@ -227,7 +227,8 @@ class BadRequests(FakeServerCase):
 
     def test_unknown_model_is_final_for_the_embed_stage(self):
         from bastion_agent.core.errors import ModelServerError
-        from bastion_agent.embedding.client import EmbedClient, EndpointConfig
+        from bastion_agent.embedding.client import EmbedClient
+        from bastion_agent.embedding.endpoint import EndpointConfig
 
         client = EmbedClient(EndpointConfig(url=self.url), "nomic-embed-text")
         with self.assertRaisesRegex(ModelServerError, "has no model 'nomic-embed-text'; it serves"):

@@ -34,14 +34,13 @@ from typing import Callable, Sequence
 
 from bastion_agent.core.httpthread import make_server
 from bastion_agent.testing.stub_server import (
+    StubFormat,
     StubServer,
-    _as_list,
     _handler_for,
     bag_of_words,
-    openai_answer,
 )
 
-DIALECTS = ("ollama", "llamacpp", "tei", "openai")
+ERROR_SHAPES = ("ollama", "llama.cpp", "tei", "openai-style")  # how each words an error (Fault.imitates)
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 SUBWORD_CHARS = 4
 
@@ -59,7 +58,7 @@ class Fault:
     delay: float = 0.0
     status: int | None = None  # answer this error status instead of vectors
     message: str = "injected failure"
-    dialect: str = "ollama"  # the shape of the error body
+    imitates: str = "ollama"  # the server whose error body it answers (ERROR_SHAPES)
     retry_after: str | None = None
     reset: bool = False  # close the connection with a TCP reset, answering nothing
     truncated: bool = False  # a 200 whose JSON is cut in half
@@ -69,26 +68,26 @@ class Fault:
     wrong_dim: bool = False  # every vector one value short
 
 
-# Errors as the real servers word them (see issue 8): status, message, dialect.
+# Errors as the real servers word them: status, message, and the server imitated.
 def ollama_too_long() -> Fault:
-    return Fault(status=400, message="the input length exceeds the context length", dialect="ollama")
+    return Fault(status=400, message="the input length exceeds the context length", imitates="ollama")
 
 
 def llamacpp_too_large(tokens: int = 600) -> Fault:
-    return Fault(status=500, dialect="llamacpp",
+    return Fault(status=500, imitates="llama.cpp",
                  message=f"input ({tokens} tokens) is too large to process. increase the physical batch size")
 
 
 def tei_batch_limit(size: int, limit: int = 32) -> Fault:
-    return Fault(status=422, dialect="tei", message=f"batch size {size} > maximum allowed batch size {limit}")
+    return Fault(status=422, imitates="tei", message=f"batch size {size} > maximum allowed batch size {limit}")
 
 
 def tei_body_too_large() -> Fault:
-    return Fault(status=413, dialect="tei", message="Failed to buffer the request body: length limit exceeded")
+    return Fault(status=413, imitates="tei", message="Failed to buffer the request body: length limit exceeded")
 
 
-def overloaded(status: int = 503, retry_after: str | None = None, dialect: str = "ollama") -> Fault:
-    return Fault(status=status, retry_after=retry_after, dialect=dialect, message="server busy, please retry")
+def overloaded(status: int = 503, retry_after: str | None = None, imitates: str = "ollama") -> Fault:
+    return Fault(status=status, retry_after=retry_after, imitates=imitates, message="server busy, please retry")
 
 
 class FaultStub(StubServer):
@@ -177,8 +176,8 @@ class FaultStub(StubServer):
                 return self.plan.pop(0)
         return (self.rule(number, texts, body) if self.rule else None) or Fault()
 
-    def intercept(self, handler, api: str, body: dict) -> bool:
-        texts = [text for text in _as_list(body.get("input")) if isinstance(text, str)]
+    def intercept(self, handler, fmt: StubFormat, body: dict) -> bool:
+        texts = [text for text in fmt.texts(body) if isinstance(text, str)]
         fault = self.next_fault(texts, body)
         self._count(fault)
         with self.lock:
@@ -189,13 +188,13 @@ class FaultStub(StubServer):
             if self.crash_over is not None and any(model_tokens(text) > self.crash_over for text in texts):
                 self.crash(handler)
                 return True
-            return self._answer(handler, api, body, texts, fault)
+            return self._answer(handler, fmt, body, texts, fault)
         finally:
             with self.lock:
                 self.in_flight -= 1
                 self._connections.discard(handler)
 
-    def _answer(self, handler, api: str, body: dict, texts: list[str], fault: Fault) -> bool:
+    def _answer(self, handler, fmt: StubFormat, body: dict, texts: list[str], fault: Fault) -> bool:
         if fault.delay:
             time.sleep(fault.delay)
         if fault.reset:
@@ -204,16 +203,13 @@ class FaultStub(StubServer):
         if fault.status is not None:
             _send(handler, fault.status, _error_body(fault), fault.retry_after)
             return True
-        encoding = body.get("encoding_format", "float")
-        if api == "openai" and encoding == "base64" and self.reject_base64:
+        encoding = fmt.encoding(body)
+        if encoding == "base64" and self.reject_base64:
             _send(handler, 400, {"error": {"code": 400, "message": "encoding_format base64 is not supported",
                                            "type": "invalid_request_error"}})
             return True
         vectors = self._vectors(texts, fault)
-        if api == "ollama":
-            value = {"model": body.get("model"), "embeddings": vectors}
-        else:
-            value = openai_answer(body.get("model"), vectors, "float" if self.float_only else encoding)
+        value = fmt.answer(body.get("model"), vectors, "float" if self.float_only else encoding, None)
         data = json.dumps(value).encode("utf-8")  # NaN is written as the bare token NaN
         if fault.truncated:
             data = data[: len(data) // 2]
@@ -270,12 +266,12 @@ def _kind(fault: Fault) -> str | None:
 
 
 def _error_body(fault: Fault) -> dict:
-    if fault.dialect == "llamacpp":
+    if fault.imitates == "llama.cpp":
         kind = "server_error" if fault.status >= 500 else "invalid_request_error"
         return {"error": {"code": fault.status, "message": fault.message, "type": kind}}
-    if fault.dialect == "tei":
+    if fault.imitates == "tei":
         return {"error": fault.message, "error_type": "Validation" if fault.status in (413, 422) else "Backend"}
-    if fault.dialect == "openai":
+    if fault.imitates == "openai-style":
         return {"message": fault.message, "code": fault.status, "type": "Validation"}
     return {"error": fault.message}
 

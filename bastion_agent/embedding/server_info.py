@@ -42,8 +42,10 @@ from typing import Callable, Sequence
 
 from bastion_agent.config.model_names import canonical_name
 from bastion_agent.core.errors import ConfigError, ModelServerError
-from bastion_agent.embedding.client import (_NO_PROXY_OPENER, PROBE_TEXT, BadAnswer, EndpointConfig, read_bounded,
-                                            within)
+from bastion_agent.embedding.client import PROBE_TEXT
+from bastion_agent.embedding.endpoint import EndpointConfig
+from bastion_agent.embedding.transport import NO_PROXY_OPENER, BadAnswer, read_bounded, within
+from bastion_agent.embedding.wire_formats import WireFormat, listed_names, wire_format
 
 INFO_TIMEOUT = 10.0  # seconds for one introspection request, all of it (at most EMBED_TIMEOUT)
 MAX_INFO_BYTES = 1 << 20  # /props, /info, /api/show, model lists: a megabyte is far more than any real answer
@@ -71,7 +73,7 @@ class ServerInfo:
     context_source: str | None = None  # "EMBED_CONTEXT", "/props", "/info", "/api/show"
     counter: str | None = None  # "llama.cpp", "tei", "llama-cpp-python"
     cuts_long_inputs: bool = True  # False: the server embeds a long input whole (the embedded model server)
-    api: str | None = None  # the wire format in use: Ollama's refuses a long input (truncate: false), never cuts it
+    wire_format: WireFormat | None = None  # the one in use: whether the server refuses a long input or cuts it
     notes: list[str] = field(default_factory=list)  # what failed, for a hostile-server message
 
 
@@ -79,7 +81,7 @@ class ServerInfo:
 
 
 def request_json(url: str, body: dict | None = None, timeout: float = INFO_TIMEOUT, limit: int = MAX_INFO_BYTES,
-                 opener=_NO_PROXY_OPENER) -> object:
+                 opener=NO_PROXY_OPENER) -> object:
     """GET (or POST ``body``) and parse the JSON answer, within ``timeout`` seconds and ``limit`` bytes.
 
     The exchange runs on a daemon thread joined with the deadline: socket
@@ -118,9 +120,15 @@ def _exchange(url: str, body: dict | None, timeout: float, limit: int, opener) -
 # --- what the server serves -----------------------------------------------------
 
 
-def inspect(config: EndpointConfig, api: str, model: str, environ=None, fetch: Callable = request_json) -> ServerInfo:
-    """Ask the server at ``config.url`` what it serves, its context and how it counts tokens."""
-    info = ServerInfo(api=api)
+def inspect(config: EndpointConfig, fmt: WireFormat | str, model: str, environ=None,
+            fetch: Callable = request_json) -> ServerInfo:
+    """Ask the server at ``config.url`` what it serves, its context and how it counts tokens.
+
+    The wire format ``fmt`` says which routes are worth asking (``listing_routes``,
+    ``asks_info``, ``asks_show``): a server of another API would only answer 404.
+    """
+    fmt = wire_format(fmt)
+    info = ServerInfo(wire_format=fmt)
     timeout = min(config.timeout, INFO_TIMEOUT)
     base = config.url
 
@@ -132,9 +140,8 @@ def inspect(config: EndpointConfig, api: str, model: str, environ=None, fetch: C
             return None
 
     props = ask("/props")
-    tei_info = ask("/info") if api == "openai" else None
-    listing_routes = ("/api/tags", "/v1/models") if api == "ollama" else ("/v1/models",)
-    for path in listing_routes:
+    tei_info = ask("/info") if fmt.asks_info else None
+    for path in fmt.listing_routes:
         names = _names_in(path, ask(path))
         if names:
             info.served.extend(name for name in names if name not in info.served)
@@ -143,7 +150,7 @@ def inspect(config: EndpointConfig, api: str, model: str, environ=None, fetch: C
     if tei_id and tei_id not in info.served:
         info.served.append(tei_id)
         info.listed_by.append("/info")
-    show = ask("/api/show", {"model": model, "name": model}) if api == "ollama" else None
+    show = ask("/api/show", {"model": model, "name": model}) if fmt.asks_show else None
     if isinstance(props, dict) and props.get("long_inputs") == LONG_INPUTS_AVERAGED:
         info.cuts_long_inputs = False
     info.context, info.context_source = _context(environ, props, tei_info, show)
@@ -152,19 +159,7 @@ def inspect(config: EndpointConfig, api: str, model: str, environ=None, fetch: C
 
 
 def _names_in(path: str, answer) -> list[str]:
-    if not isinstance(answer, dict):
-        return []
-    items = answer.get("models") if path == "/api/tags" else answer.get("data")
-    if not isinstance(items, list):
-        return []
-    names = []
-    for item in items[:1000]:
-        if not isinstance(item, dict):
-            continue
-        name = item.get("name") or item.get("model") if path == "/api/tags" else item.get("id")
-        if isinstance(name, str) and 0 < len(name) <= 512 and name.isprintable():
-            names.append(name)
-    return names
+    return [name for name in listed_names(path, answer) if 0 < len(name) <= 512 and name.isprintable()]
 
 
 def _tei_model_id(answer) -> str | None:
@@ -218,17 +213,20 @@ def _ollama_context(show: dict) -> int | None:
     return context
 
 
-def _counter(base: str, model: str, ask, tei: bool) -> str | None:
-    """The first way of counting tokens that counts the probe text (cheap requests, fixed text)."""
-    if tei:
-        return "tei" if _tei_counts(ask("/tokenize", {"inputs": [PROBE_TEXT], "add_special_tokens": True}), 1) else None
-    answer = ask("/tokenize", {"content": PROBE_TEXT, "add_special": True})
-    if isinstance(answer, dict) and isinstance(answer.get("tokens"), list) and answer["tokens"]:
-        return "llama.cpp"
-    answer = ask("/extras/tokenize/count", {"input": PROBE_TEXT, "model": model})
-    if isinstance(answer, dict) and _tokens(answer.get("count")):
-        return "llama-cpp-python"
-    return None
+@dataclass(frozen=True)
+class TokenCounter:
+    """One server's way of counting tokens: its route, the texts a request takes, its body and answer.
+
+    ``name`` is what the summary's ``token_counter`` says; ``read`` gives one
+    count per text sent, or None when the answer is not that.
+    """
+
+    name: str
+    path: str
+    batch: int
+    body: Callable[[list[str], str], dict]
+    read: Callable[[object, int], "list[int] | None"]
+    limit: int = MAX_TOKENIZE_BYTES
 
 
 def _tei_counts(answer, expected: int) -> list[int] | None:
@@ -237,26 +235,61 @@ def _tei_counts(answer, expected: int) -> list[int] | None:
     return [len(item) for item in answer]
 
 
+def _llama_cpp_counts(answer, expected: int) -> list[int] | None:
+    tokens = answer.get("tokens") if isinstance(answer, dict) else None
+    return [len(tokens)] if isinstance(tokens, list) else None
+
+
+def _count_field(answer, expected: int) -> list[int] | None:
+    count = answer.get("count") if isinstance(answer, dict) else None
+    return [count] if type(count) is int and 0 <= count <= MAX_CONTEXT * 64 else None
+
+
+TEI_COUNTER = TokenCounter("tei", "/tokenize", TEI_TOKENIZE_BATCH,
+                           lambda part, model: {"inputs": part, "add_special_tokens": True}, _tei_counts)
+COUNTERS = {counter.name: counter for counter in (
+    TEI_COUNTER,
+    TokenCounter("llama.cpp", "/tokenize", 1, lambda part, model: {"content": part[0], "add_special": True},
+                 _llama_cpp_counts),
+    TokenCounter("llama-cpp-python", "/extras/tokenize/count", 1,
+                 lambda part, model: {"input": part[0], "model": model}, _count_field, MAX_INFO_BYTES),
+)}
+
+
+def _counter(base: str, model: str, ask, tei: bool) -> str | None:
+    """The first way of counting tokens that counts the probe text (cheap requests, fixed text).
+
+    A server whose ``/info`` says it is TEI is asked TEI's way only (its
+    ``/tokenize`` takes another body than llama.cpp's).
+    """
+    candidates = [TEI_COUNTER] if tei else [counter for counter in COUNTERS.values() if counter is not TEI_COUNTER]
+    for counter in candidates:
+        counts = counter.read(ask(counter.path, counter.body([PROBE_TEXT], model)), 1)
+        if counts and counts[0] > 0:
+            return counter.name
+    return None
+
+
 def count_tokens(config: EndpointConfig, counter: str, model: str, texts: Sequence[str],
                  fetch: Callable = request_json) -> list[int | None]:
     """The server's token count of each text (None where it gave none), in bounded requests.
 
     One text a request for llama.cpp and llama-cpp-python (their routes take
-    one), ``TEI_TOKENIZE_BATCH`` for TEI; each answer is capped at
-    ``MAX_TOKENIZE_BYTES``. After three failed requests in a row the rest is
+    one), ``TEI_TOKENIZE_BATCH`` for TEI; each answer is capped (``TokenCounter.limit``).
+    After three failed requests in a row the rest is
     left uncounted (None): a server that stopped answering costs seconds.
     """
+    way = COUNTERS[counter]
     timeout = min(config.timeout, INFO_TIMEOUT)
     counts: list[int | None] = []
     failures = 0
-    step = TEI_TOKENIZE_BATCH if counter == "tei" else 1
-    for first in range(0, len(texts), step):
-        part = list(texts[first : first + step])
+    for first in range(0, len(texts), way.batch):
+        part = list(texts[first : first + way.batch])
         if failures >= 3:
             counts.extend([None] * len(part))
             continue
         try:
-            counts.extend(_count_part(config.url, counter, model, part, timeout, fetch))
+            counts.extend(_count_part(config.url, way, model, part, timeout, fetch))
             failures = 0
         except Unanswered:
             failures += 1
@@ -264,24 +297,11 @@ def count_tokens(config: EndpointConfig, counter: str, model: str, texts: Sequen
     return counts
 
 
-def _count_part(base: str, counter: str, model: str, part: list[str], timeout: float, fetch) -> list[int | None]:
-    if counter == "tei":
-        answer = fetch(base + "/tokenize", {"inputs": part, "add_special_tokens": True}, timeout, MAX_TOKENIZE_BYTES)
-        counts = _tei_counts(answer, len(part))
-        if counts is None:
-            raise Unanswered("not a token list per input")
-        return counts
-    if counter == "llama.cpp":
-        answer = fetch(base + "/tokenize", {"content": part[0], "add_special": True}, timeout, MAX_TOKENIZE_BYTES)
-        tokens = answer.get("tokens") if isinstance(answer, dict) else None
-        if not isinstance(tokens, list):
-            raise Unanswered("no token list")
-        return [len(tokens)]
-    answer = fetch(base + "/extras/tokenize/count", {"input": part[0], "model": model}, timeout, MAX_INFO_BYTES)
-    count = answer.get("count") if isinstance(answer, dict) else None
-    if not (type(count) is int and 0 <= count <= MAX_CONTEXT * 64):
-        raise Unanswered("no count")
-    return [count]
+def _count_part(base: str, way: TokenCounter, model: str, part: list[str], timeout: float, fetch) -> list[int]:
+    counts = way.read(fetch(base + way.path, way.body(part, model), timeout, way.limit), len(part))
+    if counts is None:
+        raise Unanswered(f"no token count per input from {way.path}")
+    return counts
 
 
 # --- the model's identity -------------------------------------------------------

@@ -1,4 +1,4 @@
-"""What the model server says about itself (model_info, window_fit): identity, context, token counts.
+"""What the model server says about itself (server_info, window_fit): identity, context, token counts.
 
 Each stub behaves as a real server does in what matters here: llama.cpp
 (``/props``, ``/tokenize``, inputs over the context cut without a word), TEI
@@ -18,8 +18,8 @@ import unittest
 
 from bastion_agent import embed
 from bastion_agent.core.errors import BastionError, ModelServerError
-from bastion_agent.embedding import model_info, window_fit
-from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.embedding import server_info, window_fit
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.model.modelserver import ModelServer
 from bastion_agent.testing.stub_server import (
     StubServer,
@@ -69,7 +69,7 @@ class LlamaCppLikeTests(SanitizedStoreCase):
 
     def test_windows_over_the_context_are_counted_truncated_with_the_tokens_lost_and_the_fix(self):
         self.chunk()
-        with StubServer(flavor="llama.cpp", context=self.CONTEXT, listed=["stub-model"]) as stub:
+        with StubServer(imitates="llama.cpp", context=self.CONTEXT, listed=["stub-model"]) as stub:
             summary, err, error = embed_capturing(self, stub, EMBED_API="openai")
         self.assertIsNone(error)
         windows = embed.current_windows(self.layout)[0]
@@ -94,7 +94,7 @@ class LlamaCppLikeTests(SanitizedStoreCase):
         # The fix works: at the suggested size, every window fits.
         write_manifest(self.tmp, size=fit, overlap=min(self.overlap, fit - 1))
         self.chunk()
-        with StubServer(flavor="llama.cpp", context=self.CONTEXT, listed=["stub-model"]) as stub:
+        with StubServer(imitates="llama.cpp", context=self.CONTEXT, listed=["stub-model"]) as stub:
             summary, err, error = embed_capturing(self, stub, EMBED_API="openai")
         self.assertIsNone(error)
         self.assertEqual((summary["over_context"], summary["truncated"], summary["tokens_lost"]), (0, 0, 0))
@@ -103,8 +103,8 @@ class LlamaCppLikeTests(SanitizedStoreCase):
     def test_the_stub_really_cuts_silently(self):
         """The behaviour the counts above stand for: the vector is that of the window's first tokens."""
         text = RUNBOOK
-        with StubServer(flavor="llama.cpp", context=self.CONTEXT) as stub:
-            from bastion_agent.embedding.client import post_json
+        with StubServer(imitates="llama.cpp", context=self.CONTEXT) as stub:
+            from bastion_agent.embedding.transport import post_json
 
             answer = post_json(stub.url + "/v1/embeddings", {"model": "x", "input": [text]}, 5)
         self.assertEqual(answer["data"][0]["embedding"], bag_of_words(cut_to(text, self.CONTEXT), stub.dim))
@@ -112,7 +112,7 @@ class LlamaCppLikeTests(SanitizedStoreCase):
 
     def test_the_summary_line_says_truncated(self):
         self.chunk()
-        with StubServer(flavor="llama.cpp", context=self.CONTEXT, listed=["stub-model"]) as stub:
+        with StubServer(imitates="llama.cpp", context=self.CONTEXT, listed=["stub-model"]) as stub:
             with clean_env(EMBED_URL=stub.url, EMBED_API="openai"):
                 code, out, err = run_cli("embed", self.manifest_path, "--out", self.out)
         self.assertEqual(code, 0, err)
@@ -134,7 +134,7 @@ class LlamaCppPythonLikeTests(SanitizedStoreCase):
         """Issue 27: a sweep of windows over its context reported truncated 0; the cut is found empirically."""
         write_manifest(self.tmp, size=64, overlap=8)  # a window as long as the runbook: 147 model tokens
         self.chunk()
-        with StubServer(apis=("openai",), flavor="llama-cpp-python", context=48, listed=["stub-model"]) as stub:
+        with StubServer(wire_formats=("openai",), imitates="llama-cpp-python", context=48, listed=["stub-model"]) as stub:
             summary, err, error = embed_capturing(self, stub)
             probes = [body for path, body in stub.requests if path == "/v1/embeddings"]
         self.assertIsNone(error)
@@ -150,7 +150,7 @@ class LlamaCppPythonLikeTests(SanitizedStoreCase):
     def test_a_server_that_reads_everything_is_probed_twice_and_said_unknown(self):
         write_manifest(self.tmp, size=64, overlap=8)
         self.chunk()
-        with StubServer(apis=("openai",), flavor="llama-cpp-python", context=None, listed=["stub-model"]) as stub:
+        with StubServer(wire_formats=("openai",), imitates="llama-cpp-python", context=None, listed=["stub-model"]) as stub:
             summary, err, error = embed_capturing(self, stub)
             embeds = [body for path, body in stub.requests if path == "/v1/embeddings"]
         self.assertIsNone(error)
@@ -159,7 +159,7 @@ class LlamaCppPythonLikeTests(SanitizedStoreCase):
 
     def test_with_embed_context_its_windows_are_counted_by_the_server(self):
         self.chunk()
-        with StubServer(apis=("openai",), flavor="llama-cpp-python", context=48, listed=["stub-model"]) as stub:
+        with StubServer(wire_formats=("openai",), imitates="llama-cpp-python", context=48, listed=["stub-model"]) as stub:
             summary, err, error = embed_capturing(self, stub, EMBED_CONTEXT="48")
         self.assertIsNone(error)
         windows = embed.current_windows(self.layout)[0]
@@ -180,7 +180,7 @@ class IdentityTests(SanitizedStoreCase):
         # llama.cpp answers any "model" value, and lists the one it has loaded.
         with StubServer(listed=["/models/all-MiniLM-L6-v2.gguf"]) as stub:
             summary, err, error = embed_capturing(self, stub, self.manifest(model="nomic-embed-text"))
-        self.assertIsInstance(error, model_info.ModelMismatchError)
+        self.assertIsInstance(error, server_info.ModelMismatchError)
         message = str(error)
         self.assertEqual(len(message.splitlines()), 1)
         self.assertIn("'nomic-embed-text'", message)
@@ -191,7 +191,7 @@ class IdentityTests(SanitizedStoreCase):
     def test_the_cli_prints_the_refusal_as_one_line(self):
         write_manifest(self.tmp, model="nomic-embed-text", size=self.size, overlap=self.overlap)
         self.chunk()
-        with StubServer(apis=("ollama",), listed=["all-minilm:latest"]) as stub:
+        with StubServer(wire_formats=("ollama",), listed=["all-minilm:latest"]) as stub:
             with clean_env(EMBED_URL=stub.url):
                 code, out, err = run_cli("embed", self.manifest_path, "--out", self.out)
         self.assertNotEqual(code, 0)
@@ -203,8 +203,8 @@ class IdentityTests(SanitizedStoreCase):
                                ("/models/All-MiniLM-L6-v2.gguf", "all-MiniLM-L6-v2"),
                                ("intfloat/multilingual-e5-small", "multilingual-e5-small")):
             with self.subTest(listed=listed):
-                self.assertEqual(model_info.served_match(pinned, ["other", listed]), listed)
-        self.assertIsNone(model_info.served_match("nomic-embed-text", ["nomic-embed-text-v2"]))
+                self.assertEqual(server_info.served_match(pinned, ["other", listed]), listed)
+        self.assertIsNone(server_info.served_match("nomic-embed-text", ["nomic-embed-text-v2"]))
 
     def test_a_server_listing_nothing_is_one_warning_and_the_run_goes_on(self):
         self.chunk()
@@ -226,7 +226,7 @@ class TeiLikeTests(SanitizedStoreCase):
 
     def test_info_gives_the_identity_and_context_and_a_refused_window_is_failed_not_truncated(self):
         self.chunk()
-        with StubServer(apis=("openai",), flavor="tei", context=48,
+        with StubServer(wire_formats=("openai",), imitates="tei", context=48,
                         listed=["intfloat/multilingual-e5-small"]) as stub:
             summary, err, error = embed_capturing(self, stub, self.manifest(model="multilingual-e5-small"))
         self.assertIsInstance(error, ModelServerError)  # failed chunks: the stage exits non-zero
@@ -241,9 +241,9 @@ class TeiLikeTests(SanitizedStoreCase):
 
     def test_tei_is_refused_for_another_model(self):
         self.chunk()
-        with StubServer(apis=("openai",), flavor="tei", context=512, listed=["BAAI/bge-small-en-v1.5"]) as stub:
+        with StubServer(wire_formats=("openai",), imitates="tei", context=512, listed=["BAAI/bge-small-en-v1.5"]) as stub:
             _, _, error = embed_capturing(self, stub)
-        self.assertIsInstance(error, model_info.ModelMismatchError)
+        self.assertIsInstance(error, server_info.ModelMismatchError)
         self.assertIn("BAAI/bge-small-en-v1.5", str(error))
 
 
@@ -255,7 +255,7 @@ class OllamaLikeTests(SanitizedStoreCase):
 
     def test_windows_are_estimated_from_the_probe_and_truncated_on_the_resend(self):
         self.chunk()
-        with StubServer(apis=("ollama",), flavor="ollama", context=48, models=["stub-model"],
+        with StubServer(wire_formats=("ollama",), imitates="ollama", context=48, models=["stub-model"],
                         listed=["stub-model:latest"]) as stub:
             summary, err, error = embed_capturing(self, stub)
             truncating = [body for path, body in stub.requests if body.get("truncate") is True]
@@ -312,16 +312,16 @@ class EmbeddedServerTests(unittest.TestCase):
             config = EndpointConfig(url=server.url, timeout=5)
             for api in ("ollama", "openai"):
                 with self.subTest(api=api):
-                    info = model_info.inspect(config, api, "multilingual-e5-small", environ={})
+                    info = server_info.inspect(config, api, "multilingual-e5-small", environ={})
                     self.assertEqual(info.context, 512)
                     self.assertEqual(info.counter, "llama-cpp-python")
                     self.assertFalse(info.cuts_long_inputs)  # it embeds a long input whole
-                    self.assertEqual(model_info.served_match("multilingual-e5-small", info.served),
+                    self.assertEqual(server_info.served_match("multilingual-e5-small", info.served),
                                      "multilingual-e5-small:latest" if api == "ollama" else "multilingual-e5-small")
-            counts = model_info.count_tokens(config, "llama-cpp-python", "multilingual-e5-small",
+            counts = server_info.count_tokens(config, "llama-cpp-python", "multilingual-e5-small",
                                              ["passage: one two three", "x"])
             self.assertEqual(counts, [6, 3])
-            shown = model_info.request_json(server.url + "/api/show", {"model": "multilingual-e5-small"})
+            shown = server_info.request_json(server.url + "/api/show", {"model": "multilingual-e5-small"})
             self.assertEqual(shown["model_info"]["bert.context_length"], 512)
 
 
@@ -348,9 +348,9 @@ def endless(handler, piece: bytes = b"[" * 65536) -> None:
 
 
 class HostileServerTests(TempFolder, unittest.TestCase):
-    def info_with(self, routes: dict, api: str = "openai", timeout: float = 5) -> model_info.ServerInfo:
+    def info_with(self, routes: dict, api: str = "openai", timeout: float = 5) -> server_info.ServerInfo:
         with StubServer(routes=routes) as stub:
-            return model_info.inspect(EndpointConfig(url=stub.url, timeout=timeout), api, "m", environ={})
+            return server_info.inspect(EndpointConfig(url=stub.url, timeout=timeout), api, "m", environ={})
 
     def test_malformed_props_give_no_context(self):
         answers = [b'{"default_generation_settings": {"n_ctx": "512"}}', b'{"n_ctx": -1}', b'{"n_ctx": true}',
@@ -401,8 +401,8 @@ class HostileServerTests(TempFolder, unittest.TestCase):
         """The counter reads at most MAX_TOKENIZE_BYTES of an endless answer, under an address-space limit."""
         with StubServer(routes={"/tokenize": endless}) as stub:
             code = (
-                "from bastion_agent.embedding import model_info; from bastion_agent.embedding.client import EndpointConfig; "
-                f"counts = model_info.count_tokens(EndpointConfig(url={stub.url!r}, timeout=5), 'tei', 'm', ['a'] * 64); "
+                "from bastion_agent.embedding import server_info; from bastion_agent.embedding.endpoint import EndpointConfig; "
+                f"counts = server_info.count_tokens(EndpointConfig(url={stub.url!r}, timeout=5), 'tei', 'm', ['a'] * 64); "
                 "print(counts.count(None))"
             )
             result = run_python_limited(code, 768 << 20, timeout=120)
@@ -410,7 +410,7 @@ class HostileServerTests(TempFolder, unittest.TestCase):
         self.assertEqual(result.stdout.strip(), "64")  # nothing counted, three tries, then given up
 
     def test_a_lying_tokenizer_falls_back_to_an_estimate_and_says_so(self):
-        info = model_info.ServerInfo(context=10, counter="llama.cpp")
+        info = server_info.ServerInfo(context=10, counter="llama.cpp")
         fit = window_fit.measure(info, [("a", RUNBOOK)], 32, None, lambda texts: [None] * len(texts))
         self.assertEqual(fit.method, "estimate")
         self.assertIn("estimated", window_fit.fix_line(fit, 1, True, 32, 4))
@@ -424,7 +424,7 @@ class InitTests(TempFolder, unittest.TestCase):
         (tmp / "docs").mkdir()
         (tmp / "docs" / "notes.txt").write_text(" ".join([NOTES] * 40), encoding="utf-8")
         target = tmp / "bastion.toml"
-        with StubServer(apis=("openai",), flavor="llama.cpp", context=128, models=["all-minilm-l6-v2"]) as stub:
+        with StubServer(wire_formats=("openai",), imitates="llama.cpp", context=128, models=["all-minilm-l6-v2"]) as stub:
             with clean_env(EMBED_URL=stub.url):
                 code, out, err = run_cli("init", tmp / "docs", "--manifest", target)
                 self.assertEqual(code, 0, err)
