@@ -11,8 +11,8 @@ keys each vector by its position in that build, so rows appended to the
 vector file are appended to the index. It holds every row, stale ones too
 (like the vector file): a search asks for more neighbours than it needs and
 drops rows that are not current. Candidates are then re-ranked by exact
-cosine on the float32 rows, so int8 quantisation costs little recall; rows
-the index does not hold yet are scanned exactly.
+(float64) cosine on the float32 rows, so int8 quantisation costs little
+recall; rows the index does not hold yet are scanned exactly.
 """
 
 from __future__ import annotations
@@ -146,7 +146,12 @@ class AnnIndex:
         self.index.expansion_search = EXPANSION_SEARCH
 
     def top(self, query, n: int) -> list[tuple[float, int]]:
-        """About the ``n`` best current rows, re-ranked exactly, best first."""
+        """About the ``n`` best current rows as ``(float64 cosine, position)``, best first.
+
+        Each candidate's float32 row is read once, from the vector file's map,
+        to score it exactly: those scores are final (the caller does not read
+        the vectors again).
+        """
         view = self.view
         share = view.current / view.rows if view.rows else 1.0
         count = max(MIN_CANDIDATES, math.ceil(2 * n / max(share, 1e-6)))
@@ -158,7 +163,5 @@ class AnnIndex:
             if len(found) >= 2 * n or count >= self.rows:
                 break
             count *= 4
-        ranked = view.scores_of(query, found)
-        ranked += view.top(query, n, first=self.rows)  # rows the index does not hold yet
-        ranked.sort(reverse=True)
-        return ranked[:n]
+        found += [position for _, position in view.top(query, n, first=self.rows)]  # rows the index does not hold yet
+        return view.ranked(query, found)[:n]

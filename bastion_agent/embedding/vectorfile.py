@@ -20,9 +20,15 @@ The files are derived and never trusted over the database: ``refresh``
 compares the header with the database's state, checks the files' sizes and
 spot-checks rows against their BLOBs, then appends what is new (vectors are
 only added), recomputes the mask when the chunks changed, or rebuilds from
-scratch when anything disagrees. Data files only grow, and the header is
-written last and atomically, so a reader that read a header can always
-use the first ``rows`` rows; a rebuild writes a new build's files, so an
+scratch when anything disagrees. Search scores its hits from these rows
+(not from the BLOBs), so the header also records each data file's size,
+inode and change times as written (``fingerprint``): a file changed by
+anything but ``refresh`` (a row edited in place, which a spot check may
+miss, or an older build copied back) does not match it, and the build is
+rebuilt before it is used. All of this happens once, when a search or
+serve loads the files, never per query. Data files only grow, and the
+header is written last and atomically, so a reader that read a header can
+always use the first ``rows`` rows; a rebuild writes a new build's files, so an
 open memory map keeps its old ones. Writers take a lock file.
 
 Standard library only; numpy (extra ``fast``) makes building and scanning
@@ -31,6 +37,7 @@ fast, the pure scan gives the same candidates.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
 import hashlib
@@ -145,7 +152,7 @@ def refresh(db, layout: Layout, key: str, dim: int) -> dict:
     files = Files.for_key(layout, key)
     with vectorstore.transaction(db, write=False):
         header = read_header(files)
-        if header is not None and header.get("state") == read_state(db).as_dict() \
+        if header is not None and header.get("state") == read_state(db).as_dict() and "files" in header \
                 and _consistent(db, files, header, key, dim, read_state(db)):
             return header
     with writer_lock(files), vectorstore.transaction(db, write=False):
@@ -160,9 +167,11 @@ def refresh(db, layout: Layout, key: str, dim: int) -> dict:
             _write_mask(db, files, header, key, dim)
         elif header["mask_rows"] != header["rows"]:
             _extend_mask(db, files, header, key, dim)  # only vectors were added (embed at work): mark just those
-        if header["state"] != state.as_dict() or not trusted:
+        written = fingerprint(files, header["build"])
+        if header["state"] != state.as_dict() or not trusted or header.get("files") != written:
             header.update(state.as_dict())
             header["state"] = state.as_dict()
+            header["files"] = written
             write_json(files.header, header)
         _remove_old_builds(files, header["build"])
     return header
@@ -170,6 +179,25 @@ def refresh(db, layout: Layout, key: str, dim: int) -> dict:
 
 HEADER_KEYS = {"key", "dim", "store_id", "vectors_generation", "chunks_generation", "max_rowid", "rows", "mask_rows",
                "current", "build", "state"}
+
+
+def fingerprint(files: Files, build: str) -> dict:
+    """Each data file's size, inode and change times: what the header says ``refresh`` left them as.
+
+    The change time (ctime) moves with any write and cannot be set back, so a
+    file edited in place, or put back from a copy, no longer matches.
+    """
+    found = {}
+    for kind in DATA_FILES:
+        stat = files.data(build, kind).stat()
+        found[kind] = [stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns]
+    return found
+
+
+def _untouched(files: Files, header: dict) -> bool:
+    """Whether the data files are as the header's writer left them (a header without a fingerprint: checked rows only)."""
+    recorded = header.get("files")
+    return recorded is None or recorded == fingerprint(files, header["build"])
 
 
 def _consistent(db, files: Files, header: dict, key: str, dim: int, state: StoreState) -> bool:
@@ -186,7 +214,7 @@ def _consistent(db, files: Files, header: dict, key: str, dim: int, state: Store
         for kind, width in sizes.items():
             if files.data(header["build"], kind).stat().st_size < rows * width:
                 return False
-        return _spot_check(db, files, header, key, dim)
+        return _untouched(files, header) and _spot_check(db, files, header, key, dim)
     except (KeyError, TypeError, ValueError, OSError):
         return False
 
@@ -390,21 +418,42 @@ class VectorFile:
         )
         return heapq.nlargest(n, scored)
 
-    def scores_of(self, query, positions) -> list[tuple[float, int]]:
-        """Exact cosine ranking (up to the query's norm) of chosen rows, best first."""
-        if self.np is not None:
-            np = self.np
-            positions = np.asarray(sorted(positions), dtype=np.int64)
-            if not len(positions):
-                return []
-            scores = np.einsum("ij,j->i", self.matrix[positions], np.asarray(query, dtype=np.float32))
-            scores *= self.weights[positions]
-            order = np.argsort(-scores, kind="stable")
-            return [(float(scores[i]), int(positions[i])) for i in order]
-        q = array("f", query)
-        view, dim = memoryview(self.flat), self.dim
-        scored = [(sum(map(operator.mul, q, view[i * dim : (i + 1) * dim])) * self.inverse[i], i) for i in positions]
-        return sorted(scored, reverse=True)
-
     def rowid(self, position: int) -> int:
         return int(self.rowids[position])
+
+    def position(self, rowid: int) -> int | None:
+        """The row holding ``vectors.rowid`` = ``rowid`` (rows are in rowid order), None when this build lacks it."""
+        found = int(self.np.searchsorted(self.rowids, rowid)) if self.np is not None else bisect.bisect_left(self.rowids, rowid)
+        return found if found < self.rows and int(self.rowids[found]) == rowid else None
+
+    def cosines(self, query, positions: list[int]) -> list[float]:
+        """The float64 cosine of ``query`` with each listed row (0.0 for a zero vector), read once from the map.
+
+        The same arithmetic as scoring the database's BLOBs (the rows are
+        those BLOBs' bytes), so numpy and pure Python report the same scores.
+        """
+        if not positions:
+            return []
+        if self.np is None:
+            query = [float(x) for x in query]
+            query_norm = math.sqrt(math.fsum(x * x for x in query))
+            dim, view = self.dim, memoryview(self.flat)
+            return [_cosine(query, query_norm, view[p * dim : (p + 1) * dim]) for p in positions]
+        np = self.np
+        matrix = np.asarray(self.matrix[np.asarray(positions, dtype=np.int64)], dtype=np.float64)
+        q = np.asarray(query, dtype=np.float64)
+        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix)) * math.sqrt(float(q @ q))
+        dots = np.einsum("ij,j->i", matrix, q)
+        return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0).tolist()
+
+    def ranked(self, query, positions: list[int]) -> list[tuple[float, int]]:
+        """``(float64 cosine, position)`` of the listed rows, best first (ties by position)."""
+        return sorted(zip(self.cosines(query, positions), positions), key=lambda item: (-item[0], item[1]))
+
+
+def _cosine(query, query_norm: float, row) -> float:
+    """Cosine of a query (floats) with one float32 row; 0.0 when either has no length."""
+    norm = math.sqrt(math.fsum(map(operator.mul, row, row)))
+    if norm == 0.0 or query_norm == 0.0:
+        return 0.0
+    return sum(map(operator.mul, query, row)) / (query_norm * norm)

@@ -68,7 +68,7 @@ DEFAULT_MODE = "hybrid"  # the best of the three on Cranfield and SciFact (docs/
 FUSION_CANDIDATES = 100  # how deep each ranking goes into fusion
 
 
-RESCORE_MARGIN = 16  # extra candidates re-scored from the database, so float32 near-ties rank alike
+RESCORE_MARGIN = 16  # extra candidates re-scored in float64, so float32 near-ties rank alike
 
 
 def needs_vector(mode: str) -> bool:
@@ -92,9 +92,10 @@ class SearchIndex:
     the derived vector file (``vectorfile``) and, above ``ann.MIN_ROWS``
     current vectors, the ANN index (``ann``) in step with the database, then
     memory-maps them: no vector is read from SQLite per query. Candidates
-    are re-scored from the database's own vectors and their windows read from
-    its ``chunks`` table, so only this sweep's windows (never stale vectors)
-    appear, whatever the derived files hold.
+    are scored in float64 from the vector file's rows (checked against the
+    database when it was loaded), and only candidates whose window is in the
+    database's ``chunks`` table answer, so only this sweep's windows (never
+    stale vectors) appear, whatever the mask says.
     """
 
     def __init__(self, manifest, layout: Layout, vectors, ann_index, version: tuple):
@@ -269,50 +270,67 @@ class SearchIndex:
                 if norms[i] > 0]
 
     def _cosines_of(self, query_vector, chunk_ids: list[str]) -> dict[str, float]:
-        """The cosine of each listed window's stored vector with the query (windows without one are left out)."""
-        if query_vector is None or not chunk_ids:
+        """The cosine of each listed window's vector with the query, from the vector file (windows without one are left out)."""
+        if query_vector is None or not chunk_ids or self.vectors is None:
             return {}
         marks = ",".join("?" * len(chunk_ids))
-        found = self.db.execute(f"SELECT chunk_id, vec FROM vectors WHERE chunk_id IN ({marks}) AND model = ? AND dim = ?",
+        found = self.db.execute(f"SELECT rowid, chunk_id FROM vectors WHERE chunk_id IN ({marks}) AND model = ? AND dim = ?",
                                 (*chunk_ids, self.key, self.dim)).fetchall()
-        scores = cosines(query_vector, [blob for _, blob in found], self.dim,
-                         self.vectors.np if self.vectors is not None else None)
-        return {chunk: score for (chunk, _), score in zip(found, scores)}
+        placed = [(position, chunk) for rowid, chunk in found
+                  if (position := self.vectors.position(rowid)) is not None]
+        scores = self.vectors.cosines(query_vector, [position for position, _ in placed])
+        return {chunk: score for (_, chunk), score in zip(placed, scores)}
 
     def _vector_top(self, query_vector, n: int, exact: bool) -> list[tuple[float, str]]:
-        """``(cosine, chunk_id)`` of the ``n`` nearest current windows, scored from the database's vectors."""
+        """``(cosine, chunk_id)`` of the ``n`` nearest current windows, ties by chunk id.
+
+        The float64 cosine is computed from the vector file's float32 rows (the
+        database's BLOBs byte for byte, checked when the file was loaded), each
+        candidate's row read once; SQLite is asked only which window each
+        candidate row is, and only windows of this sweep answer.
+        """
         if query_vector is None or not len(self):
             return []
         want = n + RESCORE_MARGIN
-        candidates = self.ann.top(query_vector, want) if self.ann and not exact else self.vectors.top(query_vector, want)
-        rowids = [self.vectors.rowid(position) for _, position in candidates]
-        found = []
+        if self.ann and not exact:
+            candidates = self.ann.top(query_vector, want)
+        else:
+            candidates = self.vectors.ranked(query_vector, [p for _, p in self.vectors.top(query_vector, want)])
+        chunk_of = self._current_chunks([self.vectors.rowid(position) for _, position in candidates])
+        scored = [(score, chunk_of[rowid]) for score, position in candidates
+                  if (rowid := self.vectors.rowid(position)) in chunk_of]
+        scored.sort(key=lambda item: (-item[0], item[1]))
+        return scored[:n]
+
+    def _current_chunks(self, rowids: list[int]) -> dict[int, str]:
+        """``vectors.rowid`` to chunk id, for the listed rows whose window is in this sweep."""
+        found: dict[int, str] = {}
         for first in range(0, len(rowids), 500):
             part = rowids[first : first + 500]
             marks = ",".join("?" * len(part))
-            found += self.db.execute(
-                f"SELECT c.chunk_id, v.vec FROM vectors v JOIN chunks c ON c.chunk_id = v.chunk_id"
-                f" WHERE v.rowid IN ({marks}) AND v.model = ? AND v.dim = ?", (*part, self.key, self.dim)).fetchall()
-        scores = cosines(query_vector, [blob for _, blob in found], self.dim, self.vectors.np)
-        scored = sorted(zip(scores, (chunk for chunk, _ in found)), key=lambda item: (-item[0], item[1]))
-        return scored[:n]
+            found.update(self.db.execute(
+                f"SELECT v.rowid, v.chunk_id FROM vectors v JOIN chunks c ON c.chunk_id = v.chunk_id"
+                f" WHERE v.rowid IN ({marks}) AND v.model = ? AND v.dim = ?", (*part, self.key, self.dim)))
+        return found
 
     def _hits(self, ranked: list, mode: str) -> list[Hit]:
-        """``fusion.Scored`` rows as hits, with their windows' text and paths."""
+        """``fusion.Scored`` rows as hits, their windows' text and documents' paths read in one query."""
         if not ranked:
             return []
+        import json
+
         marks = ",".join("?" * len(ranked))
         rows = {row[0]: row for row in self.db.execute(
-            f'SELECT chunk_id, doc, idx, start, "end", text FROM chunks WHERE chunk_id IN ({marks})',
+            f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, d.paths FROM chunks c'
+            f" LEFT JOIN documents d ON d.doc = c.doc WHERE c.chunk_id IN ({marks})",
             [item.chunk_id for item in ranked])}
-        paths = vectorstore.document_paths(self.db, (row[1] for row in rows.values()))
         return [
-            Hit(item.score, doc, idx, item.chunk_id, text, [escape_name(path) for path in paths.get(doc, [])],
+            Hit(item.score, doc, idx, item.chunk_id, text, [escape_name(path) for path in json.loads(paths or "[]")],
                 start, end, item.relevance,
                 item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank,
                 item.vector_relevance, item.keyword_relevance, mode)
             for item in ranked if item.chunk_id in rows
-            for _, doc, idx, start, end, text in (rows[item.chunk_id],)
+            for _, doc, idx, start, end, text, paths in (rows[item.chunk_id],)
         ]
 
 
