@@ -51,6 +51,10 @@ class Hit:
     mode: str = ""  # the mode that answered this hit: vector, keyword or hybrid
     fallback: bool = False  # True: the model server was down and keyword search answered instead
 
+    def as_dict(self) -> dict:
+        """The fields by name (a subclass's too), for JSON: ``dataclasses.asdict`` without its deep copy of every value."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
 
 @dataclass(frozen=True)
 class Answer:

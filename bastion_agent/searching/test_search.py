@@ -129,6 +129,19 @@ class ExactScanTests(SyntheticStore):
         (orphan,) = [h for h in index.search("", self.query(), 300, "vector") if h.chunk_id == hit.chunk_id]
         self.assertEqual(orphan.paths, [])
 
+    def test_a_hit_as_a_dict_is_what_asdict_gives_subclass_fields_included(self):
+        import dataclasses
+
+        @dataclasses.dataclass(frozen=True)
+        class Tagged(embed.Hit):
+            bastion: str = ""
+
+        for hit in self.load().search("", self.query(), 3, "vector"):
+            self.assertEqual(hit.as_dict(), dataclasses.asdict(hit))
+            tagged = Tagged(**dataclasses.asdict(hit), bastion="b1")
+            self.assertEqual(tagged.as_dict(), dataclasses.asdict(tagged))
+            self.assertEqual(json.dumps(tagged.as_dict()), json.dumps(dataclasses.asdict(tagged)))
+
     def test_a_zero_query_vector_scores_zero_without_error(self):
         hits = self.load().search("", [0.0] * DIM, 3, "vector")
         self.assertEqual([h.score for h in hits], [0.0, 0.0, 0.0])
