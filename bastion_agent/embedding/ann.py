@@ -159,7 +159,10 @@ class AnnIndex:
         while True:
             count = min(count, self.rows)
             keys = self.index.search(query32, count).keys
-            found = [int(key) for key in keys if key < self.rows and view.is_current_row(int(key))]
+            keys = keys[keys < self.rows]
+            if view.stale is not None:
+                keys = keys[~view.stale[keys.astype(view.np.int64)]]
+            found = keys.astype(view.np.int64).tolist()
             if len(found) >= 2 * n or count >= self.rows:
                 break
             count *= 4

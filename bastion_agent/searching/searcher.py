@@ -117,6 +117,7 @@ class SearchIndex:
         self.lock = threading.Lock()
         self._vocabulary = None
         self._floor: float | None = None
+        self._floor_sample: dict = {}  # count -> the unit rows whose cosines with a query give its floor (numpy)
         self.db = sqlite3.connect(layout.vectors_db, timeout=vectorstore.BUSY_TIMEOUT_MS / 1000,
                                   isolation_level=None, check_same_thread=False)
 
@@ -239,6 +240,8 @@ class SearchIndex:
         vectors = self.vectors
         if vectors is None or not vectors.rows or query_vector is None:
             return []
+        if vectors.np is not None:
+            return self._query_cosines_numpy(query_vector, count)
         positions = self._sample_positions(count)
         query_vector = [float(x) for x in query_vector]
         query_norm = math.sqrt(math.fsum(x * x for x in query_vector))
@@ -253,6 +256,25 @@ class SearchIndex:
             if norm > 0:
                 result.append(math.fsum(a * b for a, b in zip(query_vector, row)) / (norm * query_norm))
         return result
+
+    def _query_cosines_numpy(self, query_vector, count: int) -> list[float]:
+        """``_query_cosines`` as one product with the sample's unit rows, made once per loaded index.
+
+        Every query of a vector or hybrid search needs these cosines; walking
+        the sample element by element through the memory map cost more than
+        the whole ANN search.
+        """
+        np = self.vectors.np
+        sample = self._floor_sample.get(count)
+        if sample is None:
+            rows = np.asarray(self.vectors.matrix[self._sample_positions(count)], dtype=np.float64)
+            norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+            sample = self._floor_sample[count] = rows[norms > 0] / norms[norms > 0, None]
+        q = np.asarray(query_vector, dtype=np.float64)
+        query_norm = math.sqrt(float(np.einsum("i,i->", q, q)))
+        if query_norm == 0:
+            return []
+        return (np.einsum("ij,j->i", sample, q) / query_norm).tolist()
 
     def _sample_cosines(self, count: int) -> list[float]:
         """Cosines between ``count`` current rows of the vector file spread evenly over it (read from the map)."""
@@ -280,8 +302,8 @@ class SearchIndex:
         marks = ",".join("?" * len(chunk_ids))
         found = self.db.execute(f"SELECT rowid, chunk_id FROM vectors WHERE chunk_id IN ({marks}) AND model = ? AND dim = ?",
                                 (*chunk_ids, self.key, self.dim)).fetchall()
-        placed = [(position, chunk) for rowid, chunk in found
-                  if (position := self.vectors.position(rowid)) is not None]
+        positions = self.vectors.positions_of([rowid for rowid, _ in found])
+        placed = [(position, chunk) for position, (_, chunk) in zip(positions, found) if position is not None]
         scores = self.vectors.cosines(query_vector, [position for position, _ in placed])
         return {chunk: score for (_, chunk), score in zip(placed, scores)}
 
@@ -300,9 +322,9 @@ class SearchIndex:
             candidates = self.ann.top(query_vector, want)
         else:
             candidates = self.vectors.ranked(query_vector, [p for _, p in self.vectors.top(query_vector, want)])
-        chunk_of = self._current_chunks([self.vectors.rowid(position) for _, position in candidates])
-        scored = [(score, chunk_of[rowid]) for score, position in candidates
-                  if (rowid := self.vectors.rowid(position)) in chunk_of]
+        rowids = self.vectors.rowids_of([position for _, position in candidates])
+        chunk_of = self._current_chunks(rowids)
+        scored = [(score, chunk_of[rowid]) for (score, _), rowid in zip(candidates, rowids) if rowid in chunk_of]
         scored.sort(key=lambda item: (-item[0], item[1]))
         return scored[:n]
 
