@@ -9,6 +9,9 @@ stub in another), waits for it, warms it up and measures:
 
 - ``http_ms``: p50 / p95 of one ``GET /search?k=10`` at a time, per mode,
   and of ``GET /healthz`` (the HTTP floor: a new connection, no search);
+- ``http_keepalive_ms``: the same over one kept-alive connection (what a
+  client with a session pays), and ``serve_rss_mb``: serve's resident set
+  and mapped size after it;
 - ``burst``: 16 clients sending ``--burst`` queries together (default mode):
   every answer's status, the wall time, queries per second, p50 / p95;
 - ``in_process_ms``: the baseline, measured in the same run on the same
@@ -76,15 +79,33 @@ def get(base: str, path: str) -> tuple[int, float]:
     return answer.status, time.perf_counter() - started
 
 
+class KeptAlive:
+    """One connection for every request (HTTP/1.1 keep-alive), as a client library with a session does."""
+
+    def __init__(self, base: str):
+        parts = urllib.parse.urlsplit(base)
+        self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+
+    def get(self, path: str) -> tuple[int, float]:
+        started = time.perf_counter()
+        self.connection.request("GET", path)
+        answer = self.connection.getresponse()
+        answer.read()
+        return answer.status, time.perf_counter() - started
+
+    def close(self) -> None:
+        self.connection.close()
+
+
 def search_path(query: str, mode: str | None) -> str:
     params = {"q": query, "k": "10", **({"mode": mode} if mode else {})}
     return "/search?" + urllib.parse.urlencode(params)
 
 
-def timed_requests(base: str, paths: list[str]) -> list[float]:
+def timed_requests(base: str, paths: list[str], session: KeptAlive | None = None) -> list[float]:
     times = []
     for path in paths:
-        status, seconds = get(base, path)
+        status, seconds = session.get(path) if session else get(base, path)
         if status != 200:
             raise SystemExit(f"serve answered {status} to {path.split('?')[0]}")
         times.append(seconds)
@@ -157,6 +178,15 @@ def measure(folder: Path, n: int, queries: int, burst: int, stub_url: str) -> di
         for mode in MODES:
             http_ms[mode] = percentiles(timed_requests(base, [search_path(q, mode) for q in asked]))
         result["http_ms"] = http_ms
+        session = KeptAlive(base)
+        try:
+            kept = {"healthz": percentiles(timed_requests(base, ["/healthz"] * queries, session))}
+            for mode in MODES:
+                kept[mode] = percentiles(timed_requests(base, [search_path(q, mode) for q in asked], session))
+        finally:
+            session.close()
+        result["http_keepalive_ms"] = kept
+        result["serve_rss_mb"] = _rss_mb(process.pid)
         result["burst"] = run_burst(base, [asked[i % len(asked)] for i in range(burst)])
     finally:
         process.terminate()
@@ -165,7 +195,24 @@ def measure(folder: Path, n: int, queries: int, burst: int, stub_url: str) -> di
     result["in_process_ms"] = baseline
     result["http_over_in_process"] = {mode: round(result["http_ms"][mode]["p50"] / baseline[mode]["p50"], 2)
                                       for mode in MODES}
+    result["keepalive_minus_in_process_p50_ms"] = {
+        mode: round(result["http_keepalive_ms"][mode]["p50"] - baseline[mode]["p50"], 2) for mode in MODES}
+    result["p95_over_p50"] = {f"{way}_{mode}": round(result[way][mode]["p95"] / result[way][mode]["p50"], 2)
+                              for way in ("http_ms", "http_keepalive_ms", "in_process_ms") for mode in MODES}
     return result
+
+
+def _rss_mb(pid: int) -> dict:
+    """serve's resident set and its mapped size (VmRSS, VmSize) after the measurement, from /proc."""
+    found = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmSize"):
+                found[name] = round(int(value.split()[0]) / 1024, 1)
+    except OSError:
+        pass
+    return found
 
 
 def _body(base: str, path: str) -> bytes:
