@@ -147,13 +147,27 @@ class SearchIndex:
         vectors = vectorfile.VectorFile(files, header, use_numpy)
         ann_index = None
         if use_ann and vectors.np is not None and vectors.current >= ann.MIN_ROWS and ann.available():
-            header = ann.update(files, header, vectors, limit=ann.LAZY_ROWS)
+            ann_index = cls._open_ann(files, header, vectors)
+        return cls(manifest, layout, vectors, ann_index, version)
+
+    @staticmethod
+    def _open_ann(files, header: dict, vectors):
+        """The ANN index, brought up to date when it lacks rows or does not open; None to scan exactly.
+
+        An index that holds every row is opened once (a memory map that usearch
+        walks: 0.1 s at 120,000 rows), not opened a first time to count it.
+        """
+        from bastion_agent.embedding import ann
+
+        for attempt in range(2):
+            if attempt or header.get("ann_rows") != vectors.rows:
+                header = ann.update(files, header, vectors, limit=ann.LAZY_ROWS)
             if header.get("ann_rows"):
                 try:
-                    ann_index = ann.AnnIndex(files, header, vectors)
+                    return ann.AnnIndex(files, header, vectors)
                 except (StoreError, RuntimeError, ValueError, OSError):
-                    ann_index = None  # an unreadable index only costs speed: scan exactly, and rebuild after embed
-        return cls(manifest, layout, vectors, ann_index, version)
+                    pass  # unreadable: once more after update (which rebuilds what it may), else scan exactly
+        return None  # an unreadable index only costs speed: scan exactly, and rebuild after embed
 
     def __len__(self) -> int:
         """How many current windows have a vector of this model (0 when opened without vectors)."""
