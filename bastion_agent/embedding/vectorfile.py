@@ -12,6 +12,10 @@ vector key gets, under ``<out>/index/``:
   order, as little-endian float32 rows (the BLOBs as they are);
 - ``<name>.<build>.rowid`` (int64) and ``.inv`` (float32 1/norm, 0 for a
   zero vector): which database row each matrix row is, and its scale;
+- ``<name>.<build>.ids``: each row's chunk id (64 ASCII bytes), so a search
+  names its candidates without reading their rows of ``vectors`` (each
+  holds its BLOB: one page of the database per candidate, which cost more
+  than the ANN search itself);
 - ``<name>.<build>.mask``: one byte per row, 1 when its chunk is in this
   sweep. Stale rows stay in the matrix (vectors are only ever added, like
   the table) but never rank.
@@ -61,7 +65,8 @@ FORMAT = 1
 INDEX_DIR = "index"
 SPOT_CHECKS = 8
 FETCH_ROWS = 16_384
-DATA_FILES = ("f32", "rowid", "inv", "mask")
+DATA_FILES = ("f32", "rowid", "inv", "mask", "ids")
+ID_BYTES = 64  # a chunk id: the hex sha256 of its window (DESIGN.md)
 
 
 def numpy_or_none():
@@ -158,6 +163,8 @@ def refresh(db, layout: Layout, key: str, dim: int) -> dict:
     with writer_lock(files), vectorstore.transaction(db, write=False):
         state = read_state(db)
         header = read_header(files)
+        if _lacks_ids(files, header):
+            _add_ids(db, files, header, key, dim)
         trusted = header is not None and _consistent(db, files, header, key, dim, state)
         if not trusted:
             header = _rebuild(db, files, key, dim, state)
@@ -194,10 +201,26 @@ def fingerprint(files: Files, build: str) -> dict:
     return found
 
 
+def _lacks_ids(files: Files, header: dict | None) -> bool:
+    """A build whose other files are there but which was written before the ids file existed."""
+    try:
+        build = header["build"]
+        if not isinstance(build, str) or not build.isalnum() or files.data(build, "ids").exists():
+            return False
+        return all(files.data(build, kind).exists() for kind in DATA_FILES if kind != "ids")
+    except (KeyError, TypeError):
+        return False
+
+
 def _untouched(files: Files, header: dict) -> bool:
     """Whether the data files are as the header's writer left them (a header without a fingerprint: checked rows only)."""
     recorded = header.get("files")
-    return recorded is None or recorded == fingerprint(files, header["build"])
+    if recorded is None:
+        return True
+    current = fingerprint(files, header["build"])
+    if "ids" not in recorded:  # fingerprinted before the ids file existed: it was added since, by refresh
+        current.pop("ids")
+    return recorded == current
 
 
 def _consistent(db, files: Files, header: dict, key: str, dim: int, state: StoreState) -> bool:
@@ -210,7 +233,7 @@ def _consistent(db, files: Files, header: dict, key: str, dim: int, state: Store
         if header["vectors_generation"] != state.vectors_generation or header["max_rowid"] > state.max_rowid:
             return False
         rows = header["rows"]
-        sizes = {"f32": 4 * dim, "rowid": 8, "inv": 4, "mask": 1 if header["mask_rows"] == rows else 0}
+        sizes = {"f32": 4 * dim, "rowid": 8, "inv": 4, "mask": 1 if header["mask_rows"] == rows else 0, "ids": ID_BYTES}
         for kind, width in sizes.items():
             if files.data(header["build"], kind).stat().st_size < rows * width:
                 return False
@@ -225,16 +248,43 @@ def _spot_check(db, files: Files, header: dict, key: str, dim: int) -> bool:
     if rows == 0:
         return True
     picks = {0, rows - 1, *(random.randrange(rows) for _ in range(SPOT_CHECKS))}
-    with open(files.data(header["build"], "rowid"), "rb") as rowids, open(files.data(header["build"], "f32"), "rb") as matrix:
+    build = header["build"]
+    with open(files.data(build, "rowid"), "rb") as rowids, open(files.data(build, "f32"), "rb") as matrix, \
+            open(files.data(build, "ids"), "rb") as ids:
         for position in sorted(picks):
             rowids.seek(8 * position)
             rowid = int.from_bytes(rowids.read(8), "little", signed=True)
             matrix.seek(4 * dim * position)
-            found = db.execute("SELECT vec FROM vectors WHERE rowid = ? AND model = ? AND dim = ?",
+            ids.seek(ID_BYTES * position)
+            found = db.execute("SELECT vec, chunk_id FROM vectors WHERE rowid = ? AND model = ? AND dim = ?",
                                (rowid, key, dim)).fetchone()
-            if found is None or found[0] != matrix.read(4 * dim):
+            if found is None or found[0] != matrix.read(4 * dim) or _id_bytes(found[1]) != ids.read(ID_BYTES):
                 return False
     return True
+
+
+def _id_bytes(chunk_id) -> bytes:
+    """A chunk id as its fixed-width field; anything but 64 ASCII characters cannot be stored (a StoreError)."""
+    data = chunk_id.encode("ascii", "replace") if isinstance(chunk_id, str) else b""
+    if len(data) != ID_BYTES:
+        raise StoreError("vectors.db holds a chunk id that is not a sha256 in hex: run sweep (or chunk and embed) to rebuild it")
+    return data
+
+
+def _add_ids(db, files: Files, header: dict, key: str, dim: int) -> None:
+    """Write the chunk ids of a build made before the ids file existed (once; its other files and the ANN index stay)."""
+    rowids = _read_array(files.data(header["build"], "rowid"), "q", header["rows"])
+    chunk_of = {}
+    for first in range(0, len(rowids), 500):
+        part = rowids[first : first + 500].tolist()
+        marks = ",".join("?" * len(part))
+        chunk_of.update(db.execute(f"SELECT rowid, chunk_id FROM vectors WHERE rowid IN ({marks}) AND model = ? AND dim = ?",
+                                   (*part, key, dim)))
+    if len(chunk_of) != len(rowids):
+        return  # rows that are gone: the build no longer matches, and is rebuilt
+    from bastion_agent.core.layout import write_private
+
+    write_private(files.data(header["build"], "ids"), b"".join(_id_bytes(chunk_of[rowid]) for rowid in rowids))
 
 
 def _rebuild(db, files: Files, key: str, dim: int, state: StoreState) -> dict:
@@ -249,18 +299,19 @@ def _rebuild(db, files: Files, key: str, dim: int, state: StoreState) -> dict:
 def _append(db, files: Files, header: dict, key: str, dim: int) -> dict:
     """Add the key's vectors with a rowid above the header's, in rowid order."""
     build, rows = header["build"], header["rows"]
-    for kind, width in (("f32", 4 * dim), ("rowid", 8), ("inv", 4)):
+    for kind, width in (("f32", 4 * dim), ("rowid", 8), ("inv", 4), ("ids", ID_BYTES)):
         with open(files.data(build, kind), "r+b") as handle:
             handle.truncate(rows * width)  # drop what a crashed writer left past the header's rows
-    cursor = db.execute("SELECT rowid, vec FROM vectors WHERE model = ? AND dim = ? AND rowid > ? ORDER BY rowid",
+    cursor = db.execute("SELECT rowid, vec, chunk_id FROM vectors WHERE model = ? AND dim = ? AND rowid > ? ORDER BY rowid",
                         (key, dim, header["max_rowid"]))
     with open(files.data(build, "f32"), "ab") as matrix, open(files.data(build, "rowid"), "ab") as rowids, \
-            open(files.data(build, "inv"), "ab") as inverse:
+            open(files.data(build, "inv"), "ab") as inverse, open(files.data(build, "ids"), "ab") as ids:
         while batch := cursor.fetchmany(FETCH_ROWS):
             blob = b"".join(row[1] for row in batch)
             matrix.write(blob)
             rowids.write(_little(array("q", (row[0] for row in batch))))
             inverse.write(_little(inverse_norms(blob, dim)))
+            ids.write(b"".join(_id_bytes(row[2]) for row in batch))
             rows += len(batch)
             header["max_rowid"] = batch[-1][0]
     header["rows"] = rows
@@ -366,17 +417,22 @@ class VectorFile:
             mask = self._map(np, "mask", "u1", (self.rows,)).astype(bool)
             self.stale = None if mask.all() else ~mask
             self.weights = self.inverse
+            self.ids = self._map(np, "ids", f"S{ID_BYTES}", (self.rows,))
         else:
             self.flat = _read_array(files.data(build, "f32"), "f", self.rows * self.dim)
             self.rowids = _read_array(files.data(build, "rowid"), "q", self.rows)
             self.inverse = _read_array(files.data(build, "inv"), "f", self.rows)
             with open(files.data(build, "mask"), "rb") as handle:
                 self.mask = handle.read(self.rows)
+            with open(files.data(build, "ids"), "rb") as handle:
+                self.ids = handle.read(self.rows * ID_BYTES)
 
     def _map(self, np, kind: str, dtype: str, shape: tuple):
+        """The file as a read-only array over a memory map (a plain ndarray view: ``memmap`` indexing costs
+        microseconds in Python per access, which a query's few hundred accesses add up)."""
         if not shape[0]:
             return np.zeros(shape, dtype=dtype)
-        return np.memmap(self.files.data(self.header["build"], kind), dtype=dtype, mode="r", shape=shape)
+        return np.asarray(np.memmap(self.files.data(self.header["build"], kind), dtype=dtype, mode="r", shape=shape))
 
     def is_current_row(self, position: int) -> bool:
         if self.np is not None:
@@ -420,6 +476,14 @@ class VectorFile:
 
     def rowid(self, position: int) -> int:
         return int(self.rowids[position])
+
+    def chunk_ids_of(self, positions: list[int]) -> list[str]:
+        """The chunk id of each listed row, from the ids file (no database page is read)."""
+        if self.np is None:
+            return [self.ids[p * ID_BYTES : (p + 1) * ID_BYTES].decode("ascii") for p in positions]
+        if not positions:
+            return []
+        return [value.decode("ascii") for value in self.ids[self.np.asarray(positions, dtype=self.np.int64)].tolist()]
 
     def rowids_of(self, positions: list[int]) -> list[int]:
         """``rowid`` of each listed row, in one step (element by element, a memory map costs microseconds each)."""

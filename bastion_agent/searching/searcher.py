@@ -200,10 +200,11 @@ class SearchIndex:
             if mode == "keyword":
                 ranked = fusion.keyword_only(keyword.top(self.db, query, k, self.vocabulary()))
             elif mode == "vector":
-                ranked = fusion.vector_only(self._vector_top(query_vector, k, exact), self.query_floor(query_vector))
+                ranked = fusion.vector_only(self._vector_top(query_vector, k, exact, spare=RESCORE_MARGIN),
+                                            self.query_floor(query_vector))
             else:
                 ranked = self._hybrid(query, query_vector, k, exact)
-            return self._hits(ranked, mode)
+            return self._hits(ranked, mode, k)
 
     def _hybrid(self, query: str, query_vector, k: int, exact: bool) -> list:
         from bastion_agent.searching import fusion, keyword
@@ -213,7 +214,7 @@ class SearchIndex:
         by_keyword = keyword.top(self.db, query, depth, self.vocabulary())
         seen = {chunk for _, chunk in by_vector}
         others = self._cosines_of(query_vector, [hit.chunk_id for hit in by_keyword if hit.chunk_id not in seen])
-        return fusion.fuse(by_vector, by_keyword, others, self.query_floor(query_vector), k)
+        return fusion.fuse(by_vector, by_keyword, others, self.query_floor(query_vector), k + RESCORE_MARGIN)
 
     def vocabulary(self):
         """The keyword side's cache for this store (made on first use; the index is dropped when the store changes)."""
@@ -321,13 +322,14 @@ class SearchIndex:
         scores = self.vectors.cosines(query_vector, [position for position, _ in placed])
         return {chunk: score for (_, chunk), score in zip(placed, scores)}
 
-    def _vector_top(self, query_vector, n: int, exact: bool) -> list[tuple[float, str]]:
-        """``(cosine, chunk_id)`` of the ``n`` nearest current windows, ties by chunk id.
+    def _vector_top(self, query_vector, n: int, exact: bool, spare: int = 0) -> list[tuple[float, str]]:
+        """``(cosine, chunk_id)`` of the ``n`` nearest current windows (and up to ``spare`` more), ties by chunk id.
 
         The float64 cosine is computed from the vector file's float32 rows (the
         database's BLOBs byte for byte, checked when the file was loaded), each
-        candidate's row read once; SQLite is asked only which window each
-        candidate row is, and only windows of this sweep answer.
+        candidate's row read once, and its chunk id comes from the ids file:
+        no page of the database is read here. The spare ones stand in for a
+        window that left the sweep after the index was loaded (``_hits``).
         """
         if query_vector is None or not len(self):
             return []
@@ -336,42 +338,40 @@ class SearchIndex:
             candidates = self.ann.top(query_vector, want)
         else:
             candidates = self.vectors.ranked(query_vector, [p for _, p in self.vectors.top(query_vector, want)])
-        rowids = self.vectors.rowids_of([position for _, position in candidates])
-        chunk_of = self._current_chunks(rowids)
-        scored = [(score, chunk_of[rowid]) for (score, _), rowid in zip(candidates, rowids) if rowid in chunk_of]
-        scored.sort(key=lambda item: (-item[0], item[1]))
-        return scored[:n]
+        chunk_ids = self.vectors.chunk_ids_of([position for _, position in candidates])
+        scored = sorted(zip((score for score, _ in candidates), chunk_ids), key=lambda item: (-item[0], item[1]))
+        return scored[: n + spare]
 
-    def _current_chunks(self, rowids: list[int]) -> dict[int, str]:
-        """``vectors.rowid`` to chunk id, for the listed rows whose window is in this sweep."""
-        found: dict[int, str] = {}
-        for first in range(0, len(rowids), 500):
-            part = rowids[first : first + 500]
-            marks = ",".join("?" * len(part))
-            found.update(self.db.execute(
-                f"SELECT v.rowid, v.chunk_id FROM vectors v JOIN chunks c ON c.chunk_id = v.chunk_id"
-                f" WHERE v.rowid IN ({marks}) AND v.model = ? AND v.dim = ?", (*part, self.key, self.dim)))
-        return found
+    def _hits(self, ranked: list, mode: str, k: int | None = None) -> list[Hit]:
+        """The first ``k`` of ``fusion.Scored`` rows whose window is in ``chunks``, as hits.
 
-    def _hits(self, ranked: list, mode: str) -> list[Hit]:
-        """``fusion.Scored`` rows as hits, their windows' text and documents' paths read in one query."""
-        if not ranked:
-            return []
+        Text and paths are read in one query (``chunks`` joined with
+        ``documents``) for the first ``k``; a window that left the sweep
+        since the index was loaded has no row and the next one takes its
+        place (another query, only then).
+        """
         import json
 
-        marks = ",".join("?" * len(ranked))
-        rows = {row[0]: row for row in self.db.execute(
-            f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, d.paths FROM chunks c'
-            f" LEFT JOIN documents d ON d.doc = c.doc WHERE c.chunk_id IN ({marks})",
-            [item.chunk_id for item in ranked])}
-        return [
-            Hit(item.score, doc, idx, item.chunk_id, text, [escape_name(path) for path in json.loads(paths or "[]")],
-                start, end, item.relevance,
-                item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank,
-                item.vector_relevance, item.keyword_relevance, mode)
-            for item in ranked if item.chunk_id in rows
-            for _, doc, idx, start, end, text, paths in (rows[item.chunk_id],)
-        ]
+        k = len(ranked) if k is None else k
+        hits: list[Hit] = []
+        position = 0
+        while len(hits) < k and position < len(ranked):
+            part = ranked[position : position + k - len(hits)]
+            position += len(part)
+            marks = ",".join("?" * len(part))
+            rows = {row[0]: row for row in self.db.execute(
+                f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, d.paths FROM chunks c'
+                f" LEFT JOIN documents d ON d.doc = c.doc WHERE c.chunk_id IN ({marks})",
+                [item.chunk_id for item in part])}
+            hits += [
+                Hit(item.score, doc, idx, item.chunk_id, text, [escape_name(path) for path in json.loads(paths or "[]")],
+                    start, end, item.relevance,
+                    item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank,
+                    item.vector_relevance, item.keyword_relevance, mode)
+                for item in part if item.chunk_id in rows
+                for _, doc, idx, start, end, text, paths in (rows[item.chunk_id],)
+            ]
+        return hits
 
 
 def cosines(query: Sequence[float], blobs: list[bytes], dim: int, np=None) -> list[float]:

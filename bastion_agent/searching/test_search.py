@@ -234,6 +234,33 @@ class DerivedFileTests(SyntheticStore):
         self.assert_scored(hits, [(score, row[0]) for score, row in
                                   embed.top_k(target, vectorstore.searchable(self.db, "synthetic"), 5)])
 
+    def test_swapped_chunk_ids_never_name_the_wrong_window(self):
+        self.load()
+        self.wait_for_the_file_clock(self.data("ids"))
+        ids = bytearray(self.data("ids").read_bytes())
+        ten, fifty = slice(64 * 10, 64 * 11), slice(64 * 50, 64 * 51)
+        ids[ten], ids[fifty] = ids[fifty], ids[ten]  # rows 10 and 50 name each other's window
+        with open(self.data("ids"), "r+b") as handle:
+            handle.write(ids)
+        query = vectorstore.unpack(self.vectors[10][1]).tolist()
+        with mock.patch.object(vectorfile, "SPOT_CHECKS", 0):  # first and last rows only: neither is compared
+            hit = self.load().search("", query, 1, "vector")[0]
+        self.assertEqual(hit.chunk_id, self.chunks[10][0])
+        self.assertEqual(hit.text, self.chunks[10][5])
+
+    def test_a_build_from_before_the_ids_file_gets_it_and_keeps_its_build(self):
+        self.load()
+        header = self.header()
+        build = header["build"]
+        self.data("ids").unlink()
+        header["files"].pop("ids")
+        self.files.header.write_text(json.dumps(header))
+        query = self.query()
+        self.assertEqual(self.ids(self.load().search("", query, 8, "vector")), self.reference(query, 8))
+        self.assertEqual(self.header()["build"], build)  # not rebuilt: an ANN index of this build stays usable
+        self.assertEqual(self.data("ids").stat().st_size, 120 * 64)
+        self.assertEqual(self.data("ids").stat().st_mode & 0o077, 0)
+
     def test_an_older_build_put_back_with_its_header_is_never_used(self):
         import shutil
 
