@@ -61,7 +61,7 @@ def build_graph(view: vectorfile.VectorFile, dtype: str, connectivity: int, log)
 
     started = time.monotonic()
     index = Index(ndim=view.dim, metric="cos", dtype=dtype, connectivity=connectivity,
-                  expansion_add=ann.EXPANSION_ADD, expansion_search=ann.expansion_for(connectivity))
+                  expansion_add=ann.EXPANSION_ADD, expansion_search=ann.EXPANSION_SEARCH)
     for first in range(0, view.rows, 65_536):
         stop = min(first + 65_536, view.rows)
         index.add(np.arange(first, stop, dtype="uint64"), view.matrix[first:stop], threads=os.cpu_count() or 1)

@@ -71,7 +71,7 @@ K = 10
 RRF_K = 60
 RRF_DEPTH = 30
 BATCH = 5000
-EXPANSIONS = (128, 256, 384)  # bastion's ANN beside its default (ann.expansion_for the graph's connectivity)
+EXPANSIONS = (128, 256, 384)  # bastion's ANN beside its default (ann.EXPANSION_SEARCH)
 
 
 def load_rows(layout: Layout) -> tuple[list[str], list[str], np.ndarray]:

@@ -37,21 +37,15 @@ MIN_ROWS = 100_000
 # A search (or serve's reload) adds at most this many rows to the index
 # itself; more is the embed stage's refresh_derived, which builds it whole.
 LAZY_ROWS = 20_000
-# Chosen on real text (bench/ann_params.py: 120,000 windows of real prose, the
-# stub's bag-of-words vectors, 200 real questions; docs/search.md). The beam a
-# graph needs for recall@10 >= 0.95 there depends on its connectivity:
-#   connectivity 16: 0.928 at 256, 0.946 at 384, 0.954 at 416
-#   connectivity 32: 0.945 at 256, 0.953 at 288, 0.956 at 320
-# and usearch's search cost jumps past a beam of about 400 (1.5 ms at 256,
-# about 10 ms at 416 on this machine), so new graphs are built with 32 and
-# searched at 288; a graph built with 16 (before) is searched at 416, which
-# keeps its recall at 0.95 until the next build replaces it.
-# (1M clustered synthetic vectors reached 0.99 at 256 with 16: real text is harder.)
-CONNECTIVITY = 32
+CONNECTIVITY = 16
 EXPANSION_ADD = 128
-EXPANSION_SEARCH = {16: 416, 32: 288}  # by the graph's connectivity
-EXPANSION_SEARCH_OTHER = 416  # a graph of any other connectivity
-# Asking for more neighbours than 96 changed no recall there: the beam decides.
+# Chosen on real text (bench/ann_params.py: 120,000 windows of real prose, the
+# stub's bag-of-words vectors, 200 real questions; docs/search.md): recall@10
+# 0.928 at 256, 0.946 at 384, 0.954 at 416, 0.960 at 512 on this graph (int8,
+# connectivity 16); 416 is the smallest measured value at or above 0.95.
+# (1M clustered synthetic vectors reached 0.99 at 256: real text is harder.)
+# Asking for more neighbours than 96 changed nothing there: the beam decides.
+EXPANSION_SEARCH = 416
 MIN_CANDIDATES = 96
 DTYPE = "i8"
 # Additions smaller than this are inserted on one thread: the graph is then
@@ -60,11 +54,6 @@ DTYPE = "i8"
 # and they take milliseconds anyway. Large builds use every core.
 PARALLEL_ADD_ROWS = 16_384
 INSTALL_HINT = "pip install 'bastion-agent[ann]'"
-
-
-def expansion_for(connectivity: int) -> int:
-    """The search beam that gives a graph of this connectivity recall@10 >= 0.95 on real text."""
-    return EXPANSION_SEARCH.get(connectivity, EXPANSION_SEARCH_OTHER)
 
 
 def usearch_or_none():
@@ -143,7 +132,7 @@ def _open_for_writing(module, files: Files, header: dict, covered: int, dim: int
         if index is not None and len(index) == covered and index.ndim == dim:
             return index
     return module.Index(ndim=dim, metric="cos", dtype=DTYPE, connectivity=CONNECTIVITY,
-                        expansion_add=EXPANSION_ADD, expansion_search=expansion_for(CONNECTIVITY))
+                        expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
 
 
 class AnnIndex:
@@ -158,7 +147,7 @@ class AnnIndex:
         self.index = module.Index.restore(str(path_of(files, header)), view=True)
         if self.index is None or len(self.index) < self.rows:
             raise StoreError("the ANN index file is unreadable: it is rebuilt by the next embed or search")
-        self.index.expansion_search = expansion_for(self.index.connectivity)
+        self.index.expansion_search = EXPANSION_SEARCH
 
     def top(self, query, n: int) -> list[tuple[float, int]]:
         """About the ``n`` best current rows as ``(float64 cosine, position)``, best first.
