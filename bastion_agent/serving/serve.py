@@ -732,6 +732,7 @@ class Handler(BaseHTTPRequestHandler):
         words = self.raw_requestline.split()
         if len(words) == 2:
             self.request_version = "HTTP/1.0"
+            self.protocol_version = "HTTP/1.0"  # the status line of an answer to a client older than HTTP/1.1
             self.command = None
             self.send_error(400, "HTTP/0.9 requests are not served; send HTTP/1.0 or later")
             return False
