@@ -760,6 +760,7 @@ class Handler(BaseHTTPRequestHandler):
         self.responded = False
         self.sent_whole = False  # the whole answer was written by the handler (not cut short by the watchdog)
         self.expired = False
+        self.handed_on = False  # kept alive: the connection went back to the intake for its next request
         self.request_read = False
         self.body_read = False
         self.status: int | None = None
@@ -768,7 +769,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def finish(self) -> None:
         try:
-            if self.sent_whole and not self.close_connection:
+            if self.sent_whole and not self.close_connection and self._hand_on():
                 unread = self.unread()
                 if unread is not None:
                     self.server.keep_connection(unread)
@@ -777,6 +778,12 @@ class Handler(BaseHTTPRequestHandler):
             if self.status is not None:
                 self._access_log()
             self.server.watchdog.forget(self)
+
+    def _hand_on(self) -> bool:
+        """Claim the connection for its next request, unless the watchdog has expired this one (then it closes)."""
+        with self.send_lock:
+            self.handed_on = not self.expired
+            return self.handed_on
 
     def keeps_alive(self) -> bool:
         """Whether this connection may carry another request after this answer.
@@ -969,11 +976,14 @@ class Handler(BaseHTTPRequestHandler):
         """Called by the watchdog when the time limit is up: answer if nothing was sent yet, then close.
 
         It never waits: when the handler is busy writing its own answer, the
-        connection is simply shut down.
+        connection is simply shut down. A connection already handed on to its
+        next request (keep-alive) is that request's now, and is left alone.
         """
-        self.expired = True  # whatever happens below, this connection carries no further request
         if self.send_lock.acquire(blocking=False):
             try:
+                if self.handed_on:
+                    return
+                self.expired = True  # this connection carries no further request
                 limit = self.server.settings.request_time_limit
                 if self.request_read:
                     status, message = 503, f"the answer took longer than {limit:g} s; try again"
@@ -985,6 +995,10 @@ class Handler(BaseHTTPRequestHandler):
                 pass
             finally:
                 self.send_lock.release()
+        else:
+            self.expired = True
+            if self.handed_on:
+                return
         try:
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
