@@ -765,6 +765,25 @@ class KeepAliveTests(StoreCase):
         self.assertEqual([closed_by_server(sock) for sock in idle[:3]], [b""] * 3)  # closed, no 408 to misread
         wait_for(lambda: self.server.server.intake.waiting() == 0, "the intake to let the idle connections go")
 
+    def test_the_time_limit_of_an_answered_request_never_cuts_the_next_one(self):
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        self.addCleanup(theirs.close)
+        handler = object.__new__(serve.Handler)  # the state a handler has once its answer went out
+        handler.connection, handler.send_lock, handler.responded = theirs, threading.Lock(), True
+        handler.expired, handler.handed_on, handler.close_connection, handler.sent_whole = False, False, False, True
+        self.assertTrue(handler._hand_on())
+        handler.expire()  # the watchdog, late: the connection is the next request's now
+        theirs.sendall(b"still open")
+        self.assertEqual(ours.recv(100), b"still open")
+        late = object.__new__(serve.Handler)  # and the other order: expired first, never handed on
+        late.connection, late.send_lock, late.responded = theirs, threading.Lock(), True
+        late.expired, late.handed_on, late.request_read = False, False, True
+        late.server = self.server.server
+        late.expire()
+        self.assertFalse(late._hand_on())
+        self.assertEqual(ours.recv(100), b"")  # shut down
+
     def test_a_slow_next_request_on_a_kept_connection_gets_408(self):
         sock, buffered = self.connect(), bytearray()
         sock.sendall(self.SEARCH)
