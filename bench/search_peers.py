@@ -13,7 +13,9 @@ load average is printed at the start and the end.
 Systems (each in process, warm, top 10):
 
 - ``bastion``: ``SearchIndex.search`` in its four modes (``vector``: the ANN
-  path; ``exact``; ``keyword``; ``hybrid``).
+  path at its default beam; ``exact``; ``keyword``; ``hybrid``), and the ANN
+  path at other beams (``vector_efN``: ``expansion_search`` N), to compare
+  with FAISS at equal recall.
 - ``numpy``: ``M @ q`` over the normalised float32 matrix, top 10 by
   ``argpartition`` (the exact floor a user would write first).
 - ``faiss-hnsw``: ``IndexHNSWFlat`` (M 32, inner product on normalised
@@ -69,6 +71,7 @@ K = 10
 RRF_K = 60
 RRF_DEPTH = 30
 BATCH = 5000
+EXPANSIONS = (128, 256, 384)  # bastion's ANN beside its default (ann.EXPANSION_SEARCH)
 
 
 def load_rows(layout: Layout) -> tuple[list[str], list[str], np.ndarray]:
@@ -113,6 +116,19 @@ class Bastion:
             "keyword": lambda q: self._rows(self.index.search(q.text, None, K, "keyword")),
             "hybrid": lambda q: self._rows(self.index.search(q.text, q.vector, K, "hybrid")),
         }
+        if self.index.ann is not None:  # the ANN path at other beam widths, to compare with FAISS at equal recall
+            for expansion in EXPANSIONS:
+                self.modes[f"vector_ef{expansion}"] = self._at_expansion(expansion)
+
+    def _at_expansion(self, expansion: int):
+        def search(q):
+            graph = self.index.ann.index
+            default, graph.expansion_search = graph.expansion_search, expansion
+            try:
+                return self._rows(self.index.search(q.text, q.vector, K, "vector"))
+            finally:
+                graph.expansion_search = default
+        return search
 
     def _rows(self, answer) -> list[int]:
         hits = answer.hits if hasattr(answer, "hits") else answer
@@ -293,6 +309,10 @@ def ratios(table: list[dict]) -> dict:
     for faiss_mode in ("vector_ef16", "vector_ef64", "vector_ef128", "vector_ef256"):
         if ("faiss-hnsw", faiss_mode) in p50:
             found[f"bastion_vector_over_faiss_{faiss_mode}"] = round(p50[("bastion", "vector")] / p50[("faiss-hnsw", faiss_mode)], 2)
+            for expansion in EXPANSIONS:
+                if ("bastion", f"vector_ef{expansion}") in p50:
+                    found[f"bastion_vector_ef{expansion}_over_faiss_{faiss_mode}"] = round(
+                        p50[("bastion", f"vector_ef{expansion}")] / p50[("faiss-hnsw", faiss_mode)], 2)
     if ("numpy", "vector") in p50:
         found["bastion_exact_over_numpy"] = round(p50[("bastion", "exact")] / p50[("numpy", "vector")], 2)
     for peer in ("lancedb", "qmd-style"):

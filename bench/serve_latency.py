@@ -9,12 +9,18 @@ stub in another), waits for it, warms it up and measures:
 
 - ``http_ms``: p50 / p95 of one ``GET /search?k=10`` at a time, per mode,
   and of ``GET /healthz`` (the HTTP floor: a new connection, no search);
+- ``http_keepalive_ms``: the same over one kept-alive connection (what a
+  client with a session pays), and ``serve_rss_mb``: serve's resident set
+  and mapped size after it;
 - ``burst``: 16 clients sending ``--burst`` queries together (default mode):
   every answer's status, the wall time, queries per second, p50 / p95;
 - ``in_process_ms``: the baseline, measured in the same run on the same
   queries: ``embed_query`` through the same stub plus ``SearchIndex.search``
   on an index opened in this process, no HTTP; and ``http_over_in_process``,
   the ratio of the p50s (what serving over HTTP costs on top of the search).
+
+The three ways are interleaved per query and mode (the order rotated), so
+load on a shared machine stretches them alike.
 
 Usage: python3 bench/serve_latency.py --keep /work/cache/search-latency [--sizes 1000000] [--queries 200] [--burst 400]
 Prints JSON on stdout (progress on stderr).
@@ -77,15 +83,33 @@ def get(base: str, path: str) -> tuple[int, float]:
     return answer.status, time.perf_counter() - started
 
 
+class KeptAlive:
+    """One connection for every request (HTTP/1.1 keep-alive), as a client library with a session does."""
+
+    def __init__(self, base: str):
+        parts = urllib.parse.urlsplit(base)
+        self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+
+    def get(self, path: str) -> tuple[int, float]:
+        started = time.perf_counter()
+        self.connection.request("GET", path)
+        answer = self.connection.getresponse()
+        answer.read()
+        return answer.status, time.perf_counter() - started
+
+    def close(self) -> None:
+        self.connection.close()
+
+
 def search_path(query: str, mode: str | None) -> str:
     params = {"q": query, "k": "10", **({"mode": mode} if mode else {})}
     return "/search?" + urllib.parse.urlencode(params)
 
 
-def timed_requests(base: str, paths: list[str]) -> list[float]:
+def timed_requests(base: str, paths: list[str], session: KeptAlive | None = None) -> list[float]:
     times = []
     for path in paths:
-        status, seconds = get(base, path)
+        status, seconds = session.get(path) if session else get(base, path)
         if status != 200:
             raise SystemExit(f"serve answered {status} to {path.split('?')[0]}")
         times.append(seconds)
@@ -106,24 +130,23 @@ def start_serve(manifest: Path, layout: Layout, stub_url: str) -> tuple[subproce
     return process, found.group(0), time.perf_counter() - started
 
 
-def in_process(manifest_path: Path, layout: Layout, stub_url: str, queries: list[str], mode: str) -> list[float]:
+class InProcess:
     """The baseline: the same search without HTTP (query embedding through the same stub included)."""
-    manifest = manifest_module.load(manifest_path)
-    client = EmbedClient(EndpointConfig(url=stub_url), manifest.embed.model)
-    client.probe(manifest.embed.dim)
-    index = embed.SearchIndex.load(manifest, layout)
-    try:
-        for query in queries:  # warm-up, as for serve
-            index.search(query, embed.embed_query(manifest, query, client) if mode != "keyword" else None, 10, mode)
-        times = []
-        for query in queries:
-            started = time.perf_counter()
-            vector = embed.embed_query(manifest, query, client) if mode != "keyword" else None
-            index.search(query, vector, 10, mode)
-            times.append(time.perf_counter() - started)
-        return times
-    finally:
-        getattr(index, "close", lambda: None)()
+
+    def __init__(self, manifest_path: Path, layout: Layout, stub_url: str):
+        self.manifest = manifest_module.load(manifest_path)
+        self.client = EmbedClient(EndpointConfig(url=stub_url), self.manifest.embed.model)
+        self.client.probe(self.manifest.embed.dim)
+        self.index = embed.SearchIndex.load(self.manifest, layout)
+
+    def search(self, query: str, mode: str) -> float:
+        started = time.perf_counter()
+        vector = embed.embed_query(self.manifest, query, self.client) if mode != "keyword" else None
+        self.index.search(query, vector, 10, mode)
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.index.close()
 
 
 @contextlib.contextmanager
@@ -143,30 +166,71 @@ def stub_process():
 
 
 def measure(folder: Path, n: int, queries: int, burst: int, stub_url: str) -> dict:
+    """serve over new connections, over one kept-alive connection, and in process: interleaved per query and mode."""
     asked = questions(queries)
     built = _realtext.build(folder, n, log=lambda line: print(line, file=sys.stderr, flush=True))
     manifest, layout = _realtext.write_manifest(folder), Layout(folder / "out")
-    result: dict = {"windows": built["windows"], "dim": DIM}
+    result: dict = {"windows": built["windows"], "dim": DIM, "load_before": [round(x, 2) for x in os.getloadavg()]}
     process, base, start_seconds = start_serve(manifest, layout, stub_url)
+    local = InProcess(manifest, layout, stub_url)
+    session = KeptAlive(base)
+    ways = {"http_ms": lambda q, mode: _ok(get(base, search_path(q, mode))),
+            "http_keepalive_ms": lambda q, mode: _ok(session.get(search_path(q, mode))),
+            "in_process_ms": local.search}
     try:
         result["serve_start_s"] = round(start_seconds, 2)  # launch to "listening": the index is loaded
         _check_ready(base)
-        default_mode = json.loads(_body(base, "/healthz"))["search_mode"]
-        result["default_mode"] = default_mode
-        timed_requests(base, [search_path(q, None) for q in asked])  # warm-up: pages mapped, words counted
-        http_ms = {"healthz": percentiles(timed_requests(base, ["/healthz"] * queries))}
-        for mode in MODES:
-            http_ms[mode] = percentiles(timed_requests(base, [search_path(q, mode) for q in asked]))
-        result["http_ms"] = http_ms
+        result["default_mode"] = json.loads(_body(base, "/healthz"))["search_mode"]
+        for q in asked:  # warm-up: pages mapped, words counted, in both processes
+            for mode in MODES:
+                ways["http_keepalive_ms"](q, mode)
+                local.search(q, mode)
+        runs = [(way, mode) for way in ways for mode in MODES]
+        samples: dict = {run: [] for run in runs}
+        for number, q in enumerate(asked):  # interleaved, the order rotated: load stretches every way alike
+            shift = number % len(runs)
+            for way, mode in runs[shift:] + runs[:shift]:
+                samples[(way, mode)].append(ways[way](q, mode))
+        for way in ways:
+            result[way] = {mode: percentiles(samples[(way, mode)]) for mode in MODES}
+        result["http_ms"]["healthz"] = percentiles(timed_requests(base, ["/healthz"] * queries))
+        result["http_keepalive_ms"]["healthz"] = percentiles(timed_requests(base, ["/healthz"] * queries, session))
+        result["serve_rss_mb"] = _rss_mb(process.pid)
         result["burst"] = run_burst(base, [asked[i % len(asked)] for i in range(burst)])
     finally:
+        session.close()
+        local.close()
         process.terminate()
         process.wait(60)
-    baseline = {mode: percentiles(in_process(manifest, layout, stub_url, asked, mode)) for mode in MODES}
-    result["in_process_ms"] = baseline
+    result["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    baseline = result["in_process_ms"]
     result["http_over_in_process"] = {mode: round(result["http_ms"][mode]["p50"] / baseline[mode]["p50"], 2)
                                       for mode in MODES}
+    result["keepalive_minus_in_process_p50_ms"] = {
+        mode: round(result["http_keepalive_ms"][mode]["p50"] - baseline[mode]["p50"], 2) for mode in MODES}
+    result["p95_over_p50"] = {f"{way}_{mode}": round(result[way][mode]["p95"] / result[way][mode]["p50"], 2)
+                              for way in ways for mode in MODES}
     return result
+
+
+def _ok(answer: tuple[int, float]) -> float:
+    status, seconds = answer
+    if status != 200:
+        raise SystemExit(f"serve answered {status}")
+    return seconds
+
+
+def _rss_mb(pid: int) -> dict:
+    """serve's resident set and its mapped size (VmRSS, VmSize) after the measurement, from /proc."""
+    found = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmSize"):
+                found[name] = round(int(value.split()[0]) / 1024, 1)
+    except OSError:
+        pass
+    return found
 
 
 def _body(base: str, path: str) -> bytes:

@@ -11,8 +11,8 @@ keys each vector by its position in that build, so rows appended to the
 vector file are appended to the index. It holds every row, stale ones too
 (like the vector file): a search asks for more neighbours than it needs and
 drops rows that are not current. Candidates are then re-ranked by exact
-cosine on the float32 rows, so int8 quantisation costs little recall; rows
-the index does not hold yet are scanned exactly.
+(float64) cosine on the float32 rows, so int8 quantisation costs little
+recall; rows the index does not hold yet are scanned exactly.
 """
 
 from __future__ import annotations
@@ -40,9 +40,13 @@ MIN_ROWS = 100_000
 LAZY_ROWS = 20_000
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
-# Measured at 1M clustered vectors (docs/search.md): recall@10 0.948 with 96/96,
-# 0.99 with 256/96, for about 1 ms either way.
-EXPANSION_SEARCH = 256
+# Chosen on real text (bench/ann_params.py: 120,000 windows of real prose, the
+# stub's bag-of-words vectors, 200 real questions; docs/search.md): recall@10
+# 0.928 at 256, 0.946 at 384, 0.954 at 416, 0.960 at 512 on this graph (int8,
+# connectivity 16); 416 is the smallest measured value at or above 0.95.
+# (1M clustered synthetic vectors reached 0.99 at 256: real text is harder.)
+# Asking for more neighbours than 96 changed nothing there: the beam decides.
+EXPANSION_SEARCH = 416
 MIN_CANDIDATES = 96
 DTYPE = "i8"
 # A caller who may see less than this share of the rows is answered by the
@@ -152,29 +156,34 @@ class AnnIndex:
         self.index.expansion_search = EXPANSION_SEARCH
 
     def top(self, query, n: int, allowed: RowFilter | None = None) -> list[tuple[float, int]]:
-        """About the ``n`` best current rows (of ``allowed`` when given), re-ranked exactly, best first.
+        """About the ``n`` best current rows (of ``allowed`` when given) as ``(float64 cosine, position)``, best first.
 
-        The installed usearch has no filtered search in Python, so a caller
-        who sees a share of the rows asks for proportionally more neighbours
-        (and four times more again until ``2 n`` visible ones are found);
-        below ``EXACT_SHARE`` visible rows the exact scan over just those
-        rows is both faster and exact (bench/access_filter.py).
+        Each candidate's float32 row is read once, from the vector file's map,
+        to score it exactly: those scores are final (the caller does not read
+        the vectors again). The installed usearch has no filtered search in
+        Python, so a caller who sees a share of the rows asks for
+        proportionally more neighbours (and four times more again until
+        ``2 n`` visible ones are found); below ``EXACT_SHARE`` visible rows the
+        exact scan over just those rows is both faster and exact
+        (bench/access_filter.py).
         """
         view = self.view
         if allowed is not None and allowed.count < EXACT_SHARE * view.rows:
-            return view.top(query, n, allowed=allowed)
-        keep = view.is_current_row if allowed is None else allowed.allows
+            return view.ranked(query, [position for _, position in view.top(query, n, allowed=allowed)])
         share = (view.current if allowed is None else allowed.count) / view.rows if view.rows else 1.0
         count = max(MIN_CANDIDATES, math.ceil(2 * n / max(share, 1e-6)))
         query32 = view.np.asarray(query, dtype=view.np.float32)
         while True:
             count = min(count, self.rows)
             keys = self.index.search(query32, count).keys
-            found = [int(key) for key in keys if key < self.rows and keep(int(key))]
+            keys = keys[keys < self.rows].astype(view.np.int64)
+            if allowed is not None:
+                keys = keys[allowed.mask[keys]]
+            elif view.stale is not None:
+                keys = keys[~view.stale[keys]]
+            found = keys.tolist()
             if len(found) >= 2 * n or count >= self.rows:
                 break
             count *= 4
-        ranked = view.scores_of(query, found)
-        ranked += view.top(query, n, first=self.rows, allowed=allowed)  # rows the index does not hold yet
-        ranked.sort(reverse=True)
-        return ranked[:n]
+        found += [position for _, position in view.top(query, n, first=self.rows, allowed=allowed)]  # rows the index does not hold yet
+        return view.ranked(query, found)[:n]

@@ -12,6 +12,10 @@ vector key gets, under ``<out>/index/``:
   order, as little-endian float32 rows (the BLOBs as they are);
 - ``<name>.<build>.rowid`` (int64) and ``.inv`` (float32 1/norm, 0 for a
   zero vector): which database row each matrix row is, and its scale;
+- ``<name>.<build>.ids``: each row's chunk id (64 ASCII bytes), so a search
+  names its candidates without reading their rows of ``vectors`` (each
+  holds its BLOB: one page of the database per candidate, which cost more
+  than the ANN search itself);
 - ``<name>.<build>.mask``: one byte per row, 1 when its chunk is in this
   sweep. Stale rows stay in the matrix (vectors are only ever added, like
   the table) but never rank.
@@ -20,9 +24,15 @@ The files are derived and never trusted over the database: ``refresh``
 compares the header with the database's state, checks the files' sizes and
 spot-checks rows against their BLOBs, then appends what is new (vectors are
 only added), recomputes the mask when the chunks changed, or rebuilds from
-scratch when anything disagrees. Data files only grow, and the header is
-written last and atomically, so a reader that read a header can always
-use the first ``rows`` rows; a rebuild writes a new build's files, so an
+scratch when anything disagrees. Search scores its hits from these rows
+(not from the BLOBs), so the header also records each data file's size,
+inode and change times as written (``fingerprint``): a file changed by
+anything but ``refresh`` (a row edited in place, which a spot check may
+miss, or an older build copied back) does not match it, and the build is
+rebuilt before it is used. All of this happens once, when a search or
+serve loads the files, never per query. Data files only grow, and the
+header is written last and atomically, so a reader that read a header can
+always use the first ``rows`` rows; a rebuild writes a new build's files, so an
 open memory map keeps its old ones. Writers take a lock file.
 
 Standard library only; numpy (extra ``fast``) makes building and scanning
@@ -31,6 +41,7 @@ fast, the pure scan gives the same candidates.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
 import hashlib
@@ -54,7 +65,8 @@ FORMAT = 1
 INDEX_DIR = "index"
 SPOT_CHECKS = 8
 FETCH_ROWS = 16_384
-DATA_FILES = ("f32", "rowid", "inv", "mask")
+DATA_FILES = ("f32", "rowid", "inv", "mask", "ids")
+ID_BYTES = 64  # a chunk id: the hex sha256 of its window (DESIGN.md)
 
 
 def numpy_or_none():
@@ -145,12 +157,14 @@ def refresh(db, layout: Layout, key: str, dim: int) -> dict:
     files = Files.for_key(layout, key)
     with vectorstore.transaction(db, write=False):
         header = read_header(files)
-        if header is not None and header.get("state") == read_state(db).as_dict() \
+        if header is not None and header.get("state") == read_state(db).as_dict() and "files" in header \
                 and _consistent(db, files, header, key, dim, read_state(db)):
             return header
     with writer_lock(files), vectorstore.transaction(db, write=False):
         state = read_state(db)
         header = read_header(files)
+        if _lacks_ids(files, header):
+            _add_ids(db, files, header, key, dim)
         trusted = header is not None and _consistent(db, files, header, key, dim, state)
         if not trusted:
             header = _rebuild(db, files, key, dim, state)
@@ -160,9 +174,11 @@ def refresh(db, layout: Layout, key: str, dim: int) -> dict:
             _write_mask(db, files, header, key, dim)
         elif header["mask_rows"] != header["rows"]:
             _extend_mask(db, files, header, key, dim)  # only vectors were added (embed at work): mark just those
-        if header["state"] != state.as_dict() or not trusted:
+        written = fingerprint(files, header["build"])
+        if header["state"] != state.as_dict() or not trusted or header.get("files") != written:
             header.update(state.as_dict())
             header["state"] = state.as_dict()
+            header["files"] = written
             write_json(files.header, header)
         _remove_old_builds(files, header["build"])
     return header
@@ -170,6 +186,41 @@ def refresh(db, layout: Layout, key: str, dim: int) -> dict:
 
 HEADER_KEYS = {"key", "dim", "store_id", "vectors_generation", "chunks_generation", "max_rowid", "rows", "mask_rows",
                "current", "build", "state"}
+
+
+def fingerprint(files: Files, build: str) -> dict:
+    """Each data file's size, inode and change times: what the header says ``refresh`` left them as.
+
+    The change time (ctime) moves with any write and cannot be set back, so a
+    file edited in place, or put back from a copy, no longer matches.
+    """
+    found = {}
+    for kind in DATA_FILES:
+        stat = files.data(build, kind).stat()
+        found[kind] = [stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns]
+    return found
+
+
+def _lacks_ids(files: Files, header: dict | None) -> bool:
+    """A build whose other files are there but which was written before the ids file existed."""
+    try:
+        build = header["build"]
+        if not isinstance(build, str) or not build.isalnum() or files.data(build, "ids").exists():
+            return False
+        return all(files.data(build, kind).exists() for kind in DATA_FILES if kind != "ids")
+    except (KeyError, TypeError):
+        return False
+
+
+def _untouched(files: Files, header: dict) -> bool:
+    """Whether the data files are as the header's writer left them (a header without a fingerprint: checked rows only)."""
+    recorded = header.get("files")
+    if recorded is None:
+        return True
+    current = fingerprint(files, header["build"])
+    if "ids" not in recorded:  # fingerprinted before the ids file existed: it was added since, by refresh
+        current.pop("ids")
+    return recorded == current
 
 
 def _consistent(db, files: Files, header: dict, key: str, dim: int, state: StoreState) -> bool:
@@ -182,11 +233,11 @@ def _consistent(db, files: Files, header: dict, key: str, dim: int, state: Store
         if header["vectors_generation"] != state.vectors_generation or header["max_rowid"] > state.max_rowid:
             return False
         rows = header["rows"]
-        sizes = {"f32": 4 * dim, "rowid": 8, "inv": 4, "mask": 1 if header["mask_rows"] == rows else 0}
+        sizes = {"f32": 4 * dim, "rowid": 8, "inv": 4, "mask": 1 if header["mask_rows"] == rows else 0, "ids": ID_BYTES}
         for kind, width in sizes.items():
             if files.data(header["build"], kind).stat().st_size < rows * width:
                 return False
-        return _spot_check(db, files, header, key, dim)
+        return _untouched(files, header) and _spot_check(db, files, header, key, dim)
     except (KeyError, TypeError, ValueError, OSError):
         return False
 
@@ -197,16 +248,43 @@ def _spot_check(db, files: Files, header: dict, key: str, dim: int) -> bool:
     if rows == 0:
         return True
     picks = {0, rows - 1, *(random.randrange(rows) for _ in range(SPOT_CHECKS))}
-    with open(files.data(header["build"], "rowid"), "rb") as rowids, open(files.data(header["build"], "f32"), "rb") as matrix:
+    build = header["build"]
+    with open(files.data(build, "rowid"), "rb") as rowids, open(files.data(build, "f32"), "rb") as matrix, \
+            open(files.data(build, "ids"), "rb") as ids:
         for position in sorted(picks):
             rowids.seek(8 * position)
             rowid = int.from_bytes(rowids.read(8), "little", signed=True)
             matrix.seek(4 * dim * position)
-            found = db.execute("SELECT vec FROM vectors WHERE rowid = ? AND model = ? AND dim = ?",
+            ids.seek(ID_BYTES * position)
+            found = db.execute("SELECT vec, chunk_id FROM vectors WHERE rowid = ? AND model = ? AND dim = ?",
                                (rowid, key, dim)).fetchone()
-            if found is None or found[0] != matrix.read(4 * dim):
+            if found is None or found[0] != matrix.read(4 * dim) or _id_bytes(found[1]) != ids.read(ID_BYTES):
                 return False
     return True
+
+
+def _id_bytes(chunk_id) -> bytes:
+    """A chunk id as its fixed-width field; anything but 64 ASCII characters cannot be stored (a StoreError)."""
+    data = chunk_id.encode("ascii", "replace") if isinstance(chunk_id, str) else b""
+    if len(data) != ID_BYTES:
+        raise StoreError("vectors.db holds a chunk id that is not a sha256 in hex: run sweep (or chunk and embed) to rebuild it")
+    return data
+
+
+def _add_ids(db, files: Files, header: dict, key: str, dim: int) -> None:
+    """Write the chunk ids of a build made before the ids file existed (once; its other files and the ANN index stay)."""
+    rowids = _read_array(files.data(header["build"], "rowid"), "q", header["rows"])
+    chunk_of = {}
+    for first in range(0, len(rowids), 500):
+        part = rowids[first : first + 500].tolist()
+        marks = ",".join("?" * len(part))
+        chunk_of.update(db.execute(f"SELECT rowid, chunk_id FROM vectors WHERE rowid IN ({marks}) AND model = ? AND dim = ?",
+                                   (*part, key, dim)))
+    if len(chunk_of) != len(rowids):
+        return  # rows that are gone: the build no longer matches, and is rebuilt
+    from bastion_agent.core.layout import write_private
+
+    write_private(files.data(header["build"], "ids"), b"".join(_id_bytes(chunk_of[rowid]) for rowid in rowids))
 
 
 def _rebuild(db, files: Files, key: str, dim: int, state: StoreState) -> dict:
@@ -221,18 +299,19 @@ def _rebuild(db, files: Files, key: str, dim: int, state: StoreState) -> dict:
 def _append(db, files: Files, header: dict, key: str, dim: int) -> dict:
     """Add the key's vectors with a rowid above the header's, in rowid order."""
     build, rows = header["build"], header["rows"]
-    for kind, width in (("f32", 4 * dim), ("rowid", 8), ("inv", 4)):
+    for kind, width in (("f32", 4 * dim), ("rowid", 8), ("inv", 4), ("ids", ID_BYTES)):
         with open(files.data(build, kind), "r+b") as handle:
             handle.truncate(rows * width)  # drop what a crashed writer left past the header's rows
-    cursor = db.execute("SELECT rowid, vec FROM vectors WHERE model = ? AND dim = ? AND rowid > ? ORDER BY rowid",
+    cursor = db.execute("SELECT rowid, vec, chunk_id FROM vectors WHERE model = ? AND dim = ? AND rowid > ? ORDER BY rowid",
                         (key, dim, header["max_rowid"]))
     with open(files.data(build, "f32"), "ab") as matrix, open(files.data(build, "rowid"), "ab") as rowids, \
-            open(files.data(build, "inv"), "ab") as inverse:
+            open(files.data(build, "inv"), "ab") as inverse, open(files.data(build, "ids"), "ab") as ids:
         while batch := cursor.fetchmany(FETCH_ROWS):
             blob = b"".join(row[1] for row in batch)
             matrix.write(blob)
             rowids.write(_little(array("q", (row[0] for row in batch))))
             inverse.write(_little(inverse_norms(blob, dim)))
+            ids.write(b"".join(_id_bytes(row[2]) for row in batch))
             rows += len(batch)
             header["max_rowid"] = batch[-1][0]
     header["rows"] = rows
@@ -365,17 +444,22 @@ class VectorFile:
             mask = self._map(np, "mask", "u1", (self.rows,)).astype(bool)
             self.stale = None if mask.all() else ~mask
             self.weights = self.inverse
+            self.ids = self._map(np, "ids", f"S{ID_BYTES}", (self.rows,))
         else:
             self.flat = _read_array(files.data(build, "f32"), "f", self.rows * self.dim)
             self.rowids = _read_array(files.data(build, "rowid"), "q", self.rows)
             self.inverse = _read_array(files.data(build, "inv"), "f", self.rows)
             with open(files.data(build, "mask"), "rb") as handle:
                 self.mask = handle.read(self.rows)
+            with open(files.data(build, "ids"), "rb") as handle:
+                self.ids = handle.read(self.rows * ID_BYTES)
 
     def _map(self, np, kind: str, dtype: str, shape: tuple):
+        """The file as a read-only array over a memory map (a plain ndarray view: ``memmap`` indexing costs
+        microseconds in Python per access, which a query's few hundred accesses add up)."""
         if not shape[0]:
             return np.zeros(shape, dtype=dtype)
-        return np.memmap(self.files.data(self.header["build"], kind), dtype=dtype, mode="r", shape=shape)
+        return np.asarray(np.memmap(self.files.data(self.header["build"], kind), dtype=dtype, mode="r", shape=shape))
 
     def is_current_row(self, position: int) -> bool:
         if self.np is not None:
@@ -456,21 +540,61 @@ class VectorFile:
         )
         return heapq.nlargest(n, scored)
 
-    def scores_of(self, query, positions) -> list[tuple[float, int]]:
-        """Exact cosine ranking (up to the query's norm) of chosen rows, best first."""
-        if self.np is not None:
-            np = self.np
-            positions = np.asarray(sorted(positions), dtype=np.int64)
-            if not len(positions):
-                return []
-            scores = np.einsum("ij,j->i", self.matrix[positions], np.asarray(query, dtype=np.float32))
-            scores *= self.weights[positions]
-            order = np.argsort(-scores, kind="stable")
-            return [(float(scores[i]), int(positions[i])) for i in order]
-        q = array("f", query)
-        view, dim = memoryview(self.flat), self.dim
-        scored = [(sum(map(operator.mul, q, view[i * dim : (i + 1) * dim])) * self.inverse[i], i) for i in positions]
-        return sorted(scored, reverse=True)
-
     def rowid(self, position: int) -> int:
         return int(self.rowids[position])
+
+    def chunk_ids_of(self, positions: list[int]) -> list[str]:
+        """The chunk id of each listed row, from the ids file (no database page is read)."""
+        if self.np is None:
+            return [self.ids[p * ID_BYTES : (p + 1) * ID_BYTES].decode("ascii") for p in positions]
+        if not positions:
+            return []
+        return [value.decode("ascii") for value in self.ids[self.np.asarray(positions, dtype=self.np.int64)].tolist()]
+
+    def rowids_of(self, positions: list[int]) -> list[int]:
+        """``rowid`` of each listed row, in one step (element by element, a memory map costs microseconds each)."""
+        if self.np is None or not positions:
+            return [self.rowids[p] for p in positions]
+        return self.rowids[self.np.asarray(positions, dtype=self.np.int64)].tolist()
+
+    def positions_of(self, rowids: list[int]) -> list[int | None]:
+        """The row holding each ``vectors.rowid`` (rows are in rowid order); None where this build lacks it."""
+        if self.np is None:
+            found = [bisect.bisect_left(self.rowids, rowid) for rowid in rowids]
+            stored = [self.rowids[p] if p < self.rows else None for p in found]
+        else:
+            found = self.np.searchsorted(self.rowids, self.np.asarray(rowids, dtype=self.np.int64)).tolist()
+            stored = self.rowids[self.np.minimum(found, self.rows - 1)].tolist() if self.rows else [None] * len(found)
+        return [p if p < self.rows and row == rowid else None for p, row, rowid in zip(found, stored, rowids)]
+
+    def cosines(self, query, positions: list[int]) -> list[float]:
+        """The float64 cosine of ``query`` with each listed row (0.0 for a zero vector), read once from the map.
+
+        The same arithmetic as scoring the database's BLOBs (the rows are
+        those BLOBs' bytes), so numpy and pure Python report the same scores.
+        """
+        if not positions:
+            return []
+        if self.np is None:
+            query = [float(x) for x in query]
+            query_norm = math.sqrt(math.fsum(x * x for x in query))
+            dim, view = self.dim, memoryview(self.flat)
+            return [_cosine(query, query_norm, view[p * dim : (p + 1) * dim]) for p in positions]
+        np = self.np
+        matrix = np.asarray(self.matrix[np.asarray(positions, dtype=np.int64)], dtype=np.float64)
+        q = np.asarray(query, dtype=np.float64)
+        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix)) * math.sqrt(float(q @ q))
+        dots = np.einsum("ij,j->i", matrix, q)
+        return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0).tolist()
+
+    def ranked(self, query, positions: list[int]) -> list[tuple[float, int]]:
+        """``(float64 cosine, position)`` of the listed rows, best first (ties by position)."""
+        return sorted(zip(self.cosines(query, positions), positions), key=lambda item: (-item[0], item[1]))
+
+
+def _cosine(query, query_norm: float, row) -> float:
+    """Cosine of a query (floats) with one float32 row; 0.0 when either has no length."""
+    norm = math.sqrt(math.fsum(map(operator.mul, row, row)))
+    if norm == 0.0 or query_norm == 0.0:
+        return 0.0
+    return sum(map(operator.mul, query, row)) / (query_norm * norm)

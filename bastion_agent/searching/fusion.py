@@ -100,15 +100,15 @@ def fuse(by_vector: list[tuple[float, str]], by_keyword, other_cosines: dict[str
     cosine_of = {chunk: cos for cos, chunk in by_vector}
     keyword_rank = {hit.chunk_id: rank for rank, hit in enumerate(by_keyword, start=1)}
     keyword_of = {hit.chunk_id: hit for hit in by_keyword}
-    scored = []
+    fused_of = []
     for chunk in {**cosine_of, **keyword_of}:
         cos = cosine_of.get(chunk, other_cosines.get(chunk))
         v = vector_evidence(cos, floor) if cos is not None else 0.0
         hit = keyword_of.get(chunk)
         k = hit.evidence if hit else 0.0
-        fused = weight * v + (1 - weight) * k
-        scored.append(Scored(fused, chunk, percent(fused), cosine_of.get(chunk), vector_rank.get(chunk),
-                             hit.bm25 if hit else None, keyword_rank.get(chunk),
-                             percent(v) if cos is not None else None, percent(k)))
-    scored.sort(key=lambda item: (-item.score, item.chunk_id))
-    return scored[:n]
+        fused_of.append((weight * v + (1 - weight) * k, chunk, cos, v, hit, k))
+    fused_of.sort(key=lambda item: (-item[0], item[1]))
+    return [Scored(fused, chunk, percent(fused), cosine_of.get(chunk), vector_rank.get(chunk),
+                   hit.bm25 if hit else None, keyword_rank.get(chunk),
+                   percent(v) if cos is not None else None, percent(k))
+            for fused, chunk, cos, v, hit, k in fused_of[:n]]  # only the hits returned become rows

@@ -54,6 +54,10 @@ class Hit:
     ocr: bool = False  # True: the window starts on a page OCR read, so its text may hold recognition errors
     page: int | None = None  # the page (from 1) where the window starts, in a PDF or an image; None elsewhere
 
+    def as_dict(self) -> dict:
+        """The fields by name (a subclass's too), for JSON: ``dataclasses.asdict`` without its deep copy of every value."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -71,7 +75,7 @@ DEFAULT_MODE = "hybrid"  # the best of the three on Cranfield and SciFact (docs/
 FUSION_CANDIDATES = 100  # how deep each ranking goes into fusion
 
 
-RESCORE_MARGIN = 16  # extra candidates re-scored from the database, so float32 near-ties rank alike
+RESCORE_MARGIN = 16  # extra candidates re-scored in float64, so float32 near-ties rank alike
 
 
 def needs_vector(mode: str) -> bool:
@@ -95,9 +99,10 @@ class SearchIndex:
     the derived vector file (``vectorfile``) and, above ``ann.MIN_ROWS``
     current vectors, the ANN index (``ann``) in step with the database, then
     memory-maps them: no vector is read from SQLite per query. Candidates
-    are re-scored from the database's own vectors and their windows read from
-    its ``chunks`` table, so only this sweep's windows (never stale vectors)
-    appear, whatever the derived files hold.
+    are scored in float64 from the vector file's rows (checked against the
+    database when it was loaded), and only candidates whose window is in the
+    database's ``chunks`` table answer, so only this sweep's windows (never
+    stale vectors) appear, whatever the mask says.
     """
 
     def __init__(self, manifest, layout: Layout, vectors, ann_index, version: tuple):
@@ -116,6 +121,7 @@ class SearchIndex:
         self._vocabulary = None
         self._labels = None
         self._floor: float | None = None
+        self._floor_sample: dict = {}  # count -> the unit rows whose cosines with a query give its floor (numpy)
         self.db = sqlite3.connect(layout.vectors_db, timeout=vectorstore.BUSY_TIMEOUT_MS / 1000,
                                   isolation_level=None, check_same_thread=False)
 
@@ -145,13 +151,27 @@ class SearchIndex:
         vectors = vectorfile.VectorFile(files, header, use_numpy)
         ann_index = None
         if use_ann and vectors.np is not None and vectors.current >= ann.MIN_ROWS and ann.available():
-            header = ann.update(files, header, vectors, limit=ann.LAZY_ROWS)
+            ann_index = cls._open_ann(files, header, vectors)
+        return cls(manifest, layout, vectors, ann_index, version)
+
+    @staticmethod
+    def _open_ann(files, header: dict, vectors):
+        """The ANN index, brought up to date when it lacks rows or does not open; None to scan exactly.
+
+        An index that holds every row is opened once (a memory map that usearch
+        walks: 0.1 s at 120,000 rows), not opened a first time to count it.
+        """
+        from bastion_agent.embedding import ann
+
+        for attempt in range(2):
+            if attempt or header.get("ann_rows") != vectors.rows:
+                header = ann.update(files, header, vectors, limit=ann.LAZY_ROWS)
             if header.get("ann_rows"):
                 try:
-                    ann_index = ann.AnnIndex(files, header, vectors)
+                    return ann.AnnIndex(files, header, vectors)
                 except (StoreError, RuntimeError, ValueError, OSError):
-                    ann_index = None  # an unreadable index only costs speed: scan exactly, and rebuild after embed
-        return cls(manifest, layout, vectors, ann_index, version)
+                    pass  # unreadable: once more after update (which rebuilds what it may), else scan exactly
+        return None  # an unreadable index only costs speed: scan exactly, and rebuild after embed
 
     def __len__(self) -> int:
         """How many current windows have a vector of this model (0 when opened without vectors)."""
@@ -205,11 +225,11 @@ class SearchIndex:
             if mode == "keyword":
                 ranked = fusion.keyword_only(self._keyword_top(query, k, visible))
             elif mode == "vector":
-                ranked = fusion.vector_only(self._vector_top(query_vector, k, exact, visible),
+                ranked = fusion.vector_only(self._vector_top(query_vector, k, exact, visible, spare=RESCORE_MARGIN),
                                             self.query_floor(query_vector, visible))
             else:
                 ranked = self._hybrid(query, query_vector, k, exact, visible)
-            return self._hits(ranked, mode)
+            return self._hits(ranked, mode, k)
 
     def _hybrid(self, query: str, query_vector, k: int, exact: bool, visible=None) -> list:
         from bastion_agent.searching import fusion, keyword
@@ -219,7 +239,7 @@ class SearchIndex:
         by_keyword = self._keyword_top(query, depth, visible)
         seen = {chunk for _, chunk in by_vector}
         others = self._cosines_of(query_vector, [hit.chunk_id for hit in by_keyword if hit.chunk_id not in seen])
-        return fusion.fuse(by_vector, by_keyword, others, self.query_floor(query_vector, visible), k)
+        return fusion.fuse(by_vector, by_keyword, others, self.query_floor(query_vector, visible), k + RESCORE_MARGIN)
 
     def _keyword_top(self, query: str, n: int, visible=None) -> list:
         """The keyword side: over every window, or over a filtered caller's with its own statistics."""
@@ -275,6 +295,8 @@ class SearchIndex:
         vectors = self.vectors
         if vectors is None or not vectors.rows or query_vector is None:
             return []
+        if vectors.np is not None:
+            return self._query_cosines_numpy(query_vector, count, allowed)
         positions = self._sample_positions(count, allowed)
         query_vector = [float(x) for x in query_vector]
         query_norm = math.sqrt(math.fsum(x * x for x in query_vector))
@@ -289,6 +311,28 @@ class SearchIndex:
             if norm > 0:
                 result.append(math.fsum(a * b for a, b in zip(query_vector, row)) / (norm * query_norm))
         return result
+
+    def _query_cosines_numpy(self, query_vector, count: int, allowed=None) -> list[float]:
+        """``_query_cosines`` as one product with the sample's unit rows, made once per loaded index.
+
+        Every query of a vector or hybrid search needs these cosines; walking
+        the sample element by element through the memory map cost more than
+        the whole ANN search. A filtered caller's sample (its own rows) is
+        gathered in one step per query and not kept.
+        """
+        np = self.vectors.np
+        sample = self._floor_sample.get(count) if allowed is None else None
+        if sample is None:
+            rows = np.asarray(self.vectors.matrix[self._sample_positions(count, allowed)], dtype=np.float64)
+            norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+            sample = rows[norms > 0] / norms[norms > 0, None]
+            if allowed is None:
+                self._floor_sample[count] = sample
+        q = np.asarray(query_vector, dtype=np.float64)
+        query_norm = math.sqrt(float(np.einsum("i,i->", q, q)))
+        if query_norm == 0:
+            return []
+        return (np.einsum("ij,j->i", sample, q) / query_norm).tolist()
 
     def _sample_cosines(self, count: int) -> list[float]:
         """Cosines between ``count`` current rows of the vector file spread evenly over it (read from the map)."""
@@ -310,56 +354,72 @@ class SearchIndex:
                 if norms[i] > 0]
 
     def _cosines_of(self, query_vector, chunk_ids: list[str]) -> dict[str, float]:
-        """The cosine of each listed window's stored vector with the query (windows without one are left out)."""
-        if query_vector is None or not chunk_ids:
+        """The cosine of each listed window's vector with the query, from the vector file (windows without one are left out)."""
+        if query_vector is None or not chunk_ids or self.vectors is None:
             return {}
         marks = ",".join("?" * len(chunk_ids))
-        found = self.db.execute(f"SELECT chunk_id, vec FROM vectors WHERE chunk_id IN ({marks}) AND model = ? AND dim = ?",
+        found = self.db.execute(f"SELECT rowid, chunk_id FROM vectors WHERE chunk_id IN ({marks}) AND model = ? AND dim = ?",
                                 (*chunk_ids, self.key, self.dim)).fetchall()
-        scores = cosines(query_vector, [blob for _, blob in found], self.dim,
-                         self.vectors.np if self.vectors is not None else None)
-        return {chunk: score for (chunk, _), score in zip(found, scores)}
+        positions = self.vectors.positions_of([rowid for rowid, _ in found])
+        placed = [(position, chunk) for position, (_, chunk) in zip(positions, found) if position is not None]
+        scores = self.vectors.cosines(query_vector, [position for position, _ in placed])
+        return {chunk: score for (_, chunk), score in zip(placed, scores)}
 
-    def _vector_top(self, query_vector, n: int, exact: bool, visible=None) -> list[tuple[float, str]]:
-        """``(cosine, chunk_id)`` of the ``n`` nearest current windows (of ``visible``), scored from the database's vectors."""
+    def _vector_top(self, query_vector, n: int, exact: bool, visible=None, spare: int = 0) -> list[tuple[float, str]]:
+        """``(cosine, chunk_id)`` of the ``n`` nearest current windows (of ``visible``; and up to ``spare`` more).
+
+        The float64 cosine is computed from the vector file's float32 rows (the
+        database's BLOBs byte for byte, checked when the file was loaded), each
+        candidate's row read once, and its chunk id comes from the ids file:
+        no page of the database is read here. Ties by chunk id. The spare ones
+        stand in for a window that left the sweep after the index was loaded
+        (``_hits``). A filtered caller's candidates are its own rows only.
+        """
         if query_vector is None or not len(self):
             return []
         want = n + RESCORE_MARGIN
         allowed = visible.rows if visible is not None else None
         if self.ann and not exact:
-            candidates = self.ann.top(query_vector, want, allowed) if allowed is not None else self.ann.top(query_vector, want)
+            candidates = self.ann.top(query_vector, want, allowed)
         else:
-            candidates = self.vectors.top(query_vector, want, allowed=allowed)
-        rowids = [self.vectors.rowid(position) for _, position in candidates]
-        found = []
-        for first in range(0, len(rowids), 500):
-            part = rowids[first : first + 500]
-            marks = ",".join("?" * len(part))
-            found += self.db.execute(
-                f"SELECT c.chunk_id, v.vec FROM vectors v JOIN chunks c ON c.chunk_id = v.chunk_id"
-                f" WHERE v.rowid IN ({marks}) AND v.model = ? AND v.dim = ?", (*part, self.key, self.dim)).fetchall()
-        scores = cosines(query_vector, [blob for _, blob in found], self.dim, self.vectors.np)
-        scored = sorted(zip(scores, (chunk for chunk, _ in found)), key=lambda item: (-item[0], item[1]))
-        return scored[:n]
+            candidates = self.vectors.ranked(
+                query_vector, [p for _, p in self.vectors.top(query_vector, want, allowed=allowed)])
+        chunk_ids = self.vectors.chunk_ids_of([position for _, position in candidates])
+        scored = sorted(zip((score for score, _ in candidates), chunk_ids), key=lambda item: (-item[0], item[1]))
+        return scored[: n + spare]
 
-    def _hits(self, ranked: list, mode: str) -> list[Hit]:
-        """``fusion.Scored`` rows as hits, with their windows' text and paths."""
-        if not ranked:
-            return []
-        marks = ",".join("?" * len(ranked))
-        rows = {row[0]: row for row in self.db.execute(
-            f'SELECT chunk_id, doc, idx, start, "end", text FROM chunks WHERE chunk_id IN ({marks})',
-            [item.chunk_id for item in ranked])}
-        paths = vectorstore.document_paths(self.db, (row[1] for row in rows.values()))
-        maps = vectorstore.document_pages(self.db, (row[1] for row in rows.values()))
-        return [
-            Hit(item.score, doc, idx, item.chunk_id, text, [escape_name(path) for path in paths.get(doc, [])],
-                start, end, item.relevance,
-                item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank,
-                item.vector_relevance, item.keyword_relevance, mode, **page_of(maps.get(doc), start, text))
-            for item in ranked if item.chunk_id in rows
-            for _, doc, idx, start, end, text in (rows[item.chunk_id],)
-        ]
+    def _hits(self, ranked: list, mode: str, k: int | None = None) -> list[Hit]:
+        """The first ``k`` of ``fusion.Scored`` rows whose window is in ``chunks``, as hits.
+
+        Text and paths are read in one query (``chunks`` joined with
+        ``documents``) for the first ``k``, and the page maps of their
+        documents in one more; a window that left the sweep since the index
+        was loaded has no row and the next one takes its place (another
+        query, only then).
+        """
+        import json
+
+        k = len(ranked) if k is None else k
+        hits: list[Hit] = []
+        position = 0
+        while len(hits) < k and position < len(ranked):
+            part = ranked[position : position + k - len(hits)]
+            position += len(part)
+            marks = ",".join("?" * len(part))
+            rows = {row[0]: row for row in self.db.execute(
+                f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, d.paths FROM chunks c'
+                f" LEFT JOIN documents d ON d.doc = c.doc WHERE c.chunk_id IN ({marks})",
+                [item.chunk_id for item in part])}
+            maps = vectorstore.document_pages(self.db, (row[1] for row in rows.values()))
+            hits += [
+                Hit(item.score, doc, idx, item.chunk_id, text, [escape_name(path) for path in json.loads(paths or "[]")],
+                    start, end, item.relevance,
+                    item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank,
+                    item.vector_relevance, item.keyword_relevance, mode, **page_of(maps.get(doc), start, text))
+                for item in part if item.chunk_id in rows
+                for _, doc, idx, start, end, text, paths in (rows[item.chunk_id],)
+            ]
+        return hits
 
 
 def page_of(page_map, start: int, text: str) -> dict:

@@ -72,6 +72,15 @@ class SyntheticStore(TempFolder, unittest.TestCase):
     def ids(self, hits) -> list[str]:
         return [hit.chunk_id for hit in hits]
 
+    def assert_scored(self, hits, expected: list[tuple[float, str]], exact_floats: bool = False) -> None:
+        """The hits are ``expected``'s windows in its order, each with its cosine (numpy sums in another order: 1e-12)."""
+        self.assertEqual(self.ids(hits), [chunk for _, chunk in expected])
+        for hit, (score, _) in zip(hits, expected):
+            if exact_floats:
+                self.assertEqual(hit.score, score)
+            else:
+                self.assertAlmostEqual(hit.score, score, places=12)
+
 
 class ExactScanTests(SyntheticStore):
     def setUp(self):
@@ -99,6 +108,40 @@ class ExactScanTests(SyntheticStore):
         text, doc = self.db.execute("SELECT text, doc FROM chunks WHERE chunk_id = ?", (hit.chunk_id,)).fetchone()
         self.assertEqual((hit.text, hit.doc, hit.paths), (text, doc, [f"{doc[:6]}.txt"]))
 
+    def test_scores_are_the_specifications_float64_cosines_of_the_database_vectors(self):
+        for use_numpy in (False, True) if HAS_NUMPY else (False,):
+            index = self.load(use_numpy=use_numpy)
+            for _ in range(3):
+                query = self.query()
+                expected = [(score, row[0]) for score, row in
+                            embed.top_k(query, vectorstore.searchable(self.db, "synthetic"), 10)]
+                self.assert_scored(index.search("", query, 10, "vector"), expected, exact_floats=not use_numpy)
+
+    def test_paths_text_and_doc_are_read_from_the_database_at_query_time(self):
+        index = self.load()
+        hit = index.search("", self.query(), 1, "vector")[0]
+        self.db.execute("UPDATE documents SET paths = ? WHERE doc = ?", (json.dumps(["a/b.txt", "c\nd.txt"]), hit.doc))
+        again = index.search("", self.query(), 300, "vector")
+        (same,) = [h for h in again if h.chunk_id == hit.chunk_id]
+        self.assertEqual((same.text, same.doc), (hit.text, hit.doc))
+        self.assertEqual(same.paths, ["a/b.txt", "c\\x0ad.txt"])  # escaped as the CLI prints names
+        self.db.execute("DELETE FROM documents WHERE doc = ?", (hit.doc,))
+        (orphan,) = [h for h in index.search("", self.query(), 300, "vector") if h.chunk_id == hit.chunk_id]
+        self.assertEqual(orphan.paths, [])
+
+    def test_a_hit_as_a_dict_is_what_asdict_gives_subclass_fields_included(self):
+        import dataclasses
+
+        @dataclasses.dataclass(frozen=True)
+        class Tagged(embed.Hit):
+            bastion: str = ""
+
+        for hit in self.load().search("", self.query(), 3, "vector"):
+            self.assertEqual(hit.as_dict(), dataclasses.asdict(hit))
+            tagged = Tagged(**dataclasses.asdict(hit), bastion="b1")
+            self.assertEqual(tagged.as_dict(), dataclasses.asdict(tagged))
+            self.assertEqual(json.dumps(tagged.as_dict()), json.dumps(dataclasses.asdict(tagged)))
+
     def test_a_zero_query_vector_scores_zero_without_error(self):
         hits = self.load().search("", [0.0] * DIM, 3, "vector")
         self.assertEqual([h.score for h in hits], [0.0, 0.0, 0.0])
@@ -124,6 +167,15 @@ class DerivedFileTests(SyntheticStore):
     def assert_matches_reference(self):
         query = self.query()
         self.assertEqual(self.ids(self.load().search("", query, 8, "vector")), self.reference(query, 8))
+
+    def wait_for_the_file_clock(self, path: Path) -> None:
+        """Until a write now gets a later change time than ``path``'s (file times move in clock ticks, not ns)."""
+        probe = self.layout.root / "clock-probe"
+        written = path.stat().st_ctime_ns
+        while True:
+            probe.write_bytes(b"x")
+            if probe.stat().st_ctime_ns > written:
+                return
 
     def test_files_are_built_beside_vectors_db_and_private(self):
         self.load()
@@ -166,6 +218,72 @@ class DerivedFileTests(SyntheticStore):
         self.data("f32").write_bytes(b"\x00" * size)
         self.assert_matches_reference()
         self.assertNotEqual(self.data("f32").read_bytes(), b"\x00" * size)
+
+    def test_a_row_edited_in_place_is_never_used_even_where_no_spot_check_looks(self):
+        self.load()
+        build = self.header()["build"]
+        self.wait_for_the_file_clock(self.data("f32"))
+        target = [self.rng.gauss(0, 1) for _ in range(DIM)]
+        with open(self.data("f32"), "r+b") as handle:  # row 60 now claims to be the query itself
+            handle.seek(60 * DIM * 4)
+            handle.write(vectorstore.pack(target))
+        with mock.patch.object(vectorfile, "SPOT_CHECKS", 0):  # first and last rows only: row 60 is not compared
+            hits = self.load().search("", target, 5, "vector")
+        self.assertNotEqual(self.header()["build"], build)
+        self.assertEqual(self.ids(hits), self.reference(target, 5))
+        self.assert_scored(hits, [(score, row[0]) for score, row in
+                                  embed.top_k(target, vectorstore.searchable(self.db, "synthetic"), 5)])
+
+    def test_swapped_chunk_ids_never_name_the_wrong_window(self):
+        self.load()
+        self.wait_for_the_file_clock(self.data("ids"))
+        ids = bytearray(self.data("ids").read_bytes())
+        ten, fifty = slice(64 * 10, 64 * 11), slice(64 * 50, 64 * 51)
+        ids[ten], ids[fifty] = ids[fifty], ids[ten]  # rows 10 and 50 name each other's window
+        with open(self.data("ids"), "r+b") as handle:
+            handle.write(ids)
+        query = vectorstore.unpack(self.vectors[10][1]).tolist()
+        with mock.patch.object(vectorfile, "SPOT_CHECKS", 0):  # first and last rows only: neither is compared
+            hit = self.load().search("", query, 1, "vector")[0]
+        self.assertEqual(hit.chunk_id, self.chunks[10][0])
+        self.assertEqual(hit.text, self.chunks[10][5])
+
+    def test_a_build_from_before_the_ids_file_gets_it_and_keeps_its_build(self):
+        self.load()
+        header = self.header()
+        build = header["build"]
+        self.data("ids").unlink()
+        header["files"].pop("ids")
+        self.files.header.write_text(json.dumps(header))
+        query = self.query()
+        self.assertEqual(self.ids(self.load().search("", query, 8, "vector")), self.reference(query, 8))
+        self.assertEqual(self.header()["build"], build)  # not rebuilt: an ANN index of this build stays usable
+        self.assertEqual(self.data("ids").stat().st_size, 120 * 64)
+        self.assertEqual(self.data("ids").stat().st_mode & 0o077, 0)
+
+    def test_an_older_build_put_back_with_its_header_is_never_used(self):
+        import shutil
+
+        self.load()
+        saved = self.layout.root / "saved-index"
+        shutil.copytree(self.files.folder, saved)  # copy2: sizes and modification times kept
+        chunk = self.chunks[30][0]
+        target = [self.rng.gauss(0, 1) for _ in range(DIM)]
+        self.db.execute("UPDATE vectors SET vec = ? WHERE chunk_id = ?", (vectorstore.pack(target), chunk))
+        self.load()
+        shutil.rmtree(self.files.folder)
+        shutil.copytree(saved, self.files.folder)
+        hits = self.load().search("", target, 1, "vector")
+        self.assertEqual(self.ids(hits), [chunk])
+        self.assertAlmostEqual(hits[0].score, 1.0, places=6)
+
+    def test_an_index_loaded_before_a_window_left_the_sweep_never_answers_with_it(self):
+        index = self.load()
+        query = vectorstore.unpack(self.vectors[9][1]).tolist()
+        self.store([c for i, c in enumerate(self.chunks) if i != 9], [])
+        hits = index.search("", query, 5, "vector")  # the mask is the old one: the database still decides
+        self.assertNotIn(self.chunks[9][0], self.ids(hits))
+        self.assertEqual(len(hits), 5)
 
     def test_a_header_that_disagrees_with_the_database_is_never_trusted(self):
         self.load()

@@ -20,6 +20,13 @@ where an authenticated request can always get a slot. So:
 
 A waiting connection costs a file descriptor and a buffer of at most
 ``max_head`` bytes, never a thread.
+
+A kept-alive connection comes back here after each answer (``returning``),
+with whatever of the next request its thread had already read: between
+requests it holds no thread and no slot, and the same deadline and caps
+apply. An idle returning connection that reaches the deadline, or is
+pushed out, is closed without an answer: it asked for nothing, and a 408
+there could be read as the answer to a request crossing it on the wire.
 """
 
 from __future__ import annotations
@@ -48,6 +55,12 @@ class Waiting:
     address: tuple
     accepted: float
     buffer: bytearray = field(default_factory=bytearray)
+    returning: bool = False  # kept alive after an answer: when idle, it is closed without one
+
+    @property
+    def idle(self) -> bool:
+        """A kept-alive connection that has sent nothing of its next request."""
+        return self.returning and not self.buffer
 
     @property
     def client(self) -> str:
@@ -104,14 +117,14 @@ class Intake:
         self._wake_read.close()
         self._wake_write.close()
 
-    def add(self, sock: socket.socket, address: tuple) -> None:
-        """Take an accepted connection (from the accepting thread; never blocks)."""
+    def add(self, sock: socket.socket, address: tuple, buffer: bytes = b"", returning: bool = False) -> None:
+        """Take an accepted connection, or a kept-alive one back with the bytes already read of it (never blocks)."""
         sock.setblocking(False)
         with self._lock:
             if self._stopped:
                 self._close(Waiting(sock, address, 0.0))
                 return
-            self._added.append(Waiting(sock, address, time.monotonic()))
+            self._added.append(Waiting(sock, address, time.monotonic(), bytearray(buffer), returning))
         self._wake()
 
     def waiting(self) -> int:
@@ -155,12 +168,19 @@ class Intake:
         except (OSError, ValueError):
             self._forget(waiting)
             self._close(waiting)
+            return
+        if waiting.buffer and (head_complete(waiting.buffer) or len(waiting.buffer) > self.max_head):
+            self._forget(waiting)  # a pipelined request already read whole: on at once
+            self.ready(waiting.sock, waiting.address, bytes(waiting.buffer))
 
     def _push_out(self, waiting: Waiting) -> None:
         """Make room: the connection goes on if its head has arrived meanwhile (unread yet), else it gets 503."""
         if self._read(waiting):
             return
         self._forget(waiting)
+        if waiting.idle:
+            self._close(waiting)
+            return
         self.refuse(waiting.sock, 503, "too many connections are waiting to send a request; try again shortly")
 
     def _expire(self, now: float) -> None:
@@ -169,7 +189,10 @@ class Intake:
             if oldest.accepted + self.deadline > now:
                 return
             self._forget(oldest)
-            self.refuse(oldest.sock, 408, f"the request was not received within {self.deadline:g} s")
+            if oldest.idle:
+                self._close(oldest)
+            else:
+                self.refuse(oldest.sock, 408, f"the request was not received within {self.deadline:g} s")
 
     def _read(self, waiting: Waiting) -> bool:
         """Read what arrived; True when the connection left the intake (its head handed on, or it closed)."""

@@ -11,10 +11,17 @@ static page holding no data) and ``/healthz`` must then carry as
 a loopback name is refused (421), so a web page cannot reach the index by
 rebinding its own domain name to 127.0.0.1.
 
-Each connection carries one request (HTTP/1.0) and lives at most
-``request_time_limit`` seconds: a watchdog answers 408 (request not received
-in time) or 503 (answer not ready in time) and closes it, so a slow or stalled
-client holds one thread for a bounded time and never blocks the others.
+Each request lives at most ``request_time_limit`` seconds: a watchdog
+answers 408 (request not received in time) or 503 (answer not ready in time)
+and closes the connection, so a slow or stalled client holds one thread for a
+bounded time and never blocks the others. HTTP/1.1 connections stay open
+between requests (keep-alive: a client saves a TCP handshake and a thread
+start per query), but an open connection holds no thread between them: after
+each answer it goes back to the intake, which gives it the same head deadline
+(the idle timeout) and per-client cap as a new one. A connection is closed
+after an answer whenever reading on could misread the stream: an error the
+base class raised, a body not read whole, ``Transfer-Encoding``, a time limit
+reached, ``Connection: close`` or HTTP/1.0 without ``keep-alive``.
 
 Under a flood of connections (issue 25): a connection gets a thread only once
 its request line and headers have arrived (``intake``: one thread reads every
@@ -374,7 +381,7 @@ class SearchService:
             "model": self.manifest.embed.model,
             "mode": mode,
             "k": k,
-            "hits": [dataclasses.asdict(hit) for hit in hits],
+            "hits": [hit.as_dict() for hit in hits],
         }
         if notice:
             envelope.update(fallback="keyword", notice=notice)
@@ -651,20 +658,30 @@ class BastionHTTPServer(ThreadingHTTPServer):
         return False
 
     def _serve_connection(self, request, client_address, head: bytes, slot) -> None:
+        """One request on its own thread; then the connection closes, or goes back to the intake to wait for the next."""
+        kept = None
         try:
-            self._heads.head = head
+            self._heads.head, self._heads.kept = head, None
             self.finish_request(request, client_address)
+            kept = self._heads.kept
         except Exception:
             self.handle_error(request, client_address)
         finally:
-            self._heads.head = b""
+            self._heads.head, self._heads.kept = b"", None
             slot.release()
-            self.shutdown_request(request)
+            if kept is None:
+                self.shutdown_request(request)
+            else:
+                self.intake.add(request, client_address, kept, returning=True)
 
     def take_head(self) -> bytes:
         """The head the intake read for the connection this thread serves."""
         head, self._heads.head = getattr(self._heads, "head", b""), b""
         return head
+
+    def keep_connection(self, unread: bytes) -> None:
+        """The handler answered in full and the connection may carry another request (``unread``: its start)."""
+        self._heads.kept = unread
 
     def _refuse(self, request, status: int, message: str) -> None:
         """Answer without reading further, in one non-blocking write, then close."""
@@ -728,13 +745,16 @@ class _HeadFirst(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer) -> int | None:
         if self.head:
             n = min(len(buffer), len(self.head))
             buffer[:n] = self.head[:n]
             self.head = self.head[n:]
             return n
-        return self.sock.recv_into(buffer)
+        try:
+            return self.sock.recv_into(buffer)
+        except BlockingIOError:  # a non-blocking look for what was pipelined (Handler.unread): nothing yet
+            return None
 
 
 def address_family(host: str) -> int:
@@ -742,19 +762,24 @@ def address_family(host: str) -> int:
 
 
 class Handler(BaseHTTPRequestHandler):
-    """One connection, one request; every answer is JSON except the page."""
+    """One request of a connection (the intake hands a kept-alive connection's next one to a new handler); every answer is JSON except the page."""
 
     server: BastionHTTPServer
     server_version = "bastion-agent"
     sys_version = ""
-    protocol_version = "HTTP/1.0"
+    protocol_version = "HTTP/1.1"  # keep-alive for clients that want it (parse_request reads Connection)
     default_request_version = "HTTP/1.0"  # so that even an error answer has a status line and headers
+
+    def handle(self) -> None:
+        """Exactly one request: between requests the connection waits in the intake, not on this thread."""
+        self.handle_one_request()
 
     def parse_request(self) -> bool:
         """HTTP/1.0 and later only: a request line without a version (HTTP/0.9) gets a 400."""
         words = self.raw_requestline.split()
         if len(words) == 2:
             self.request_version = "HTTP/1.0"
+            self.protocol_version = "HTTP/1.0"  # the status line of an answer to a client older than HTTP/1.1
             self.command = None
             self.send_error(400, "HTTP/0.9 requests are not served; send HTTP/1.0 or later")
             return False
@@ -780,6 +805,9 @@ class Handler(BaseHTTPRequestHandler):
         self.started = time.monotonic()
         self.send_lock = threading.Lock()
         self.responded = False
+        self.sent_whole = False  # the whole answer was written by the handler (not cut short by the watchdog)
+        self.expired = False
+        self.handed_on = False  # kept alive: the connection went back to the intake for its next request
         self.request_read = False
         self.body_read = False
         self.status: int | None = None
@@ -789,11 +817,43 @@ class Handler(BaseHTTPRequestHandler):
 
     def finish(self) -> None:
         try:
+            if self.sent_whole and not self.close_connection and self._hand_on():
+                unread = self.unread()
+                if unread is not None:
+                    self.server.keep_connection(unread)
             super().finish()
         finally:
             if self.status is not None:
                 self._access_log()
             self.server.watchdog.forget(self)
+
+    def _hand_on(self) -> bool:
+        """Claim the connection for its next request, unless the watchdog has expired this one (then it closes)."""
+        with self.send_lock:
+            self.handed_on = not self.expired
+            return self.handed_on
+
+    def keeps_alive(self) -> bool:
+        """Whether this connection may carry another request after this answer.
+
+        Only when the client asked for it (HTTP/1.1, or ``Connection:
+        keep-alive``) and the request was read exactly to its end: a body
+        refused or half read, or one sent with ``Transfer-Encoding``, would
+        leave bytes that the next request's parser would take for a request.
+        """
+        if self.close_connection or self.expired or self.command is None or self.headers.get("Transfer-Encoding"):
+            return False
+        if self.command in ("POST", "PUT", "PATCH"):
+            return self.body_read
+        return (self.headers.get("Content-Length") or "0").strip() == "0"
+
+    def unread(self) -> bytes | None:
+        """What the client already sent of its next request (pipelined), read without waiting; None when broken."""
+        try:
+            self.connection.setblocking(False)
+            return bytes(self.rfile.peek())
+        except (OSError, ValueError):
+            return None
 
     def __getattr__(self, name: str):
         """Every method (``do_GET``, ``do_DELETE``, ``do_BREW``...) goes to one dispatcher."""
@@ -944,6 +1004,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.responded:
             return
         self.responded = True
+        keep = self.keeps_alive()
+        self.close_connection = not keep
         self.send_response(status)
         merged = {
             "Content-Type": content_type,
@@ -954,14 +1016,16 @@ class Handler(BaseHTTPRequestHandler):
             "X-Frame-Options": "DENY",
             "Cross-Origin-Resource-Policy": "same-origin",
             "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
-            "Connection": "close",
+            "Connection": "keep-alive" if keep else "close",
             **(headers or {}),
         }
         for name, value in merged.items():
             self.send_header(name, value)
-        self.end_headers()
+        self._headers_buffer.append(b"\r\n")
         if self.command != "HEAD":
-            self.wfile.write(data)
+            self._headers_buffer.append(data)
+        self.flush_headers()  # head and body in one write: no second segment for the client to wait for
+        self.sent_whole = True
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The base class's errors (bad request line, headers too long...) as JSON too."""
@@ -972,10 +1036,14 @@ class Handler(BaseHTTPRequestHandler):
         """Called by the watchdog when the time limit is up: answer if nothing was sent yet, then close.
 
         It never waits: when the handler is busy writing its own answer, the
-        connection is simply shut down.
+        connection is simply shut down. A connection already handed on to its
+        next request (keep-alive) is that request's now, and is left alone.
         """
         if self.send_lock.acquire(blocking=False):
             try:
+                if self.handed_on:
+                    return
+                self.expired = True  # this connection carries no further request
                 limit = self.server.settings.request_time_limit
                 if self.request_read:
                     status, message = 503, f"the answer took longer than {limit:g} s; try again"
@@ -987,6 +1055,10 @@ class Handler(BaseHTTPRequestHandler):
                 pass
             finally:
                 self.send_lock.release()
+        else:
+            self.expired = True
+            if self.handed_on:
+                return
         try:
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:

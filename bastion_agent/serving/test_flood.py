@@ -150,12 +150,45 @@ class IntakeTests(unittest.TestCase):
         self.addCleanup(gate.stop)
         return gate
 
-    def connect(self, gate: intake.Intake, client: str, number: int) -> socket.socket:
+    def connect(self, gate: intake.Intake, client: str, number: int, returning: bytes | None = None) -> socket.socket:
+        """A new connection; with ``returning``, a kept-alive one coming back with those bytes of its next request."""
         ours, theirs = socket.socketpair()
+        ours.settimeout(WAIT_SECONDS)
         self.addCleanup(ours.close)
         self.address_of[theirs] = (client, number)
-        gate.add(theirs, (client, number))
+        if returning is None:
+            gate.add(theirs, (client, number))
+        else:
+            gate.add(theirs, (client, number), returning, returning=True)
         return ours
+
+    def test_kept_alive_connections_meet_the_cap_and_idle_ones_are_closed_without_an_answer(self):
+        gate = self.make(per_client=3, deadline=WAIT_SECONDS * 4)
+        idle = [self.connect(gate, "10.0.0.1", number, returning=b"") for number in range(3)]
+        newest = self.connect(gate, "10.0.0.1", 3)  # over the cap: the oldest idle one makes room, silently
+        self.assertEqual(idle[0].recv(100), b"")
+        self.assertEqual(self.refused, [])
+        newest.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+        self.wait(lambda: len(self.ready) == 1)
+        self.assertEqual(self.ready[0][0], ("10.0.0.1", 3))
+
+    def test_a_pipelined_request_already_read_is_handed_on_at_once_and_a_partial_one_waits_for_the_rest(self):
+        gate = self.make()
+        whole = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        self.connect(gate, "10.0.0.1", 0, returning=whole)
+        partial = self.connect(gate, "10.0.0.1", 1, returning=whole[:10])
+        self.wait(lambda: len(self.ready) == 1)
+        partial.sendall(whole[10:])
+        self.wait(lambda: len(self.ready) == 2)
+        self.assertEqual(self.ready, [(("10.0.0.1", 0), whole), (("10.0.0.1", 1), whole)])
+
+    def test_a_kept_alive_connection_that_started_a_request_and_stalled_gets_408(self):
+        gate = self.make(deadline=0.3)
+        self.connect(gate, "10.0.0.1", 0, returning=b"GET / HTTP/1.1\r\nX: ")
+        idle = self.connect(gate, "10.0.0.1", 1, returning=b"")
+        self.wait(lambda: self.refused)
+        self.assertEqual(self.refused, [(("10.0.0.1", 0), 408)])
+        self.assertEqual(idle.recv(100), b"")  # the idle one is closed at the same deadline, with no answer
 
     def wait(self, condition) -> None:
         with self.done:

@@ -101,7 +101,7 @@ def request(url: str, method: str = "GET", path: str = "/", body=None, headers: 
 
 
 def raw_exchange(url: str, payload: bytes) -> bytes:
-    """Send ``payload`` as is, then read until the server closes the connection."""
+    """Send ``payload`` as is, then read until the server closes the connection (or, kept alive, until the idle deadline)."""
     parts = urllib.parse.urlsplit(url)
     with socket.create_connection((parts.hostname, parts.port), timeout=WAIT_SECONDS) as sock:
         sock.sendall(payload)
@@ -653,6 +653,147 @@ class TimeLimitTests(StoreCase):
         status, _, value = request(self.url, path="/search?q=bread")
         self.assertEqual(status, 503)
         self.assertIn("took longer than 0.5 s", value["error"])
+
+
+def read_answer(sock: socket.socket, buffered: bytearray) -> bytes:
+    """One whole answer (head and ``Content-Length`` body) from ``sock``; b"" when it closed first.
+
+    ``buffered`` holds what was read past the previous answer, and keeps what is read past this one.
+    """
+    while b"\r\n\r\n" not in buffered:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return b""
+        buffered += chunk
+    head, _, _ = bytes(buffered).partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?im)^content-length:\s*(\d+)", head).group(1))
+    size = len(head) + 4 + length
+    while len(buffered) < size:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return b""
+        buffered += chunk
+    answer = bytes(buffered[:size])
+    del buffered[:size]
+    return answer
+
+
+def closed_by_server(sock: socket.socket) -> bytes | None:
+    """What the server sent before closing ``sock`` (b"" for nothing); None if it was still open after ``WAIT_SECONDS``."""
+    received = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return received
+            received += chunk
+    except socket.timeout:
+        return None
+    except ConnectionResetError:
+        return received
+
+
+class KeepAliveTests(StoreCase):
+    """HTTP/1.1 keep-alive: many requests on one connection, never a thread between them, never a misread stream."""
+
+    SEARCH = b"GET /search?q=bread&k=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+    def setUp(self):
+        self.server = start(self.store, self, request_time_limit=2.0)
+        self.url = self.server.url
+
+    def connect(self) -> socket.socket:
+        parts = urllib.parse.urlsplit(self.url)
+        sock = socket.create_connection((parts.hostname, parts.port), timeout=WAIT_SECONDS)
+        self.addCleanup(sock.close)
+        return sock
+
+    def test_one_connection_carries_many_requests_and_each_answer_is_its_own(self):
+        sock, buffered = self.connect(), bytearray()
+        for query, word in (("bread", b"Sourdough"), ("violin", b"violin"), ("rocket", b"rocket")):
+            sock.sendall(f"GET /search?q={query}&k=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            answer = read_answer(sock, buffered)
+            self.assertTrue(answer.startswith(b"HTTP/1.1 200"), answer[:80])
+            self.assertIn(b"Connection: keep-alive", answer)
+            self.assertIn(word, answer.partition(b"\r\n\r\n")[2])
+        body = json.dumps({"query": "budget", "k": 1}).encode()
+        sock.sendall(b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        self.assertIn(b"budget", read_answer(sock, buffered).lower())
+
+    def test_pipelined_requests_are_answered_in_order(self):
+        sock, buffered = self.connect(), bytearray()
+        sock.sendall(self.SEARCH + b"GET /search?q=violin&k=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" + self.SEARCH)
+        answers = [read_answer(sock, buffered) for _ in range(3)]
+        self.assertEqual([answer[:12] for answer in answers], [b"HTTP/1.1 200"] * 3)
+        self.assertIn(b"Sourdough", answers[0])
+        self.assertIn(b"violin", answers[1])
+        self.assertIn(b"Sourdough", answers[2])
+
+    def test_close_and_http_1_0_end_the_connection_after_the_answer(self):
+        for request_head in (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                             b"GET /healthz HTTP/1.0\r\n\r\n"):
+            with self.subTest(request_head=request_head):
+                sock = self.connect()
+                sock.sendall(request_head)
+                received = closed_by_server(sock)
+                self.assertIsNotNone(received, "the server kept the connection open")
+                self.assertIn(b"Connection: close", received)
+
+    def test_a_refused_body_is_never_read_as_the_next_request(self):
+        smuggled = b"GET /search?q=bread&k=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        for head in (  # each body below is what an attacker hopes the server parses as a request of its own
+                b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % (len(smuggled) + 1_000_000),
+                b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % len(smuggled)):
+            with self.subTest(head=head.split(b"\r\n")[2]):
+                sock = self.connect()
+                sock.sendall(head + smuggled)
+                received = closed_by_server(sock)
+                self.assertIsNotNone(received, "the server kept the connection open")
+                self.assertEqual(received.count(b"HTTP/1."), 1, received[:200])
+                self.assertNotIn(b"Sourdough", received)
+
+    def test_an_idle_connection_holds_no_slot_and_is_closed_silently_at_the_deadline(self):
+        before = threading.active_count()
+        idle = []
+        for _ in range(serve.MAX_CONNECTIONS + 8):  # more kept-alive connections than there are slots
+            sock, buffered = self.connect(), bytearray()
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            self.assertTrue(read_answer(sock, buffered).startswith(b"HTTP/1.1 200"))
+            idle.append(sock)
+        self.assertLessEqual(threading.active_count() - before, 4)  # none of them holds a thread
+        status, _, value = request(self.url, path="/search?q=bread&k=1")
+        self.assertEqual(status, 200, value)
+        self.assertEqual([closed_by_server(sock) for sock in idle[:3]], [b""] * 3)  # closed, no 408 to misread
+        wait_for(lambda: self.server.server.intake.waiting() == 0, "the intake to let the idle connections go")
+
+    def test_the_time_limit_of_an_answered_request_never_cuts_the_next_one(self):
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        self.addCleanup(theirs.close)
+        handler = object.__new__(serve.Handler)  # the state a handler has once its answer went out
+        handler.connection, handler.send_lock, handler.responded = theirs, threading.Lock(), True
+        handler.expired, handler.handed_on, handler.close_connection, handler.sent_whole = False, False, False, True
+        self.assertTrue(handler._hand_on())
+        handler.expire()  # the watchdog, late: the connection is the next request's now
+        theirs.sendall(b"still open")
+        self.assertEqual(ours.recv(100), b"still open")
+        late = object.__new__(serve.Handler)  # and the other order: expired first, never handed on
+        late.connection, late.send_lock, late.responded = theirs, threading.Lock(), True
+        late.expired, late.handed_on, late.request_read = False, False, True
+        late.server = self.server.server
+        late.expire()
+        self.assertFalse(late._hand_on())
+        self.assertEqual(ours.recv(100), b"")  # shut down
+
+    def test_a_slow_next_request_on_a_kept_connection_gets_408(self):
+        sock, buffered = self.connect(), bytearray()
+        sock.sendall(self.SEARCH)
+        self.assertTrue(read_answer(sock, buffered).startswith(b"HTTP/1.1 200"))
+        sock.sendall(b"GET /search?q=bread HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # the head never ends
+        received = closed_by_server(sock)
+        self.assertIsNotNone(received, "the server kept the connection open")
+        self.assertTrue(received.startswith(b"HTTP/1.0 408"), received[:80])
 
 
 class OpenApiTests(StoreCase):
