@@ -526,7 +526,7 @@ class PromiseTests(TempFolder, unittest.TestCase):
 
     def mcp_answers_in_process(self, stub: StubServer) -> None:
         from bastion_agent.config import manifest as manifest_module
-        from bastion_agent.embedding.client import EndpointConfig
+        from bastion_agent.embedding.endpoint import EndpointConfig
         from bastion_agent.serving import mcp_server
 
         with clean_env():

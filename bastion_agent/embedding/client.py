@@ -12,7 +12,7 @@ import http.client
 from typing import Callable, Sequence
 
 from bastion_agent.core.errors import ModelServerError
-from bastion_agent.embedding.endpoint import EndpointConfig  # noqa: F401  (searching and serving import it from here)
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.embedding.failures import (
     CONNECTION_LOST,
     FATAL,

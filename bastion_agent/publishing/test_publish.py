@@ -399,7 +399,7 @@ class RemoteSearchTests(PublishCase):
 
     def test_serve_remote_answers_with_the_bastion_on_each_hit(self):
         from bastion_agent.config.manifest import load
-        from bastion_agent.embedding.client import EndpointConfig
+        from bastion_agent.embedding.endpoint import EndpointConfig
         from bastion_agent.publishing import remote_search
         from bastion_agent.serving import serve
 
@@ -421,7 +421,7 @@ class RemoteSearchTests(PublishCase):
 
     def test_serve_remote_answers_503_when_the_database_goes_away(self):
         from bastion_agent.config.manifest import load
-        from bastion_agent.embedding.client import EndpointConfig
+        from bastion_agent.embedding.endpoint import EndpointConfig
         from bastion_agent.publishing import remote_search
         from bastion_agent.serving import serve
 

@@ -21,7 +21,8 @@ from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
 from bastion_agent.core.layout import Layout
 from bastion_agent.core.progress import escape_name
 from bastion_agent.embedding import vectorstore
-from bastion_agent.embedding.client import EmbedClient, EndpointConfig
+from bastion_agent.embedding.client import EmbedClient
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.sanitizing import pages as page_maps
 
 DEFAULT_K = 5

@@ -469,7 +469,7 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_mcp(args: argparse.Namespace) -> int:
     from bastion_agent.config.arguments import load_manifest_and_layout
-    from bastion_agent.embedding.client import EndpointConfig
+    from bastion_agent.embedding.endpoint import EndpointConfig
 
     anyio, _, _, stdio_server, _ = import_sdk()
     serve.limit_math_threads()

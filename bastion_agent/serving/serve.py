@@ -67,7 +67,8 @@ from bastion_agent.core.errors import (
     StoreError,
 )
 from bastion_agent.core.loopback import is_loopback, is_loopback_host_header
-from bastion_agent.embedding.client import EmbedClient, EndpointConfig
+from bastion_agent.embedding.client import EmbedClient
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.searching import searcher
 from bastion_agent.serving import intake, serve_openapi, tokens
 from bastion_agent.serving.serve_openapi import PUBLIC_ROUTES, ROUTES

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.layout import Layout, read_jsonl
-from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.extracting.test_ocr import FONT, IBAN, IBAN_DIGITS, Image, bytes_outside_extract, encoded, page
 from bastion_agent.sanitizing.sanitized_store import read_sanitized_text
 from bastion_agent.serving import serve

@@ -25,7 +25,7 @@ from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.core.layout import Layout
 from bastion_agent.embedding import vectorstore
-from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.serving import serve, serve_page
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (

@@ -21,7 +21,7 @@ from unittest import mock
 from bastion_agent.commands import token_cli
 from bastion_agent.core.errors import BastionError
 from bastion_agent.embedding import ann
-from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.searching.test_access import ENG_DOCS, HR_DOCS, SHARED
 from bastion_agent.serving import mcp_server
 from bastion_agent.serving.test_serve import Store, request, start

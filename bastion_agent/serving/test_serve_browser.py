@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bastion_agent.embedding.client import EndpointConfig
+from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.serving import serve
 from bastion_agent.serving.test_serve import DOCS, TOKEN, Store
 from bastion_agent.testing.stub_server import StubServer
