@@ -208,6 +208,17 @@ class ServeRemoteReaderTests(ServeRemoteCase):
         self.assertEqual((health["caller"], health["chunks"]), ("plain", None))
         self.assertEqual([row["caller"] for row in self.audit_rows()], [], "a refused search is no search")
 
+    def test_the_single_token_reads_as_the_gateway_which_reads_nothing(self):
+        single = "single-token-for-every-group-0123456789"
+        running = self.start(token=single)
+        for mode in MODES:
+            with self.subTest(mode=mode):
+                status, _, body = self.search(running, single, mode=mode)
+                self.assertEqual((status, body.get("hits")), (200, []), body)
+        _, _, health = self.get(running, "/healthz", single)
+        self.assertEqual((health["caller"], health["chunks"]), ("serve-token", 0))
+        self.assertNotIn("failed the search", self.log.getvalue())
+
     def test_a_revoked_token_is_refused_at_the_next_request(self):
         running = self.start()
         self.assertEqual(self.search(running, self.eng_token)[0], 200)
