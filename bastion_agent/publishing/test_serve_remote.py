@@ -303,6 +303,17 @@ class ServeRemoteTokensFileTests(ServeRemoteCase):
         self.assertNotIn("Traceback", self.log.getvalue())
         self.assertNotIn("gateway-password", self.log.getvalue())
 
+    def test_a_reload_while_the_database_is_gone_refuses_the_named_tokens(self):
+        running = self.start()
+        self.assertEqual(self.search(running, self.hr_token)[0], 200)
+        query(test_publish.SERVER.dsn(), f'DROP DATABASE "{self.database}" WITH (FORCE)')
+        self.token("add", "late", "--groups", "eng", "--reader", self.eng)  # a change serve cannot check now
+        status, _, body = self.search(running, self.hr_token)
+        self.assertEqual(status, 401, body)
+        self.assertNotIn("hits", body)
+        self.assertIn("every named token is refused", self.log.getvalue())
+        self.assertNotIn(test_publish.SERVER.password, self.log.getvalue())
+
 
 if __name__ == "__main__":
     unittest.main()
