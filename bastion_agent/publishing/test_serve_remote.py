@@ -185,6 +185,25 @@ class ServeRemoteReaderTests(ServeRemoteCase):
                 self.assertLessEqual({(h["bastion"], h["chunk_id"]) for h in body["hits"]}, self.windows_of("eng"))
                 self.assertNotIn("Salary", json.dumps(body["hits"]))
 
+    def test_concurrent_callers_on_the_shared_connection_never_read_as_each_other(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        running = self.start()
+        allowed = {self.hr_token: self.windows_of("hr"), self.eng_token: self.windows_of("eng")}
+        jobs = [(token, mode) for _ in range(4) for token in allowed for mode in MODES]
+
+        def one(job):
+            token, mode = job
+            status, _, body = self.search(running, token, mode=mode, k=5)
+            return token, status, {(hit["bastion"], hit["chunk_id"]) for hit in body.get("hits", [])}
+
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            answers = list(pool.map(one, jobs))
+        for token, status, found in answers:
+            self.assertEqual(status, 200)
+            self.assertEqual(len(found), 5)
+            self.assertLessEqual(found, allowed[token])
+
     def test_healthz_counts_are_each_callers_own(self):
         running = self.start()
         for token, group, name in ((self.hr_token, "hr", "hr-portal"), (self.eng_token, "eng", "eng-wiki")):
