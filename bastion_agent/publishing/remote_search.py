@@ -118,6 +118,9 @@ class RemoteIndex:
         self.reader = None if reader is None else reader_name(reader)
         self._reading_as: str | None = None  # the reader of the search in progress (under self.lock)
         self._counts: dict[str | None, tuple[int, int]] = {}
+        # whether each reader may read the windows at all (None: the connection's own role, which is a gateway
+        # that reads nothing on its own); taken with its counts, once
+        self._readable: dict[str | None, bool] = {}
         self._floors: dict[str | None, float] = {}
         self.key, self.dim = manifest.embed.vector_key, manifest.embed.dim
         self.default_mode = searcher.resolve_mode(manifest, None)
@@ -149,10 +152,14 @@ class RemoteIndex:
         """
         if reader not in self._counts:
             with self._as_reader(reader):
+                self._readable[reader] = self._may_read_windows()
                 windows = self._count()
                 every = self._count(every_bastion=True) if self.bastions else windows
             self._counts[reader] = (windows, every)
         return self._counts[reader]
+
+    def _may_read_windows(self) -> bool:
+        return bool(self.conn.execute("SELECT has_table_privilege('bastion_agent.windows', 'SELECT')").fetchone()[0])
 
     def visible_count(self, groups=None, reader: str | None = None) -> int:
         """The windows this caller may search: ``reader``'s (None: the index's own reader)."""
@@ -232,6 +239,8 @@ class RemoteIndex:
 
                 self.conn = publish.connect(self.dsn)
             self.counts(reader)
+            if not self._readable[reader]:  # a gateway on its own (the single token's, the local user's): no rows
+                return []
             with self._as_reader(reader):
                 return self._search(query, query_vector, k, mode, exact)
 

@@ -1181,7 +1181,12 @@ def run_serve(args: argparse.Namespace) -> int:
         from bastion_agent.publishing import remote_search
 
         remote = remote_search.open_index(manifest, args.bastion)
-    server = build_server(manifest, layout, settings, remote=remote)
+    try:
+        server = build_server(manifest, layout, settings, remote=remote)
+    except BaseException:  # a refused tokens file: close the database link, so the one line is all stderr says
+        if remote is not None:
+            remote.close()
+        raise
     print(f"bastion_agent serve: {server.url} (model {manifest.embed.model}, {len(server.service.index)} chunks; "
           "Ctrl-C stops)", flush=True)
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -1192,6 +1197,8 @@ def run_serve(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         server.server_close()
+        if remote is not None:
+            remote.close()
     return 0
 
 

@@ -643,7 +643,18 @@ class TimeLimitTests(StoreCase):
         service = self.server.server.service
         original = service.index.search
         release = threading.Event()
-        self.addCleanup(release.set)
+        audit_log = self.store.layout.audit_log
+        lines_before = len(audit_log.read_bytes().splitlines()) if audit_log.exists() else 0
+
+        def finish() -> None:
+            # the abandoned search still ends with its audit line: let it land before the class removes the folder
+            release.set()
+            deadline = time.monotonic() + WAIT_SECONDS
+            while time.monotonic() < deadline and (
+                    not audit_log.exists() or len(audit_log.read_bytes().splitlines()) <= lines_before):
+                time.sleep(0.02)
+
+        self.addCleanup(finish)
 
         def slow(*args, **kwargs):
             release.wait(WAIT_SECONDS)

@@ -43,7 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bastion_agent.core import access
-from bastion_agent.core.errors import ConfigError
+from bastion_agent.core.errors import BastionError, ConfigError
 
 TOKENS_ENV = "BASTION_SERVE_TOKENS"
 SINGLE_TOKEN_ENV = "BASTION_SERVE_TOKEN"
@@ -279,8 +279,9 @@ class TokenBook:
         self.path = Path(path) if path is not None else None
         self.single_token = single_token
         self.log = log
-        # check(entries): raises ConfigError when a loaded file must not be used as it is (serve --remote: a
-        # token whose reader reads a group the token lacks); it fails the load like a malformed file
+        # check(entries): raises a BastionError when a loaded file must not be used as it is (serve --remote: a
+        # token whose reader reads a group the token lacks, or a reader the database cannot vouch for); it fails
+        # the load like a malformed file
         self.check = check
         self._lock = threading.Lock()
         self._stamp: tuple | None = None
@@ -315,7 +316,7 @@ class TokenBook:
                 return
             try:
                 entries = self._read()
-            except ConfigError as exc:
+            except BastionError as exc:  # a bad file, or a check that could not be made (the database down)
                 self._entries, self._stamp = [], stamp
                 if str(exc) != self.error:
                     self.log(f"bastion_agent serve: {exc}; every named token is refused until it is fixed")
