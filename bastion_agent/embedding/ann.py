@@ -49,11 +49,16 @@ EXPANSION_ADD = 128
 EXPANSION_SEARCH = 416
 MIN_CANDIDATES = 96
 DTYPE = "i8"
-# A caller who may see less than this share of the rows is answered by the
-# exact scan over those rows. At 100k windows (bench/access_filter.py) the
-# widened ANN search took 3.0x the scan's time at 2 % visible and 1.7x at
-# 10 %, the scan 1.9x the ANN's at 90 %: they cross near a quarter.
-EXACT_SHARE = 0.25
+# A caller who may see less than this share of the current rows is answered by
+# the exact scan over its rows. 1.0: every caller who cannot see every window.
+# The graph is one for all callers, so a walk for a filtered caller passes
+# through windows it may not see, and which of its own neighbours the walk
+# finds depends on them: an answer that a hidden document could change. On
+# speed alone the two would cross near a quarter (bench/access_filter.py,
+# 100k windows: the widened ANN search took 3.0x the scan's time at 2 %
+# visible and 1.7x at 10 %, the scan 1.9x the ANN's at 90 %); the promise
+# that no answer depends on a hidden window comes first.
+EXACT_SHARE = 1.0
 # Additions smaller than this are inserted on one thread: the graph is then
 # the same for the same rows (threads insert in a racy order, and a small
 # graph built that way missed a true top-5 row in about 1 search in 20),
@@ -163,12 +168,13 @@ class AnnIndex:
         the vectors again). The installed usearch has no filtered search in
         Python, so a caller who sees a share of the rows asks for
         proportionally more neighbours (and four times more again until
-        ``2 n`` visible ones are found); below ``EXACT_SHARE`` visible rows the
-        exact scan over just those rows is both faster and exact
-        (bench/access_filter.py).
+        ``2 n`` visible ones are found). Below ``EXACT_SHARE`` of the current
+        rows (by default: unless the caller sees them all) the exact scan over
+        just the caller's rows answers instead, so no hidden window can change
+        which of its rows are found.
         """
         view = self.view
-        if allowed is not None and allowed.count < EXACT_SHARE * view.rows:
+        if allowed is not None and allowed.count < EXACT_SHARE * view.current:
             return view.ranked(query, [position for _, position in view.top(query, n, allowed=allowed)])
         share = (view.current if allowed is None else allowed.count) / view.rows if view.rows else 1.0
         count = max(MIN_CANDIDATES, math.ceil(2 * n / max(share, 1e-6)))

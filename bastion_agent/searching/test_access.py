@@ -312,6 +312,22 @@ class FilteredScanTests(TempFolder, unittest.TestCase):
                         self.check(index, exact=False)
                         self.assertGreater(ann_top.call_count, 0)
 
+    @unittest.skipUnless(vectorfile.numpy_or_none() is not None and ann.available(), "the ANN index needs numpy and usearch")
+    def test_a_caller_who_cannot_see_every_window_never_walks_the_shared_graph(self):
+        """A walk of the one graph passes through hidden windows, which could change what it finds: scan instead."""
+        with mock.patch.multiple(ann, MIN_ROWS=50, LAZY_ROWS=100_000):
+            index = self.load()
+            self.assertIsNotNone(index.ann)
+            walks = mock.Mock(wraps=index.ann.index.search)
+            with mock.patch.object(index.ann, "index", mock.Mock(search=walks, wraps=index.ann.index)):
+                for groups in (HR, ENG):  # a small and a large share of the windows
+                    for query in self.queries[:3]:
+                        index.search("", query, 5, "vector", groups=groups)
+                self.assertEqual(walks.call_count, 0)
+                index.search("", self.queries[0], 5, "vector")
+                self.assertGreater(walks.call_count, 0)
+            index.close()
+
 
 if __name__ == "__main__":
     unittest.main()
