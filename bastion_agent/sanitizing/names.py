@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import re
 
+from bastion_agent.sanitizing.copies import trie_pattern
+
 MAX_TOKENS = 4
 PERSON = "person-name"
 DOB = "date-of-birth"
@@ -99,7 +101,9 @@ _MARKER = re.compile(
 _FIRST_WORDS = frozenset(re.match(r"[^\W\d_]+", alternative).group()
                          for group in (_SALUTATIONS, _CLOSINGS, _HEADERS, _LABELS) for alternative in group.split("|"))
 _FIRST_WORDS |= {"authorised", "authorized", "apellido", "reply"}
-_LEAD_WORD = re.compile(r"[\n\t|][ \t>*]*([^\W\d_]+)")
+# The vocabulary is in the pattern (a trie of the words, then no further letter), so only a line or cell
+# that starts with one of them costs a Python step; prose starts most lines with other words.
+_LEAD_WORD = re.compile(r"[\n\t|][ \t>*]*" + trie_pattern(sorted(_FIRST_WORDS)) + r"(?![^\W\d_])")
 # Literals of the date-of-birth labels, found with str.find; the label pattern is matched at each.
 _DOB_WORDS = ("birth", "dob", "d.o.b", "geb", "naissance", "né", "nacimiento", "nascita", "born")
 _MONTHS = ("jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|jun(?:e)?|jul(?:y)?|aug(?:ust)?|"
@@ -215,10 +219,7 @@ def _capitalised(core: str, caps: bool) -> bool:
 def _marked(text: str, lowered: str):
     """Names after salutations, under closings, in mail headers and after form labels."""
     length = len(text)
-    words = _FIRST_WORDS
     for lead_word in _LEAD_WORD.finditer(lowered):
-        if lead_word.group(1) not in words:
-            continue
         lead = lead_word.start()  # the line break or delimiter; in text, one character before
         match = _MARKER.match(lowered, lead + 1)
         if match is None:
