@@ -164,7 +164,7 @@ def scan(text: str) -> list[tuple[int, int]]:
             position = lowered.find(stem, end)  # the rest of this identifier was seen
     if "net " in lowered or "net\t" in lowered:
         spans.extend(_net_use(text))
-    if any(trigger in lowered for trigger in TOOL_TRIGGERS):
+    if any(trigger in lowered for trigger in TOOL_TRIGGERS) and TOOL_NAME.search(text):
         spans.extend(_tools(text))
     return spans
 
@@ -421,3 +421,7 @@ def _tools(text: str) -> list[tuple[int, int]]:
 
 
 TOOL_TRIGGERS = ("htpasswd", "smbclient", "rpcclient", "smbmap", "mount.cifs", "sqlplus", "expdp", "impdp", "rman")
+# The tools' names as the patterns of TOOL_PASSWORDS start (a word of its own, any case). The literals
+# above are substrings of ordinary words ("performance" holds "rman"): this second, exact gate keeps such
+# a text from paying the three command-line patterns.
+TOOL_NAME = re.compile(r"(?i)(?<![\w\-])(?:htpasswd|smbclient|rpcclient|smbmap|mount\.cifs|sqlplus|expdp|impdp|rman)")
