@@ -172,14 +172,18 @@ def column_rule(cell: str) -> str | None:
     return None
 
 
-def column_findings(text: str, enabled: frozenset[str] | set[str]) -> list[tuple[int, int, str]]:
-    """(start, end, rule id) of every cell under a sensitive header, for the rule ids in ``enabled``."""
+def column_findings(text: str, enabled: frozenset[str] | set[str] | dict[str, int],
+                    lowered: str | None = None) -> list[tuple[int, int, str]]:
+    """(start, end, rule id) of every cell under a sensitive header, for the rule ids in ``enabled``.
+
+    ``lowered`` is ``text.lower()`` when the caller has it (one copy serves every pass).
+    """
     if not enabled or len(text) < 8:
         return []
     found: list[tuple[int, int, str]] = []
     done = 0
     scanner = _Scanner(text)
-    starts = _hit_positions(text)
+    starts = _hit_positions(text, text.lower() if lowered is None else lowered)
     for position in starts:
         if position < done:
             continue
@@ -196,11 +200,10 @@ def column_findings(text: str, enabled: frozenset[str] | set[str]) -> list[tuple
     return found
 
 
-def _hit_positions(text: str):
+def _hit_positions(text: str, lowered: str):
     """Where a line holding a header word in a cell of its own starts (or a hit inside it)."""
     if text[:1] not in "\t,;|\n":
         yield 0
-    lowered = text.lower()
     if len(lowered) == len(text):
         hits = [match.start() for pattern in _CELL_HEADER_WORDS for match in pattern.finditer(lowered)]
     else:  # a character whose lower case is longer would shift the offsets: look each word up

@@ -139,9 +139,9 @@ def _telling(value: str) -> bool:
 # --- the scanner -------------------------------------------------------------------------
 
 
-def scan(text: str) -> list[tuple[int, int]]:
-    """The spans of credential values in ``text`` (keyed and positional)."""
-    lowered = text.lower()
+def scan(text: str, lowered: str | None = None) -> list[tuple[int, int]]:
+    """The spans of credential values in ``text`` (keyed and positional); ``lowered``: ``text.lower()``, if at hand."""
+    lowered = text.lower() if lowered is None else lowered
     if len(lowered) != len(text):
         lowered = "".join(ch.lower() if len(ch.lower()) == 1 else ch for ch in text)
     spans: list[tuple[int, int]] = []

@@ -125,11 +125,11 @@ _DOB = re.compile(
 )
 
 
-def name_findings(text: str, enabled: dict[str, int] | set[str]) -> list[tuple[int, int, str]]:
-    """(start, end, rule id) of the names and labelled dates of birth in ``text``."""
+def name_findings(text: str, enabled: dict[str, int] | set[str], lowered: str | None = None) -> list[tuple[int, int, str]]:
+    """(start, end, rule id) of the names and labelled dates of birth in ``text`` (``lowered``: ``text.lower()``)."""
     if not text or (PERSON not in enabled and DOB not in enabled):
         return []
-    lowered = "\n" + text.lower()
+    lowered = "\n" + (text.lower() if lowered is None else lowered)
     if len(lowered) != len(text) + 1:  # a character whose lower case is longer: keep offsets exact
         lowered = "\n" + "".join(ch if len(ch.lower()) != 1 else ch.lower() for ch in text)
     found: list[tuple[int, int, str]] = []
