@@ -164,7 +164,8 @@ def scan(text: str, lowered: str | None = None) -> list[tuple[int, int]]:
             position = lowered.find(stem, end)  # the rest of this identifier was seen
     if "net " in lowered or "net\t" in lowered:
         spans.extend(_net_use(text))
-    if any(trigger in lowered for trigger in TOOL_TRIGGERS) and TOOL_NAME.search(text):
+    if _tools_possible(text, lowered) and any(trigger in lowered for trigger in TOOL_TRIGGERS) \
+            and TOOL_NAME.search(text):
         spans.extend(_tools(text))
     return spans
 
@@ -408,6 +409,22 @@ TOOL_PASSWORDS = (
                r"[\"']?[^\s%\"']+%(?P<secret>[^\s\"']+)"),
     re.compile(r"(?im)(?<![\w\-])(?:sqlplus|expdp|impdp|rman)[ \t]+(?:-[sSL][ \t]+)*[\"']?[\w$#]+/(?P<secret>[^\s@\"']+)@"),
 )
+
+
+def _tools_possible(text: str, lowered: str) -> bool:
+    """False when no pattern of TOOL_PASSWORDS can match: a few short searches instead of nine.
+
+    What each pattern cannot match without: ``htpasswd`` its letters
+    "htpa"; the smbclient family a literal ``%`` and "mbcl", "mbma",
+    "rpccl" or "mount.c"; sqlplus and Oracle's tools a literal ``@`` and
+    "qlplu", "xpdp", "mpdp" or "rman". The pieces leave out "s" and "i",
+    which the patterns' case-blind matching also reads as "ſ", "ı" and "İ"
+    (letters whose lower case is not "s" or "i"); every other letter here
+    matches only itself and its capital, so ``lowered`` holds the piece.
+    """
+    return ("htpa" in lowered
+            or ("%" in text and ("mbcl" in lowered or "mbma" in lowered or "rpccl" in lowered or "mount.c" in lowered))
+            or ("@" in text and ("qlplu" in lowered or "xpdp" in lowered or "mpdp" in lowered or "rman" in lowered)))
 
 
 def _tools(text: str) -> list[tuple[int, int]]:
