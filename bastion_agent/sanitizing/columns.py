@@ -153,8 +153,11 @@ _LETTER = re.compile(r"[^\W\d_]")
 @functools.lru_cache(maxsize=4096)  # tables repeat their header cells, code its keys: fold each once
 def normal_header(cell: str) -> str:
     """A header cell as the vocabulary spells it: NFKC, lowercase, separators as one space, no ":"."""
-    folded = unicodedata.normalize("NFKC", cell).lower()
-    folded = "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
+    if cell.isascii():  # NFKC leaves ASCII as it is, and ASCII holds no format (Cf) character
+        folded = cell.lower()
+    else:
+        folded = unicodedata.normalize("NFKC", cell).lower()
+        folded = "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
     folded = folded.strip(" \t\"'*#:=")
     return _SEPARATORS.sub(" ", folded).strip()
 
