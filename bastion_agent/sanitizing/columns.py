@@ -150,9 +150,17 @@ _PIPE_SPLIT = re.compile(r"(?<!\\)\|")
 _LETTER = re.compile(r"[^\W\d_]")
 
 
-@functools.lru_cache(maxsize=4096)  # tables repeat their header cells, code its keys: fold each once
+# Tables repeat their header cells and code its keys: each distinct cell is folded and looked up once.
+# Only cells up to CACHED_CELL characters are kept, so the caches hold at most ~4096 short strings.
+CACHED_CELL = 256
+
+
 def normal_header(cell: str) -> str:
     """A header cell as the vocabulary spells it: NFKC, lowercase, separators as one space, no ":"."""
+    return _cached_header(cell) if len(cell) <= CACHED_CELL else _normal_header(cell)
+
+
+def _normal_header(cell: str) -> str:
     if cell.isascii():  # NFKC leaves ASCII as it is, and ASCII holds no format (Cf) character
         folded = cell.lower()
     else:
@@ -162,9 +170,15 @@ def normal_header(cell: str) -> str:
     return _SEPARATORS.sub(" ", folded).strip()
 
 
-@functools.lru_cache(maxsize=4096)
+_cached_header = functools.lru_cache(maxsize=4096)(_normal_header)
+
+
 def column_rule(cell: str) -> str | None:
     """The rule id of a header cell that names a sensitive column (``"ssn-column"``...), else None."""
+    return _cached_rule(cell) if len(cell) <= CACHED_CELL else _column_rule(cell)
+
+
+def _column_rule(cell: str) -> str | None:
     header = normal_header(cell)
     if not header or len(header) > MAX_HEADER_CELL:
         return None
@@ -173,6 +187,9 @@ def column_rule(cell: str) -> str | None:
         if pattern.fullmatch(header):
             return rule
     return None
+
+
+_cached_rule = functools.lru_cache(maxsize=4096)(_column_rule)
 
 
 def column_findings(text: str, enabled: frozenset[str] | set[str] | dict[str, int],
