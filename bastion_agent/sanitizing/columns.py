@@ -31,8 +31,11 @@ columns costs time linear in the text.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+
+from bastion_agent.sanitizing.copies import trie_pattern
 
 # rule id -> header words (after ``normal_header``: lowercase, NFKC, separators
 # as single spaces, a trailing ":" / "#" / "no" / "number" form listed here).
@@ -131,10 +134,15 @@ FIRST_WORDS = frozenset(
     for pattern in (*HEADERS.values(), AMBIGUOUS_NAME.pattern)
     for alternative in re.findall(r"(?:^|(?<=[(|?:]))[^\W\d_][^|()?]*", pattern.replace("(?:", "("))
 ) - {"no", "nr", "num", "number", "numero", "nummer", "numéro", "número"}
-# One pass: the first word of every cell that starts after a delimiter (spaces, a quote, "*" or "#" before it);
-# the delimiter leads the pattern, so the engine skips to it in C, and a set lookup decides.
-# One pass per delimiter: a pattern led by a literal is skipped through at memchr speed, a class is not.
+# One pass per delimiter: the first word of every cell that starts after it (spaces, a quote, "*" or "#"
+# before it). A pattern led by a literal is skipped through at memchr speed, a class is not.
 _CELL_WORDS = tuple(re.compile(re.escape(d) + r"[ \t\"'*#_]*([^\W\d_]+)") for d in "\n\t,;|")
+# The same passes over the lowercased text with the vocabulary inside the pattern (a trie of FIRST_WORDS,
+# then no further letter): prose has a comma every few words, and each match of ``_CELL_WORDS`` would cost
+# a Python step to be looked up and, nearly always, dropped. Lowering keeps every character a letter or
+# not a letter (checked over all of Unicode), so the matches are the ones ``_CELL_WORDS`` keeps.
+_CELL_HEADER_WORDS = tuple(re.compile(re.escape(d) + r"[ \t\"'*#_]*" + trie_pattern(sorted(FIRST_WORDS))
+                                      + r"(?![^\W\d_])") for d in "\n\t,;|")
 _SEPARATORS = re.compile(r"[\s_\-./'’()\[\]]+")
 _PIPE_RULE = re.compile(r"[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*")
 _GRID_RULE = re.compile(r"[ \t]*\+[\-=+: ]*\+[ \t]*")
@@ -142,16 +150,35 @@ _PIPE_SPLIT = re.compile(r"(?<!\\)\|")
 _LETTER = re.compile(r"[^\W\d_]")
 
 
+# Tables repeat their header cells and code its keys: each distinct cell is folded and looked up once.
+# Only cells up to CACHED_CELL characters are kept, so the caches hold at most ~4096 short strings.
+CACHED_CELL = 256
+
+
 def normal_header(cell: str) -> str:
     """A header cell as the vocabulary spells it: NFKC, lowercase, separators as one space, no ":"."""
-    folded = unicodedata.normalize("NFKC", cell).lower()
-    folded = "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
+    return _cached_header(cell) if len(cell) <= CACHED_CELL else _normal_header(cell)
+
+
+def _normal_header(cell: str) -> str:
+    if cell.isascii():  # NFKC leaves ASCII as it is, and ASCII holds no format (Cf) character
+        folded = cell.lower()
+    else:
+        folded = unicodedata.normalize("NFKC", cell).lower()
+        folded = "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
     folded = folded.strip(" \t\"'*#:=")
     return _SEPARATORS.sub(" ", folded).strip()
 
 
+_cached_header = functools.lru_cache(maxsize=4096)(_normal_header)
+
+
 def column_rule(cell: str) -> str | None:
     """The rule id of a header cell that names a sensitive column (``"ssn-column"``...), else None."""
+    return _cached_rule(cell) if len(cell) <= CACHED_CELL else _column_rule(cell)
+
+
+def _column_rule(cell: str) -> str | None:
     header = normal_header(cell)
     if not header or len(header) > MAX_HEADER_CELL:
         return None
@@ -162,14 +189,21 @@ def column_rule(cell: str) -> str | None:
     return None
 
 
-def column_findings(text: str, enabled: frozenset[str] | set[str]) -> list[tuple[int, int, str]]:
-    """(start, end, rule id) of every cell under a sensitive header, for the rule ids in ``enabled``."""
+_cached_rule = functools.lru_cache(maxsize=4096)(_column_rule)
+
+
+def column_findings(text: str, enabled: frozenset[str] | set[str] | dict[str, int],
+                    lowered: str | None = None) -> list[tuple[int, int, str]]:
+    """(start, end, rule id) of every cell under a sensitive header, for the rule ids in ``enabled``.
+
+    ``lowered`` is ``text.lower()`` when the caller has it (one copy serves every pass).
+    """
     if not enabled or len(text) < 8:
         return []
     found: list[tuple[int, int, str]] = []
     done = 0
     scanner = _Scanner(text)
-    starts = _hit_positions(text)
+    starts = _hit_positions(text, text.lower() if lowered is None else lowered)
     for position in starts:
         if position < done:
             continue
@@ -186,13 +220,16 @@ def column_findings(text: str, enabled: frozenset[str] | set[str]) -> list[tuple
     return found
 
 
-def _hit_positions(text: str):
+def _hit_positions(text: str, lowered: str):
     """Where a line holding a header word in a cell of its own starts (or a hit inside it)."""
     if text[:1] not in "\t,;|\n":
         yield 0
-    words = FIRST_WORDS
-    hits = [match.start() for pattern in _CELL_WORDS for match in pattern.finditer(text)
-            if match.group(1).lower() in words]
+    if len(lowered) == len(text):
+        hits = [match.start() for pattern in _CELL_HEADER_WORDS for match in pattern.finditer(lowered)]
+    else:  # a character whose lower case is longer would shift the offsets: look each word up
+        words = FIRST_WORDS
+        hits = [match.start() for pattern in _CELL_WORDS for match in pattern.finditer(text)
+                if match.group(1).lower() in words]
     hits.sort()
     for start in hits:
         yield start + 1 if text[start] == "\n" else start

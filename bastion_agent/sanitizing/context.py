@@ -139,9 +139,9 @@ def _telling(value: str) -> bool:
 # --- the scanner -------------------------------------------------------------------------
 
 
-def scan(text: str) -> list[tuple[int, int]]:
-    """The spans of credential values in ``text`` (keyed and positional)."""
-    lowered = text.lower()
+def scan(text: str, lowered: str | None = None) -> list[tuple[int, int]]:
+    """The spans of credential values in ``text`` (keyed and positional); ``lowered``: ``text.lower()``, if at hand."""
+    lowered = text.lower() if lowered is None else lowered
     if len(lowered) != len(text):
         lowered = "".join(ch.lower() if len(ch.lower()) == 1 else ch for ch in text)
     spans: list[tuple[int, int]] = []
@@ -164,7 +164,8 @@ def scan(text: str) -> list[tuple[int, int]]:
             position = lowered.find(stem, end)  # the rest of this identifier was seen
     if "net " in lowered or "net\t" in lowered:
         spans.extend(_net_use(text))
-    if any(trigger in lowered for trigger in TOOL_TRIGGERS):
+    if _tools_possible(text, lowered) and any(trigger in lowered for trigger in TOOL_TRIGGERS) \
+            and TOOL_NAME.search(text):
         spans.extend(_tools(text))
     return spans
 
@@ -410,6 +411,22 @@ TOOL_PASSWORDS = (
 )
 
 
+def _tools_possible(text: str, lowered: str) -> bool:
+    """False when no pattern of TOOL_PASSWORDS can match: a few short searches instead of nine.
+
+    What each pattern cannot match without: ``htpasswd`` its letters
+    "htpa"; the smbclient family a literal ``%`` and "mbcl", "mbma",
+    "rpccl" or "mount.c"; sqlplus and Oracle's tools a literal ``@`` and
+    "qlplu", "xpdp", "mpdp" or "rman". The pieces leave out "s" and "i",
+    which the patterns' case-blind matching also reads as "ſ", "ı" and "İ"
+    (letters whose lower case is not "s" or "i"); every other letter here
+    matches only itself and its capital, so ``lowered`` holds the piece.
+    """
+    return ("htpa" in lowered
+            or ("%" in text and ("mbcl" in lowered or "mbma" in lowered or "rpccl" in lowered or "mount.c" in lowered))
+            or ("@" in text and ("qlplu" in lowered or "xpdp" in lowered or "mpdp" in lowered or "rman" in lowered)))
+
+
 def _tools(text: str) -> list[tuple[int, int]]:
     spans = []
     for pattern in TOOL_PASSWORDS:
@@ -421,3 +438,7 @@ def _tools(text: str) -> list[tuple[int, int]]:
 
 
 TOOL_TRIGGERS = ("htpasswd", "smbclient", "rpcclient", "smbmap", "mount.cifs", "sqlplus", "expdp", "impdp", "rman")
+# The tools' names as the patterns of TOOL_PASSWORDS start (a word of its own, any case). The literals
+# above are substrings of ordinary words ("performance" holds "rman"): this second, exact gate keeps such
+# a text from paying the three command-line patterns.
+TOOL_NAME = re.compile(r"(?i)(?<![\w\-])(?:htpasswd|smbclient|rpcclient|smbmap|mount\.cifs|sqlplus|expdp|impdp|rman)")

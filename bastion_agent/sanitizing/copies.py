@@ -63,7 +63,7 @@ class Matcher:
 
     def __init__(self, values: dict[str, str]):
         self.values = dict(values)
-        self.regex = re.compile(_trie_pattern(sorted(self.values))) if self.values else None
+        self.regex = re.compile(trie_pattern(sorted(self.values))) if self.values else None
 
     def finditer(self, text: str):
         """``(start, end, rule id)`` of every occurrence, left to right, not overlapping."""
@@ -83,7 +83,7 @@ def occurrences(text: str, values: dict[str, str]) -> list[tuple[int, int, str]]
     return list(Matcher(values).finditer(text))
 
 
-def _trie_pattern(values: list[str]) -> str:
+def trie_pattern(values: list[str]) -> str:
     """A pattern matching exactly the values, the longest at each position first (no backtracking blow-up)."""
     trie: dict = {}
     for value in values:

@@ -288,7 +288,8 @@ class Sanitizer:
         """
         if not text:
             return []
-        found = self._scan(text)
+        lowered = text.lower()  # one lower-cased copy for the keyword scan and the three context passes
+        found = self._scan(text, lowered)
         view = lookalike_view(text)
         if view is not None:
             for first, last in view.changed_windows():
@@ -297,22 +298,22 @@ class Sanitizer:
                     found.append(Finding(start, end, finding.order, finding.rule))
         if "\n" in text:
             found.extend(self._joined_findings(text, found))
-        found.extend(self._context_findings(text))
+        found.extend(self._context_findings(text, lowered))
         if ATTACHMENT_MARK in text:
             for label in ATTACHMENT_LABEL.finditer(text):
                 offset = label.start(1)
                 found.extend(Finding(f.start + offset, f.end + offset, f.order, f.rule)
                              for f in self._name_findings(label.group(1)))
-        found.extend(self._structure(text, columns.column_findings(text, self._structure_orders())))
-        found.extend(self._structure(text, names.name_findings(text, self._structure_orders())))
+        found.extend(self._structure(text, columns.column_findings(text, self._structure_orders(), lowered)))
+        found.extend(self._structure(text, names.name_findings(text, self._structure_orders(), lowered)))
         return found
 
-    def _context_findings(self, text: str) -> list[Finding]:
+    def _context_findings(self, text: str, lowered: str | None = None) -> list[Finding]:
         """The values of credential-named keys, whole, to their syntax's own end (``context.py``)."""
         if self._context_order is None:
             return []
         order = self._context_order
-        return [Finding(s, e, order, "credential-value") for s, e in context.scan(text) if not self._allowed(text[s:e])]
+        return [Finding(s, e, order, "credential-value") for s, e in context.scan(text, lowered) if not self._allowed(text[s:e])]
 
     def _structure_orders(self) -> dict[str, int]:
         """Rule id -> order of the enabled structure rules (cells by their header, marked names)."""
@@ -347,12 +348,12 @@ class Sanitizer:
                         break
         return extra
 
-    def _scan(self, text: str) -> list[Finding]:
-        """The findings of the rules in ``text`` as it is."""
+    def _scan(self, text: str, lowered: str | None = None) -> list[Finding]:
+        """The findings of the rules in ``text`` as it is (``lowered``: ``text.lower()``, when at hand)."""
         found: list[Finding] = []
         if not text:
             return found
-        hits = self._keyword_hits(text)
+        hits = self._keyword_hits(text, lowered)
         for active, positions in hits.items():
             regex, anchor = active.regex, active.rule.anchor
             if active.rule.effective_scope == "document":
@@ -382,11 +383,11 @@ class Sanitizer:
 
     # Internals ------------------------------------------------------------------
 
-    def _keyword_hits(self, text: str) -> dict[_Active, list[int]]:
+    def _keyword_hits(self, text: str, lowered: str | None = None) -> dict[_Active, list[int]]:
         """Where each keyword rule's keywords occur, sorted, for all rules at once."""
         if not self._triggers:
             return {}
-        lowered = text.lower()
+        lowered = text.lower() if lowered is None else lowered
         triggers = self._triggers
         if len(lowered) != len(text):  # a character whose lower case is longer: keep offsets exact
             lowered = text

@@ -122,6 +122,21 @@ class ColumnTests(unittest.TestCase):
         self.assertNotIn(pw, Sanitizer().redact(text)[0])
         self.assertIsInstance(Sanitizer().redact('name,ssn\n"' + "x" * 200000 + "\n")[0], str)
 
+    def test_many_distinct_and_huge_header_cells_keep_memory_bounded(self):
+        # Header cells are remembered between documents to fold each once; a hostile folder of tables with
+        # ever new (or megabyte-long) header cells must not grow that memory, and a long cell is still read.
+        from bastion_agent.sanitizing import columns
+
+        sanitizer = Sanitizer()
+        for batch in range(3):
+            header = ",".join(f"h{batch}x{i}" for i in range(3000)) + ",password," + "w" * 100_000 + "\n"
+            sanitizer.redact(header + ",".join("x" for _ in range(3000)) + ",Vb7#mQ2z,y\n")
+        for cache in (columns._cached_rule, columns._cached_header):
+            self.assertLessEqual(cache.cache_info().currsize, 4096)
+        long_cell = " " * 300 + "Password"
+        pw = password().replace(" ", "")
+        self.assertNotIn(pw, sanitizer.redact(f"user,{long_cell}\nkim,{pw}\n")[0])
+
 
 class NameTests(unittest.TestCase):
     def test_each_place_a_document_marks_a_name(self):

@@ -160,6 +160,19 @@ class ContextTests(unittest.TestCase):
             disable=("credential-value",)))
         self.assertNotIn("credential-value", sanitizer.redact(text)[0])
 
+    def test_tool_passwords_in_any_case_amid_decoy_prose(self):
+        # The scan skips the command-line patterns on text that cannot hold them ("performance" holds
+        # "rman", abstracts are full of "%"): a tool line in capitals, after such prose, must still go.
+        prose = "Performance rose 12% (p < 0.05); the net effect of a German rman-like tool was small.\n"
+        for line, value in (("HTPASSWD -b /etc/.htpasswd kim {}", word()),
+                            ("SMBCLIENT //fs01/share -U kim%{}", word().replace("%", "x")),
+                            ("SQLPLUS scott/{}@orcl", word().replace("@", "a").replace("/", "b"))):
+            text = prose + line.format(value) + "\n"
+            with self.subTest(line=line):
+                self.assertNotIn(value, redact(text))
+                self.assertTrue(redact(text).startswith(prose))
+        self.assertEqual(redact(prose), prose)
+
     def test_hostile_long_lines_finish(self):
         text = ("password=" + "a;" * 200_000 + "\n") + ("token " * 100_000) + ("pw: " + "x" * 100_000)
         clean = redact(text)
