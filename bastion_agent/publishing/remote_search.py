@@ -323,9 +323,10 @@ class RemoteIndex:
         """Whether a search of the chosen bastions reads their rows instead of walking a graph.
 
         One bastion has a graph of its own rows (migration 8), which the
-        planner walks for the same statement: 0.75 x the unfiltered p50 at
-        300k windows in 10 bastions, against 2.16 x for the exact scan
-        (docs/publish.md), so one bastion never scans. Several bastions walk
+        same statement walks (``vector_query`` takes the sort away): 0.54 x
+        the unfiltered p50 at 100k windows in 10 bastions against 1.06 x for
+        the exact scan, 0.75 x against 2.16 x at 300k (docs/publish.md), so
+        one bastion never scans. Several bastions walk
         the shared graph, which holds every bastion's rows: to find the
         ``ef_search`` nearest of a share ``s`` of them, the walk reads about
         ``1 / s`` times the pages of an unfiltered search, while reading the
@@ -363,10 +364,11 @@ class RemoteIndex:
             return [sql.SQL("SET LOCAL enable_indexscan = off")], statement
         settings = [sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))),
                     sql.SQL("SET LOCAL hnsw.iterative_scan = relaxed_order")]
-        if self._reading_as is not None:
+        if self._reading_as is not None or self.own_graph is not None:
             # the planner guesses the read policy keeps ~1 % of the rows, so ef_search rows through the graph
-            # look dearer than sorting every row: 460 ms against 80 at 100k windows (docs/publish.md); the
-            # graph walk is what a reader's approximate search means, as it is for everyone else
+            # look dearer than sorting every row: 460 ms against 80 at 100k windows (docs/publish.md); and it
+            # sorts a bastion of 10,000 rows rather than walk its own graph, at twice the graph's time (24.9
+            # against 12.4 ms, docs/publish.md): the graph walk is what an approximate search means
             settings.append(sql.SQL("SET LOCAL enable_sort = off"))
         return settings, statement
 

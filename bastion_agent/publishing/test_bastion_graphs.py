@@ -78,18 +78,16 @@ class BastionGraphCase(PublishCase):
 
     @staticmethod
     def no_sort(really: bool = True) -> list:
-        """Settings that take the sort of every row away: a store of a few dozen rows is sorted faster
-        than any graph is walked (rightly), so a test of the graph's answer has to ask for it."""
+        """Settings that take the sort of every row away: unfiltered, a store of a few dozen rows is sorted
+        faster than the shared graph is walked (rightly), so a test of that plan has to ask for it."""
         from psycopg import sql
 
         return [sql.SQL("SET LOCAL enable_sort = off"), sql.SQL("SET LOCAL enable_seqscan = off")] if really else []
 
     def graph_top(self, index: remote_search.RemoteIndex, vector, n: int) -> list[tuple[float, str]]:
-        """The product's approximate statement, walked through a graph: (cosine, key), best first."""
-        settings, statement = index.vector_query(vector, n)
-        rows = index.in_one_message(settings + self.no_sort(), statement)
-        self.assertIn(f"Index Scan using {index.own_graph} on windows", self.plan(index, vector, no_sort=True))
-        return sorted(((round(1.0 - float(d), 6), f"{b}\0{c}") for b, c, d in rows), key=lambda r: (-r[0], r[1]))[:n]
+        """The product's approximate search, checked to walk the bastion's graph: (cosine, key), best first."""
+        self.assertIn(f"Index Scan using {index.own_graph} on windows", self.plan(index, vector))
+        return [(round(cos, 6), key) for cos, key in index.vector_top(vector, n)]
 
     def vector(self, text: str) -> list[float]:
         from bastion_agent.testing.stub_server import bag_of_words
@@ -150,9 +148,8 @@ class GraphSearchTests(BastionGraphCase):
         one = self.index(["hr-02"])
         self.assertEqual(one.own_graph, publish_schema.bastion_graph_name("stub-model", "hr-02"))
         self.assertFalse(one.scans_exactly(), "one bastion: its graph, however small its share")
-        # as the owner: the plan the server makes, the sort of every row taken away (see no_sort):
-        # of the bastion's graph and the shared one, it walks the bastion's
-        plan = self.plan(one, self.vector(QUERIES[0]), no_sort=True)
+        # as the owner: the plan the server makes for the product's settings and statement, unaided
+        plan = self.plan(one, self.vector(QUERIES[0]))
         self.assertIn(f"Index Scan using {one.own_graph} on windows", plan)
         self.assertNotIn(one.model.index_name + " ", plan)
         self.assertIn("Seq Scan", self.plan(one, self.vector(QUERIES[0]), exact=True))
