@@ -14,6 +14,9 @@ Everything lives in the schema ``bastion_agent``:
   model on ``(embedding::vector(dim))`` with cosine distance (``halfvec`` above
   2000 dimensions, pgvector's limit for ``vector``), ``WHERE model = '…'``; a
   search names the same expression and predicate, so the planner uses it;
+  since migration 8 also one per (model, bastion), ``WHERE model = '…' AND
+  bastion = '…'``, made and dropped by the owner's triggers on ``bastions``
+  and ``models``, which a search of that one bastion walks;
 - ``bastions(bastion PK, role oid, role_name)``: which login role publishes
   which bastion; its row is also the bastion's publish lock;
 - ``searchers(role oid PK, role_name)``: the roles that read every
