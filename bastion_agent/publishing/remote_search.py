@@ -310,7 +310,8 @@ class RemoteIndex:
         return max(n, self.ef_search) if self.bastions or self._reading_as else n
 
     def _own_graph(self) -> str | None:
-        """The partial graph of the one chosen bastion's rows (schema migration 8), if the server has it."""
+        """The partial graph of the one chosen bastion's rows (schema migration 8), if the server has it:
+        only for a bastion the administrator opted in, since its catalog entry shows every role its name."""
         from bastion_agent.publishing import publish_schema
 
         if self.model is None or len(self.bastions) != 1 or self.version < 8:
@@ -322,11 +323,12 @@ class RemoteIndex:
     def scans_exactly(self) -> bool:
         """Whether a search of the chosen bastions reads their rows instead of walking a graph.
 
-        One bastion has a graph of its own rows (migration 8), which the
-        same statement walks (``vector_query`` takes the sort away): 0.54 x
-        the unfiltered p50 at 100k windows in 10 bastions against 1.06 x for
-        the exact scan, 0.75 x against 2.16 x at 300k (docs/publish.md), so
-        one bastion never scans. Several bastions walk
+        A bastion the administrator opted in (``--own-graph``) has a graph
+        of its own rows (migration 8), which the same statement walks
+        (``vector_query`` takes the sort away): 0.54 x the unfiltered p50 at
+        100k windows in 10 bastions against 1.06 x for the exact scan, 0.75 x
+        against 2.16 x at 300k (docs/publish.md), so such a bastion never
+        scans. A bastion not opted in, and several bastions, walk
         the shared graph, which holds every bastion's rows: to find the
         ``ef_search`` nearest of a share ``s`` of them, the walk reads about
         ``1 / s`` times the pages of an unfiltered search, while reading the

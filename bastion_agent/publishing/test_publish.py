@@ -239,8 +239,7 @@ class IncrementalPublishTests(PublishCase):
         self.assertEqual(self.server_windows("fs-01", "stub-model-2"), fs.local_windows())
         indexes = query(self.dsn, "SELECT indexdef FROM pg_indexes WHERE tablename = 'windows' AND indexdef LIKE %s",
                         ("%hnsw%",))
-        self.assertEqual(len(indexes), 4, "per model: its graph, and the bastion's own (migration 8)")
-        self.assertEqual(sum("AND (bastion = 'fs-01'::text)" in row[0] for row in indexes), 2)
+        self.assertEqual(len(indexes), 2)
         self.assertTrue(all("vector_cosine_ops" in row[0] and "vector(64)" in row[0] for row in indexes))
 
     def test_sweep_publishes_last_when_the_manifest_and_the_environment_ask(self):
@@ -380,8 +379,6 @@ class RemoteSearchTests(PublishCase):
         everything = remote_search.RemoteIndex(manifest, self.dsn)
         self.addCleanup(small.close)
         self.addCleanup(everything.close)
-        self.assertFalse(small.scans_exactly(), "one bastion: its own graph (test_bastion_graphs)")
-        small.own_graph = None  # a server without it (before migration 8): the share decides
         share = small.windows / small.all_windows
         self.assertEqual(small.scans_exactly(), share <= remote_search.EXACT_SHARE)
         self.assertFalse(everything.scans_exactly())

@@ -173,6 +173,7 @@ class ReaderSearchTests(ReaderCase):
     def test_a_readers_one_bastion_search_walks_that_bastions_graph_inside_the_read_policy(self):
         from psycopg import sql
 
+        query(self.dsn, "SELECT bastion_agent.set_own_graph('fs-01', true)")  # the administrator's opt-in
         one = remote_search.RemoteIndex(manifest_of(), self.gateway_dsn, ["fs-01"])
         self.addCleanup(one.close)
         self.assertIsNotNone(one.own_graph)
