@@ -216,6 +216,8 @@ def load(cache: Path, pg: ThrowawayPostgres, n: int, with_twin: bool = False) ->
     if missing:
         log(f"building the graphs of {len(missing)} bastions' own rows")
         started = time.monotonic()
+        # the administrator's opt-in (admin set-bastion --own-graph on), which the search figures measure
+        conn.execute("UPDATE bastion_agent.bastions SET own_graph = true WHERE NOT own_graph")
         conn.execute("SELECT bastion_agent.build_bastion_graphs()")
         result["bastion_graphs_build_s"] = round(time.monotonic() - started, 1)
         conn.execute("VACUUM ANALYZE bastion_agent.windows")
