@@ -100,7 +100,7 @@ EXTRA_COMMANDS = [
     ("verify", "commands.signing_cli", "check MANIFEST.sig against BASTION_ALLOWED_SIGNERS; print who signed it"),
     ("serve", "serving.serve", "answer search over HTTP (loopback by default)"),
     ("publish", "publishing.publish", "send this bastion's sanitized windows and vectors to PostgreSQL (BASTION_PUBLISH_DSN)"),
-    ("admin", "publishing.admin", "set up the central PostgreSQL: add-bastion, remove-bastion, add-searcher (--groups: a reader), add-gateway, add-model, migrate (BASTION_ADMIN_DSN)"),
+    ("admin", "publishing.admin", "set up the central PostgreSQL: add-bastion (--own-graph), set-bastion, remove-bastion, add-searcher (--groups: a reader), add-gateway, add-model, migrate (BASTION_ADMIN_DSN)"),
     ("model-server", "model.modelserver", "serve the embedded model (multilingual-e5-small) on loopback, Ollama and OpenAI style"),
     ("demo", "commands.demo", "the main job on the bundled sample: start the embedded model, sweep, search, stop"),
     ("mcp", "serving.mcp_server", "let AI assistants search over the Model Context Protocol (stdio; needs the [mcp] extra)"),

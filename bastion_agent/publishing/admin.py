@@ -2,7 +2,11 @@
 
 - ``admin migrate``: create or upgrade the schema (run it with the owner's DSN);
 - ``admin add-bastion NAME``: its publishing role (``publish_NAME`` with
-  dashes as underscores, or ``--role``), then its mapping and grants;
+  dashes as underscores, or ``--role``), then its mapping and grants; with
+  ``--own-graph``, graphs of its own rows too (faster one-bastion search,
+  but every role then sees its name and approximate size in the catalogs);
+- ``admin set-bastion NAME --own-graph on|off``: opt a registered bastion
+  in or out of its own graphs (built, or dropped, in that transaction);
 - ``admin remove-bastion NAME``: the role first (its sessions ended, its
   grants revoked, dropped), then its mapping, windows and documents;
 - ``admin add-searcher ROLE``: a search role that reads every registered
@@ -44,6 +48,7 @@ ADMIN_DSN_VARIABLE = "BASTION_ADMIN_DSN"
 ROLE_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # no quoting needed, so none can go wrong
 MIN_PASSWORD = 12
 SCRAM_ITERATIONS = 4096  # PostgreSQL's default scram_iterations
+OWN_GRAPH_VERSION = 8  # the schema migration that adds bastions.own_graph and set_own_graph
 SCHEMA = "bastion_agent"  # publish_schema.SCHEMA (not imported: --help and --print need no psycopg)
 
 
@@ -157,9 +162,16 @@ BEGIN
 END $$""")]
 
 
-def add_bastion_steps(bastion: str, role: str, verifier: str) -> list[Step]:
-    return login_role_steps(role, verifier) + [
+def add_bastion_steps(bastion: str, role: str, verifier: str, own_graph: bool = False) -> list[Step]:
+    """Without ``own_graph`` an existing opt-in is left as it is: re-running it to change a password keeps it."""
+    steps = login_role_steps(role, verifier) + [
         Step("owner", f"SELECT {SCHEMA}.add_bastion({literal(bastion)}, {literal(role)})")]
+    return steps + (set_bastion_steps(bastion, True) if own_graph else [])
+
+
+def set_bastion_steps(bastion: str, own_graph: bool) -> list[Step]:
+    """Opt the bastion in or out of its own graphs: the owner's trigger builds or drops them."""
+    return [Step("owner", f"SELECT {SCHEMA}.set_own_graph({literal(bastion)}, {'true' if own_graph else 'false'})")]
 
 
 def remove_bastion_steps(bastion: str, role: str) -> list[Step]:
@@ -229,8 +241,9 @@ def admin_dsn() -> str:
     return dsn
 
 
-def run_steps(steps: list[Step], needs_schema: bool = True) -> None:
-    """Every step on one connection (``BASTION_ADMIN_DSN``), in order; one line when one fails."""
+def run_steps(steps: list[Step], needs_schema: bool = True, needs_version: int = 1) -> None:
+    """Every step on one connection (``BASTION_ADMIN_DSN``), in order; one line when one fails
+    (``needs_version``: the schema version whose functions the steps call)."""
     from bastion_agent.publishing import publish
 
     dsn = admin_dsn()
@@ -238,9 +251,13 @@ def run_steps(steps: list[Step], needs_schema: bool = True) -> None:
     conn = publish.connect(dsn)
     where = publish.describe_dsn(dsn, ADMIN_DSN_VARIABLE)
     try:
-        if needs_schema and publish_schema_version(conn) == 0:
+        version = publish_schema_version(conn) if needs_schema else None
+        if version == 0:
             raise DatabaseError(f"PostgreSQL ({where}) has no {SCHEMA} schema yet: run bastion-agent admin migrate"
                                 " with the schema owner's DSN first")
+        if version is not None and version < needs_version:
+            raise DatabaseError(f"PostgreSQL ({where}) has the {SCHEMA} schema at version {version}: this needs"
+                                f" version {needs_version} (bastion-agent admin migrate)")
         for step in steps:
             conn.execute(step.sql)
     except psycopg.Error as exc:
@@ -280,7 +297,12 @@ def add_admin_arguments(parser) -> None:
     sub = actions.add_parser("add-bastion", help="a bastion's publishing role, mapped to it (idempotent)")
     sub.add_argument("name", help="the bastion, as its manifest's [publish] bastion says")
     sub.add_argument("--role", help="the role's name (default: publish_NAME, dashes as underscores)")
+    sub.add_argument("--own-graph", action="store_true", help=OWN_GRAPH_HELP)
     _password_options(sub)
+    sub = actions.add_parser("set-bastion", help="opt a registered bastion in or out of its own graphs")
+    sub.add_argument("name")
+    sub.add_argument("--own-graph", choices=("on", "off"), required=True, help=OWN_GRAPH_HELP)
+    _print_option(sub)
     sub = actions.add_parser("remove-bastion", help="drop the bastion's role, then delete its mapping and rows")
     sub.add_argument("name")
     sub.add_argument("--role", help="the role's name (default: the one the server maps, else publish_NAME)")
@@ -301,6 +323,10 @@ def add_admin_arguments(parser) -> None:
     sub.add_argument("name", help="the model's vector key, as publish's refusal names it")
     sub.add_argument("--dim", type=int, required=True)
     _print_option(sub)
+
+
+OWN_GRAPH_HELP = ("a search graph of the bastion's own rows (about half the time of a one-bastion search), which"
+                  " shows every role its name and approximate size; off by default")
 
 
 def _print_option(parser) -> None:
@@ -324,8 +350,12 @@ def run_admin(args) -> int:
     if action == "add-bastion":
         bastion = bastion_name(args.name)
         role = role_name(args.role or default_role(bastion))
-        steps = add_bastion_steps(bastion, role, scram_verifier(read_password(args.password_file)))
-        done = f"bastion {bastion} publishes as role {role}"
+        steps = add_bastion_steps(bastion, role, scram_verifier(read_password(args.password_file)), args.own_graph)
+        done = f"bastion {bastion} publishes as role {role}" + (" (with its own graphs)" if args.own_graph else "")
+    elif action == "set-bastion":
+        bastion, on = bastion_name(args.name), args.own_graph == "on"
+        steps = set_bastion_steps(bastion, on)
+        done = f"bastion {bastion}: " + ("its own graphs built" if on else "no graphs of its own")
     elif action == "remove-bastion":
         bastion = bastion_name(args.name)
         role = args.role or (None if args.print else mapped_role(bastion)) or default_role(bastion)
@@ -358,7 +388,8 @@ def run_admin(args) -> int:
     if args.print:
         print(show(steps))
         return 0
-    run_steps(steps)
+    own_graph = action == "set-bastion" or (action == "add-bastion" and args.own_graph)
+    run_steps(steps, needs_version=OWN_GRAPH_VERSION if own_graph else 1)
     print(f"bastion_agent admin: {done}")
     return 0
 

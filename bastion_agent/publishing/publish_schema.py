@@ -14,8 +14,13 @@ Everything lives in the schema ``bastion_agent``:
   model on ``(embedding::vector(dim))`` with cosine distance (``halfvec`` above
   2000 dimensions, pgvector's limit for ``vector``), ``WHERE model = '…'``; a
   search names the same expression and predicate, so the planner uses it;
-- ``bastions(bastion PK, role oid, role_name)``: which login role publishes
-  which bastion; its row is also the bastion's publish lock;
+  since migration 8 also one per (model, bastion) for the bastions the
+  administrator opts in (``bastions.own_graph``), ``WHERE model = '…' AND
+  bastion = '…'``, made and dropped by the owner's triggers on ``bastions``
+  and ``models``, which a search of that one bastion walks;
+- ``bastions(bastion PK, role oid, role_name, own_graph)``: which login
+  role publishes which bastion, and (migration 8) whether it has graphs of
+  its own; its row is also the bastion's publish lock;
 - ``searchers(role oid PK, role_name)``: the roles that read every
   registered bastion (``readable_bastions()``; issue 29 adds groups).
 
@@ -828,8 +833,128 @@ def _m007_reader_groups(conn) -> None:
             conn.execute(f"SELECT {s}.add_searcher(%s)", (role,))
 
 
+# --- migration 8: a graph of each bastion's own rows, for the bastions opted in --
+#
+# The shared graph holds every bastion's rows: to find the nearest rows of
+# one bastion of ten, its iterative scan reads about ten times the pages of
+# an unfiltered search. A partial HNSW index per (model, bastion), ``WHERE
+# model = '…' AND bastion = '…'``, holds only that bastion's rows; a search
+# filtered to that one bastion (``bastion = ANY('{name}')``) implies its
+# predicate, so the planner walks it, unchanged. But PostgreSQL's catalogs
+# are readable by every role: such an index shows the bastion's name
+# (``pg_indexes.indexdef``) and its approximate size (``reltuples``, the
+# relation's pages) to every publishing and search role, which the read
+# policy otherwise hides. So a bastion gets its graphs only when the
+# administrator opts it in (``bastions.own_graph``, ``set_own_graph``): the
+# owner's triggers on ``bastions`` and ``models`` make and drop them, and no
+# other role needs, or gets, a right to create, drop or rebuild an index.
+
+BASTION_GRAPH_PREFIX = "windows_hnsw_"
+
+
+def bastion_graph_name(model: str, bastion: str) -> str:
+    """The partial graph's index name: fixed-length hashes, so any model name fits PostgreSQL's 63 bytes."""
+    import hashlib
+
+    def digest(text: str) -> str:
+        return hashlib.md5(text.encode("utf-8")).hexdigest()[:16]
+
+    return f"{BASTION_GRAPH_PREFIX}{digest(model)}_{digest(bastion)}"
+
+
+def _bastion_graphs_sql(vec: str) -> list[str]:
+    """The opt-in column, the owner's functions that build and drop the graphs, and the triggers that call them."""
+    s = SCHEMA
+    name = (f"'{BASTION_GRAPH_PREFIX}' || substr(md5(p_model), 1, 16) || '_' || substr(md5(p_bastion), 1, 16)")
+    return [
+        f"ALTER TABLE {s}.bastions ADD COLUMN own_graph boolean NOT NULL DEFAULT false",
+        f"""CREATE FUNCTION {s}.bastion_graph_name(p_model text, p_bastion text) RETURNS text LANGUAGE sql IMMUTABLE
+            SET search_path = pg_catalog AS $fn$ SELECT {name} $fn$""",
+        _definer("build_bastion_graph(p_model text, p_bastion text)", "text", f"""
+        DECLARE known {s}.models; v_index text := {s}.bastion_graph_name(p_model, p_bastion);
+        BEGIN
+            SELECT * INTO known FROM {s}.models m WHERE m.model = p_model;
+            IF NOT FOUND OR NOT EXISTS (SELECT 1 FROM {s}.bastions b WHERE b.bastion = p_bastion) THEN
+                RAISE EXCEPTION 'no registered model % and bastion % to build a graph for', p_model, p_bastion;
+            END IF;
+            -- IF NOT EXISTS: a graph an administrator built beforehand (CONCURRENTLY, same name) is kept
+            EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON {s}.windows USING hnsw'
+                           ' ((embedding::{vec}.%s(%s)) {vec}.%s_cosine_ops) WITH (m = %s, ef_construction = %s)'
+                           ' WHERE model = %L AND bastion = %L',
+                           v_index, known.kind, known.dim, known.kind, known.hnsw_m, known.hnsw_ef_construction,
+                           p_model, p_bastion);
+            RETURN v_index;
+        END"""),
+        _definer("drop_bastion_graphs(p_bastion text)", "integer", f"""
+        DECLARE v_model text; v_count integer := 0;
+        BEGIN
+            FOR v_model IN SELECT m.model FROM {s}.models m LOOP
+                IF to_regclass(format('{s}.%I', {s}.bastion_graph_name(v_model, p_bastion))) IS NOT NULL THEN
+                    EXECUTE format('DROP INDEX {s}.%I', {s}.bastion_graph_name(v_model, p_bastion));
+                    v_count := v_count + 1;
+                END IF;
+            END LOOP;
+            RETURN v_count;
+        END"""),
+        _definer("build_bastion_graphs()", "integer", f"""
+        DECLARE v_pair record; v_count integer := 0;
+        BEGIN
+            -- every (model, opted-in bastion) pair: for the owner after a bulk load
+            FOR v_pair IN SELECT m.model, b.bastion FROM {s}.models m CROSS JOIN {s}.bastions b
+                    WHERE b.own_graph ORDER BY m.model, b.bastion LOOP
+                PERFORM {s}.build_bastion_graph(v_pair.model, v_pair.bastion);
+                v_count := v_count + 1;
+            END LOOP;
+            RETURN v_count;
+        END"""),
+        _definer("set_own_graph(p_bastion text, p_on boolean)", "void", f"""
+        BEGIN
+            UPDATE {s}.bastions b SET own_graph = p_on WHERE b.bastion = p_bastion;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'bastion % is not registered', p_bastion
+                    USING HINT = 'bastion-agent admin add-bastion NAME first';
+            END IF;
+        END"""),
+        _definer("bastion_graphs_on_change()", "trigger", f"""
+        DECLARE v_model text; v_bastion text;
+        BEGIN
+            -- nested, not one condition: NEW of a models row has no own_graph field to evaluate
+            IF TG_TABLE_NAME = 'models' THEN
+                FOR v_bastion IN SELECT b.bastion FROM {s}.bastions b WHERE b.own_graph ORDER BY b.bastion LOOP
+                    PERFORM {s}.build_bastion_graph(NEW.model, v_bastion);
+                END LOOP;
+            ELSIF TG_OP = 'DELETE' THEN
+                PERFORM {s}.drop_bastion_graphs(OLD.bastion);
+            ELSIF NEW.own_graph THEN
+                FOR v_model IN SELECT m.model FROM {s}.models m ORDER BY m.model LOOP
+                    PERFORM {s}.build_bastion_graph(v_model, NEW.bastion);
+                END LOOP;
+            ELSIF TG_OP = 'UPDATE' THEN
+                PERFORM {s}.drop_bastion_graphs(OLD.bastion);
+            END IF;
+            RETURN NULL;
+        END"""),
+        f"CREATE TRIGGER bastion_graphs AFTER INSERT OR DELETE OR UPDATE OF own_graph ON {s}.bastions"
+        f" FOR EACH ROW EXECUTE FUNCTION {s}.bastion_graphs_on_change()",
+        f"CREATE TRIGGER bastion_graphs AFTER INSERT ON {s}.models"
+        f" FOR EACH ROW EXECUTE FUNCTION {s}.bastion_graphs_on_change()",
+        f"REVOKE ALL ON FUNCTION {s}.build_bastion_graph(text, text), {s}.drop_bastion_graphs(text),"
+        f" {s}.build_bastion_graphs(), {s}.set_own_graph(text, boolean), {s}.bastion_graphs_on_change()"
+        f" FROM PUBLIC",
+    ]
+
+
+def _m008_bastion_graphs(conn) -> None:
+    """The functions and triggers of a graph per (model, opted-in bastion); every bastion starts opted out,
+    so the migration builds nothing (and holds no publish for a build)."""
+    from psycopg import sql
+
+    for statement in _bastion_graphs_sql(sql.Identifier(_vector_schema(conn)).as_string(conn)):
+        conn.execute(statement)
+
+
 MIGRATIONS = [_m001_tables, _m002_row_security, _m003_ensure_model, _m004_hnsw_build, _m005_hnsw_build,
-              _m006_least_privilege, _m007_reader_groups]
+              _m006_least_privilege, _m007_reader_groups, _m008_bastion_graphs]
 LATEST = len(MIGRATIONS)
 
 

@@ -170,6 +170,26 @@ class ReaderSearchTests(ReaderCase):
                 self.assertIn(expected, plan)
                 self.assertIn("groups &&", plan, "the read policy is part of the scan")
 
+    def test_a_readers_one_bastion_search_walks_that_bastions_graph_inside_the_read_policy(self):
+        from psycopg import sql
+
+        query(self.dsn, "SELECT bastion_agent.set_own_graph('fs-01', true)")  # the administrator's opt-in
+        one = remote_search.RemoteIndex(manifest_of(), self.gateway_dsn, ["fs-01"])
+        self.addCleanup(one.close)
+        self.assertIsNotNone(one.own_graph)
+        vector = self.stub_vector(HR[0])
+        with one.lock, one._as_reader(self.eng):
+            settings, statement = one.vector_query(vector, 5)
+            plan = "\n".join(row[0] for row in one.in_one_message(settings, sql.SQL("EXPLAIN ") + statement))
+        self.assertIn(f"Index Scan using {one.own_graph} on windows", plan)
+        self.assertIn("groups &&", plan, "the read policy filters the walk, before the LIMIT")
+        eng_windows = self.visible_windows(["eng"])
+        for k in (5, 500):
+            with self.subTest(k=k):
+                hits = self.search(self.eng, HR[0], "vector", k, index=one)
+                self.assertEqual(len(hits), min(k, len(eng_windows)))
+                self.assertLessEqual({h.chunk_id for h in hits}, eng_windows)
+
     def test_counts_and_scores_are_the_readers_own(self):
         self.assertEqual(self.index.visible_count(reader=self.eng), len(self.visible_windows(["eng"])))
         self.assertEqual(self.index.visible_count(reader=self.hr), len(self.visible_windows(["hr"])))
