@@ -197,6 +197,14 @@ class _Active:
     placeholder_check: bool
 
 
+def _check_validators(rules: Iterable[Rule]) -> None:
+    """Every ``validator`` a rule names exists: a misspelt name must stop the sanitizer, not disable the check."""
+    for rule in rules:
+        if rule.validator and rule.validator not in CHECKS:
+            raise ManifestError(f"sanitize rule {rule.id!r} names the validator {rule.validator!r}, which does not exist;"
+                                f" validators: {', '.join(sorted(CHECKS))}")
+
+
 class Sanitizer:
     """Finds and replaces secrets and personal data under one set of settings."""
 
@@ -207,6 +215,7 @@ class Sanitizer:
             rule for rule in (*RULES, *self.settings.rules)
             if rule.id not in off and rule.category not in off and rule.kind not in off
         ]
+        _check_validators(chosen)
         self.rules = [
             _Active(order, rule, regex := re.compile(rule.pattern), "secret" in regex.groupindex,
                     rule.kind == SECRET and rule.category not in ("private-key", "custom"))
@@ -411,7 +420,7 @@ class Sanitizer:
     def _accept(self, active: _Active, text: str, matches: Iterable[re.Match]) -> Iterable[Finding]:
         """The findings among a rule's matches (entropy, placeholder, validator, allowlist)."""
         rule = active.rule
-        check = CHECKS.get(rule.validator) if rule.validator else None
+        check = CHECKS[rule.validator] if rule.validator else None
         for match in matches:
             if active.has_secret_group and match.start("secret") >= 0:
                 s, e = match.span("secret")

@@ -8,6 +8,7 @@ corpus in ../shared/data/secrets (that one is read by bench/sanitize.py).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import contextlib
 import io
 import json
@@ -655,6 +656,32 @@ class StageTests(unittest.TestCase):
                 with self.subTest(file=path.name, value=name):
                     self.assertNotIn(value.encode(), data)
         self.assertGreaterEqual(checked, 5)
+
+
+
+class ValidatorNameTests(unittest.TestCase):
+    """A rule names its check by string: a misspelt name must stop the sanitizer, never silently skip the check."""
+
+    def test_every_built_in_rule_names_a_validator_that_exists(self):
+        from bastion_agent.sanitizing.rules import RULES
+        from bastion_agent.sanitizing.validators import CHECKS
+
+        named = {rule.id: rule.validator for rule in RULES if rule.validator}
+        self.assertGreater(len(named), 10)
+        self.assertEqual({rule: name for rule, name in named.items() if name not in CHECKS}, {})
+
+    def test_a_misspelt_validator_stops_the_sanitizer_in_one_line(self):
+        from unittest import mock
+
+        from bastion_agent.sanitizing import sanitize as sanitize_module
+        from bastion_agent.sanitizing.rules import RULES
+
+        misspelt = dataclasses.replace(next(rule for rule in RULES if rule.validator == "card"), validator="crad")
+        with mock.patch.object(sanitize_module, "RULES", (*RULES, misspelt)):
+            with self.assertRaises(ManifestError) as raised:
+                Sanitizer()
+        self.assertIn("'crad'", str(raised.exception))
+        self.assertNotIn("\n", str(raised.exception))
 
 
 if __name__ == "__main__":
