@@ -20,7 +20,6 @@ from types import SimpleNamespace
 
 from bastion_agent.publishing import publish_schema, remote_search, test_publish
 from bastion_agent.publishing.test_publish import PublishCase, RoleSetup, query
-from bastion_agent.testing import pgtest
 from bastion_agent.testing.testsupport import clean_env, run_cli
 
 # enough windows per bastion that the graph has layers and neighbours to choose among
@@ -37,15 +36,7 @@ QUERIES = ["invoice paid after the audit", "leave request for the design team", 
            "harbour ferry account", "salary review two weeks ahead", "keys to the server room"]
 
 
-def setUpModule():
-    if not test_publish.SKIP_REASON:
-        test_publish.SERVER = pgtest.server_for_tests()
-
-
-def tearDownModule():
-    if test_publish.SERVER is not None:
-        test_publish.SERVER.stop()
-        test_publish.SERVER = None
+setUpModule, tearDownModule = test_publish.setUpModule, test_publish.tearDownModule  # the same throw-away server
 
 
 def manifest_of(model: str = "stub-model", dim: int = 64):

@@ -53,8 +53,10 @@ def setUpModule():
 
 
 def tearDownModule():
+    global SERVER
     if SERVER is not None:
         SERVER.stop()
+        SERVER = None
 
 
 def query(dsn: str, sql: str, params=()):

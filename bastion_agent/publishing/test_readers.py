@@ -17,7 +17,6 @@ from types import SimpleNamespace
 from bastion_agent.core.errors import ConfigError, DatabaseError
 from bastion_agent.publishing import remote_search, test_publish
 from bastion_agent.publishing.test_publish import PublishCase, RoleSetup, query
-from bastion_agent.testing import pgtest
 from bastion_agent.testing.testsupport import clean_env, run_cli
 
 HR = ["Salary review for the design team: each raise is approved by the board after the annual performance review.",
@@ -34,15 +33,7 @@ LABELS = {text: ["hr"] for text in HR} | {text: ["eng"] for text in ENG} | {SHAR
 MODES = ("vector", "keyword", "hybrid")
 
 
-def setUpModule():
-    if not test_publish.SKIP_REASON:
-        test_publish.SERVER = pgtest.server_for_tests()
-
-
-def tearDownModule():
-    if test_publish.SERVER is not None:
-        test_publish.SERVER.stop()
-        test_publish.SERVER = None
+setUpModule, tearDownModule = test_publish.setUpModule, test_publish.tearDownModule  # the same throw-away server
 
 
 def label(bastion, groups_by_text: dict[str, list[str]]) -> None:

@@ -20,7 +20,6 @@ from bastion_agent.core.errors import BastionError
 from bastion_agent.core.layout import Layout
 from bastion_agent.publishing import test_publish
 from bastion_agent.publishing.test_publish import PublishCase, query
-from bastion_agent.testing import pgtest
 from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
 
 HR = {"hr/salary.txt": "Salary review for the design team: each raise is approved by the board after the annual review.",
@@ -45,15 +44,7 @@ MODES = ("vector", "keyword", "hybrid")
 QUERY = "review salary board keys deploy compiler"
 
 
-def setUpModule():
-    if not test_publish.SKIP_REASON:
-        test_publish.SERVER = pgtest.server_for_tests()
-
-
-def tearDownModule():
-    if test_publish.SERVER is not None:
-        test_publish.SERVER.stop()
-        test_publish.SERVER = None
+setUpModule, tearDownModule = test_publish.setUpModule, test_publish.tearDownModule  # the same throw-away server
 
 
 class SweptBastion:

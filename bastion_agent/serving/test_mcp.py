@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from bastion_agent.testing.testsupport import (
     clean_env,
     closed_port_url,
     run_cli,
+    start_mcp_http,
     write_manifest,
 )
 
@@ -365,22 +365,7 @@ class StreamableHttpTests(SweptFolder, unittest.TestCase):
         env["EMBED_URL"] = self.stub.url
         if token:
             env["BASTION_SERVE_TOKEN"] = token
-        process = subprocess.Popen(
-            [sys.executable, "-m", "bastion_agent", "mcp", str(self.manifest), "--out", str(self.out), "--http",
-             "--port", "0", *extra], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True)
-
-        def stop():
-            process.terminate()
-            process.wait(timeout=WAIT_SECONDS)
-            process.stderr.close()
-
-        self.addCleanup(stop)
-        for line in process.stderr:
-            found = re.search(r"(http://\S+/mcp) ", line)
-            if found:
-                return found.group(1)
-        self.fail(f"the server stopped before listening (exit {process.wait(timeout=WAIT_SECONDS)})")
+        return start_mcp_http(self, self.manifest, self.out, env, *extra, wait=WAIT_SECONDS)
 
     def over_http(self, url: str, body, token: str | None = None) -> None:
         async def session_then_body():

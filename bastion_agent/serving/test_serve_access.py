@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
-import sys
 import tempfile
 import unittest
 import urllib.parse
@@ -26,7 +23,7 @@ from bastion_agent.searching.test_access import ENG_DOCS, HR_DOCS, SHARED
 from bastion_agent.serving import mcp_server
 from bastion_agent.serving.test_serve import Store, request, start
 from bastion_agent.testing.stub_server import StubServer
-from bastion_agent.testing.testsupport import label_documents
+from bastion_agent.testing.testsupport import label_documents, start_mcp_http
 
 HR_FILLER = {f"Personnel memo {n}: the salary scale, leave balance and appraisal form of employee {n}.":
              [f"hr/memo-{n}.txt"] for n in range(30)}
@@ -38,7 +35,6 @@ GROUPS = {path: [paths_group] for text, paths in DOCS.items() for path in paths
 GROUPS["all/holidays.txt"] = ["eng", "hr"]
 MODES = ("vector", "keyword", "hybrid")
 QUERIES = ("salary review of Dana Quill pay band appraisal", "compiler review", "review", "office holidays")
-MCP_ROOT = Path(__file__).resolve().parents[2]
 WAIT_SECONDS = 60.0
 
 
@@ -217,22 +213,7 @@ class McpHttpTests(TwoTokensCase):
     def start_http(self) -> str:
         env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
         env.update(EMBED_URL=self.stub.url, BASTION_SERVE_TOKENS=str(self.tokens_file))
-        process = subprocess.Popen(
-            [sys.executable, "-m", "bastion_agent", "mcp", str(self.store.manifest_path), "--out",
-             str(self.store.layout.root), "--http", "--port", "0"], cwd=MCP_ROOT, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-        def stop():
-            process.terminate()
-            process.wait(timeout=WAIT_SECONDS)
-            process.stderr.close()
-
-        self.addCleanup(stop)
-        for line in process.stderr:
-            found = re.search(r"(http://\S+/mcp) ", line)
-            if found:
-                return found.group(1)
-        self.fail(f"the server stopped before listening (exit {process.wait(timeout=WAIT_SECONDS)})")
+        return start_mcp_http(self, self.store.manifest_path, self.store.layout.root, env, wait=WAIT_SECONDS)
 
     def session(self, url: str, token: str, body) -> None:
         import anyio

@@ -99,6 +99,32 @@ def label_documents(layout: Layout, groups_by_path: dict[str, list[str]]) -> Non
     write_jsonl(layout.sanitized_listing, rows)
 
 
+def start_mcp_http(case: unittest.TestCase, manifest, out, env: dict, *extra: str, wait: float = 60.0) -> str:
+    """``mcp MANIFEST --out OUT --http --port 0`` in a child process: its URL once it listens.
+
+    The process is stopped at the end of ``case``; a server that exits before
+    it listens fails the test, and nothing waits longer than ``wait`` seconds.
+    """
+    import re
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bastion_agent", "mcp", str(manifest), "--out", str(out), "--http", "--port", "0",
+         *extra], cwd=Path(__file__).resolve().parents[2], env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def stop():
+        process.terminate()
+        process.wait(timeout=wait)
+        process.stderr.close()
+
+    case.addCleanup(stop)
+    for line in process.stderr:
+        found = re.search(r"(http://\S+/mcp) ", line)
+        if found:
+            return found.group(1)
+    case.fail(f"the server stopped before listening (exit {process.wait(timeout=wait)})")
+
+
 def closed_port_url() -> str:
     """A loopback URL where nothing listens (connection refused)."""
     with socket.socket() as sock:
