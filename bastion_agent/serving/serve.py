@@ -72,11 +72,18 @@ from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.searching import searcher
 from bastion_agent.serving import intake, serve_openapi, tokens
 from bastion_agent.serving.serve_openapi import PUBLIC_ROUTES, ROUTES
+from bastion_agent.serving.serve_settings import (  # noqa: F401 (serve's names, as callers know them)
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    MIN_TOKEN_CHARS,
+    TOKEN_ENV,
+    ServeSettings,
+    add_serve_arguments,
+    limit_math_threads,
+    port_number,
+    settings_from,
+)
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8765
-TOKEN_ENV = "BASTION_SERVE_TOKEN"
-MIN_TOKEN_CHARS = 16
 
 # Routes and the methods each answers; /openapi.json documents exactly these.
 KNOWN_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT")
@@ -96,34 +103,6 @@ _BUSY_ANSWER = (
 )
 
 
-@dataclass(frozen=True)
-class ServeSettings:
-    """How the server listens and what it accepts; the limits are documented in /openapi.json."""
-
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    token: str | None = None
-    tokens_file: Path | None = None  # BASTION_SERVE_TOKENS: named tokens with their groups (tokens.py)
-    default_k: int = searcher.DEFAULT_K
-    max_k: int = 100
-    max_query_chars: int = 2000
-    max_body_bytes: int = 64 * 1024
-    request_time_limit: float = 30.0
-    reload_check_seconds: float = 1.0
-    reload_quiet_seconds: float = 60.0
-    reprobe_seconds: float = 5.0
-    model_concurrency: int = 4  # queries embedded at once; the others wait their turn (within the time limit)
-
-    @property
-    def loopback(self) -> bool:
-        return is_loopback(self.host)
-
-    @property
-    def guarded(self) -> bool:
-        """Whether every request but the public routes must carry a token."""
-        return self.token is not None or self.tokens_file is not None
-
-
 class RequestError(Exception):
     """A request the server refuses: its HTTP status and one line for the client."""
 
@@ -132,47 +111,6 @@ class RequestError(Exception):
         self.status = status
         self.message = message
         self.headers = headers or {}
-
-
-# --- settings from the command line and the environment ----------------------
-
-
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from bastion_agent.config.arguments import add_manifest_arguments
-
-    add_manifest_arguments(parser)
-    parser.add_argument("--host", default=DEFAULT_HOST,
-                        help=f"address to listen on (default {DEFAULT_HOST}; any other needs {TOKEN_ENV} or {tokens.TOKENS_ENV})")
-    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
-                        help=f"port to listen on (default {DEFAULT_PORT}; 0 picks a free one)")
-    from bastion_agent.config.arguments import add_remote_arguments
-
-    add_remote_arguments(parser)
-
-
-def port_number(text: str) -> int:
-    if not re.fullmatch(r"[0-9]{1,5}", text) or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 65535; got {text!r}")
-    return int(text)
-
-
-def settings_from(host: str, port: int, environ=None) -> ServeSettings:
-    """Check the exposure rules before anything is bound: a token for any non-loopback address."""
-    env = os.environ if environ is None else environ
-    token = env.get(TOKEN_ENV) or None
-    if token is not None:
-        if len(token) < MIN_TOKEN_CHARS or token != token.strip() or not token.isprintable():
-            raise ConfigError(
-                f"{TOKEN_ENV} must be at least {MIN_TOKEN_CHARS} printable characters without surrounding spaces; "
-                "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
-            )
-    tokens_file = tokens.tokens_path(env)
-    if not is_loopback(host) and token is None and tokens_file is None:
-        raise ConfigError(
-            f"--host {host} would expose the search beyond this machine: set {TOKEN_ENV} or {tokens.TOKENS_ENV} "
-            f"(every client then sends 'Authorization: Bearer TOKEN'), or keep the default --host {DEFAULT_HOST}"
-        )
-    return ServeSettings(host=host, port=port, token=token, tokens_file=tokens_file)
 
 
 # --- the warm index and the model server --------------------------------------
@@ -1151,21 +1089,6 @@ def listen_error(host: str, port: int, exc: OSError) -> BastionError:
     if exc.errno == errno.EADDRINUSE:
         hint = " (another serve may be running there: stop it, or choose another --port; --port 0 picks a free one)"
     return BastionError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}")
-
-
-MATH_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def limit_math_threads(environ=None) -> None:
-    """One BLAS thread per request unless the operator says otherwise (before numpy is imported).
-
-    Concurrency comes from the request threads; a matrix-vector product is
-    memory-bound, and BLAS threads spinning against the request threads made
-    a 10k-chunk search 15x slower on 2 CPUs (bench/serve_latency.py).
-    """
-    env = os.environ if environ is None else environ
-    for name in MATH_THREAD_VARIABLES:
-        env.setdefault(name, "1")
 
 
 def run_serve(args: argparse.Namespace) -> int:
