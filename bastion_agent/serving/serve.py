@@ -1,38 +1,26 @@
 """``serve MANIFEST``: the search of ``search``, over HTTP, with a page for people.
 
-One process keeps the manifest's vectors warm (``searcher.SearchIndex``) and
-answers ``/search`` from many threads at once. Everything it returns comes
-from ``vectors.db``'s sanitized windows; the extract store is never opened.
+This module is the command: it reads the settings, loads the index, binds
+and serves until stopped. The work is done by one module per concept, and a
+newcomer finds each part there:
 
-Exposure is opt-in: it binds 127.0.0.1 unless told otherwise, and any other
-address needs ``BASTION_SERVE_TOKEN``, which every request except ``/`` (a
-static page holding no data) and ``/healthz`` must then carry as
-``Authorization: Bearer TOKEN``. On loopback, a request whose ``Host`` is not
-a loopback name is refused (421), so a web page cannot reach the index by
-rebinding its own domain name to 127.0.0.1.
+- ``serve_settings``: how the server listens and what it accepts (address,
+  port, tokens from the environment, limits), and the exposure rule that any
+  address but loopback needs ``BASTION_SERVE_TOKEN`` or a tokens file;
+- ``search_service``: the warm index and the model server, answering a
+  search for a caller (local or ``--remote``, limited to its groups,
+  audited); the MCP server answers through it too;
+- ``query_params``: the parameters of ``/search`` made a checked query, or a
+  one-line 400;
+- ``http_server`` and ``http_handler``: connections, threads, time limits
+  and the flood defences; then one request checked (Host, site, token),
+  routed, answered and logged;
+- ``request_error``: a refusal, with its status and one line for the client.
 
-Each request lives at most ``request_time_limit`` seconds: a watchdog
-answers 408 (request not received in time) or 503 (answer not ready in time)
-and closes the connection, so a slow or stalled client holds one thread for a
-bounded time and never blocks the others. HTTP/1.1 connections stay open
-between requests (keep-alive: a client saves a TCP handshake and a thread
-start per query), but an open connection holds no thread between them: after
-each answer it goes back to the intake, which gives it the same head deadline
-(the idle timeout) and per-client cap as a new one. A connection is closed
-after an answer whenever reading on could misread the stream: an error the
-base class raised, a body not read whole, ``Transfer-Encoding``, a time limit
-reached, ``Connection: close`` or HTTP/1.0 without ``keep-alive``.
-
-Under a flood of connections (issue 25): a connection gets a thread only once
-its request line and headers have arrived (``intake``: one thread reads every
-waiting head, with a short deadline and a cap per client), and
-``RESERVED_SLOTS`` of the ``MAX_CONNECTIONS`` threads are kept for requests
-that carry the right token, so idle or half-sent requests from anyone without
-it can never take the slots a user needs.
-
-The access log (stderr) names the method, the route, the status and the
-milliseconds, never the query string or an unknown path, which can hold what
-someone searched for.
+Everything it returns comes from ``vectors.db``'s sanitized windows; the
+extract store is never opened. The names below are also serve's as callers
+(tests, the bench) know them, so ``serve.ServeSettings`` and
+``serve.build_server`` keep working.
 """
 
 from __future__ import annotations
@@ -40,47 +28,24 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
-import io
-import json
-import os
-import re
 import signal
-import socket
 import sys
 import threading
-import time
-import urllib.parse
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
-from bastion_agent import __version__
-from bastion_agent.config.manifest import SEARCH_MODES
-from bastion_agent.core import audit
-from bastion_agent.core.errors import (
-    BastionError,
-    ConfigError,
-    DatabaseError,
-    ModelServerError,
-    StoreError,
-)
-from bastion_agent.core.loopback import is_loopback, is_loopback_host_header
-from bastion_agent.embedding.client import EmbedClient
+from bastion_agent.core.errors import BastionError, ConfigError
+from bastion_agent.core.loopback import is_loopback
 from bastion_agent.embedding.endpoint import EndpointConfig
-from bastion_agent.searching import searcher
-from bastion_agent.serving import intake, serve_openapi, tokens
+from bastion_agent.serving import tokens
 from bastion_agent.serving.http_handler import Handler
-from bastion_agent.serving.http_server import MAX_CONNECTIONS, BastionHTTPServer, address_family  # noqa: F401
-from bastion_agent.serving.query_params import checked_query, query_from_body, query_from_string  # noqa: F401
+from bastion_agent.serving.http_server import MAX_CONNECTIONS, BastionHTTPServer, address_family
+from bastion_agent.serving.query_params import checked_query
 from bastion_agent.serving.request_error import RequestError
-from bastion_agent.serving.search_service import ModelLink, SearchService, summary_stamp, without_paths  # noqa: F401
-from bastion_agent.serving.serve_openapi import PUBLIC_ROUTES, ROUTES
-from bastion_agent.serving.serve_settings import (  # noqa: F401 (serve's names, as callers know them)
+from bastion_agent.serving.search_service import ModelLink, SearchService
+from bastion_agent.serving.serve_openapi import ROUTES
+from bastion_agent.serving.serve_settings import (
     DEFAULT_HOST,
     DEFAULT_PORT,
-    MIN_TOKEN_CHARS,
     TOKEN_ENV,
     ServeSettings,
     add_serve_arguments,
@@ -89,8 +54,15 @@ from bastion_agent.serving.serve_settings import (  # noqa: F401 (serve's names,
     settings_from,
 )
 
+__all__ = [
+    "DEFAULT_HOST", "DEFAULT_PORT", "MAX_CONNECTIONS", "ROUTES", "TOKEN_ENV",
+    "BastionHTTPServer", "Handler", "ModelLink", "RequestError", "RunningServer", "SearchService", "ServeSettings",
+    "add_serve_arguments", "address_family", "build_server", "checked_query", "is_loopback", "limit_math_threads",
+    "listen_error", "port_number", "readers_check", "run_serve", "settings_from",
+]
 
-# --- running it ----------------------------------------------------------------
+
+# --- running it --------------------------------------------------------------
 
 
 class RunningServer:
