@@ -26,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bastion_agent.serving import tokens
 
+# Methods the access log names; any other is logged as <other>, since a made-up method could hold anything.
 KNOWN_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT")
 DRAIN_LIMIT_BYTES = 1024 * 1024  # read at most this much of a refused body, so the client sees the answer
 DRAIN_SECONDS = 1.0
@@ -49,7 +50,7 @@ class _HeadFirst(io.RawIOBase):
             return n
         try:
             return self.sock.recv_into(buffer)
-        except BlockingIOError:  # a non-blocking look for what was pipelined (Handler.unread): nothing yet
+        except BlockingIOError:  # a non-blocking look for what was pipelined (ConnectionHandler.unread): nothing yet
             return None
 
 

@@ -15,11 +15,12 @@ How an answer goes out (once, kept alive or closed, logged) is
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 from bastion_agent.core.loopback import is_loopback_host_header
 from bastion_agent.serving import tokens
 from bastion_agent.serving.http_connection import ConnectionHandler
-from bastion_agent.serving.query_params import query_from_body, query_from_string
+from bastion_agent.serving.query_params import Query, query_from_body, query_from_string
 from bastion_agent.serving.request_error import RequestError
 from bastion_agent.serving.serve_openapi import PUBLIC_ROUTES, ROUTES
 from bastion_agent.serving.serve_settings import TOKEN_ENV
@@ -40,19 +41,8 @@ class Handler(ConnectionHandler):
         path, _, query_string = self.path.partition("?")
         self.route = path if path in ROUTES else None
         try:
-            self.check_host()
-            if path != "/":
-                self.check_site()
-            if path not in PUBLIC_ROUTES:
-                self.check_token()
-            else:
-                self.caller = self.optional_caller()
-            if path not in ROUTES:
-                raise RequestError(404, f"no such path; this server answers {', '.join(ROUTES)}")
-            if self.command not in ROUTES[path]:
-                allowed = ", ".join(ROUTES[path])
-                raise RequestError(405, f"{path} answers {allowed} only", {"Allow": allowed})
-            self.answer(path, query_string)
+            self.check_request(path)
+            ANSWERS[(path, self.command)](self, query_string)
         except RequestError as exc:
             self.send_json(exc.status, {"error": exc.message}, exc.headers)
         except (ConnectionError, TimeoutError):
@@ -63,25 +53,43 @@ class Handler(ConnectionHandler):
         finally:
             self.drain_unread_body()
 
-    def answer(self, path: str, query_string: str) -> None:
-        service = self.server.service
-        if path == "/":
-            self.request_read = True
-            self.send_bytes(200, self.server.page, "text/html; charset=utf-8", {"Content-Security-Policy": self.server.page_csp})
-        elif path == "/healthz":
-            self.request_read = True
-            self.send_json(200, service.health(self.caller))
-        elif path == "/openapi.json":
-            self.request_read = True
-            self.send_bytes(200, self.server.openapi, "application/json")
-        elif self.command == "GET":
-            self.request_read = True
-            query = query_from_string(query_string, self.server.settings, service.default_mode)
-            self.send_json(200, service.search(query.text, query.k, query.mode, self.caller))
+    def check_request(self, path: str) -> None:
+        """Host, site and caller before the route, so a client without a token learns nothing of what is served."""
+        self.check_host()
+        if path != "/":
+            self.check_site()
+        if path not in PUBLIC_ROUTES:
+            self.check_token()
         else:
-            body = self.read_body()
-            query = query_from_body(body, self.server.settings, service.default_mode)
-            self.send_json(200, service.search(query.text, query.k, query.mode, self.caller))
+            self.caller = self.optional_caller()
+        if path not in ROUTES:
+            raise RequestError(404, f"no such path; this server answers {', '.join(ROUTES)}")
+        if self.command not in ROUTES[path]:
+            allowed = ", ".join(ROUTES[path])
+            raise RequestError(405, f"{path} answers {allowed} only", {"Allow": allowed})
+
+    def answer_page(self, query_string: str) -> None:
+        self.request_read = True
+        self.send_bytes(200, self.server.page, "text/html; charset=utf-8", {"Content-Security-Policy": self.server.page_csp})
+
+    def answer_health(self, query_string: str) -> None:
+        self.request_read = True
+        self.send_json(200, self.server.service.health(self.caller))
+
+    def answer_openapi(self, query_string: str) -> None:
+        self.request_read = True
+        self.send_bytes(200, self.server.openapi, "application/json")
+
+    def answer_search_in_query(self, query_string: str) -> None:
+        self.request_read = True
+        self.answer_search(query_from_string(query_string, self.server.settings, self.server.service.default_mode))
+
+    def answer_search_in_body(self, query_string: str) -> None:
+        body = self.read_body()
+        self.answer_search(query_from_body(body, self.server.settings, self.server.service.default_mode))
+
+    def answer_search(self, query: Query) -> None:
+        self.send_json(200, self.server.service.search(query.text, query.k, query.mode, self.caller))
 
     def check_host(self) -> None:
         host = self.headers.get("Host")
@@ -145,3 +153,14 @@ class Handler(ConnectionHandler):
             raise RequestError(400, "the body ended before Content-Length bytes")
         self.request_read = True
         return body
+
+
+# What answers each route and method; ROUTES (which /openapi.json documents) names the same pairs.
+ANSWERS: dict[tuple[str, str], Callable[[Handler, str], None]] = {
+    ("/", "GET"): Handler.answer_page,
+    ("/healthz", "GET"): Handler.answer_health,
+    ("/openapi.json", "GET"): Handler.answer_openapi,
+    ("/search", "GET"): Handler.answer_search_in_query,
+    ("/search", "POST"): Handler.answer_search_in_body,
+}
+assert set(ANSWERS) == {(path, method) for path, methods in ROUTES.items() for method in methods}
