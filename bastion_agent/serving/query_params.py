@@ -2,7 +2,7 @@
 
 ``GET /search?q=...&k=...&mode=...`` and ``POST /search`` with a JSON body
 come here; so does the MCP server's ``search`` tool, through
-``checked_query``. Anything unexpected (an unknown or repeated parameter, a
+``query_from_values``. Anything unexpected (an unknown or repeated parameter, a
 duplicate JSON key, text that is not valid Unicode, a ``k`` out of range) is
 a ``RequestError(400)`` naming what is wrong, never a guess at what the
 client meant.
@@ -65,10 +65,17 @@ def query_from_body(body: bytes, settings: ServeSettings, default_mode: str) -> 
     unknown = [key for key in value if key not in SEARCH_BODY_KEYS]
     if unknown:
         raise RequestError(400, f"unknown key {unknown[0][:40]!r} in the body; allowed: {', '.join(SEARCH_BODY_KEYS)}")
-    k = value.get("k")
+    return query_from_values(value.get("query"), value.get("k"), value.get("mode"), settings, default_mode)
+
+
+def query_from_values(query, k, mode, settings: ServeSettings, default_mode: str) -> Query:
+    """A query given as JSON values (a ``POST /search`` body, an MCP tool call): each optional, each of its type.
+
+    JSON has no types a client must keep to, so ``"k": "5"`` or ``"k": true``
+    is refused here rather than read as a number; then ``checked_query``.
+    """
     if k is not None and (isinstance(k, bool) or not isinstance(k, int)):
         raise RequestError(400, f"k must be a whole number from 1 to {settings.max_k}")
-    query, mode = value.get("query"), value.get("mode")
     if query is not None and not isinstance(query, str):
         raise RequestError(400, "query must be a string")
     if mode is not None and not isinstance(mode, str):
