@@ -346,147 +346,155 @@ _GET_ROUTES = {
 }
 
 
-def _handler_for(server: ModelServer):
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "bastion-agent-model-server"
-        sys_version = ""
-        timeout = server.read_timeout  # BaseHTTPRequestHandler puts it on the socket; a timeout closes the connection
+class ModelHandler(BaseHTTPRequestHandler):
+    """One request to the model server, answered from ``model_server`` (the routes above say with what).
 
-        def log_message(self, format, *args) -> None:  # request lines only, never a text
-            if server.log:
-                sys.stderr.write(f"model-server: {self.address_string()} {format % args}\n")
+    ``http.server`` makes a handler per request from the class alone, so
+    each ``ModelServer`` binds its own subclass (``_handler_for``).
+    """
 
-        @property
-        def route(self) -> str:
-            return urllib.parse.urlsplit(self.path).path
+    model_server: ModelServer
+    server_version = "bastion-agent-model-server"
+    sys_version = ""
 
-        def parse_request(self) -> bool:
-            """Refuse what a web page would send (see ``web_page_refusal``) before the body is read or used."""
-            if not super().parse_request():
-                return False
-            refusal = web_page_refusal(self.headers.get("Origin"), self.headers.get("Host"), server.host)
-            if refusal is None:
-                return True
-            length = self.headers.get("Content-Length") or "0"
-            self._drain(int(length) if length.isdigit() else DRAIN_LIMIT_BYTES + 1)  # so the client reads the refusal
-            self.close_connection = True
-            self._send_error(refusal, head=self.command == "HEAD")
+    def log_message(self, format, *args) -> None:  # request lines only, never a text
+        if self.model_server.log:
+            sys.stderr.write(f"model-server: {self.address_string()} {format % args}\n")
+
+    @property
+    def route(self) -> str:
+        return urllib.parse.urlsplit(self.path).path
+
+    def parse_request(self) -> bool:
+        """Refuse what a web page would send (see ``web_page_refusal``) before the body is read or used."""
+        if not super().parse_request():
             return False
+        refusal = web_page_refusal(self.headers.get("Origin"), self.headers.get("Host"), self.model_server.host)
+        if refusal is None:
+            return True
+        length = self.headers.get("Content-Length") or "0"
+        self._drain(int(length) if length.isdigit() else DRAIN_LIMIT_BYTES + 1)  # so the client reads the refusal
+        self.close_connection = True
+        self._send_error(refusal, head=self.command == "HEAD")
+        return False
 
-        def do_GET(self) -> None:
-            self._answer_get(head=False)
+    def do_GET(self) -> None:
+        self._answer_get(head=False)
 
-        def do_HEAD(self) -> None:
-            self._answer_get(head=True)
+    def do_HEAD(self) -> None:
+        self._answer_get(head=True)
 
-        def do_POST(self) -> None:
-            try:
-                answer = _POST_ROUTES.get(self.route)
-                if answer is None:
-                    self._not_allowed_or_missing()
-                body = self._read_json()
-                try:
-                    result = answer(server, body)
-                except Reject:
-                    raise
-                except Exception as exc:  # the model failed: say so, keep serving
-                    raise Reject(500, f"the model failed: {type(exc).__name__}: {exc}") from None
-                self._send_json(200, result)
-            except Reject as exc:
-                self._send_error(exc)
-
-        def do_PUT(self) -> None:
-            self._other_method()
-
-        do_DELETE = do_PATCH = do_PUT
-
-        def _other_method(self) -> None:
-            try:
+    def do_POST(self) -> None:
+        try:
+            answer = _POST_ROUTES.get(self.route)
+            if answer is None:
                 self._not_allowed_or_missing()
-            except Reject as exc:
-                self._send_error(exc)
-
-        def _answer_get(self, head: bool) -> None:
+            body = self._read_json()
             try:
-                if self.route == "/":
-                    self._send(200, b"bastion_agent model server is running\n", "text/plain; charset=utf-8", head)
-                    return
-                answer = _GET_ROUTES.get(self.route)
-                if answer is None:
-                    self._not_allowed_or_missing()
-                self._send_json(200, answer(server), head)
-            except Reject as exc:
-                self._send_error(exc, head)
+                result = answer(self.model_server, body)
+            except Reject:
+                raise
+            except Exception as exc:  # the model failed: say so, keep serving
+                raise Reject(500, f"the model failed: {type(exc).__name__}: {exc}") from None
+            self._send_json(200, result)
+        except Reject as exc:
+            self._send_error(exc)
 
-        def _not_allowed_or_missing(self):
-            route, method = self.route, self.command
-            if route in _POST_ROUTES:
-                raise Reject(405, f"method {method} not allowed on {route}; use POST")
-            if route in _GET_ROUTES or route == "/":
-                raise Reject(405, f"method {method} not allowed on {route}; use GET")
-            raise Reject(404, f"{route} not found")
+    def do_PUT(self) -> None:
+        self._other_method()
 
-        def _read_json(self) -> dict:
-            length_text = self.headers.get("Content-Length")
-            if length_text is None:
-                raise Reject(411, "a Content-Length header is required")
-            try:
-                length = int(length_text)
-                if length < 0:
-                    raise ValueError
-            except ValueError:
-                raise Reject(400, f"invalid Content-Length {length_text!r}") from None
-            if length > server.max_body:
-                self._drain(length)
-                raise Reject(413, f"the request body is {length} bytes; the limit is {server.max_body}")
-            raw = self.rfile.read(length)
-            try:
-                body = json.loads(raw)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise Reject(400, f"invalid JSON in the request body: {exc}") from None
-            except RecursionError:  # nested past the parser's depth: a bad body, not a dropped connection
-                raise Reject(400, "invalid JSON in the request body: nested too deeply") from None
-            if not isinstance(body, dict):
-                raise Reject(400, "the request body must be a JSON object")
-            return body
+    do_DELETE = do_PATCH = do_PUT
 
-        def _drain(self, length: int) -> None:
-            if length > DRAIN_LIMIT_BYTES:
-                self.close_connection = True
+    def _other_method(self) -> None:
+        try:
+            self._not_allowed_or_missing()
+        except Reject as exc:
+            self._send_error(exc)
+
+    def _answer_get(self, head: bool) -> None:
+        try:
+            if self.route == "/":
+                self._send(200, b"bastion_agent model server is running\n", "text/plain; charset=utf-8", head)
                 return
-            left = length
-            while left > 0:
-                chunk = self.rfile.read(min(left, 1 << 20))
-                if not chunk:
-                    break
-                left -= len(chunk)
+            answer = _GET_ROUTES.get(self.route)
+            if answer is None:
+                self._not_allowed_or_missing()
+            self._send_json(200, answer(self.model_server), head)
+        except Reject as exc:
+            self._send_error(exc, head)
 
-        def _send_error(self, exc: Reject, head: bool = False) -> None:
-            if self.route.startswith("/v1/"):
-                error = {"code": exc.status, "message": exc.message, "type": Reject.TYPES.get(exc.status, "invalid_request_error")}
-                body = {"error": error}
-            else:
-                body = {"error": exc.message}
-            extra = {}
-            if exc.status == 405:
-                extra["Allow"] = "POST" if self.route in _POST_ROUTES else "GET, HEAD"
-            self._send_json(exc.status, body, head, extra)
+    def _not_allowed_or_missing(self):
+        route, method = self.route, self.command
+        if route in _POST_ROUTES:
+            raise Reject(405, f"method {method} not allowed on {route}; use POST")
+        if route in _GET_ROUTES or route == "/":
+            raise Reject(405, f"method {method} not allowed on {route}; use GET")
+        raise Reject(404, f"{route} not found")
 
-        def _send_json(self, status: int, value, head: bool = False, extra: dict | None = None) -> None:
-            data = json.dumps(value, separators=(",", ":")).encode("utf-8")
-            self._send(status, data, "application/json; charset=utf-8", head, extra)
+    def _read_json(self) -> dict:
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            raise Reject(411, "a Content-Length header is required")
+        try:
+            length = int(length_text)
+            if length < 0:
+                raise ValueError
+        except ValueError:
+            raise Reject(400, f"invalid Content-Length {length_text!r}") from None
+        if length > self.model_server.max_body:
+            self._drain(length)
+            raise Reject(413, f"the request body is {length} bytes; the limit is {self.model_server.max_body}")
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise Reject(400, f"invalid JSON in the request body: {exc}") from None
+        except RecursionError:  # nested past the parser's depth: a bad body, not a dropped connection
+            raise Reject(400, "invalid JSON in the request body: nested too deeply") from None
+        if not isinstance(body, dict):
+            raise Reject(400, "the request body must be a JSON object")
+        return body
 
-        def _send(self, status: int, data: bytes, content_type: str, head: bool = False, extra: dict | None = None) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (extra or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            if not head:
-                self.wfile.write(data)
+    def _drain(self, length: int) -> None:
+        if length > DRAIN_LIMIT_BYTES:
+            self.close_connection = True
+            return
+        left = length
+        while left > 0:
+            chunk = self.rfile.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            left -= len(chunk)
 
-    return Handler
+    def _send_error(self, exc: Reject, head: bool = False) -> None:
+        if self.route.startswith("/v1/"):
+            error = {"code": exc.status, "message": exc.message, "type": Reject.TYPES.get(exc.status, "invalid_request_error")}
+            body = {"error": error}
+        else:
+            body = {"error": exc.message}
+        extra = {}
+        if exc.status == 405:
+            extra["Allow"] = "POST" if self.route in _POST_ROUTES else "GET, HEAD"
+        self._send_json(exc.status, body, head, extra)
+
+    def _send_json(self, status: int, value, head: bool = False, extra: dict | None = None) -> None:
+        data = json.dumps(value, separators=(",", ":")).encode("utf-8")
+        self._send(status, data, "application/json; charset=utf-8", head, extra)
+
+    def _send(self, status: int, data: bytes, content_type: str, head: bool = False, extra: dict | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if not head:
+            self.wfile.write(data)
+
+
+def _handler_for(server: ModelServer) -> type[ModelHandler]:
+    """The handler class of ``server``, with its read timeout (which the base class puts on each socket)."""
+    return type("Handler", (ModelHandler,), {"model_server": server, "timeout": server.read_timeout})
 
 
 # --- the command --------------------------------------------------------------

@@ -5,8 +5,10 @@ Cursor, VS Code...) call local tools. This command speaks it over stdio with
 the official SDK (the ``[mcp]`` extra) and offers two read-only tools:
 
 - ``search(query, k, mode)``: exactly what ``search --json`` answers, from
-  one warm index that is reloaded when ``vectors.db`` changes (``serve``'s
-  ``SearchService``, so the rules and the model-server handling are the same);
+  one warm index that is reloaded when ``vectors.db`` changes (serve's
+  ``search_service.SearchService``, so the rules and the model-server
+  handling are the same; the arguments are checked by serve's
+  ``query_params``);
 - ``fetch(chunk_id, neighbours)``: a window and its neighbours in the same
   document, so an assistant can read around a hit.
 
@@ -39,7 +41,19 @@ from bastion_agent.core import access
 from bastion_agent.core.errors import BastionError, ConfigError
 from bastion_agent.embedding import vectorstore
 from bastion_agent.searching import searcher
-from bastion_agent.serving import serve, tokens
+from bastion_agent.serving import tokens
+from bastion_agent.serving.http_server import address_family
+from bastion_agent.serving.query_params import query_from_values
+from bastion_agent.serving.request_error import RequestError
+from bastion_agent.serving.search_service import ModelLink, SearchService
+from bastion_agent.serving.serve_settings import (
+    DEFAULT_HOST,
+    TOKEN_ENV,
+    ServeSettings,
+    limit_math_threads,
+    port_number,
+    settings_from,
+)
 
 INSTALL_HINT = "pip install 'bastion-agent[mcp]'"
 CALLER_SCOPE_KEY = "bastion.caller"  # where BearerGate leaves the caller of an HTTP request for the tools
@@ -85,14 +99,14 @@ class BastionTools:
         self.manifest = manifest
         self.layout = layout
         self.log = log
-        self.settings = serve.ServeSettings(max_k=MAX_K, max_query_chars=MAX_QUERY_CHARS)
+        self.settings = ServeSettings(max_k=MAX_K, max_query_chars=MAX_QUERY_CHARS)
         # As serve: a query waits at most request_time_limit for the model, within an assistant's tool timeout.
         endpoint = dataclasses.replace(endpoint, timeout=min(endpoint.timeout, self.settings.request_time_limit))
-        self.model = serve.ModelLink(manifest, endpoint, self.settings.reprobe_seconds,
+        self.model = ModelLink(manifest, endpoint, self.settings.reprobe_seconds,
                                      self.settings.model_concurrency)
         self.default_mode = searcher.resolve_mode(manifest, None)
         self.local_caller = tokens.local_caller(manifest)  # stdio: the user who started the server
-        self._service: serve.SearchService | None = None
+        self._service: SearchService | None = None
         self._lock = threading.Lock()
         self.handlers: dict[str, Callable[[dict, tokens.Caller], dict]] = {"search": self.search, "fetch": self.fetch}
 
@@ -106,13 +120,13 @@ class BastionTools:
             self.log(f"bastion_agent mcp: the model server is unavailable ({self.model.error}); "
                      "search says so until it answers")
 
-    def service(self) -> serve.SearchService:
+    def service(self) -> SearchService:
         with self._lock:
             if self._service is None:
                 if not self.layout.vectors_db.exists():
                     raise BastionError("this folder has not been swept yet (no vectors.db in its output folder): "
                                        "run `python3 -m bastion_agent sweep MANIFEST` first")
-                self._service = serve.SearchService(self.manifest, self.layout, self.settings, self.model, log=self.log)
+                self._service = SearchService(self.manifest, self.layout, self.settings, self.model, log=self.log)
             else:
                 self._service.check_reload()
             return self._service
@@ -123,7 +137,7 @@ class BastionTools:
         service = self.service()
         try:
             envelope = service.search(query, k, mode, caller or self.local_caller, via="mcp")
-        except serve.RequestError as exc:
+        except RequestError as exc:
             raise BastionError(exc.message) from None
         result = {key: envelope[key] for key in ENVELOPE_KEYS if key in envelope}
         result["hits"] = [bounded_hit(hit) for hit in envelope["hits"]]
@@ -131,16 +145,13 @@ class BastionTools:
 
     def search_arguments(self, arguments: dict) -> tuple[str, int, str]:
         refuse_unknown(arguments, ("query", "k", "mode"))
-        query, k, mode = arguments.get("query"), arguments.get("k"), arguments.get("mode")
-        if query is not None and not isinstance(query, str):
+        query = arguments.get("query")
+        if query is not None and not isinstance(query, str):  # an assistant is told what the argument is for
             raise ToolArgumentError("query must be a string: say what to look for")
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int)):
-            raise ToolArgumentError(f"k must be a whole number from 1 to {MAX_K}")
-        if mode is not None and not isinstance(mode, str):
-            raise ToolArgumentError(f"mode must be one of {', '.join(SEARCH_MODES)}")
         try:
-            checked = serve.checked_query(query, k, mode, self.settings, self.default_mode, name="query")
-        except serve.RequestError as exc:
+            checked = query_from_values(query, arguments.get("k"), arguments.get("mode"), self.settings,
+                                        self.default_mode)
+        except RequestError as exc:
             raise ToolArgumentError(exc.message) from None
         return checked.text, checked.k, checked.mode
 
@@ -458,10 +469,10 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
     add_manifest_arguments(parser)
     parser.add_argument("--http", action="store_true",
                         help=f"serve MCP's Streamable HTTP transport at http://HOST:PORT{HTTP_PATH} instead of stdio")
-    parser.add_argument("--host", default=serve.DEFAULT_HOST,
-                        help=f"with --http: address to listen on (default {serve.DEFAULT_HOST}; any other needs "
-                             f"{serve.TOKEN_ENV} or {tokens.TOKENS_ENV})")
-    parser.add_argument("--port", type=serve.port_number, default=DEFAULT_HTTP_PORT,
+    parser.add_argument("--host", default=DEFAULT_HOST,
+                        help=f"with --http: address to listen on (default {DEFAULT_HOST}; any other needs "
+                             f"{TOKEN_ENV} or {tokens.TOKENS_ENV})")
+    parser.add_argument("--port", type=port_number, default=DEFAULT_HTTP_PORT,
                         help=f"with --http: port to listen on (default {DEFAULT_HTTP_PORT}; 0 picks a free one)")
     parser.epilog = ("Speaks the Model Context Protocol on stdin/stdout (or, with --http, over HTTP on loopback): "
                      f"start it from an assistant's configuration (docs/mcp.md). Needs the [mcp] extra: {INSTALL_HINT}")
@@ -472,10 +483,10 @@ def run_mcp(args: argparse.Namespace) -> int:
     from bastion_agent.embedding.endpoint import EndpointConfig
 
     anyio, _, _, stdio_server, _ = import_sdk()
-    serve.limit_math_threads()
-    if not args.http and (args.host != serve.DEFAULT_HOST or args.port != DEFAULT_HTTP_PORT):
+    limit_math_threads()
+    if not args.http and (args.host != DEFAULT_HOST or args.port != DEFAULT_HTTP_PORT):
         raise ConfigError("--host and --port are for --http; without it the server speaks on stdin/stdout")
-    settings = serve.settings_from(args.host, args.port) if args.http else None  # exposure rules before anything else
+    settings = settings_from(args.host, args.port) if args.http else None  # exposure rules before anything else
     manifest, layout = load_manifest_and_layout(args)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731 -- stdout is the protocol's
     tools = BastionTools(manifest, layout, EndpointConfig.from_env(), log=log)
@@ -514,7 +525,7 @@ class BearerGate:
             caller = self.caller(scope)
             if caller is None:
                 body = json.dumps({"error": f"send 'Authorization: Bearer TOKEN' with a token of the server's "
-                                            f"{serve.TOKEN_ENV} or {tokens.TOKENS_ENV}"})
+                                            f"{TOKEN_ENV} or {tokens.TOKENS_ENV}"})
                 await send({"type": "http.response.start", "status": 401,
                             "headers": [(b"content-type", b"application/json"),
                                         (b"www-authenticate", b'Bearer realm="bastion"')]})
@@ -530,7 +541,7 @@ class BearerGate:
         return self.book.caller(given.decode("latin-1"))
 
 
-def transport_security(settings: serve.ServeSettings):
+def transport_security(settings: ServeSettings):
     """On loopback, only loopback ``Host`` and ``Origin`` values (no DNS rebinding); elsewhere the token guards."""
     from mcp.server.transport_security import TransportSecuritySettings
 
@@ -543,7 +554,7 @@ def transport_security(settings: serve.ServeSettings):
     )
 
 
-def run_http(server, tools: BastionTools, settings: serve.ServeSettings, log: Callable[[str], None]) -> int:
+def run_http(server, tools: BastionTools, settings: ServeSettings, log: Callable[[str], None]) -> int:
     """Serve the tools at ``http://HOST:PORT/mcp`` until interrupted."""
     import socket
 
@@ -554,7 +565,7 @@ def run_http(server, tools: BastionTools, settings: serve.ServeSettings, log: Ca
                                                 transport_security=transport_security(settings)),
                      book, tools.local_caller)
     try:
-        listener = socket.socket(serve.address_family(settings.host), socket.SOCK_STREAM)
+        listener = socket.socket(address_family(settings.host), socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((settings.host.strip("[]"), settings.port))
         listener.listen(128)  # before the address is announced: a client that reads it can connect at once
