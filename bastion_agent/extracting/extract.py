@@ -46,6 +46,7 @@ from bastion_agent.core.budget import (
     COSTLY_REASONS,
     Budget,
     Call,
+    Task,
     WorkerPool,
     budget_of,
 )
@@ -639,7 +640,7 @@ def _extract_doc(key: str, kind: str, data: bytes, store: Path, previous: "_Prev
     known = costly.reason(key) or readers.unavailable(kind)
     if known:
         return _Outcome(kind, STATUS_SKIPPED, known)
-    return Call("read", (kind, data, settings, max_bytes, ocr_settings), len(data))  # max_bytes also bounds what a .gz unpacks to
+    return Call(Task.READ, (kind, data, settings, max_bytes, ocr_settings), len(data))  # max_bytes also bounds what a .gz unpacks to
 
 
 def _stored(key: str, kind: str, answer, store: Path, costly: _Costly) -> _Outcome:
