@@ -22,6 +22,12 @@ Nothing that cannot be read stops the stage: it gets a row in
 ``extract/listing.jsonl`` with the reason, and the reason is counted in
 ``extract.summary.json``. Texts of files that left the source are removed
 from the extract store; the sanitize stage removes its own stale documents.
+
+Which files are read, and their bytes, is the walk's (``walk.py``); which
+reader reads a file, the format registry's (``formats/registry.py``, through
+``readers.py``); reading runs in budgeted workers (``reading.py``); the
+``--report`` is ``report.py``'s. This module runs the stage: what to read
+again or reuse, what each read became, the store, the listing and the counts.
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ from bastion_agent.extracting import pdf as pdf_reasons, readers
 from bastion_agent.extracting.formats import ocr
 from bastion_agent.extracting.report import print_report, report_lines  # noqa: F401  (the stage's --report)
 from bastion_agent.extracting.walk import (
-    _DOC_TEXT,
+    DOC_TEXT_NAME,
     STATUS_EXTRACTED,
     STATUS_SKIPPED,
     Row,
@@ -322,7 +328,7 @@ def _drop_stale(layout: Layout, kept: set[str]) -> int:
     removed = 0
     store = layout.extract_dir
     for name in os.listdir(store):
-        if _DOC_TEXT.fullmatch(name) and name[:-4] not in kept:
+        if DOC_TEXT_NAME.fullmatch(name) and name[:-4] not in kept:
             _unlink(store / name)
             removed += 1
     return removed  # temp files of a killed run went at the start (layout.remove_stale_temps)

@@ -55,7 +55,8 @@ _EXTRACT_STORE_FILES = ("sanitized.jsonl", "costly.json", "extract.figures.json"
 # (PATH_MAX alone stops ordinary tools near 2,000 levels of short names).
 MAX_DEPTH = 256
 
-_DOC_TEXT = re.compile(r"[0-9a-f]{64}\.txt")
+# The name of a text in an extract store: its key and ".txt" (the stage removes stale ones by it).
+DOC_TEXT_NAME = re.compile(r"[0-9a-f]{64}\.txt")
 _KEY = re.compile(r"[0-9a-f]{64}")
 
 
@@ -185,7 +186,7 @@ def is_store_folder(fd: int, children: list[tuple[str, bool]]) -> bool:
         return True
     if names.get("listing.jsonl") is False:
         return any(names.get(name) is False for name in _EXTRACT_STORE_FILES) or any(
-            _DOC_TEXT.fullmatch(name) and is_dir is False for name, is_dir in children)
+            DOC_TEXT_NAME.fullmatch(name) and is_dir is False for name, is_dir in children)
     return False
 
 
@@ -367,10 +368,6 @@ def load(entry: _Entry, root: SourceRoot, selection: Selection, max_bytes: int) 
     if looks_like_store_file(data):
         return _Loaded(None, Row(rel, None, 0, "file", STATUS_SKIPPED, REASON_STORE_FILE))
     return _Loaded(data)
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _kind_by_name(rel: str) -> str:
