@@ -202,7 +202,7 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
         entries, excluded = walk(root, selection)
         store = ensure_private_dir(layout.extract_dir)
         sweep = _Sweep(store, _Previous(layout), _Costly(layout, budget),
-                       {kind: readers.version(kind) for kind in sorted(readers.KINDS)},
+                       readers.versions(),
                        getattr(manifest, "sanitize", None))
         sweep.ocr_settings = scans
         with Progress("extract", len(entries), "files") as progress, WorkerPool(budget, workers) as pool:

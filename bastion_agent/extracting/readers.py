@@ -147,6 +147,11 @@ def unavailable(kind: str) -> str | None:
     return fmt.unavailable()
 
 
+def versions() -> dict[str, str | None]:
+    """Every readable kind's version (None: not readable here now), in kind order: the summary's ``readers``."""
+    return {kind: version(kind) for kind in sorted(KINDS)}
+
+
 def version(kind: str) -> str | None:
     """What the text of ``kind`` depends on besides the bytes; None when it cannot be read now.
 
