@@ -37,6 +37,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -81,13 +82,40 @@ class Budget:
         return f"s{self.seconds:g}+m{self.memory_mb}+o{OUTPUT_PER_INPUT_BYTE}/{OUTPUT_FLOOR_CHARS}/{OUTPUT_MAX_CHARS}"
 
 
+class Task(str, Enum):
+    """What a worker can be asked to run; each names a function in ``_TASK_FUNCTIONS``.
+
+    A task used to be a bare string: a misspelt one reached the worker,
+    which died on it, and the parent reported the file ``too_costly:
+    memory``. Now ``Call`` turns the name into a ``Task`` in the parent and
+    refuses one that does not exist, and a test resolves every task to its
+    function.
+    """
+
+    CALL = "call"      # a named function of this package (tests, benches)
+    READ = "read"      # read one file, then the byte-level scan
+    REDACT = "redact"  # sanitize one document
+
+
 @dataclass(frozen=True)
 class Call:
-    """One job: a task name (see ``_TASKS``), its arguments, and the input size its budget scales with."""
+    """One job: a task (a ``Task`` or its name), its arguments, and the input size its budget scales with."""
 
-    task: str
+    task: Task
     args: tuple
     size: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "task", task_named(self.task))
+
+
+def task_named(name: "Task | str") -> Task:
+    """The ``Task`` called ``name``; ``ValueError`` naming the known tasks when there is none."""
+    try:
+        return Task(name)
+    except ValueError:
+        known = ", ".join(task.value for task in Task)
+        raise ValueError(f"no worker task {name!r} (known: {known})") from None
 
 
 @dataclass(frozen=True)
@@ -118,7 +146,7 @@ class _Worker:
         self.progress: str | None = None
 
     def send(self, job: list, call: Call, seconds: float) -> bool:
-        blob = pickle.dumps((call.task, call.args), protocol=pickle.HIGHEST_PROTOCOL)
+        blob = pickle.dumps((call.task.value, call.args), protocol=pickle.HIGHEST_PROTOCOL)
         try:
             view = memoryview(_FRAME.pack(len(blob)) + blob)
             while view:
@@ -322,7 +350,7 @@ def worker_main() -> None:
 
         retire = False
         try:
-            header, data = _task(task)(note, *args)
+            header, data = task_function(task)(note, *args)
         except MemoryError:
             header, data, retire = {"costly": REASON_MEMORY}, b"", True
         except RecursionError:
@@ -369,17 +397,24 @@ def _task_call(note, module: str, name: str, *args) -> tuple[dict, bytes]:
     return {"result": result}, b""
 
 
-_TASKS = {"call": _task_call}
-# Tasks defined next to the code they run (this module knows no reader or
-# sanitizer), imported in the worker on first use.
-_LAZY_TASKS = {"read": ("bastion_agent.extracting.reading", "budget_task_read"),
-               "redact": ("bastion_agent.sanitizing.sanitize", "budget_task_redact")}
+# Where each task's function lives: next to the code it runs (this module
+# knows no reader or sanitizer, which sit in parts above it), imported in
+# the worker on first use. Every ``Task`` has an entry, and
+# ``core/test_budget.py`` imports each one.
+_TASK_FUNCTIONS: dict[Task, tuple[str, str]] = {
+    Task.CALL: (__name__, "_task_call"),
+    Task.READ: ("bastion_agent.extracting.reading", "budget_task_read"),
+    Task.REDACT: ("bastion_agent.sanitizing.sanitize", "budget_task_redact"),
+}
+_LOADED: dict[Task, Any] = {}
 
 
-def _task(name: str):
-    if name not in _TASKS and name in _LAZY_TASKS:
+def task_function(name: "Task | str"):
+    """The function that runs ``name``, imported on first use."""
+    task = task_named(name)
+    if task not in _LOADED:
         import importlib
 
-        module, attribute = _LAZY_TASKS[name]
-        _TASKS[name] = getattr(importlib.import_module(module), attribute)
-    return _TASKS[name]
+        module, attribute = _TASK_FUNCTIONS[task]
+        _LOADED[task] = getattr(importlib.import_module(module), attribute)
+    return _LOADED[task]

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from bastion_agent.core.budget import COSTLY_REASONS, Budget
 from bastion_agent.extracting import readers
-from bastion_agent.extracting.formats import compressed, htmltext, ocr
-from bastion_agent.extracting.formats.base import Refused, decode_text, ebcdic_view, plain_decoding
+from bastion_agent.extracting.formats import compressed, ocr, registry
+from bastion_agent.extracting.formats.base import Refused, ebcdic_view, plain_decoding
 from bastion_agent.sanitizing.normalise import lookalike_view
 from bastion_agent.sanitizing.sanitize import SanitizeSettings, merge, sanitizer_for
 
-# Kinds whose bytes are text a reader decodes: the ones a decoding can hide text in.
-QUARANTINE_KINDS = frozenset({"text", "markdown", "csv", "json", "xml", "html", "eml", "rtf", "troff"})
+# Kinds whose bytes are text a reader decodes (``FileFormat.decodes_text``): the ones a decoding can hide text in.
+QUARANTINE_KINDS = registry.QUARANTINE_KINDS
 QUARANTINE = "quarantined"
 
 
@@ -41,7 +41,7 @@ def hidden_findings(data: bytes, text: str, settings: SanitizeSettings | None, k
     holds: its packed bytes show nothing, and the same hiding inside a
     ``.gz`` would otherwise go to the store unseen.
     """
-    inner, packed = readers._split_kind(kind)
+    inner, packed = compressed.split_kind(kind)
     if inner not in QUARANTINE_KINDS or not data:
         return []
     if packed is not None:
@@ -72,26 +72,24 @@ def _dropped_views(kind: str, data: bytes) -> tuple[str | None, tuple[str, ...]]
     """What a reader leaves out on purpose, in the plain view and as the document shows it.
 
     The man-page reader drops comments and requests, the HTML reader the
-    site chrome around the main content. Dropped text is not indexed, but
-    the scan must still see it: the plain view of the whole (the raw bytes
-    of a page; the whole visible text of HTML) is scanned too, and a value
-    found there counts as shown when the same whole, decoded as the
-    document says, holds it (a licence e-mail in a man page's comment is
-    dropped, not hidden). Only a value that the decoding itself hides
-    quarantines the document, wherever in the file it sits.
+    site chrome around the main content: their ``FileFormat.whole_view``
+    gives the whole (the raw text of a page; the whole visible text of
+    HTML). Dropped text is not indexed, but the scan must still see it: the
+    plain view of the whole is scanned too, and a value found there counts
+    as shown when the same whole, decoded as the document says, holds it
+    (a licence e-mail in a man page's comment is dropped, not hidden). Only
+    a value that the decoding itself hides quarantines the document,
+    wherever in the file it sits.
     """
+    whole_view = registry.BY_KIND[kind].whole_view
+    if whole_view is None:
+        return None, ()
     try:
-        if kind == "troff":
-            with plain_decoding():
-                plain = decode_text(data)
-            return plain, (decode_text(data),)
-        if kind == "html":
-            with plain_decoding():
-                plain = htmltext.read_html(data)
-            return plain, (htmltext.read_html(data),)
+        with plain_decoding():
+            plain = whole_view(data)
+        return plain, (whole_view(data),)
     except Refused:
-        pass
-    return None, ()
+        return None, ()
 
 
 def budget_task_read(note, kind: str, data: bytes, settings=None, max_bytes: int | None = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import contextlib
 import hashlib
 import io
@@ -21,6 +22,7 @@ from bastion_agent.config.manifest import SourceSettings
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.layout import Layout, figures_path, read_jsonl, write_private
 from bastion_agent.extracting import extract, readers
+from bastion_agent.extracting.formats import registry
 from bastion_agent.extracting.formats import office
 from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
 
@@ -455,7 +457,8 @@ class StageTests(TempCase):
         self.run_stage()
         text_path = Layout.doc_text_path(self.layout.extract_dir, extract.extract_key(("a.txt",), b"alpha"))
         text_path.write_text("stale text from an older reader")
-        with mock.patch.object(readers, "READER_VERSION", "older-or-newer"):
+        text = registry.READABLE["text"]
+        with mock.patch.dict(registry.READABLE, {"text": dataclasses.replace(text, version="older-or-newer")}):
             self.run_stage()
         self.assertEqual(self.figures()["reused"], 0)
         self.assertEqual(text_path.read_text(), "alpha")
@@ -492,7 +495,8 @@ class StageTests(TempCase):
 
     def test_a_reader_crash_is_counted_not_raised(self):
         # Readers run in worker processes; the in-process call is what each worker makes.
-        with mock.patch.dict(readers._READERS, {"docx": mock.Mock(side_effect=IndexError("a reader bug"))}):
+        crashing = dataclasses.replace(registry.READABLE["docx"], reader=mock.Mock(side_effect=IndexError("a reader bug")))
+        with mock.patch.dict(registry.READABLE, {"docx": crashing}):
             reading = readers.read("docx", docx(para("x")))
         self.assertEqual((reading.text, reading.reason), (None, "damaged"))
 

@@ -21,6 +21,15 @@ REASON_UNPACKED = "too large unpacked"
 
 # Binary detection: any NUL byte (outside UTF-16/32), or more than this share
 # of control characters in the first part of the decoded text.
+# The version of what every core reader shares: this module's decoding and
+# output caps, and the table form. Bump it when a change here changes any
+# reader's text: stored texts of every core format are read again (one
+# format's own change bumps that format's ``version`` in ``registry.py``).
+# 2: plausible decodings (UTF-16 shapes, ASCII-compatible charsets); 3: linear
+# readers, output caps; 4: tables in one normal form (rows as lines, cells by
+# tabs, spans kept).
+DECODING_VERSION = "4"
+
 CONTROL_RATIO_LIMIT = 0.02
 _SNIFF_CHARS = 65_536
 

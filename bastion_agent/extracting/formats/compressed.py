@@ -56,6 +56,14 @@ def split_suffix(name: str) -> tuple[str, str | None]:
     return name, None
 
 
+def split_kind(kind: str) -> tuple[str, str | None]:
+    """``("text", ".gz")`` for the kind ``text.gz``; ``(kind, None)`` for a kind that is not compressed."""
+    for suffix in SUFFIXES:
+        if kind.endswith(suffix):
+            return kind[: -len(suffix)], suffix
+    return kind, None
+
+
 def unpack(suffix: str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     """The unpacked bytes of ``data``, or ``Refused`` ("too large unpacked", "damaged")."""
     limit = min(max_bytes, max(RATIO_FLOOR_BYTES, MAX_RATIO * len(data)))
