@@ -4,11 +4,13 @@ Every part is a sub-package at one layer; a module may import its own part
 and the parts below it, never a part above: ``commands`` on top, then the
 servers, then the stages in the order data flows, ``config`` and ``core``
 at the base. Imports inside functions count too: a lazy import that points
-up is still a dependency that points up. Test modules may import anything;
-nothing else imports a test module or ``testing``. Every import is written
-absolute, so a line says where the module lives. The check reads the
-source with ``ast``, so it sees what a reader sees, not what happens to be
-imported at run time.
+up is still a dependency that points up. Test modules may import anything
+but another test module: what tests share lives in ``testing``, which only
+tests import (a test module that served as a fixture library tied every
+test of a part to another part's tests, and a move of one broke the
+other). Every import is written absolute, so a line says where the module
+lives. The check reads the source with ``ast``, so it sees what a reader
+sees, not what happens to be imported at run time.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ LAYERS = (
 )
 # bastion_agent/__init__.py holds the version only: everything may import it.
 BASE_MODULE = PACKAGE
-# Production code names where a thing lives; only tests and users use the facade.
+# Production code names where a thing lives; only tests, their fixtures and users use the facade.
 FACADE = f"{PACKAGE}.embed"
+# Fixtures shared by tests: imported by tests (and benchmarks) only, never by the product.
+TESTING = "testing"
 
 
 @dataclass(frozen=True)
@@ -119,11 +123,13 @@ def _breaks(item: Import) -> list[str]:
     where = f"{item.importer}:{item.line} imports {item.imported}"
     if item.relative:
         return [f"{where}: write it absolute (bastion_agent.<part>.<module>), as every import here is"]
+    if is_test(item.imported):
+        return [f"{where}: no module imports a test module (move what tests share to testing/)"]
     if is_test(item.importer) or item.imported == BASE_MODULE.split(".")[0] and "." not in item.imported:
         return []
-    if is_test(item.imported):
-        return [f"{where}: only tests import tests"]
-    if item.imported == FACADE and part_of(item.importer) != "embed":
+    if part_of(item.imported) == TESTING and part_of(item.importer) != TESTING:
+        return [f"{where}: only tests import testing"]
+    if item.imported == FACADE and part_of(item.importer) not in ("embed", TESTING):
         return [f"{where}: import the module the name lives in, not the facade"]
     here, there = layer_of(part_of(item.importer)), layer_of(part_of(item.imported))
     if here is None or there is None:
@@ -184,13 +190,40 @@ class ArchitectureTests(unittest.TestCase):
         self.assertIn("bastion_agent.core.errors:2 imports bastion_agent.commands.cli: points up"
                       " (commands is above core)", found)
         self.assertIn("bastion_agent.commands.sweep:2 imports bastion_agent.commands.test_cli:"
-                      " only tests import tests", found)
+                      " no module imports a test module (move what tests share to testing/)", found)
         self.assertIn("circle: bastion_agent.commands.cli -> bastion_agent.commands.sweep"
                       " -> bastion_agent.commands.cli", found)
         self.assertIn("bastion_agent.commands.cli:1 imports bastion_agent.commands.sweep: write it absolute"
                       " (bastion_agent.<part>.<module>), as every import here is", found)
-        self.assertIn("bastion_agent.commands.cli:2 imports bastion_agent.testing.stub: points up"
-                      " (testing is above commands)", found)
+        self.assertIn("bastion_agent.commands.cli:2 imports bastion_agent.testing.stub: only tests import testing",
+                      found)
+
+    def test_the_check_sees_a_test_module_that_imports_another_in_every_form(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp) / PACKAGE
+            files = {
+                "__init__.py": "",
+                "core/__init__.py": "",
+                "core/errors.py": "",
+                "core/test_errors.py": "from bastion_agent.testing.fixture import thing\nfrom bastion_agent.core import errors\n",
+                "serving/__init__.py": "",
+                "serving/test_serve.py": "from bastion_agent.core.test_errors import Case\n",
+                "serving/test_flood.py": "def f():\n    from bastion_agent.serving import test_serve\n",
+                "serving/test_tokens.py": "import bastion_agent.core.test_errors\n",
+                "testing/__init__.py": "",
+                "testing/fixture.py": "from bastion_agent.core import errors\nfrom bastion_agent.serving import test_serve\n",
+            }
+            for name, text in files.items():
+                (root / name).parent.mkdir(parents=True, exist_ok=True)
+                (root / name).write_text(text)
+            found = problems(root)
+        rule = "no module imports a test module (move what tests share to testing/)"
+        self.assertEqual(sorted(found), sorted([
+            f"bastion_agent.serving.test_serve:1 imports bastion_agent.core.test_errors: {rule}",
+            f"bastion_agent.serving.test_flood:2 imports bastion_agent.serving.test_serve: {rule}",
+            f"bastion_agent.serving.test_tokens:1 imports bastion_agent.core.test_errors: {rule}",
+            f"bastion_agent.testing.fixture:2 imports bastion_agent.serving.test_serve: {rule}",
+        ]))
 
 
 if __name__ == "__main__":

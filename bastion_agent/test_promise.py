@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bastion_agent.core.layout import Layout, read_jsonl
-from bastion_agent.extracting.test_extract import docx, para, zipped
+from bastion_agent.testing.office_files import docx, para, zipped
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
     TempFolder,

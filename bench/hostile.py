@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bastion_agent.core.budget import DEFAULT_MEMORY_MB, DEFAULT_SECONDS  # noqa: E402
-from bastion_agent.extracting.test_hostile import eml_header_bomb, xlsx_shared_string_bomb  # noqa: E402
+from bastion_agent.testing.hostile_files import eml_header_bomb, xlsx_shared_string_bomb  # noqa: E402
 
 SOURCES = [Path("/usr/share/common-licenses"), Path("/usr/share/doc"),
            Path(os.environ.get("BASTION_SHARED_DATA") or ROOT.parent / "shared" / "data") / "ir"]

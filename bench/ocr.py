@@ -105,7 +105,7 @@ def extract_ratio(files: int) -> dict:
     """Extract of a folder with 10 % scans, with OCR against without (ocr = false), same run."""
     from bastion_agent.core.layout import Layout
     from bastion_agent.extracting import extract
-    from bastion_agent.extracting.test_extract import make_manifest
+    from bastion_agent.testing.folders import make_manifest
 
     docs = sorted(p for p in Path("/usr/share/common-licenses").iterdir() if p.is_file())
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,7 @@ from unittest import mock
 
 from bastion_agent.core.errors import BastionError
 from bastion_agent.model import modelserver
-from bastion_agent.model.test_modelserver import DIM
+from bastion_agent.testing.fake_model import DIM
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
     SanitizedStoreCase,

@@ -115,7 +115,7 @@ class InitTests(TempFolder, unittest.TestCase):
 
     def test_the_embedded_model_server_gives_the_e5_settings(self):
         from bastion_agent.model.modelserver import ModelServer
-        from bastion_agent.model.test_modelserver import FakeModel
+        from bastion_agent.testing.fake_model import FakeModel
 
         with ModelServer(FakeModel(dim=384), model="multilingual-e5-small", dim=384) as server:
             code, out, err = self.init(server.url)

@@ -1,7 +1,7 @@
 """The embed stage's batch size and concurrency, one input that crashes the server, and honest counters.
 
 Against ``fault_stub.FaultStub`` on loopback with the injected clock and
-sleep of ``test_faults.FakeTime``. Where the tuner must see request times,
+sleep of ``fault_case.FakeTime``. Where the tuner must see request times,
 the stub advances that fake clock by a cost it computes from the batch, so
 the times are exact and no test depends on how fast the machine is.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from bastion_agent.commands.stage_lines import summary_line
 from bastion_agent.core.errors import ConfigError, ModelServerError
 from bastion_agent.embedding.endpoint import EndpointConfig
-from bastion_agent.embedding.test_faults import FakeTime, FaultCase
+from bastion_agent.testing.fault_case import FakeTime, FaultCase
 from bastion_agent.testing.fault_stub import Fault, FaultStub, model_tokens, overloaded
 from bastion_agent.testing.testsupport import clean_env
 
@@ -156,18 +156,8 @@ class CrashCase(FaultCase):
 
     doc_count = 6
 
-    def setUp(self):
-        from bastion_agent.embedding import test_faults
-
-        self._documents = test_faults.documents
-        test_faults.documents = self.with_long_word
-        try:
-            super().setUp()
-        finally:
-            test_faults.documents = self._documents
-
-    def with_long_word(self, count, poison_in=None):
-        docs = self._documents(count)
+    def documents(self) -> dict[str, list[str]]:
+        docs = super().documents()
         text, paths = next(iter(docs.items()))
         words = text.split()
         words[12] = LONG_WORD

@@ -1,7 +1,7 @@
 """The embed stage against servers that fail: retries, limits, bad vectors, kills, readers.
 
 Every test runs against ``fault_stub.FaultStub`` on loopback with an
-injected sleep and clock (``FakeTime``), so no test waits out a backoff.
+injected sleep and clock (``fault_case.FakeTime``), so no test waits out a backoff.
 """
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from unittest import mock
 
-from bastion_agent import embed
-from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.errors import ConfigError, ModelServerError
-from bastion_agent.core.layout import Layout, read_jsonl
+from bastion_agent.core.layout import read_jsonl
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.client import EmbedClient
 from bastion_agent.embedding.endpoint import EndpointConfig
@@ -36,10 +34,11 @@ from bastion_agent.embedding.failures import (
     classify_http,
 )
 from bastion_agent.embedding.transport import HTTPFailure, parse_retry_after, post_json
-from bastion_agent.embedding.embed_engine import RetryPolicy
+from bastion_agent.testing.fault_case import POISON, FaultCase, has_poison
 from bastion_agent.testing.fault_stub import (
     Fault,
     FaultStub,
+    endless,
     llamacpp_too_large,
     nested_answer,
     ollama_too_long,
@@ -48,103 +47,13 @@ from bastion_agent.testing.fault_stub import (
     tei_body_too_large,
 )
 from bastion_agent.core.httpthread import ServesInBackground, make_server
-from bastion_agent.testing.stub_server import StubServer, bag_of_words
+from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
-    TempFolder,
     clean_env,
     closed_port_url,
     run_cli,
     run_python_limited,
-    write_manifest,
-    write_sanitized_store,
 )
-
-POISON = "poison"
-
-
-class FakeTime:
-    """An injected clock and sleep: sleeping advances the clock at once."""
-
-    def __init__(self, on_sleep=None):
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-        self.lock = threading.Lock()
-        self.on_sleep = on_sleep
-
-    def clock(self) -> float:
-        with self.lock:
-            return self.now
-
-    def sleep(self, seconds: float) -> None:
-        with self.lock:
-            self.sleeps.append(seconds)
-            self.now += seconds
-            count = len(self.sleeps)
-        if self.on_sleep:
-            self.on_sleep(count)
-
-
-def documents(count: int, poison_in: int | None = None) -> dict[str, list[str]]:
-    """``count`` documents of 24 distinct words (3 windows of 8 each); one word is ``poison`` if asked."""
-    docs = {}
-    for d in range(count):
-        words = [f"d{d}w{j}" for j in range(24)]
-        if d == poison_in:
-            words[10] = POISON
-        docs[" ".join(words)] = [f"folder/doc{d}.txt"]
-    return docs
-
-
-def has_poison(texts) -> bool:
-    return any(POISON in text for text in texts)
-
-
-class FaultCase(TempFolder, unittest.TestCase):
-    """A sanitized store of ``docs`` chunked into windows of 8 tokens, no overlap."""
-
-    doc_count = 4
-    poison_in: int | None = None
-
-    def setUp(self):
-        self.tmp = self.make_tmp()
-        self.manifest_path = write_manifest(self.tmp, size=8, overlap=0)
-        self.layout = Layout(self.tmp / "out")
-        ids = write_sanitized_store(self.layout, documents(self.doc_count, self.poison_in))
-        self.doc_words = {doc: text.split() for text, doc in ids.items()}
-        with clean_env():
-            self.manifest = manifest_module.load(self.manifest_path)
-        embed.run_chunk(self.manifest, self.layout)
-        self.time = FakeTime()
-
-    def embed_with(self, stub, deadline: float = 60.0, **env):
-        policy = RetryPolicy(deadline=deadline, sleep=self.time.sleep, clock=self.time.clock, rand=lambda: 0.5)
-        with clean_env(EMBED_URL=stub.url, **env):
-            return embed.run_embed(self.manifest, self.layout, retry=policy)
-
-    def summary(self) -> dict:
-        return json.loads(self.layout.summary_path("embed").read_text())
-
-    def stored(self) -> dict[str, list[float]]:
-        """chunk text -> stored vector, for the manifest's model."""
-        with sqlite3.connect(self.layout.vectors_db) as db:
-            rows = db.execute(
-                "SELECT c.text, v.vec FROM vectors v JOIN chunks c USING (chunk_id) WHERE v.model = ?",
-                (self.manifest.embed.vector_key,),
-            ).fetchall()
-        return {text: list(vectorstore.unpack(blob)) for text, blob in rows}
-
-    def chunk_texts(self) -> list[str]:
-        with sqlite3.connect(self.layout.vectors_db) as db:
-            return [row[0] for row in db.execute("SELECT text FROM chunks")]
-
-    def assert_every_vector_right(self, except_texts=()):
-        stored = self.stored()
-        for text in self.chunk_texts():
-            if text in except_texts:
-                self.assertNotIn(text, stored)
-            else:
-                self.assertEqual(stored.get(text), bag_of_words(text, 64), text)
-
 
 class ProbeGateTests(FaultCase):
     def test_a_busy_server_at_the_probe_stops_at_once_without_retrying(self):
@@ -538,7 +447,6 @@ class EndlessAnswerTests(unittest.TestCase):
         return result.stdout.strip()
 
     def test_an_endless_embedding_answer_is_dropped_under_an_address_space_limit(self):
-        from bastion_agent.embedding.test_server_info import endless
         from bastion_agent.testing.stub_server import StubServer
 
         with StubServer(routes={"/v1/embeddings": endless}) as stub:

@@ -21,6 +21,7 @@ from bastion_agent.core.errors import BastionError, ModelServerError
 from bastion_agent.embedding import server_info, window_fit
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.model.modelserver import ModelServer
+from bastion_agent.testing.fault_stub import endless
 from bastion_agent.testing.stub_server import (
     StubServer,
     bag_of_words,
@@ -335,16 +336,6 @@ def send_raw(handler, data: bytes, length: int | None = None) -> None:
     handler.end_headers()
     with contextlib.suppress(OSError):
         handler.wfile.write(data)
-
-
-def endless(handler, piece: bytes = b"[" * 65536) -> None:
-    """An answer with no length that never ends (until the client hangs up)."""
-    handler.send_response(200)
-    handler.send_header("Content-Type", "application/json")
-    handler.end_headers()
-    with contextlib.suppress(OSError):
-        for _ in range(1 << 14):  # 1 GiB at most, should the client never hang up
-            handler.wfile.write(piece)
 
 
 class HostileServerTests(TempFolder, unittest.TestCase):

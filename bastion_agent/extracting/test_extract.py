@@ -4,98 +4,27 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
-import contextlib
 import hashlib
 import io
 import json
 import os
 import stat
-import tempfile
 import unittest
 import zipfile
-from pathlib import Path
-from types import SimpleNamespace
 from unittest import mock
 
-from bastion_agent.config import signing
-from bastion_agent.config.manifest import SourceSettings
 from bastion_agent.core.errors import StoreError
-from bastion_agent.core.layout import Layout, figures_path, read_jsonl, write_private
+from bastion_agent.core.layout import Layout, figures_path, write_private
 from bastion_agent.extracting import extract, readers
 from bastion_agent.extracting.formats import registry
 from bastion_agent.extracting.formats import office
-from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
+from bastion_agent.testing.folders import TempCase
+from bastion_agent.testing.office_files import docx, para, zipped
+from bastion_agent.testing.testsupport import run_cli, write_manifest
 
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def make_manifest(root: Path, **source) -> SimpleNamespace:
-    """What extract.run reads of a manifest, without the rest of the manifest machinery."""
-    return SimpleNamespace(source=SourceSettings(root=root, **source), signature=signing.SignatureStatus())
-
-
-def docx(paragraphs_xml: str, extra: dict[str, str] | None = None) -> bytes:
-    """A minimal .docx: word/document.xml around ``paragraphs_xml`` (plus ``extra`` parts)."""
-    ns = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("[Content_Types].xml", "<Types/>")
-        archive.writestr("word/document.xml", f'<?xml version="1.0"?><w:document {ns}><w:body>{paragraphs_xml}</w:body></w:document>')
-        for name, body in (extra or {}).items():
-            archive.writestr(name, body)
-    return buffer.getvalue()
-
-
-def para(*runs: str) -> str:
-    return "<w:p>" + "".join(f"<w:r><w:t xml:space=\"preserve\">{run}</w:t></w:r>" for run in runs) + "</w:p>"
-
-
-def zipped(parts: dict[str, str]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, body in parts.items():
-            archive.writestr(name, body)
-    return buffer.getvalue()
-
-
-class TempCase(unittest.TestCase):
-    """A temp folder with ``docs/`` (the source root) and ``out/`` (the output folder)."""
-
-    def setUp(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(self._tmp.cleanup)
-        env = clean_env()
-        env.__enter__()
-        self.addCleanup(env.__exit__, None, None, None)
-        self.base = Path(self._tmp.name)
-        self.root = self.base / "docs"
-        self.root.mkdir()
-        self.layout = Layout(self.base / "out")
-
-    def put(self, rel: str, data: bytes | str) -> Path:
-        path = self.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
-        return path
-
-    def run_stage(self, layout: Layout | None = None, **source) -> dict:
-        with contextlib.redirect_stderr(io.StringIO()):
-            return extract.run(make_manifest(self.root, **source), layout or self.layout)
-
-    def listing(self, layout: Layout | None = None) -> dict[str, dict]:
-        return {row["path"]: row for row in read_jsonl((layout or self.layout).extract_listing)}
-
-    def figures(self, layout: Layout | None = None) -> dict:
-        """The private raw-side figures (extract/extract.figures.json)."""
-        layout = layout or self.layout
-        return json.loads(figures_path(layout, "extract").read_text(encoding="utf-8"))
-
-    def text_of(self, rel: str) -> str:
-        row = self.listing()[rel]
-        self.assertEqual(row["status"], "extracted", row)
-        return Layout.doc_text_path(self.layout.extract_dir, row["key"]).read_text(encoding="utf-8")
 
 
 class EncodingTests(unittest.TestCase):

@@ -12,7 +12,7 @@ import unittest
 from pathlib import Path
 
 from bastion_agent.extracting import readers, reading
-from bastion_agent.extracting.test_extract import TempCase
+from bastion_agent.testing.folders import TempCase
 
 AWS = "AKIAIOSFODNN7EXAMPLE"
 PROSE = ("Ownership is a set of rules that govern how a program manages memory. "

@@ -23,46 +23,22 @@ from unittest import mock
 from bastion_agent.core.budget import REASON_PIXELS
 from bastion_agent.core.layout import Layout
 from bastion_agent.extracting.formats import ocr
-from bastion_agent.extracting.test_extract import TempCase
+from bastion_agent.testing.folders import TempCase, bytes_outside_extract
+from bastion_agent.testing.scans import FONT, IBAN, IBAN_DIGITS, Image, encoded, page
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import clean_env, pdf_file, run_cli, write_manifest
 
-try:
-    from PIL import Image, ImageDraw, ImageFont
-except ImportError:
-    Image = None
 try:
     import pypdf
     import pypdfium2
 except ImportError:
     pypdf = pypdfium2 = None
 
-FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
 needs_tesseract = unittest.skipUnless(shutil.which("tesseract"), "tesseract not installed")
 needs_pillow = unittest.skipUnless(Image is not None and os.path.exists(FONT),
                                    "pip install 'bastion-agent[ocr]' and fonts-dejavu-core to run the OCR tests")
 needs_pdf = unittest.skipUnless(pypdf is not None and pypdfium2 is not None,
                                 "pip install 'bastion-agent[pdf,ocr]' to run the scanned-PDF tests")
-
-IBAN = "DE89 3704 0044 0532 0130 00"
-IBAN_DIGITS = "370400440532013000"
-
-
-def page(*lines: str, size=(1700, 700)):
-    """A white page with ``lines`` in black, 44 px DejaVu Sans (about 12 pt at 260 dpi)."""
-    image = Image.new("L", size, 255)
-    draw = ImageDraw.Draw(image)
-    font = ImageFont.truetype(FONT, 44)
-    for number, line in enumerate(lines):
-        draw.text((80, 80 + 110 * number), line, font=font, fill=0)
-    return image
-
-
-def encoded(image, fmt: str, **options) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format=fmt, **options)
-    return buffer.getvalue()
-
 
 def _chunk(kind: bytes, body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
@@ -111,15 +87,6 @@ def blank_pdf(pages: int) -> bytes:
     buffer = io.BytesIO()
     writer.write(buffer)
     return buffer.getvalue()
-
-
-def bytes_outside_extract(out: Path) -> bytes:
-    """Every byte the agent wrote outside ``extract/`` (SQLite's files included)."""
-    blob = b""
-    for path in sorted(out.rglob("*")):
-        if path.is_file() and "extract" not in path.relative_to(out).parts:
-            blob += path.read_bytes()
-    return blob
 
 
 @needs_tesseract
@@ -175,7 +142,7 @@ class ScanReadingTests(TempCase):
 
     @needs_pdf
     def test_a_page_with_a_text_layer_keeps_it_and_only_the_scanned_page_is_recognised(self):
-        from bastion_agent.extracting.test_pdf import build_pdf
+        from bastion_agent.testing.pdf_files import build_pdf
 
         writer = pypdf.PdfWriter()
         writer.append(pypdf.PdfReader(io.BytesIO(build_pdf(["Typed text layer Qwxzy"]))))

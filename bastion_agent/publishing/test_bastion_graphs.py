@@ -1,4 +1,4 @@
-"""Each bastion's own HNSW graph (schema migration 8), against the real PostgreSQL of ``test_publish``.
+"""Each bastion's own HNSW graph (schema migration 8), against the real PostgreSQL of ``testing/publish_case``.
 
 The catalogs are readable by every role, so a per-bastion index would show
 the bastion's name and size to other bastions' roles: by default no
@@ -18,8 +18,9 @@ import io
 import unittest
 from types import SimpleNamespace
 
-from bastion_agent.publishing import publish_schema, remote_search, test_publish
-from bastion_agent.publishing.test_publish import PublishCase, RoleSetup, query
+from bastion_agent.publishing import publish_schema, remote_search
+from bastion_agent.testing import publish_case
+from bastion_agent.testing.publish_case import PublishCase, RoleSetup, query
 from bastion_agent.testing.testsupport import clean_env, run_cli
 
 # enough windows per bastion that the graph has layers and neighbours to choose among
@@ -36,7 +37,7 @@ QUERIES = ["invoice paid after the audit", "leave request for the design team", 
            "harbour ferry account", "salary review two weeks ahead", "keys to the server room"]
 
 
-setUpModule, tearDownModule = test_publish.setUpModule, test_publish.tearDownModule  # the same throw-away server
+setUpModule, tearDownModule = publish_case.setUpModule, publish_case.tearDownModule  # one throw-away server for the module
 
 
 def manifest_of(model: str = "stub-model", dim: int = 64):

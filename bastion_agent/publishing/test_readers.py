@@ -1,6 +1,6 @@
 """Readers across bastions: published rows carry their groups, and row-level security limits a reader to them.
 
-Against the real PostgreSQL of ``test_publish`` (its cases and helpers):
+Against the real PostgreSQL of ``testing/publish_case`` (its cases and helpers):
 each test gets its own database, a bastion whose documents are labelled
 ``hr``, ``eng``, both, or nothing, a gateway (the login role serve uses),
 and readers made with ``admin add-searcher NAME --groups … --gateway …``.
@@ -15,8 +15,9 @@ import unittest
 from types import SimpleNamespace
 
 from bastion_agent.core.errors import ConfigError, DatabaseError
-from bastion_agent.publishing import remote_search, test_publish
-from bastion_agent.publishing.test_publish import PublishCase, RoleSetup, query
+from bastion_agent.publishing import remote_search
+from bastion_agent.testing import publish_case
+from bastion_agent.testing.publish_case import PublishCase, RoleSetup, query
 from bastion_agent.testing.testsupport import clean_env, run_cli
 
 HR = ["Salary review for the design team: each raise is approved by the board after the annual performance review.",
@@ -33,7 +34,7 @@ LABELS = {text: ["hr"] for text in HR} | {text: ["eng"] for text in ENG} | {SHAR
 MODES = ("vector", "keyword", "hybrid")
 
 
-setUpModule, tearDownModule = test_publish.setUpModule, test_publish.tearDownModule  # the same throw-away server
+setUpModule, tearDownModule = publish_case.setUpModule, publish_case.tearDownModule  # one throw-away server for the module
 
 
 def label(bastion, groups_by_text: dict[str, list[str]]) -> None:
@@ -70,7 +71,7 @@ class ReaderCase(PublishCase):
         self.hr, self.eng = self.new_role("hr"), self.new_role("eng")
         self.ok(self.admin("add-searcher", self.hr, "--groups", "hr", "--gateway", self.gateway))
         self.ok(self.admin("add-searcher", self.eng, "--groups", "eng", "--gateway", self.gateway))
-        self.gateway_dsn = test_publish.SERVER.dsn(user=self.gateway, password="gateway-password",
+        self.gateway_dsn = publish_case.SERVER.dsn(user=self.gateway, password="gateway-password",
                                                    dbname=self.database)
         self.index = remote_search.RemoteIndex(manifest_of(), self.gateway_dsn)
         self.addCleanup(self.index.close)
@@ -231,7 +232,7 @@ class ReaderSearchTests(ReaderCase):
         Error = self.psycopg.errors.InsufficientPrivilege
         direct = self.new_role("direct")
         self.ok(self.admin("add-searcher", direct, "--groups", "eng", "--login", stdin="direct-password\n"))
-        dsn = test_publish.SERVER.dsn(user=direct, password="direct-password", dbname=self.database)
+        dsn = publish_case.SERVER.dsn(user=direct, password="direct-password", dbname=self.database)
         for statement in (f"SET ROLE {self.hr}", f"SET ROLE {self.gateway}",
                           "UPDATE bastion_agent.readers SET groups = '{hr}'",
                           f"SELECT bastion_agent.add_reader('{direct}', ARRAY['hr'])",
@@ -259,7 +260,7 @@ class ReaderSearchTests(ReaderCase):
     def test_explain_estimates_do_not_depend_on_groups_the_reader_lacks(self):
         direct = self.new_role("direct")
         self.ok(self.admin("add-searcher", direct, "--groups", "eng", "--login", stdin="direct-password\n"))
-        dsn = test_publish.SERVER.dsn(user=direct, password="direct-password", dbname=self.database)
+        dsn = publish_case.SERVER.dsn(user=direct, password="direct-password", dbname=self.database)
 
         def estimate(table: str, groups: list[str]) -> float:
             plan = query(dsn, f"EXPLAIN (FORMAT JSON) SELECT * FROM bastion_agent.{table} WHERE groups && %s",
@@ -308,7 +309,7 @@ class LabelPublishTests(ReaderCase):
 
         folder = self.tmp / "lab-03"
         folder.mkdir()
-        lab = test_publish.Bastion(folder, "lab-03", {HR[2]: ["people/notes.txt"], ENG[1]: ["eng/review.txt"]})
+        lab = publish_case.Bastion(folder, "lab-03", {HR[2]: ["people/notes.txt"], ENG[1]: ["eng/review.txt"]})
         label_documents(lab.layout, {"people/notes.txt": ["hr"], "eng/review.txt": ["eng", "staff"]})
         lab.embed(self.stub)
         code, _, err = lab.publish(self.dsn)
@@ -380,7 +381,7 @@ class ReaderAdminTests(ReaderCase):
         self.assertLessEqual({h.doc for h in hits}, self.docs_of(HR + [SHARED]))
 
     def test_the_sql_blocks_of_the_docs_make_the_same_gateway_and_reader(self):
-        from bastion_agent.publishing.test_publish import run_block
+        from bastion_agent.testing.publish_case import run_block
 
         gateway, reader = self.new_role("gwdocs"), self.new_role("legal")
         run_block(self.super_dsn, "superuser gateway", {"serve_gateway": gateway, "'gateway-password'": "'g4teway-pw'"})
@@ -388,7 +389,7 @@ class ReaderAdminTests(ReaderCase):
         query(self.super_dsn, f"CREATE ROLE {reader} NOLOGIN NOINHERIT")
         run_block(self.dsn, "owner reader", {"reader_legal": reader, "'legal'": "'eng'"})
         run_block(self.super_dsn, "superuser reader", {"reader_legal": reader, "serve_gateway": gateway})
-        dsn = test_publish.SERVER.dsn(user=gateway, password="g4teway-pw", dbname=self.database)
+        dsn = publish_case.SERVER.dsn(user=gateway, password="g4teway-pw", dbname=self.database)
         self.assertEqual(remote_search.reader_groups(dsn, reader), frozenset({"eng"}))
         index = remote_search.RemoteIndex(manifest_of(), dsn)
         self.addCleanup(index.close)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from bastion_agent.core.errors import BastionError
 from bastion_agent.core.layout import Layout
-from bastion_agent.publishing import test_publish
-from bastion_agent.publishing.test_publish import PublishCase, query
+from bastion_agent.testing import publish_case
+from bastion_agent.testing.publish_case import PublishCase, query
 from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
 
 HR = {"hr/salary.txt": "Salary review for the design team: each raise is approved by the board after the annual review.",
@@ -44,7 +44,7 @@ MODES = ("vector", "keyword", "hybrid")
 QUERY = "review salary board keys deploy compiler"
 
 
-setUpModule, tearDownModule = test_publish.setUpModule, test_publish.tearDownModule  # the same throw-away server
+setUpModule, tearDownModule = publish_case.setUpModule, publish_case.tearDownModule  # one throw-away server for the module
 
 
 class SweptBastion:
@@ -74,7 +74,7 @@ class ServeRemoteCase(PublishCase):
         self.admin("add-gateway", self.gateway, stdin="gateway-password\n")
         self.admin("add-searcher", self.hr, "--groups", "hr", "--gateway", self.gateway)
         self.admin("add-searcher", self.eng, "--groups", "eng", "--gateway", self.gateway)
-        self.gateway_dsn = test_publish.SERVER.dsn(user=self.gateway, password="gateway-password",
+        self.gateway_dsn = publish_case.SERVER.dsn(user=self.gateway, password="gateway-password",
                                                    dbname=self.database)
         self.tokens_path = self.tmp / "tokens.json"
         self.hr_token = self.token("add", "hr-portal", "--groups", "hr", "--reader", self.hr)
@@ -114,7 +114,7 @@ class ServeRemoteCase(PublishCase):
         return running
 
     def get(self, running, path: str, token: str | None):
-        from bastion_agent.serving.test_serve import request
+        from bastion_agent.testing.serve_store import request
 
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return request(running.url, path=path, headers=headers)
@@ -316,13 +316,13 @@ class ServeRemoteTokensFileTests(ServeRemoteCase):
     def test_a_reload_while_the_database_is_gone_refuses_the_named_tokens(self):
         running = self.start()
         self.assertEqual(self.search(running, self.hr_token)[0], 200)
-        query(test_publish.SERVER.dsn(), f'DROP DATABASE "{self.database}" WITH (FORCE)')
+        query(publish_case.SERVER.dsn(), f'DROP DATABASE "{self.database}" WITH (FORCE)')
         self.token("add", "late", "--groups", "eng", "--reader", self.eng)  # a change serve cannot check now
         status, _, body = self.search(running, self.hr_token)
         self.assertEqual(status, 401, body)
         self.assertNotIn("hits", body)
         self.assertIn("every named token is refused", self.log.getvalue())
-        self.assertNotIn(test_publish.SERVER.password, self.log.getvalue())
+        self.assertNotIn(publish_case.SERVER.password, self.log.getvalue())
 
 
 if __name__ == "__main__":

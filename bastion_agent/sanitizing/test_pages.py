@@ -108,7 +108,7 @@ class StagePageMapTests(TempFolder, unittest.TestCase):
         return row, clean, raw_path.read_text(encoding="utf-8")
 
     def test_the_map_of_a_pdf_holds_offsets_of_the_sanitized_text_never_raw_ones(self):
-        from bastion_agent.extracting.test_pdf import build_pdf
+        from bastion_agent.testing.pdf_files import build_pdf
 
         row, clean, raw = self.sanitize(build_pdf(["Mail margaret.hollis@northbarn-farm.co.uk today", "second page words"]))
         self.assertEqual([entry[1:] for entry in row["pages"]], [[1, False], [2, False]])
@@ -121,7 +121,7 @@ class StagePageMapTests(TempFolder, unittest.TestCase):
         writer = pypdf.PdfWriter()
         for _ in range(2_999):
             writer.add_blank_page(612, 792)
-        from bastion_agent.extracting.test_pdf import build_pdf
+        from bastion_agent.testing.pdf_files import build_pdf
 
         writer.append(pypdf.PdfReader(io.BytesIO(build_pdf(["the last page has words"]))))
         buffer = io.BytesIO()

@@ -12,7 +12,8 @@ from bastion_agent import embed
 from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.layout import Layout, ensure_private_dir
 from bastion_agent.embedding import ann, vectorfile, vectorstore
-from bastion_agent.searching.test_search import fake_manifest
+from bastion_agent.testing.labelled_docs import ENG_DOCS, GROUPS, HR_DOCS, SHARED
+from bastion_agent.testing.search_manifest import fake_manifest
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
     SanitizedStoreCase,
@@ -26,21 +27,6 @@ from bastion_agent.testing.testsupport import (
 HR, ENG = frozenset({"hr"}), frozenset({"eng"})
 MODES = ("vector", "keyword", "hybrid")
 
-HR_DOCS = {
-    "The salary review of Dana Quill raised her pay band after the annual appraisal.": ["hr/quill-review.txt"],
-    "Severance terms for the restructuring: notice periods and salary continuation.": ["hr/severance.txt"],
-    "Payroll calendar: salaries are paid on the last working day of the month.": ["hr/payroll.txt"],
-}
-ENG_DOCS = {
-    "The parser turns tokens into a syntax tree before the compiler checks types.": ["eng/parser.txt"],
-    "Our build pipeline caches compiled objects and runs the unit tests in parallel.": ["eng/build.txt"],
-    "The review of the cache design found a race when two workers evict the same key.": ["eng/cache-review.txt"],
-    "Release notes: the compiler now reports the line of every type error it finds.": ["eng/release.txt"],
-}
-SHARED = {"Office hours and holidays for everyone: the office closes on public holidays.": ["all/holidays.txt"]}
-GROUPS = {**{p: ["hr"] for paths in HR_DOCS.values() for p in paths},
-          **{p: ["eng"] for paths in ENG_DOCS.values() for p in paths},
-          "all/holidays.txt": ["eng", "hr"]}
 AIMED_AT_HR = "salary review of Dana Quill pay band appraisal"
 
 

@@ -7,13 +7,13 @@ import json
 import random
 import unittest
 from pathlib import Path
-from types import SimpleNamespace
 from unittest import mock
 
 from bastion_agent import embed
 from bastion_agent.core.layout import Layout, ensure_private_dir
 from bastion_agent.embedding import ann, vectorfile, vectorstore
 from bastion_agent.searching import keyword
+from bastion_agent.testing.search_manifest import DIM, fake_manifest
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
     SanitizedStoreCase,
@@ -27,12 +27,6 @@ from bastion_agent.testing.testsupport import (
 
 HAS_NUMPY = vectorfile.numpy_or_none() is not None
 HAS_USEARCH = ann.available()
-DIM = 16
-
-
-def fake_manifest(key: str = "synthetic", dim: int = DIM, mode: str | None = None):
-    """What SearchIndex reads from a manifest."""
-    return SimpleNamespace(embed=SimpleNamespace(vector_key=key, dim=dim), search_mode=mode)
 
 
 class SyntheticStore(TempFolder, unittest.TestCase):

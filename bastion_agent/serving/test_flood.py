@@ -19,7 +19,7 @@ import unittest
 import urllib.parse
 
 from bastion_agent.serving import intake, serve
-from bastion_agent.serving.test_serve import TOKEN, WAIT_SECONDS, StoreCase, request, start
+from bastion_agent.testing.serve_store import TOKEN, WAIT_SECONDS, StoreCase, request, start
 
 IDLE = 200
 HALF_HEADS = 100

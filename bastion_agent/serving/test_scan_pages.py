@@ -20,11 +20,12 @@ from pathlib import Path
 from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.layout import Layout, read_jsonl
 from bastion_agent.embedding.endpoint import EndpointConfig
-from bastion_agent.extracting.test_ocr import FONT, IBAN, IBAN_DIGITS, Image, bytes_outside_extract, encoded, page
 from bastion_agent.sanitizing.sanitized_store import read_sanitized_text
 from bastion_agent.serving import serve
-from bastion_agent.serving.test_mcp import NEEDS_SDK, SweptFolder
-from bastion_agent.serving.test_serve import request
+from bastion_agent.testing.folders import bytes_outside_extract
+from bastion_agent.testing.mcp_session import NEEDS_SDK, SweptFolder
+from bastion_agent.testing.scans import FONT, IBAN, IBAN_DIGITS, Image, encoded, page
+from bastion_agent.testing.serve_store import request
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
 
@@ -41,7 +42,7 @@ SIZE, OVERLAP = 8, 2
 
 def mixed_pdf() -> bytes:
     """Page 1 typed (a text layer), page 2 blank, page 3 a scan holding a sentence and an IBAN."""
-    from bastion_agent.extracting.test_pdf import build_pdf
+    from bastion_agent.testing.pdf_files import build_pdf
 
     writer = pypdf.PdfWriter()
     writer.append(pypdf.PdfReader(io.BytesIO(build_pdf([TYPED]))))

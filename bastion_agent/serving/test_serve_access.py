@@ -19,9 +19,9 @@ from bastion_agent.commands import token_cli
 from bastion_agent.core.errors import BastionError
 from bastion_agent.embedding import ann
 from bastion_agent.embedding.endpoint import EndpointConfig
-from bastion_agent.searching.test_access import ENG_DOCS, HR_DOCS, SHARED
 from bastion_agent.serving import mcp_server
-from bastion_agent.serving.test_serve import Store, request, start
+from bastion_agent.testing.labelled_docs import ENG_DOCS, HR_DOCS, SHARED
+from bastion_agent.testing.serve_store import Store, request, start
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import label_documents, start_mcp_http
 
@@ -39,7 +39,7 @@ WAIT_SECONDS = 60.0
 
 
 class LabelledStore(Store):
-    """test_serve's store, its documents labelled by folder before chunk and embed."""
+    """serve_store's store, its documents labelled by folder before chunk and embed."""
 
     def sweep(self, docs=None):
         label_documents(self.layout, GROUPS)

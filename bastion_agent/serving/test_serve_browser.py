@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.serving import serve
-from bastion_agent.serving.test_serve import DOCS, TOKEN, Store
+from bastion_agent.testing.serve_store import DOCS, TOKEN, Store
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import closed_port_url
 

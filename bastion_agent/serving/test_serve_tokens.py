@@ -11,7 +11,7 @@ import urllib.parse
 from bastion_agent.commands import token_cli
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.serving import serve, tokens
-from bastion_agent.serving.test_serve import TOKEN, StoreCase, request, start
+from bastion_agent.testing.serve_store import TOKEN, StoreCase, request, start
 from bastion_agent.testing.testsupport import TempFolder, clean_env, run_cli
 
 

@@ -21,6 +21,7 @@ Tests and the benchmarks use it; it never listens beyond loopback unless told.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -294,6 +295,16 @@ def nested_answer(handler) -> None:
     """A route (``StubServer(routes=...)``): 200 with JSON nested past any parser's recursion limit."""
     handler.rfile.read(int(handler.headers.get("Content-Length") or 0))  # all of it: unread, the close is a reset
     _send_bytes(handler, 200, b"[" * 200_000 + b"]" * 200_000)
+
+
+def endless(handler, piece: bytes = b"[" * 65536) -> None:
+    """A route (``StubServer(routes=...)``): an answer with no length that never ends (until the client hangs up)."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.end_headers()
+    with contextlib.suppress(OSError):
+        for _ in range(1 << 14):  # 1 GiB at most, should the client never hang up
+            handler.wfile.write(piece)
 
 
 def _reset(handler) -> None:

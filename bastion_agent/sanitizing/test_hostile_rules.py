@@ -1,0 +1,26 @@
+"""A hostile custom rule: a pattern that backtracks without end costs the sweep one document, named by rule."""
+
+from __future__ import annotations
+
+import json
+import unittest
+
+from bastion_agent.core.budget import REASON_TIME
+from bastion_agent.testing.limited_sweep import LimitedSweepCase
+
+
+class BacktrackingRuleTests(LimitedSweepCase):
+    def test_custom_rule_that_backtracks_fails_its_document_closed_by_rule_id(self):
+        (self.docs / "aaa.txt").write_text("a" * 40 + "b", encoding="utf-8")
+        text = self.manifest.read_text().replace('root = "docs"', 'root = "docs"\nbudget_seconds = 2')
+        self.manifest.write_text(text + "\n[[sanitize.rules]]\nid = \"slow\"\npattern = '(a+)+$'\n")
+        self.sweep("extract", "sanitize")
+        sanitized = json.loads((self.out / "sanitize.summary.json").read_text())
+        self.assertEqual(sanitized["skipped_by_reason"], {f"{REASON_TIME} (rule slow)": 1})
+        self.assertEqual(sanitized["documents"], 1)  # the notes; the hostile text is not indexed
+        listing = (self.out / "sanitized" / "listing.jsonl").read_text()
+        self.assertNotIn("aaa.txt", listing)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,23 @@
+"""Documents of two departments and one every caller shares, with the access groups their folders give them.
+
+The access tests of search and of serve ask the same question of the same
+documents: does a caller of one group ever learn of the other's?
+"""
+
+from __future__ import annotations
+
+HR_DOCS = {
+    "The salary review of Dana Quill raised her pay band after the annual appraisal.": ["hr/quill-review.txt"],
+    "Severance terms for the restructuring: notice periods and salary continuation.": ["hr/severance.txt"],
+    "Payroll calendar: salaries are paid on the last working day of the month.": ["hr/payroll.txt"],
+}
+ENG_DOCS = {
+    "The parser turns tokens into a syntax tree before the compiler checks types.": ["eng/parser.txt"],
+    "Our build pipeline caches compiled objects and runs the unit tests in parallel.": ["eng/build.txt"],
+    "The review of the cache design found a race when two workers evict the same key.": ["eng/cache-review.txt"],
+    "Release notes: the compiler now reports the line of every type error it finds.": ["eng/release.txt"],
+}
+SHARED = {"Office hours and holidays for everyone: the office closes on public holidays.": ["all/holidays.txt"]}
+GROUPS = {**{p: ["hr"] for paths in HR_DOCS.values() for p in paths},
+          **{p: ["eng"] for paths in ENG_DOCS.values() for p in paths},
+          "all/holidays.txt": ["eng", "hr"]}
