@@ -354,7 +354,7 @@ def _search_mode(where: "_Where", search: dict) -> str | None:
 
 def _sanitize_settings(path: Path, raw: Any):
     """``[sanitize]`` is validated by the sanitizer, which owns its rules."""
-    from bastion_agent.sanitizing import sanitize
+    from bastion_agent.sanitizing import scanner as sanitize
 
     if not isinstance(raw, dict):
         raise ManifestError(f"manifest {path}: [sanitize] must be a table; got {type(raw).__name__}")

@@ -68,7 +68,7 @@ from bastion_agent.core.layout import (
 from bastion_agent.core.progress import Progress, for_terminal
 from bastion_agent.extracting import pdf as pdf_reasons, readers
 from bastion_agent.extracting.formats import ocr
-from bastion_agent.sanitizing import sanitize
+from bastion_agent.sanitizing import scanner as sanitize
 
 STATUS_EXTRACTED = "extracted"
 STATUS_SKIPPED = "skipped"

@@ -21,7 +21,7 @@ import urllib.parse
 from bastion_agent.extracting import readers, reading
 from bastion_agent.extracting.formats.base import decode_text
 from bastion_agent.extracting.test_extract import TempCase
-from bastion_agent.sanitizing import sanitize
+from bastion_agent.sanitizing import scanner as sanitize
 
 AWS = "AKIAIOSFODNN7EXAMPLE"
 MAIL = "alice.smith@corp-internal.com"

@@ -16,7 +16,7 @@ from pathlib import Path
 from bastion_agent.extracting import readers, reading
 from bastion_agent.extracting.formats.base import REASON_OUTPUT
 from bastion_agent.extracting.test_extract import TempCase
-from bastion_agent.sanitizing import sanitize
+from bastion_agent.sanitizing import scanner as sanitize
 
 AWS = "AKIAIOSFODNN7EXAMPLE"
 

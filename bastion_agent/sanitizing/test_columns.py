@@ -6,7 +6,7 @@ import random
 import string
 import unittest
 
-from bastion_agent.sanitizing.sanitize import SanitizeSettings, Sanitizer
+from bastion_agent.sanitizing.scanner import SanitizeSettings, Sanitizer
 
 _rng = random.Random()
 

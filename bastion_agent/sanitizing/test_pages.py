@@ -8,7 +8,7 @@ import unittest
 from bastion_agent.core.layout import Layout, read_jsonl
 from bastion_agent.sanitizing import pages
 from bastion_agent.sanitizing.pages import PAGE_BREAK, page_map, where
-from bastion_agent.sanitizing.sanitize import Finding, SanitizeSettings, Sanitizer, _replace, parse_settings
+from bastion_agent.sanitizing.scanner import Finding, SanitizeSettings, Sanitizer, _replace, parse_settings
 from bastion_agent.testing.testsupport import TempFolder, run_cli, write_manifest
 
 try:

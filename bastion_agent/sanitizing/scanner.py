@@ -653,7 +653,7 @@ SANITIZED_MAP = "sanitized.jsonl"
 ERASE_LIST = "erase.jsonl"
 # The modules whose code decides what sanitize removes: a change to any of them
 # (or to the manifest's [sanitize] settings) sanitizes every text again.
-SANITIZER_MODULES = ("sanitize", "rules", "validators", "context", "copies", "columns", "names")
+SANITIZER_MODULES = ("scanner", "rules", "validators", "context", "copies", "columns", "names")
 
 
 @dataclass
