@@ -20,7 +20,7 @@ def _extract(manifest, layout: Layout) -> dict:
 
 
 def _sanitize(manifest, layout: Layout) -> dict:
-    from bastion_agent.sanitizing import scanner as sanitize
+    from bastion_agent.sanitizing import sanitize
 
     return sanitize.run(manifest, layout)
 

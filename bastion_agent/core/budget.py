@@ -373,7 +373,7 @@ _TASKS = {"call": _task_call}
 # Tasks defined next to the code they run (this module knows no reader or
 # sanitizer), imported in the worker on first use.
 _LAZY_TASKS = {"read": ("bastion_agent.extracting.reading", "budget_task_read"),
-               "redact": ("bastion_agent.sanitizing.scanner", "budget_task_redact")}
+               "redact": ("bastion_agent.sanitizing.sanitize", "budget_task_redact")}
 
 
 def _task(name: str):

@@ -68,7 +68,7 @@ from bastion_agent.core.layout import (
 from bastion_agent.core.progress import Progress, for_terminal
 from bastion_agent.extracting import pdf as pdf_reasons, readers
 from bastion_agent.extracting.formats import ocr
-from bastion_agent.sanitizing import scanner as sanitize
+from bastion_agent.sanitizing import scanner
 
 STATUS_EXTRACTED = "extracted"
 STATUS_SKIPPED = "skipped"
@@ -761,7 +761,7 @@ REPORT_MAX_FOLDERS = 40
 
 def print_report(layout: Layout, stream=None, settings=None, files: bool = False) -> None:
     """Print what extract read and skipped, and why: by kind, by reason, by folder (and, with
-    ``files``, each skipped file). Every path shown passes through ``sanitize.sanitize_path``
+    ``files``, each skipped file). Every path shown passes through ``scanner.sanitize_path``
     with the manifest's ``settings``: a folder or file name can itself be personal data."""
     stream = stream if stream is not None else sys.stdout
     try:
@@ -777,7 +777,7 @@ def print_report(layout: Layout, stream=None, settings=None, files: bool = False
 
 def report_lines(rows: list[dict], summary: dict, settings=None, files: bool = False) -> list[str]:
     """The report as lines of text (kept apart from printing so it is easy to test); sanitized paths only."""
-    rows = [{**row, "path": sanitize.sanitize_path(row["path"], settings)} for row in rows]
+    rows = [{**row, "path": scanner.sanitize_path(row["path"], settings)} for row in rows]
     lines = [
         f"extract: {summary.get('files', len(rows))} files seen, {summary.get('extracted', 0)} extracted, "
         f"{summary.get('skipped', 0)} skipped; {summary.get('excluded', 0)} excluded by globs",

@@ -24,7 +24,7 @@ def sanitized_documents(layout: Layout) -> list[dict]:
     extract). When the extract store has been deleted after sanitizing, the
     sanitized store stands alone.
     """
-    from bastion_agent.sanitizing.scanner import read_map
+    from bastion_agent.sanitizing.sanitize import read_map
 
     if not layout.sanitized_listing.exists():
         raise StoreError(f"no sanitized store at {layout.sanitized_dir}: run sanitize first (chunk reads only sanitized text)")
@@ -68,13 +68,13 @@ def documents_to_erase(layout: Layout) -> set[str]:
     an old document's id is the hash of text that the current sanitizer would
     redact. It holds ids, never text.
     """
-    from bastion_agent.sanitizing.scanner import read_erase_list
+    from bastion_agent.sanitizing.sanitize import read_erase_list
 
     return read_erase_list(layout)
 
 
 def documents_erased(layout: Layout, docs: set[str]) -> None:
     """Forget documents once their windows and vectors are erased (others added meanwhile stay)."""
-    from bastion_agent.sanitizing.scanner import read_erase_list, write_erase_list
+    from bastion_agent.sanitizing.sanitize import read_erase_list, write_erase_list
 
     write_erase_list(layout, read_erase_list(layout) - set(docs))

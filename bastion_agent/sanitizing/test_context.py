@@ -156,7 +156,7 @@ class ContextTests(unittest.TestCase):
 
     def test_can_be_disabled(self):
         text = f"db_password = {phrase()}\n"
-        sanitizer = Sanitizer(__import__("bastion_agent.sanitizing.scanner", fromlist=["x"]).SanitizeSettings(
+        sanitizer = Sanitizer(__import__("bastion_agent.sanitizing.settings", fromlist=["x"]).SanitizeSettings(
             disable=("credential-value",)))
         self.assertNotIn("credential-value", sanitizer.redact(text)[0])
 

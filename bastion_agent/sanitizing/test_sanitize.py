@@ -31,12 +31,11 @@ from bastion_agent.core.layout import (
 from bastion_agent.sanitizing.scanner import (
     Finding,
     Sanitizer,
-    SanitizeSettings,
     merge,
-    parse_settings,
     redact,
     sanitize_path,
 )
+from bastion_agent.sanitizing.settings import SanitizeSettings, parse_settings
 from bastion_agent.sanitizing.validators import IBAN_LENGTHS, iban_ok, luhn_ok
 from bastion_agent.testing.testsupport import clean_env, sha256_hex, write_manifest
 

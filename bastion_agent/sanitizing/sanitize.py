@@ -1,0 +1,506 @@
+"""The sanitize stage: every extracted text through the scanner, into the sanitized store.
+
+It reads only the extract store and writes the sanitized store, the only
+text the later stages (chunk, embed, search, serve) ever see. What is found
+and how it is replaced is the scanner's (``scanner.py``); this module decides
+which texts to scan again, runs the scan under the time budget, removes the
+copies of values found in any text of the sweep, and writes the texts, the
+listing, the private map and erase list, the summary and the figures.
+
+Ids. A document's id (``doc``) is the sha256 of its sanitized text: nothing
+computed from unsanitized bytes leaves the extract store, so no hit, listing
+or table can be used to test guesses of what was redacted. The extract store
+keys its texts by the raw bytes' sha256 (its private "key"); this stage keeps
+a private map, ``extract/sanitized.jsonl``, from each key to the document it
+became, so an unchanged raw text is not sanitized again under the same
+sanitizer and settings, and so the stage knows which documents went stale.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bastion_agent.core import layout as store
+from bastion_agent.core.errors import StoreError
+from bastion_agent.core.progress import Progress, escape_name
+from bastion_agent.sanitizing import copies
+from bastion_agent.sanitizing.pages import page_map
+from bastion_agent.sanitizing.scanner import Finding, Sanitizer, merge, replace_findings, sanitizer_for
+from bastion_agent.sanitizing.settings import SanitizeSettings
+
+DOC_ID = re.compile(r"[0-9a-f]{64}")
+
+SANITIZED_MAP = "sanitized.jsonl"
+# Documents to erase from vectors.db and index/ (``embedding.erase``): the ids
+# of documents that the current sanitizer superseded. Private like the map:
+# an old id is the hash of text holding what the current sanitizer removes.
+ERASE_LIST = "erase.jsonl"
+# The modules whose code decides what sanitize removes: a change to any of them
+# (or to the manifest's [sanitize] settings) sanitizes every text again.
+SANITIZER_MODULES = ("sanitize", "scanner", "settings", "rules", "validators", "context", "copies", "columns", "names")
+
+
+@dataclass
+class _Extracted:
+    """One extract key (one raw content): its raw paths, the kind of the first, and its pages read by OCR."""
+
+    paths: list[str]
+    kind: str
+    ocr_pages: list[int] | None = None  # None: not a paged document (a PDF or an image is)
+
+
+@dataclass
+class _Document:
+    """One sanitized document: the raw paths of every key whose sanitized text it is."""
+
+    raw_paths: set[str] = field(default_factory=set)
+    kind_by_path: dict[str, str] = field(default_factory=dict)
+    ocr_pages_by_path: dict[str, list[int] | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MapRow:
+    """A line of the private ``extract/sanitized.jsonl``: what one extract key became."""
+
+    key: str
+    doc: str
+    sanitizer: str
+    findings: dict
+    bytes_in: int
+    # Raw values (private, like the whole map): those this text's own findings found, value -> rule
+    # id, and those found in other texts of the sweep whose copies were removed here (copies.py).
+    values: dict = field(default_factory=dict)
+    copies: list = field(default_factory=list)
+
+
+def map_path(layout) -> Path:
+    return Path(layout.extract_dir) / SANITIZED_MAP
+
+
+def read_map(layout) -> dict[str, MapRow]:
+    """The private key -> document map of the last run ({} when missing or unreadable)."""
+    try:
+        rows = store.read_jsonl(map_path(layout))
+        return {row["key"]: MapRow(**row) for row in rows}
+    except (OSError, ValueError, TypeError, KeyError):
+        return {}
+
+
+def sanitizer_fingerprint(settings: SanitizeSettings) -> str:
+    """A digest of the settings and the sanitizer's code: equal means the same text sanitizes the same."""
+    import hashlib
+    import importlib
+
+    digest = hashlib.sha256(repr(settings).encode("utf-8"))
+    for name in SANITIZER_MODULES:
+        module = importlib.import_module(f"{__package__}.{name}")
+        digest.update(b"\0" + Path(module.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def doc_id(clean_text: str) -> str:
+    """A document's id: the lowercase hex sha256 of its sanitized text (UTF-8)."""
+    import hashlib
+
+    return hashlib.sha256(clean_text.encode("utf-8")).hexdigest()
+
+
+def run(manifest, layout) -> dict:
+    """Sanitize every extracted text into ``<out>/sanitized/<doc>.txt``; write the listing and summary."""
+    from bastion_agent.core import legacy_ids
+    from bastion_agent.core.budget import WorkerPool, budget_of
+
+    extracted = _extracted_keys(layout)
+    settings = getattr(manifest, "sanitize", None) or SanitizeSettings()
+    sanitizer = sanitizer_for(settings)
+    store.claim_out_dir(layout.root)
+    store.ensure_private_dir(layout.sanitized_dir)
+    store.remove_stale_temps(layout.sanitized_dir)
+    store.remove_stale_temps(layout.root, ("sanitize.summary.json",))
+    pool = WorkerPool(budget_of(getattr(manifest, "source", None)))
+    failed: Counter = Counter()
+    previous = read_map(layout)
+    if not previous and legacy_ids.sanitized_store_is_legacy(layout):
+        legacy_ids.announce("sanitize")
+    fingerprint = sanitizer_fingerprint(settings)
+    by_rule: Counter = Counter()
+    documents: dict[str, _Document] = {}
+    mapped: list[MapRow] = []
+    kept: list[tuple[str, MapRow]] = []
+    changed = bytes_in = reused = 0
+    with Progress("sanitize", len(extracted), "docs") as progress, pool:
+        for key in sorted(extracted):
+            row = _reusable(previous.get(key), fingerprint, layout)
+            if row is None:
+                row = _sanitize_one(layout, (pool, settings), key, fingerprint)
+            else:
+                reused += 1
+            if isinstance(row, str):  # over budget: fails closed, not indexed, counted
+                failed[row] += max(1, len(extracted[key].paths))
+                progress.advance()
+                continue
+            kept.append((key, row))
+            progress.advance()
+        kept, matcher = _apply_copies(layout, (pool, settings), fingerprint, kept, failed)
+        for key, row in kept:
+            mapped.append(row)
+            files = max(1, len(extracted[key].paths))  # counted per file, never per distinct raw content
+            by_rule.update({rule: count * files for rule, count in row.findings.items()})
+            changed += files if row.findings else 0
+            bytes_in += row.bytes_in
+            document = documents.setdefault(row.doc, _Document())
+            document.raw_paths.update(extracted[key].paths)
+            document.kind_by_path.update((path, extracted[key].kind) for path in extracted[key].paths)
+            document.ocr_pages_by_path.update((path, extracted[key].ocr_pages) for path in extracted[key].paths)
+        superseded = _superseded(layout, (pool, settings), previous, extracted, mapped, fingerprint, set(documents))
+    store.sync_to_disk()
+    labeller = _labeller(manifest, sanitizer, matcher)
+    rows, paths_redacted = _listing_rows(documents, sanitizer, matcher, labeller, layout)
+    store.write_jsonl(layout.sanitized_listing, rows)
+    # The erase list before the map: once the map is rewritten, nothing else remembers the old documents.
+    write_erase_list(layout, (read_erase_list(layout) | superseded) - set(documents))
+    store.write_jsonl(map_path(layout), [asdict(row) for row in mapped])
+    removed = _remove_stale(layout, set(documents))
+    bytes_out = sum(layout.doc_text_path(layout.sanitized_dir, doc).stat().st_size for doc in documents)
+    categories: Counter = Counter()
+    kinds: Counter = Counter()
+    for rule_id, count in by_rule.items():
+        rule = next((a.rule for a in sanitizer.rules if a.rule.id == rule_id), None)
+        categories[rule.category if rule else "unknown"] += count
+        kinds[rule.kind if rule else "unknown"] += count
+    # Counts of files and of sanitized documents only: a count of distinct raw texts, or of those
+    # reused by raw key, says which raw files are equal, and a raw byte total (even bytes_out, beside
+    # the files' sizes) measures what was removed. Those figures stay in extract/ (write_figures).
+    store.write_figures(layout, "sanitize", {"texts": len(extracted), "reused": reused,
+                                             "bytes_in": bytes_in, "bytes_out": bytes_out})
+    counts = {
+        "documents": len(documents),
+        "files": sum(max(1, len(item.paths)) for item in extracted.values()),
+        "files_changed": changed,
+        "findings": sum(by_rule.values()),
+        "findings_by_rule": dict(sorted(by_rule.items())),
+        "findings_by_category": dict(sorted(categories.items())),
+        "findings_by_kind": dict(sorted(kinds.items())),
+        "paths_redacted": paths_redacted,
+        "groups_dropped": labeller.counts.groups_dropped,
+        "documents_without_group": labeller.counts.without_group,
+        "removed_stale": removed,
+        "rules_active": len(sanitizer.rules),
+        "skipped": sum(failed.values()),
+        "skipped_by_reason": dict(sorted(failed.items())),
+    }
+    return store.write_summary(layout, "sanitize", counts, manifest.signature)
+
+
+def erase_list_path(layout) -> Path:
+    return Path(layout.extract_dir) / ERASE_LIST
+
+
+def read_erase_list(layout) -> set[str]:
+    """The superseded documents still to erase (``embedding.erase`` reads this through ``sanitized_store``)."""
+    try:
+        return {row["doc"] for row in store.read_jsonl(erase_list_path(layout)) if DOC_ID.fullmatch(row.get("doc", ""))}
+    except FileNotFoundError:
+        return set()
+    except (OSError, ValueError, TypeError, AttributeError):
+        raise StoreError(f"{erase_list_path(layout)} is unreadable: run sanitize again") from None
+
+
+def write_erase_list(layout, docs: set[str]) -> None:
+    """Keep the documents still to erase; no file when there are none."""
+    path = erase_list_path(layout)
+    if docs:
+        store.write_jsonl(path, [{"doc": doc} for doc in sorted(docs)])
+    elif path.exists():
+        path.unlink()
+
+
+def _superseded(layout, sanitizer, previous: dict[str, MapRow], extracted: dict, mapped: list[MapRow],
+                fingerprint: str, current: set[str]) -> set[str]:
+    """Last run's documents that another sanitizer made and the current one would not make again.
+
+    An unchanged raw text (the same key) that now sanitizes to another
+    document supersedes its old one (a new rule, an allow-list change, an
+    upgrade): the old windows were computed from text the current sanitizer
+    would not let out, so they are erased. A text that left (its file changed
+    or removed) under another sanitizer has no new document to compare
+    with: its old sanitized text is sanitized again, and erased when the
+    current sanitizer would change it (or cannot say, over its budget).
+    Documents of this run are never superseded.
+    """
+    now = {row.key: row.doc for row in mapped}
+    superseded = set()
+    for key, old in previous.items():
+        if old.sanitizer == fingerprint or old.doc in current or not DOC_ID.fullmatch(old.doc):
+            continue
+        if key in extracted:
+            if now.get(key) != old.doc:
+                superseded.add(old.doc)
+        elif old.doc not in superseded and _would_change(layout, sanitizer, old.doc):
+            superseded.add(old.doc)
+    return superseded
+
+
+def _would_change(layout, sanitizer, doc: str) -> bool:
+    """Whether the current sanitizer changes this sanitized text (True when it is gone or over budget)."""
+    try:
+        text = layout.doc_text_path(layout.sanitized_dir, doc).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return True
+    clean, _, _ = _redact_in_budget(*sanitizer, text)
+    return clean != text
+
+
+def _reusable(row: MapRow | None, fingerprint: str, layout) -> MapRow | None:
+    """Last run's result for this key, when the same sanitizer made it and its text is still there."""
+    if row is None or row.sanitizer != fingerprint or not DOC_ID.fullmatch(row.doc):
+        return None
+    if not layout.doc_text_path(layout.sanitized_dir, row.doc).is_file():
+        return None
+    return row
+
+
+def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str) -> MapRow:
+    """Sanitize one extracted text, store it under its document id, and say what it became."""
+    raw = _read_extracted(layout, key)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StoreError("a text in the extract store is not UTF-8: run extract again") from None
+    clean, counts, values = _redact_in_budget(*sanitizer, text)
+    if clean is None:
+        return counts  # the reason it was not sanitized
+    doc = doc_id(clean)
+    _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), clean.encode("utf-8"))
+    return MapRow(key, doc, fingerprint, dict(sorted(counts.items())), len(raw), values)
+
+
+def _apply_copies(layout, worker, fingerprint: str, kept: list, failed: Counter):
+    """Remove, in every text of the sweep, the copies of values found in any of them.
+
+    Each text's own sanitizing (``_sanitize_one``) already removed the copies
+    of its own values; this pass gathers every text's values into one
+    matcher (``copies.Matcher``: one pass per text whatever their number),
+    finds which values of *other* texts each raw text holds, and replaces
+    those in its sanitized text. A text whose stored result was made with
+    another set of copies (a value appeared in, or left, some other file
+    since) is sanitized again from its raw text, so a re-sweep that finds a
+    value in a new file cleans the older documents that hold it.
+    """
+    values: dict[str, str] = {}
+    for _, row in kept:
+        for value, rule in row.values.items():
+            values.setdefault(value, rule)
+    matcher = copies.Matcher(values) if values else None
+    result = []
+    for key, row in kept:
+        present: list[str] = []
+        if matcher is not None:
+            raw = _read_extracted(layout, key).decode("utf-8", "replace")
+            present = sorted(matcher.present(raw) - set(row.values))
+        if present == list(row.copies):
+            result.append((key, row))
+            continue
+        if row.copies:  # made with other copies: start again from the raw text
+            row = _sanitize_one(layout, worker, key, fingerprint)
+            if isinstance(row, str):
+                failed[row] += 1
+                continue
+            if not present:
+                result.append((key, row))
+                continue
+        result.append((key, _with_copies(layout, row, {value: values[value] for value in present})))
+    return result, matcher
+
+
+def _with_copies(layout, row: MapRow, present: dict[str, str]) -> MapRow:
+    """The row's sanitized text with the copies of ``present`` (values found elsewhere) replaced."""
+    clean = layout.doc_text_path(layout.sanitized_dir, row.doc).read_bytes().decode("utf-8")
+    found = [Finding(s, e, -1, rule) for s, e, rule in copies.occurrences(clean, present)]
+    findings = dict(row.findings)
+    if found:
+        clean, counts = replace_findings(clean, merge(found))
+        for rule, count in counts.items():
+            findings[rule] = findings.get(rule, 0) + count
+    doc = doc_id(clean)
+    _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), clean.encode("utf-8"))
+    return MapRow(row.key, doc, row.sanitizer, dict(sorted(findings.items())), row.bytes_in, row.values,
+                  sorted(present))
+
+
+def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
+    """``(clean, counts, values)`` from a budgeted worker, or ``(None, reason, {})`` when it overran.
+
+    A custom pattern that backtracks without end (``(a+)+$``) is stopped by
+    the time budget like a runaway reader; the reason names the rule that
+    was running, so the manifest's author knows which pattern to fix.
+    """
+    import pickle
+
+    from bastion_agent.core.budget import Call
+
+    data = text.encode("utf-8")
+    answer = pool.run(Call("redact", (pickle.dumps(settings), data), len(data)))
+    if answer.reason is not None:
+        rule = answer.progress
+        return None, f"{answer.reason} (rule {rule})" if rule and rule != "built-in" else answer.reason, {}
+    if "error" in answer.header:
+        raise StoreError(f"sanitize failed on a text of the extract store ({answer.header['error']}); run it again")
+    values = answer.header.get("values", {})
+    return answer.data.decode("utf-8"), Counter(answer.header.get("findings", {})), values
+
+
+_WORKER_SANITIZERS: dict[bytes, "Sanitizer"] = {}
+
+
+def budget_task_redact(note, settings_blob: bytes, data: bytes):
+    """The worker's side of ``_redact_in_budget``: redact, saying which custom rule is running."""
+    import hashlib
+    import pickle
+
+    digest = hashlib.sha256(settings_blob).digest()
+    sanitizer = _WORKER_SANITIZERS.get(digest)
+    if sanitizer is None:
+        _WORKER_SANITIZERS.clear()
+        sanitizer = _WORKER_SANITIZERS[digest] = Sanitizer(pickle.loads(settings_blob))
+    accept, running = sanitizer._accept, [None]
+
+    def noted(active, text, matches):  # the matching itself happens while _accept iterates
+        name = active.rule.id if active.rule.category == "custom" else "built-in"
+        if name != running[0]:
+            running[0] = name
+            note(name)
+        return accept(active, text, matches)
+
+    sanitizer._accept = noted
+    try:
+        clean, counts, values = sanitizer.redact_found(data.decode("utf-8"))
+    finally:
+        sanitizer._accept = accept
+    # values: raw, handed back to the stage through the worker's pipe, kept in the private map
+    return {"findings": dict(counts), "values": values}, clean.encode("utf-8")
+
+
+def _labeller(manifest, sanitizer: Sanitizer, matcher):
+    """The access labeller of this run: the manifest's rules, and the path rules a group name must pass."""
+    from bastion_agent.core.access import AccessSettings
+    from bastion_agent.sanitizing.labels import Labeller
+
+    settings = getattr(manifest, "access", None) or AccessSettings()
+    source = getattr(manifest, "source", None)
+    return Labeller(settings, getattr(source, "root", None),
+                    lambda name: escape_name(_without_copies(sanitizer.redact_path(name), matcher)))
+
+
+def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher=None,
+                  labeller=None, layout=None) -> tuple[list[dict], int]:
+    """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path, groups) and how many paths changed.
+
+    A paged document (a PDF, an image) also gets its page map (``pages.py``), made from its
+    sanitized text and the pages extract recognised by OCR.
+
+    A value found in any text of the sweep is removed from the path names too (``matcher``).
+    The paths are sanitized, then their control characters escaped, so search, serve, MCP and
+    publish show no name that can forge a line or drive a terminal. The groups are computed
+    from the raw paths (``labels``); only their names are written.
+    """
+    from bastion_agent.sanitizing.labels import open_root
+
+    source = open_root(labeller.settings, labeller.root) if labeller is not None else None
+    try:
+        return _rows(documents, sanitizer, matcher, labeller, source, layout)
+    finally:
+        if source is not None:
+            source.close()
+
+
+def _rows(documents, sanitizer, matcher, labeller, source, layout) -> tuple[list[dict], int]:
+    rows, paths_redacted = [], 0
+    for doc in sorted(documents):
+        document = documents[doc]
+        redacted = {path: _without_copies(sanitizer.redact_path(path), matcher) for path in document.raw_paths}
+        paths_redacted += sum(1 for path, clean_path in redacted.items() if clean_path != path)
+        shown = {path: escape_name(clean_path) for path, clean_path in redacted.items()}  # every output's form
+        first = min(document.raw_paths) if document.raw_paths else None
+        kind = document.kind_by_path.get(first, "") if first is not None else ""
+        row = {"doc": doc, "paths": sorted(set(shown.values())), "kind": kind}
+        ocr_pages = document.ocr_pages_by_path.get(first) if first is not None else None
+        if ocr_pages is not None and layout is not None:
+            clean = layout.doc_text_path(layout.sanitized_dir, doc).read_bytes().decode("utf-8")
+            row["pages"] = page_map(clean, ocr_pages)
+        if labeller is not None:
+            row["groups"] = labeller.document_groups(document.raw_paths, source)
+        rows.append(row)
+    return rows, paths_redacted
+
+
+def _without_copies(text: str, matcher) -> str:
+    if matcher is None:
+        return text
+    found = [Finding(s, e, -1, rule) for s, e, rule in matcher.finditer(text)]
+    return replace_findings(text, merge(found))[0] if found else text
+
+
+def _extracted_keys(layout) -> dict[str, _Extracted]:
+    """The texts extract read, by extract key: their raw paths (sorted) and the kind of the first."""
+    listing = Path(layout.extract_listing)
+    if not listing.is_file():
+        raise StoreError(f"no extract store at {layout.extract_dir}: run extract first")
+    try:
+        rows = store.read_jsonl(listing)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"extract listing {listing} is unreadable ({exc.__class__.__name__}): run extract again") from None
+    found: dict[str, list[tuple[str, str]]] = {}
+    ocr_pages: dict[str, list[int] | None] = {}  # the same for every path of a key: they hold the same bytes
+    for row in rows:
+        if not isinstance(row, dict) or row.get("status") != "extracted":
+            continue
+        key = row.get("key") or row.get("doc")  # "doc": a listing of an older agent, whose doc was this key
+        if not isinstance(key, str) or not DOC_ID.fullmatch(key):
+            raise StoreError(f"extract listing {listing} has an invalid or missing key: run extract again")
+        found.setdefault(key, []).append((str(row.get("path", "")), str(row.get("kind", ""))))
+        ocr_pages.setdefault(key, _ocr_pages(row.get("ocr_pages")))
+    keys = {}
+    for key, entries in found.items():
+        entries.sort()
+        keys[key] = _Extracted(paths=sorted({path for path, _ in entries if path}), kind=entries[0][1],
+                               ocr_pages=ocr_pages[key])
+    return keys
+
+
+def _ocr_pages(value) -> list[int] | None:
+    """A listing row's ``ocr_pages`` (page numbers from 1), or None when the text has no pages."""
+    if not isinstance(value, list):
+        return None
+    return [page for page in value if isinstance(page, int) and not isinstance(page, bool) and page > 0]
+
+
+def _read_extracted(layout, key: str) -> bytes:
+    try:
+        return layout.doc_text_path(layout.extract_dir, key).read_bytes()
+    except FileNotFoundError:
+        # No key in the message: it is a hash of raw bytes, and stderr is outside the extract store.
+        raise StoreError(f"extract store at {layout.extract_dir} lacks a text its listing names: run extract again") from None
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    try:
+        if path.read_bytes() == data:
+            return
+    except FileNotFoundError:
+        pass
+    store.write_private(path, data, durable=False)
+
+
+def _remove_stale(layout, keep: set[str]) -> int:
+    """Delete sanitized texts that are no document of this run (their file left, changed, or an old id)."""
+    removed = 0
+    for path in Path(layout.sanitized_dir).glob("*.txt"):
+        if DOC_ID.fullmatch(path.stem) and path.stem not in keep:
+            path.unlink()
+            removed += 1
+    return removed
