@@ -109,6 +109,21 @@ def doc_id(clean_text: str) -> str:
     return hashlib.sha256(clean_text.encode("utf-8")).hexdigest()
 
 
+@dataclass
+class _Sweep:
+    """What one run made of the extracted texts: the map's rows, the documents, and the counts."""
+
+    mapped: list[MapRow] = field(default_factory=list)
+    documents: dict[str, _Document] = field(default_factory=dict)
+    by_rule: Counter = field(default_factory=Counter)
+    failed: Counter = field(default_factory=Counter)  # texts over budget, by reason, counted per file
+    changed: int = 0
+    bytes_in: int = 0
+    reused: int = 0
+    matcher: copies.Matcher | None = None
+    superseded: set[str] = field(default_factory=set)
+
+
 def run(manifest, layout) -> dict:
     """Sanitize every extracted text into ``<out>/sanitized/<doc>.txt``; write the listing and summary."""
     from bastion_agent.core import legacy_ids
@@ -117,83 +132,121 @@ def run(manifest, layout) -> dict:
     extracted = _extracted_keys(layout)
     settings = getattr(manifest, "sanitize", None) or SanitizeSettings()
     sanitizer = sanitizer_for(settings)
-    store.claim_out_dir(layout.root)
-    store.ensure_private_dir(layout.sanitized_dir)
-    store.remove_stale_temps(layout.sanitized_dir)
-    store.remove_stale_temps(layout.root, ("sanitize.summary.json",))
+    _prepare_output(layout)
     pool = WorkerPool(budget_of(getattr(manifest, "source", None)))
-    failed: Counter = Counter()
     previous = read_map(layout)
     if not previous and legacy_ids.sanitized_store_is_legacy(layout):
         legacy_ids.announce("sanitize")
     fingerprint = sanitizer_fingerprint(settings)
-    by_rule: Counter = Counter()
-    documents: dict[str, _Document] = {}
-    mapped: list[MapRow] = []
-    kept: list[tuple[str, MapRow]] = []
-    changed = bytes_in = reused = 0
+    sweep = _Sweep()
     with Progress("sanitize", len(extracted), "docs") as progress, pool:
-        for key in sorted(extracted):
-            row = _reusable(previous.get(key), fingerprint, layout)
-            if row is None:
-                row = _sanitize_one(layout, (pool, settings), key, fingerprint)
-            else:
-                reused += 1
-            if isinstance(row, str):  # over budget: fails closed, not indexed, counted
-                failed[row] += max(1, len(extracted[key].paths))
-                progress.advance()
-                continue
-            kept.append((key, row))
-            progress.advance()
-        kept, matcher = _apply_copies(layout, (pool, settings), fingerprint, kept, failed)
-        for key, row in kept:
-            mapped.append(row)
-            files = max(1, len(extracted[key].paths))  # counted per file, never per distinct raw content
-            by_rule.update({rule: count * files for rule, count in row.findings.items()})
-            changed += files if row.findings else 0
-            bytes_in += row.bytes_in
-            document = documents.setdefault(row.doc, _Document())
-            document.raw_paths.update(extracted[key].paths)
-            document.kind_by_path.update((path, extracted[key].kind) for path in extracted[key].paths)
-            document.ocr_pages_by_path.update((path, extracted[key].ocr_pages) for path in extracted[key].paths)
-        superseded = _superseded(layout, (pool, settings), previous, extracted, mapped, fingerprint, set(documents))
+        worker = (pool, settings)
+        kept = _sanitize_texts(layout, worker, extracted, previous, fingerprint, sweep, progress)
+        kept, sweep.matcher = _apply_copies(layout, worker, fingerprint, kept, sweep.failed)
+        _gather_documents(sweep, kept, extracted)
+        sweep.superseded = _superseded(layout, worker, previous, extracted, sweep.mapped, fingerprint,
+                                       set(sweep.documents))
     store.sync_to_disk()
-    labeller = _labeller(manifest, sanitizer, matcher)
-    rows, paths_redacted = _listing_rows(documents, sanitizer, matcher, labeller, layout)
+    paths_redacted, label_counts = _write_listing_and_map(manifest, layout, sanitizer, sweep)
+    removed = _remove_stale(layout, set(sweep.documents))
+    _write_raw_figures(layout, extracted, sweep)
+    counts = _summary_counts(extracted, sweep, sanitizer, paths_redacted, label_counts, removed)
+    return store.write_summary(layout, "sanitize", counts, manifest.signature)
+
+
+def _prepare_output(layout) -> None:
+    """Claim the output folder, make the sanitized store private, and clear temporaries a killed run left."""
+    store.claim_out_dir(layout.root)
+    store.ensure_private_dir(layout.sanitized_dir)
+    store.remove_stale_temps(layout.sanitized_dir)
+    store.remove_stale_temps(layout.root, ("sanitize.summary.json",))
+
+
+def _sanitize_texts(layout, worker, extracted: dict[str, _Extracted], previous: dict[str, MapRow],
+                    fingerprint: str, sweep: _Sweep, progress) -> list[tuple[str, MapRow]]:
+    """Each extracted text's map row, reused when the same sanitizer made it; a text over budget is counted, not kept."""
+    kept: list[tuple[str, MapRow]] = []
+    for key in sorted(extracted):
+        row = _reusable(previous.get(key), fingerprint, layout)
+        if row is None:
+            row = _sanitize_one(layout, worker, key, fingerprint)
+        else:
+            sweep.reused += 1
+        if isinstance(row, str):  # over budget: fails closed, not indexed, counted
+            sweep.failed[row] += max(1, len(extracted[key].paths))
+        else:
+            kept.append((key, row))
+        progress.advance()
+    return kept
+
+
+def _gather_documents(sweep: _Sweep, kept: list[tuple[str, MapRow]], extracted: dict[str, _Extracted]) -> None:
+    """Group the kept texts into documents (equal sanitized texts are one) and count their findings per file."""
+    for key, row in kept:
+        sweep.mapped.append(row)
+        paths = extracted[key].paths
+        files = max(1, len(paths))  # counted per file, never per distinct raw content
+        sweep.by_rule.update({rule: count * files for rule, count in row.findings.items()})
+        sweep.changed += files if row.findings else 0
+        sweep.bytes_in += row.bytes_in
+        document = sweep.documents.setdefault(row.doc, _Document())
+        document.raw_paths.update(paths)
+        document.kind_by_path.update((path, extracted[key].kind) for path in paths)
+        document.ocr_pages_by_path.update((path, extracted[key].ocr_pages) for path in paths)
+
+
+def _write_listing_and_map(manifest, layout, sanitizer: Sanitizer, sweep: _Sweep):
+    """Write the listing, the erase list and the private map, in that order.
+
+    Returns how many paths changed and the labeller's counts (groups dropped, documents without one).
+    """
+    labeller = _labeller(manifest, sanitizer, sweep.matcher)
+    rows, paths_redacted = _listing_rows(sweep.documents, sanitizer, sweep.matcher, labeller, layout)
     store.write_jsonl(layout.sanitized_listing, rows)
     # The erase list before the map: once the map is rewritten, nothing else remembers the old documents.
-    write_erase_list(layout, (read_erase_list(layout) | superseded) - set(documents))
-    store.write_jsonl(map_path(layout), [asdict(row) for row in mapped])
-    removed = _remove_stale(layout, set(documents))
-    bytes_out = sum(layout.doc_text_path(layout.sanitized_dir, doc).stat().st_size for doc in documents)
+    write_erase_list(layout, (read_erase_list(layout) | sweep.superseded) - set(sweep.documents))
+    store.write_jsonl(map_path(layout), [asdict(row) for row in sweep.mapped])
+    return paths_redacted, labeller.counts
+
+
+def _write_raw_figures(layout, extracted: dict[str, _Extracted], sweep: _Sweep) -> None:
+    """The raw-side figures, kept inside the extract store.
+
+    Counts of files and of sanitized documents only go to the summary: a
+    count of distinct raw texts, or of those reused by raw key, says which
+    raw files are equal, and a raw byte total (even bytes_out, beside the
+    files' sizes) measures what was removed.
+    """
+    bytes_out = sum(layout.doc_text_path(layout.sanitized_dir, doc).stat().st_size for doc in sweep.documents)
+    store.write_figures(layout, "sanitize", {"texts": len(extracted), "reused": sweep.reused,
+                                             "bytes_in": sweep.bytes_in, "bytes_out": bytes_out})
+
+
+def _summary_counts(extracted: dict[str, _Extracted], sweep: _Sweep, sanitizer: Sanitizer,
+                    paths_redacted: int, label_counts, removed: int) -> dict:
+    """The summary's counts: files, documents and findings (by rule, category and kind), never a raw figure."""
     categories: Counter = Counter()
     kinds: Counter = Counter()
-    for rule_id, count in by_rule.items():
-        rule = next((a.rule for a in sanitizer.rules if a.rule.id == rule_id), None)
+    for rule_id, count in sweep.by_rule.items():
+        rule = next((active.rule for active in sanitizer.rules if active.rule.id == rule_id), None)
         categories[rule.category if rule else "unknown"] += count
         kinds[rule.kind if rule else "unknown"] += count
-    # Counts of files and of sanitized documents only: a count of distinct raw texts, or of those
-    # reused by raw key, says which raw files are equal, and a raw byte total (even bytes_out, beside
-    # the files' sizes) measures what was removed. Those figures stay in extract/ (write_figures).
-    store.write_figures(layout, "sanitize", {"texts": len(extracted), "reused": reused,
-                                             "bytes_in": bytes_in, "bytes_out": bytes_out})
-    counts = {
-        "documents": len(documents),
+    return {
+        "documents": len(sweep.documents),
         "files": sum(max(1, len(item.paths)) for item in extracted.values()),
-        "files_changed": changed,
-        "findings": sum(by_rule.values()),
-        "findings_by_rule": dict(sorted(by_rule.items())),
+        "files_changed": sweep.changed,
+        "findings": sum(sweep.by_rule.values()),
+        "findings_by_rule": dict(sorted(sweep.by_rule.items())),
         "findings_by_category": dict(sorted(categories.items())),
         "findings_by_kind": dict(sorted(kinds.items())),
         "paths_redacted": paths_redacted,
-        "groups_dropped": labeller.counts.groups_dropped,
-        "documents_without_group": labeller.counts.without_group,
+        "groups_dropped": label_counts.groups_dropped,
+        "documents_without_group": label_counts.without_group,
         "removed_stale": removed,
         "rules_active": len(sanitizer.rules),
-        "skipped": sum(failed.values()),
-        "skipped_by_reason": dict(sorted(failed.items())),
+        "skipped": sum(sweep.failed.values()),
+        "skipped_by_reason": dict(sorted(sweep.failed.items())),
     }
-    return store.write_summary(layout, "sanitize", counts, manifest.signature)
 
 
 def erase_list_path(layout) -> Path:
