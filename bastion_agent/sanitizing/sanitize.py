@@ -28,6 +28,7 @@ from bastion_agent.core import layout as store
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.progress import Progress, escape_name
 from bastion_agent.sanitizing import copies
+from bastion_agent.sanitizing.detection_version import sanitizer_fingerprint
 from bastion_agent.sanitizing.pages import page_map
 from bastion_agent.sanitizing.scanner import Finding, Sanitizer, merge, replace_findings, sanitizer_for
 from bastion_agent.sanitizing.settings import SanitizeSettings
@@ -39,9 +40,6 @@ SANITIZED_MAP = "sanitized.jsonl"
 # of documents that the current sanitizer superseded. Private like the map:
 # an old id is the hash of text holding what the current sanitizer removes.
 ERASE_LIST = "erase.jsonl"
-# The modules whose code decides what sanitize removes: a change to any of them
-# (or to the manifest's [sanitize] settings) sanitizes every text again.
-SANITIZER_MODULES = ("sanitize", "scanner", "settings", "rules", "validators", "context", "copies", "columns", "names")
 
 
 @dataclass
@@ -88,18 +86,6 @@ def read_map(layout) -> dict[str, MapRow]:
         return {row["key"]: MapRow(**row) for row in rows}
     except (OSError, ValueError, TypeError, KeyError):
         return {}
-
-
-def sanitizer_fingerprint(settings: SanitizeSettings) -> str:
-    """A digest of the settings and the sanitizer's code: equal means the same text sanitizes the same."""
-    import hashlib
-    import importlib
-
-    digest = hashlib.sha256(repr(settings).encode("utf-8"))
-    for name in SANITIZER_MODULES:
-        module = importlib.import_module(f"{__package__}.{name}")
-        digest.update(b"\0" + Path(module.__file__).read_bytes())
-    return digest.hexdigest()
 
 
 def doc_id(clean_text: str) -> str:

@@ -39,6 +39,11 @@ from bastion_agent.sanitizing.rules import RULES, SCOPES, SECRET, Rule
 from bastion_agent.sanitizing.settings import SanitizeSettings
 from bastion_agent.sanitizing.validators import CHECKS, is_placeholder, shannon_entropy
 
+# The version of what this module finds or how it replaces it: bump it with any
+# change that makes some text sanitize differently, so that every installation
+# sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
+DETECTION_VERSION = 1
+
 PLACEHOLDER = "[REDACTED:{}]"
 
 # Windows around a keyword: from the start of its line (at most this far
