@@ -406,20 +406,7 @@ def budget_task_redact(note, settings_blob: bytes, data: bytes):
     if sanitizer is None:
         _WORKER_SANITIZERS.clear()
         sanitizer = _WORKER_SANITIZERS[digest] = Sanitizer(pickle.loads(settings_blob))
-    accept, running = sanitizer._accept, [None]
-
-    def noted(active, text, matches):  # the matching itself happens while _accept iterates
-        name = active.rule.id if active.rule.category == "custom" else "built-in"
-        if name != running[0]:
-            running[0] = name
-            note(name)
-        return accept(active, text, matches)
-
-    sanitizer._accept = noted
-    try:
-        clean, counts, values = sanitizer.redact_found(data.decode("utf-8"))
-    finally:
-        sanitizer._accept = accept
+    clean, counts, values = sanitizer.redact_found_noting(data.decode("utf-8"), note)
     # values: raw, handed back to the stage through the worker's pipe, kept in the private map
     return {"findings": dict(counts), "values": values}, clean.encode("utf-8")
 

@@ -145,6 +145,28 @@ class Sanitizer:
             findings = merge(findings + [Finding(s, e, -1, rule) for s, e, rule in copies.occurrences(text, found)])
         return replace_findings(text, findings) + (found,)
 
+    def redact_found_noting(self, text: str, note) -> tuple[str, Counter, dict[str, str]]:
+        """``redact_found``, calling ``note(name)`` each time the rule being matched changes.
+
+        ``name`` is a custom rule's id, or "built-in" for every other rule:
+        when a custom pattern backtracks without end, the budgeted worker's
+        last note names it, so the manifest's author knows which to fix.
+        """
+        accept, running = self._accept, [None]
+
+        def noted(active, text, matches):  # the matching itself happens while _accept iterates
+            name = active.rule.id if active.rule.category == "custom" else "built-in"
+            if name != running[0]:
+                running[0] = name
+                note(name)
+            return accept(active, text, matches)
+
+        self._accept = noted
+        try:
+            return self.redact_found(text)
+        finally:
+            self._accept = accept
+
     def redact_path(self, path: str) -> str:
         """A path name as users may see it (search hits, serve).
 
