@@ -196,7 +196,7 @@ def write_old_format_folder(layout: Layout, files: dict[str, bytes], size: int, 
     from bastion_agent.core.layout import ensure_private_dir, write_jsonl, write_private
     from bastion_agent.embed import chunk_document
     from bastion_agent.embedding import vectorstore
-    from bastion_agent.sanitizing.sanitize import redact
+    from bastion_agent.sanitizing.scanner import redact
     from bastion_agent.testing.stub_server import bag_of_words
 
     ensure_private_dir(layout.extract_dir)
@@ -312,7 +312,7 @@ class OldFolderTests(IdCase):
 
     def _first_old_text(self) -> str:
         from bastion_agent.embed import chunk_document
-        from bastion_agent.sanitizing.sanitize import redact
+        from bastion_agent.sanitizing.scanner import redact
 
         first = sorted(self.FILES.items(), key=lambda item: sha(item[1]))[0][1].decode("utf-8")
         clean = redact(first)

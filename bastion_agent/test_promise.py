@@ -859,7 +859,7 @@ class StaffTableTests(unittest.TestCase):
 
     def read_then_sanitize(self, kind: str, data: bytes) -> tuple[str, str]:
         from bastion_agent.extracting import readers
-        from bastion_agent.sanitizing.sanitize import Sanitizer
+        from bastion_agent.sanitizing.scanner import Sanitizer
 
         text = readers.read(readers.kind_for(f"staff.{kind}", data[:4096]), data).text
         self.assertIsNotNone(text, kind)

@@ -92,7 +92,7 @@ def rare_words(docs: Path, count: int) -> list[str]:
 
 def still_there(path: Path, word: str) -> bool:
     """Whether the word survives the default sanitizer in its document (not inside an address it removes)."""
-    from bastion_agent.sanitizing.sanitize import redact
+    from bastion_agent.sanitizing.scanner import redact
 
     return re.search(rf"(?i)\b{word}\b", redact(path.read_text(encoding="utf-8", errors="replace"))) is not None
 

@@ -37,7 +37,8 @@ from bastion_agent.config import manifest as manifest_module  # noqa: E402
 from bastion_agent.core.layout import Layout, read_jsonl, write_jsonl  # noqa: E402
 from bastion_agent.embedding import vectorstore  # noqa: E402
 from bastion_agent.sanitizing.pages import PAGE_BREAK, page_map  # noqa: E402
-from bastion_agent.sanitizing.sanitize import SanitizeSettings, Sanitizer  # noqa: E402
+from bastion_agent.sanitizing.scanner import Sanitizer  # noqa: E402
+from bastion_agent.sanitizing.settings import SanitizeSettings  # noqa: E402
 from bastion_agent.testing.stub_server import StubServer  # noqa: E402
 from bastion_agent.testing.testsupport import clean_env, write_manifest, write_sanitized_store  # noqa: E402
 

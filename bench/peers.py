@@ -50,7 +50,7 @@ if "--code" in sys.argv:
 else:
     sys.path.insert(0, str(HERE.parent))
 
-from bastion_agent.sanitizing.sanitize import Sanitizer  # noqa: E402
+from bastion_agent.sanitizing.scanner import Sanitizer  # noqa: E402
 from bastion_agent.sanitizing.validators import is_placeholder  # noqa: E402
 
 DATA = Path(os.environ.get("BASTION_SECRETS_DATA", HERE.parent.parent / "shared" / "data" / "secrets"))

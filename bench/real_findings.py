@@ -25,7 +25,7 @@ if "--code" in sys.argv:  # another checkout's sanitizer (main's, for the "befor
 else:
     sys.path.insert(0, str(HERE.parent))
 
-from bastion_agent.sanitizing.sanitize import Sanitizer, merge  # noqa: E402
+from bastion_agent.sanitizing.scanner import Sanitizer, merge  # noqa: E402
 
 ROOTS = (Path("/usr/share/doc"), Path("/usr/share/common-licenses"))
 MAX_BYTES = 2_000_000

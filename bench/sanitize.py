@@ -67,9 +67,9 @@ if "--code" in sys.argv:  # measure another checkout's sanitizer with this scrip
 else:
     sys.path.insert(0, str(HERE.parent))
 
-from bastion_agent.sanitizing import sanitize as sanitize_module  # noqa: E402
+from bastion_agent.sanitizing import scanner as sanitize_module  # noqa: E402
 from bastion_agent.sanitizing import validators  # noqa: E402
-from bastion_agent.sanitizing.sanitize import Sanitizer  # noqa: E402
+from bastion_agent.sanitizing.scanner import Sanitizer  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 import peers  # noqa: E402  (the peers table: bench/peers.py)

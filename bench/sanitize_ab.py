@@ -31,7 +31,7 @@ TIMER = r"""
 import sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from bastion_agent.sanitizing.sanitize import Sanitizer
+from bastion_agent.sanitizing.scanner import Sanitizer
 files = sorted(Path(sys.argv[2]).glob(sys.argv[3]))
 limit = int(float(sys.argv[4]) * 1e6)
 texts, size = [], 0

@@ -39,7 +39,10 @@ SKIP_SUFFIXES = (".png", ".gif", ".jpg", ".jpeg", ".svg", ".ico", ".pdf", ".woff
 WORKER = r"""
 import hashlib, json, sys
 sys.path.insert(0, sys.argv[1])
-from bastion_agent.sanitizing.sanitize import Sanitizer
+try:
+    from bastion_agent.sanitizing.scanner import Sanitizer
+except ImportError:  # a checkout from before the scanner had a module of its own
+    from bastion_agent.sanitizing.sanitize import Sanitizer
 sanitizer = Sanitizer()
 full = sys.argv[3] == "full"
 with open(sys.argv[2], encoding="utf-8") as texts:

@@ -354,12 +354,12 @@ def _search_mode(where: "_Where", search: dict) -> str | None:
 
 def _sanitize_settings(path: Path, raw: Any):
     """``[sanitize]`` is validated by the sanitizer, which owns its rules."""
-    from bastion_agent.sanitizing import sanitize
+    from bastion_agent.sanitizing.settings import parse_settings
 
     if not isinstance(raw, dict):
         raise ManifestError(f"manifest {path}: [sanitize] must be a table; got {type(raw).__name__}")
     try:
-        return sanitize.parse_settings(raw)
+        return parse_settings(raw)
     except ManifestError as exc:
         raise ManifestError(f"manifest {path}: {exc}") from None
 

@@ -15,7 +15,8 @@ from bastion_agent.extracting import readers
 from bastion_agent.extracting.formats import compressed, ocr, registry
 from bastion_agent.extracting.formats.base import Refused, ebcdic_view, plain_decoding
 from bastion_agent.sanitizing.normalise import lookalike_view
-from bastion_agent.sanitizing.sanitize import SanitizeSettings, merge, sanitizer_for
+from bastion_agent.sanitizing.scanner import merge, sanitizer_for
+from bastion_agent.sanitizing.settings import SanitizeSettings
 
 # Kinds whose bytes are text a reader decodes (``FileFormat.decodes_text``): the ones a decoding can hide text in.
 QUARANTINE_KINDS = registry.QUARANTINE_KINDS

@@ -1,6 +1,6 @@
 """``extract --report``: what the stage read and skipped, and why, by kind, reason and folder.
 
-Every path it shows is sanitized first (``sanitize.sanitize_path``): a
+Every path it shows is sanitized first (``scanner.sanitize_path``): a
 folder or file name can itself be personal data.
 """
 
@@ -13,7 +13,7 @@ from collections import Counter
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.layout import Layout, read_jsonl
 from bastion_agent.extracting.walk import STATUS_EXTRACTED, STATUS_SKIPPED
-from bastion_agent.sanitizing import sanitize
+from bastion_agent.sanitizing import scanner
 
 
 REPORT_MAX_FOLDERS = 40
@@ -21,7 +21,7 @@ REPORT_MAX_FOLDERS = 40
 
 def print_report(layout: Layout, stream=None, settings=None, files: bool = False) -> None:
     """Print what extract read and skipped, and why: by kind, by reason, by folder (and, with
-    ``files``, each skipped file). Every path shown passes through ``sanitize.sanitize_path``
+    ``files``, each skipped file). Every path shown passes through ``scanner.sanitize_path``
     with the manifest's ``settings``: a folder or file name can itself be personal data."""
     stream = stream if stream is not None else sys.stdout
     try:
@@ -37,7 +37,7 @@ def print_report(layout: Layout, stream=None, settings=None, files: bool = False
 
 def report_lines(rows: list[dict], summary: dict, settings=None, files: bool = False) -> list[str]:
     """The report as lines of text (kept apart from printing so it is easy to test); sanitized paths only."""
-    rows = [{**row, "path": sanitize.sanitize_path(row["path"], settings)} for row in rows]
+    rows = [{**row, "path": scanner.sanitize_path(row["path"], settings)} for row in rows]
     lines = [
         f"extract: {summary.get('files', len(rows))} files seen, {summary.get('extracted', 0)} extracted, "
         f"{summary.get('skipped', 0)} skipped; {summary.get('excluded', 0)} excluded by globs",

@@ -20,8 +20,8 @@ import urllib.parse
 
 from bastion_agent.extracting import readers, reading
 from bastion_agent.extracting.formats.base import decode_text
-from bastion_agent.sanitizing import sanitize
 from bastion_agent.testing.folders import TempCase
+from bastion_agent.sanitizing import scanner
 
 AWS = "AKIAIOSFODNN7EXAMPLE"
 MAIL = "alice.smith@corp-internal.com"
@@ -36,7 +36,7 @@ def readable(kind: str, data: bytes) -> str:
 
 class PlausibleDecodingTests(unittest.TestCase):
     def assert_sanitized(self, text: str) -> None:
-        clean = sanitize.redact(text)
+        clean = scanner.redact(text)
         self.assertNotIn(AWS, clean)
         self.assertNotIn(MAIL, clean)
         for view in (clean.encode("utf-16-le", "ignore"), clean.encode("cp500", "ignore")):
@@ -207,7 +207,7 @@ class HeaderDecodingTests(TempCase):
         if row["status"] == "skipped":
             self.assertTrue(row["reason"].startswith("quarantined: "), row)
             return
-        clean = sanitize.redact(self.text_of(rel))
+        clean = scanner.redact(self.text_of(rel))
         for view in (clean.encode("utf-8"), clean.encode("utf-16-le", "ignore"), clean.encode("cp500", "ignore")):
             self.assertNotIn(value.encode("ascii"), view, f"{rel}: {clean!r}")
 

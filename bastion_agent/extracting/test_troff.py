@@ -15,8 +15,8 @@ from pathlib import Path
 
 from bastion_agent.extracting import readers, reading
 from bastion_agent.extracting.formats.base import REASON_OUTPUT
-from bastion_agent.sanitizing import sanitize
 from bastion_agent.testing.folders import TempCase
+from bastion_agent.sanitizing import scanner
 
 AWS = "AKIAIOSFODNN7EXAMPLE"
 
@@ -207,7 +207,7 @@ class HostilePageTests(unittest.TestCase):
         for data in (escaped.encode(), codecs.BOM_UTF16_LE + escaped.encode("utf-16-le")):
             text = read_page(data).text
             self.assertIn(AWS, text)
-            self.assertNotIn(AWS, sanitize.redact(text))
+            self.assertNotIn(AWS, scanner.redact(text))
 
 
 class ManPageStageTests(TempCase):

@@ -56,6 +56,11 @@ from bastion_agent.sanitizing.validators import (
     looks_random,
 )
 
+# The version of what this module finds or how it replaces it: bump it with any
+# change that makes some text sanitize differently, so that every installation
+# sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
+DETECTION_VERSION = 1
+
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin")
 IDENT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 QUOTES = "\"'`"

@@ -27,6 +27,11 @@ from __future__ import annotations
 
 import re
 
+# The version of what this module finds or how it replaces it: bump it with any
+# change that makes some text sanitize differently, so that every installation
+# sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
+DETECTION_VERSION = 1
+
 MIN_LENGTH = 8
 MIN_PLAIN = 20
 MAX_LENGTH = 256

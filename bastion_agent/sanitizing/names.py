@@ -27,6 +27,11 @@ import re
 
 from bastion_agent.sanitizing.copies import trie_pattern
 
+# The version of what this module finds or how it replaces it: bump it with any
+# change that makes some text sanitize differently, so that every installation
+# sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
+DETECTION_VERSION = 1
+
 MAX_TOKENS = 4
 PERSON = "person-name"
 DOB = "date-of-birth"

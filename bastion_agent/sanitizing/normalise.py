@@ -28,6 +28,11 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+# The version of what this module finds or how it replaces it: bump it with any
+# change that makes some text sanitize differently, so that every installation
+# sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
+DETECTION_VERSION = 1
+
 # Characters that render as nothing (or nearly): format characters (Cf:
 # zero-width space/joiners, soft hyphen, BOM, bidi controls) plus these,
 # and the variation selectors (nonspacing marks that only choose a glyph:

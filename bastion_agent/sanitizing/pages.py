@@ -4,7 +4,7 @@ Extract writes the pages of a PDF or of a multi-page image with
 ``PAGE_BREAK`` between them (a form feed on a line of its own: a line-based
 rule sees a blank line there, as it saw before pages were marked), and keeps
 in its private listing which pages it recognised by OCR. Sanitize never
-removes a form feed (``sanitize._replace`` keeps those of a redacted span)
+removes a form feed (``scanner.replace_findings`` keeps those of a redacted span)
 and never adds one, so the n-th form feed of the sanitized text is the n-th
 page break of the raw text. The page map is computed from the sanitized
 text alone, after sanitizing: its offsets are offsets in the sanitized text,

@@ -6,7 +6,8 @@ import random
 import string
 import unittest
 
-from bastion_agent.sanitizing.sanitize import SanitizeSettings, Sanitizer
+from bastion_agent.sanitizing.scanner import Sanitizer
+from bastion_agent.sanitizing.settings import SanitizeSettings
 
 _rng = random.Random()
 

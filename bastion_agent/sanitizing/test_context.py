@@ -18,7 +18,7 @@ from pathlib import Path
 from bastion_agent.commands import cli
 from bastion_agent.core.layout import Layout, ensure_private_dir, read_jsonl, write_jsonl, write_private
 from bastion_agent.sanitizing import context, copies
-from bastion_agent.sanitizing.sanitize import Sanitizer, redact
+from bastion_agent.sanitizing.scanner import Sanitizer, redact
 from bastion_agent.testing.testsupport import clean_env, sha256_hex, write_manifest
 
 LETTERS = string.ascii_letters + string.digits
@@ -156,7 +156,7 @@ class ContextTests(unittest.TestCase):
 
     def test_can_be_disabled(self):
         text = f"db_password = {phrase()}\n"
-        sanitizer = Sanitizer(__import__("bastion_agent.sanitizing.sanitize", fromlist=["x"]).SanitizeSettings(
+        sanitizer = Sanitizer(__import__("bastion_agent.sanitizing.settings", fromlist=["x"]).SanitizeSettings(
             disable=("credential-value",)))
         self.assertNotIn("credential-value", sanitizer.redact(text)[0])
 

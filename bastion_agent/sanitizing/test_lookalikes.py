@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import unittest
 
-from bastion_agent.sanitizing.sanitize import redact, sanitize_path
+from bastion_agent.sanitizing.scanner import redact, sanitize_path
 
 TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
 ZW, SHY = "\u200b", "\u00ad"

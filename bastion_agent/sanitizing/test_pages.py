@@ -8,7 +8,8 @@ import unittest
 from bastion_agent.core.layout import Layout, read_jsonl
 from bastion_agent.sanitizing import pages
 from bastion_agent.sanitizing.pages import PAGE_BREAK, page_map, where
-from bastion_agent.sanitizing.sanitize import Finding, SanitizeSettings, Sanitizer, _replace, parse_settings
+from bastion_agent.sanitizing.scanner import Finding, Sanitizer, replace_findings
+from bastion_agent.sanitizing.settings import SanitizeSettings, parse_settings
 from bastion_agent.testing.testsupport import TempFolder, run_cli, write_manifest
 
 try:
@@ -74,7 +75,7 @@ class SanitizeKeepsPageBreaksTests(unittest.TestCase):
     def test_a_finding_across_a_page_break_keeps_the_break(self):
         text = "before SECRET-ONE\n\f\nSECRET-TWO after"
         start, end = text.index("SECRET-ONE"), text.index(" after")
-        clean, _ = _replace(text, [Finding(start, end, 0, "test")])
+        clean, _ = replace_findings(text, [Finding(start, end, 0, "test")])
         self.assertEqual(clean.count("\f"), 1)
         self.assertEqual(clean, "before [REDACTED:test]\f after")
 

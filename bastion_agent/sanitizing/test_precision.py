@@ -15,7 +15,7 @@ import gzip
 import unittest
 from pathlib import Path
 
-from bastion_agent.sanitizing.sanitize import Sanitizer, merge
+from bastion_agent.sanitizing.scanner import Sanitizer, merge
 
 LABELS = Path(__file__).with_name("testdata") / "real_findings.tsv"
 SHARE = Path("/usr/share")

@@ -28,15 +28,14 @@ from bastion_agent.core.layout import (
     write_jsonl,
     write_private,
 )
-from bastion_agent.sanitizing.sanitize import (
+from bastion_agent.sanitizing.scanner import (
     Finding,
     Sanitizer,
-    SanitizeSettings,
     merge,
-    parse_settings,
     redact,
     sanitize_path,
 )
+from bastion_agent.sanitizing.settings import SanitizeSettings, parse_settings
 from bastion_agent.sanitizing.validators import IBAN_LENGTHS, iban_ok, luhn_ok
 from bastion_agent.testing.testsupport import clean_env, sha256_hex, write_manifest
 
@@ -673,7 +672,7 @@ class ValidatorNameTests(unittest.TestCase):
     def test_a_misspelt_validator_stops_the_sanitizer_in_one_line(self):
         from unittest import mock
 
-        from bastion_agent.sanitizing import sanitize as sanitize_module
+        from bastion_agent.sanitizing import scanner as sanitize_module
         from bastion_agent.sanitizing.rules import RULES
 
         misspelt = dataclasses.replace(next(rule for rule in RULES if rule.validator == "card"), validator="crad")

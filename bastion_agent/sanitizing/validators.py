@@ -15,6 +15,11 @@ import math
 import re
 from collections import Counter
 
+# The version of what this module finds or how it replaces it: bump it with any
+# change that makes some text sanitize differently, so that every installation
+# sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
+DETECTION_VERSION = 1
+
 # --- entropy --------------------------------------------------------------
 
 
