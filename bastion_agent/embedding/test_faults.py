@@ -36,7 +36,7 @@ from bastion_agent.embedding.failures import (
     classify_http,
 )
 from bastion_agent.embedding.transport import HTTPFailure, parse_retry_after, post_json
-from bastion_agent.embedding.embed_engine import RetryPolicy
+from bastion_agent.embedding.batch_sender import RetryPolicy
 from bastion_agent.testing.fault_stub import (
     Fault,
     FaultStub,

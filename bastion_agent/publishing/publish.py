@@ -225,11 +225,11 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
     exactly those windows with a vector of the manifest's model for each.
     Anything else means a stage has not run since: refuse, name it.
     """
-    from bastion_agent.embedding import embedder
+    from bastion_agent.embedding import embed_stage
     from bastion_agent.sanitizing import sanitized_store
 
     sanitized_store.sanitized_documents(layout)
-    chunk_rows, documents = embedder.current_windows(layout)
+    chunk_rows, documents = embed_stage.current_windows(layout)
     if not layout.vectors_db.exists():
         raise StoreError(f"no vectors.db in {layout.root}: run embed first")
     key, dim = manifest.embed.vector_key, manifest.embed.dim

@@ -1,6 +1,6 @@
 """The embed stage's engine: keep the model server busy, survive its faults, lose nothing.
 
-``embed.run_embed`` hands it the chunks that have no vector yet. The engine
+``embed_stage.run_embed`` hands it the chunks that have no vector yet. The engine
 
 - cuts them into batches of the working size and sends each batch from a
   small pool of worker threads (``EMBED_CONCURRENCY``, default 1), while the
