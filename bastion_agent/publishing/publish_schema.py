@@ -278,17 +278,14 @@ def _definer(signature: str, returns: str, body: str, volatility: str = "VOLATIL
 
 def _least_privilege_sql(vec: str) -> list[str]:
     """Migration 6's statements after the grants of before are revoked (``vec``: pgvector's schema, quoted)."""
+    return (_bastions_table_sql() + _read_policy_sql() + _publisher_lock_sql(vec) + _publisher_write_sql(vec)
+            + _bastion_role_functions(PUBLISHER_FUNCTIONS) + _searcher_functions_sql()
+            + [_ensure_model_function(HNSW_BUILD, vec)] + _function_rights_sql())
+
+
+def _bastions_table_sql() -> list[str]:
+    """``bastions`` and ``searchers`` (the mapping from role to bastion) replace ``publishers`` and its policies."""
     s = SCHEMA
-    me, caller = _SESSION_ROLE, _CALLER_CHECK
-    model_check = f"""
-        SELECT m.dim INTO v_dim FROM {s}.models m WHERE m.model = p_model;
-        IF v_dim IS NULL THEN
-            RAISE EXCEPTION 'model % is not registered on this server', p_model
-                USING HINT = format('the administrator runs: bastion-agent admin add-model %s --dim %s', p_model, p_dim);
-        END IF;
-        IF v_dim <> p_dim THEN
-            RAISE EXCEPTION 'model % is published with dim %, not %', p_model, v_dim, p_dim;
-        END IF;"""
     statements = [
         f"""CREATE TABLE {s}.bastions (
             bastion text PRIMARY KEY CHECK (bastion ~ '{BASTION_NAME_SQL}'),
@@ -315,6 +312,14 @@ def _least_privilege_sql(vec: str) -> list[str]:
         for policy in ("read", "insert", "update", "delete"):
             statements.append(f"DROP POLICY IF EXISTS {table}_{policy} ON {s}.{table}")
     statements += [f"DROP TABLE {s}.publishers"]
+    return statements
+
+
+def _read_policy_sql() -> list[str]:
+    """A search role reads every registered bastion through one policy; any other role reads nothing."""
+    s = SCHEMA
+    me = _SESSION_ROLE
+    statements = []
     statements.append(_definer("readable_bastions()", "text[]", f"""
         BEGIN
             -- the bastions whose rows the caller reads: every registered one for a search role, none otherwise
@@ -328,6 +333,23 @@ def _least_privilege_sql(vec: str) -> list[str]:
         # the function is called once per query (an init plan), not per row
         statements.append(f"CREATE POLICY {table}_read ON {s}.{table} FOR SELECT"
                           f" USING (bastion = ANY ((SELECT {s}.readable_bastions())::text[]))")
+    return statements
+
+
+def _publisher_lock_sql(vec: str) -> list[str]:
+    """What a publisher calls before it writes: what it published, its bastion's lock, its staging table."""
+    s = SCHEMA
+    caller = _CALLER_CHECK
+    model_check = f"""
+        SELECT m.dim INTO v_dim FROM {s}.models m WHERE m.model = p_model;
+        IF v_dim IS NULL THEN
+            RAISE EXCEPTION 'model % is not registered on this server', p_model
+                USING HINT = format('the administrator runs: bastion-agent admin add-model %s --dim %s', p_model, p_dim);
+        END IF;
+        IF v_dim <> p_dim THEN
+            RAISE EXCEPTION 'model % is published with dim %, not %', p_model, v_dim, p_dim;
+        END IF;"""
+    statements = []
     statements.append(_definer("published_documents(p_bastion text, p_model text, p_dim integer)",
                                "TABLE (doc text, chunks_fingerprint text, paths text, windows integer)", f"""
         DECLARE v_bastion text; v_dim integer;
@@ -353,6 +375,14 @@ def _least_privilege_sql(vec: str) -> list[str]:
                 EXECUTE format('GRANT INSERT ON pg_temp.{STAGING} TO %I', session_user);
             END IF;
         END"""))
+    return statements
+
+
+def _publisher_write_sql(vec: str) -> list[str]:
+    """A publisher's writes, each to its own bastion only: a batch of documents, new paths, deletions."""
+    s = SCHEMA
+    caller = _CALLER_CHECK
+    statements = []
     staged_check = _STAGED_CHECK
     statements.append(_definer(
         "write_documents(p_bastion text, p_model text, p_docs text[], p_fingerprints text[], p_paths text[],"
@@ -402,7 +432,13 @@ def _least_privilege_sql(vec: str) -> list[str]:
             DELETE FROM {s}.documents d WHERE d.bastion = v_bastion AND d.model = p_model AND d.doc = ANY (p_docs);
             RETURN v_count;
         END"""))
-    statements += _bastion_role_functions(PUBLISHER_FUNCTIONS)
+    return statements
+
+
+def _searcher_functions_sql() -> list[str]:
+    """The owner's ``add_searcher`` and ``remove_searcher``, and the keyword pass a search role calls."""
+    s = SCHEMA
+    statements = []
     searcher_tables = ", ".join(f"{s}.{t}" for t in SEARCHER_TABLES)
     statements.append(_definer("add_searcher(p_role name)", "void", f"""
         DECLARE v_oid oid;
@@ -451,7 +487,13 @@ def _least_privilege_sql(vec: str) -> list[str]:
             SELECT m.bastion, m.chunk_id, ts_rank(m.tsv, q.q, 32) FROM m, q
                 ORDER BY 3 DESC, 1, 2 LIMIT p_n;
         END""", "STABLE"))
-    statements.append(_ensure_model_function(HNSW_BUILD, vec))
+    return statements
+
+
+def _function_rights_sql() -> list[str]:
+    """No function is executable by PUBLIC but ``readable_bastions()``, which every policy check calls."""
+    s = SCHEMA
+    statements = []
     statements += [f"REVOKE ALL ON FUNCTION {s}.{f} FROM PUBLIC"
                    for f in PUBLISHER_FUNCTIONS + OWNER_FUNCTIONS + SEARCHER_FUNCTIONS]
     statements.append(f"REVOKE ALL ON FUNCTION {s}.readable_bastions() FROM PUBLIC")
@@ -691,6 +733,16 @@ def _labelled_writes_sql(vec: str) -> list[str]:
 
 def _reader_admin_sql() -> list[str]:
     """The owner's functions that make readers and gateways, and the search role's, now exclusive of them."""
+    return _reader_roles_sql() + _gateway_roles_sql() + [_reader_keyword_matches_sql()]
+
+
+def _reader_checks() -> tuple[str, str, str]:
+    """The checks every role function of migration 7 runs, and the rights a reader gets.
+
+    A role named must exist and obey row-level security and publish no
+    bastion (``plain_role``); a reader is not a gateway (``not_gateway``);
+    a reader reads the tables and calls the keyword pass (``reader_grants``).
+    """
     s = SCHEMA
     tables = ", ".join(f"{s}.{t}" for t in SEARCHER_TABLES)
     keyword = SEARCHER_FUNCTIONS_7[0]
@@ -713,6 +765,15 @@ def _reader_admin_sql() -> list[str]:
             EXECUTE format('GRANT USAGE ON SCHEMA {s} TO %I', p_role);
             EXECUTE format('GRANT SELECT ON {tables} TO %I', p_role);
             EXECUTE format('GRANT EXECUTE ON FUNCTION {s}.{keyword} TO %I', p_role);"""
+    return plain_role, not_gateway, reader_grants
+
+
+def _reader_roles_sql() -> list[str]:
+    """``add_searcher`` (every group), ``add_reader`` (its groups) and ``remove_searcher`` (either)."""
+    s = SCHEMA
+    tables = ", ".join(f"{s}.{t}" for t in SEARCHER_TABLES)
+    keyword = SEARCHER_FUNCTIONS_7[0]
+    plain_role, not_gateway, reader_grants = _reader_checks()
     return [
         _definer("add_searcher(p_role name)", "void", f"""
         DECLARE v_oid oid;
@@ -746,6 +807,14 @@ def _reader_admin_sql() -> list[str]:
                 EXECUTE format('REVOKE ALL ON SCHEMA {s} FROM %I', p_role);
             END IF;
         END"""),
+    ]
+
+
+def _gateway_roles_sql() -> list[str]:
+    """``add_gateway`` and ``remove_gateway``: a login role that reads nothing and may become readers."""
+    s = SCHEMA
+    plain_role, _, _ = _reader_checks()
+    return [
         _definer("add_gateway(p_role name)", "void", f"""
         DECLARE v_oid oid;
         BEGIN{plain_role}
@@ -771,9 +840,15 @@ def _reader_admin_sql() -> list[str]:
                 EXECUTE format('REVOKE ALL ON SCHEMA {s} FROM %I', p_role);
             END IF;
         END"""),
-        _definer(
-            "keyword_matches(p_query text, p_model text, p_bastions text[], p_pool integer, p_n integer, p_role name)",
-            "TABLE (bastion text, chunk_id text, r real)", f"""
+    ]
+
+
+def _reader_keyword_matches_sql() -> str:
+    """The keyword pass of a search, for the role in effect: the read policy's rule as plain conditions."""
+    s = SCHEMA
+    return _definer(
+        "keyword_matches(p_query text, p_model text, p_bastions text[], p_pool integer, p_n integer, p_role name)",
+        "TABLE (bastion text, chunk_id text, r real)", f"""
         DECLARE
             v_oid oid := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role);
             -- the owner and superusers read every row; others what the policy gives p_role, the role in effect
@@ -795,8 +870,7 @@ def _reader_admin_sql() -> list[str]:
                      LIMIT p_pool)
             SELECT m.bastion, m.chunk_id, ts_rank(m.tsv, q.q, 32) FROM m, q
                 ORDER BY 3 DESC, 1, 2 LIMIT p_n;
-        END""", "STABLE"),
-    ]
+        END""", "STABLE")
 
 
 def _m007_reader_groups(conn) -> None:
