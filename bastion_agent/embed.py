@@ -1,4 +1,4 @@
-"""The specification's module: the ``chunk``, ``embed`` and ``search`` stages by the names it gives them.
+"""The stage contract's facade: the ``chunk``, ``embed`` and ``search`` stages by the names docs/contract.md gives them.
 
 The code lives in the part it belongs to (docs/architecture.md): windows and
 ids in ``chunking.chunker``, the embed stage in ``embedding.embed_stage``, search in

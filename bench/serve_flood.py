@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A legitimate ``/search`` while one client floods ``serve`` with idle sockets (issue 25, item 9).
+"""A legitimate ``/search`` while one client floods ``serve`` with idle sockets.
 
 Builds a store of real text (``bench/_realtext.py``: 10,000 windows by
 default, the loopback stub's vectors), starts ``python3 -m bastion_agent

@@ -112,7 +112,7 @@ def _previous_api(layout: Layout) -> str:
 
 def _embed_counts(db, manifest, client: EmbedClient, api: str, stats, documents, chunk_rows, missing,
                   started: float) -> dict:
-    """The summary's counts: the specification's fields, then what this run met."""
+    """The summary's counts: the fields docs/contract.md fixes, then what this run met."""
     key = manifest.embed.vector_key
     unique = vectorstore.count(db, "SELECT COUNT(*) FROM chunks")
     return {

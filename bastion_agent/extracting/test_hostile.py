@@ -1,4 +1,4 @@
-"""Hostile files and folders (issue 13): each costs the agent one file at most.
+"""Hostile files and folders: each costs the agent one file at most.
 
 Every case writes the attacker's input here, runs the stage (in a
 subprocess under ``RLIMIT_AS`` where memory matters, so a regression fails

@@ -22,7 +22,7 @@ Everything lives in the schema ``bastion_agent``:
   role publishes which bastion, and (migration 8) whether it has graphs of
   its own; its row is also the bastion's publish lock;
 - ``searchers(role oid PK, role_name)``: the roles that read every
-  registered bastion (``readable_bastions()``; issue 29 adds groups).
+  registered bastion (``readable_bastions()``; migration 7 adds readers limited to groups).
 
 Since migration 6 no role but the owner holds a right on a table: a
 publishing role writes through ``SECURITY DEFINER`` functions that take its

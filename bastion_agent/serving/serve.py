@@ -23,7 +23,7 @@ after an answer whenever reading on could misread the stream: an error the
 base class raised, a body not read whole, ``Transfer-Encoding``, a time limit
 reached, ``Connection: close`` or HTTP/1.0 without ``keep-alive``.
 
-Under a flood of connections (issue 25): a connection gets a thread only once
+Under a flood of connections: a connection gets a thread only once
 its request line and headers have arrived (``intake``: one thread reads every
 waiting head, with a short deadline and a cap per client), and
 ``RESERVED_SLOTS`` of the ``MAX_CONNECTIONS`` threads are kept for requests
