@@ -323,7 +323,7 @@ def _read_policy_sql() -> list[str]:
     statements.append(_definer("readable_bastions()", "text[]", f"""
         BEGIN
             -- the bastions whose rows the caller reads: every registered one for a search role, none otherwise
-            -- (issue 29 narrows a searcher to its groups here)
+            -- (migration 7 adds readers, each narrowed to its groups)
             IF EXISTS (SELECT 1 FROM {s}.searchers x WHERE x.role = {me}) THEN
                 RETURN ARRAY(SELECT b.bastion FROM {s}.bastions b ORDER BY b.bastion);
             END IF;
