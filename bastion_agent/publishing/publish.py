@@ -278,7 +278,7 @@ def document_groups(db) -> dict[str, list[str]]:
 
 COPY_COLUMNS = ("bastion", "model", "chunk_id", "doc", "idx", "start", '"end"', "text", "embedding")
 STAGING_COLUMNS = COPY_COLUMNS[2:]
-STAGING = "publish_staging"  # publish_schema.STAGING: the temp table open_staging() makes
+STAGING = "publish_staging"  # schema_access.STAGING: the temp table open_staging() makes
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 COPY_TRAILER = struct.pack(">h", -1)
 
