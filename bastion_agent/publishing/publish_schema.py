@@ -1,4 +1,8 @@
-"""The central schema: numbered migrations, one HNSW index per model, the roles and their functions.
+"""The central schema: its numbered migrations, run in order, and one HNSW index per model.
+
+The statements that decide who may do what (migrations 6 and 7: the
+roles, the functions they call, the read policy) are written in
+``schema_access``; this module runs them in their migration's order.
 
 Everything lives in the schema ``bastion_agent``:
 
@@ -42,15 +46,15 @@ from bastion_agent.publishing.schema_access import (
     PUBLISHER_FUNCTIONS,
     PUBLISHER_FUNCTIONS_7,
     SEARCHER_FUNCTIONS_7,
-    _bastion_role_functions,
-    _grantees,
-    _labelled_writes_sql,
-    _least_privilege_sql,
-    _reader_admin_sql,
-    _reader_policy,
-    _reader_scope_sql,
+    bastion_role_functions,
+    grantees,
+    labelled_writes_sql,
+    least_privilege_sql,
+    reader_admin_sql,
+    reader_policy,
+    reader_scope_sql,
 )
-from bastion_agent.publishing.schema_sql import SCHEMA, _definer, _vector_schema
+from bastion_agent.publishing.schema_sql import SCHEMA, definer, vector_schema
 
 MIGRATION_LOCK = 0x62617374  # the advisory key migrations 3 to 5 used (migration 6 takes none)
 HALFVEC_ABOVE = 2000  # pgvector indexes vector up to 2000 dimensions, halfvec up to 4000
@@ -244,13 +248,13 @@ def _m006_least_privilege(conn) -> None:
     """
     from psycopg import sql
 
-    held = _grantees(conn)
+    held = grantees(conn)
     readers = {role for kind, name, role in held if kind == "TABLE" and name == f"{SCHEMA}.windows"}
     mapped = {row[0] for row in conn.execute(f"SELECT role FROM {SCHEMA}.publishers")}
     for kind, name, role in held:
         conn.execute(sql.SQL(f"REVOKE ALL ON {kind} {name} FROM {{}}").format(sql.Identifier(role)))
-    vec = sql.Identifier(_vector_schema(conn)).as_string(conn)
-    for statement in _least_privilege_sql(vec, _ensure_model_function(HNSW_BUILD, vec)):
+    vec = sql.Identifier(vector_schema(conn)).as_string(conn)
+    for statement in least_privilege_sql(vec, _ensure_model_function(HNSW_BUILD, vec)):
         conn.execute(statement)
     for role, bastion in conn.execute(f"SELECT role_name, bastion FROM {SCHEMA}.bastions WHERE role IS NOT NULL"):
         conn.execute(f"SELECT {SCHEMA}.add_bastion(%s, %s)", (bastion, role))
@@ -269,8 +273,8 @@ def _m007_reader_groups(conn) -> None:
     from psycopg import sql
 
     s = SCHEMA
-    vec = sql.Identifier(_vector_schema(conn)).as_string(conn)
-    for statement in _reader_scope_sql():
+    vec = sql.Identifier(vector_schema(conn)).as_string(conn)
+    for statement in reader_scope_sql():
         conn.execute(statement)
     for table in ("windows", "documents"):
         # a constant default: no rewrite of the table (PostgreSQL 11+), the CHECK reads it once
@@ -282,8 +286,8 @@ def _m007_reader_groups(conn) -> None:
                  " added_at timestamptz NOT NULL DEFAULT now())")
     for table in ("windows", "documents"):
         conn.execute(f"DROP POLICY {table}_read ON {s}.{table}")
-        conn.execute(_reader_policy(table))
-    for statement in _labelled_writes_sql(vec) + _bastion_role_functions(PUBLISHER_FUNCTIONS_7) + _reader_admin_sql():
+        conn.execute(reader_policy(table))
+    for statement in labelled_writes_sql(vec) + bastion_role_functions(PUBLISHER_FUNCTIONS_7) + reader_admin_sql():
         conn.execute(statement)
     for function in PUBLISHER_FUNCTIONS_7[len(PUBLISHER_FUNCTIONS):] + SEARCHER_FUNCTIONS_7 + OWNER_FUNCTIONS_7:
         conn.execute(f"REVOKE ALL ON FUNCTION {s}.{function} FROM PUBLIC")
@@ -334,7 +338,7 @@ def _bastion_graphs_sql(vec: str) -> list[str]:
         f"ALTER TABLE {s}.bastions ADD COLUMN own_graph boolean NOT NULL DEFAULT false",
         f"""CREATE FUNCTION {s}.bastion_graph_name(p_model text, p_bastion text) RETURNS text LANGUAGE sql IMMUTABLE
             SET search_path = pg_catalog AS $fn$ SELECT {name} $fn$""",
-        _definer("build_bastion_graph(p_model text, p_bastion text)", "text", f"""
+        definer("build_bastion_graph(p_model text, p_bastion text)", "text", f"""
         DECLARE known {s}.models; v_index text := {s}.bastion_graph_name(p_model, p_bastion);
         BEGIN
             SELECT * INTO known FROM {s}.models m WHERE m.model = p_model;
@@ -349,7 +353,7 @@ def _bastion_graphs_sql(vec: str) -> list[str]:
                            p_model, p_bastion);
             RETURN v_index;
         END"""),
-        _definer("drop_bastion_graphs(p_bastion text)", "integer", f"""
+        definer("drop_bastion_graphs(p_bastion text)", "integer", f"""
         DECLARE v_model text; v_count integer := 0;
         BEGIN
             FOR v_model IN SELECT m.model FROM {s}.models m LOOP
@@ -360,7 +364,7 @@ def _bastion_graphs_sql(vec: str) -> list[str]:
             END LOOP;
             RETURN v_count;
         END"""),
-        _definer("build_bastion_graphs()", "integer", f"""
+        definer("build_bastion_graphs()", "integer", f"""
         DECLARE v_pair record; v_count integer := 0;
         BEGIN
             -- every (model, opted-in bastion) pair: for the owner after a bulk load
@@ -371,7 +375,7 @@ def _bastion_graphs_sql(vec: str) -> list[str]:
             END LOOP;
             RETURN v_count;
         END"""),
-        _definer("set_own_graph(p_bastion text, p_on boolean)", "void", f"""
+        definer("set_own_graph(p_bastion text, p_on boolean)", "void", f"""
         BEGIN
             UPDATE {s}.bastions b SET own_graph = p_on WHERE b.bastion = p_bastion;
             IF NOT FOUND THEN
@@ -379,7 +383,7 @@ def _bastion_graphs_sql(vec: str) -> list[str]:
                     USING HINT = 'bastion-agent admin add-bastion NAME first';
             END IF;
         END"""),
-        _definer("bastion_graphs_on_change()", "trigger", f"""
+        definer("bastion_graphs_on_change()", "trigger", f"""
         DECLARE v_model text; v_bastion text;
         BEGIN
             -- nested, not one condition: NEW of a models row has no own_graph field to evaluate
@@ -413,7 +417,7 @@ def _m008_bastion_graphs(conn) -> None:
     so the migration builds nothing (and holds no publish for a build)."""
     from psycopg import sql
 
-    for statement in _bastion_graphs_sql(sql.Identifier(_vector_schema(conn)).as_string(conn)):
+    for statement in _bastion_graphs_sql(sql.Identifier(vector_schema(conn)).as_string(conn)):
         conn.execute(statement)
 
 

@@ -11,7 +11,7 @@ migration, never an edit of one that has run.
 
 from __future__ import annotations
 
-from bastion_agent.publishing.schema_sql import SCHEMA, _definer
+from bastion_agent.publishing.schema_sql import SCHEMA, definer
 
 # --- migration 6: least privilege by construction ---------------------------
 #
@@ -57,11 +57,11 @@ _STAGED_CHECK = f"""
         END IF;"""
 
 
-def _least_privilege_sql(vec: str, ensure_model: str) -> list[str]:
+def least_privilege_sql(vec: str, ensure_model: str) -> list[str]:
     """Migration 6's statements after the grants of before are revoked (``vec``: pgvector's schema, quoted;
     ``ensure_model``: the function that registers a model, as this migration words it)."""
     return (_bastions_table_sql() + _read_policy_sql() + _publisher_lock_sql(vec) + _publisher_write_sql(vec)
-            + _bastion_role_functions(PUBLISHER_FUNCTIONS) + _searcher_functions_sql()
+            + bastion_role_functions(PUBLISHER_FUNCTIONS) + _searcher_functions_sql()
             + [ensure_model] + _function_rights_sql())
 
 
@@ -102,7 +102,7 @@ def _read_policy_sql() -> list[str]:
     s = SCHEMA
     me = _SESSION_ROLE
     statements = []
-    statements.append(_definer("readable_bastions()", "text[]", f"""
+    statements.append(definer("readable_bastions()", "text[]", f"""
         BEGIN
             -- the bastions whose rows the caller reads: every registered one for a search role, none otherwise
             -- (migration 7 adds readers, each narrowed to its groups)
@@ -132,14 +132,14 @@ def _publisher_lock_sql(vec: str) -> list[str]:
             RAISE EXCEPTION 'model % is published with dim %, not %', p_model, v_dim, p_dim;
         END IF;"""
     statements = []
-    statements.append(_definer("published_documents(p_bastion text, p_model text, p_dim integer)",
+    statements.append(definer("published_documents(p_bastion text, p_model text, p_dim integer)",
                                "TABLE (doc text, chunks_fingerprint text, paths text, windows integer)", f"""
         DECLARE v_bastion text; v_dim integer;
         BEGIN{caller}{model_check}
             RETURN QUERY SELECT d.doc, d.chunks_fingerprint, d.paths::text, d.windows FROM {s}.documents d
                 WHERE d.bastion = v_bastion AND d.model = p_model;
         END""", "STABLE"))
-    statements.append(_definer("lock_bastion(p_bastion text)", "text", f"""
+    statements.append(definer("lock_bastion(p_bastion text)", "text", f"""
         DECLARE v_bastion text;
         BEGIN{caller}
             -- one publish of a bastion at a time: a lock on its own row, held until the caller's
@@ -147,7 +147,7 @@ def _publisher_lock_sql(vec: str) -> list[str]:
             PERFORM 1 FROM {s}.bastions b WHERE b.bastion = v_bastion FOR UPDATE NOWAIT;
             RETURN v_bastion;
         END"""))
-    statements.append(_definer("open_staging()", "void", f"""
+    statements.append(definer("open_staging()", "void", f"""
         BEGIN
             -- the temp table a publisher COPYs its rows into: the owner's, so the caller can only INSERT
             -- into it (no trigger, policy or view of its own runs when the owner reads it back)
@@ -166,7 +166,7 @@ def _publisher_write_sql(vec: str) -> list[str]:
     caller = _CALLER_CHECK
     statements = []
     staged_check = _STAGED_CHECK
-    statements.append(_definer(
+    statements.append(definer(
         "write_documents(p_bastion text, p_model text, p_docs text[], p_fingerprints text[], p_paths text[],"
         " p_windows integer[])", "integer", f"""
         DECLARE v_bastion text; v_dim integer; v_ok boolean; v_deleted integer; v_inserted integer;
@@ -196,7 +196,7 @@ def _publisher_write_sql(vec: str) -> list[str]:
             TRUNCATE pg_temp.{STAGING};
             RETURN v_deleted;
         END"""))
-    statements.append(_definer("update_paths(p_bastion text, p_model text, p_docs text[], p_paths text[])",
+    statements.append(definer("update_paths(p_bastion text, p_model text, p_docs text[], p_paths text[])",
                                "integer", f"""
         DECLARE v_bastion text; v_count integer;
         BEGIN{caller}
@@ -206,7 +206,7 @@ def _publisher_write_sql(vec: str) -> list[str]:
             GET DIAGNOSTICS v_count = ROW_COUNT;
             RETURN v_count;
         END"""))
-    statements.append(_definer("delete_documents(p_bastion text, p_model text, p_docs text[])", "integer", f"""
+    statements.append(definer("delete_documents(p_bastion text, p_model text, p_docs text[])", "integer", f"""
         DECLARE v_bastion text; v_count integer;
         BEGIN{caller}
             DELETE FROM {s}.windows w WHERE w.bastion = v_bastion AND w.model = p_model AND w.doc = ANY (p_docs);
@@ -222,7 +222,7 @@ def _searcher_functions_sql() -> list[str]:
     s = SCHEMA
     statements = []
     searcher_tables = ", ".join(f"{s}.{t}" for t in SEARCHER_TABLES)
-    statements.append(_definer("add_searcher(p_role name)", "void", f"""
+    statements.append(definer("add_searcher(p_role name)", "void", f"""
         DECLARE v_oid oid;
         BEGIN
             SELECT r.oid INTO v_oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
@@ -238,7 +238,7 @@ def _searcher_functions_sql() -> list[str]:
             EXECUTE format('GRANT SELECT ON {searcher_tables} TO %I', p_role);
             EXECUTE format('GRANT EXECUTE ON FUNCTION {s}.{SEARCHER_FUNCTIONS[0]} TO %I', p_role);
         END"""))
-    statements.append(_definer("remove_searcher(p_role name)", "void", f"""
+    statements.append(definer("remove_searcher(p_role name)", "void", f"""
         BEGIN
             DELETE FROM {s}.searchers x WHERE x.role_name = p_role
                 OR x.role = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role);
@@ -248,7 +248,7 @@ def _searcher_functions_sql() -> list[str]:
                 EXECUTE format('REVOKE ALL ON SCHEMA {s} FROM %I', p_role);
             END IF;
         END"""))
-    statements.append(_definer(
+    statements.append(definer(
         "keyword_matches(p_query text, p_model text, p_bastions text[], p_pool integer, p_n integer)",
         "TABLE (bastion text, chunk_id text, r real)", f"""
         DECLARE
@@ -283,7 +283,7 @@ def _function_rights_sql() -> list[str]:
     return statements
 
 
-def _bastion_role_functions(functions: tuple[str, ...]) -> list[str]:
+def bastion_role_functions(functions: tuple[str, ...]) -> list[str]:
     """``add_bastion`` and ``remove_bastion``, granting and revoking ``functions`` (migration 6's list, 7's longer)."""
     s = SCHEMA
     statements: list[str] = []
@@ -291,7 +291,7 @@ def _bastion_role_functions(functions: tuple[str, ...]) -> list[str]:
                                 for f in functions)
     revoke_publisher = "; ".join(f"EXECUTE format('REVOKE EXECUTE ON FUNCTION {s}.{f} FROM %I', v_role)"
                                  for f in functions)
-    statements.append(_definer("add_bastion(p_bastion text, p_role name)", "void", f"""
+    statements.append(definer("add_bastion(p_bastion text, p_role name)", "void", f"""
         DECLARE v_oid oid; v_role name := p_role; v_held oid;
         BEGIN
             SELECT r.oid INTO v_oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role;
@@ -316,7 +316,7 @@ def _bastion_role_functions(functions: tuple[str, ...]) -> list[str]:
             EXECUTE format('GRANT SELECT ON {s}.migrations TO %I', v_role);
             {grant_publisher};
         END"""))
-    statements.append(_definer("remove_bastion(p_bastion text)", "integer", f"""
+    statements.append(definer("remove_bastion(p_bastion text)", "integer", f"""
         DECLARE v_oid oid; v_role name; v_count integer;
         BEGIN
             -- the mapping first (waits for a publish in flight: its lock is on this row), then the rows
@@ -336,7 +336,7 @@ def _bastion_role_functions(functions: tuple[str, ...]) -> list[str]:
     return statements
 
 
-def _grantees(conn) -> list[tuple[str, str, str]]:
+def grantees(conn) -> list[tuple[str, str, str]]:
     """(kind, object, role) of every privilege someone other than the owner holds in the schema."""
     rows = conn.execute(f"""
         SELECT 'TABLE', c.oid::regclass::text, r.rolname FROM pg_catalog.pg_class c
@@ -371,7 +371,7 @@ SEARCHER_FUNCTIONS_7 = ("keyword_matches(text, text, text[], integer, integer, n
 OWNER_FUNCTIONS_7 = ("add_reader(name, text[])", "add_gateway(name)", "remove_gateway(name)")
 
 
-def _reader_scope_sql() -> list[str]:
+def reader_scope_sql() -> list[str]:
     """The functions the read policy calls: which bastions and which groups a role reads.
 
     ``readable_groups`` is NULL for a search role (every group), the
@@ -395,7 +395,7 @@ def _reader_scope_sql() -> list[str]:
             SET search_path = pg_catalog AS $fn$
             SELECT coalesce(array_agg(DISTINCT g ORDER BY g), '{{}}') FROM jsonb_array_elements_text(p_json::jsonb) g
             $fn$""",
-        _definer("readable_bastions(p_role name)", "text[]", f"""
+        definer("readable_bastions(p_role name)", "text[]", f"""
         DECLARE v_oid oid;
         BEGIN{may_become}
             IF EXISTS (SELECT 1 FROM {s}.searchers x WHERE x.role = v_oid)
@@ -404,7 +404,7 @@ def _reader_scope_sql() -> list[str]:
             END IF;
             RETURN '{{}}'::text[];
         END""", "STABLE"),
-        _definer("readable_groups(p_role name)", "text[]", f"""
+        definer("readable_groups(p_role name)", "text[]", f"""
         DECLARE v_oid oid; v_groups text[];
         BEGIN{may_become}
             IF EXISTS (SELECT 1 FROM {s}.searchers x WHERE x.role = v_oid) THEN
@@ -416,7 +416,7 @@ def _reader_scope_sql() -> list[str]:
     ]
 
 
-def _reader_policy(table: str) -> str:
+def reader_policy(table: str) -> str:
     s = SCHEMA
     groups = f"(SELECT {s}.readable_groups(current_user))"  # an init plan: called once per query
     return (f"CREATE POLICY {table}_read ON {s}.{table} FOR SELECT"
@@ -424,7 +424,7 @@ def _reader_policy(table: str) -> str:
             f" AND ({groups} IS NULL OR groups && {groups}))")
 
 
-def _labelled_writes_sql(vec: str) -> list[str]:
+def labelled_writes_sql(vec: str) -> list[str]:
     """``write_documents`` with each document's groups; ``update_groups`` (a label change: no vector is sent);
     ``published_groups`` (what publish compares against). The six-argument ``write_documents`` of migration 6
     keeps each document's groups on the server (new documents get none: only the search role reads them)."""
@@ -461,9 +461,9 @@ def _labelled_writes_sql(vec: str) -> list[str]:
             RETURN v_deleted;
         END"""
     return [
-        _definer("write_documents(p_bastion text, p_model text, p_docs text[], p_fingerprints text[], p_paths text[],"
+        definer("write_documents(p_bastion text, p_model text, p_docs text[], p_fingerprints text[], p_paths text[],"
                  " p_windows integer[], p_groups text[])", "integer", labelled),
-        _definer("write_documents(p_bastion text, p_model text, p_docs text[], p_fingerprints text[], p_paths text[],"
+        definer("write_documents(p_bastion text, p_model text, p_docs text[], p_fingerprints text[], p_paths text[],"
                  " p_windows integer[])", "integer", f"""
         BEGIN
             RETURN {s}.write_documents(p_bastion, p_model, p_docs, p_fingerprints, p_paths, p_windows,
@@ -471,7 +471,7 @@ def _labelled_writes_sql(vec: str) -> list[str]:
                     AND d.model = p_model AND d.doc = u.doc), '[]') FROM unnest(p_docs) WITH ORDINALITY AS u(doc, i)
                     ORDER BY u.i));
         END"""),
-        _definer("update_groups(p_bastion text, p_model text, p_docs text[], p_groups text[])", "integer", f"""
+        definer("update_groups(p_bastion text, p_model text, p_docs text[], p_groups text[])", "integer", f"""
         DECLARE v_bastion text; v_count integer;
         BEGIN{_CALLER_CHECK}
             -- only the rows whose groups change are rewritten; no window leaves or re-enters the graph otherwise
@@ -484,7 +484,7 @@ def _labelled_writes_sql(vec: str) -> list[str]:
                 WHERE w.bastion = v_bastion AND w.model = p_model AND w.doc = u.doc AND w.groups <> u.groups;
             RETURN v_count;
         END"""),
-        _definer("published_groups(p_bastion text, p_model text)", "TABLE (doc text, groups text)", f"""
+        definer("published_groups(p_bastion text, p_model text)", "TABLE (doc text, groups text)", f"""
         DECLARE v_bastion text;
         BEGIN{_CALLER_CHECK}
             RETURN QUERY SELECT d.doc, to_jsonb(d.groups)::text FROM {s}.documents d
@@ -493,7 +493,7 @@ def _labelled_writes_sql(vec: str) -> list[str]:
     ]
 
 
-def _reader_admin_sql() -> list[str]:
+def reader_admin_sql() -> list[str]:
     """The owner's functions that make readers and gateways, and the search role's, now exclusive of them."""
     return _reader_roles_sql() + _gateway_roles_sql() + [_reader_keyword_matches_sql()]
 
@@ -537,7 +537,7 @@ def _reader_roles_sql() -> list[str]:
     keyword = SEARCHER_FUNCTIONS_7[0]
     plain_role, not_gateway, reader_grants = _reader_checks()
     return [
-        _definer("add_searcher(p_role name)", "void", f"""
+        definer("add_searcher(p_role name)", "void", f"""
         DECLARE v_oid oid;
         BEGIN{plain_role}{not_gateway}
             DELETE FROM {s}.readers x WHERE x.role = v_oid;  -- every group now
@@ -545,7 +545,7 @@ def _reader_roles_sql() -> list[str]:
                 ON CONFLICT (role) DO UPDATE SET role_name = excluded.role_name;{reader_grants}
             EXECUTE format('GRANT EXECUTE ON FUNCTION {s}.{SEARCHER_FUNCTIONS[0]} TO %I', p_role);
         END"""),
-        _definer("add_reader(p_role name, p_groups text[])", "void", f"""
+        definer("add_reader(p_role name, p_groups text[])", "void", f"""
         DECLARE v_oid oid; v_groups text[] := ARRAY(SELECT DISTINCT g FROM unnest(p_groups) g ORDER BY g);
         BEGIN{plain_role}{not_gateway}
             IF NOT {s}.valid_groups(v_groups) THEN
@@ -556,7 +556,7 @@ def _reader_roles_sql() -> list[str]:
             INSERT INTO {s}.readers (role, role_name, groups) VALUES (v_oid, p_role, v_groups)
                 ON CONFLICT (role) DO UPDATE SET role_name = excluded.role_name, groups = excluded.groups;{reader_grants}
         END"""),
-        _definer("remove_searcher(p_role name)", "void", f"""
+        definer("remove_searcher(p_role name)", "void", f"""
         BEGIN
             DELETE FROM {s}.searchers x WHERE x.role_name = p_role
                 OR x.role = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role);
@@ -577,7 +577,7 @@ def _gateway_roles_sql() -> list[str]:
     s = SCHEMA
     plain_role, _, _ = _reader_checks()
     return [
-        _definer("add_gateway(p_role name)", "void", f"""
+        definer("add_gateway(p_role name)", "void", f"""
         DECLARE v_oid oid;
         BEGIN{plain_role}
             IF EXISTS (SELECT 1 FROM {s}.searchers x WHERE x.role = v_oid)
@@ -593,7 +593,7 @@ def _gateway_roles_sql() -> list[str]:
             EXECUTE format('GRANT USAGE ON SCHEMA {s} TO %I', p_role);
             EXECUTE format('GRANT SELECT ON {s}.migrations, {s}.models TO %I', p_role);
         END"""),
-        _definer("remove_gateway(p_role name)", "void", f"""
+        definer("remove_gateway(p_role name)", "void", f"""
         BEGIN
             DELETE FROM {s}.gateways g WHERE g.role_name = p_role
                 OR g.role = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = p_role);
@@ -608,7 +608,7 @@ def _gateway_roles_sql() -> list[str]:
 def _reader_keyword_matches_sql() -> str:
     """The keyword pass of a search, for the role in effect: the read policy's rule as plain conditions."""
     s = SCHEMA
-    return _definer(
+    return definer(
         "keyword_matches(p_query text, p_model text, p_bastions text[], p_pool integer, p_n integer, p_role name)",
         "TABLE (bastion text, chunk_id text, r real)", f"""
         DECLARE
