@@ -15,7 +15,7 @@ time, in three phases of the same run:
 
 The attacker runs in its own process, so it does not share this process's
 GIL. Figures: p50, p95 and max of each phase, every status, and the ratios
-of the flood phases' p50 and max to the baseline's. The issue's target: an
+of the flood phases' p50 and max to the baseline's. The target: an
 answer within 1 s with 500 idle sockets open.
 
 Usage: python3 bench/serve_flood.py [--keep DIR] [--windows 10000] [--idle 500] [--queries 40]

@@ -121,7 +121,7 @@ class LlamaCppLikeTests(SanitizedStoreCase):
 
 
 class LlamaCppPythonLikeTests(SanitizedStoreCase):
-    """The issue's server: llama-cpp-python cuts silently, counts on /extras/tokenize/count, says no context."""
+    """A server like llama-cpp-python's: it cuts silently, counts on /extras/tokenize/count, says no context."""
 
     docs = {RUNBOOK: ["runbook.txt"]}
     size, overlap = 32, 4
