@@ -1,7 +1,7 @@
-"""The specification's module: the ``chunk``, ``embed`` and ``search`` stages by the names it gives them.
+"""The stage contract's facade: the ``chunk``, ``embed`` and ``search`` stages by the names docs/contract.md gives them.
 
 The code lives in the part it belongs to (docs/architecture.md): windows and
-ids in ``chunking.chunker``, the embed stage in ``embedding.embedder``, search in
+ids in ``chunking.chunker``, the embed stage in ``embedding.embed_stage``, search in
 ``searching.searcher``, reading the sanitized store in ``sanitizing.sanitized_store``. This
 module only re-exports their public names, so ``from bastion_agent import
 embed`` and ``bastion_agent/test_embed.py`` keep working; the package's own
@@ -21,7 +21,7 @@ from bastion_agent.chunking.chunker import (  # noqa: F401
     run_chunk,
     windows,
 )
-from bastion_agent.embedding.embedder import (  # noqa: F401
+from bastion_agent.embedding.embed_stage import (  # noqa: F401
     all_embedded,
     current_windows,
     embed_missing,

@@ -33,7 +33,7 @@ LAYERS = (
     ("embedding",),
     ("searching",),
     ("publishing",),
-    ("embed",),  # the specification's facade module: chunk, embed and search names in one place
+    ("embed",),  # the stage contract's facade (docs/contract.md): chunk, embed and search names in one place
     ("serving", "model"),
     ("commands",),
     ("__main__",),

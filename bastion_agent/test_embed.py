@@ -1,4 +1,4 @@
-"""The specification's tests for chunk, embed and search, against the loopback stub."""
+"""The stage contract's tests for chunk, embed and search (docs/contract.md), against the loopback stub."""
 
 from __future__ import annotations
 

@@ -102,7 +102,7 @@ CORPUS: list[Planted] = [
             (NAME_EMAIL,)),
 ]
 
-# The detect engineer's red-team cases (issue 12 items 2-6): decodings that
+# The detect engineer's red-team cases: decodings that
 # hid text, key blocks with headers, look-alike characters, new credential
 # forms and hostile file names. Values are fresh, so a leak is unambiguous.
 RT_AWS = "AKIA" + _token("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)
@@ -190,7 +190,7 @@ CORPUS += [
     ).encode("ascii"), (RT_JSON_URLPW, RT_JSON_GSONPW)),
 ]
 
-# Issue 24: credential values by their context, whatever characters they hold
+# Credential values by their context, whatever characters they hold
 # (``; # & ! $``, spaces, quotes), and a found token's copy in a second file.
 CTX_INI = _token(B62, 5) + "; #" + _token(B62, 5) + "&2"
 CTX_YAML = _token(B62, 4) + " " + _token(B62, 6) + "!$9"
@@ -224,7 +224,7 @@ CORPUS += [
 ]
 
 
-# Issue 24, personal data where documents mark it: a staff table in every
+# Personal data where documents mark it: a staff table in every
 # syntax the readers emit one from, a letter's salutation and signature, an
 # e-mail's display name and a patient form. These values are fresh on every
 # run (FRESH_SEED, printed with a leak); each file has its own, so a column

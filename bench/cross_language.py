@@ -1,4 +1,4 @@
-"""Cross-language search over real man pages: the same ten questions in English and in German (issue 27 item 8).
+"""Cross-language search over real man pages: the same ten questions in English and in German.
 
 On a real folder "Wie zeige ich den freien Speicherplatz auf der Festplatte
 an?" found a Debian changelog (relevance 12, vector mode relevance 0 for all

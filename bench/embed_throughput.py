@@ -23,13 +23,13 @@ from bastion_agent.embedding.transport import post_json
 from bastion_agent.embedding.wire_formats import WIRE_FORMATS
 
 
-def bare_serial(url: str, api: str, model: str, texts: list[str], batch: int) -> float:
+def bare_serial(url: str, wire_format: str, model: str, texts: list[str], batch: int) -> float:
     """Seconds for one request per batch, in order, parsing each answer: the floor the stage is held to.
 
     In the encoding the stage's probe settles on (the format's first probe
     encoding: base64 where the format has it), read by the format's own parser.
     """
-    fmt = WIRE_FORMATS[api]
+    fmt = WIRE_FORMATS[wire_format]
     started = time.perf_counter()
     for first in range(0, len(texts), batch):
         part = texts[first : first + batch]
@@ -39,11 +39,11 @@ def bare_serial(url: str, api: str, model: str, texts: list[str], batch: int) ->
     return time.perf_counter() - started
 
 
-def stage(manifest, layout, url: str, api: str, batch: int, concurrency: int) -> float:
+def stage(manifest, layout, url: str, wire_format: str, batch: int, concurrency: int) -> float:
     layout.vectors_db.unlink(missing_ok=True)
     for suffix in ("-wal", "-shm"):
         layout.vectors_db.with_name(layout.vectors_db.name + suffix).unlink(missing_ok=True)
-    with clean_env(EMBED_URL=url, EMBED_API=api, EMBED_BATCH=str(batch), EMBED_CONCURRENCY=str(concurrency),
+    with clean_env(EMBED_URL=url, EMBED_API=wire_format, EMBED_BATCH=str(batch), EMBED_CONCURRENCY=str(concurrency),
                    EMBED_BATCH_FIXED="1"):  # the same batches as the bare client
         started = time.perf_counter()
         summary = embed.run_embed(manifest, layout)
@@ -68,19 +68,19 @@ def main() -> None:
         _, manifest, layout = synthetic_store(__import__("pathlib").Path(folder), args.chunks, args.dim)
         texts = window_texts(layout)
         with stub_process("--dim", str(args.dim), "--delay", str(args.delay)) as (url, _):
-            for api in WIRE_FORMATS:
+            for wire_format in WIRE_FORMATS:
                 times: dict[str, list[float]] = {"bare": [], **{f"c{level}": [] for level in levels}}
                 for _ in range(args.repeat):  # interleaved, so a busy machine weighs on both alike
-                    times["bare"].append(bare_serial(url, api, manifest.embed.model, texts, args.batch))
+                    times["bare"].append(bare_serial(url, wire_format, manifest.embed.model, texts, args.batch))
                     for level in levels:
-                        times[f"c{level}"].append(stage(manifest, layout, url, api, args.batch, level))
+                        times[f"c{level}"].append(stage(manifest, layout, url, wire_format, args.batch, level))
                 bare = statistics.median(times["bare"])
                 row = {"bare_serial_s": round(bare, 3)}
                 for level in levels:
                     seconds = statistics.median(times[f"c{level}"])
                     row[f"stage_c{level}_s"] = round(seconds, 3)
                     row[f"stage_c{level}_over_bare"] = round(seconds / bare, 3)
-                result["apis"][api] = row
+                result["apis"][wire_format] = row  # "apis": the key earlier figures were recorded under
     result["target"] = "stage_c1_over_bare <= 1.1; c2+ below 1 when the server runs requests in parallel"
     print(json.dumps(result, indent=2))
 

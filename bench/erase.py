@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the remediation purge costs on a store of about 10,000 windows of real text (issue 25).
+"""What the remediation purge costs on a store of about 10,000 windows of real text.
 
 Sweeps a test collection in ``../shared/data/ir`` (SciFact by default, read
 in place: ``source.root`` points at it) into a temporary output folder,

@@ -4,7 +4,7 @@ Copies up to N real text files (``/usr/share/common-licenses``,
 ``/usr/share/doc``, ``../shared/data/ir``) into a temporary folder, sweeps
 it (extract + sanitize, each stage in a fresh process) and measures wall
 time and peak RSS of the stage and its workers (``RUSAGE_CHILDREN``); then
-adds 20 hostile files (the issue's bombs) and sweeps again. Also compares
+adds 20 hostile files (decompression bombs and the like) and sweeps again. Also compares
 extract with one worker against one per core on the real folder.
 
 Prints JSON; the figures that matter are ratios against the clean run
@@ -53,7 +53,7 @@ def real_files(limit: int) -> list[Path]:
 
 
 def hostile_files() -> dict[str, bytes]:
-    """20 files from the issue: bombs and quadratic inputs, each a few hundred KB at most."""
+    """20 hostile files: bombs and quadratic inputs, each a few hundred KB at most."""
     files = {}
     for n in range(5):  # distinct bytes (a zip comment), else five paths would be one document read once
         buffer = io.BytesIO(xlsx_shared_string_bomb())

@@ -1,4 +1,4 @@
-"""How much site chrome the HTML main-content reader leaves, and how much prose it loses (issue 27).
+"""How much site chrome the HTML main-content reader leaves, and how much prose it loses.
 
 Real saved sites of this machine, read in place: the Rust books and
 rustdoc pages (``rust-doc``), the Python documentation (``python3-doc``,

@@ -246,13 +246,13 @@ def personal_records(seed: int = 7, per_form: int = 25) -> list[dict]:
     return records
 
 
-# --- the attacker's forms (issue 12) -----------------------------------------------
+# --- the attacker's forms -----------------------------------------------
 
 RT_TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
 
 
 def redteam_records() -> list[dict]:
-    """(family, context, value) in the forms issue 12 found passing; written here, not real secrets."""
+    """(family, context, value) in the forms a red team found passing; written here, not real secrets."""
     zw, shy = "\u200b", "\u00ad"
     pem = ("-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,B1ADB6CC4CEDC36D5C42551F5914B46A\n\n"
            + "\n".join("MIICXAIBAAKBgQC7" + "x9Qz" * 12 for _ in range(6)) + "\n-----END RSA PRIVATE KEY-----")
@@ -467,7 +467,7 @@ def main(argv=None) -> int:
                         help="site-packages of a bench-only venv holding detect-secrets, for the peers table "
                              "(default: $BASTION_PEER_PATH; without it the table has bastion's columns only)")
     parser.add_argument("--baseline", help="root of a checkout to compare throughput with, in the same run "
-                                           "(bench/sanitize_ab.py): e.g. main before issue 24, from git archive")
+                                           "(bench/sanitize_ab.py): e.g. an older main, from git archive")
     parser.add_argument("--ab-mb", type=float, default=2.0, help="prose MB of the before/after comparison (default 2)")
     args = parser.parse_args(argv)
     sanitizer = Sanitizer()

@@ -7,7 +7,7 @@ see the same load on a shared machine; the best time of each is kept. The
 corpora: prose (the scifact abstracts of ``../shared/data/ir``, or
 ``BASTION_PROSE_DATA``) and source code (this package's own Python, dense in
 token/key/password), read in place. Prints JSON: MB/s of each and the ratio
-this / baseline (issue 24's target: >= 0.8), of wall time and, less moved by
+this / baseline (the target: >= 0.8), of wall time and, less moved by
 the other jobs on a shared machine, of the process's CPU time (best of each).
 
 Usage: python3 bench/sanitize_ab.py --baseline DIR [--mb 2] [--repeat 3]

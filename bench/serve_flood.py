@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A legitimate ``/search`` while one client floods ``serve`` with idle sockets (issue 25, item 9).
+"""A legitimate ``/search`` while one client floods ``serve`` with idle sockets.
 
 Builds a store of real text (``bench/_realtext.py``: 10,000 windows by
 default, the loopback stub's vectors), starts ``python3 -m bastion_agent
@@ -15,7 +15,7 @@ time, in three phases of the same run:
 
 The attacker runs in its own process, so it does not share this process's
 GIL. Figures: p50, p95 and max of each phase, every status, and the ratios
-of the flood phases' p50 and max to the baseline's. The issue's target: an
+of the flood phases' p50 and max to the baseline's. The target: an
 answer within 1 s with 500 idle sockets open.
 
 Usage: python3 bench/serve_flood.py [--keep DIR] [--windows 10000] [--idle 500] [--queries 40]

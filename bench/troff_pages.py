@@ -1,4 +1,4 @@
-"""The troff reader against ``man`` itself on this machine's pages (issue 27 item 1).
+"""The troff reader against ``man`` itself on this machine's pages.
 
 For a sample of pages of sections 1-8 (``/usr/share/man/manN``, read in
 place), the text the reader makes is compared with what ``man -l`` renders

@@ -34,11 +34,11 @@ def _chunk(manifest, layout: Layout) -> dict:
 
 
 def _embed(manifest, layout: Layout) -> dict:
-    from bastion_agent.embedding import embedder
+    from bastion_agent.embedding import embed_stage
 
     remove_stale_temps(layout.root, ("embed.summary.json",))
 
-    return embedder.run_embed(manifest, layout)
+    return embed_stage.run_embed(manifest, layout)
 
 
 STAGES = {"extract": _extract, "sanitize": _sanitize, "chunk": _chunk, "embed": _embed}

@@ -1,6 +1,6 @@
 """``prune MANIFEST [--out DIR] [--model NAME] [--json]``: erase the stale vectors, on the operator's request.
 
-The specification keeps vectors whose window left the sweep (a document
+The stage contract (docs/contract.md) keeps vectors whose window left the sweep (a document
 removed or changed, an older chunk size), so going back costs nothing. But an
 embedding can be inverted (a bag-of-words vector gives back its words, and
 published attacks recover much of a real model's input), so a stale vector

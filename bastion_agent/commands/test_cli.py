@@ -167,7 +167,7 @@ if __name__ == "__main__":
 
 
 class OutputFolderPerManifestTests(unittest.TestCase):
-    """Issue 27: two manifests in one folder shared .bastion/, so the second sweep replaced the first's windows."""
+    """Regression: two manifests in one folder shared .bastion/, so the second sweep replaced the first's windows."""
 
     def setUp(self):
         import tempfile

@@ -201,7 +201,7 @@ class ProgressTests(unittest.TestCase):
         self.assertTrue(self.stream.getvalue().endswith("in 20s\n"))
 
     def test_an_interrupted_stage_never_says_done(self):
-        """Issue 27: after Ctrl-C the line said "embed: done, 32/168" before "interrupted"."""
+        """Regression: after Ctrl-C the line said "embed: done, 32/168" before "interrupted"."""
         with self.assertRaises(KeyboardInterrupt):
             with self.make() as bar:
                 self.clock.now += 4

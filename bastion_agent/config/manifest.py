@@ -85,8 +85,8 @@ class EmbedSettings:
     def vector_key(self) -> str:
         """What a stored vector is keyed by besides its chunk id.
 
-        The model name alone when no prefix is set (the specification's
-        ``model`` column); with prefixes, the name plus the passage prefix,
+        The model name alone when no prefix is set (the ``model``
+        column of docs/contract.md); with prefixes, the name plus the passage prefix,
         because a window embedded with another prefix is another vector and
         must never be reused or compared as if it were the same.
 

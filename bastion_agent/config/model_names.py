@@ -4,7 +4,7 @@ One model goes by several names: the embedded server and Ollama list
 ``multilingual-e5-small:latest``, a manifest written without a server says
 ``multilingual-e5-small``, llama.cpp serves ``/models/multilingual-e5-small.gguf``
 and a hub gives ``intfloat/multilingual-e5-small``. Vectors keyed by the
-string re-embedded a whole folder when the name changed form (issue 27), so
+string re-embedded a whole folder when only the name's form changed, so
 the key (``EmbedSettings.vector_key``) and the identity check
 (``server_info.served_match``) use this one normalisation.
 

@@ -75,7 +75,7 @@ class ManifestTests(TempFolder, unittest.TestCase):
         self.assertFalse(loaded.signature.signed)
 
     def test_embed_chunk_is_optional_with_the_defaults(self):
-        """Issue 27: a manifest without [embed.chunk] was refused instead of taking the defaults."""
+        """Regression: a manifest without [embed.chunk] was refused instead of taking the defaults."""
         chunkless = VALID.replace("[embed.chunk]\nsize_tokens = 256\noverlap_tokens = 32", "")
         self.assertNotEqual(chunkless, VALID)
         with clean_env():

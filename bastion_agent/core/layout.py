@@ -79,7 +79,7 @@ DEFAULT_MANIFEST_STEM = "bastion"  # bastion.toml (or .json): the output folder 
 def default_out_dir(manifest_path: Path) -> Path:
     """``.bastion/`` beside ``bastion.toml``, ``.bastion-NAME/`` beside any other ``NAME.toml``.
 
-    Two manifests in one folder shared ``.bastion/`` (issue 27): the second
+    Two manifests in one folder shared ``.bastion/``: the second
     sweep replaced the first one's windows. Each manifest now has its own
     folder. An older agent's ``.bastion/`` keeps working for the manifest
     that made it: when ``.bastion-NAME/`` does not exist yet, ``.bastion/``

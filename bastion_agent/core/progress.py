@@ -10,8 +10,8 @@ from earlier runs). The rate, and the ETA from it, are measured over the
 last ``RATE_WINDOW_SECONDS`` (a moving rate: a machine that got busy, or a
 tuner that found a better batch, shows in a minute, not at the end).
 ``close`` ends with a done line; a stage that stops on an error or Ctrl-C
-ends with its last state instead, never "done" (issue 27: "embed: done,
-32/168" before "interrupted"). When stderr is not a
+ends with its last state instead, never "done" (a line that said "embed: done,
+32/168" before "interrupted" misled its reader). When stderr is not a
 terminal (CI, a pipe, a log file), or ``--quiet`` was given, nothing is
 written here: the stage's one summary line (``stage_lines``) says what it did.
 """

@@ -1,8 +1,8 @@
 """The line before the wait: windows to embed, the rate of the first batches, the time it will take.
 
 An ordinary 11 MB folder cut into 25,841 windows took about 4 hours on a
-loaded 2-core machine, and nothing said so before ``embed`` started (issue
-27). So after the first few batches the stage says, once, how many windows
+loaded 2-core machine, and nothing said so before ``embed``
+started. So after the first few batches the stage says, once, how many windows
 are left, the rate those batches were embedded at, and the expected time;
 when that is hours it adds the fix: a model server on a GPU (any machine
 with one, reached through ``EMBED_URL``). A run short enough that the

@@ -1,5 +1,9 @@
 """What the model server says about itself: the models it serves, its context, its token counts.
 
+The client side only: it asks whichever server ``EMBED_URL`` names (Ollama,
+llama.cpp, TEI, or this package's own ``model/modelserver.py``) and serves
+nothing.
+
 The probe checks the dimension, but many models share 384 or 768, and a
 llama.cpp server answers for any ``model`` value; and every server cuts (or
 refuses) a window longer than its context without saying so in the vector.

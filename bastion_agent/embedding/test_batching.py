@@ -73,7 +73,7 @@ class TuningTests(FaultCase):
         return 0.1 + 0.002 * batch ** 2
 
     def test_embed_batch_set_by_the_user_is_a_ceiling(self):
-        """Issue 27: EMBED_BATCH=5 sent requests of up to 80 windows to a server that refuses more than 5."""
+        """Regression: EMBED_BATCH=5 sent requests of up to 80 windows to a server that refuses more than 5."""
         flat = lambda batch: 0.1  # noqa: E731 - a server where a larger batch is always faster
         with FaultStub(rule=costly(self.time, flat)) as stub:
             summary = self.embed_with(stub, EMBED_BATCH="5")
@@ -100,7 +100,7 @@ class TuningTests(FaultCase):
         return summary, err.getvalue()
 
     def test_the_expected_time_is_said_before_the_wait(self):
-        """Issue 27: 25,841 windows took 4 hours, and nothing said so before embed started."""
+        """Regression: 25,841 windows took 4 hours, and nothing said so before embed started."""
         summary, err = self.embed_noting(2.0)  # 4 windows each 2 s: 2 windows/s, 468 windows left after 3 batches
         self.assertEqual(summary["embedded"], 480)
         estimates = [line for line in err.splitlines() if "windows to embed" in line]

@@ -1,4 +1,4 @@
-"""Erasing what sanitize would no longer let out, and stale vectors on request (issue 25, items 4 and 5).
+"""Erasing what sanitize would no longer let out, and stale vectors on request.
 
 Hostile first: an ``EMP-######`` id is swept, the operator adds a rule for
 it and sweeps again; whoever reads the output folder (everything but the
@@ -194,7 +194,7 @@ class RemediationTests(EraseCase):
         summary = json.loads(self.layout.summary_path("embed").read_text(encoding="utf-8"))
         self.assertEqual(summary["embedded"], 0)  # the rule changed nothing here: nothing embedded again
         self.assertEqual(self.db_rows("SELECT chunk_id, vec FROM vectors ORDER BY chunk_id"), kept)
-        self.assertGreater(summary["stale_vectors"], 0)  # the removed file's vectors stay, as the specification says
+        self.assertGreater(summary["stale_vectors"], 0)  # the removed file's vectors stay, as docs/contract.md says
 
     def test_the_pending_erasure_lives_only_in_the_extract_store_and_is_forgotten_once_done(self):
         self.put("hr.txt", HR_TEXT)

@@ -108,7 +108,7 @@ class OrdinaryWebServer(ServesInBackground):
 
 
 class ErrorsThatSayTheFixTests(FaultCase):
-    """Issue 27: each of these printed something that misled a newcomer; now one line that says the fix."""
+    """Regression: each of these printed something that misled a newcomer; now one line that says the fix."""
 
     def embed_cli(self, url: str) -> tuple[int, str, str]:
         with clean_env(EMBED_URL=url):

@@ -122,7 +122,7 @@ class LlamaCppLikeTests(SanitizedStoreCase):
 
 
 class LlamaCppPythonLikeTests(SanitizedStoreCase):
-    """The issue's server: llama-cpp-python cuts silently, counts on /extras/tokenize/count, says no context."""
+    """A server like llama-cpp-python's: it cuts silently, counts on /extras/tokenize/count, says no context."""
 
     docs = {RUNBOOK: ["runbook.txt"]}
     size, overlap = 32, 4
@@ -132,7 +132,7 @@ class LlamaCppPythonLikeTests(SanitizedStoreCase):
         return {row[0]: token_count(row[5]) for row in windows if token_count(row[5]) > context}
 
     def test_without_embed_context_the_cut_is_found_by_probing(self):
-        """Issue 27: a sweep of windows over its context reported truncated 0; the cut is found empirically."""
+        """Regression: a sweep of windows over its context reported truncated 0; the cut is found empirically."""
         write_manifest(self.tmp, size=64, overlap=8)  # a window as long as the runbook: 147 model tokens
         self.chunk()
         with StubServer(wire_formats=("openai",), imitates="llama-cpp-python", context=48, listed=["stub-model"]) as stub:

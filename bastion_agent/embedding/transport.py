@@ -241,7 +241,7 @@ def _error_message(body: bytes, content_type: str | None = None) -> str:
 
     An answer that is not JSON is shown by its content type, never its body:
     an ordinary web server's HTML page printed 17 lines as the "one line"
-    (issue 27). A short plain-text body (a proxy's "404 page not found")
+    once. A short plain-text body (a proxy's "404 page not found")
     is kept, on one line.
     """
     try:

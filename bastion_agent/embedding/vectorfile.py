@@ -66,7 +66,7 @@ INDEX_DIR = "index"
 SPOT_CHECKS = 8
 FETCH_ROWS = 16_384
 DATA_FILES = ("f32", "rowid", "inv", "mask", "ids")
-ID_BYTES = 64  # a chunk id: the hex sha256 of its window (DESIGN.md)
+ID_BYTES = 64  # a chunk id: the hex sha256 of its window (docs/contract.md)
 
 
 def numpy_or_none():

@@ -1,6 +1,6 @@
 """``vectors.db``: this sweep's windows and every vector ever embedded.
 
-Two tables from the specification, plus one for the documents' paths:
+Two tables from the stage contract (docs/contract.md), plus one for the documents' paths:
 
 - ``chunks(chunk_id PK, doc, idx, start, end, text)``: this sweep's windows
   with their sanitized text, replaced whole on every embed run;

@@ -2,8 +2,8 @@
 
 A window is ``size_tokens`` regex tokens; the model counts its own tokens,
 usually more (technical text, other scripts, numbers). A window over the
-model's context is still embedded (the specification's windows stay as they
-are) but the server cuts it, so its vector stands for its first part only.
+model's context is still embedded (windows stay as docs/contract.md defines
+them) but the server cuts it, so its vector stands for its first part only.
 ``measure`` counts, before embedding, the model tokens of each window to
 embed, exactly as sent (the passage prefix and the sanitized window text):
 by the server's tokenizer where it has one (``server_info.count_tokens``),
@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from bastion_agent.chunking.chunker import TOKEN_RE  # the chunker's token (DESIGN.md)
+from bastion_agent.chunking.chunker import TOKEN_RE  # the chunker's token (docs/contract.md)
 from bastion_agent.embedding import server_info
 from bastion_agent.embedding.client import PROBE_TEXT
 from bastion_agent.embedding.wire_formats import WireFormat, wire_format
@@ -152,7 +152,7 @@ def probe_context(client, text: str, count, probe_tokens: int | None) -> tuple[i
 
     llama-cpp-python's server names no context and silently keeps a long
     input's first tokens, so a sweep of windows over its 512 tokens said
-    ``truncated 0`` (issue 27). A server that cuts gives every prefix longer
+    ``truncated 0``. A server that cuts gives every prefix longer
     than its cut the same vector as the whole text; a server that reads
     everything gives a shorter prefix another vector. So: embed the longest
     window to embed, then its prefix ``PROBE_DROP`` regex tokens shorter; equal means it

@@ -1,4 +1,4 @@
-"""Decodings that would hide text from sanitize (issue 12 item 2): plausibility and quarantine.
+"""Decodings that would hide text from sanitize: plausibility and quarantine.
 
 The attacker's bytes are written here: ordinary 8-bit text behind a UTF-16
 mark, an HTML page, an e-mail part and an RTF document that declare a

@@ -1,4 +1,4 @@
-"""The main content of HTML pages (issue 27 item 2): the article is indexed, the site chrome is not.
+"""The main content of HTML pages: the article is indexed, the site chrome is not.
 
 Before, every Rust-book window began with the theme menu ("Auto / Light /
 Rust / Coal / Navy / Ayu"), which matched "Rust" in every query.

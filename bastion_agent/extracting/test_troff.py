@@ -1,4 +1,4 @@
-"""Man pages read as the text ``man`` shows (issue 27 item 1), and what a hostile page cannot do.
+"""Man pages read as the text ``man`` shows, and what a hostile page cannot do.
 
 Before, ``.1.gz`` pages were read as plain text: windows began with
 ``.\\" DO NOT MODIFY THIS FILE!`` and options read ``\\fB\\-\\-decode\\fR``.

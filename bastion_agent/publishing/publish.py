@@ -225,11 +225,11 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
     exactly those windows with a vector of the manifest's model for each.
     Anything else means a stage has not run since: refuse, name it.
     """
-    from bastion_agent.embedding import embedder
+    from bastion_agent.embedding import embed_stage
     from bastion_agent.sanitizing import sanitized_store
 
     sanitized_store.sanitized_documents(layout)
-    chunk_rows, documents = embedder.current_windows(layout)
+    chunk_rows, documents = embed_stage.current_windows(layout)
     if not layout.vectors_db.exists():
         raise StoreError(f"no vectors.db in {layout.root}: run embed first")
     key, dim = manifest.embed.vector_key, manifest.embed.dim
@@ -278,7 +278,7 @@ def document_groups(db) -> dict[str, list[str]]:
 
 COPY_COLUMNS = ("bastion", "model", "chunk_id", "doc", "idx", "start", '"end"', "text", "embedding")
 STAGING_COLUMNS = COPY_COLUMNS[2:]
-STAGING = "publish_staging"  # publish_schema.STAGING: the temp table open_staging() makes
+STAGING = "publish_staging"  # schema_access.STAGING: the temp table open_staging() makes
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 COPY_TRAILER = struct.pack(">h", -1)
 

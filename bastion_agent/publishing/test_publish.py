@@ -369,7 +369,7 @@ class RowLevelSecurityTests(PublishCase):
 
 
 class LeastPrivilegeTests(PublishCase):
-    """What a publishing role and a search role can still do to other bastions: nothing (issue 26)."""
+    """What a publishing role and a search role can still do to other bastions: nothing."""
 
     def setUp(self):
         super().setUp()

@@ -1,4 +1,4 @@
-"""Cells by their header and names where documents mark them (issue 24 items 3 and 4)."""
+"""Cells by their header and names where documents mark them."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def birth_date() -> str:
 
 
 def name_placements() -> list[tuple[str, str, tuple[str, ...]]]:
-    """(place, text, values that must go) for each place issue 24 names; fresh names every run."""
+    """(place, text, values that must go) for each place a document marks a name; fresh names every run."""
     first, last, born = forename(), surname(), birth_date()
     mail = f"{first.lower()}@corp-mail.io"
     return [

@@ -1,4 +1,4 @@
-"""Context decides the extent; every copy goes; the damaging false positives stay unchanged (issue 24).
+"""Context decides the extent; every copy goes; the damaging false positives stay unchanged.
 
 Each case is a syntax in which a credential-named key holds a value whose
 characters a shape detector stops at (``; # & ! $``, spaces, quotes); the
@@ -44,7 +44,7 @@ def token(length: int = 21) -> str:
 
 
 def positives() -> list[tuple[str, str, str]]:
-    """(name, text, value) for every syntax of issue 24 items 1 and 2."""
+    """(name, text, value) for every syntax in which a credential-named key holds a value."""
     p, w = phrase(), word
     passphrase = " ".join("".join(random.choice(string.ascii_lowercase) for _ in range(6)) for _ in range(4))
     values = {name: w() for name in ("ini", "amp", "bind", "prop", "net", "xml", "pw", "url", "jenkins", "export",

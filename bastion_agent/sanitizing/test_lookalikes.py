@@ -1,4 +1,4 @@
-"""Look-alike characters, split values, key blocks and path names (issue 12 items 3, 4, 5, 6).
+"""Look-alike characters, split values, key blocks and path names: the attacker's ways around the rules.
 
 Each case is the attacker's text; the check is that no part of the value
 survives sanitize and that the text around it does.

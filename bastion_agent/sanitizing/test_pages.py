@@ -134,7 +134,7 @@ class StagePageMapTests(TempFolder, unittest.TestCase):
 class ForgedListingTests(TempFolder, unittest.TestCase):
     def test_embed_keeps_only_well_formed_bounded_maps_of_this_sweeps_documents(self):
         from bastion_agent.core.layout import write_jsonl
-        from bastion_agent.embedding.embedder import current_pages
+        from bastion_agent.embedding.embed_stage import current_pages
         from bastion_agent.testing.testsupport import write_sanitized_store
 
         layout = Layout(self.make_tmp() / "out")

@@ -1,4 +1,4 @@
-"""Precision on real documents (issue 16 point 6): the labelled findings of /usr/share files.
+"""Precision on real documents: the labelled findings of /usr/share files.
 
 ``testdata/real_findings.tsv`` holds findings of the sanitizer on files of
 ``/usr/share/doc`` and ``/usr/share/common-licenses``, labelled by hand (tp:

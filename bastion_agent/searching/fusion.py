@@ -28,8 +28,8 @@ smaller chunk id.
 
 ``relevance`` (0-100) is the evidence the order was made by, in percent:
 the fused evidence in hybrid, the vector evidence in vector mode, the
-keyword evidence in keyword mode. It never rises down the list (issue 27:
-the stronger side's evidence read 85, 100, 76 for hits 1, 2, 3, which looks
+keyword evidence in keyword mode. It never rises down the list (when it was
+the stronger side's evidence it read 85, 100, 76 for hits 1, 2, 3, which looks
 like a bug), and means the same for every query (both evidences are
 calibrated, so the blend is too): 100 in hybrid is a window both sides
 call a full match. Each side's own evidence stays in ``vector_relevance``

@@ -196,7 +196,7 @@ class HostileProbeTests(TempFolder, unittest.TestCase):
         tmp = self.make_tmp()
         from bastion_agent.testing.testsupport import write_manifest
         from bastion_agent.chunking import chunker
-        from bastion_agent.embedding import embedder
+        from bastion_agent.embedding import embed_stage
 
         path = write_manifest(tmp, size=8, overlap=2)
         layout = Layout(tmp / "out")
@@ -205,7 +205,7 @@ class HostileProbeTests(TempFolder, unittest.TestCase):
         with clean_env(EMBED_URL=self.stub.url):
             manifest = manifest_module.load(path)
             chunker.run_chunk(manifest, layout)
-            embedder.run_embed(manifest, layout)
+            embed_stage.run_embed(manifest, layout)
         return manifest, layout
 
     def setUp(self):

@@ -55,7 +55,7 @@ class SyntheticStore(TempFolder, unittest.TestCase):
         return [self.rng.gauss(0, 1) for _ in range(DIM)]
 
     def reference(self, query, k: int) -> list[str]:
-        """The specification's scan over every current row: the ranking to reproduce."""
+        """The contract's exact scan over every current row (docs/contract.md): the ranking to reproduce."""
         return [row[0] for _, row in embed.top_k(query, vectorstore.searchable(self.db, "synthetic"), k)]
 
     def load(self, **options) -> embed.SearchIndex:
@@ -437,7 +437,7 @@ class KeywordTests(SyntheticStore):
         found = hybrid[self.ids(hybrid).index(target)]
         self.assertEqual(found.keyword_rank, 1)
         self.assertGreater(found.vector_rank, 10)  # far down the vector side, brought up by its exact words
-        self.assertGreaterEqual(found.keyword_relevance, 50)  # its own side's evidence is kept (issue 27)
+        self.assertGreaterEqual(found.keyword_relevance, 50)  # its own side's evidence is kept
         self.assertLess(found.relevance, found.keyword_relevance)  # the blend, by which it ranks below
 
     def test_keyword_index_follows_the_chunks(self):
@@ -531,7 +531,7 @@ class ParaphraseTests(SanitizedStoreCase):
         self.assertLess(weak[0].relevance, hits[0].relevance)  # one word of four matched reads lower
 
     def test_relevance_never_rises_down_the_list_in_any_mode(self):
-        """Issue 27: hybrid showed 85, then 100, then 76 (the stronger side of each, ranked by the blend)."""
+        """Regression: hybrid showed 85, then 100, then 76 (the stronger side of each, ranked by the blend)."""
         for query in ("orchard pears ferry", "ferry island invoice bank", "plums tide dawn"):
             for mode in ("vector", "keyword", "hybrid"):
                 with self.subTest(query=query, mode=mode), clean_env(EMBED_URL=self.stub.url):
@@ -642,7 +642,7 @@ class KeywordPruningTests(SyntheticStore):
 
 
 def reference_windows(text: str, size: int, overlap: int) -> list[tuple[int, int, int]]:
-    """The specification's windows, walking every token: what the fast chunker must reproduce."""
+    """The contract's windows (docs/contract.md), walking every token: what the fast chunker must reproduce."""
     spans = [match.span() for match in embed.TOKEN_RE.finditer(text)]
     result, first = [], 0
     while spans:
@@ -756,7 +756,7 @@ class PipelineModeTests(SanitizedStoreCase):
 
 
 class QueryFloorTests(SyntheticStore):
-    """Issue 27 item 8: a query in another language scores below every window-to-window cosine.
+    """A query in another language scores below every window-to-window cosine.
 
     E5 puts a query further from every window than windows are from each
     other (``query: `` against ``passage: ``), and a German question about

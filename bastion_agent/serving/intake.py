@@ -1,7 +1,7 @@
 """Reading each connection's request head before it gets a thread, so idle sockets hold no slot.
 
 A thread per accepted connection let 70 idle half-requests take every one of
-serve's slots (issue 25): a connection held its thread while it sent
+serve's slots: a connection held its thread while it sent
 nothing. Here one thread reads the request line and headers of every new
 connection at once (non-blocking sockets, one ``selectors`` loop), and only
 a complete head is handed on, to a thread of its own (``BastionHTTPServer``),

@@ -1,4 +1,4 @@
-"""serve under a connection flood (issue 25, item 9): idle and half-sent requests cannot take a user's slot.
+"""serve under a connection flood: idle and half-sent requests cannot take a user's slot.
 
 Hostile first: one client opens hundreds of idle sockets, half-sent request
 heads and half-sent bodies without the token, and keeps reopening what the

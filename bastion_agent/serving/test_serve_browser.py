@@ -216,7 +216,7 @@ class SearchPageTests(unittest.TestCase):
         self.serve(endpoint=closed_port_url(), reprobe_seconds=3600.0)
         self.browser.type("#q", ENTER)
         self.assertIn("Type what you are looking for", self.browser.wait_for(STATUS, "the hint"))
-        self.browser.type("#q", "bread" + ENTER)  # the model server is down: keyword search answers (issue 14)
+        self.browser.type("#q", "bread" + ENTER)  # the model server is down: keyword search answers
         self.browser.wait_for("return document.querySelectorAll('#results > li').length > 0", "the keyword results")
         self.assertIn("model server unreachable", self.browser.script("return document.getElementById('health').textContent"))
 

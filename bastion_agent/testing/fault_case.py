@@ -15,7 +15,7 @@ from bastion_agent import embed
 from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.layout import Layout
 from bastion_agent.embedding import vectorstore
-from bastion_agent.embedding.embed_engine import RetryPolicy
+from bastion_agent.embedding.batch_sender import RetryPolicy
 from bastion_agent.testing.stub_server import bag_of_words
 from bastion_agent.testing.testsupport import TempFolder, clean_env, write_manifest, write_sanitized_store
 

@@ -186,10 +186,10 @@ class SanitizedStoreCase(TempFolder, unittest.TestCase):
         return chunker.run_chunk(self.manifest(), self.layout)
 
     def embed_with(self, stub, manifest=None, **env):
-        from bastion_agent.embedding import embedder
+        from bastion_agent.embedding import embed_stage
 
         with clean_env(EMBED_URL=stub.url, **env):
-            return embedder.run_embed(manifest or self.manifest(), self.layout)
+            return embed_stage.run_embed(manifest or self.manifest(), self.layout)
 
 
 def pdf_file(objects: list[bytes]) -> bytes:

@@ -1,7 +1,7 @@
 """The ``embed`` stage: every current window without a vector for the manifest's model goes to the model server; vectors.db keeps them.
 
 The probe checks the server and the dimension before the store is opened;
-``embed_engine`` batches, retries and splits; this module decides what is
+``batch_sender`` batches, retries and splits; this module decides what is
 missing and writes the summary. Standard library only.
 """
 
@@ -28,13 +28,13 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
 
     The probe runs before the store is opened or created: a wrong dimension
     or an unreachable server never touches ``vectors.db``. After it, the
-    engine (``embed_engine``) retries, splits and isolates; ``retry`` is its
+    engine (``batch_sender``) retries, splits and isolates; ``retry`` is its
     ``RetryPolicy`` (tests inject sleep and clock). The summary is written
     whatever happens next (success, failed chunks, the server gone for good,
     Ctrl-C); failed chunks then make the stage exit non-zero, and the next
     run retries exactly the chunks that still have no vector.
     """
-    from bastion_agent.embedding.embed_engine import EmbedStats
+    from bastion_agent.embedding.batch_sender import EmbedStats
     from bastion_agent.embedding.erase import erase_superseded
 
     started = time.monotonic()
@@ -112,7 +112,7 @@ def _previous_api(layout: Layout) -> str:
 
 def _embed_counts(db, manifest, client: EmbedClient, api: str, stats, documents, chunk_rows, missing,
                   started: float) -> dict:
-    """The summary's counts: the specification's fields, then what this run met."""
+    """The summary's counts: the fields docs/contract.md fixes, then what this run met."""
     key = manifest.embed.vector_key
     unique = vectorstore.count(db, "SELECT COUNT(*) FROM chunks")
     return {
@@ -155,9 +155,9 @@ def embed_missing(db, client: EmbedClient, manifest, missing: Sequence[tuple[str
                   retry=None) -> int:
     """Embed ``(chunk_id, text)`` pairs in batches, one transaction each; return the batch count.
 
-    ``stats`` (an ``embed_engine.EmbedStats``) is updated as batches commit.
+    ``stats`` (a ``batch_sender.EmbedStats``) is updated as batches commit.
     """
-    from bastion_agent.embedding.embed_engine import EmbedStats, embed_chunks
+    from bastion_agent.embedding.batch_sender import EmbedStats, embed_chunks
 
     stats = stats if stats is not None else EmbedStats()
     embed = manifest.embed

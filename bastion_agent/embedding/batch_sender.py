@@ -1,6 +1,6 @@
 """The embed stage's engine: keep the model server busy, survive its faults, lose nothing.
 
-``embed.run_embed`` hands it the chunks that have no vector yet. The engine
+``embed_stage.run_embed`` hands it the chunks that have no vector yet. The engine
 
 - cuts them into batches of the working size and sends each batch from a
   small pool of worker threads (``EMBED_CONCURRENCY``, default 1), while the
@@ -390,7 +390,7 @@ class Steering:
         self.sizer = sizer
         self.gate = gate
         # EMBED_BATCH set by the user is a ceiling: a user sets it because the server refuses larger
-        # batches (issue 27: EMBED_BATCH=5 sent 80); unset, the tuner starts at 32 and may go up.
+        # batches (a tuner above it sent 80 to a server set to 5); unset, the tuner starts at 32 and may go up.
         ceiling = {"max_batch": config.batch} if getattr(config, "batch_set", False) else {}
         self.tuner = None if config.batch_fixed else BatchTuner(config.batch, config.concurrency, **ceiling)
         if self.tuner is not None:

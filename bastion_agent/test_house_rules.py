@@ -1,0 +1,143 @@
+"""Two house rules a reviewer should not have to count: short functions, and comments that explain themselves.
+
+A function over ``MAX_FUNCTION_LINES`` lines holds more than one step of
+thought; split it into named steps. A comment or docstring that cites an
+issue or an item of one by its number sends the reader to a tracker that the
+repository does not carry and that may be gone: say the reason instead.
+Both checks read the source with ``ast`` and ``tokenize``, so they see what
+a reader sees; each is tested on a made-up package so it cannot pass by
+finding nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tempfile
+import tokenize
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+BENCH = ROOT.parent / "bench"  # the benchmarks beside the package (absent in an installed copy)
+MAX_FUNCTION_LINES = 80
+
+# Functions over the limit that their owners are splitting right now; this list only shrinks.
+LONG_FUNCTIONS_ALLOWED = {
+    "bastion_agent/model/modelserver.py:_handler_for",  # being split
+    "bastion_agent/sanitizing/sanitize.py:run",  # being split
+}
+
+# the word issue or item followed by a number (a hash allowed before an issue's); a bare "issues" is fine
+CITATION = re.compile(r"\b[Ii]ssue\s*#?\d+|\b[Ii]tems?\s+\d+\b")
+
+
+def is_test_module(path: Path) -> bool:
+    return path.name.startswith("test_")
+
+
+def python_files(root: Path) -> list[Path]:
+    return sorted(path for path in root.rglob("*.py") if "__pycache__" not in path.parts)
+
+
+def long_functions(root: Path) -> list[str]:
+    """``path:qualified.name (N lines)`` for each function over the limit in a non-test module under ``root``."""
+    found = []
+    for path in python_files(root):
+        if is_test_module(path):
+            continue
+        name = path.relative_to(root.parent).as_posix()
+        for qualname, lines in _functions(ast.parse(path.read_text(encoding="utf-8"))):
+            if lines > MAX_FUNCTION_LINES:
+                found.append(f"{name}:{qualname} ({lines} lines)")
+    return found
+
+
+def _functions(node: ast.AST, prefix: str = "") -> list[tuple[str, int]]:
+    """(qualified name, lines from ``def`` to its last line) of every function, nested ones included."""
+    found = []
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            qualname = prefix + child.name
+            if not isinstance(child, ast.ClassDef):
+                found.append((qualname, child.end_lineno - child.lineno + 1))
+            found += _functions(child, qualname + ".")
+        else:
+            found += _functions(child, prefix)
+    return found
+
+
+def citations(roots: list[Path]) -> list[str]:
+    """``path:line: text`` for each comment or docstring that cites an issue or an item by number."""
+    found = []
+    for root in roots:
+        for path in python_files(root):
+            source = path.read_text(encoding="utf-8")
+            name = path.relative_to(root.parent).as_posix()
+            for line, text in _comments(source) + _docstrings(source):
+                if CITATION.search(text):
+                    found.append(f"{name}:{line}: {text.strip()[:100]}")
+    return sorted(found)
+
+
+def _comments(source: str) -> list[tuple[int, str]]:
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return [(token.start[0], token.string) for token in tokens if token.type == tokenize.COMMENT]
+
+
+def _docstrings(source: str) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                found.append((first.lineno, first.value.value))
+    return found
+
+
+class HouseRulesTests(unittest.TestCase):
+    def test_no_function_is_over_the_limit(self):
+        over = [item for item in long_functions(ROOT) if item.split(" (")[0] not in LONG_FUNCTIONS_ALLOWED]
+        self.assertEqual(over, [], f"split these into named steps of at most {MAX_FUNCTION_LINES} lines")
+
+    def test_every_allowed_long_function_still_exists_and_is_still_long(self):
+        # an entry whose function was split (or renamed) must leave the list, so the list cannot hide a new one
+        long = {item.split(" (")[0] for item in long_functions(ROOT)}
+        self.assertEqual(sorted(LONG_FUNCTIONS_ALLOWED - long), [])
+
+    def test_no_comment_or_docstring_cites_an_issue(self):
+        roots = [ROOT] + ([BENCH] if BENCH.is_dir() else [])
+        self.assertEqual(citations(roots), [], "say the reason, not the issue that found it")
+
+    def test_the_checks_see_a_long_function_a_nested_one_and_citations(self):
+        long_body = "".join(f"    x{n} = {n}\n" for n in range(MAX_FUNCTION_LINES))
+        files = {
+            "stage.py": f'"""Fixed in issue 12."""\n\n\ndef short():\n    return 1\n\n\ndef long():\n{long_body}',
+            "server.py": "class Handler:\n    def handle(self):\n        def inner():\n" + "".join(
+                f"            y{n} = {n}\n" for n in range(MAX_FUNCTION_LINES)) + "        return inner\n",
+            "notes.py": "X = 1  # see Issue #27\nY = 'issue 27 in a string is data, not a comment'\n"
+                        "def f():\n    \"\"\"As item 8 asked.\"\"\"\n",
+            "test_long.py": f"def test_long():\n{long_body}    # test modules are cited too: issue 3\n",
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp) / "bastion_agent"
+            root.mkdir()
+            for name, text in files.items():
+                (root / name).write_text(text)
+            self.assertEqual(long_functions(root), [
+                f"bastion_agent/server.py:Handler.handle ({MAX_FUNCTION_LINES + 3} lines)",
+                f"bastion_agent/server.py:Handler.handle.inner ({MAX_FUNCTION_LINES + 1} lines)",
+                f"bastion_agent/stage.py:long ({MAX_FUNCTION_LINES + 1} lines)",
+            ])
+            self.assertEqual(citations([root]), [
+                "bastion_agent/notes.py:1: # see Issue #27",
+                "bastion_agent/notes.py:4: As item 8 asked.",
+                "bastion_agent/stage.py:1: Fixed in issue 12.",
+                f"bastion_agent/test_long.py:{MAX_FUNCTION_LINES + 2}: # test modules are cited too: issue 3",
+            ])
+
+
+if __name__ == "__main__":
+    unittest.main()
