@@ -29,7 +29,14 @@ Systems (each in process, warm, top 10):
   extensions.
 
 Recall@10 of every vector path is measured against the exact top 10
-(numpy). The peers are not dependencies of the project: install them in a
+(numpy).
+
+``--cold N`` also times a cold start: ``python3 -m bastion_agent search`` in
+a new process per mode (the stub embeds the query), interleaved with
+``python3 -c pass`` (the interpreter's own start), N rounds, medians of wall
+and CPU time. Compile the tree's bytecode first (``python3 -m compileall
+bastion_agent``) when ``PYTHONDONTWRITEBYTECODE`` is set, as an installed
+package has it: without it every run compiles the package from source. The peers are not dependencies of the project: install them in a
 separate environment, e.g.::
 
     python3 -m venv --system-site-packages /tmp/peers
@@ -322,12 +329,45 @@ def ratios(table: list[dict]) -> dict:
     return found
 
 
+def cold_start(folder: Path, layout: Layout, query: str, rounds: int) -> dict:
+    """Median wall and CPU seconds of a cold ``search`` per mode and of ``python3 -c pass``, interleaved."""
+    import resource
+    import subprocess
+
+    from bastion_agent.testing.stub_server import StubServer
+
+    manifest = _realtext.write_manifest(folder)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBED_", "BASTION_"))}
+    env["PYTHONPATH"] = str(REPO)
+    commands = {"python -c pass": [sys.executable, "-c", "pass"]}
+    for mode in ("keyword", "hybrid", "vector"):
+        commands[mode] = [sys.executable, "-m", "bastion_agent", "search", str(manifest), query,
+                          "--out", str(layout.root), "--json", "--mode", mode]
+    walls: dict = {name: [] for name in commands}
+    cpus: dict = {name: [] for name in commands}
+    with StubServer(dim=_realtext.DIM) as stub:
+        env["EMBED_URL"] = stub.url
+        for _ in range(rounds):
+            for name, command in commands.items():
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                started = time.perf_counter()
+                done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True)
+                walls[name].append(time.perf_counter() - started)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpus[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+                if done.returncode != 0:
+                    raise SystemExit(f"{name} failed: {done.stderr.strip()}")
+    return {name: {"wall_s": round(statistics.median(walls[name]), 3), "cpu_s": round(statistics.median(cpus[name]), 3)}
+            for name in commands}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keep", type=Path, required=True, help="build the store in DIR/SIZE (outside the repository) and reuse it")
     parser.add_argument("--windows", type=int, default=188_678)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--peers", default="numpy,faiss-hnsw,chroma,lancedb,qmd-style")
+    parser.add_argument("--cold", type=int, default=0, metavar="N", help="also time N rounds of cold CLI searches")
     args = parser.parse_args()
 
     def log(line: str) -> None:
@@ -345,10 +385,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bastion-peers-") as scratch:
         peers, left_out = build_peers(set(args.peers.split(",")), unit, texts, Path(scratch), log)
         table = measure(systems + peers, queries, exact)
+    systems[0].index.close()
+    cold = cold_start(folder, layout, queries[0].text, args.cold) if args.cold else None
     print(json.dumps({"windows": built["windows"], "dim": _realtext.DIM, "queries": len(queries), "k": K,
                       "cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],
                       "load_after": [round(x, 2) for x in os.getloadavg()], "left_out": left_out,
-                      "table": table, "ratios": ratios(table)}, indent=2))
+                      "table": table, "ratios": ratios(table), "cold_start": cold}, indent=2))
 
 
 if __name__ == "__main__":
