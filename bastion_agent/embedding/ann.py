@@ -140,7 +140,13 @@ def graph_of(header: dict) -> str:
 
 
 def expansion_for(header: dict) -> int:
-    """The beam that reaches the recall target on the saved graph: a graph built with other settings needs its own."""
+    """The beam for the saved graph: the default for a graph of the current settings, else the first defaults' beam.
+
+    A graph built with other settings needs the beam measured for it, and
+    the only other settings a saved index can have so far are the first
+    defaults (LEGACY_GRAPH); a graph of settings this code does not know
+    gets that beam too, the widest this code has ever searched with.
+    """
     return EXPANSION_SEARCH if graph_of(header) == GRAPH else LEGACY_EXPANSION_SEARCH
 
 
