@@ -6,8 +6,9 @@ test collections, the licence texts, ``/usr/share/doc``; the loopback stub's
 bag-of-words vectors, 384 dimensions). Every system below is loaded with
 exactly those windows and vectors, and answers the same real questions
 (SciFact's and Cranfield's, alternately). Queries are interleaved: for each
-question every system answers in turn, the order rotated per question, so
-load on this shared machine stretches every system alike. The machine's
+question every system and mode answers in turn, in an order shuffled per
+question (seeded), so load on this shared machine stretches every system
+alike and no mode is more often the first to touch a question's pages. The machine's
 load average is printed at the start and the end.
 
 Systems (each in process, warm, top 10):
@@ -29,12 +30,26 @@ Systems (each in process, warm, top 10):
   extensions.
 
 Recall@10 of every vector path is measured against the exact top 10
-(numpy). The peers are not dependencies of the project: install them in a
+(numpy).
+
+``--cold N`` also times a cold start: ``python3 -m bastion_agent search`` in
+a new process per mode (the stub embeds the query), interleaved with
+``python3 -c pass`` (the interpreter's own start), N rounds, medians of wall
+and CPU time. Compile the tree's bytecode first (``python3 -m compileall
+bastion_agent``) when ``PYTHONDONTWRITEBYTECODE`` is set, as an installed
+package has it: without it every run compiles the package from source. The peers are not dependencies of the project: install them in a
 separate environment, e.g.::
 
     python3 -m venv --system-site-packages /tmp/peers
     /tmp/peers/bin/pip install numpy usearch faiss-cpu lancedb chromadb sqlite-vec apsw
     /tmp/peers/bin/python bench/search_peers.py --keep /tmp/peers-store --windows 188678
+
+Every system runs a query on one thread (``OMP_NUM_THREADS``,
+``OPENBLAS_NUM_THREADS`` and ``MKL_NUM_THREADS`` are 1 unless
+``--threads-default``): FAISS's OpenMP workers and a threaded BLAS keep
+spinning after their own query, on a two-core machine they took the cores
+from whichever system answered next (bastion's ANN path measured 43 ms p50
+beside them, 1-3 ms alone), and one query gains nothing from a pool.
 
 A peer that is not installed is left out of the table, and says so.
 Prints JSON: one row per system and mode (p50, p95, recall@10), and the
@@ -46,6 +61,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -55,6 +71,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
+
+if "--threads-default" not in sys.argv:  # one thread per query for every system, as a serving process runs it
+    for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
 
 import numpy as np  # noqa: E402
 
@@ -146,11 +166,18 @@ class Numpy:
 class FaissHnsw:
     name = "faiss-hnsw"
 
-    def __init__(self, unit: np.ndarray):
+    def __init__(self, unit: np.ndarray, saved: Path | None = None):
         import faiss
 
-        self.index = faiss.IndexHNSWFlat(unit.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
-        self.index.add(unit)
+        if saved is not None and saved.exists():  # built by an earlier run over the same vectors
+            self.index = faiss.read_index(str(saved))
+        else:
+            self.index = faiss.IndexHNSWFlat(unit.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
+            self.index.add(unit)
+            if saved is not None:
+                faiss.write_index(self.index, str(saved))
+        if self.index.ntotal != len(unit):
+            raise SystemExit(f"{saved} holds {self.index.ntotal} vectors, not these {len(unit)}")
         self.modes = {f"vector_ef{ef}": self._searcher(ef) for ef in (16, 64, 128, 256)}
 
     def _searcher(self, ef: int):
@@ -252,11 +279,11 @@ class Question:
         self.unit = raw / norm
 
 
-def build_peers(names: set[str], unit, texts, folder: Path, log) -> tuple[list, dict]:
+def build_peers(names: set[str], unit, texts, folder: Path, log, faiss_index: Path | None = None) -> tuple[list, dict]:
     """Each peer that is installed and asked for, with its build time; the others with the reason they are out."""
     makers = {
         "numpy": lambda: Numpy(unit),
-        "faiss-hnsw": lambda: FaissHnsw(unit),
+        "faiss-hnsw": lambda: FaissHnsw(unit, faiss_index),
         "chroma": lambda: Chroma(unit, folder),
         "lancedb": lambda: Lance(unit, texts, folder),
         "qmd-style": lambda: QmdStyle(unit, texts, folder),
@@ -276,7 +303,7 @@ def build_peers(names: set[str], unit, texts, folder: Path, log) -> tuple[list, 
 
 
 def measure(systems: list, queries: list[Question], exact: list[list[int]]) -> list[dict]:
-    """p50 / p95 and recall@10 of every system and mode, queries interleaved and the order rotated."""
+    """p50 / p95 and recall@10 of every system and mode, queries interleaved in a shuffled order."""
     runs = [(system.name, mode, function) for system in systems for mode, function in system.modes.items()]
     for _, _, function in runs:  # warm up: pages mapped, caches filled, as a serving process would be
         for question in queries[:10]:
@@ -284,8 +311,12 @@ def measure(systems: list, queries: list[Question], exact: list[list[int]]) -> l
     walls = {(name, mode): [] for name, mode, _ in runs}
     recalls = {(name, mode): [] for name, mode, _ in runs}
     for number, question in enumerate(queries):
-        shift = number % len(runs)
-        for name, mode, function in runs[shift:] + runs[:shift]:
+        # A seeded shuffle per question, not a rotation: the modes of one system walk the same graph nodes
+        # and rows, so whichever answers a question first pays its cache misses for the others; a rotation
+        # put the same mode first three times in four, a shuffle makes every mode first as often.
+        order = list(runs)
+        random.Random(number).shuffle(order)
+        for name, mode, function in order:
             started = time.perf_counter()
             rows = function(question)
             walls[(name, mode)].append(time.perf_counter() - started)
@@ -322,12 +353,49 @@ def ratios(table: list[dict]) -> dict:
     return found
 
 
+def cold_start(folder: Path, layout: Layout, query: str, rounds: int) -> dict:
+    """Median wall and CPU seconds of a cold ``search`` per mode and of ``python3 -c pass``, interleaved."""
+    import resource
+    import subprocess
+
+    from bastion_agent.testing.stub_server import StubServer
+
+    manifest = _realtext.write_manifest(folder)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBED_", "BASTION_"))
+           and k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}  # as a user's shell runs it
+    env["PYTHONPATH"] = str(REPO)
+    commands = {"python -c pass": [sys.executable, "-c", "pass"]}
+    for mode in ("keyword", "hybrid", "vector"):
+        commands[mode] = [sys.executable, "-m", "bastion_agent", "search", str(manifest), query,
+                          "--out", str(layout.root), "--json", "--mode", mode]
+    walls: dict = {name: [] for name in commands}
+    cpus: dict = {name: [] for name in commands}
+    with StubServer(dim=_realtext.DIM) as stub:
+        env["EMBED_URL"] = stub.url
+        for _ in range(rounds):
+            for name, command in commands.items():
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                started = time.perf_counter()
+                done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True)
+                walls[name].append(time.perf_counter() - started)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpus[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+                if done.returncode != 0:
+                    raise SystemExit(f"{name} failed: {done.stderr.strip()}")
+    return {name: {"wall_s": round(statistics.median(walls[name]), 3), "cpu_s": round(statistics.median(cpus[name]), 3)}
+            for name in commands}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keep", type=Path, required=True, help="build the store in DIR/SIZE (outside the repository) and reuse it")
     parser.add_argument("--windows", type=int, default=188_678)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--peers", default="numpy,faiss-hnsw,chroma,lancedb,qmd-style")
+    parser.add_argument("--threads-default", action="store_true",
+                        help="leave OpenMP and BLAS their default thread counts (they then spin between queries)")
+    parser.add_argument("--faiss-index", type=Path, help="keep FAISS's graph in this file and reuse it (same vectors)")
+    parser.add_argument("--cold", type=int, default=0, metavar="N", help="also time N rounds of cold CLI searches")
     args = parser.parse_args()
 
     def log(line: str) -> None:
@@ -343,12 +411,14 @@ def main() -> None:
     exact = [top_rows(unit @ q.unit) for q in queries]
     systems: list = [Bastion(layout, {chunk: row for row, chunk in enumerate(chunk_ids)})]
     with tempfile.TemporaryDirectory(prefix="bastion-peers-") as scratch:
-        peers, left_out = build_peers(set(args.peers.split(",")), unit, texts, Path(scratch), log)
+        peers, left_out = build_peers(set(args.peers.split(",")), unit, texts, Path(scratch), log, args.faiss_index)
         table = measure(systems + peers, queries, exact)
+    systems[0].index.close()
+    cold = cold_start(folder, layout, queries[0].text, args.cold) if args.cold else None
     print(json.dumps({"windows": built["windows"], "dim": _realtext.DIM, "queries": len(queries), "k": K,
                       "cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],
                       "load_after": [round(x, 2) for x in os.getloadavg()], "left_out": left_out,
-                      "table": table, "ratios": ratios(table)}, indent=2))
+                      "table": table, "ratios": ratios(table), "cold_start": cold}, indent=2))
 
 
 if __name__ == "__main__":

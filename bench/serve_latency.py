@@ -10,8 +10,9 @@ stub in another), waits for it, warms it up and measures:
 - ``http_ms``: p50 / p95 of one ``GET /search?k=10`` at a time, per mode,
   and of ``GET /healthz`` (the HTTP floor: a new connection, no search);
 - ``http_keepalive_ms``: the same over one kept-alive connection (what a
-  client with a session pays), and ``serve_rss_mb``: serve's resident set
-  and mapped size after it;
+  client with a session pays), and ``serve_memory_mb``: serve's resident
+  set (anonymous and file-backed) beside the size of each derived file it
+  maps and how much of that is resident, after the measurement;
 - ``burst``: 16 clients sending ``--burst`` queries together (default mode):
   every answer's status, the wall time, queries per second, p50 / p95;
 - ``in_process_ms``: the baseline, measured in the same run on the same
@@ -195,7 +196,7 @@ def measure(folder: Path, n: int, queries: int, burst: int, stub_url: str) -> di
             result[way] = {mode: percentiles(samples[(way, mode)]) for mode in MODES}
         result["http_ms"]["healthz"] = percentiles(timed_requests(base, ["/healthz"] * queries))
         result["http_keepalive_ms"]["healthz"] = percentiles(timed_requests(base, ["/healthz"] * queries, session))
-        result["serve_rss_mb"] = _rss_mb(process.pid)
+        result["serve_memory_mb"] = _rss_mb(process.pid, layout.root / "index")
         result["burst"] = run_burst(base, [asked[i % len(asked)] for i in range(burst)])
     finally:
         session.close()
@@ -220,17 +221,43 @@ def _ok(answer: tuple[int, float]) -> float:
     return seconds
 
 
-def _rss_mb(pid: int) -> dict:
-    """serve's resident set and its mapped size (VmRSS, VmSize) after the measurement, from /proc."""
-    found = {}
+def _rss_mb(pid: int, index_folder: Path) -> dict:
+    """serve's memory after the measurement, from /proc: its resident set beside what it maps.
+
+    ``VmRSS`` splits into ``RssAnon`` (Python's own heap: caches, the
+    keyword vocabulary, the floor sample) and ``RssFile`` (pages of mapped
+    files that are in memory). Each derived file serve maps (the float32
+    vector file, the ANN index, the ids) is listed with its mapped size and
+    how much of it is resident: a memory map costs memory only for the
+    pages a query touched, so the resident share is the part of the store
+    the queries reached, not the store's size. ``VmSize`` (every mapping,
+    thread stacks and reserved heap included) is shown for completeness.
+    """
+    found: dict = {}
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             name, _, value = line.partition(":")
-            if name in ("VmRSS", "VmSize"):
+            if name in ("VmRSS", "RssAnon", "RssFile", "VmSize"):
                 found[name] = round(int(value.split()[0]) / 1024, 1)
+        found["maps"] = _mapped_files(Path(f"/proc/{pid}/smaps").read_text(), index_folder)
     except OSError:
         pass
     return found
+
+
+def _mapped_files(smaps: str, folder: Path) -> dict:
+    """``{kind: {"mapped_mb", "resident_mb"}}`` of each file under ``folder`` in an smaps listing."""
+    totals: dict = {}
+    kind = None
+    for line in smaps.splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's first line
+            path = fields[5] if len(fields) >= 6 else ""
+            kind = path.rsplit(".", 1)[-1] if path.startswith(str(folder)) else None
+        elif kind is not None and fields and fields[0] in ("Size:", "Rss:"):
+            entry = totals.setdefault(kind, {"mapped_mb": 0.0, "resident_mb": 0.0})
+            entry["mapped_mb" if fields[0] == "Size:" else "resident_mb"] += int(fields[1]) / 1024
+    return {kind: {name: round(value, 1) for name, value in entry.items()} for kind, entry in totals.items()}
 
 
 def _body(base: str, path: str) -> bytes:

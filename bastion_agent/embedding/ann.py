@@ -49,6 +49,14 @@ EXPANSION_ADD = 128
 EXPANSION_SEARCH = 416
 MIN_CANDIDATES = 96
 DTYPE = "i8"
+# What the saved index was built with is recorded in the header ("ann_graph"):
+# an index built with other settings is rebuilt whole by the next embed (a
+# search never rebuilds it) and searched meanwhile with the beam its own
+# settings need. Indexes saved before the settings were recorded are
+# LEGACY_GRAPH's.
+GRAPH = f"{DTYPE}:{CONNECTIVITY}:{EXPANSION_ADD}"
+LEGACY_GRAPH = "i8:16:128"
+LEGACY_EXPANSION_SEARCH = 416
 # A caller who may see less than this share of the current rows is answered by
 # the exact scan over its rows. 1.0: every caller who cannot see every window.
 # The graph is one for all callers, so a walk for a filtered caller passes
@@ -100,7 +108,7 @@ def update(files: Files, header: dict, view: VectorFile, limit: int | None = Non
             return latest if latest is not None and latest.get("build") == header["build"] else header
         if latest is None or latest.get("build") != header["build"]:
             return header  # rebuilt meanwhile: the next load sees the new build
-        covered = latest.get("ann_rows", 0) if _readable(module, files, latest) else 0
+        covered = latest.get("ann_rows", 0) if graph_of(latest) == GRAPH and _readable(module, files, latest) else 0
         missing = view.rows - covered
         if missing <= 0 or (limit is not None and missing > limit):
             return latest
@@ -121,8 +129,25 @@ def update(files: Files, header: dict, view: VectorFile, limit: int | None = Non
                 return header
             os.replace(temporary, target)
             latest["ann_rows"] = view.rows
+            latest["ann_graph"] = GRAPH
             write_json(files.header, latest)
     return latest
+
+
+def graph_of(header: dict) -> str:
+    """The settings the saved index was built with (an index from before they were recorded: the first defaults)."""
+    return header.get("ann_graph", LEGACY_GRAPH)
+
+
+def expansion_for(header: dict) -> int:
+    """The beam for the saved graph: the default for a graph of the current settings, else the first defaults' beam.
+
+    A graph built with other settings needs the beam measured for it, and
+    the only other settings a saved index can have so far are the first
+    defaults (LEGACY_GRAPH); a graph of settings this code does not know
+    gets that beam too, the widest this code has ever searched with.
+    """
+    return EXPANSION_SEARCH if graph_of(header) == GRAPH else LEGACY_EXPANSION_SEARCH
 
 
 def _readable(module, files: Files, header: dict) -> bool:
@@ -158,7 +183,7 @@ class AnnIndex:
         self.index = module.Index.restore(str(path_of(files, header)), view=True)
         if self.index is None or len(self.index) < self.rows:
             raise StoreError("the ANN index file is unreadable: it is rebuilt by the next embed or search")
-        self.index.expansion_search = EXPANSION_SEARCH
+        self.index.expansion_search = expansion_for(header)
 
     def top(self, query, n: int, allowed: RowFilter | None = None) -> list[tuple[float, int]]:
         """About the ``n`` best current rows (of ``allowed`` when given) as ``(float64 cosine, position)``, best first.

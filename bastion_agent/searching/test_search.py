@@ -389,6 +389,23 @@ class AnnTests(SyntheticStore):
         self.assertEqual(index.ann.rows, 400)
         self.assertEqual(self.ids(index.search("", query, 5, "vector")), self.reference(query, 5))
 
+    def test_an_index_built_with_other_settings_is_searched_with_the_old_beam_until_embed_rebuilds_it(self):
+        self.load()
+        files = vectorfile.Files.for_key(self.layout, "synthetic")
+        self.assertEqual(vectorfile.read_header(files)["ann_graph"], ann.GRAPH)
+        query = self.query()
+        newer = {"GRAPH": "f16:32:128", "DTYPE": "f16", "CONNECTIVITY": 32, "EXPANSION_SEARCH": 64}
+        with mock.patch.multiple(ann, LAZY_ROWS=0, **newer):
+            index = self.load()  # a search never rebuilds it: the saved graph answers, with its own beam
+            self.assertEqual(index.ann.index.expansion_search, ann.LEGACY_EXPANSION_SEARCH)
+            self.assertEqual(self.ids(index.search("", query, 5, "vector")), self.reference(query, 5))
+            embed.refresh_derived(self.layout, fake_manifest())
+            self.assertEqual(vectorfile.read_header(files)["ann_graph"], "f16:32:128")
+            index = self.load()
+            self.assertEqual((str(index.ann.index.dtype), index.ann.index.expansion_search), ("ScalarKind.F16", 64))
+            self.assertEqual(index.ann.rows, 400)
+            self.assertEqual(self.ids(index.search("", query, 5, "vector")), self.reference(query, 5))
+
     def test_refresh_derived_builds_the_index(self):
         embed.refresh_derived(self.layout, fake_manifest())
         self.assertEqual(len(list(self.layout.root.glob("index/*.usearch"))), 1)
