@@ -8,14 +8,22 @@ detector module's ``DETECTION_VERSION`` or the settings change it.
 
 The golden check guards the one thing a key made of versions cannot see by
 itself: a detector whose behaviour changed while nobody bumped its version.
-It runs the scanner over a fixed corpus (texts made from templates with a
-seeded generator, so no secret-looking value is stored in the repository)
-and compares a digest of every output with the one recorded in
-``testdata/detection_golden.json`` beside the versions it was recorded
-under. Same versions, other outputs: the bump was forgotten. Other versions:
-record again, so the pair stays in step::
+It runs the scanner over a fixed corpus (texts made from templates, so no
+secret-looking value is stored in the repository) and compares a digest of
+every output with the one recorded in ``testdata/detection_golden.json``
+beside what it was recorded under: the detector versions, the rule ids of
+the table and a digest of those rules' rows. Same versions and rows, other
+outputs: the bump was forgotten. Other versions, an edited or removed
+recorded rule: record again, so the pair stays in step::
 
     python3 -m bastion_agent.sanitizing.test_detection_version --record
+
+Adding a rule needs no record. Every sample has a stable id
+(``template:<i>``, ``rule:<rule id>:<keyword>``, ``path:<i>``) and its own
+generator seeded by that id, so a new rule's keyword samples shift no other
+sample; rules added since the record are disabled by id while the corpus
+runs, and samples that were not recorded are not compared. Append new
+templates at the end: a template's id is its index.
 """
 
 from __future__ import annotations
