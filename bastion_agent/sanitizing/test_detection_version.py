@@ -8,18 +8,28 @@ detector module's ``DETECTION_VERSION`` or the settings change it.
 
 The golden check guards the one thing a key made of versions cannot see by
 itself: a detector whose behaviour changed while nobody bumped its version.
-It runs the scanner over a fixed corpus (texts made from templates with a
-seeded generator, so no secret-looking value is stored in the repository)
-and compares a digest of every output with the one recorded in
-``testdata/detection_golden.json`` beside the versions it was recorded
-under. Same versions, other outputs: the bump was forgotten. Other versions:
-record again, so the pair stays in step::
+It runs the scanner over a fixed corpus (texts made from templates, so no
+secret-looking value is stored in the repository) and compares a digest of
+every output with the one recorded in ``testdata/detection_golden.json``
+beside what it was recorded under: the detector versions, the rule ids of
+the table and a digest of those rules' rows. Same versions and rows, other
+outputs: the bump was forgotten. Other versions, an edited or removed
+recorded rule: record again, so the pair stays in step::
 
     python3 -m bastion_agent.sanitizing.test_detection_version --record
+
+Adding a rule needs no record. Every sample has a stable id
+(``template:<i>``, ``rule:<rule id>:<keyword>``, ``path:<i>``) and its own
+generator seeded by that id, so a new rule's keyword samples shift no other
+sample; rules added since the record are disabled by id while the corpus
+runs, and samples that were not recorded are not compared. Append new
+templates at the end: a template's id is its index.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -33,14 +43,14 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from bastion_agent.sanitizing import detection_version, validators
-from bastion_agent.sanitizing.rules import RULES
+from bastion_agent.sanitizing import detection_version, rules, scanner, validators
 from bastion_agent.sanitizing.scanner import Sanitizer
 from bastion_agent.sanitizing.settings import SanitizeSettings, parse_settings
 
 GOLDEN = Path(__file__).with_name("testdata") / "detection_golden.json"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 SEED = 20261202
+RECORD = "python3 -m bastion_agent.sanitizing.test_detection_version --record"
 ALPHABETS = {
     "HEX": "0123456789abcdef",
     "B62": "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
@@ -116,74 +126,160 @@ CUSTOM = {"disable": ["phone"], "allow": ["jane.doe@example.com"], "allow_patter
           "rules": [{"id": "employee-id", "pattern": r"EMP-\d{6}", "keywords": ["emp-"]}]}
 
 
-def _fill(template: str, rng: random.Random) -> str:
+def _fill(template: str, sample_id: str) -> str:
+    """``template`` with its slots filled from a generator seeded by the sample's own id.
+
+    Each sample draws from its own generator, so a sample added or taken away
+    (a new rule's keywords) leaves every other sample's text as it was.
+    """
+    rng = random.Random(f"{SEED}:{sample_id}")
     return SLOT.sub(lambda slot: "".join(rng.choice(ALPHABETS[slot.group(1)]) for _ in range(int(slot.group(2)))),
                     template)
 
 
-def corpus() -> list[str]:
-    """The fixed texts: the templates, then each keyword of each rule before a random token."""
-    rng = random.Random(SEED)
-    texts = [_fill(template, rng) for template in TEMPLATES]
-    for rule in RULES:
+def corpus() -> dict[str, str]:
+    """The fixed texts by id: the templates, each keyword of each rule before random tokens, the custom rule's text."""
+    texts = {f"template:{index}": _fill(template, f"template:{index}") for index, template in enumerate(TEMPLATES)}
+    for rule in rules.RULES:
         for keyword in rule.keywords:
             lines = [f"{keyword}{{{alphabet}:{length}}} x\n" for alphabet in ("B62", "HEX") for length in LENGTHS]
-            texts.append(_fill("".join(lines) + f"x {keyword} = {{B64:32}}\n", rng))
-    texts.append(_fill("staff EMP-{DIG:6} host 10.0.0.7 phone +41 44 668 18 11 jane.doe@example.com\n", rng))
+            sample_id = f"rule:{rule.id}:{keyword}"
+            texts[sample_id] = _fill("".join(lines) + f"x {keyword} = {{B64:32}}\n", sample_id)
+    texts["custom-rule"] = _fill("staff EMP-{DIG:6} host 10.0.0.7 phone +41 44 668 18 11 jane.doe@example.com\n",
+                                 "custom-rule")
     return texts
 
 
-def outputs() -> list[str]:
-    """One short digest per output of the corpus: built-in settings, custom settings, and the paths."""
-    digests = []
-    for sanitizer in (Sanitizer(), Sanitizer(parse_settings(CUSTOM))):
-        for text in corpus():
+def outputs(recorded_rules: frozenset[str] | None = None) -> dict[str, str]:
+    """A short digest per sample id: the corpus under built-in and custom settings, and the paths.
+
+    ``recorded_rules``: the rule ids the golden file was recorded with; every
+    other built-in rule is disabled (by id), so a rule added since finds
+    nothing here and changes no recorded output.
+    """
+    added = _added_rules(recorded_rules)
+    digests = {}
+    for name, settings in (("builtin", SanitizeSettings()), ("custom", parse_settings(CUSTOM))):
+        sanitizer = Sanitizer(dataclasses.replace(settings, disable=(*settings.disable, *added)))
+        for sample_id, text in corpus().items():
             clean, counts, values = sanitizer.redact_found(text)
             record = [clean, sorted(counts.items()), sorted(values.items())]
-            digests.append(hashlib.sha256(json.dumps(record).encode("utf-8")).hexdigest()[:16])
-        for path in PATHS:
-            digests.append(hashlib.sha256(sanitizer.redact_path(path).encode("utf-8")).hexdigest()[:16])
+            digests[f"{name}/{sample_id}"] = _short_digest(json.dumps(record))
+        for index, path in enumerate(PATHS):
+            digests[f"{name}/path:{index}"] = _short_digest(sanitizer.redact_path(path))
     return digests
 
 
-def detector_identity() -> dict:
-    return {"versions": detection_version.detection_versions(), "rules": detection_version.rules_digest()}
+def _added_rules(recorded_rules: frozenset[str] | None) -> tuple[str, ...]:
+    """The ids of the built-in rules that were not there when the golden file was recorded."""
+    if recorded_rules is None:
+        return ()
+    added = tuple(rule.id for rule in rules.RULES if rule.id not in recorded_rules)
+    # ``disable`` also takes categories and kinds: an id that is one of those would turn off recorded rules too.
+    shared = [rule_id for rule_id in added if rule_id in rules.CATEGORIES or rule_id in (rules.SECRET, rules.PERSONAL)]
+    if shared:
+        raise AssertionError(f"the new rules {shared} are named like a category or a kind; give them another id")
+    return added
+
+
+def _short_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def detector_identity(recorded_rules: frozenset[str]) -> dict:
+    """What the golden outputs were made by: the detector versions and the rows of the recorded rules.
+
+    Only the recorded rules' rows (and their categories' kinds) count, in
+    table order: a rule added since is disabled while the corpus runs, so
+    its row cannot change a recorded output. An edit of a recorded row does.
+    """
+    kept = [rule for rule in rules.RULES if rule.id in recorded_rules]
+    table = {"rules": [dataclasses.asdict(rule) for rule in kept],
+             "categories": {rule.category: rules.CATEGORIES.get(rule.category) for rule in kept}}
+    canonical = json.dumps(table, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return {"versions": detection_version.detection_versions(),
+            "rules": hashlib.sha256(canonical.encode("ascii")).hexdigest()}
 
 
 def record() -> None:
-    digests = outputs()
+    rule_ids = frozenset(rule.id for rule in rules.RULES)
     GOLDEN.write_text(json.dumps({
-        "detector": detector_identity(),
-        "outputs": hashlib.sha256("".join(digests).encode("ascii")).hexdigest(),
-        "samples": digests,
+        "detector": detector_identity(rule_ids),
+        "rule_ids": sorted(rule_ids),
+        "samples": outputs(),
     }, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def golden_mismatch(golden: dict) -> str:
+    """Why the outputs do not match the golden file, or "" when they do."""
+    recorded_rules = frozenset(golden["rule_ids"])
+    removed = sorted(recorded_rules - {rule.id for rule in rules.RULES})
+    identity = detector_identity(recorded_rules)
+    if removed or golden["detector"] != identity:
+        return (f"the detectors' versions or recorded rules changed (removed rules: {removed}; {identity} against the"
+                f" recorded {golden['detector']}): record the golden outputs again: {RECORD}")
+    digests = outputs(recorded_rules)
+    missing = sorted(set(golden["samples"]) - set(digests))
+    if missing:
+        return f"recorded samples no longer in the corpus ({missing[:20]}): record the golden outputs again: {RECORD}"
+    changed = sorted(sample for sample, then in golden["samples"].items() if digests[sample] != then)
+    if changed:
+        return ("what the detectors find changed without a version bump: bump DETECTION_VERSION in the module whose"
+                " behaviour changed (docs/sanitize.md, 'The cache key'), then record again; changed samples: "
+                f"{changed[:20]}")
+    return ""
+
+
 class GoldenTests(unittest.TestCase):
-    """What the detectors find on the fixed corpus changes only with a version or a rule."""
+    """What the detectors find on the fixed corpus changes only with a version or a recorded rule."""
+
+    def setUp(self):
+        self.golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
 
     def test_the_corpus_reaches_the_detectors(self):
         found = set()
-        for text in corpus():
+        for text in corpus().values():
             found.update(Sanitizer().redact(text)[1])
         self.assertGreaterEqual(len(found), 40, sorted(found))
         for rule in ("credential-value", "person-name", "password-column", "email", "card-number", "iban"):
             self.assertIn(rule, found)
 
     def test_outputs_match_the_recorded_digest_under_the_recorded_versions(self):
-        golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
-        identity = detector_identity()
-        if golden["detector"] != identity:
-            self.fail(f"the detectors' versions or rules changed ({identity} against the recorded {golden['detector']}):"
-                      " record the golden outputs again: python3 -m bastion_agent.sanitizing.test_detection_version --record")
-        digests = outputs()
-        changed = [index for index, (now, then) in enumerate(zip(digests, golden["samples"])) if now != then]
-        if len(digests) != len(golden["samples"]):
-            changed.append(len(digests))
-        self.assertEqual(changed, [], "what the detectors find changed without a version bump: bump DETECTION_VERSION"
-                                      " in the module whose behaviour changed (docs/sanitize.md, 'The cache key'),"
-                                      " then record again; changed samples (index into corpus()): "
-                                      f"{changed[:20]}")
+        self.assertEqual(golden_mismatch(self.golden), "")
+
+    def test_a_new_rule_leaves_the_golden_check_passing(self):
+        """A rule added in the middle of the table, whose keyword is in recorded samples, changes none of them."""
+        new = rules.Rule("simulated-new-rule", "national-id", r"(?i)password", keywords=("password",))
+        with _rules_table((*rules.RULES[:5], new, *rules.RULES[5:])):
+            self.assertIn("builtin/rule:simulated-new-rule:password", outputs())
+            self.assertEqual(golden_mismatch(self.golden), "")
+            enabled = outputs()  # the rule on: it does change recorded samples, so disabling it is what kept them
+            self.assertTrue(any(enabled[sample] != then for sample, then in self.golden["samples"].items()))
+
+    def test_an_edit_of_a_recorded_rule_fails(self):
+        edited = tuple(dataclasses.replace(rule, pattern=rule.pattern.replace("{36}", "{37}"))
+                       if rule.id == "npm-token" else rule for rule in rules.RULES)
+        self.assertNotEqual(edited, rules.RULES)
+        with _rules_table(edited):
+            self.assertIn("record the golden outputs again", golden_mismatch(self.golden))
+
+    def test_a_removed_rule_fails(self):
+        with _rules_table(tuple(rule for rule in rules.RULES if rule.id != "npm-token")):
+            self.assertIn("removed rules: ['npm-token']", golden_mismatch(self.golden))
+
+    def test_a_detector_change_without_a_bump_fails_and_a_bump_asks_for_a_record(self):
+        """A validator that refuses every card number stands for any detector edit the versions do not show."""
+        with mock.patch.dict(validators.CHECKS, {"card": lambda match, start, end: False}):
+            self.assertIn("without a version bump", golden_mismatch(self.golden))
+            with mock.patch.object(validators, "DETECTION_VERSION", validators.DETECTION_VERSION + 1):
+                self.assertIn("record the golden outputs again", golden_mismatch(self.golden))
+
+
+@contextlib.contextmanager
+def _rules_table(table: tuple):
+    """Run with ``table`` as the built-in rules, where the scanner and this module read them."""
+    with mock.patch.object(rules, "RULES", table), mock.patch.object(scanner, "RULES", table):
+        yield
 
 
 class KeyTests(unittest.TestCase):
