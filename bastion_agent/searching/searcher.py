@@ -20,6 +20,7 @@ from bastion_agent.config.manifest import SEARCH_MODES
 from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
 from bastion_agent.core.layout import Layout
 from bastion_agent.core.progress import escape_name
+from bastion_agent.core.records import Hit
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.client import EmbedClient
 from bastion_agent.embedding.endpoint import EndpointConfig
@@ -29,35 +30,6 @@ DEFAULT_K = 5
 
 
 # --- search ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One search result: a sanitized window and where it comes from."""
-
-    score: float
-    doc: str
-    idx: int
-    chunk_id: str
-    text: str
-    paths: list[str]
-    start: int
-    end: int
-    relevance: int = 0  # 0-100, the evidence the order was made by: never rises down the list (fusion.py)
-    vector_score: float | None = None  # the window's cosine, when the vector side returned it
-    vector_rank: int | None = None
-    keyword_score: float | None = None  # its BM25, when the keyword side returned it
-    keyword_rank: int | None = None
-    vector_relevance: int | None = None  # each side's evidence, 0-100, where it was had
-    keyword_relevance: int | None = None
-    mode: str = ""  # the mode that answered this hit: vector, keyword or hybrid
-    fallback: bool = False  # True: the model server was down and keyword search answered instead
-    ocr: bool = False  # True: the window starts on a page OCR read, so its text may hold recognition errors
-    page: int | None = None  # the page (from 1) where the window starts, in a PDF or an image; None elsewhere
-
-    def as_dict(self) -> dict:
-        """The fields by name (a subclass's too), for JSON: ``dataclasses.asdict`` without its deep copy of every value."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True)
