@@ -171,13 +171,15 @@ def _quoted(names) -> str:
     return ", ".join(f'"{name}"' for name in names)
 
 
-def insert_sql(table: str, record: type, verb: str = "INSERT", mark: str = "?") -> str:
+def insert_sql(table: str, record: type, verb: str = "INSERT", mark: str = "?", only=None) -> str:
     """``INSERT INTO table ("a", "b") VALUES (?, ?)`` for the record's fields; pass rows through ``values``.
 
     ``verb`` may be ``INSERT OR IGNORE`` and the like; ``mark`` is the
-    driver's placeholder (``?`` for sqlite3, ``%s`` for psycopg).
+    driver's placeholder (``?`` for sqlite3, ``%s`` for psycopg); ``only``
+    keeps those of the fields a table has (an older store lacks the newer
+    columns: ``values`` must be given the same).
     """
-    names = column_names(record)
+    names = _chosen(record, only)
     return f"{verb} INTO {table} ({_quoted(names)}) VALUES ({', '.join(mark for _ in names)})"
 
 
@@ -188,13 +190,18 @@ def select_sql(table: str, record: type, alias: str = "") -> str:
     return f"SELECT {columns} FROM {table}{' ' + alias if alias else ''}"
 
 
-def values(record: type):
-    """A function from one record to its column values, in ``insert_sql``'s order."""
-    names = column_names(record)
+def values(record: type, only=None):
+    """A function from one record to its column values, in ``insert_sql``'s order (a tuple)."""
+    names = _chosen(record, only)
     if len(names) == 1:
         get = operator.attrgetter(names[0])
         return lambda row: (get(row),)
     return operator.attrgetter(*names)
+
+
+def _chosen(record: type, only) -> tuple[str, ...]:
+    names = column_names(record)
+    return names if only is None else tuple(name for name in names if name in only)
 
 
 # --- JSON schema from the fields ---------------------------------------------
