@@ -204,6 +204,35 @@ def _chosen(record: type, only) -> tuple[str, ...]:
     return names if only is None else tuple(name for name in names if name in only)
 
 
+def build(record: type, *sources, **given):
+    """A record whose fields are taken by name: from ``given``, else from the first source that has the name.
+
+    A source is a mapping (a ``dict``, a ``sqlite3.Row``) or a record; a field
+    no source has keeps its default. So a column a query selects under a
+    field's name, or a ranking's attribute of that name, fills the field
+    without another line.
+    """
+    known = [_as_mapping(source) for source in sources]
+    chosen = {}
+    for item in dataclasses.fields(record):
+        if item.name in given:
+            chosen[item.name] = given[item.name]
+            continue
+        for mapping in known:
+            if item.name in mapping:
+                chosen[item.name] = mapping[item.name]
+                break
+    return record(**chosen)
+
+
+def _as_mapping(source) -> dict:
+    if dataclasses.is_dataclass(source):
+        return {item.name: getattr(source, item.name) for item in dataclasses.fields(source)}
+    if hasattr(source, "keys"):
+        return {name: source[name] for name in source.keys()}
+    raise TypeError(f"not a record or a mapping: {type(source).__name__}")
+
+
 # --- JSON schema from the fields ---------------------------------------------
 
 

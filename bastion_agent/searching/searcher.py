@@ -20,6 +20,7 @@ from bastion_agent.config.manifest import SEARCH_MODES
 from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
 from bastion_agent.core.layout import Layout
 from bastion_agent.core.progress import escape_name
+from bastion_agent.core import records
 from bastion_agent.core.records import Hit
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.client import EmbedClient
@@ -370,29 +371,34 @@ class SearchIndex:
         was loaded has no row and the next one takes its place (another
         query, only then).
         """
-        import json
+        import sqlite3
 
         k = len(ranked) if k is None else k
         hits: list[Hit] = []
         position = 0
+        cursor = self.db.cursor()
+        cursor.row_factory = sqlite3.Row  # the columns by name: each fills the Hit field it is named after
         while len(hits) < k and position < len(ranked):
             part = ranked[position : position + k - len(hits)]
             position += len(part)
             marks = ",".join("?" * len(part))
-            rows = {row[0]: row for row in self.db.execute(
+            rows = {row["chunk_id"]: row for row in cursor.execute(
                 f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, d.paths FROM chunks c'
                 f" LEFT JOIN documents d ON d.doc = c.doc WHERE c.chunk_id IN ({marks})",
                 [item.chunk_id for item in part])}
-            maps = vectorstore.document_pages(self.db, (row[1] for row in rows.values()))
-            hits += [
-                Hit(item.score, doc, idx, item.chunk_id, text, [escape_name(path) for path in json.loads(paths or "[]")],
-                    start, end, item.relevance,
-                    item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank,
-                    item.vector_relevance, item.keyword_relevance, mode, **page_of(maps.get(doc), start, text))
-                for item in part if item.chunk_id in rows
-                for _, doc, idx, start, end, text, paths in (rows[item.chunk_id],)
-            ]
+            maps = vectorstore.document_pages(self.db, (row["doc"] for row in rows.values()))
+            hits += [hit_of(item, rows[item.chunk_id], mode, maps) for item in part if item.chunk_id in rows]
         return hits
+
+
+def hit_of(item, row, mode: str, maps: dict) -> Hit:
+    """The hit of a ranked window (``fusion.Scored``: its scores) and its row (``chunks`` and ``documents``
+    by column name), with the mode that answered and the page its text starts on."""
+    import json
+
+    paths = [escape_name(path) for path in json.loads(row["paths"] or "[]")]
+    return records.build(Hit, item, row, paths=paths, mode=mode,
+                         **page_of(maps.get(row["doc"]), row["start"], row["text"]))
 
 
 def page_of(page_map, start: int, text: str) -> dict:
