@@ -53,6 +53,14 @@ class ListingRow:
     # like the whole listing; sanitize turns it into the page map of the sanitized text (sanitizing/pages.py).
     ocr_pages: list[int] | None = None
 
+    @classmethod
+    def from_line(cls, line: dict) -> "ListingRow":
+        """A listing line read back, as its reader must take it: a line of an older agent names the key
+        ``doc``, and a missing field is empty (the reader then refuses what it cannot use)."""
+        return cls(path=str(line.get("path", "")), key=line.get("key") or line.get("doc"), size=line.get("size", 0),
+                   kind=str(line.get("kind", "")), status=str(line.get("status", "")), reason=line.get("reason"),
+                   ocr_pages=line.get("ocr_pages"))
+
     def listed(self) -> dict:
         """The listing's line: ``ocr_pages`` only where the text has pages."""
         row = dataclasses.asdict(self)
