@@ -46,7 +46,7 @@ from bastion_agent.core.errors import (
     ManifestError,
     StoreError,
 )
-from bastion_agent.core import access
+from bastion_agent.core import access, records
 from bastion_agent.core.layout import Layout, write_summary
 from bastion_agent.embedding import vectorstore
 
@@ -514,8 +514,34 @@ class Writer:
                                  (self.bastion, self.model, docs)).fetchone()[0]
 
 
+@dataclass(frozen=True)
+class PublishedDocument:
+    """One row of the server's ``documents`` as the owner writes it (the server stamps ``published_at``).
+
+    Its first three fields are the row's key; the owner's upsert is made
+    from the fields (``_owner_documents_sql``), so a column added here and in
+    ``publish_schema`` is written without another line.
+    """
+
+    bastion: str
+    model: str
+    doc: str
+    chunks_fingerprint: str  # LocalDocument.chunks_fingerprint
+    paths: str  # the sorted paths as a JSON list (the column is jsonb)
+    windows: int
+
+
+def _owner_documents_sql() -> str:
+    key, rest = records.column_names(PublishedDocument)[:3], records.column_names(PublishedDocument)[3:]
+    updates = ", ".join(f'"{name}" = excluded."{name}"' for name in rest)
+    return (records.insert_sql("bastion_agent.documents", PublishedDocument, mark="%s")
+            + f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}, published_at = excluded.published_at")
+
+
 class OwnerWriter(Writer):
     """The schema's owner (setting up, or a bulk load): straight into the tables, which it owns."""
+
+    DOCUMENTS_SQL = _owner_documents_sql()
 
     LOCK_SQL = "SELECT bastion FROM bastion_agent.bastions WHERE bastion = %s FOR UPDATE NOWAIT"
 
@@ -546,13 +572,9 @@ class OwnerWriter(Writer):
             with self.conn.cursor() as cur:
                 copy_into(cur, "bastion_agent.windows", copy_rows(self.bastion, self.model, batch), COPY_COLUMNS,
                           pause)
-                cur.executemany(
-                    "INSERT INTO bastion_agent.documents (bastion, model, doc, chunks_fingerprint, paths, windows,"
-                    " published_at) VALUES (%s, %s, %s, %s, %s::jsonb, %s, now()) ON CONFLICT (bastion, doc, model)"
-                    " DO UPDATE SET chunks_fingerprint = excluded.chunks_fingerprint, paths = excluded.paths,"
-                    " windows = excluded.windows, published_at = excluded.published_at",
-                    [(self.bastion, self.model, d.doc, d.chunks_fingerprint, d.paths_json, len(d.windows))
-                     for d in batch])
+                row = records.values(PublishedDocument)
+                cur.executemany(self.DOCUMENTS_SQL, [row(PublishedDocument(
+                    self.bastion, self.model, d.doc, d.chunks_fingerprint, d.paths_json, len(d.windows))) for d in batch])
             labelled = [d for d in batch if d.groups]  # COPY wrote none: the labelled ones' rows, in this transaction
             if labelled:
                 self.update_groups(labelled)
