@@ -57,7 +57,8 @@ class BuildTests(unittest.TestCase):
         db = sqlite3.connect(":memory:")
         db.row_factory = sqlite3.Row
         row = db.execute("SELECT 'w' AS text, 'd' AS doc, 3 AS idx, 0 AS start, 1 AS \"end\", 'x' AS unused").fetchone()
-        ranked = dataclasses.make_dataclass("Ranked", [("score", float), ("chunk_id", str), ("doc", str)])(0.5, "c", "not")
+        ranked_type = dataclasses.make_dataclass("Ranked", [("score", float), ("chunk_id", str), ("doc", str)])
+        ranked = ranked_type(0.5, "c", "not")  # its doc comes first: a source earlier in the list wins
         hit = records.build(Hit, ranked, row, paths=["p"], mode="vector")
         self.assertEqual(hit, Hit(0.5, "not", 3, "c", "w", ["p"], 0, 1, mode="vector"))
         self.assertIsNone(hit.page)

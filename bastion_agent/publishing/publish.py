@@ -572,9 +572,9 @@ class OwnerWriter(Writer):
             with self.conn.cursor() as cur:
                 copy_into(cur, "bastion_agent.windows", copy_rows(self.bastion, self.model, batch), COPY_COLUMNS,
                           pause)
-                row = records.values(PublishedDocument)
-                cur.executemany(self.DOCUMENTS_SQL, [row(PublishedDocument(
-                    self.bastion, self.model, d.doc, d.chunks_fingerprint, d.paths_json, len(d.windows))) for d in batch])
+                rows = [PublishedDocument(self.bastion, self.model, d.doc, d.chunks_fingerprint, d.paths_json,
+                                          len(d.windows)) for d in batch]
+                cur.executemany(self.DOCUMENTS_SQL, list(map(records.values(PublishedDocument), rows)))
             labelled = [d for d in batch if d.groups]  # COPY wrote none: the labelled ones' rows, in this transaction
             if labelled:
                 self.update_groups(labelled)
