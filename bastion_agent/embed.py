@@ -2,7 +2,8 @@
 
 The code lives in the part it belongs to (docs/architecture.md): windows and
 ids in ``chunking.chunker``, the embed stage in ``embedding.embed_stage``, search in
-``searching.searcher``, reading the sanitized store in ``sanitizing.sanitized_store``. This
+``searching.searcher``, the records that cross stages (``Hit``, ``ChunkRow``) in
+``core.records``, reading the sanitized store in ``sanitizing.sanitized_store``. This
 module only re-exports their public names, so ``from bastion_agent import
 embed`` and ``bastion_agent/test_embed.py`` keep working; the package's own
 code imports from where a name lives.
@@ -14,13 +15,13 @@ from bastion_agent.chunking.chunker import (  # noqa: F401
     CHUNKER_VERSION,
     PIECE_TOKENS,
     TOKEN_RE,
-    ChunkRow,
     Window,
     chunk_document,
     chunk_id,
     run_chunk,
     windows,
 )
+from bastion_agent.core.records import ChunkRow, Hit  # noqa: F401
 from bastion_agent.embedding.embed_stage import (  # noqa: F401
     all_embedded,
     current_windows,
@@ -39,7 +40,6 @@ from bastion_agent.searching.searcher import (  # noqa: F401
     FUSION_CANDIDATES,
     RESCORE_MARGIN,
     Answer,
-    Hit,
     SearchIndex,
     answer,
     cosine,

@@ -7,6 +7,7 @@ import json
 import unittest
 
 from bastion_agent.core.layout import Layout, figures_path, read_jsonl
+from bastion_agent.core.records import DocumentRow, StoredChunk
 from bastion_agent.embed import chunk_id
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
@@ -214,16 +215,16 @@ def write_old_format_folder(layout: Layout, files: dict[str, bytes], size: int, 
         for row in chunk_document(doc, clean, size, overlap):
             old_ids.add(row.chunk_id)
             chunk_rows.append(row.__dict__)
-            db_chunks.append((row.chunk_id, doc, row.idx, row.start, row.end, clean[row.start:row.end]))
+            db_chunks.append(StoredChunk(row.chunk_id, doc, row.idx, row.start, row.end, clean[row.start:row.end]))
     write_jsonl(layout.extract_listing, extract_rows)
     write_jsonl(layout.sanitized_listing, sanitized_rows)
     write_jsonl(layout.chunks_path, chunk_rows)
     with mock.patch.object(vectorstore, "MIGRATIONS", vectorstore.MIGRATIONS[:3]):
         db = vectorstore.connect(layout.vectors_db, create=True)
-    vectorstore.replace_chunks(db, db_chunks, [(row["doc"], json.dumps(row["paths"])) for row in sanitized_rows])
+    vectorstore.replace_chunks(db, db_chunks, [DocumentRow(row["doc"], json.dumps(row["paths"])) for row in sanitized_rows])
     vectorstore.store_batch(db, "stub-model", dim,
-                            [(chunk, vectorstore.pack(bag_of_words(text, dim))) for chunk, _, _, _, _, text in db_chunks[1:]],
-                            [(db_chunks[0][0], "http_500")], "2026-01-01T00:00:00+00:00")
+                            [(row.chunk_id, vectorstore.pack(bag_of_words(row.text, dim))) for row in db_chunks[1:]],
+                            [(db_chunks[0].chunk_id, "http_500")], "2026-01-01T00:00:00+00:00")
     vectorstore.add_vectors(db, "stub-model", dim, [(sha(b"a vector of an older sweep"), vectorstore.pack([1.0] * dim))],
                             "2026-01-01T00:00:00+00:00")
     old_ids.add(sha(b"a vector of an older sweep"))

@@ -44,7 +44,9 @@ sys.path.insert(0, str(ROOT))
 from bastion_agent import embed  # noqa: E402
 from bastion_agent.chunking import chunker  # noqa: E402
 from bastion_agent.embedding import vectorstore  # noqa: E402
+from bastion_agent.core import records  # noqa: E402
 from bastion_agent.core.layout import Layout, ensure_private_dir  # noqa: E402
+from bastion_agent.core.records import DocumentRow, StoredChunk  # noqa: E402
 
 DIM = 384
 MODEL = "bench-real"
@@ -99,7 +101,7 @@ def documents():
 
 
 def chunk_rows(n: int, documents_out: list):
-    """Up to ``n`` distinct windows as ``chunks`` rows; fills ``documents_out`` with ``(doc, paths)``."""
+    """Up to ``n`` distinct windows as ``chunks`` rows; fills ``documents_out`` with their ``DocumentRow``."""
     seen: set[bytes] = set()
     made = 0
     for doc, text, path in documents():
@@ -111,13 +113,13 @@ def chunk_rows(n: int, documents_out: list):
             if key in seen:
                 continue
             seen.add(key)
-            yield embed.chunk_id(doc, window), doc, used, start, end, window
+            yield StoredChunk(embed.chunk_id(doc, window), doc, used, start, end, window)
             used += 1
             made += 1
             if made >= n:
                 break
         if used:
-            documents_out.append((doc, json.dumps([str(path)])))
+            documents_out.append(DocumentRow(doc, json.dumps([str(path)])))
         if made >= n:
             return
 
@@ -181,7 +183,7 @@ def build(folder: Path, n: int, log=print) -> dict:
     documents_out: list = []
     vectorstore.replace_chunks(db, chunk_rows(n, documents_out), [])
     with vectorstore.transaction(db):
-        db.executemany("INSERT INTO documents (doc, paths) VALUES (?, ?)", documents_out)
+        db.executemany(records.insert_sql("documents", DocumentRow), map(records.values(DocumentRow), documents_out))
     chunks_s = time.monotonic() - started
     log(f"chunks and FTS index: {chunks_s:.0f} s")
     total = vectorstore.count(db, "SELECT COUNT(*) FROM chunks")

@@ -52,10 +52,10 @@ def window_texts(layout: Layout) -> list[str]:
     """The windows in the order the embed stage sends them (by document, then index; first of a repeat)."""
     rows, _ = embed.current_windows(layout)
     seen, texts = set(), []
-    for chunk_id, doc, idx, _start, _end, text in sorted(rows, key=lambda row: (row[1], row[2])):
-        if chunk_id not in seen:
-            seen.add(chunk_id)
-            texts.append(text)
+    for row in sorted(rows, key=lambda row: (row.doc, row.idx)):
+        if row.chunk_id not in seen:
+            seen.add(row.chunk_id)
+            texts.append(row.text)
     return texts
 
 

@@ -147,8 +147,8 @@ def documents(windows, vectors, first: int, count: int) -> dict[str, publish.Loc
         offset = 0
         for idx, i in enumerate(part):
             text = windows[i]
-            document.windows.append((embed.chunk_id(doc, text), idx, offset, offset + len(text), text,
-                                     vectors[i].tobytes()))
+            document.windows.append(publish.PublishedWindow(embed.chunk_id(doc, text), idx, offset,
+                                                            offset + len(text), text, vectors[i].tobytes()))
             offset += len(text) + 1
         result[doc] = document
     return result

@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bastion_agent import embed
+from bastion_agent.core.records import StoredChunk  # noqa: E402
 from bastion_agent.embedding import vectorstore  # noqa: E402
 
 
@@ -37,13 +38,13 @@ def shared_data() -> Path:
     return Path(os.environ.get("BASTION_SHARED_DATA") or REPO.parent / "shared" / "data")
 
 
-def windows_of(collection: Path, limit: int, size: int) -> list[tuple]:
+def windows_of(collection: Path, limit: int, size: int) -> list[StoredChunk]:
     rows = []
     for path in sorted((collection / "docs").glob("*.txt")):
         text = path.read_text(encoding="utf-8", errors="replace")
         doc = hashlib.sha256(text.encode("utf-8")).hexdigest()
         for row in embed.chunk_document(doc, text, size, size // 8):
-            rows.append((row.chunk_id, doc, row.idx, row.start, row.end, text[row.start:row.end]))
+            rows.append(StoredChunk(row.chunk_id, doc, row.idx, row.start, row.end, text[row.start:row.end]))
         if len(rows) >= limit:
             break
     return rows
@@ -58,9 +59,9 @@ def main() -> None:
     rows = windows_of(shared_data() / "ir" / args.collection, args.windows, args.size)
     by_doc: dict[str, int] = {}
     for row in rows:
-        by_doc[row[1]] = by_doc.get(row[1], 0) + 1
+        by_doc[row.doc] = by_doc.get(row.doc, 0) + 1
     victim = max(by_doc, key=lambda doc: (by_doc[doc], doc))  # the longest document: most words to lose
-    kept = [row for row in rows if row[1] != victim]
+    kept = [row for row in rows if row.doc != victim]
     with tempfile.TemporaryDirectory(prefix="bastion-scrub-") as tmp:
         path = Path(tmp) / "vectors.db"
         db = vectorstore.connect(path, create=True)

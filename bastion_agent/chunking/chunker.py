@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from bastion_agent.core.layout import Layout, write_private, write_summary
 from bastion_agent.core.progress import Progress
+from bastion_agent.core.records import ChunkRow
 from bastion_agent.sanitizing.sanitized_store import (
     read_checked_text,
     sanitized_documents,
@@ -36,20 +37,6 @@ class Window:
     start: int
     end: int
     tokens: int
-
-
-@dataclass(frozen=True)
-class ChunkRow:
-    """One row of ``chunks.jsonl``."""
-
-    chunk_id: str
-    doc: str
-    idx: int
-    start: int
-    end: int
-    chars: int
-    tokens: int
-    v: int = CHUNKER_VERSION
 
 
 def windows(text: str, size: int, overlap: int) -> list[Window]:
@@ -165,7 +152,7 @@ def chunk_document(doc: str, text: str, size: int, overlap: int) -> list[ChunkRo
     """The rows of one document, in order."""
     spans = _windows(text, size, overlap)[0]
     return [
-        ChunkRow(chunk, doc, idx, start, end, end - start, tokens)
+        ChunkRow(chunk, doc, idx, start, end, end - start, tokens, CHUNKER_VERSION)
         for idx, ((start, end, tokens), chunk) in enumerate(zip(spans, _chunk_ids(doc, text, spans)))
     ]
 

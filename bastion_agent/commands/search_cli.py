@@ -16,6 +16,7 @@ from bastion_agent.config.arguments import (
 from bastion_agent.core import audit
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.core.progress import escape_name, for_terminal
+from bastion_agent.core.records import Hit
 from bastion_agent.searching import searcher
 
 SNIPPET_CHARS = 400
@@ -74,7 +75,7 @@ def run_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_hits(hits: list[searcher.Hit]) -> str:
+def format_hits(hits: list[Hit]) -> str:
     """Hits for a person: rank, relevance (0-100), path(s), document and window, then the text.
 
     The relevance, not the fused score, is what a person can compare

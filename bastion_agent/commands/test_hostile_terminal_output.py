@@ -40,7 +40,7 @@ class TerminalOutputTests(unittest.TestCase):
 
     def test_search_hits_show_text_and_paths_without_control_characters(self):
         from bastion_agent.commands.search_cli import format_hits
-        from bastion_agent.searching.searcher import Hit
+        from bastion_agent.core.records import Hit
 
         hit = Hit(score=0.5, doc="0" * 64, idx=0, chunk_id="c" * 64,
                   text="deploy notes \x1b]52;c;cHduZWQ=\x07 then \x1b[8mhidden\x1b[0m \u202eword",

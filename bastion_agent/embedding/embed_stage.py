@@ -14,6 +14,7 @@ from typing import Sequence
 from bastion_agent.chunking.chunker import chunk_id
 from bastion_agent.core.errors import ModelServerError, StoreError
 from bastion_agent.core.layout import Layout, read_jsonl, write_summary
+from bastion_agent.core.records import DocumentRow, StoredChunk
 from bastion_agent.embedding import vectorstore, window_fit
 from bastion_agent.embedding.client import EmbedClient
 from bastion_agent.embedding.endpoint import EndpointConfig
@@ -41,7 +42,7 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
     # First, and whatever the model server does: windows sanitize superseded must not outlive the fix.
     erased = erase_superseded(layout)
     chunk_rows, documents = current_windows(layout)
-    pages = current_pages(layout, {row[1] for row in chunk_rows})
+    pages = current_pages(layout, {row.doc for row in chunk_rows})
     client = client or EmbedClient(EndpointConfig.from_env(), manifest.embed.model)
     key = manifest.embed.vector_key
     probed = not all_embedded(layout, key, manifest.embed.dim, chunk_rows)
@@ -90,14 +91,14 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
     return summary
 
 
-def all_embedded(layout: Layout, key: str, dim: int, chunk_rows: list[tuple]) -> bool:
+def all_embedded(layout: Layout, key: str, dim: int, chunk_rows: list[StoredChunk]) -> bool:
     """Whether every window of this sweep already has a vector of ``key`` and ``dim`` (read only)."""
     if not layout.vectors_db.exists():
         return not chunk_rows
     db = vectorstore.connect(layout.vectors_db, create=False)
     try:  # primary-key lookups, stopping at the first window without a vector
         lookup = "SELECT 1 FROM vectors WHERE chunk_id = ? AND model = ? AND dim = ?"
-        return all(db.execute(lookup, (row[0], key, dim)).fetchone() for row in chunk_rows)
+        return all(db.execute(lookup, (row.chunk_id, key, dim)).fetchone() for row in chunk_rows)
     finally:
         db.close()
 
@@ -165,8 +166,8 @@ def embed_missing(db, client: EmbedClient, manifest, missing: Sequence[tuple[str
     return stats.batches
 
 
-def current_windows(layout: Layout) -> tuple[list[tuple], list[tuple]]:
-    """This sweep's ``(chunk_id, doc, idx, start, end, text)`` rows and ``(doc, paths, groups)`` rows.
+def current_windows(layout: Layout) -> tuple[list[StoredChunk], list[DocumentRow]]:
+    """This sweep's windows with their text, and its documents with their paths and groups, as vectors.db keeps them.
 
     Each window's text is cut from the sanitized store and its id checked
     again, so a sanitized store changed since ``chunk`` is caught here.
@@ -186,9 +187,9 @@ def current_windows(layout: Layout) -> tuple[list[tuple], list[tuple]]:
         window = texts[doc][row["start"] : row["end"]]
         if chunk_id(doc, window) != row["chunk_id"]:
             raise StoreError("the sanitized store changed since chunk ran: run chunk again")
-        chunk_rows.append((row["chunk_id"], doc, row["idx"], row["start"], row["end"], window))
-    documents = [(doc, json.dumps(listing.get(doc, {}).get("paths", [])), json.dumps(_groups(listing.get(doc, {}))))
-                 for doc in sorted(texts)]
+        chunk_rows.append(StoredChunk(row["chunk_id"], doc, row["idx"], row["start"], row["end"], window))
+    documents = [DocumentRow(doc, paths=json.dumps(listing.get(doc, {}).get("paths", [])),
+                             groups=json.dumps(_groups(listing.get(doc, {})))) for doc in sorted(texts)]
     return chunk_rows, documents
 
 

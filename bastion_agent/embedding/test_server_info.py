@@ -74,7 +74,7 @@ class LlamaCppLikeTests(SanitizedStoreCase):
             summary, err, error = embed_capturing(self, stub, EMBED_API="openai")
         self.assertIsNone(error)
         windows = embed.current_windows(self.layout)[0]
-        expected = {row[0]: token_count(row[5]) for row in windows if token_count(row[5]) > self.CONTEXT}
+        expected = {row.chunk_id: token_count(row.text) for row in windows if token_count(row.text) > self.CONTEXT}
         self.assertTrue(expected, "the fixture must have windows over the context")
         self.assertEqual(summary["context_tokens"], self.CONTEXT)
         self.assertEqual(summary["context_source"], "/props")
@@ -129,7 +129,7 @@ class LlamaCppPythonLikeTests(SanitizedStoreCase):
 
     def over(self, context: int) -> dict[str, int]:
         windows = embed.current_windows(self.layout)[0]
-        return {row[0]: token_count(row[5]) for row in windows if token_count(row[5]) > context}
+        return {row.chunk_id: token_count(row.text) for row in windows if token_count(row.text) > context}
 
     def test_without_embed_context_the_cut_is_found_by_probing(self):
         """Regression: a sweep of windows over its context reported truncated 0; the cut is found empirically."""
@@ -164,7 +164,7 @@ class LlamaCppPythonLikeTests(SanitizedStoreCase):
             summary, err, error = embed_capturing(self, stub, EMBED_CONTEXT="48")
         self.assertIsNone(error)
         windows = embed.current_windows(self.layout)[0]
-        over = {row[0]: token_count(row[5]) for row in windows if token_count(row[5]) > 48}
+        over = {row.chunk_id: token_count(row.text) for row in windows if token_count(row.text) > 48}
         self.assertEqual((summary["context_source"], summary["token_counts"]), ("EMBED_CONTEXT", "server"))
         self.assertEqual(summary["truncated"], len(over))
         self.assertEqual(summary["tokens_lost"], sum(t - 48 for t in over.values()))
@@ -265,7 +265,7 @@ class OllamaLikeTests(SanitizedStoreCase):
         self.assertEqual((summary["context_tokens"], summary["context_source"]), (48, "/api/show"))
         self.assertEqual((summary["token_counts"], summary["token_counter"]), ("estimate", None))
         windows = embed.current_windows(self.layout)[0]
-        over = [row for row in windows if token_count(row[5]) > 48]
+        over = [row for row in windows if token_count(row.text) > 48]
         self.assertEqual(summary["truncated"], len(over))  # Ollama refused each, the engine resent it truncated
         self.assertEqual(len(truncating), len(over))
         self.assertGreater(summary["tokens_lost"], 0)

@@ -43,7 +43,9 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from bastion_agent.config.model_names import canonical_name
+from bastion_agent.core import records
 from bastion_agent.core.errors import StoreError
+from bastion_agent.core.records import DocumentRow, StoredChunk
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -341,13 +343,14 @@ class transaction:
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
-def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: Iterable[tuple],
+def replace_chunks(db: sqlite3.Connection, chunks: Iterable[StoredChunk], documents: Iterable[DocumentRow],
                    pages: Iterable[tuple] = ()) -> int:
     """Make ``chunks``, ``documents`` and ``document_pages`` hold exactly this sweep's rows, atomically.
 
-    ``chunks`` rows are ``(chunk_id, doc, idx, start, end, text)``; a chunk id
-    seen twice (a repeated window) keeps its first position. ``documents``
-    rows are ``(doc, paths JSON, groups JSON)`` (``(doc, paths)``: no group).
+    A chunk id seen twice (a repeated window) keeps its first position. Both
+    tables are written by column name from their record's fields
+    (``records.insert_sql``), so a field added to ``StoredChunk`` or
+    ``DocumentRow`` needs only its column (a migration) here.
 
     Only the difference is written: an unchanged chunk keeps its row, so the
     keyword index (kept in step by triggers) and the derived search files
@@ -355,28 +358,39 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[tuple], documents: I
     text then still sits in the keyword index's segments: see ``scrub``).
     """
     with transaction(db):
-        db.execute('CREATE TEMP TABLE IF NOT EXISTS new_chunks (chunk_id TEXT PRIMARY KEY, doc TEXT, idx INTEGER,'
-                   ' start INTEGER, "end" INTEGER, text TEXT)')
+        db.execute(f"CREATE TEMP TABLE IF NOT EXISTS new_chunks ({_NEW_CHUNKS_COLUMNS})")
         db.execute("DELETE FROM temp.new_chunks")
-        db.executemany("INSERT OR IGNORE INTO temp.new_chunks VALUES (?, ?, ?, ?, ?, ?)", chunks)
+        db.executemany(records.insert_sql("temp.new_chunks", StoredChunk, "INSERT OR IGNORE"),
+                       map(records.values(StoredChunk), chunks))
         deleted = db.execute("DELETE FROM chunks WHERE chunk_id NOT IN (SELECT chunk_id FROM temp.new_chunks)").rowcount
-        db.execute(
-            'INSERT INTO chunks SELECT * FROM temp.new_chunks WHERE true ON CONFLICT (chunk_id) DO UPDATE SET'
-            ' doc = excluded.doc, idx = excluded.idx, start = excluded.start, "end" = excluded."end", text = excluded.text'
-            ' WHERE (doc, idx, start, "end", text) IS NOT (excluded.doc, excluded.idx, excluded.start, excluded."end",'
-            ' excluded.text)'
-        )
+        db.execute(_UPSERT_CHUNKS)
         db.execute("DELETE FROM temp.new_chunks")
         db.execute("DELETE FROM documents")
-        if _has_column(db, "documents", "groups"):
-            db.executemany("INSERT INTO documents (doc, paths, groups) VALUES (?, ?, ?)",
-                           (row if len(row) == 3 else (*row, "[]") for row in documents))
-        else:  # a store not yet migrated this far (only tests write one)
-            db.executemany("INSERT INTO documents (doc, paths) VALUES (?, ?)", (row[:2] for row in documents))
+        # a store not yet migrated this far (only tests write one) lacks the newer columns: those are left out
+        columns = [name for name in records.column_names(DocumentRow) if _has_column(db, "documents", name)]
+        db.executemany(records.insert_sql("documents", DocumentRow, only=columns),
+                       map(records.values(DocumentRow, only=columns), documents))
         if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'document_pages'").fetchone():  # not in an old store
             db.execute("DELETE FROM document_pages")
             db.executemany("INSERT OR REPLACE INTO document_pages (doc, pages) VALUES (?, ?)", pages)
     return deleted
+
+
+def _chunk_columns() -> tuple[str, str]:
+    """The temporary table a sweep's windows are staged in, and the upsert that moves the changed ones into
+    ``chunks``, both named from ``StoredChunk``'s fields (its first field, ``chunk_id``, is the key)."""
+    key, *rest = records.column_names(StoredChunk)
+    table = ", ".join([f'"{key}" TEXT PRIMARY KEY'] + [f'"{name}"' for name in rest])
+    columns = ", ".join(f'"{name}"' for name in (key, *rest))
+    mine = ", ".join(f'"{name}"' for name in rest)
+    theirs = ", ".join(f'excluded."{name}"' for name in rest)
+    upsert = (f"INSERT INTO chunks ({columns}) SELECT {columns} FROM temp.new_chunks WHERE true"
+              f' ON CONFLICT ("{key}") DO UPDATE SET ' + ", ".join(f'"{name}" = excluded."{name}"' for name in rest)
+              + f" WHERE ({mine}) IS NOT ({theirs})")
+    return table, upsert
+
+
+_NEW_CHUNKS_COLUMNS, _UPSERT_CHUNKS = _chunk_columns()
 
 
 def missing_chunks(db: sqlite3.Connection, model: str) -> list[tuple[str, str]]:

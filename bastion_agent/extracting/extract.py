@@ -63,6 +63,7 @@ from bastion_agent.core.layout import (
     write_summary,
 )
 from bastion_agent.core.progress import Progress, for_terminal
+from bastion_agent.core.records import ListingRow as Row  # a line of extract/listing.jsonl
 from bastion_agent.extracting import pdf as pdf_reasons, readers
 from bastion_agent.extracting.formats import ocr
 from bastion_agent.extracting.report import print_report, report_lines  # noqa: F401  (the stage's --report)
@@ -70,7 +71,6 @@ from bastion_agent.extracting.walk import (
     DOC_TEXT_NAME,
     STATUS_EXTRACTED,
     STATUS_SKIPPED,
-    Row,
     Selection,
     extract_key,
     load,

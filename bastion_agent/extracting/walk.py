@@ -19,12 +19,13 @@ import json
 import os
 import re
 import stat
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from bastion_agent.core.confine import NotRegular, SourceRoot
 from bastion_agent.core.globs import GlobSet
 from bastion_agent.core.layout import OUT_MARKER
+from bastion_agent.core.records import ListingRow as Row  # a line of extract/listing.jsonl
 from bastion_agent.extracting import readers
 
 STATUS_EXTRACTED = "extracted"
@@ -58,28 +59,6 @@ MAX_DEPTH = 256
 # The name of a text in an extract store: its key and ".txt" (the stage removes stale ones by it).
 DOC_TEXT_NAME = re.compile(r"[0-9a-f]{64}\.txt")
 _KEY = re.compile(r"[0-9a-f]{64}")
-
-
-@dataclass(frozen=True)
-class Row:
-    """One file seen: a line of ``extract/listing.jsonl``."""
-
-    path: str
-    key: str | None  # sha256 of the file's raw path and bytes (``extract_key``): private to the extract store
-    size: int
-    kind: str
-    status: str
-    reason: str | None = None
-    # A PDF's or an image's pages that OCR read (numbers from 1); None for a text without pages. Private
-    # like the whole listing; sanitize turns it into the page map of the sanitized text (sanitizing/pages.py).
-    ocr_pages: list[int] | None = None
-
-    def listed(self) -> dict:
-        """The listing's line: ``ocr_pages`` only where the text has pages."""
-        row = asdict(self)
-        if row["ocr_pages"] is None:
-            del row["ocr_pages"]
-        return row
 
 
 # ---------------------------------------------------------------- walk

@@ -46,7 +46,7 @@ from bastion_agent.core.errors import (
     ManifestError,
     StoreError,
 )
-from bastion_agent.core import access
+from bastion_agent.core import access, records
 from bastion_agent.core.layout import Layout, write_summary
 from bastion_agent.embedding import vectorstore
 
@@ -192,19 +192,31 @@ def scrub(exc: Exception, dsn: str) -> str:
 # --- what the bastion has --------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PublishedWindow:
+    """One window of a document as publish sends it: a vectors.db window (``StoredChunk``) and its vector."""
+
+    chunk_id: str
+    idx: int
+    start: int
+    end: int
+    text: str
+    vec: bytes  # the packed little-endian float32 vector, as vectors.db stores it
+
+
 @dataclass
 class LocalDocument:
     """One document as this bastion would publish it."""
 
     doc: str
     paths: list[str]
-    windows: list[tuple] = field(default_factory=list)  # (chunk_id, idx, start, end, text, vec blob)
+    windows: list[PublishedWindow] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)  # who may read it (vectors.db's documents.groups)
 
     @property
     def chunks_fingerprint(self) -> str:
         """sha256 of the sorted chunk ids: equal exactly when the windows are (ids are content-addressed)."""
-        ids = sorted(window[0] for window in self.windows)
+        ids = sorted(window.chunk_id for window in self.windows)
         return hashlib.sha256("\n".join(ids).encode("ascii")).hexdigest()
 
     @property
@@ -235,23 +247,25 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
     key, dim = manifest.embed.vector_key, manifest.embed.dim
     db = vectorstore.connect(layout.vectors_db, create=False)
     try:
-        stored = {row[0] for row in db.execute("SELECT chunk_id FROM chunks")}
+        stored = {chunk for chunk, in db.execute("SELECT chunk_id FROM chunks")}
         vectors = dict(db.execute("SELECT chunk_id, vec FROM vectors WHERE model = ? AND dim = ?", (key, dim)))
         groups = document_groups(db)
     finally:
         db.close()
-    if stored != {row[0] for row in chunk_rows}:
+    if stored != {row.chunk_id for row in chunk_rows}:
         raise StoreError("vectors.db holds other windows than chunks.jsonl: run embed first")
     missing = len(stored - vectors.keys())
     if missing:
         raise StoreError(f"{missing} window(s) have no vector for model {key!r} (dim {dim}): run embed first")
-    result = {doc: LocalDocument(doc, json.loads(paths), groups=groups.get(doc, [])) for doc, paths, *_ in documents}
+    result = {row.doc: LocalDocument(row.doc, json.loads(row.paths), groups=groups.get(row.doc, []))
+              for row in documents}
     seen: set[str] = set()
-    for chunk_id, doc, idx, start, end, text in chunk_rows:
-        if chunk_id in seen:  # a repeated window keeps its first position, as in vectors.db
+    for row in chunk_rows:
+        if row.chunk_id in seen:  # a repeated window keeps its first position, as in vectors.db
             continue
-        seen.add(chunk_id)
-        result[doc].windows.append((chunk_id, idx, start, end, text, vectors[chunk_id]))
+        seen.add(row.chunk_id)
+        result[row.doc].windows.append(
+            PublishedWindow(row.chunk_id, row.idx, row.start, row.end, row.text, vectors[row.chunk_id]))
     return result
 
 
@@ -309,9 +323,9 @@ def copy_rows(bastion: str | None, model: str | None, documents: Iterable[LocalD
         head = struct.pack(">h", len(COPY_COLUMNS)) + _text_field(bastion) + _text_field(model)
     for document in documents:
         doc = _text_field(document.doc)
-        for chunk_id, idx, start, end, text, blob in document.windows:
-            yield b"".join((head, _text_field(chunk_id), doc, _INTS.pack(4, idx, 4, start, 4, end),
-                            _text_field(text), _vector_field(blob)))
+        for window in document.windows:
+            yield b"".join((head, _text_field(window.chunk_id), doc, _INTS.pack(4, window.idx, 4, window.start, 4,
+                            window.end), _text_field(window.text), _vector_field(window.vec)))
 
 
 # --- the publisher ---------------------------------------------------------
@@ -500,8 +514,34 @@ class Writer:
                                  (self.bastion, self.model, docs)).fetchone()[0]
 
 
+@dataclass(frozen=True)
+class PublishedDocument:
+    """One row of the server's ``documents`` as the owner writes it (the server stamps ``published_at``).
+
+    Its first three fields are the row's key; the owner's upsert is made
+    from the fields (``_owner_documents_sql``), so a column added here and in
+    ``publish_schema`` is written without another line.
+    """
+
+    bastion: str
+    model: str
+    doc: str
+    chunks_fingerprint: str  # LocalDocument.chunks_fingerprint
+    paths: str  # the sorted paths as a JSON list (the column is jsonb)
+    windows: int
+
+
+def _owner_documents_sql() -> str:
+    key, rest = records.column_names(PublishedDocument)[:3], records.column_names(PublishedDocument)[3:]
+    updates = ", ".join(f'"{name}" = excluded."{name}"' for name in rest)
+    return (records.insert_sql("bastion_agent.documents", PublishedDocument, mark="%s")
+            + f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}, published_at = excluded.published_at")
+
+
 class OwnerWriter(Writer):
     """The schema's owner (setting up, or a bulk load): straight into the tables, which it owns."""
+
+    DOCUMENTS_SQL = _owner_documents_sql()
 
     LOCK_SQL = "SELECT bastion FROM bastion_agent.bastions WHERE bastion = %s FOR UPDATE NOWAIT"
 
@@ -532,13 +572,9 @@ class OwnerWriter(Writer):
             with self.conn.cursor() as cur:
                 copy_into(cur, "bastion_agent.windows", copy_rows(self.bastion, self.model, batch), COPY_COLUMNS,
                           pause)
-                cur.executemany(
-                    "INSERT INTO bastion_agent.documents (bastion, model, doc, chunks_fingerprint, paths, windows,"
-                    " published_at) VALUES (%s, %s, %s, %s, %s::jsonb, %s, now()) ON CONFLICT (bastion, doc, model)"
-                    " DO UPDATE SET chunks_fingerprint = excluded.chunks_fingerprint, paths = excluded.paths,"
-                    " windows = excluded.windows, published_at = excluded.published_at",
-                    [(self.bastion, self.model, d.doc, d.chunks_fingerprint, d.paths_json, len(d.windows))
-                     for d in batch])
+                rows = [PublishedDocument(self.bastion, self.model, d.doc, d.chunks_fingerprint, d.paths_json,
+                                          len(d.windows)) for d in batch]
+                cur.executemany(self.DOCUMENTS_SQL, list(map(records.values(PublishedDocument), rows)))
             labelled = [d for d in batch if d.groups]  # COPY wrote none: the labelled ones' rows, in this transaction
             if labelled:
                 self.update_groups(labelled)

@@ -21,7 +21,7 @@ The same three modes as the local search, answered by PostgreSQL:
   above this model's floor, a median of sampled pairs) and keyword evidence
   (``keyword_evidence``), with the same ``relevance`` (0-100) on every hit.
 
-Hits are ``RemoteHit``: the local ``searcher.Hit`` fields plus ``bastion``.
+Hits are ``RemoteHit``: the ``Hit`` record's fields (``core/records.py``) plus ``bastion``.
 
 **Readers** (docs/publish.md): a search with ``reader=ROLE`` runs in one
 read-only transaction that first does ``SET LOCAL ROLE`` to it, so every
@@ -45,6 +45,7 @@ from datetime import datetime, timezone
 from typing import Sequence
 
 from bastion_agent.config.manifest import SEARCH_MODES
+from bastion_agent.core import records
 from bastion_agent.core.errors import ConfigError, DatabaseError, ModelServerError
 from bastion_agent.searching import searcher
 
@@ -58,7 +59,7 @@ WORD_RE = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
-class RemoteHit(searcher.Hit):
+class RemoteHit(records.Hit):
     """A hit from the central index: the local hit's fields, and which bastion it comes from."""
 
     bastion: str = ""
@@ -449,17 +450,20 @@ class RemoteIndex:
         """The windows of ``ranked`` (score, key, relevance) with their documents' paths, in that order."""
         if not ranked:
             return []
+        from psycopg.rows import dict_row
+
         pairs = [key.split("\0", 1) for _, key, _ in ranked]
-        rows = self.conn.execute(
+        rows = self.conn.cursor(row_factory=dict_row).execute(
             'SELECT w.bastion, w.chunk_id, w.doc, w.idx, w.start, w."end", w.text, d.paths'
             " FROM bastion_agent.windows w JOIN unnest(%s::text[], %s::text[]) AS k(bastion, chunk_id)"
             "   ON w.bastion = k.bastion AND w.chunk_id = k.chunk_id AND w.model = %s"
             " LEFT JOIN bastion_agent.documents d ON d.bastion = w.bastion AND d.doc = w.doc AND d.model = w.model",
             ([b for b, _ in pairs], [c for _, c in pairs], self.key)).fetchall()
-        found = {_key(row[0], row[1]): row for row in rows}
-        return [RemoteHit(score, doc, idx, chunk, text, list(paths or []), start, end, relevance, bastion=bastion)
-                for score, key, relevance in ranked if key in found
-                for bastion, chunk, doc, idx, start, end, text, paths in (found[key],)]
+        found = {_key(row["bastion"], row["chunk_id"]): row for row in rows}
+        # each column fills the hit's field of its name (records.build), as the local search's rows do
+        return [records.build(RemoteHit, found[key], score=score, relevance=relevance,
+                              paths=list(found[key]["paths"] or []))
+                for score, key, relevance in ranked if key in found]
 
 
 class _DatabaseErrors:

@@ -27,6 +27,7 @@ from pathlib import Path
 from bastion_agent.core import layout as store
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.progress import Progress, escape_name
+from bastion_agent.core.records import ListingRow
 from bastion_agent.sanitizing import copies
 from bastion_agent.sanitizing.detection_version import sanitizer_fingerprint
 from bastion_agent.sanitizing.pages import page_map
@@ -482,14 +483,15 @@ def _extracted_keys(layout) -> dict[str, _Extracted]:
         raise StoreError(f"extract listing {listing} is unreadable ({exc.__class__.__name__}): run extract again") from None
     found: dict[str, list[tuple[str, str]]] = {}
     ocr_pages: dict[str, list[int] | None] = {}  # the same for every path of a key: they hold the same bytes
-    for row in rows:
-        if not isinstance(row, dict) or row.get("status") != "extracted":
+    for line in rows:
+        row = ListingRow.from_line(line) if isinstance(line, dict) else None
+        if row is None or row.status != "extracted":
             continue
-        key = row.get("key") or row.get("doc")  # "doc": a listing of an older agent, whose doc was this key
+        key = row.key
         if not isinstance(key, str) or not DOC_ID.fullmatch(key):
             raise StoreError(f"extract listing {listing} has an invalid or missing key: run extract again")
-        found.setdefault(key, []).append((str(row.get("path", "")), str(row.get("kind", ""))))
-        ocr_pages.setdefault(key, _ocr_pages(row.get("ocr_pages")))
+        found.setdefault(key, []).append((row.path, row.kind))
+        ocr_pages.setdefault(key, _ocr_pages(row.ocr_pages))
     keys = {}
     for key, entries in found.items():
         entries.sort()

@@ -20,6 +20,8 @@ from bastion_agent.config.manifest import SEARCH_MODES
 from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
 from bastion_agent.core.layout import Layout
 from bastion_agent.core.progress import escape_name
+from bastion_agent.core import records
+from bastion_agent.core.records import Hit
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.client import EmbedClient
 from bastion_agent.embedding.endpoint import EndpointConfig
@@ -29,35 +31,6 @@ DEFAULT_K = 5
 
 
 # --- search ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One search result: a sanitized window and where it comes from."""
-
-    score: float
-    doc: str
-    idx: int
-    chunk_id: str
-    text: str
-    paths: list[str]
-    start: int
-    end: int
-    relevance: int = 0  # 0-100, the evidence the order was made by: never rises down the list (fusion.py)
-    vector_score: float | None = None  # the window's cosine, when the vector side returned it
-    vector_rank: int | None = None
-    keyword_score: float | None = None  # its BM25, when the keyword side returned it
-    keyword_rank: int | None = None
-    vector_relevance: int | None = None  # each side's evidence, 0-100, where it was had
-    keyword_relevance: int | None = None
-    mode: str = ""  # the mode that answered this hit: vector, keyword or hybrid
-    fallback: bool = False  # True: the model server was down and keyword search answered instead
-    ocr: bool = False  # True: the window starts on a page OCR read, so its text may hold recognition errors
-    page: int | None = None  # the page (from 1) where the window starts, in a PDF or an image; None elsewhere
-
-    def as_dict(self) -> dict:
-        """The fields by name (a subclass's too), for JSON: ``dataclasses.asdict`` without its deep copy of every value."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True)
@@ -398,29 +371,34 @@ class SearchIndex:
         was loaded has no row and the next one takes its place (another
         query, only then).
         """
-        import json
+        import sqlite3
 
         k = len(ranked) if k is None else k
         hits: list[Hit] = []
         position = 0
+        cursor = self.db.cursor()
+        cursor.row_factory = sqlite3.Row  # the columns by name: each fills the Hit field it is named after
         while len(hits) < k and position < len(ranked):
             part = ranked[position : position + k - len(hits)]
             position += len(part)
             marks = ",".join("?" * len(part))
-            rows = {row[0]: row for row in self.db.execute(
+            rows = {row["chunk_id"]: row for row in cursor.execute(
                 f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, d.paths FROM chunks c'
                 f" LEFT JOIN documents d ON d.doc = c.doc WHERE c.chunk_id IN ({marks})",
                 [item.chunk_id for item in part])}
-            maps = vectorstore.document_pages(self.db, (row[1] for row in rows.values()))
-            hits += [
-                Hit(item.score, doc, idx, item.chunk_id, text, [escape_name(path) for path in json.loads(paths or "[]")],
-                    start, end, item.relevance,
-                    item.vector_score, item.vector_rank, item.keyword_score, item.keyword_rank,
-                    item.vector_relevance, item.keyword_relevance, mode, **page_of(maps.get(doc), start, text))
-                for item in part if item.chunk_id in rows
-                for _, doc, idx, start, end, text, paths in (rows[item.chunk_id],)
-            ]
+            maps = vectorstore.document_pages(self.db, (row["doc"] for row in rows.values()))
+            hits += [hit_of(item, rows[item.chunk_id], mode, maps) for item in part if item.chunk_id in rows]
         return hits
+
+
+def hit_of(item, row, mode: str, maps: dict) -> Hit:
+    """The hit of a ranked window (``fusion.Scored``: its scores) and its row (``chunks`` and ``documents``
+    by column name), with the mode that answered and the page its text starts on."""
+    import json
+
+    paths = [escape_name(path) for path in json.loads(row["paths"] or "[]")]
+    return records.build(Hit, item, row, paths=paths, mode=mode,
+                         **page_of(maps.get(row["doc"]), row["start"], row["text"]))
 
 
 def page_of(page_map, start: int, text: str) -> dict:

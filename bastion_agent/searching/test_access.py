@@ -11,6 +11,7 @@ from unittest import mock
 from bastion_agent import embed
 from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.layout import Layout, ensure_private_dir
+from bastion_agent.core.records import DocumentRow, StoredChunk
 from bastion_agent.embedding import ann, vectorfile, vectorstore
 from bastion_agent.testing.labelled_docs import ENG_DOCS, GROUPS, HR_DOCS, SHARED
 from bastion_agent.testing.search_manifest import fake_manifest
@@ -258,7 +259,8 @@ class FilteredScanTests(TempFolder, unittest.TestCase):
             vectors.append((chunks[-1][0], vectorstore.pack([rng.gauss(0, 1) for _ in range(self.DIM)])))
             share = (i // 4) % 10  # a tenth of the documents are HR's, the rest engineering's
             docs[doc] = json.dumps(["hr"] if share == 0 else ["eng"])
-        vectorstore.replace_chunks(self.db, chunks, [(doc, json.dumps(["x.txt"]), groups) for doc, groups in docs.items()])
+        vectorstore.replace_chunks(self.db, [StoredChunk(*c) for c in chunks],
+                                   [DocumentRow(doc, json.dumps(["x.txt"]), groups) for doc, groups in docs.items()])
         vectorstore.add_vectors(self.db, "synthetic", self.DIM, vectors, "2026-01-01T00:00:00+00:00")
         self.hr_ids = {c[0] for c in chunks if docs[c[1]] == '["hr"]'}
         self.queries = [[rng.gauss(0, 1) for _ in range(self.DIM)] for _ in range(10)]

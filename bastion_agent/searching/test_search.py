@@ -11,6 +11,7 @@ from unittest import mock
 
 from bastion_agent import embed
 from bastion_agent.core.layout import Layout, ensure_private_dir
+from bastion_agent.core.records import DocumentRow, StoredChunk
 from bastion_agent.embedding import ann, vectorfile, vectorstore
 from bastion_agent.searching import keyword
 from bastion_agent.testing.search_manifest import DIM, fake_manifest
@@ -48,7 +49,8 @@ class SyntheticStore(TempFolder, unittest.TestCase):
         return chunks, vectors
 
     def store(self, chunks, vectors, key: str = "synthetic"):
-        vectorstore.replace_chunks(self.db, chunks, sorted({(c[1], json.dumps([f"{c[1][:6]}.txt"])) for c in chunks}))
+        vectorstore.replace_chunks(self.db, [StoredChunk(*c) for c in chunks],
+                                   [DocumentRow(doc, json.dumps([f"{doc[:6]}.txt"])) for doc in sorted({c[1] for c in chunks})])
         vectorstore.add_vectors(self.db, key, DIM, vectors, "2026-01-01T00:00:00+00:00")
 
     def query(self):
@@ -472,7 +474,7 @@ class KeywordTests(SyntheticStore):
         path = self.layout.root / "old.db"
         with mock.patch.object(vectorstore, "MIGRATIONS", vectorstore.MIGRATIONS[:2]):
             old = vectorstore.connect(path, create=True)
-            vectorstore.replace_chunks(old, self.chunks, [])
+            vectorstore.replace_chunks(old, [StoredChunk(*c) for c in self.chunks], [])
             old.close()
         with mock.patch.object(vectorstore, "MIGRATIONS", vectorstore.MIGRATIONS[:3]):  # m004 forgets old ids
             upgraded = vectorstore.connect(path, create=False)

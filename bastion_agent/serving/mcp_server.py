@@ -32,12 +32,11 @@ import re
 import sys
 import threading
 import traceback
-import typing
 from typing import Callable
 
 from bastion_agent import __version__
 from bastion_agent.config.manifest import SEARCH_MODES
-from bastion_agent.core import access
+from bastion_agent.core import access, records
 from bastion_agent.core.errors import BastionError, ConfigError
 from bastion_agent.embedding import vectorstore
 from bastion_agent.searching import searcher
@@ -307,26 +306,10 @@ PAGE_SCHEMA = {"type": ["integer", "null"], "minimum": 1,
                "description": "the page (from 1) the text starts on, in a PDF or an image; null elsewhere"}
 
 
-def json_type(annotation) -> dict:
-    """The JSON schema of a dataclass field's type (float, int, str, bool, list[str], X | None)."""
-    simple = {float: "number", int: "integer", str: "string", bool: "boolean"}
-    if annotation in simple:
-        return {"type": simple[annotation]}
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is list:
-        return {"type": "array", "items": json_type(args[0]) if args else {}}
-    if args and type(None) in args:
-        others = [json_type(arg) for arg in args if arg is not type(None)]
-        if len(others) == 1 and "type" in others[0] and isinstance(others[0]["type"], str):
-            return {**others[0], "type": [others[0]["type"], "null"]}
-        return {"anyOf": others + [{"type": "null"}]}
-    return {}
-
-
 def hit_schema() -> dict:
-    """A hit's schema, built from ``searcher.Hit``'s fields, so a field added there is described here too."""
-    hints = typing.get_type_hints(searcher.Hit)
-    properties = {field.name: json_type(hints[field.name]) for field in dataclasses.fields(searcher.Hit)}
+    """A hit's schema, built from the ``Hit`` record's fields (``records.json_schema``, as the HTTP API's), so a
+    field added there is described here too; the limits this server applies are added to the fields they cut."""
+    properties = records.json_schema(records.Hit, described=False)["properties"]
     properties["paths"] = PATHS_SCHEMA
     properties["text"] = {"type": "string", "description": f"the sanitized window (at most {MAX_TEXT_CHARS} characters)"}
     properties["truncated"] = {"type": "boolean", "description": "whether text was cut to the limit"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bastion_agent import __version__
 from bastion_agent.config.manifest import SEARCH_MODES
+from bastion_agent.core import records
 
 # The routes serve answers, and those that never need the token (a static page and a liveness answer).
 ROUTES = {"/": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",), "/search": ("GET", "POST")}
@@ -134,6 +135,20 @@ def _search_post(settings) -> dict:
     }
 
 
+# How a hit ranked comes first in its schema; then what it is and where it comes from, in the record's order.
+RANKING_FIELDS = ("score", "relevance", "vector_relevance", "keyword_relevance", "mode", "fallback",
+                  "vector_score", "vector_rank", "keyword_score", "keyword_rank")
+
+
+def hit_schema() -> dict:
+    """The ``Hit`` record's JSON schema (``records.json_schema``, as the MCP server's): a field added to the
+    record is described here with its type and the description its metadata gives."""
+    schema = records.json_schema(records.Hit)
+    fields = schema["properties"]
+    order = [name for name in RANKING_FIELDS if name in fields] + [name for name in fields if name not in RANKING_FIELDS]
+    return {**schema, "properties": {name: fields[name] for name in order}}
+
+
 def _schemas(settings) -> dict:
     return {
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
@@ -147,35 +162,7 @@ def _schemas(settings) -> dict:
                 "mode": {"type": "string", "enum": list(SEARCH_MODES)},
             },
         },
-        "Hit": {
-            "type": "object",
-            "required": ["score", "doc", "idx", "chunk_id", "text", "paths", "start", "end"],
-            "properties": {
-                "score": {"type": "number", "description": "The ranking score (fused in hybrid mode), higher is better."},
-                "relevance": {"type": "integer", "minimum": 0, "maximum": 100,
-                              "description": "How close a match, 0-100, on the same scale for every query: the evidence "
-                                             "the order was made by (fused in hybrid), never rising down the list."},
-                "vector_relevance": {"type": ["integer", "null"], "description": "The vector side's evidence, 0-100."},
-                "keyword_relevance": {"type": ["integer", "null"], "description": "The keyword side's evidence, 0-100."},
-                "mode": {"type": "string", "description": "The mode that answered: vector, keyword or hybrid."},
-                "fallback": {"type": "boolean", "description": "True when the model server was down and keyword search answered."},
-                "vector_score": {"type": ["number", "null"], "description": "Cosine similarity, if the vector side returned the window."},
-                "vector_rank": {"type": ["integer", "null"], "description": "Its rank on the vector side, from 1."},
-                "keyword_score": {"type": ["number", "null"], "description": "BM25, if the keyword side returned the window."},
-                "keyword_rank": {"type": ["integer", "null"], "description": "Its rank on the keyword side, from 1."},
-                "doc": {"type": "string", "description": "The document id: sha256 of its sanitized text."},
-                "idx": {"type": "integer", "description": "The window's position in its document."},
-                "chunk_id": {"type": "string"},
-                "text": {"type": "string", "description": "The sanitized window."},
-                "paths": {"type": "array", "items": {"type": "string"}, "description": "Source paths, relative to the source root."},
-                "start": {"type": "integer"},
-                "end": {"type": "integer"},
-                "ocr": {"type": "boolean", "description": "True when the window starts on a scanned page that OCR "
-                                                         "read: its text may hold recognition errors."},
-                "page": {"type": ["integer", "null"], "minimum": 1,
-                         "description": "The page (from 1) the window starts on, in a PDF or an image; null elsewhere."},
-            },
-        },
+        "Hit": hit_schema(),
         "SearchAnswer": {
             "type": "object",
             "required": ["query", "model", "mode", "k", "hits"],

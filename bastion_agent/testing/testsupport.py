@@ -20,6 +20,7 @@ from bastion_agent.core.layout import (
     write_jsonl,
     write_private,
 )
+from bastion_agent.core.records import ListingRow
 
 ENV_PREFIXES = ("EMBED_", "BASTION_")
 PROJECT = Path(__file__).resolve().parents[2]
@@ -79,8 +80,7 @@ def write_sanitized_store(layout: Layout, documents: dict[str, list[str]]) -> di
         doc, key = ids[text], sha256_hex("raw " + text)
         write_private(layout.doc_text_path(layout.sanitized_dir, doc), text)
         for path in paths:
-            extract_rows.append({"path": path, "key": key, "size": len(text.encode()), "kind": "text",
-                                 "status": "extracted", "reason": None})
+            extract_rows.append(ListingRow(path, key, len(text.encode()), "text", "extracted").listed())
         sanitized_rows.append({"doc": doc, "paths": sorted(paths), "kind": "text"})
         mapped.append({"key": key, "doc": doc, "sanitizer": "", "findings": {}, "bytes_in": len(text.encode())})
     write_jsonl(layout.extract_listing, sorted(extract_rows, key=lambda row: row["path"]))

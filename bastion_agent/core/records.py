@@ -1,0 +1,276 @@
+"""The records that cross stages, each defined once: what one stage writes and a later one reads.
+
+A row handed from one stage (or one store) to another is a frozen
+dataclass here, never a positional tuple, so that adding a field is one
+change of its record (plus the column that stores it) and every reader and
+writer follows by name:
+
+- ``ListingRow``: one line of ``extract/listing.jsonl``; extract writes it,
+  sanitize and the extract report read it.
+- ``DocumentRow``: one row of vectors.db's ``documents``; embed makes it from
+  the sanitized listing, the vector store writes it, publish reads it.
+- ``ChunkRow``: one line of ``chunks.jsonl``; chunk writes it, embed reads it.
+- ``StoredChunk``: one row of vectors.db's ``chunks`` (a window and its
+  sanitized text); embed makes it from ``chunks.jsonl``, the vector store
+  writes it, publish reads it.
+- ``Hit``: one search result; local search (``searching/searcher.py``) and
+  remote search (``publishing/remote_search.py``) build it, the CLI, the
+  HTTP server and the MCP server show it.
+
+The SQL that stores a record names its columns from the record's fields
+(``insert_sql``, ``select_sql``, ``values``), and the JSON schema of a record
+that leaves through an API is made from its fields (``json_schema``): a
+field's ``metadata["schema"]`` adds its description and bounds. Standard
+library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import typing
+from dataclasses import dataclass, field
+
+# --- the records -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ListingRow:
+    """One file extract saw: a line of ``extract/listing.jsonl`` (private: raw paths and keys).
+
+    Extract writes one per file and folder it met, read or skipped; sanitize
+    reads the ``extracted`` ones to know which texts to sanitize under which
+    paths, and ``extract --report`` counts them.
+    """
+
+    path: str
+    key: str | None  # sha256 of the file's raw path and bytes (``extract_key``): private to the extract store
+    size: int
+    kind: str
+    status: str
+    reason: str | None = None
+    # A PDF's or an image's pages that OCR read (numbers from 1); None for a text without pages. Private
+    # like the whole listing; sanitize turns it into the page map of the sanitized text (sanitizing/pages.py).
+    ocr_pages: list[int] | None = None
+
+    @classmethod
+    def from_line(cls, line: dict) -> "ListingRow":
+        """A listing line read back, as its reader must take it: a line of an older agent names the key
+        ``doc``, and a missing field is empty (the reader then refuses what it cannot use)."""
+        return cls(path=str(line.get("path", "")), key=line.get("key") or line.get("doc"), size=line.get("size", 0),
+                   kind=str(line.get("kind", "")), status=str(line.get("status", "")), reason=line.get("reason"),
+                   ocr_pages=line.get("ocr_pages"))
+
+    def listed(self) -> dict:
+        """The listing's line: ``ocr_pages`` only where the text has pages."""
+        row = dataclasses.asdict(self)
+        if row["ocr_pages"] is None:
+            del row["ocr_pages"]
+        return row
+
+
+@dataclass(frozen=True)
+class DocumentRow:
+    """One sanitized document as vectors.db's ``documents`` holds it: where it comes from and who may read it.
+
+    Embed makes it from the sanitized listing (``embed_stage.current_windows``),
+    ``vectorstore.replace_chunks`` writes it, and publish reads it back to
+    send each document with its paths and groups. Both lists are stored as
+    JSON text, which is what the columns hold.
+    """
+
+    doc: str  # sha256 of the sanitized text
+    paths: str  # JSON list of the document's sanitized source paths
+    groups: str = "[]"  # JSON sorted list of the access groups that may read it ([]: only an every-group caller)
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """One window as ``chunks.jsonl`` lists it: its span in the sanitized text, not the text itself.
+
+    The chunk stage writes these (sorted keys, one JSON object a line); embed
+    reads them back and cuts each window's text from the sanitized store.
+    """
+
+    chunk_id: str  # sha256 of the document id and the window's text
+    doc: str
+    idx: int  # the window's position in its document, from 0
+    start: int  # character offsets in the sanitized text, [start, end)
+    end: int
+    chars: int
+    tokens: int
+    v: int  # the chunker's version (``chunker.CHUNKER_VERSION``)
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """One window with its sanitized text: a row of vectors.db's ``chunks``.
+
+    Embed makes these from ``chunks.jsonl`` and the sanitized store
+    (``embed_stage.current_windows``); ``vectorstore.replace_chunks`` writes
+    them; publish reads them to send each window with its vector.
+    """
+
+    chunk_id: str
+    doc: str
+    idx: int
+    start: int
+    end: int
+    text: str
+
+
+def _described(description: str, **bounds) -> dict:
+    """A field's metadata: the description (and bounds) its JSON schema carries besides its type."""
+    return {"schema": {**bounds, "description": description} if description else bounds}
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: a sanitized window and where it comes from.
+
+    Local search and remote search build it; the CLI prints it, and the
+    HTTP and MCP servers send it as JSON (``as_dict``), described by
+    ``json_schema(Hit)``. docs/search.md has the table of its fields.
+    """
+
+    score: float = field(metadata=_described("The ranking score (fused in hybrid mode), higher is better."))
+    doc: str = field(metadata=_described("The document id: sha256 of its sanitized text."))
+    idx: int = field(metadata=_described("The window's position in its document."))
+    chunk_id: str = field(metadata=_described(""))
+    text: str = field(metadata=_described("The sanitized window."))
+    paths: list[str] = field(metadata=_described("Source paths, relative to the source root."))
+    start: int = field(metadata=_described(""))
+    end: int = field(metadata=_described(""))
+    # 0-100, the evidence the order was made by: never rises down the list (fusion.py)
+    relevance: int = field(default=0, metadata=_described(
+        "How close a match, 0-100, on the same scale for every query: the evidence the order was made by"
+        " (fused in hybrid), never rising down the list.", minimum=0, maximum=100))
+    vector_score: float | None = field(default=None, metadata=_described(
+        "Cosine similarity, if the vector side returned the window."))
+    vector_rank: int | None = field(default=None, metadata=_described("Its rank on the vector side, from 1."))
+    keyword_score: float | None = field(default=None, metadata=_described(
+        "BM25, if the keyword side returned the window."))
+    keyword_rank: int | None = field(default=None, metadata=_described("Its rank on the keyword side, from 1."))
+    vector_relevance: int | None = field(default=None, metadata=_described("The vector side's evidence, 0-100."))
+    keyword_relevance: int | None = field(default=None, metadata=_described("The keyword side's evidence, 0-100."))
+    mode: str = field(default="", metadata=_described("The mode that answered: vector, keyword or hybrid."))
+    fallback: bool = field(default=False, metadata=_described(
+        "True when the model server was down and keyword search answered."))
+    ocr: bool = field(default=False, metadata=_described(
+        "True when the window starts on a scanned page that OCR read: its text may hold recognition errors."))
+    page: int | None = field(default=None, metadata=_described(
+        "The page (from 1) the window starts on, in a PDF or an image; null elsewhere.", minimum=1))
+
+    def as_dict(self) -> dict:
+        """The fields by name (a subclass's too), for JSON: ``dataclasses.asdict`` without its deep copy of every value."""
+        return {name.name: getattr(self, name.name) for name in dataclasses.fields(self)}
+
+
+# --- SQL by column name ------------------------------------------------------
+
+
+def column_names(record: type) -> tuple[str, ...]:
+    """The record's fields in order: the columns that store it."""
+    return tuple(item.name for item in dataclasses.fields(record))
+
+
+def _quoted(names) -> str:
+    """Column names for SQL, each double-quoted (``end`` is a keyword in both SQLite and PostgreSQL)."""
+    return ", ".join(f'"{name}"' for name in names)
+
+
+def insert_sql(table: str, record: type, verb: str = "INSERT", mark: str = "?", only=None) -> str:
+    """``INSERT INTO table ("a", "b") VALUES (?, ?)`` for the record's fields; pass rows through ``values``.
+
+    ``verb`` may be ``INSERT OR IGNORE`` and the like; ``mark`` is the
+    driver's placeholder (``?`` for sqlite3, ``%s`` for psycopg); ``only``
+    keeps those of the fields a table has (an older store lacks the newer
+    columns: ``values`` must be given the same).
+    """
+    names = _chosen(record, only)
+    return f"{verb} INTO {table} ({_quoted(names)}) VALUES ({', '.join(mark for _ in names)})"
+
+
+def select_sql(table: str, record: type, alias: str = "") -> str:
+    """``SELECT "a", "b" FROM table``: the record's columns in field order, so ``record(*row)`` builds it."""
+    prefix = f"{alias}." if alias else ""
+    columns = ", ".join(f'{prefix}"{name}"' for name in column_names(record))
+    return f"SELECT {columns} FROM {table}{' ' + alias if alias else ''}"
+
+
+def values(record: type, only=None):
+    """A function from one record to its column values, in ``insert_sql``'s order (a tuple)."""
+    names = _chosen(record, only)
+    if len(names) == 1:
+        get = operator.attrgetter(names[0])
+        return lambda row: (get(row),)
+    return operator.attrgetter(*names)
+
+
+def _chosen(record: type, only) -> tuple[str, ...]:
+    names = column_names(record)
+    return names if only is None else tuple(name for name in names if name in only)
+
+
+def build(record: type, *sources, **given):
+    """A record whose fields are taken by name: from ``given``, else from the first source that has the name.
+
+    A source is a mapping (a ``dict``, a ``sqlite3.Row``) or a record; a field
+    no source has keeps its default. So a column a query selects under a
+    field's name, or a ranking's attribute of that name, fills the field
+    without another line.
+    """
+    known = [_as_mapping(source) for source in sources]
+    chosen = {}
+    for item in dataclasses.fields(record):
+        if item.name in given:
+            chosen[item.name] = given[item.name]
+            continue
+        for mapping in known:
+            if item.name in mapping:
+                chosen[item.name] = mapping[item.name]
+                break
+    return record(**chosen)
+
+
+def _as_mapping(source) -> dict:
+    if dataclasses.is_dataclass(source):
+        return {item.name: getattr(source, item.name) for item in dataclasses.fields(source)}
+    if hasattr(source, "keys"):
+        return {name: source[name] for name in source.keys()}
+    raise TypeError(f"not a record or a mapping: {type(source).__name__}")
+
+
+# --- JSON schema from the fields ---------------------------------------------
+
+
+def json_type(annotation) -> dict:
+    """The JSON schema of a field's type (float, int, str, bool, list[X], X | None)."""
+    simple = {float: "number", int: "integer", str: "string", bool: "boolean"}
+    if annotation in simple:
+        return {"type": simple[annotation]}
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is list:
+        return {"type": "array", "items": json_type(args[0]) if args else {}}
+    if args and type(None) in args:
+        others = [json_type(arg) for arg in args if arg is not type(None)]
+        if len(others) == 1 and "type" in others[0] and isinstance(others[0]["type"], str):
+            return {**others[0], "type": [others[0]["type"], "null"]}
+        return {"anyOf": others + [{"type": "null"}]}
+    return {}
+
+
+def json_schema(record: type, described: bool = True) -> dict:
+    """The JSON schema of a record: each field's type, and with ``described`` its description and bounds.
+
+    ``required`` lists the fields without a default, in field order.
+    """
+    hints = typing.get_type_hints(record)
+    properties = {}
+    for item in dataclasses.fields(record):
+        properties[item.name] = json_type(hints[item.name])
+        if described:
+            properties[item.name].update(item.metadata.get("schema", {}))
+    required = [item.name for item in dataclasses.fields(record)
+                if item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING]
+    return {"type": "object", "required": required, "properties": properties}
