@@ -59,7 +59,7 @@ import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 
 from bastion_agent import embed
-from bastion_agent.publishing import publish, publish_schema, remote_search  # noqa: E402
+from bastion_agent.publishing import connection, publish, publish_schema, remote_search  # noqa: E402
 from bastion_agent.testing.pgtest import ThrowawayPostgres  # noqa: E402
 
 DIM = 384
@@ -588,7 +588,7 @@ def publish_throughput(cache: Path, pg: ThrowawayPostgres, n: int, hnsw: bool) -
     conn.execute("CREATE ROLE bench_publisher LOGIN PASSWORD 'bench-publisher'")
     conn.execute("SELECT bastion_agent.add_bastion('bench', 'bench_publisher')")
     role_dsn = pg.dsn(user="bench_publisher", password="bench-publisher", dbname="bench_publish")
-    publisher = publish.connect(role_dsn)
+    publisher = connection.connect(role_dsn)
     writer = publish.Writer(publisher, role_dsn, "bench", MODEL, DIM)
     started = time.monotonic()
     counts = publish.publish_documents(writer, local)

@@ -43,6 +43,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from bastion_agent.core.errors import ConfigError, DatabaseError
+from bastion_agent.publishing import connection
 
 ADMIN_DSN_VARIABLE = "BASTION_ADMIN_DSN"
 ROLE_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # no quoting needed, so none can go wrong
@@ -231,25 +232,22 @@ def show(steps: list[Step]) -> str:
 
 
 def admin_dsn() -> str:
-    from bastion_agent.publishing import publish
-
     dsn = os.environ.get(ADMIN_DSN_VARIABLE, "").strip()
     if not dsn:
         raise ConfigError(f"{ADMIN_DSN_VARIABLE} is not set: give a libpq connection string of a role allowed to"
                           " create roles (docs/publish.md)")
-    publish.describe_dsn(dsn, ADMIN_DSN_VARIABLE)
+    connection.describe_dsn(dsn, ADMIN_DSN_VARIABLE)
     return dsn
 
 
 def run_steps(steps: list[Step], needs_schema: bool = True, needs_version: int = 1) -> None:
     """Every step on one connection (``BASTION_ADMIN_DSN``), in order; one line when one fails
     (``needs_version``: the schema version whose functions the steps call)."""
-    from bastion_agent.publishing import publish
 
     dsn = admin_dsn()
-    psycopg = publish.psycopg_module()
-    conn = publish.connect(dsn)
-    where = publish.describe_dsn(dsn, ADMIN_DSN_VARIABLE)
+    psycopg = connection.psycopg_module()
+    conn = connection.connect(dsn)
+    where = connection.describe_dsn(dsn, ADMIN_DSN_VARIABLE)
     try:
         version = publish_schema_version(conn) if needs_schema else None
         if version == 0:
@@ -261,7 +259,7 @@ def run_steps(steps: list[Step], needs_schema: bool = True, needs_version: int =
         for step in steps:
             conn.execute(step.sql)
     except psycopg.Error as exc:
-        raise DatabaseError(f"PostgreSQL ({where}) refused it: {publish.scrub(exc, dsn)}") from None
+        raise DatabaseError(f"PostgreSQL ({where}) refused it: {connection.scrub(exc, dsn)}") from None
     finally:
         conn.close()
 
@@ -274,10 +272,9 @@ def publish_schema_version(conn) -> int:
 
 def mapped_role(bastion: str) -> str | None:
     """The role ``bastions`` maps the bastion to on the server (None when none, or no schema)."""
-    from bastion_agent.publishing import publish
 
     dsn = admin_dsn()
-    conn = publish.connect(dsn)
+    conn = connection.connect(dsn)
     try:
         if conn.execute(f"SELECT to_regclass('{SCHEMA}.bastions')").fetchone()[0] is None:
             return None
@@ -395,17 +392,17 @@ def run_admin(args) -> int:
 
 
 def migrate_now() -> int:
-    from bastion_agent.publishing import publish, publish_schema
+    from bastion_agent.publishing import publish_schema
 
     dsn = admin_dsn()
-    psycopg = publish.psycopg_module()
-    conn = publish.connect(dsn)
+    psycopg = connection.psycopg_module()
+    conn = connection.connect(dsn)
     try:
         before = publish_schema.current_version(conn)
         after = publish_schema.migrate(conn)
     except psycopg.Error as exc:
-        raise DatabaseError(f"PostgreSQL ({publish.describe_dsn(dsn, ADMIN_DSN_VARIABLE)}) refused the migration:"
-                            f" {publish.scrub(exc, dsn)}") from None
+        raise DatabaseError(f"PostgreSQL ({connection.describe_dsn(dsn, ADMIN_DSN_VARIABLE)}) refused the migration:"
+                            f" {connection.scrub(exc, dsn)}") from None
     finally:
         conn.close()
     print(f"bastion_agent admin: schema at version {after}" + (f" (was {before})" if before != after else ""))

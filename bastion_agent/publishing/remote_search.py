@@ -47,6 +47,7 @@ from typing import Sequence
 from bastion_agent.config.manifest import SEARCH_MODES
 from bastion_agent.core import records
 from bastion_agent.core.errors import ConfigError, DatabaseError, ModelServerError
+from bastion_agent.publishing import connection
 from bastion_agent.searching import searcher
 
 EF_SEARCH = 300  # recall@10 0.95 at 1M windows of the benchmark (m 16, ef_construction 200); BASTION_HNSW_EF_SEARCH sets it (docs/publish.md)
@@ -111,7 +112,7 @@ class RemoteIndex:
     """
 
     def __init__(self, manifest, dsn: str, bastions: Sequence[str] = (), reader: str | None = None):
-        from bastion_agent.publishing import publish, publish_schema
+        from bastion_agent.publishing import publish_schema
 
         self.manifest = manifest
         self.dsn = dsn
@@ -128,16 +129,16 @@ class RemoteIndex:
         self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.lock = threading.Lock()
         self.ef_search = ef_search_from_env()
-        self.conn = publish.connect(dsn)
+        self.conn = connection.connect(dsn)
         with self._errors():
             self.version = publish_schema.current_version(self.conn)
             if self.version == 0:
-                raise DatabaseError(f"no bastion has published to this database yet ({publish.describe_dsn(dsn)})")
+                raise DatabaseError(f"no bastion has published to this database yet ({connection.describe_dsn(dsn)})")
             self.model = publish_schema.model_index(self.conn, self.key)
             if self.model is not None and self.model.dim != self.dim:
                 raise DatabaseError(f"model {self.key!r} is published with dim {self.model.dim}, the manifest says {self.dim}")
             if self.reader is not None and self.version < 7:
-                raise DatabaseError(f"the schema on PostgreSQL ({publish.describe_dsn(dsn)}) is at version"
+                raise DatabaseError(f"the schema on PostgreSQL ({connection.describe_dsn(dsn)}) is at version"
                                     f" {self.version}: readers need version 7 (bastion-agent admin migrate)")
             self.windows, self.all_windows = self.counts(self.reader)
             self.own_graph = self._own_graph()
@@ -214,9 +215,7 @@ class RemoteIndex:
         return int(self.conn.execute(sql, params).fetchone()[0])
 
     def _errors(self):
-        from bastion_agent.publishing import publish
-
-        return _DatabaseErrors(self.dsn, publish)
+        return _DatabaseErrors(self.dsn)
 
     def search(self, query: str, query_vector: Sequence[float] | None, k: int, mode: str | None = None,
                exact: bool = False, groups=None, reader: str | None = None) -> list[RemoteHit]:
@@ -237,9 +236,7 @@ class RemoteIndex:
             return []
         with self.lock, self._errors():
             if self.conn.closed or self.conn.broken:  # the server restarted: one new connection, then on
-                from bastion_agent.publishing import publish
-
-                self.conn = publish.connect(self.dsn)
+                self.conn = connection.connect(self.dsn)
             self.counts(reader)
             if not self._readable[reader]:  # a gateway on its own (the single token's, the local user's): no rows
                 return []
@@ -469,8 +466,8 @@ class RemoteIndex:
 class _DatabaseErrors:
     """Turns a database failure during a search into one ``DatabaseError`` line (host/db, never the password)."""
 
-    def __init__(self, dsn: str, publish):
-        self.dsn, self.publish = dsn, publish
+    def __init__(self, dsn: str):
+        self.dsn = dsn
 
     def __enter__(self):
         return self
@@ -479,8 +476,8 @@ class _DatabaseErrors:
         from psycopg import Error
 
         if exc is not None and isinstance(exc, Error):
-            where = self.publish.describe_dsn(self.dsn)
-            raise DatabaseError(f"PostgreSQL ({where}) failed the search: {self.publish.scrub(exc, self.dsn)}") from None
+            where = connection.describe_dsn(self.dsn)
+            raise DatabaseError(f"PostgreSQL ({where}) failed the search: {connection.scrub(exc, self.dsn)}") from None
         return False
 
 
@@ -493,7 +490,7 @@ def open_index(manifest, bastions: Sequence[str] = (), reader: str | None = None
             publish.validate_bastion_name(name)
         except ValueError as exc:
             raise ConfigError(f"--bastion {exc}") from None
-    return RemoteIndex(manifest, publish.dsn_from_env(), bastions, reader)
+    return RemoteIndex(manifest, connection.dsn_from_env(), bastions, reader)
 
 
 def search(manifest, query: str, k: int = searcher.DEFAULT_K, mode: str | None = None, bastions: Sequence[str] = (),
@@ -522,15 +519,13 @@ def reader_groups(conn_or_dsn, reader: str) -> frozenset:
     that is not a reader, or the every-group search role (a token with
     groups must never be mapped to it).
     """
-    from bastion_agent.publishing import publish
-
     reader = reader_name(reader)
     own = isinstance(conn_or_dsn, str)
-    conn = publish.connect(conn_or_dsn) if own else conn_or_dsn
+    conn = connection.connect(conn_or_dsn) if own else conn_or_dsn
     dsn = conn_or_dsn if own else conn.info.dsn  # libpq's view of it, without the password
-    where = publish.describe_dsn(dsn)
+    where = connection.describe_dsn(dsn)
     try:
-        with _DatabaseErrors(dsn, publish):
+        with _DatabaseErrors(dsn):
             row = conn.execute("SELECT pg_has_role(session_user, r.oid, 'MEMBER') FROM pg_catalog.pg_roles r"
                                " WHERE r.rolname = %s", (reader,)).fetchone()
             if row is None:

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 
 from bastion_agent.core.errors import DatabaseError
-from bastion_agent.publishing import publish, publish_schema
+from bastion_agent.publishing import connection, publish, publish_schema
 from bastion_agent.testing import pgtest, publish_case
 from bastion_agent.testing.publish_case import DOCS_V1, REPO, Bastion, PublishCase, RoleSetup, query, run_block
 from bastion_agent.testing.testsupport import (
@@ -956,14 +956,14 @@ class ServerCheckTests(PublishCase):
         self.assertEqual(query(dsn, "SELECT to_regnamespace('bastion_agent')"), [(None,)])
 
     def test_old_versions_are_named_with_the_fix(self):
-        self.assertIsNone(publish.version_problem(130000, "0.8.0"))
-        self.assertIsNone(publish.version_problem(180003, "0.8.2"))
+        self.assertIsNone(connection.version_problem(130000, "0.8.0"))
+        self.assertIsNone(connection.version_problem(180003, "0.8.2"))
         self.assertIn("PostgreSQL 12 with pgvector 0.8.0 found; bastion-agent needs PostgreSQL 13 or newer",
-                      publish.version_problem(120017, "0.8.0"))
+                      connection.version_problem(120017, "0.8.0"))
         self.assertIn("PostgreSQL 15 with pgvector 0.7.4 found; bastion-agent needs pgvector 0.8.0 or newer"
                       " (hnsw.iterative_scan): install it on the server, then a superuser runs ALTER EXTENSION vector"
-                      " UPDATE", publish.version_problem(150020, "0.7.4"))
-        self.assertIsNotNone(publish.version_problem(160000, "0.5.1"))
+                      " UPDATE", connection.version_problem(150020, "0.7.4"))
+        self.assertIsNotNone(connection.version_problem(160000, "0.5.1"))
 
     def test_an_old_pgvector_is_refused_by_publish_and_remote_search_in_one_line(self):
         from bastion_agent.config.manifest import load
@@ -1000,12 +1000,12 @@ class ServerCheckTests(PublishCase):
             with self.assertRaises(psycopg.Error) as raised:
                 conn.execute("DO $$ BEGIN RAISE EXCEPTION 'refused' USING DETAIL = E'why, first line\\nand second',"
                              " HINT = 'what to do'; END $$")
-            self.assertEqual(publish.scrub(raised.exception, self.dsn),
+            self.assertEqual(connection.scrub(raised.exception, self.dsn),
                              "refused (DETAIL: why, first line and second) (HINT: what to do)")
             conn.execute("CREATE TEMP TABLE once (name text PRIMARY KEY); INSERT INTO once VALUES ('fs-01')")
             with self.assertRaises(psycopg.errors.UniqueViolation) as raised:  # PostgreSQL's own DETAIL
                 conn.execute("INSERT INTO once VALUES ('fs-01')")
-        line = publish.scrub(raised.exception, self.dsn)
+        line = connection.scrub(raised.exception, self.dsn)
         self.assertRegex(line, r"^duplicate key value violates unique constraint \S+ \(DETAIL: Key \(name\)=\(fs-01\)"
                                r" already exists\.\)$")
         self.assertNotIn("0wner-pw", line)
