@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bastion_agent.core.layout import Layout, read_jsonl
+from bastion_agent.serving import serve_settings
 from bastion_agent.testing.office_files import docx, para, zipped
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
@@ -546,7 +547,7 @@ class PromiseTests(TempFolder, unittest.TestCase):
 
         with clean_env():
             loaded = manifest_module.load(self.manifest)
-        settings = serve.ServeSettings(port=0, reload_check_seconds=3600.0)
+        settings = serve_settings.ServeSettings(port=0, reload_check_seconds=3600.0)
         log = io.StringIO()
         server = serve.build_server(loaded, self.layout, settings, log, endpoint=EndpointConfig(url=stub.url))
         with serve.RunningServer(server) as running:
@@ -826,7 +827,7 @@ class FileNameTests(TempFolder, unittest.TestCase):
         self.assertEqual(len(re.findall(r"^\d+\. relevance", text, re.M)), 3, text)
         with clean_env():
             loaded = manifest_module.load(self.manifest)
-        settings = serve.ServeSettings(port=0, reload_check_seconds=3600.0)
+        settings = serve_settings.ServeSettings(port=0, reload_check_seconds=3600.0)
         endpoint = EndpointConfig(url=self.stub.url)
         server = serve.build_server(loaded, Layout(self.out), settings, io.StringIO(), endpoint=endpoint)
         with serve.RunningServer(server) as running:

@@ -21,6 +21,7 @@ import urllib.request
 
 from bastion_agent.core.errors import DatabaseError
 from bastion_agent.publishing import connection, publish, publish_schema
+from bastion_agent.serving import serve_settings
 from bastion_agent.testing import pgtest, publish_case
 from bastion_agent.testing.publish_case import DOCS_V1, REPO, Bastion, PublishCase, RoleSetup, query, run_block
 from bastion_agent.testing.testsupport import (
@@ -270,7 +271,7 @@ class RemoteSearchTests(PublishCase):
         with clean_env(BASTION_PUBLISH_DSN=self.dsn):
             manifest = load(self.fs1.manifest_path)
             index = remote_search.open_index(manifest)
-        settings = serve.ServeSettings(port=0, reload_check_seconds=3600.0)
+        settings = serve_settings.ServeSettings(port=0, reload_check_seconds=3600.0)
         server = serve.build_server(manifest, self.fs1.layout, settings, io.StringIO(),
                                     endpoint=EndpointConfig(url=self.stub.url), remote=index)
         with serve.RunningServer(server) as running:
@@ -294,7 +295,7 @@ class RemoteSearchTests(PublishCase):
             index = remote_search.open_index(manifest)
         self.addCleanup(index.close)
         log = io.StringIO()
-        settings = serve.ServeSettings(port=0, reload_check_seconds=3600.0)
+        settings = serve_settings.ServeSettings(port=0, reload_check_seconds=3600.0)
         server = serve.build_server(manifest, self.fs1.layout, settings, log,
                                     endpoint=EndpointConfig(url=self.stub.url), remote=index)
         with serve.RunningServer(server) as running:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bastion_agent.core.errors import BastionError
 from bastion_agent.core.layout import Layout
+from bastion_agent.serving import serve_settings
 from bastion_agent.testing import publish_case
 from bastion_agent.testing.publish_case import PublishCase, query
 from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
@@ -107,7 +108,7 @@ class ServeRemoteCase(PublishCase):
         self.addCleanup(index.close)
         self.log = io.StringIO()
         values = {"port": 0, "reload_check_seconds": 3600.0, "tokens_file": self.tokens_path, **settings}
-        server = serve.build_server(manifest, self.layout, serve.ServeSettings(**values), self.log,
+        server = serve.build_server(manifest, self.layout, serve_settings.ServeSettings(**values), self.log,
                                     endpoint=EndpointConfig(url=self.stub.url), remote=index)
         running = serve.RunningServer(server).__enter__()
         self.addCleanup(running.__exit__, None, None, None)

@@ -18,9 +18,8 @@ newcomer finds each part there:
 - ``request_error``: a refusal, with its status and one line for the client.
 
 Everything it returns comes from ``vectors.db``'s sanitized windows; the
-extract store is never opened. The names below are also serve's as callers
-(tests, the bench) know them, so ``serve.ServeSettings`` and
-``serve.build_server`` keep working.
+extract store is never opened. Callers import each name from the module
+that defines it; this one names only the command's own.
 """
 
 from __future__ import annotations
@@ -34,32 +33,18 @@ import threading
 from typing import TextIO
 
 from bastion_agent.core.errors import BastionError, ConfigError
-from bastion_agent.core.loopback import is_loopback
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.serving import tokens
-from bastion_agent.serving.http_handler import Handler
-from bastion_agent.serving.http_server import MAX_CONNECTIONS, BastionHTTPServer, address_family
-from bastion_agent.serving.query_params import checked_query
-from bastion_agent.serving.request_error import RequestError
+from bastion_agent.serving.http_server import BastionHTTPServer
 from bastion_agent.serving.search_service import ModelLink, SearchService
-from bastion_agent.serving.serve_openapi import ROUTES
-from bastion_agent.serving.serve_settings import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    TOKEN_ENV,
+from bastion_agent.serving.serve_settings import (  # add_serve_arguments: the CLI's hook for this command
     ServeSettings,
     add_serve_arguments,
     limit_math_threads,
-    port_number,
     settings_from,
 )
 
-__all__ = [
-    "DEFAULT_HOST", "DEFAULT_PORT", "MAX_CONNECTIONS", "ROUTES", "TOKEN_ENV",
-    "BastionHTTPServer", "Handler", "ModelLink", "RequestError", "RunningServer", "SearchService", "ServeSettings",
-    "add_serve_arguments", "address_family", "build_server", "checked_query", "is_loopback", "limit_math_threads",
-    "listen_error", "port_number", "readers_check", "run_serve", "settings_from",
-]
+__all__ = ["RunningServer", "add_serve_arguments", "build_server", "listen_error", "readers_check", "run_serve"]
 
 
 # --- running it --------------------------------------------------------------

@@ -18,12 +18,12 @@ import time
 import unittest
 import urllib.parse
 
-from bastion_agent.serving import intake, serve
+from bastion_agent.serving import http_server, intake
 from bastion_agent.testing.serve_store import TOKEN, WAIT_SECONDS, StoreCase, request, start
 
 IDLE = 200
 HALF_HEADS = 100
-HALF_BODIES = serve.MAX_CONNECTIONS + 10
+HALF_BODIES = http_server.MAX_CONNECTIONS + 10
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -82,7 +82,7 @@ class FloodTests(StoreCase):
         status, _, value = request(self.url, path="/search?q=bread&k=1", headers=AUTH)
         self.assertEqual(status, 200, value)
         self.assertIn("Sourdough", value["hits"][0]["text"])
-        self.assertLessEqual(threading.active_count() - before, serve.MAX_CONNECTIONS + 4)
+        self.assertLessEqual(threading.active_count() - before, http_server.MAX_CONNECTIONS + 4)
         status, _, value = request(self.url, "POST", "/search", {"query": "violin", "k": 1}, AUTH)
         self.assertEqual(status, 200, value)
 

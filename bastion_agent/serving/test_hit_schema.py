@@ -5,12 +5,12 @@ import typing
 import unittest
 
 from bastion_agent.core import records
-from bastion_agent.serving import mcp_server, serve, serve_openapi
+from bastion_agent.serving import mcp_server, serve_openapi, serve_settings
 
 
 class HitSchemaTests(unittest.TestCase):
     def setUp(self):
-        document = serve_openapi.document(serve.ServeSettings(), "http://127.0.0.1:8080")
+        document = serve_openapi.document(serve_settings.ServeSettings(), "http://127.0.0.1:8080")
         self.openapi = document["components"]["schemas"]["Hit"]
         self.fields = dataclasses.fields(records.Hit)
         self.hints = typing.get_type_hints(records.Hit)

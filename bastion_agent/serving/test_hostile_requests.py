@@ -6,7 +6,7 @@ import socket
 import threading
 import unittest
 
-from bastion_agent.serving import serve
+from bastion_agent.serving import http_server
 from bastion_agent.testing.serve_store import StoreCase, raw_exchange, request, start, status_of
 
 
@@ -46,7 +46,7 @@ class ServeHostileTests(StoreCase):
             # every connection has been accepted (or refused) once a request gets its answer
             status, _, _ = request(self.url, path="/healthz")
             self.assertIn(status, (200, 503))
-            self.assertLessEqual(threading.active_count() - before, serve.MAX_CONNECTIONS + 2)
+            self.assertLessEqual(threading.active_count() - before, http_server.MAX_CONNECTIONS + 2)
         finally:
             for sock in idle:
                 sock.close()

@@ -21,7 +21,7 @@ from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.layout import Layout, read_jsonl
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.sanitizing.sanitized_store import read_sanitized_text
-from bastion_agent.serving import serve
+from bastion_agent.serving import serve, serve_settings
 from bastion_agent.testing.folders import bytes_outside_extract
 from bastion_agent.testing.mcp_session import NEEDS_SDK, SweptFolder
 from bastion_agent.testing.scans import FONT, IBAN, IBAN_DIGITS, Image, encoded, page
@@ -160,7 +160,7 @@ class ScanPagesTests(SweptFolder, unittest.TestCase):
     def test_serve_answers_the_same_fields_and_its_page_marks_scans(self):
         with clean_env():
             manifest = manifest_module.load(self.manifest)
-        server = serve.build_server(manifest, self.layout, serve.ServeSettings(port=0, reload_check_seconds=3600.0),
+        server = serve.build_server(manifest, self.layout, serve_settings.ServeSettings(port=0, reload_check_seconds=3600.0),
                                     io.StringIO(), endpoint=EndpointConfig(url=self.stub.url))
         with serve.RunningServer(server) as running:
             status, _, answer = request(running.url, "GET", "/search?q=pensions+annex&mode=keyword&k=10")

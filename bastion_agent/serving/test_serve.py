@@ -19,10 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bastion_agent import embed
+from bastion_agent.core import loopback
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.endpoint import EndpointConfig
-from bastion_agent.serving import serve, serve_page
+from bastion_agent.serving import http_handler, http_server, request_error, search_service, serve_openapi, serve_page, serve_settings
 from bastion_agent.testing.serve_store import (
     DOCS,
     TOKEN,
@@ -348,26 +349,26 @@ class TokenTests(StoreCase):
 class ExposureTests(unittest.TestCase):
     def test_a_non_loopback_address_needs_a_token(self):
         with self.assertRaisesRegex(ConfigError, "BASTION_SERVE_TOKEN"):
-            serve.settings_from("0.0.0.0", 8765, environ={})
+            serve_settings.settings_from("0.0.0.0", 8765, environ={})
         with self.assertRaisesRegex(ConfigError, "BASTION_SERVE_TOKEN"):
-            serve.settings_from("192.168.1.20", 8765, environ={"BASTION_SERVE_TOKEN": ""})
-        settings = serve.settings_from("0.0.0.0", 8765, environ={"BASTION_SERVE_TOKEN": TOKEN})
+            serve_settings.settings_from("192.168.1.20", 8765, environ={"BASTION_SERVE_TOKEN": ""})
+        settings = serve_settings.settings_from("0.0.0.0", 8765, environ={"BASTION_SERVE_TOKEN": TOKEN})
         self.assertEqual((settings.token, settings.loopback), (TOKEN, False))
 
     def test_loopback_needs_no_token_and_is_the_default(self):
-        settings = serve.settings_from(serve.DEFAULT_HOST, 0, environ={})
+        settings = serve_settings.settings_from(serve_settings.DEFAULT_HOST, 0, environ={})
         self.assertEqual((settings.host, settings.token, settings.loopback), ("127.0.0.1", None, True))
         for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
             with self.subTest(host):
-                self.assertTrue(serve.is_loopback(host))
+                self.assertTrue(loopback.is_loopback(host))
         for host in ("0.0.0.0", "", "::", "10.1.2.3", "example.com", "localhost.example.com"):
             with self.subTest(host):
-                self.assertFalse(serve.is_loopback(host))
+                self.assertFalse(loopback.is_loopback(host))
 
     def test_a_weak_token_is_refused(self):
         for token in ("short", " " + TOKEN, TOKEN + "\n"):
             with self.subTest(token=token), self.assertRaisesRegex(ConfigError, "at least 16"):
-                serve.settings_from("127.0.0.1", 0, environ={"BASTION_SERVE_TOKEN": token})
+                serve_settings.settings_from("127.0.0.1", 0, environ={"BASTION_SERVE_TOKEN": token})
 
     def test_the_cli_refuses_an_exposed_address_without_a_token_in_one_line(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -429,7 +430,7 @@ class ModelServerTests(StoreCase):
         self.assertEqual(value["hits"][0]["doc"], self.store.ids[BREAD])
 
     def test_a_query_waits_for_a_busy_model_server_no_longer_than_one_request_to_it(self):
-        link = serve.ModelLink(self.store.manifest(), EndpointConfig(url=self.stub.url, timeout=0.2), 3600.0,
+        link = search_service.ModelLink(self.store.manifest(), EndpointConfig(url=self.stub.url, timeout=0.2), 3600.0,
                                concurrency=1)
         self.assertEqual(len(link.embed_query("bread")), self.store.manifest().embed.dim)
         link.slots.acquire()  # the one slot taken, as by a query the model server is slow to answer
@@ -447,10 +448,10 @@ class ModelServerTests(StoreCase):
         self.assertFalse(link.slots.acquire(blocking=False))
 
     @staticmethod
-    def refusal(function, *args) -> serve.RequestError | None:
+    def refusal(function, *args) -> request_error.RequestError | None:
         try:
             function(*args)
-        except serve.RequestError as exc:
+        except request_error.RequestError as exc:
             return exc
         return None
 
@@ -675,7 +676,7 @@ class KeepAliveTests(StoreCase):
     def test_an_idle_connection_holds_no_slot_and_is_closed_silently_at_the_deadline(self):
         before = threading.active_count()
         idle = []
-        for _ in range(serve.MAX_CONNECTIONS + 8):  # more kept-alive connections than there are slots
+        for _ in range(http_server.MAX_CONNECTIONS + 8):  # more kept-alive connections than there are slots
             sock, buffered = self.connect(), bytearray()
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             self.assertTrue(read_answer(sock, buffered).startswith(b"HTTP/1.1 200"))
@@ -690,14 +691,14 @@ class KeepAliveTests(StoreCase):
         ours, theirs = socket.socketpair()
         self.addCleanup(ours.close)
         self.addCleanup(theirs.close)
-        handler = object.__new__(serve.Handler)  # the state a handler has once its answer went out
+        handler = object.__new__(http_handler.Handler)  # the state a handler has once its answer went out
         handler.connection, handler.send_lock, handler.responded = theirs, threading.Lock(), True
         handler.expired, handler.handed_on, handler.close_connection, handler.sent_whole = False, False, False, True
         self.assertTrue(handler._hand_on())
         handler.expire()  # the watchdog, late: the connection is the next request's now
         theirs.sendall(b"still open")
         self.assertEqual(ours.recv(100), b"still open")
-        late = object.__new__(serve.Handler)  # and the other order: expired first, never handed on
+        late = object.__new__(http_handler.Handler)  # and the other order: expired first, never handed on
         late.connection, late.send_lock, late.responded = theirs, threading.Lock(), True
         late.expired, late.handed_on, late.request_read = False, False, True
         late.server = self.server.server
@@ -772,7 +773,7 @@ class OpenApiTests(StoreCase):
         self.assertEqual(status, 200)
         self.assertEqual(doc["openapi"], "3.1.0")
         documented = {(path, method.upper()) for path, ops in doc["paths"].items() for method in ops}
-        self.assertEqual(documented, {(p, m) for p, methods in serve.ROUTES.items() for m in methods})
+        self.assertEqual(documented, {(p, m) for p, methods in serve_openapi.ROUTES.items() for m in methods})
         seen = set()
         slow = []  # 408s wait for the time limit: provoke them all at once
         for path, operations in doc["paths"].items():

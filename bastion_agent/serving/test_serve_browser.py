@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from bastion_agent.embedding.endpoint import EndpointConfig
-from bastion_agent.serving import serve
+from bastion_agent.serving import serve, serve_settings
 from bastion_agent.testing.serve_store import DOCS, TOKEN, Store
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import closed_port_url
@@ -163,7 +163,7 @@ class SearchPageTests(unittest.TestCase):
     def serve(self, endpoint: str | None = None, **settings) -> str:
         values = {"port": 0, "reload_check_seconds": 3600.0, **settings}
         config = EndpointConfig(url=endpoint or self.stub.url)
-        server = serve.build_server(self.store.manifest(), self.store.layout, serve.ServeSettings(**values),
+        server = serve.build_server(self.store.manifest(), self.store.layout, serve_settings.ServeSettings(**values),
                                     io.StringIO(), endpoint=config)
         running = serve.RunningServer(server).__enter__()
         self.addCleanup(running.__exit__, None, None, None)
@@ -248,7 +248,7 @@ class SearchPageTests(unittest.TestCase):
 
         log = io.StringIO()
         server = serve.build_server(self.store.manifest(), self.store.layout,
-                                    serve.ServeSettings(port=0, reload_check_seconds=3600.0), log,
+                                    serve_settings.ServeSettings(port=0, reload_check_seconds=3600.0), log,
                                     endpoint=EndpointConfig(url=self.stub.url))
         running = serve.RunningServer(server).__enter__()
         self.addCleanup(running.__exit__, None, None, None)

@@ -10,7 +10,7 @@ import urllib.parse
 
 from bastion_agent.commands import token_cli
 from bastion_agent.core.errors import ConfigError
-from bastion_agent.serving import serve, tokens
+from bastion_agent.serving import serve_settings, tokens
 from bastion_agent.testing.serve_store import TOKEN, StoreCase, request, start
 from bastion_agent.testing.testsupport import TempFolder, clean_env, run_cli
 
@@ -122,10 +122,10 @@ class StartTests(TempFolder, StoreCase):
         self.assertIn("mode 0644", err)
 
     def test_a_tokens_file_alone_lets_serve_leave_loopback(self):
-        settings = serve.settings_from("0.0.0.0", 0, environ={tokens.TOKENS_ENV: "/nonexistent/tokens.json"})
+        settings = serve_settings.settings_from("0.0.0.0", 0, environ={tokens.TOKENS_ENV: "/nonexistent/tokens.json"})
         self.assertTrue(settings.guarded)
         with self.assertRaisesRegex(ConfigError, "BASTION_SERVE_TOKENS"):
-            serve.settings_from("0.0.0.0", 0, environ={})
+            serve_settings.settings_from("0.0.0.0", 0, environ={})
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from bastion_agent import embed
 from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.layout import Layout
 from bastion_agent.embedding.endpoint import EndpointConfig
-from bastion_agent.serving import serve
+from bastion_agent.serving import serve, serve_settings
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import clean_env, write_manifest, write_sanitized_store
 
@@ -65,7 +65,7 @@ def start(store: Store, testcase: unittest.TestCase, endpoint_url: str | None = 
     values = {"port": 0, "reload_check_seconds": 3600.0, **settings}
     testcase.log = io.StringIO()
     config = EndpointConfig(url=endpoint_url or store.stub.url)
-    server = serve.build_server(store.manifest(), store.layout, serve.ServeSettings(**values), testcase.log, endpoint=config)
+    server = serve.build_server(store.manifest(), store.layout, serve_settings.ServeSettings(**values), testcase.log, endpoint=config)
     running = serve.RunningServer(server).__enter__()
     testcase.addCleanup(running.__exit__, None, None, None)
     return running
