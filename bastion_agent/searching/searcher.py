@@ -140,12 +140,15 @@ class SearchIndex:
 
     @classmethod
     def load(cls, manifest, layout: Layout, *, use_numpy: bool | None = None, use_ann: bool = True,
-             vectors: bool = True) -> "SearchIndex":
+             vectors: bool = True, resident: bool = False) -> "SearchIndex":
         """Open the manifest's model, refreshing the derived files first when the database moved on.
 
         ``use_numpy=False`` forces the pure-Python scan (``True`` requires
         numpy); ``use_ann=False`` never opens the ANN index; ``vectors=False``
-        opens only what keyword search reads (a one-off keyword query).
+        opens only what keyword search reads (a one-off keyword query);
+        ``resident=True`` (a process that answers many searches: serve)
+        copies the ANN graph into huge-page memory when it fits
+        (``ann.AnnIndex``).
         """
         from bastion_agent.embedding import ann, vectorfile
 
@@ -164,11 +167,11 @@ class SearchIndex:
         vectors = vectorfile.VectorFile(files, header, use_numpy)
         ann_index = None
         if use_ann and vectors.np is not None and vectors.current >= ann.MIN_ROWS and ann.available():
-            ann_index = cls._open_ann(files, header, vectors)
+            ann_index = cls._open_ann(files, header, vectors, resident)
         return cls(manifest, layout, vectors, ann_index, version)
 
     @staticmethod
-    def _open_ann(files, header: dict, vectors):
+    def _open_ann(files, header: dict, vectors, resident: bool = False):
         """The ANN index, brought up to date when it lacks rows or does not open; None to scan exactly.
 
         An index that holds every row is opened once (a memory map that usearch
@@ -181,7 +184,7 @@ class SearchIndex:
                 header = ann.update(files, header, vectors, limit=ann.LAZY_ROWS)
             if header.get("ann_rows"):
                 try:
-                    return ann.AnnIndex(files, header, vectors)
+                    return ann.AnnIndex(files, header, vectors, resident)
                 except (StoreError, RuntimeError, ValueError, OSError):
                     pass  # unreadable: once more after update (which rebuilds what it may), else scan exactly
         return None  # an unreadable index only costs speed: scan exactly, and rebuild after embed
