@@ -567,29 +567,44 @@ class VectorFile:
             stored = self.rowids[self.np.minimum(found, self.rows - 1)].tolist() if self.rows else [None] * len(found)
         return [p if p < self.rows and row == rowid else None for p, row, rowid in zip(found, stored, rowids)]
 
-    def cosines(self, query, positions: list[int]) -> list[float]:
+    def cosines(self, query, positions) -> list[float]:
         """The float64 cosine of ``query`` with each listed row (0.0 for a zero vector), read once from the map.
 
         The same arithmetic as scoring the database's BLOBs (the rows are
         those BLOBs' bytes), so numpy and pure Python report the same scores.
+        ``positions`` is a list, or with numpy an int64 array.
         """
-        if not positions:
+        if not len(positions):
             return []
         if self.np is None:
             query = [float(x) for x in query]
             query_norm = math.sqrt(math.fsum(x * x for x in query))
             dim, view = self.dim, memoryview(self.flat)
             return [_cosine(query, query_norm, view[p * dim : (p + 1) * dim]) for p in positions]
+        return self._cosines_numpy(query, self.np.asarray(positions, dtype=self.np.int64)).tolist()
+
+    def _cosines_numpy(self, query, positions):
         np = self.np
-        matrix = np.asarray(self.matrix[np.asarray(positions, dtype=np.int64)], dtype=np.float64)
+        matrix = np.asarray(self.matrix[positions], dtype=np.float64)
         q = np.asarray(query, dtype=np.float64)
         norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix)) * math.sqrt(float(q @ q))
         dots = np.einsum("ij,j->i", matrix, q)
-        return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0).tolist()
+        return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
 
-    def ranked(self, query, positions: list[int]) -> list[tuple[float, int]]:
-        """``(float64 cosine, position)`` of the listed rows, best first (ties by position)."""
-        return sorted(zip(self.cosines(query, positions), positions), key=lambda item: (-item[0], item[1]))
+    def ranked(self, query, positions, limit: int | None = None) -> list[tuple[float, int]]:
+        """``(float64 cosine, position)`` of the listed rows, best first (ties by position); the first ``limit`` of them.
+
+        With numpy the order is one ``lexsort`` over the scores: sorting
+        Python tuples by a key function cost a sixth of the ANN path's own
+        Python time for its hundred candidates.
+        """
+        if self.np is None or not len(positions):
+            return sorted(zip(self.cosines(query, positions), positions), key=lambda item: (-item[0], item[1]))[:limit]
+        np = self.np
+        positions = np.asarray(positions, dtype=np.int64)
+        scores = self._cosines_numpy(query, positions)
+        order = np.lexsort((positions, -scores))[:limit]
+        return list(zip(scores[order].tolist(), positions[order].tolist()))
 
 
 def _cosine(query, query_norm: float, row) -> float:

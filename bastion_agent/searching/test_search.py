@@ -412,6 +412,29 @@ class AnnTests(SyntheticStore):
         embed.refresh_derived(self.layout, fake_manifest())
         self.assertEqual(len(list(self.layout.root.glob("index/*.usearch"))), 1)
 
+    def test_a_resident_graph_answers_as_the_mapped_file_does(self):
+        mapped = self.load()
+        with mock.patch.object(ann, "huge_pages_offered", return_value=True), \
+                mock.patch.object(ann, "memory_available", return_value=1 << 40):
+            resident = self.load(resident=True)
+        self.assertIsNotNone(resident.ann.copy)
+        self.assertIsNone(mapped.ann.copy)
+        (path,) = self.layout.root.glob("index/*.usearch")
+        self.assertEqual(bytes(resident.ann.copy), path.read_bytes())
+        for _ in range(5):
+            query = self.query()
+            self.assertEqual(resident.search("", query, 10, "vector"), mapped.search("", query, 10, "vector"))
+
+    def test_the_graph_is_mapped_when_huge_pages_are_off_or_it_would_not_fit(self):
+        self.load()
+        (path,) = self.layout.root.glob("index/*.usearch")
+        with mock.patch.object(ann, "huge_pages_offered", return_value=False), \
+                mock.patch.object(ann, "memory_available", return_value=1 << 40):
+            self.assertIsNone(self.load(resident=True).ann.copy)
+        with mock.patch.object(ann, "huge_pages_offered", return_value=True), \
+                mock.patch.object(ann, "memory_available", return_value=path.stat().st_size):
+            self.assertIsNone(self.load(resident=True).ann.copy)  # more than a quarter of what is available
+
 
 class KeywordTests(SyntheticStore):
     HOSTILE = ['"', '""', "AND", "OR NOT", "NEAR(a b, 2)", "text:window", "*", "^window", "a -b", "(((",
