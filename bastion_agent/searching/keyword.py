@@ -45,6 +45,7 @@ readable relevance need (``fusion``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import sqlite3
@@ -114,6 +115,34 @@ def has_index(db: sqlite3.Connection) -> bool:
     return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_fts'").fetchone() is not None
 
 
+def searchable(db: sqlite3.Connection, text: str) -> bool:
+    """Whether ``text`` holds a word to search; a store whose SQLite has no FTS5 is refused in one line."""
+    if not WORD_RE.search(text):
+        return False
+    if not has_index(db):
+        raise ConfigError("this Python's SQLite has no FTS5, which keyword and hybrid search need; use --mode vector")
+    return True
+
+
+@contextlib.contextmanager
+def vocabulary_of(db: sqlite3.Connection, vocabulary: "Vocabulary | None"):
+    """The loaded index's vocabulary, or one made for this query alone and closed after it."""
+    if vocabulary is not None:
+        yield vocabulary
+        return
+    own = Vocabulary(db)
+    try:
+        yield own
+    finally:
+        own.close()
+
+
+def discriminating(terms: list[Term], windows: int) -> list[Term]:
+    """The terms that carry evidence (in at most ``MAX_DF_SHARE`` of ``windows``), rarest first."""
+    most = max(1, int(MAX_DF_SHARE * windows))
+    return sorted((term for term in terms if term.df <= most), key=lambda term: (term.df, term.phrase))
+
+
 class Vocabulary:
     """What keyword search learns about one store and keeps while the store does not change.
 
@@ -143,27 +172,25 @@ class Vocabulary:
         if not words:
             return []
         with self.lock:
-            words = self._one_per_stem(words)
-            terms = [Term(f'"{word}"', self._frequency(f'"{word}"')) for word in words]
+            terms = [Term(f'"{word}"', self._frequency(f'"{word}"')) for word in self.stemmed(words)]
         # Counts are capped at RANK_BUDGET + 1, so in a large store no word looks too common here; there the
         # budget of ``plan`` leaves the common ones out instead.
-        most = max(1, int(MAX_DF_SHARE * self.windows))
-        kept = [term for term in terms if term.df <= most]
-        return sorted(kept, key=lambda term: (term.df, term.phrase))
+        return discriminating(terms, self.windows)
 
-    def _one_per_stem(self, words: list[str]) -> list[str]:
-        """The first word of each distinct token sequence (``pay`` and ``paying`` are one term)."""
+    def stemmed(self, words: list[str]) -> dict[str, tuple[str, ...]]:
+        """The first word of each distinct token sequence (``pay`` and ``paying`` are one term), in order, with
+        its tokens as the keyword index's tokenizer cuts it; the caller holds ``lock``."""
         self.stems.execute("DELETE FROM words")
         self.stems.executemany("INSERT INTO words(rowid, word) VALUES (?, ?)", enumerate(words))
         tokens: dict[int, list[str]] = {}
         for row, term in self.stems.execute("SELECT doc, term FROM word_terms ORDER BY doc, offset"):
             tokens.setdefault(row, []).append(term)
-        seen, kept = set(), []
+        seen, kept = set(), {}
         for row, word in enumerate(words):
             key = tuple(tokens.get(row, ()))
             if key and key not in seen:
                 seen.add(key)
-                kept.append(word)
+                kept[word] = key
         return kept
 
     def _frequency(self, phrase: str) -> int:
@@ -224,33 +251,34 @@ def plan(terms: list[Term]) -> tuple[str, list[Term], bool]:
     return " AND ".join(term.phrase for term in terms), terms, True
 
 
+def ranked_terms(terms: list[Term], rank) -> tuple[list[Term], list[Term], list]:
+    """``(searched, absent, ranked)``: the words a window holds, planned (``plan``) and ranked by
+    ``rank(expression, bounded)``; when no window holds every word, the rarest one alone, bounded.
+    ``absent`` are the words no window holds (they still weigh in a relevance)."""
+    absent = [term for term in terms if term.df == 0]
+    present = [term for term in terms if term.df > 0]
+    if not present:
+        return [], absent, []
+    expression, searched, bounded = plan(present)
+    ranked = rank(expression, bounded)
+    if not ranked and bounded:
+        searched = present[:1]
+        ranked = rank(searched[0].phrase, True)
+    return searched, absent, ranked
+
+
 def top(db: sqlite3.Connection, text: str, n: int, vocabulary: Vocabulary | None = None) -> list[KeywordHit]:
     """The ``n`` best current windows for ``text`` by BM25 over its discriminating words, best first.
 
     Over every window; a caller who may see only some is ranked by
     ``keyword_visible.caller_top`` instead, with statistics of its windows.
     """
-    if not WORD_RE.search(text):
+    if not searchable(db, text):
         return []
-    if not has_index(db):
-        raise ConfigError("this Python's SQLite has no FTS5, which keyword and hybrid search need; use --mode vector")
-    own = vocabulary is None
-    vocabulary = vocabulary or Vocabulary(db)
-    try:
-        terms = vocabulary.terms(text)
-        absent = [term for term in terms if term.df == 0]
-        terms = [term for term in terms if term.df > 0]
-        if not terms:
-            return []
-        expression, searched, bounded = plan(terms)
-        ranked = _rank(db, expression, n, bounded)
-        if not ranked and bounded:  # no window holds every word: the rarest one alone, bounded
-            searched = terms[:1]
-            ranked = _rank(db, searched[0].phrase, n, True)
-        weight = sum(idf(term.df, vocabulary.windows) for term in searched + absent) or 1.0
-    finally:
-        if own:
-            vocabulary.close()
+    with vocabulary_of(db, vocabulary) as vocabulary:
+        terms, windows = vocabulary.terms(text), vocabulary.windows
+    searched, absent, ranked = ranked_terms(terms, lambda expression, bounded: _rank(db, expression, n, bounded))
+    weight = sum(idf(term.df, windows) for term in searched + absent) or 1.0
     if not ranked:
         return []
     marks = ",".join("?" * len(ranked))

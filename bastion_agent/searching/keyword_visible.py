@@ -30,21 +30,20 @@ from __future__ import annotations
 
 import sqlite3
 
-from bastion_agent.core.errors import ConfigError
 from bastion_agent.searching.keyword import (
     BOUNDED_RANK,
     DF_CACHE_WORDS,
-    WORD_RE,
-    MAX_DF_SHARE,
     RANK_BUDGET,
     KeywordHit,
     Term,
     Vocabulary,
     _varint,
-    has_index,
+    discriminating,
     idf,
-    plan,
     query_words,
+    ranked_terms,
+    searchable,
+    vocabulary_of,
 )
 
 K1 = 1.2
@@ -54,37 +53,21 @@ OPEN, CLOSE = "\x01", "\x02"  # highlight() marks (a window that holds one itsel
 
 def caller_top(db: sqlite3.Connection, text: str, n: int, vocabulary: Vocabulary | None, visible) -> list[KeywordHit]:
     """The ``n`` best of the caller's windows for ``text``, best first, scored from the caller's windows only."""
-    if not WORD_RE.search(text):
+    if not searchable(db, text):
         return []
-    if not has_index(db):
-        raise ConfigError("this Python's SQLite has no FTS5, which keyword and hybrid search need; use --mode vector")
-    own = vocabulary is None
-    vocabulary = vocabulary or Vocabulary(db)
-    try:
+    words = query_words(text)
+    with vocabulary_of(db, vocabulary) as vocabulary:
         with vocabulary.lock:
-            words = vocabulary._one_per_stem(query_words(text)) if query_words(text) else []
-            tokens = _tokens(vocabulary, words)
-    finally:
-        if own:
-            vocabulary.close()
+            tokens = vocabulary.stemmed(words) if words else {}
     windows = visible.windows
-    if not words or not windows:
+    if not tokens or not windows:
         return []
-    terms = [Term(f'"{word}"', _frequency(db, visible, f'"{word}"')) for word in words]
-    most = max(1, int(MAX_DF_SHARE * windows))
-    terms = sorted((term for term in terms if term.df <= most), key=lambda term: (term.df, term.phrase))
-    absent = [term for term in terms if term.df == 0]
-    terms = [term for term in terms if term.df > 0]
-    if not terms:
-        return []
-    expression, searched, bounded = plan(terms)
-    candidates = _candidates(db, visible.table, expression, bounded)
-    if not candidates and bounded:  # no window holds every word: the rarest one alone, bounded
-        searched = terms[:1]
-        candidates = _candidates(db, visible.table, searched[0].phrase, True)
+    terms = discriminating([Term(f'"{word}"', _frequency(db, visible, f'"{word}"')) for word in tokens], windows)
+    searched, absent, candidates = ranked_terms(
+        terms, lambda expression, bounded: _candidates(db, visible.table, expression, bounded))
     if not candidates:
         return []
-    scores = _bm25(db, visible, searched, candidates, windows, {f'"{word}"': tokens[word] for word in words})
+    scores = _bm25(db, visible, searched, candidates, windows, {f'"{word}"': tokens[word] for word in tokens})
     weight = sum(idf(term.df, windows) for term in searched + absent) or 1.0
     best = _best(db, scores, n)
     return [KeywordHit(chunk, score, min(1.0, score / weight)) for chunk, score in best]
@@ -128,16 +111,6 @@ def _candidates(db, table: str, expression: str, bounded: bool) -> dict[int, int
            f" ORDER BY chunks_fts.rowid LIMIT ?")
     limit = BOUNDED_RANK if bounded else RANK_BUDGET + 1
     return {rowid: (_varint(size) if size else 0) for rowid, size in db.execute(sql, (expression, limit))}
-
-
-def _tokens(vocabulary: Vocabulary, words: list[str]) -> dict[str, tuple[str, ...]]:
-    """Each word as the keyword index's tokenizer cuts it (the same tokenizer, in the vocabulary's memory table)."""
-    vocabulary.stems.execute("DELETE FROM words")
-    vocabulary.stems.executemany("INSERT INTO words(rowid, word) VALUES (?, ?)", enumerate(words))
-    found: dict[int, list[str]] = {}
-    for row, term in vocabulary.stems.execute("SELECT doc, term FROM word_terms ORDER BY doc, offset"):
-        found.setdefault(row, []).append(term)
-    return {word: tuple(found.get(row, ())) for row, word in enumerate(words)}
 
 
 def _bm25(db, visible, searched: list[Term], lengths: dict[int, int], windows: int,
