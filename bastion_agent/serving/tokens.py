@@ -120,11 +120,15 @@ def now_utc() -> str:
 # --- names ----------------------------------------------------------------------
 
 
+def _shown(text) -> str:
+    """A refused name as an error may show it: quoted and cut at 70 characters, or the type of a non-string."""
+    return repr(text)[:70] if isinstance(text, str) else type(text).__name__
+
+
 def group_name(text) -> str:
     """``text`` if it is a group name (``core.access``'s rule), else ``ConfigError``."""
     if not access.is_group_name(text):
-        shown = repr(text)[:70] if isinstance(text, str) else type(text).__name__
-        raise ConfigError(f"group {shown} is not a group name: {access.GROUP_RULE}")
+        raise ConfigError(f"group {_shown(text)} is not a group name: {access.GROUP_RULE}")
     return text
 
 
@@ -138,16 +142,14 @@ def group_list(text: str) -> tuple[str, ...]:
 
 def token_name(text) -> str:
     if not isinstance(text, str) or not TOKEN_NAME_RE.fullmatch(text):
-        shown = repr(text)[:70] if isinstance(text, str) else type(text).__name__
-        raise ConfigError(f"token name {shown} is not allowed: 1-63 lowercase letters, digits, '-' and '_', "
+        raise ConfigError(f"token name {_shown(text)} is not allowed: 1-63 lowercase letters, digits, '-' and '_', "
                           "starting with a letter or digit")
     return text
 
 
 def reader_name(text) -> str:
     if not isinstance(text, str) or not READER_RE.fullmatch(text):
-        shown = repr(text)[:70] if isinstance(text, str) else type(text).__name__
-        raise ConfigError(f"reader {shown} is not a role name: 1-63 lowercase letters, digits and underscores, "
+        raise ConfigError(f"reader {_shown(text)} is not a role name: 1-63 lowercase letters, digits and underscores, "
                           "not starting with a digit")
     return text
 
