@@ -25,7 +25,7 @@ over the same real questions (SciFact's and Cranfield's, alternately):
   (1.0: the timing says nothing), and whether the answers are identical.
 
 Usage: python3 bench/access_filter.py --keep /tmp/access-bench [--sizes 100000] [--queries 200]
-Needs numpy (and usearch for the ANN rows). Prints JSON.
+Needs numpy (and faiss for the ANN rows). Prints JSON.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def warm(index, pairs) -> dict:
 
 def ann_paths(index, pairs) -> dict:
     if index.ann is None:
-        return {"skipped": "the store is below ann.MIN_ROWS or usearch is missing"}
+        return {"skipped": "the store is below ann.MIN_ROWS or faiss is missing"}
     result = {}
     for caller in ("two", "ten", "ninety"):
         groups = {"two": TWO, **CALLERS}[caller]

@@ -4,10 +4,11 @@
 The store is ``bench/_realtext.py``'s (windows of real prose, the loopback
 stub's bag-of-words vectors at 384 dimensions; above ``ann.MIN_ROWS`` so
 that search uses the index) and the questions are the real ones
-``bench/search_latency.py`` asks. For each graph (usearch, cosine, a
-connectivity and a stored type; the store's own saved index is the first)
-and each search setting (``expansion_search``, the number of neighbours asked
-for), it runs what ``ann.AnnIndex.top`` runs: ask the graph, keep current
+``bench/search_latency.py`` asks. For each graph (FAISS HNSW over 8-bit
+scalar-quantised unit rows, as ``ann`` builds it, with a number of links a
+node and a construction beam; the store's own saved index is the first) and
+each search setting (the search beam ``efSearch``, the number of neighbours
+asked for), it runs what ``ann.AnnIndex.top`` runs: ask the graph, keep current
 rows, score them exactly from the vector file, take the top 10. Recall@10 is
 against the exact top 10 of a full scan (``recall@10_ties`` also counts a
 window whose cosine equals the exact 10th's: overlapping windows of the same
@@ -16,7 +17,7 @@ that whole step. A numpy scan (``matrix @ q``, the exact floor) is timed in
 the same loop, interleaved, as the baseline the ratios are quoted against.
 
 Usage: python3 bench/ann_params.py --keep DIR [--windows 120000] [--queries 200]
-       [--graphs i8:16,f16:16,i8:32] [--settings 256:96,256:200,...]
+       [--graphs saved,32:40,32:80,16:40,48:40] [--settings 160:96,192:96,256:96,...]
 Prints JSON on stdout (progress on stderr).
 """
 
@@ -29,6 +30,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -56,23 +58,26 @@ def load_view(layout: Layout) -> tuple[vectorfile.VectorFile, dict]:
     return vectorfile.VectorFile(files, header, use_numpy=True), header
 
 
-def build_graph(view: vectorfile.VectorFile, dtype: str, connectivity: int, log):
-    from usearch.index import Index
+def build_graph(view: vectorfile.VectorFile, connectivity: int, construction: int, log):
+    """A graph as ``ann`` builds one, with these links a node and this construction beam, on every core."""
+    import faiss
 
     started = time.monotonic()
-    index = Index(ndim=view.dim, metric="cos", dtype=dtype, connectivity=connectivity,
-                  expansion_add=ann.EXPANSION_ADD, expansion_search=ann.EXPANSION_SEARCH)
-    for first in range(0, view.rows, 65_536):
-        stop = min(first + 65_536, view.rows)
-        index.add(np.arange(first, stop, dtype="uint64"), view.matrix[first:stop], threads=os.cpu_count() or 1)
-    log(f"graph {dtype}:{connectivity}: built in {time.monotonic() - started:.0f} s")
+    with mock.patch.multiple(ann, CONNECTIVITY=connectivity, EXPANSION_ADD=construction):
+        index = ann._new_index(faiss, view)
+    faiss.omp_set_num_threads(os.cpu_count() or 1)
+    index.add(np.ascontiguousarray(view.matrix * view.inverse[:, None], dtype=np.float32))
+    faiss.omp_set_num_threads(1)
+    log(f"graph {connectivity}:{construction}: built in {time.monotonic() - started:.0f} s")
     return index
 
 
-def approximate(index, view: vectorfile.VectorFile, query: np.ndarray, count: int) -> list[int]:
-    """``AnnIndex.top`` at ``count`` neighbours: current rows, exact float64 scores, the top ``K``."""
-    keys = index.search(query, count).keys
-    found = [int(key) for key in keys if view.is_current_row(int(key))]
+def approximate(index, view: vectorfile.VectorFile, query: np.ndarray, expansion: int, count: int) -> list[int]:
+    """``AnnIndex.top`` at this beam and ``count`` neighbours: current rows, exact float64 scores, the top ``K``."""
+    import faiss
+
+    _, keys = index.search(query.reshape(1, -1), count, params=faiss.SearchParametersHNSW(efSearch=expansion))
+    found = [int(key) for key in keys[0] if key >= 0 and view.is_current_row(int(key))]
     return [position for _, position in view.ranked(query, found)[:K]]
 
 
@@ -81,8 +86,8 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, required=True)
     parser.add_argument("--windows", type=int, default=120_000)
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--graphs", default="saved,f16:16,i8:32")
-    parser.add_argument("--settings", default="256:96,256:200,512:96,512:200,512:400,1024:400")
+    parser.add_argument("--graphs", default="saved,32:80,16:40,48:40")
+    parser.add_argument("--settings", default="128:96,160:96,192:96,256:96,192:200")
     args = parser.parse_args()
 
     def log(line: str) -> None:
@@ -106,12 +111,12 @@ def main() -> None:
     graphs = {}
     for spec in args.graphs.split(","):
         if spec == "saved":
-            from usearch.index import Index
+            import faiss
 
-            graphs["saved i8:16"] = Index.restore(str(ann.path_of(view.files, header)), view=True)
+            graphs[f"saved {ann.graph_of(header)}"] = faiss.read_index(str(ann.path_of(view.files, header)))
         else:
-            dtype, connectivity = spec.split(":")
-            graphs[spec] = build_graph(view, dtype, int(connectivity), log)
+            connectivity, construction = spec.split(":")
+            graphs[spec] = build_graph(view, int(connectivity), int(construction), log)
     settings = [tuple(int(x) for x in pair.split(":")) for pair in args.settings.split(",")]
     runs = [(name, expansion, count) for name in graphs for expansion, count in settings]
     walls = {run: [] for run in runs}
@@ -125,9 +130,8 @@ def main() -> None:
         shift = number % len(runs)
         for run in runs[shift:] + runs[:shift]:
             name, expansion, count = run
-            graphs[name].expansion_search = expansion
             started = time.perf_counter()
-            found = approximate(graphs[name], view, q, count)
+            found = approximate(graphs[name], view, q, expansion, count)
             walls[run].append(time.perf_counter() - started)
             recalls[run].append(len(set(found) & exact[number]) / K)
             scored = unit[found] @ (q / (np.linalg.norm(q) or 1.0))  # a window tied with the exact 10th is as good

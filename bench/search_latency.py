@@ -24,7 +24,7 @@ Measured in one run, on one open ``embed.SearchIndex`` (after a warm-up pass):
   new process (the stub embeds the query), median of 3, per mode.
 
 Usage: python3 bench/search_latency.py --keep /work/cache/search-1m-root [--sizes 1000000] [--queries 200]
-Needs numpy and usearch (pip install -e '.[fast,ann]'). Prints JSON.
+Needs numpy and faiss (pip install -e '.[fast,ann]'). Prints JSON.
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def main() -> None:
     parser.add_argument("--old-queries", type=int, default=20)
     args = parser.parse_args()
     if not ann.available():
-        raise SystemExit("usearch is not installed: pip install -e '.[fast,ann]'")
+        raise SystemExit("faiss is not installed: pip install -e '.[fast,ann]'")
     results = []
     with StubServer(dim=_realtext.DIM) as stub:
         for size in (int(s) for s in args.sizes.split(",")):

@@ -13,12 +13,11 @@ load average is printed at the start and the end.
 
 Systems (each in process, warm, top 10):
 
-- ``bastion``: ``SearchIndex.search`` loaded as serve loads it (the ANN
-  graph resident when it fits), in its four modes (``vector``: the ANN path
-  at its default beam; ``exact``; ``keyword``; ``hybrid``), the ANN path at
-  other beams (``vector_efN``: ``expansion_search`` N), to compare with
-  FAISS at equal recall, and ``vector_mapped``: the default ANN path of an
-  index loaded as a one-off CLI search loads it (the graph file mapped).
+- ``bastion``: ``SearchIndex.search`` loaded as serve and the CLI load it
+  (the ANN graph memory-mapped), in its four modes (``vector``: the ANN
+  path at its default beam; ``exact``; ``keyword``; ``hybrid``), and the
+  ANN path at other beams (``vector_efN``: search beam N), to compare with
+  FAISS at equal recall.
 - ``numpy``: ``M @ q`` over the normalised float32 matrix, top 10 by
   ``argpartition`` (the exact floor a user would write first).
 - ``faiss-hnsw``: ``IndexHNSWFlat`` (M 32, inner product on normalised
@@ -43,7 +42,7 @@ package has it: without it every run compiles the package from source. The peers
 separate environment, e.g.::
 
     python3 -m venv --system-site-packages /tmp/peers
-    /tmp/peers/bin/pip install numpy usearch faiss-cpu lancedb chromadb sqlite-vec apsw
+    /tmp/peers/bin/pip install numpy faiss-cpu lancedb chromadb sqlite-vec apsw
     /tmp/peers/bin/python bench/search_peers.py --keep /tmp/peers-store --windows 188678
 
 Every system runs a query on one thread (``OMP_NUM_THREADS``,
@@ -93,7 +92,7 @@ K = 10
 RRF_K = 60
 RRF_DEPTH = 30
 BATCH = 5000
-EXPANSIONS = (128, 256, 384)  # bastion's ANN beside its default (ann.EXPANSION_SEARCH)
+EXPANSIONS = (128, 160, 256)  # bastion's ANN beside its default (ann.EXPANSION_SEARCH)
 
 
 def load_rows(layout: Layout) -> tuple[list[str], list[str], np.ndarray]:
@@ -130,15 +129,10 @@ class Bastion:
     name = "bastion"
 
     def __init__(self, layout: Layout, rowid_of: dict[str, int]):
-        try:  # as serve loads it
-            self.index = embed.SearchIndex.load(_realtext.manifest_stub(), layout, resident=True)
-        except TypeError:  # code from before the resident graph (the bench run over an older tree, to compare)
-            self.index = embed.SearchIndex.load(_realtext.manifest_stub(), layout)
-        self.mapped = embed.SearchIndex.load(_realtext.manifest_stub(), layout)  # as a one-off CLI search loads it
+        self.index = embed.SearchIndex.load(_realtext.manifest_stub(), layout)
         self.rowid_of = rowid_of
         self.modes = {
             "vector": lambda q: self._rows(self.index.search(q.text, q.vector, K, "vector")),
-            "vector_mapped": lambda q: self._rows(self.mapped.search(q.text, q.vector, K, "vector")),
             "exact": lambda q: self._rows(self.index.search(q.text, q.vector, K, "vector", exact=True)),
             "keyword": lambda q: self._rows(self.index.search(q.text, None, K, "keyword")),
             "hybrid": lambda q: self._rows(self.index.search(q.text, q.vector, K, "hybrid")),
@@ -149,12 +143,12 @@ class Bastion:
 
     def _at_expansion(self, expansion: int):
         def search(q):
-            graph = self.index.ann.index
-            default, graph.expansion_search = graph.expansion_search, expansion
+            graph = self.index.ann
+            default, graph.expansion = graph.expansion, expansion
             try:
                 return self._rows(self.index.search(q.text, q.vector, K, "vector"))
             finally:
-                graph.expansion_search = default
+                graph.expansion = default
         return search
 
     def _rows(self, answer) -> list[int]:
@@ -347,8 +341,6 @@ def ratios(table: list[dict]) -> dict:
     for faiss_mode in ("vector_ef16", "vector_ef64", "vector_ef128", "vector_ef192", "vector_ef256"):
         if ("faiss-hnsw", faiss_mode) in p50:
             found[f"bastion_vector_over_faiss_{faiss_mode}"] = round(p50[("bastion", "vector")] / p50[("faiss-hnsw", faiss_mode)], 2)
-            found[f"bastion_vector_mapped_over_faiss_{faiss_mode}"] = round(
-                p50[("bastion", "vector_mapped")] / p50[("faiss-hnsw", faiss_mode)], 2)
             for expansion in EXPANSIONS:
                 if ("bastion", f"vector_ef{expansion}") in p50:
                     found[f"bastion_vector_ef{expansion}_over_faiss_{faiss_mode}"] = round(
@@ -423,7 +415,6 @@ def main() -> None:
         peers, left_out = build_peers(set(args.peers.split(",")), unit, texts, Path(scratch), log, args.faiss_index)
         table = measure(systems + peers, queries, exact)
     systems[0].index.close()
-    systems[0].mapped.close()
     cold = cold_start(folder, layout, queries[0].text, args.cold) if args.cold else None
     print(json.dumps({"windows": built["windows"], "dim": _realtext.DIM, "queries": len(queries), "k": K,
                       "cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],

@@ -1,26 +1,27 @@
-"""The approximate-nearest-neighbour index: usearch's HNSW over a vector file.
+"""The approximate-nearest-neighbour index: FAISS's HNSW over a vector file.
 
-Why usearch (extra ``ann``): it memory-maps a saved index ("view", a load
-in milliseconds whatever the size), adds vectors to a saved index
-incrementally, stores them as int8 (a quarter of float32's size) and is
-actively maintained; hnswlib's last release is from 2023 and faiss is a far
-larger dependency. Measured choices are in docs/search.md.
+Why FAISS (extra ``ann``): its HNSW walk over 8-bit scalar-quantised rows
+is the cheapest measured here at recall@10 >= 0.95 on real text (0.59 ms
+against usearch's 1.75 ms on the same 120,000 windows, docs/search.md);
+it memory-maps a saved graph (a load in milliseconds whatever the size),
+adds vectors to a saved graph incrementally, and is maintained by a large
+team with wheels for every common platform.
 
-The index lives beside the vector file as ``<name>.<build>.usearch`` and
-keys each vector by its position in that build, so rows appended to the
-vector file are appended to the index. It holds every row, stale ones too
-(like the vector file): a search asks for more neighbours than it needs and
-drops rows that are not current. Candidates are then re-ranked by exact
-(float64) cosine on the float32 rows, so int8 quantisation costs little
-recall; rows the index does not hold yet are scanned exactly.
+The index lives beside the vector file as ``<name>.<build>.faiss`` and
+keys each vector by its position in that build (FAISS numbers rows in the
+order they are added), so rows appended to the vector file are appended to
+the index. It holds every row, stale ones too (like the vector file): a
+search asks for more neighbours than it needs and drops rows that are not
+current. Candidates are then re-ranked by exact (float64) cosine on the
+float32 rows, so 8-bit storage costs little recall; rows the index does not
+hold yet are scanned exactly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-import mmap
 import os
-from pathlib import Path
 
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.extras import optional
@@ -40,25 +41,33 @@ MIN_ROWS = 100_000
 # A search (or serve's reload) adds at most this many rows to the index
 # itself; more is the embed stage's refresh_derived, which builds it whole.
 LAZY_ROWS = 20_000
-CONNECTIVITY = 16
-EXPANSION_ADD = 128
 # Chosen on real text (bench/ann_params.py: 120,000 windows of real prose, the
-# stub's bag-of-words vectors, 200 real questions; docs/search.md): recall@10
-# 0.928 at 256, 0.946 at 384, 0.954 at 416, 0.960 at 512 on this graph (int8,
-# connectivity 16); 416 is the smallest measured value at or above 0.95.
-# (1M clustered synthetic vectors reached 0.99 at 256: real text is harder.)
-# Asking for more neighbours than 96 changed nothing there: the beam decides.
-EXPANSION_SEARCH = 416
+# stub's bag-of-words vectors, 200 real questions; docs/search.md). With 32
+# links a node and FAISS's default construction beam of 40, recall@10 after
+# the exact re-rank is 0.945 at a search beam of 160, 0.956 at 192 and 0.969
+# at 256: 192 is the smallest measured beam at or above 0.95. 16 links
+# reached 0.78 at 192; a construction beam of 80 reached 0.90 (these windows
+# overlap, and a wider construction beam links a node to its near copies);
+# 48 links matched 32 at a higher cost.
+CONNECTIVITY = 32
+EXPANSION_ADD = 40
+EXPANSION_SEARCH = 192
 MIN_CANDIDATES = 96
-DTYPE = "i8"
+STORAGE = "sq8"
+# The 8-bit quantiser learns each dimension's range from at most this many
+# rows (evenly spaced, so the same rows give the same ranges).
+TRAIN_ROWS = 65_536
 # What the saved index was built with is recorded in the header ("ann_graph"):
 # an index built with other settings is rebuilt whole by the next embed (a
-# search never rebuilds it) and searched meanwhile with the beam its own
-# settings need. Indexes saved before the settings were recorded are
-# LEGACY_GRAPH's.
-GRAPH = f"{DTYPE}:{CONNECTIVITY}:{EXPANSION_ADD}"
-LEGACY_GRAPH = "i8:16:128"
-LEGACY_EXPANSION_SEARCH = 416
+# search never rebuilds it). Meanwhile a FAISS graph of other settings is
+# searched with the widest beam measured, and a graph this code cannot open
+# (usearch's, the ANN library before FAISS: "i8:16:128", or no "ann_graph"
+# at all) is not opened: the exact scan answers until the rebuild.
+GRAPH = f"faiss-hnsw-{STORAGE}:{CONNECTIVITY}:{EXPANSION_ADD}"
+GRAPH_PREFIX = "faiss-hnsw-"
+WIDEST_EXPANSION_SEARCH = 256
+# Index files of earlier ANN libraries, removed when a FAISS graph replaces them in the same build.
+REPLACED_KINDS = ("usearch",)
 # A caller who may see less than this share of the current rows is answered by
 # the exact scan over its rows. 1.0: every caller who cannot see every window.
 # The graph is one for all callers, so a walk for a filtered caller passes
@@ -71,22 +80,23 @@ LEGACY_EXPANSION_SEARCH = 416
 EXACT_SHARE = 1.0
 # Additions smaller than this are inserted on one thread: the graph is then
 # the same for the same rows (threads insert in a racy order, and a small
-# graph built that way missed a true top-5 row in about 1 search in 20),
-# and they take milliseconds anyway. Large builds use every core.
+# graph built that way can miss a true top-5 row), and they take
+# milliseconds anyway. Large builds use every core.
 PARALLEL_ADD_ROWS = 16_384
+ADD_BATCH = 65_536
 INSTALL_HINT = "pip install 'bastion-agent[ann]'"
 
 
-def usearch_or_none():
-    return optional("usearch.index")
+def faiss_or_none():
+    return optional("faiss")
 
 
 def available() -> bool:
-    return usearch_or_none() is not None
+    return faiss_or_none() is not None
 
 
 def path_of(files: Files, header: dict):
-    return files.data(header["build"], "usearch")
+    return files.data(header["build"], "faiss")
 
 
 def update(files: Files, header: dict, view: VectorFile, limit: int | None = None) -> dict:
@@ -101,8 +111,8 @@ def update(files: Files, header: dict, view: VectorFile, limit: int | None = Non
     and the header names it last, so a reader's memory map keeps the file it
     opened.
     """
-    module = usearch_or_none()
-    if module is None or view.rows < MIN_ROWS or view.np is None:
+    faiss = faiss_or_none()
+    if faiss is None or view.rows < MIN_ROWS or view.np is None:
         return header
     with writer_lock(Files(files.folder, files.name + "-ann"), wait=limit is None) as held:
         latest = read_header(files)
@@ -110,150 +120,128 @@ def update(files: Files, header: dict, view: VectorFile, limit: int | None = Non
             return latest if latest is not None and latest.get("build") == header["build"] else header
         if latest is None or latest.get("build") != header["build"]:
             return header  # rebuilt meanwhile: the next load sees the new build
-        covered = latest.get("ann_rows", 0) if graph_of(latest) == GRAPH and _readable(module, files, latest) else 0
+        readable = graph_of(latest) == GRAPH and _readable(faiss, files, latest, view)
+        covered = latest["ann_rows"] if readable else 0
         missing = view.rows - covered
         if missing <= 0 or (limit is not None and missing > limit):
             return latest
-        index = _open_for_writing(module, files, latest, covered, view.dim)
-        covered = len(index)
-        for first in range(covered, view.rows, 65_536):
-            stop = min(first + 65_536, view.rows)
-            threads = 1 if stop - first < PARALLEL_ADD_ROWS else os.cpu_count() or 1
-            index.add(view.np.arange(first, stop, dtype="uint64"), view.matrix[first:stop], threads=threads)
-        target = path_of(files, latest)
-        temporary = target.with_name(target.name + ".tmp")
-        index.save(str(temporary))
-        os.chmod(temporary, 0o600)
-        with writer_lock(files):
-            latest = read_header(files)
-            if latest is None or latest.get("build") != header["build"]:
-                temporary.unlink()
-                return header
-            os.replace(temporary, target)
-            latest["ann_rows"] = view.rows
-            latest["ann_graph"] = GRAPH
-            write_json(files.header, latest)
+        index = _read(faiss, files, latest, mapped=False) if covered else None
+        if index is None or index.ntotal != covered:
+            index, covered = _new_index(faiss, view), 0
+        _add_rows(faiss, index, view, covered)
+        return _save(faiss, files, header, index, view.rows)
+
+
+def _add_rows(faiss, index, view: VectorFile, first: int) -> None:
+    """Add the vector file's rows from ``first`` on, scaled to unit length (inner product is then cosine)."""
+    np = view.np
+    threads = 1 if view.rows - first < PARALLEL_ADD_ROWS else os.cpu_count() or 1
+    faiss.omp_set_num_threads(threads)
+    try:
+        for start in range(first, view.rows, ADD_BATCH):
+            stop = min(start + ADD_BATCH, view.rows)
+            index.add(np.ascontiguousarray(view.matrix[start:stop] * view.inverse[start:stop, None], dtype=np.float32))
+    finally:
+        faiss.omp_set_num_threads(1)
+
+
+def _save(faiss, files: Files, header: dict, index, rows: int) -> dict:
+    """Write the index beside the vector file and name it in the header (last); the header as written."""
+    target = path_of(files, header)
+    temporary = target.with_name(target.name + ".tmp")
+    faiss.write_index(index, str(temporary))
+    os.chmod(temporary, 0o600)
+    with writer_lock(files):
+        latest = read_header(files)
+        if latest is None or latest.get("build") != header["build"]:
+            temporary.unlink()
+            return header
+        os.replace(temporary, target)
+        latest["ann_rows"] = rows
+        latest["ann_graph"] = GRAPH
+        write_json(files.header, latest)
+    for kind in REPLACED_KINDS:
+        with contextlib.suppress(FileNotFoundError):
+            files.data(header["build"], kind).unlink()
     return latest
 
 
 def graph_of(header: dict) -> str:
-    """The settings the saved index was built with (an index from before they were recorded: the first defaults)."""
-    return header.get("ann_graph", LEGACY_GRAPH)
+    """What the saved index was built with ("" when there is none; usearch's first defaults when not recorded)."""
+    if not header.get("ann_rows"):
+        return ""
+    return header.get("ann_graph", "i8:16:128")
 
 
 def expansion_for(header: dict) -> int:
-    """The beam for the saved graph: the default for a graph of the current settings, else the first defaults' beam.
+    """The beam for the saved graph: the default for a graph of the current settings, else the widest measured.
 
-    A graph built with other settings needs the beam measured for it, and
-    the only other settings a saved index can have so far are the first
-    defaults (LEGACY_GRAPH); a graph of settings this code does not know
-    gets that beam too, the widest this code has ever searched with.
+    A graph built with other settings needs the beam measured for it; until
+    the next embed rebuilds it, the widest beam measured keeps its recall
+    at least as high as the defaults'.
     """
-    return EXPANSION_SEARCH if graph_of(header) == GRAPH else LEGACY_EXPANSION_SEARCH
+    return EXPANSION_SEARCH if graph_of(header) == GRAPH else WIDEST_EXPANSION_SEARCH
 
 
-def _readable(module, files: Files, header: dict) -> bool:
-    """Whether the saved index opens and holds the rows the header says."""
+def opens(header: dict) -> bool:
+    """Whether the saved index is a FAISS graph (of any settings), the only kind this code walks."""
+    return graph_of(header).startswith(GRAPH_PREFIX)
+
+
+def _read(faiss, files: Files, header: dict, mapped: bool):
+    """The saved index, mapped (read-only, loads in milliseconds) or read whole (to add to); None when unreadable."""
+    flags = getattr(faiss, "IO_FLAG_MMAP_IFC", 0) if mapped else 0
     try:
-        index = module.Index.restore(str(path_of(files, header)), view=True)
+        return faiss.read_index(str(path_of(files, header)), flags)
     except (RuntimeError, ValueError, OSError):
-        return False
-    return index is not None and len(index) == header.get("ann_rows", 0)
-
-
-def _open_for_writing(module, files: Files, header: dict, covered: int, dim: int):
-    if covered:
-        try:
-            index = module.Index.restore(str(path_of(files, header)))
-        except (RuntimeError, ValueError, OSError):
-            index = None
-        if index is not None and len(index) == covered and index.ndim == dim:
-            return index
-    return module.Index(ndim=dim, metric="cos", dtype=DTYPE, connectivity=CONNECTIVITY,
-                        expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
-
-
-# A long-lived process (serve) copies the graph into memory backed by huge
-# pages when the kernel offers them and the graph takes at most this share of
-# the memory available: each step of the walk lands on a random node, and on
-# the file's 4 kB pages nearly every step also missed the TLB. Measured at
-# 120,000 windows with cold caches: 1.62 ms a walk against 1.84 ms from the
-# file (FAISS HNSW at ef 256: 1.46 ms), a copy of 61 MB taking 0.03-0.08 s.
-# A copy in ordinary 4 kB pages was no faster than the file (1.98 ms), so
-# without huge pages the file is mapped as before.
-RESIDENT_SHARE = 0.25
-HUGE_PAGES_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-
-
-def huge_pages_offered() -> bool:
-    """Whether the kernel backs memory advised for huge pages with them (transparent huge pages: always or madvise)."""
-    try:
-        setting = HUGE_PAGES_SETTING.read_text(encoding="ascii")
-    except OSError:
-        return False
-    return "[always]" in setting or "[madvise]" in setting
-
-
-def memory_available() -> int:
-    """The kernel's estimate of memory available without swapping, in bytes (0 when unknown)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def resident_copy(path) -> mmap.mmap | None:
-    """The file read into private memory advised for huge pages; None when huge pages are off or it would not fit."""
-    size = os.stat(path).st_size
-    if not size or not huge_pages_offered() or not hasattr(mmap, "MADV_HUGEPAGE") \
-            or size > RESIDENT_SHARE * memory_available():
         return None
-    copy = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    copy.madvise(mmap.MADV_HUGEPAGE)
-    done = 0
-    with open(path, "rb", buffering=0) as handle:
-        while done < size and (got := handle.readinto(memoryview(copy)[done:])):
-            done += got
-    if done != size:  # the file shrank while it was read: map it instead
-        copy.close()
-        return None
-    return copy
+
+
+def _readable(faiss, files: Files, header: dict, view: VectorFile) -> bool:
+    """Whether the saved index opens (mapped) and holds the rows the header says, over vectors of this width."""
+    index = _read(faiss, files, header, mapped=True)
+    return index is not None and index.ntotal == header.get("ann_rows", 0) <= view.rows and index.d == view.dim
+
+
+def _new_index(faiss, view: VectorFile):
+    """An empty graph whose 8-bit quantiser has learnt each dimension's range from evenly spaced rows."""
+    np = view.np
+    index = faiss.IndexHNSWSQ(view.dim, faiss.ScalarQuantizer.QT_8bit, CONNECTIVITY, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = EXPANSION_ADD
+    step = max(1, view.rows // TRAIN_ROWS)
+    sample = np.ascontiguousarray(view.matrix[::step] * view.inverse[::step, None], dtype=np.float32)
+    index.train(sample)
+    return index
 
 
 class AnnIndex:
-    """An index over the first ``rows`` positions of a vector file: the file memory-mapped, or a resident copy.
+    """An index over the first ``rows`` positions of a vector file, its graph memory-mapped.
 
-    ``resident=True`` (serve) copies the graph into huge-page memory when it
-    fits (``resident_copy``): the process then holds the graph as its own
-    memory (anonymous, not the page cache's, so not shared with other
-    processes or dropped under pressure) and walks it faster. A one-off
-    search maps the file, which costs nothing to open.
+    The map is read-only and shared with every other reader of the file
+    (the page cache's, not the process's own memory), costs nothing to open
+    and holds in memory only the pages the walks touch.
     """
 
-    def __init__(self, files: Files, header: dict, view: VectorFile, resident: bool = False):
-        module = usearch_or_none()
-        if module is None:
-            raise StoreError(f"usearch is not installed: {INSTALL_HINT}")
+    def __init__(self, files: Files, header: dict, view: VectorFile):
+        faiss = faiss_or_none()
+        if faiss is None:
+            raise StoreError(f"faiss is not installed: {INSTALL_HINT}")
+        if not opens(header):
+            raise StoreError("the ANN index was made by another library: it is rebuilt by the next embed")
         self.view = view
         self.rows = header.get("ann_rows", 0)
-        path = str(path_of(files, header))
-        self.copy = resident_copy(path) if resident else None  # kept: the index reads from it
-        self.index = module.Index.restore(memoryview(self.copy) if self.copy is not None else path, view=True)
-        if self.index is None or len(self.index) < self.rows:
+        self.index = _read(faiss, files, header, mapped=True)
+        if self.index is None or self.index.ntotal < self.rows or self.index.d != view.dim:
             raise StoreError("the ANN index file is unreadable: it is rebuilt by the next embed or search")
-        self.index.expansion_search = expansion_for(header)
+        self.expansion = expansion_for(header)
+        self._faiss = faiss
 
     def top(self, query, n: int, allowed: RowFilter | None = None) -> list[tuple[float, int]]:
         """About the ``n`` best current rows (of ``allowed`` when given) as ``(float64 cosine, position)``, best first.
 
         Each candidate's float32 row is read once, from the vector file's map,
         to score it exactly: those scores are final (the caller does not read
-        the vectors again). The installed usearch has no filtered search in
-        Python, so a caller who sees a share of the rows asks for
+        the vectors again). A caller who sees a share of the rows asks for
         proportionally more neighbours (and four times more again until
         ``2 n`` visible ones are found). Below ``EXACT_SHARE`` of the current
         rows (by default: unless the caller sees them all) the exact scan over
@@ -266,11 +254,11 @@ class AnnIndex:
         np = view.np
         share = (view.current if allowed is None else allowed.count) / view.rows if view.rows else 1.0
         count = max(MIN_CANDIDATES, math.ceil(2 * n / max(share, 1e-6)))
-        query32 = np.asarray(query, dtype=np.float32)
+        query32 = np.asarray(query, dtype=np.float32).reshape(1, -1)
         while True:
             count = min(count, self.rows)
             keys = self.neighbours(query32, count)
-            keys = keys[keys < self.rows].astype(np.int64)
+            keys = keys[(keys >= 0) & (keys < self.rows)]
             if allowed is not None:
                 keys = keys[allowed.mask[keys]]
             elif view.stale is not None:
@@ -284,12 +272,14 @@ class AnnIndex:
         return view.ranked(query, keys, n)
 
     def neighbours(self, query32, count: int):
-        """The keys of about ``count`` nearest rows, found on the calling thread.
+        """The positions of about ``count`` nearest rows (-1 where the graph has fewer), found on the calling thread.
 
-        usearch's default (``threads=0``) asks how many cores there are on
-        every call (two reads of ``/sys/devices/system/cpu/online``) to size
-        a pool that one query cannot use; with cold caches the walk took the
-        same time either way (1.43 ms at 120,000 rows, beam 416). serve
-        answers each request on its own thread anyway.
+        The beam is passed with each search, not set on the shared index, so
+        serve's threads never see one another's settings; one OpenMP thread,
+        because a pool sized to the cores would spin after the walk and take
+        them from the next request (bench/search_peers.py found that).
         """
-        return self.index.search(query32, count, threads=1).keys
+        faiss = self._faiss
+        faiss.omp_set_num_threads(1)
+        _, keys = self.index.search(query32, count, params=faiss.SearchParametersHNSW(efSearch=self.expansion))
+        return keys[0]

@@ -3,7 +3,7 @@
 ``SearchIndex`` holds what one store needs between queries (the vectors, the
 ANN index, the keyword index) and is refreshed when the store changes; exact
 cosine scoring is the fallback and the reference. Standard library only (numpy
-and usearch when installed).
+and FAISS when installed).
 """
 
 from __future__ import annotations
@@ -113,15 +113,12 @@ class SearchIndex:
 
     @classmethod
     def load(cls, manifest, layout: Layout, *, use_numpy: bool | None = None, use_ann: bool = True,
-             vectors: bool = True, resident: bool = False) -> "SearchIndex":
+             vectors: bool = True) -> "SearchIndex":
         """Open the manifest's model, refreshing the derived files first when the database moved on.
 
         ``use_numpy=False`` forces the pure-Python scan (``True`` requires
         numpy); ``use_ann=False`` never opens the ANN index; ``vectors=False``
-        opens only what keyword search reads (a one-off keyword query);
-        ``resident=True`` (a process that answers many searches: serve)
-        copies the ANN graph into huge-page memory when it fits
-        (``ann.AnnIndex``).
+        opens only what keyword search reads (a one-off keyword query).
         """
         from bastion_agent.embedding import ann, vectorfile
 
@@ -140,15 +137,15 @@ class SearchIndex:
         vectors = vectorfile.VectorFile(files, header, use_numpy)
         ann_index = None
         if use_ann and vectors.np is not None and vectors.current >= ann.MIN_ROWS and ann.available():
-            ann_index = cls._open_ann(files, header, vectors, resident)
+            ann_index = cls._open_ann(files, header, vectors)
         return cls(manifest, layout, vectors, ann_index, version)
 
     @staticmethod
-    def _open_ann(files, header: dict, vectors, resident: bool = False):
+    def _open_ann(files, header: dict, vectors):
         """The ANN index, brought up to date when it lacks rows or does not open; None to scan exactly.
 
-        An index that holds every row is opened once (a memory map that usearch
-        walks: 0.1 s at 120,000 rows), not opened a first time to count it.
+        An index that holds every row is opened once (a memory map that FAISS
+        walks: 5 ms at 120,000 rows), not opened a first time to count it.
         """
         from bastion_agent.embedding import ann
 
@@ -157,7 +154,7 @@ class SearchIndex:
                 header = ann.update(files, header, vectors, limit=ann.LAZY_ROWS)
             if header.get("ann_rows"):
                 try:
-                    return ann.AnnIndex(files, header, vectors, resident)
+                    return ann.AnnIndex(files, header, vectors)
                 except (StoreError, RuntimeError, ValueError, OSError):
                     pass  # unreadable: once more after update (which rebuilds what it may), else scan exactly
         return None  # an unreadable index only costs speed: scan exactly, and rebuild after embed

@@ -289,7 +289,7 @@ class FilteredScanTests(TempFolder, unittest.TestCase):
     def test_pure_python_scan(self):
         self.check(self.load(use_numpy=False), exact=True)
 
-    @unittest.skipUnless(vectorfile.numpy_or_none() is not None and ann.available(), "the ANN index needs numpy and usearch")
+    @unittest.skipUnless(vectorfile.numpy_or_none() is not None and ann.available(), "the ANN index needs numpy and faiss")
     def test_ann_path_widens_or_scans_and_keeps_to_the_visible_rows(self):
         with mock.patch.multiple(ann, MIN_ROWS=50, LAZY_ROWS=100_000):
             for exact_share in (0.0, 1.0):  # 0: always widen the ANN search; 1: always scan the visible rows
@@ -300,7 +300,7 @@ class FilteredScanTests(TempFolder, unittest.TestCase):
                         self.check(index, exact=False)
                         self.assertGreater(ann_top.call_count, 0)
 
-    @unittest.skipUnless(vectorfile.numpy_or_none() is not None and ann.available(), "the ANN index needs numpy and usearch")
+    @unittest.skipUnless(vectorfile.numpy_or_none() is not None and ann.available(), "the ANN index needs numpy and faiss")
     def test_a_caller_who_cannot_see_every_window_never_walks_the_shared_graph(self):
         """A walk of the one graph passes through hidden windows, which could change what it finds: scan instead."""
         with mock.patch.multiple(ann, MIN_ROWS=50, LAZY_ROWS=100_000):

@@ -10,7 +10,7 @@ from pathlib import Path
 from unittest import mock
 
 from bastion_agent import embed
-from bastion_agent.core.layout import Layout, ensure_private_dir
+from bastion_agent.core.layout import Layout, ensure_private_dir, write_json
 from bastion_agent.core.records import DocumentRow, StoredChunk
 from bastion_agent.embedding import ann, vectorfile, vectorstore
 from bastion_agent.searching import keyword
@@ -27,7 +27,7 @@ from bastion_agent.testing.testsupport import (
 )
 
 HAS_NUMPY = vectorfile.numpy_or_none() is not None
-HAS_USEARCH = ann.available()
+HAS_FAISS = ann.available()
 
 
 class SyntheticStore(TempFolder, unittest.TestCase):
@@ -322,7 +322,7 @@ class DerivedFileTests(SyntheticStore):
         self.assertEqual(len(self.load()), 120)
 
 
-@unittest.skipUnless(HAS_NUMPY and HAS_USEARCH, "the ANN index needs numpy and usearch (pip install 'bastion-agent[ann]')")
+@unittest.skipUnless(HAS_NUMPY and HAS_FAISS, "the ANN index needs numpy and faiss (pip install 'bastion-agent[ann]')")
 class AnnTests(SyntheticStore):
     def setUp(self):
         super().setUp()
@@ -347,7 +347,7 @@ class AnnTests(SyntheticStore):
     def test_below_the_threshold_no_ann_is_built(self):
         with mock.patch.object(ann, "MIN_ROWS", 10_000):
             self.assertIsNone(self.load().ann)
-        self.assertEqual(list(self.layout.root.glob("index/*.usearch")), [])
+        self.assertEqual(list(self.layout.root.glob("index/*.faiss")), [])
 
     def test_the_index_grows_with_new_vectors_and_rows_it_lacks_are_scanned(self):
         self.load()
@@ -381,7 +381,7 @@ class AnnTests(SyntheticStore):
 
     def test_a_corrupt_index_falls_back_to_the_scan_and_is_rebuilt(self):
         self.load()
-        (path,) = self.layout.root.glob("index/*.usearch")
+        (path,) = self.layout.root.glob("index/*.faiss")
         path.write_bytes(b"garbage" * 100)
         query = self.query()
         with mock.patch.object(ann, "LAZY_ROWS", 0):
@@ -391,49 +391,75 @@ class AnnTests(SyntheticStore):
         self.assertEqual(index.ann.rows, 400)
         self.assertEqual(self.ids(index.search("", query, 5, "vector")), self.reference(query, 5))
 
-    def test_an_index_built_with_other_settings_is_searched_with_the_old_beam_until_embed_rebuilds_it(self):
+    def test_an_index_built_with_other_settings_is_searched_with_the_widest_beam_until_embed_rebuilds_it(self):
         self.load()
         files = vectorfile.Files.for_key(self.layout, "synthetic")
         self.assertEqual(vectorfile.read_header(files)["ann_graph"], ann.GRAPH)
         query = self.query()
-        newer = {"GRAPH": "f16:32:128", "DTYPE": "f16", "CONNECTIVITY": 32, "EXPANSION_SEARCH": 64}
+        newer = {"GRAPH": "faiss-hnsw-sq8:16:40", "CONNECTIVITY": 16, "EXPANSION_SEARCH": 64}
         with mock.patch.multiple(ann, LAZY_ROWS=0, **newer):
-            index = self.load()  # a search never rebuilds it: the saved graph answers, with its own beam
-            self.assertEqual(index.ann.index.expansion_search, ann.LEGACY_EXPANSION_SEARCH)
+            index = self.load()  # a search never rebuilds it: the saved graph answers, with the widest beam
+            self.assertEqual(index.ann.expansion, ann.WIDEST_EXPANSION_SEARCH)
             self.assertEqual(self.ids(index.search("", query, 5, "vector")), self.reference(query, 5))
             embed.refresh_derived(self.layout, fake_manifest())
-            self.assertEqual(vectorfile.read_header(files)["ann_graph"], "f16:32:128")
+            self.assertEqual(vectorfile.read_header(files)["ann_graph"], "faiss-hnsw-sq8:16:40")
             index = self.load()
-            self.assertEqual((str(index.ann.index.dtype), index.ann.index.expansion_search), ("ScalarKind.F16", 64))
+            self.assertEqual((index.ann.index.hnsw.nb_neighbors(0), index.ann.expansion), (32, 64))  # 2 x 16 links
             self.assertEqual(index.ann.rows, 400)
             self.assertEqual(self.ids(index.search("", query, 5, "vector")), self.reference(query, 5))
 
-    def test_refresh_derived_builds_the_index(self):
-        embed.refresh_derived(self.layout, fake_manifest())
-        self.assertEqual(len(list(self.layout.root.glob("index/*.usearch"))), 1)
-
-    def test_a_resident_graph_answers_as_the_mapped_file_does(self):
-        mapped = self.load()
-        with mock.patch.object(ann, "huge_pages_offered", return_value=True), \
-                mock.patch.object(ann, "memory_available", return_value=1 << 40):
-            resident = self.load(resident=True)
-        self.assertIsNotNone(resident.ann.copy)
-        self.assertIsNone(mapped.ann.copy)
-        (path,) = self.layout.root.glob("index/*.usearch")
-        self.assertEqual(bytes(resident.ann.copy), path.read_bytes())
-        for _ in range(5):
-            query = self.query()
-            self.assertEqual(resident.search("", query, 10, "vector"), mapped.search("", query, 10, "vector"))
-
-    def test_the_graph_is_mapped_when_huge_pages_are_off_or_it_would_not_fit(self):
+    def test_a_graph_of_the_earlier_library_is_scanned_exactly_until_embed_replaces_it(self):
         self.load()
-        (path,) = self.layout.root.glob("index/*.usearch")
-        with mock.patch.object(ann, "huge_pages_offered", return_value=False), \
-                mock.patch.object(ann, "memory_available", return_value=1 << 40):
-            self.assertIsNone(self.load(resident=True).ann.copy)
-        with mock.patch.object(ann, "huge_pages_offered", return_value=True), \
-                mock.patch.object(ann, "memory_available", return_value=path.stat().st_size):
-            self.assertIsNone(self.load(resident=True).ann.copy)  # more than a quarter of what is available
+        files = vectorfile.Files.for_key(self.layout, "synthetic")
+        header = vectorfile.read_header(files)
+        (graph,) = self.layout.root.glob("index/*.faiss")
+        old = graph.with_suffix(".usearch")
+        graph.rename(old)  # what an earlier version left: usearch's file, and a header without "ann_graph"
+        del header["ann_graph"]
+        write_json(files.header, header)
+        query = self.query()
+        with mock.patch.object(ann, "LAZY_ROWS", 0):
+            index = self.load()
+            self.assertIsNone(index.ann)
+            self.assertEqual(self.ids(index.search("", query, 5, "vector")), self.reference(query, 5))
+        embed.refresh_derived(self.layout, fake_manifest())
+        self.assertEqual(vectorfile.read_header(files)["ann_graph"], ann.GRAPH)
+        self.assertFalse(old.exists())
+        self.assertEqual(self.load().ann.rows, 400)
+
+    def test_a_graph_that_does_not_match_the_header_answers_exactly_and_is_rebuilt(self):
+        self.load()
+        files = vectorfile.Files.for_key(self.layout, "synthetic")
+        for claimed in (399, 401):  # the graph holds 400 rows; a header that says otherwise is not believed
+            with self.subTest(claimed=claimed):
+                header = vectorfile.read_header(files)
+                header["ann_rows"] = claimed
+                write_json(files.header, header)
+                query = self.query()
+                with mock.patch.object(ann, "LAZY_ROWS", 0):
+                    self.assertEqual(self.ids(self.load().search("", query, 5, "vector")), self.reference(query, 5))
+                embed.refresh_derived(self.layout, fake_manifest())
+                self.assertEqual(vectorfile.read_header(files)["ann_rows"], 400)
+                self.assertEqual(self.load().ann.index.ntotal, 400)
+
+    def test_refresh_derived_builds_the_index_readable_by_its_owner_only(self):
+        embed.refresh_derived(self.layout, fake_manifest())
+        (graph,) = self.layout.root.glob("index/*.faiss")
+        self.assertEqual(graph.stat().st_mode & 0o777, 0o600)
+
+    def test_a_small_graph_built_twice_from_the_same_rows_is_the_same(self):
+        self.load()
+        files = vectorfile.Files.for_key(self.layout, "synthetic")
+        (graph,) = self.layout.root.glob("index/*.faiss")
+        builds = []
+        for _ in range(2):
+            builds.append(graph.read_bytes())
+            header = vectorfile.read_header(files)
+            header["ann_rows"] = 0
+            write_json(files.header, header)
+            self.load()
+        builds.append(graph.read_bytes())
+        self.assertEqual(len(set(builds)), 1)
 
 
 class KeywordTests(SyntheticStore):

@@ -117,7 +117,7 @@ class SearchService:
         self.local_caller = tokens.local_caller(manifest)  # who asks when no token is needed (loopback, stdio)
         self.remote = remote is not None
         # remote: a remote_search.RemoteIndex (serve --remote), always current, never reloaded
-        self.index = remote if remote is not None else searcher.SearchIndex.load(manifest, layout, resident=True)
+        self.index = remote if remote is not None else searcher.SearchIndex.load(manifest, layout)
         self.index_error: str | None = None  # what /healthz says (no local path)
         self._reload_failure: str | None = None  # what the log said
         self.default_mode = searcher.resolve_mode(manifest, None)  # the manifest's, else the index's default
@@ -161,7 +161,7 @@ class SearchService:
         if summary == self.summary_seen and not quiet:
             return False
         try:
-            fresh = searcher.SearchIndex.load(self.manifest, self.layout, resident=True)
+            fresh = searcher.SearchIndex.load(self.manifest, self.layout)
         except Exception as exc:  # keep answering from the old index; say why once
             message = f"could not reload the index ({exc}); still answering from the one loaded at {self.index.loaded_at}"
             if message != self._reload_failure:

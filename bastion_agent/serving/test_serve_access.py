@@ -72,7 +72,7 @@ class ServeTests(TwoTokensCase):
         if not use_ann:
             return start(self.store, self, tokens_file=self.tokens_file)
         if not ann.available():
-            self.skipTest("usearch is not installed (the ann extra)")
+            self.skipTest("faiss is not installed (the ann extra)")
         patcher = mock.patch.multiple(ann, MIN_ROWS=50, LAZY_ROWS=100_000)
         patcher.start()
         self.addCleanup(patcher.stop)
