@@ -4,9 +4,9 @@
 The store is ``bench/_realtext.py``'s (windows of real prose, the loopback
 stub's bag-of-words vectors at 384 dimensions; above ``ann.MIN_ROWS`` so
 that search uses the index) and the questions are the real ones
-``bench/search_latency.py`` asks. For each graph (FAISS HNSW over 8-bit
-scalar-quantised unit rows, as ``ann`` builds it, with a number of links a
-node and a construction beam; the store's own saved index is the first) and
+``bench/search_latency.py`` asks. For each graph (FAISS HNSW over float16
+unit rows, as ``ann`` builds it, with a number of links a node and a
+construction beam; the store's own saved index is the first) and
 each search setting (the search beam ``efSearch``, the number of neighbours
 asked for), it runs what ``ann.AnnIndex.top`` runs: ask the graph, keep current
 rows, score them exactly from the vector file, take the top 10. Recall@10 is

@@ -92,7 +92,7 @@ K = 10
 RRF_K = 60
 RRF_DEPTH = 30
 BATCH = 5000
-EXPANSIONS = (128, 160, 256)  # bastion's ANN beside its default (ann.EXPANSION_SEARCH)
+EXPANSIONS = (128, 160, 192, 256)  # bastion's ANN beside its default (ann.EXPANSION_SEARCH)
 
 
 def load_rows(layout: Layout) -> tuple[list[str], list[str], np.ndarray]:

@@ -27,6 +27,7 @@ library only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import typing
 from dataclasses import dataclass, field
@@ -169,8 +170,9 @@ class Hit:
 # --- SQL by column name ------------------------------------------------------
 
 
+@functools.cache
 def column_names(record: type) -> tuple[str, ...]:
-    """The record's fields in order: the columns that store it."""
+    """The record's fields in order: the columns that store it (a class's fields never change: kept)."""
     return tuple(item.name for item in dataclasses.fields(record))
 
 
@@ -216,29 +218,31 @@ def build(record: type, *sources, **given):
     """A record whose fields are taken by name: from ``given``, else from the first source that has the name.
 
     A source is a mapping (a ``dict``, a ``sqlite3.Row``) or a record; a field
-    no source has keeps its default. So a column a query selects under a
-    field's name, or a ranking's attribute of that name, fills the field
-    without another line.
+    no source has keeps its default, and a name that is no field is left
+    out. So a column a query selects under a field's name, or a ranking's
+    attribute of that name, fills the field without another line. (Copied
+    into one dict, C's loops do the work: a search builds ten hits or more a
+    query, and asking each source field by field took twice as long.)
     """
-    known = [_as_mapping(source) for source in sources]
-    chosen = {}
-    for item in dataclasses.fields(record):
-        if item.name in given:
-            chosen[item.name] = given[item.name]
-            continue
-        for mapping in known:
-            if item.name in mapping:
-                chosen[item.name] = mapping[item.name]
-                break
-    return record(**chosen)
+    chosen: dict = {}
+    for source in reversed(sources):  # the first source's values are written last, so they win
+        chosen.update(_as_dict(source))
+    chosen.update(given)
+    names = _name_set(record)
+    return record(**{name: value for name, value in chosen.items() if name in names})
 
 
-def _as_mapping(source) -> dict:
+def _as_dict(source) -> dict:
     if dataclasses.is_dataclass(source):
-        return {item.name: getattr(source, item.name) for item in dataclasses.fields(source)}
+        return {name: getattr(source, name) for name in column_names(type(source))}
     if hasattr(source, "keys"):
-        return {name: source[name] for name in source.keys()}
+        return dict(source)  # keys() and [name]: a dict, or a sqlite3.Row
     raise TypeError(f"not a record or a mapping: {type(source).__name__}")
+
+
+@functools.cache
+def _name_set(record: type) -> frozenset:
+    return frozenset(column_names(record))
 
 
 # --- JSON schema from the fields ---------------------------------------------

@@ -1,8 +1,8 @@
 """The approximate-nearest-neighbour index: FAISS's HNSW over a vector file.
 
-Why FAISS (extra ``ann``): its HNSW walk over 8-bit scalar-quantised rows
-is the cheapest measured here at recall@10 >= 0.95 on real text (0.59 ms
-against usearch's 1.75 ms on the same 120,000 windows, docs/search.md);
+Why FAISS (extra ``ann``): its HNSW walk over float16 rows is the cheapest
+measured here at recall@10 >= 0.95 on real text (docs/search.md, *Search at
+the floor*: about half of usearch's time on the same 120,000 windows);
 it memory-maps a saved graph (a load in milliseconds whatever the size),
 adds vectors to a saved graph incrementally, and is maintained by a large
 team with wheels for every common platform.
@@ -13,7 +13,7 @@ order they are added), so rows appended to the vector file are appended to
 the index. It holds every row, stale ones too (like the vector file): a
 search asks for more neighbours than it needs and drops rows that are not
 current. Candidates are then re-ranked by exact (float64) cosine on the
-float32 rows, so 8-bit storage costs little recall; rows the index does not
+float32 rows, so float16 storage costs no recall; rows the index does not
 hold yet are scanned exactly.
 """
 
@@ -42,21 +42,24 @@ MIN_ROWS = 100_000
 # itself; more is the embed stage's refresh_derived, which builds it whole.
 LAZY_ROWS = 20_000
 # Chosen on real text (bench/ann_params.py: 120,000 windows of real prose, the
-# stub's bag-of-words vectors, 200 real questions; docs/search.md). With 32
-# links a node and FAISS's default construction beam of 40, recall@10 after
-# the exact re-rank is 0.945 at a search beam of 160, 0.956 at 192 and 0.969
-# at 256: 192 is the smallest measured beam at or above 0.95. 16 links
-# reached 0.78 at 192; a construction beam of 80 reached 0.90 (these windows
-# overlap, and a wider construction beam links a node to its near copies);
-# 48 links matched 32 at a higher cost.
+# stub's bag-of-words vectors, 200 real questions; docs/search.md). Rows are
+# stored as float16: with 32 links a node and FAISS's default construction
+# beam of 40, recall@10 after the exact re-rank is 0.940 at a search beam of
+# 160, 0.959 at 192 and 0.967 at 224, and a walk at 192 took 0.87 ms against
+# 1.03 ms for the same graph over 8-bit rows (0.950 at 192: their distances
+# are coarse enough to build a worse graph, and decoding them costs more)
+# and 1.21 ms over float32 rows (0.958); the price is size, 124 MB at
+# 120,000 rows against 78 MB for 8 bits. 16 links reached 0.78 at 192; a
+# construction beam of 80 reached 0.90 (these windows overlap, and a wider
+# construction beam links a node to its near copies); 48 links matched 32 at
+# a higher cost. Past 20 neighbours asked for, recall did not move at any
+# beam (the beam decides), so a search asks for twice what it keeps and at
+# least MIN_CANDIDATES: each is a float32 row read for the exact re-rank.
 CONNECTIVITY = 32
 EXPANSION_ADD = 40
 EXPANSION_SEARCH = 192
-MIN_CANDIDATES = 96
-STORAGE = "sq8"
-# The 8-bit quantiser learns each dimension's range from at most this many
-# rows (evenly spaced, so the same rows give the same ranges).
-TRAIN_ROWS = 65_536
+MIN_CANDIDATES = 32
+STORAGE = "fp16"
 # What the saved index was built with is recorded in the header ("ann_graph"):
 # an index built with other settings is rebuilt whole by the next embed (a
 # search never rebuilds it). Meanwhile a FAISS graph of other settings is
@@ -204,13 +207,9 @@ def _readable(faiss, files: Files, header: dict, view: VectorFile) -> bool:
 
 
 def _new_index(faiss, view: VectorFile):
-    """An empty graph whose 8-bit quantiser has learnt each dimension's range from evenly spaced rows."""
-    np = view.np
-    index = faiss.IndexHNSWSQ(view.dim, faiss.ScalarQuantizer.QT_8bit, CONNECTIVITY, faiss.METRIC_INNER_PRODUCT)
+    """An empty graph of the current settings (float16 rows need no training)."""
+    index = faiss.IndexHNSWSQ(view.dim, faiss.ScalarQuantizer.QT_fp16, CONNECTIVITY, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = EXPANSION_ADD
-    step = max(1, view.rows // TRAIN_ROWS)
-    sample = np.ascontiguousarray(view.matrix[::step] * view.inverse[::step, None], dtype=np.float32)
-    index.train(sample)
     return index
 
 

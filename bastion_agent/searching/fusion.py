@@ -77,9 +77,11 @@ def cosine_floor(cosines: list[float]) -> float:
 
 
 def vector_only(ranked: list[tuple[float, str]], floor: float) -> list[Scored]:
-    return [Scored(cos, chunk, percent(vector_evidence(cos, floor)), cos, rank,
-                   vector_relevance=percent(vector_evidence(cos, floor)))
-            for rank, (cos, chunk) in enumerate(ranked, start=1)]
+    scored = []
+    for rank, (cos, chunk) in enumerate(ranked, start=1):
+        relevance = percent(vector_evidence(cos, floor))
+        scored.append(Scored(cos, chunk, relevance, cos, rank, vector_relevance=relevance))
+    return scored
 
 
 def keyword_only(hits) -> list[Scored]:

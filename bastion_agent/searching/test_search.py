@@ -396,13 +396,13 @@ class AnnTests(SyntheticStore):
         files = vectorfile.Files.for_key(self.layout, "synthetic")
         self.assertEqual(vectorfile.read_header(files)["ann_graph"], ann.GRAPH)
         query = self.query()
-        newer = {"GRAPH": "faiss-hnsw-sq8:16:40", "CONNECTIVITY": 16, "EXPANSION_SEARCH": 64}
+        newer = {"GRAPH": "faiss-hnsw-fp16:16:40", "CONNECTIVITY": 16, "EXPANSION_SEARCH": 64}
         with mock.patch.multiple(ann, LAZY_ROWS=0, **newer):
             index = self.load()  # a search never rebuilds it: the saved graph answers, with the widest beam
             self.assertEqual(index.ann.expansion, ann.WIDEST_EXPANSION_SEARCH)
             self.assertEqual(self.ids(index.search("", query, 5, "vector")), self.reference(query, 5))
             embed.refresh_derived(self.layout, fake_manifest())
-            self.assertEqual(vectorfile.read_header(files)["ann_graph"], "faiss-hnsw-sq8:16:40")
+            self.assertEqual(vectorfile.read_header(files)["ann_graph"], "faiss-hnsw-fp16:16:40")
             index = self.load()
             self.assertEqual((index.ann.index.hnsw.nb_neighbors(0), index.ann.expansion), (32, 64))  # 2 x 16 links
             self.assertEqual(index.ann.rows, 400)
