@@ -43,21 +43,24 @@ MIN_ROWS = 100_000
 LAZY_ROWS = 20_000
 # Chosen on real text (bench/ann_params.py: 120,000 windows of real prose, the
 # stub's bag-of-words vectors, 200 real questions; docs/search.md). Rows are
-# stored as float16: with 32 links a node and FAISS's default construction
-# beam of 40, recall@10 after the exact re-rank is 0.940 at a search beam of
-# 160, 0.959 at 192 and 0.967 at 224, and a walk at 192 took 0.87 ms against
-# 1.03 ms for the same graph over 8-bit rows (0.950 at 192: their distances
-# are coarse enough to build a worse graph, and decoding them costs more)
-# and 1.21 ms over float32 rows (0.958); the price is size, 124 MB at
-# 120,000 rows against 78 MB for 8 bits. 16 links reached 0.78 at 192; a
-# construction beam of 80 reached 0.90 (these windows overlap, and a wider
-# construction beam links a node to its near copies); 48 links matched 32 at
-# a higher cost. Past 20 neighbours asked for, recall did not move at any
-# beam (the beam decides), so a search asks for twice what it keeps and at
-# least MIN_CANDIDATES: each is a float32 row read for the exact re-rank.
+# stored as float16, with 32 links a node and FAISS's default construction
+# beam of 40. Recall@10 after the exact re-rank, on two builds of the same
+# rows (a build on several threads is not the same graph twice): 0.935-0.941
+# at a search beam of 160, 0.953-0.961 at 192, 0.957-0.966 at 208 and
+# 0.966-0.968 at 224; 208 is the smallest beam measured clear of 0.95 on
+# both. Over 8-bit rows the same graph reached 0.950 at 192 (their coarse
+# distances build a worse graph, and decoding them cost more time a walk);
+# over float32 rows a walk took 1.4 x as long for the same recall. 16 links
+# reached 0.80 at 192, a construction beam of 24 0.92, and 48 links matched
+# 32 at a higher cost (and a construction beam of 80, over 8-bit rows,
+# reached 0.90: these windows overlap, and a wider construction beam links a
+# node to its near copies). Recall did not move between 20, 52 and 200
+# neighbours asked for at any beam (the beam decides), so a search asks for
+# what it keeps and at least MIN_CANDIDATES: each is a float32 row read for
+# the exact re-rank.
 CONNECTIVITY = 32
 EXPANSION_ADD = 40
-EXPANSION_SEARCH = 192
+EXPANSION_SEARCH = 208
 MIN_CANDIDATES = 32
 STORAGE = "fp16"
 # What the saved index was built with is recorded in the header ("ann_graph"):
@@ -242,7 +245,7 @@ class AnnIndex:
         to score it exactly: those scores are final (the caller does not read
         the vectors again). A caller who sees a share of the rows asks for
         proportionally more neighbours (and four times more again until
-        ``2 n`` visible ones are found). Below ``EXACT_SHARE`` of the current
+        ``n`` visible ones are found), as does a search among stale rows. Below ``EXACT_SHARE`` of the current
         rows (by default: unless the caller sees them all) the exact scan over
         just the caller's rows answers instead, so no hidden window can change
         which of its rows are found.
@@ -252,7 +255,7 @@ class AnnIndex:
             return view.ranked(query, [position for _, position in view.top(query, n, allowed=allowed)])
         np = view.np
         share = (view.current if allowed is None else allowed.count) / view.rows if view.rows else 1.0
-        count = max(MIN_CANDIDATES, math.ceil(2 * n / max(share, 1e-6)))
+        count = max(MIN_CANDIDATES, math.ceil(n / max(share, 1e-6)))
         query32 = np.asarray(query, dtype=np.float32).reshape(1, -1)
         while True:
             count = min(count, self.rows)
@@ -262,7 +265,7 @@ class AnnIndex:
                 keys = keys[allowed.mask[keys]]
             elif view.stale is not None:
                 keys = keys[~view.stale[keys]]
-            if len(keys) >= 2 * n or count >= self.rows:
+            if len(keys) >= n or count >= self.rows:
                 break
             count *= 4
         unindexed = view.top(query, n, first=self.rows, allowed=allowed)  # rows the index does not hold yet
