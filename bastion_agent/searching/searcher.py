@@ -61,6 +61,14 @@ RESCORE_MARGIN = 16  # extra candidates re-scored in float64, so float32 near-ti
 # shared and dropped under memory pressure: they show in the resident set
 # as file-backed memory, not as the process's own (docs/search.md).
 SQLITE_MAP_BYTES = 1 << 31
+# A one-off search (the CLI) below this many current vectors scans them all
+# instead of walking the ANN graph: importing FAISS costs about 0.2 s of CPU
+# (bench/search_peers.py --cold: a cold hybrid search 0.40 -> 0.61 s at
+# 120,000 windows), and numpy scans 120,000 rows in 14 ms, a million in
+# 0.12-0.25 s. So until about a million rows the scan is the cheaper answer
+# for one question, and an exact one; serve, MCP and the graph's build are
+# unchanged.
+ONE_OFF_ANN_ROWS = 1_000_000
 
 
 def needs_vector(mode: str) -> bool:
@@ -113,12 +121,15 @@ class SearchIndex:
 
     @classmethod
     def load(cls, manifest, layout: Layout, *, use_numpy: bool | None = None, use_ann: bool = True,
-             vectors: bool = True) -> "SearchIndex":
+             vectors: bool = True, one_off: bool = False) -> "SearchIndex":
         """Open the manifest's model, refreshing the derived files first when the database moved on.
 
         ``use_numpy=False`` forces the pure-Python scan (``True`` requires
         numpy); ``use_ann=False`` never opens the ANN index; ``vectors=False``
-        opens only what keyword search reads (a one-off keyword query).
+        opens only what keyword search reads (a one-off keyword query);
+        ``one_off=True`` (a process that answers one search: the CLI) opens the
+        ANN index only from ``ONE_OFF_ANN_ROWS`` current vectors, where the
+        exact scan would cost more than loading FAISS.
         """
         from bastion_agent.embedding import ann, vectorfile
 
@@ -136,7 +147,8 @@ class SearchIndex:
         files = vectorfile.Files.for_key(layout, manifest.embed.vector_key)
         vectors = vectorfile.VectorFile(files, header, use_numpy)
         ann_index = None
-        if use_ann and vectors.np is not None and vectors.current >= ann.MIN_ROWS and ann.available():
+        ann_from = max(ann.MIN_ROWS, ONE_OFF_ANN_ROWS) if one_off else ann.MIN_ROWS
+        if use_ann and vectors.np is not None and vectors.current >= ann_from and ann.available():
             ann_index = cls._open_ann(files, header, vectors)
         return cls(manifest, layout, vectors, ann_index, version)
 
@@ -204,6 +216,9 @@ class SearchIndex:
             raise ConfigError(f"search mode must be one of {', '.join(SEARCH_MODES)}; got {mode!r}")
         if needs_vector(mode) and query_vector is not None and len(query_vector) != self.dim:
             raise ModelServerError(f"the query vector has {len(query_vector)} dimensions, the manifest says dim = {self.dim}")
+        if query_vector is not None and self.vectors is not None and self.vectors.np is not None:
+            # once, here: the graph, the re-rank and the floor each read it as an array
+            query_vector = self.vectors.np.asarray(query_vector, dtype=self.vectors.np.float64)
         with self.lock:
             visible = self.visible(groups) if groups is not None else None
             if visible is not None and not visible.count and not visible.windows:
@@ -501,7 +516,7 @@ def answer(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: Emb
     if k < 1:
         raise ConfigError(f"k must be a whole number >= 1; got {k}")
     mode = resolve_mode(manifest, mode)
-    index = SearchIndex.load(manifest, layout, vectors=needs_vector(mode))
+    index = SearchIndex.load(manifest, layout, vectors=needs_vector(mode), one_off=True)
     try:
         if needs_vector(mode) and not index.visible_count(groups):
             return Answer([], mode)

@@ -13,7 +13,7 @@ from bastion_agent import embed
 from bastion_agent.core.layout import Layout, ensure_private_dir, write_json
 from bastion_agent.core.records import DocumentRow, StoredChunk
 from bastion_agent.embedding import ann, vectorfile, vectorstore
-from bastion_agent.searching import keyword
+from bastion_agent.searching import keyword, searcher
 from bastion_agent.testing.search_manifest import DIM, fake_manifest
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
@@ -343,6 +343,17 @@ class AnnTests(SyntheticStore):
             self.assertEqual(ann_top.call_count, 1)
         self.assertEqual(self.ids(exact), self.reference(query, 5))
         self.assertEqual(self.ids(approximate), self.ids(exact))  # 400 rows: HNSW finds them all
+
+    def test_a_one_off_search_scans_exactly_below_its_threshold_and_walks_the_graph_from_it(self):
+        self.load()  # the graph is built
+        query = self.query()
+        with mock.patch.object(searcher, "ONE_OFF_ANN_ROWS", 401):
+            one_off = self.load(one_off=True)
+            self.assertIsNone(one_off.ann)  # FAISS is not even imported for it
+            self.assertEqual(self.ids(one_off.search("", query, 5, "vector")), self.reference(query, 5))
+            self.assertIsNotNone(self.load().ann)  # serve's load is unchanged
+        with mock.patch.object(searcher, "ONE_OFF_ANN_ROWS", 400):
+            self.assertIsNotNone(self.load(one_off=True).ann)
 
     def test_below_the_threshold_no_ann_is_built(self):
         with mock.patch.object(ann, "MIN_ROWS", 10_000):
