@@ -229,12 +229,15 @@ def build(record: type, *sources, **given):
         chosen.update(_as_dict(source))
     chosen.update(given)
     names = _name_set(record)
-    return record(**{name: value for name, value in chosen.items() if name in names})
+    if not names.issuperset(chosen):
+        chosen = {name: value for name, value in chosen.items() if name in names}
+    return record(**chosen)
 
 
 def _as_dict(source) -> dict:
     if dataclasses.is_dataclass(source):
-        return {name: getattr(source, name) for name in column_names(type(source))}
+        held = getattr(source, "__dict__", None)  # a record without slots: its fields, as Python keeps them
+        return held if held is not None else {name: getattr(source, name) for name in column_names(type(source))}
     if hasattr(source, "keys"):
         return dict(source)  # keys() and [name]: a dict, or a sqlite3.Row
     raise TypeError(f"not a record or a mapping: {type(source).__name__}")
