@@ -155,8 +155,10 @@ def _save(faiss, files: Files, header: dict, index, rows: int) -> dict:
     """Write the index beside the vector file and name it in the header (last); the header as written."""
     target = path_of(files, header)
     temporary = target.with_name(target.name + ".tmp")
-    faiss.write_index(index, str(temporary))
-    os.chmod(temporary, 0o600)
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()  # left by a build that died: its mode is not ours to trust
+    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # private before FAISS writes a byte
+    faiss.write_index(index, str(temporary))  # fopen "wb" keeps the file's mode
     with writer_lock(files):
         latest = read_header(files)
         if latest is None or latest.get("build") != header["build"]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
 import unittest
 from pathlib import Path
@@ -453,10 +454,33 @@ class AnnTests(SyntheticStore):
                 self.assertEqual(vectorfile.read_header(files)["ann_rows"], 400)
                 self.assertEqual(self.load().ann.index.ntotal, 400)
 
-    def test_refresh_derived_builds_the_index_readable_by_its_owner_only(self):
-        embed.refresh_derived(self.layout, fake_manifest())
+    def test_the_graph_is_readable_by_its_owner_only_even_while_it_is_written(self):
+        self.load()
+        files = vectorfile.Files.for_key(self.layout, "synthetic")
         (graph,) = self.layout.root.glob("index/*.faiss")
+        stale = graph.with_name(graph.name + ".tmp")
+        stale.write_bytes(b"left by a build that died")
+        stale.chmod(0o666)
+        header = vectorfile.read_header(files)
+        header["ann_rows"] = 0  # so that embed builds it again
+        write_json(files.header, header)
+        faiss = ann.faiss_or_none()
+        write = faiss.write_index
+        modes = []
+
+        def write_index(index, path):
+            modes.append(os.stat(path).st_mode & 0o777)  # what another user could have read meanwhile
+            write(index, path)
+
+        previous = os.umask(0)
+        try:
+            with mock.patch.object(faiss, "write_index", write_index):
+                embed.refresh_derived(self.layout, fake_manifest())
+        finally:
+            os.umask(previous)
+        self.assertEqual(modes, [0o600])
         self.assertEqual(graph.stat().st_mode & 0o777, 0o600)
+        self.assertFalse(stale.exists())
 
     def test_a_small_graph_built_twice_from_the_same_rows_is_the_same(self):
         self.load()
