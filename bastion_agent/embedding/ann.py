@@ -117,8 +117,10 @@ def update(files: Files, header: dict, view: VectorFile, limit: int | None = Non
     and the header names it last, so a reader's memory map keeps the file it
     opened.
     """
-    faiss = faiss_or_none()
-    if faiss is None or view.rows < MIN_ROWS or view.np is None:
+    if view.rows < MIN_ROWS or view.np is None:
+        return header
+    faiss = faiss_or_none()  # imported only here: it costs 0.2 s of CPU, which a small store never pays
+    if faiss is None:
         return header
     with writer_lock(Files(files.folder, files.name + "-ann"), wait=limit is None) as held:
         latest = read_header(files)

@@ -241,5 +241,4 @@ def refresh_derived(layout: Layout, manifest) -> None:
         db.close()
     files = vectorfile.Files.for_key(layout, manifest.embed.vector_key)
     vectors = vectorfile.VectorFile(files, header)
-    if vectors.np is not None and ann.available():
-        ann.update(files, header, vectors)
+    ann.update(files, header, vectors)  # below ann.MIN_ROWS, or without numpy or FAISS, it does nothing

@@ -6,6 +6,8 @@ import io
 import json
 import os
 import random
+import subprocess
+import sys
 import unittest
 from pathlib import Path
 from unittest import mock
@@ -355,6 +357,21 @@ class AnnTests(SyntheticStore):
             self.assertIsNotNone(self.load().ann)  # serve's load is unchanged
         with mock.patch.object(searcher, "ONE_OFF_ANN_ROWS", 400):
             self.assertIsNotNone(self.load(one_off=True).ann)
+
+    def test_a_store_below_the_threshold_never_imports_faiss(self):
+        """Importing FAISS costs 0.2 s of CPU: embed and search of a small store must not pay it."""
+        self.store(*self.rows(10, start=400))
+        script = ("import sys; from pathlib import Path; from bastion_agent import embed;"
+                  " from bastion_agent.core.layout import Layout;"
+                  " from bastion_agent.testing.search_manifest import fake_manifest, DIM;"
+                  " layout = Layout(Path(sys.argv[1])); embed.refresh_derived(layout, fake_manifest());"
+                  " index = embed.SearchIndex.load(fake_manifest(), layout);"
+                  " index.search('', [1.0] * DIM, 5, 'vector'); index.close();"
+                  " print(sorted(name for name in sys.modules if name.split('.')[0] == 'faiss'))")
+        result = subprocess.run([sys.executable, "-c", script, str(self.layout.root)], capture_output=True,
+                                text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+        self.assertEqual((result.returncode, result.stderr), (0, ""))
+        self.assertEqual(result.stdout.strip(), "[]")
 
     def test_below_the_threshold_no_ann_is_built(self):
         with mock.patch.object(ann, "MIN_ROWS", 10_000):
