@@ -62,6 +62,14 @@ CONNECTIVITY = 32
 EXPANSION_ADD = 40
 EXPANSION_SEARCH = 208
 MIN_CANDIDATES = 32
+# A larger graph needs a wider beam for the same recall. On a million windows
+# of the same prose (the same settings, bench/ann_params.py) the beam of 208
+# found 0.862; 448 0.925, 896 0.949, 960 0.956, 1152 0.963. So the beam grows
+# with the rows the graph holds: EXPANSION_SEARCH up to BEAM_ROWS, and from
+# there geometrically through the beam measured at a million (about the 0.72th
+# power of the rows; beyond a million that slope is extrapolated, not measured).
+BEAM_ROWS = 120_000
+BEAM_AT_MILLION = 960
 STORAGE = "fp16"
 # What the saved index was built with is recorded in the header ("ann_graph"):
 # an index built with other settings is rebuilt whole by the next embed (a
@@ -184,13 +192,19 @@ def graph_of(header: dict) -> str:
 
 
 def expansion_for(header: dict) -> int:
-    """The beam for the saved graph: the default for a graph of the current settings, else the widest measured.
-
-    A graph built with other settings needs the beam measured for it; until
-    the next embed rebuilds it, the widest beam measured keeps its recall
-    at least as high as the defaults'.
+    """The beam for the saved graph: the measured one for its size, and never under the widest first measured
+    when the graph was built with other settings (which need a beam measured for them).
     """
-    return EXPANSION_SEARCH if graph_of(header) == GRAPH else WIDEST_EXPANSION_SEARCH
+    beam = beam_for(header.get("ann_rows", 0))
+    return beam if graph_of(header) == GRAPH else max(beam, WIDEST_EXPANSION_SEARCH)
+
+
+def beam_for(rows: int) -> int:
+    """The search beam for a graph of ``rows`` rows (``EXPANSION_SEARCH`` up to ``BEAM_ROWS``, then growing)."""
+    if rows <= BEAM_ROWS:
+        return EXPANSION_SEARCH
+    slope = math.log(BEAM_AT_MILLION / EXPANSION_SEARCH) / math.log(1_000_000 / BEAM_ROWS)
+    return round(EXPANSION_SEARCH * (rows / BEAM_ROWS) ** slope)
 
 
 def opens(header: dict) -> bool:

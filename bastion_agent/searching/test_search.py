@@ -373,6 +373,16 @@ class AnnTests(SyntheticStore):
         self.assertEqual((result.returncode, result.stderr), (0, ""))
         self.assertEqual(result.stdout.strip(), "[]")
 
+    def test_the_beam_widens_with_the_graph_through_the_measured_points(self):
+        self.assertEqual(ann.beam_for(400), ann.EXPANSION_SEARCH)
+        self.assertEqual(ann.beam_for(ann.BEAM_ROWS), ann.EXPANSION_SEARCH)
+        self.assertEqual(ann.beam_for(1_000_000), ann.BEAM_AT_MILLION)  # a million windows needed 960 for 0.95
+        sizes = [ann.BEAM_ROWS, 200_000, 500_000, 1_000_000, 5_000_000]
+        beams = [ann.beam_for(rows) for rows in sizes]
+        self.assertEqual(beams, sorted(set(beams)))  # wider for every larger graph
+        header = {"ann_rows": 1_000_000, "ann_graph": ann.GRAPH}
+        self.assertEqual(ann.expansion_for(header), ann.BEAM_AT_MILLION)
+
     def test_below_the_threshold_no_ann_is_built(self):
         with mock.patch.object(ann, "MIN_ROWS", 10_000):
             self.assertIsNone(self.load().ann)
