@@ -30,7 +30,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from unittest import mock
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -59,15 +58,12 @@ def load_view(layout: Layout) -> tuple[vectorfile.VectorFile, dict]:
 
 
 def build_graph(view: vectorfile.VectorFile, connectivity: int, construction: int, log):
-    """A graph as ``ann`` builds one, with these links a node and this construction beam, on every core."""
+    """A graph as ``ann`` builds one, with these links a node and this construction beam."""
     import faiss
 
     started = time.monotonic()
-    with mock.patch.multiple(ann, CONNECTIVITY=connectivity, EXPANSION_ADD=construction):
-        index = ann._new_index(faiss, view)
-    faiss.omp_set_num_threads(os.cpu_count() or 1)
-    index.add(np.ascontiguousarray(view.matrix * view.inverse[:, None], dtype=np.float32))
-    faiss.omp_set_num_threads(1)
+    index = ann.new_graph(faiss, view.dim, connectivity, construction)
+    ann.add_rows(faiss, index, view, 0)
     log(f"graph {connectivity}:{construction}: built in {time.monotonic() - started:.0f} s")
     return index
 

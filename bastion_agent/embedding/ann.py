@@ -143,12 +143,12 @@ def update(files: Files, header: dict, view: VectorFile, limit: int | None = Non
             return latest
         index = _read(faiss, files, latest, mapped=False) if covered else None
         if index is None or index.ntotal != covered:
-            index, covered = _new_index(faiss, view), 0
-        _add_rows(faiss, index, view, covered)
+            index, covered = new_graph(faiss, view.dim), 0
+        add_rows(faiss, index, view, covered)
         return _save(faiss, files, header, index, view.rows)
 
 
-def _add_rows(faiss, index, view: VectorFile, first: int) -> None:
+def add_rows(faiss, index, view: VectorFile, first: int) -> None:
     """Add the vector file's rows from ``first`` on, scaled to unit length (inner product is then cosine)."""
     np = view.np
     threads = 1 if view.rows - first < PARALLEL_ADD_ROWS else os.cpu_count() or 1
@@ -227,10 +227,10 @@ def _readable(faiss, files: Files, header: dict, view: VectorFile) -> bool:
     return index is not None and index.ntotal == header.get("ann_rows", 0) <= view.rows and index.d == view.dim
 
 
-def _new_index(faiss, view: VectorFile):
-    """An empty graph of the current settings (float16 rows need no training)."""
-    index = faiss.IndexHNSWSQ(view.dim, faiss.ScalarQuantizer.QT_fp16, CONNECTIVITY, faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efConstruction = EXPANSION_ADD
+def new_graph(faiss, dim: int, links: int | None = None, construction: int | None = None):
+    """An empty graph over float16 rows (they need no training): the current settings unless told others."""
+    index = faiss.IndexHNSWSQ(dim, faiss.ScalarQuantizer.QT_fp16, links or CONNECTIVITY, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = construction or EXPANSION_ADD
     return index
 
 
