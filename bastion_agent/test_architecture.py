@@ -160,6 +160,13 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
+def plant(root: Path, files: dict[str, str]) -> None:
+    """Write a made-up package: each relative path with its text (the self-tests' fixtures)."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 class ArchitectureTests(unittest.TestCase):
     def test_imports_point_down_and_make_no_circle(self):
         self.assertEqual(problems(ROOT), [])
@@ -182,9 +189,7 @@ class ArchitectureTests(unittest.TestCase):
                 "testing/__init__.py": "",
                 "testing/stub.py": "",
             }
-            for name, text in files.items():
-                (root / name).parent.mkdir(parents=True, exist_ok=True)
-                (root / name).write_text(text)
+            plant(root, files)
             found = problems(root)
         self.assertEqual(len(found), 5, found)
         self.assertIn("bastion_agent.core.errors:2 imports bastion_agent.commands.cli: points up"
@@ -213,9 +218,7 @@ class ArchitectureTests(unittest.TestCase):
                 "testing/__init__.py": "",
                 "testing/fixture.py": "from bastion_agent.core import errors\nfrom bastion_agent.serving import test_serve\n",
             }
-            for name, text in files.items():
-                (root / name).parent.mkdir(parents=True, exist_ok=True)
-                (root / name).write_text(text)
+            plant(root, files)
             found = problems(root)
         rule = "no module imports a test module (move what tests share to testing/)"
         self.assertEqual(sorted(found), sorted([

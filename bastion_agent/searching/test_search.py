@@ -335,6 +335,13 @@ class AnnTests(SyntheticStore):
         self.chunks, self.vectors = self.rows(400)
         self.store(self.chunks, self.vectors)
 
+    def claim_graph_rows(self, rows: int) -> None:
+        """Make the derived header say the saved graph holds ``rows`` rows (0: none, so embed builds it again)."""
+        files = vectorfile.Files.for_key(self.layout, "synthetic")
+        header = vectorfile.read_header(files)
+        header["ann_rows"] = rows
+        write_json(files.header, header)
+
     def test_ann_is_used_above_the_threshold_and_exact_forces_the_scan(self):
         index = self.load()
         self.assertIsNotNone(index.ann)
@@ -471,9 +478,7 @@ class AnnTests(SyntheticStore):
         files = vectorfile.Files.for_key(self.layout, "synthetic")
         for claimed in (399, 401):  # the graph holds 400 rows; a header that says otherwise is not believed
             with self.subTest(claimed=claimed):
-                header = vectorfile.read_header(files)
-                header["ann_rows"] = claimed
-                write_json(files.header, header)
+                self.claim_graph_rows(claimed)
                 query = self.query()
                 with mock.patch.object(ann, "LAZY_ROWS", 0):
                     self.assertEqual(self.ids(self.load().search("", query, 5, "vector")), self.reference(query, 5))
@@ -483,14 +488,11 @@ class AnnTests(SyntheticStore):
 
     def test_the_graph_is_readable_by_its_owner_only_even_while_it_is_written(self):
         self.load()
-        files = vectorfile.Files.for_key(self.layout, "synthetic")
         (graph,) = self.layout.root.glob("index/*.faiss")
         stale = graph.with_name(graph.name + ".tmp")
         stale.write_bytes(b"left by a build that died")
         stale.chmod(0o666)
-        header = vectorfile.read_header(files)
-        header["ann_rows"] = 0  # so that embed builds it again
-        write_json(files.header, header)
+        self.claim_graph_rows(0)
         faiss = ann.faiss_or_none()
         write = faiss.write_index
         modes = []
@@ -511,14 +513,11 @@ class AnnTests(SyntheticStore):
 
     def test_a_small_graph_built_twice_from_the_same_rows_is_the_same(self):
         self.load()
-        files = vectorfile.Files.for_key(self.layout, "synthetic")
         (graph,) = self.layout.root.glob("index/*.faiss")
         builds = []
         for _ in range(2):
             builds.append(graph.read_bytes())
-            header = vectorfile.read_header(files)
-            header["ann_rows"] = 0
-            write_json(files.header, header)
+            self.claim_graph_rows(0)
             self.load()
         builds.append(graph.read_bytes())
         self.assertEqual(len(set(builds)), 1)
