@@ -2,7 +2,9 @@
 
 The statements that decide who may do what (migrations 6 and 7: the
 roles, the functions they call, the read policy) are written in
-``schema_access``; this module runs them in their migration's order.
+``schema_access``, and migration 9's (a reader reads through functions,
+never a table) in ``schema_readers``; this module runs them in their
+migration's order.
 
 Everything lives in the schema ``bastion_agent``:
 

@@ -28,9 +28,13 @@ read-only transaction that first does ``SET LOCAL ROLE`` to it, so every
 statement of the search (the vector scan, the keyword pass, the hits'
 rows) reads what row-level security gives that role: the rows sharing one
 of its groups. The filter is part of each scan, before the ``LIMIT``: a
-reader gets the best ``k`` of the rows it may read. The connection's own
-role (``BASTION_PUBLISH_DSN``) is then a gateway that may only become
-readers; ``reader_groups`` tells serve which groups a reader has, so a
+reader gets the best ``k`` of the rows it may read. From schema 9 a
+reader holds no table: each of those statements is a call of the owner's
+functions (``schema_readers``: ``vector_matches``, ``window_rows`` and the
+rest), which apply its groups, so ``EXPLAIN`` and ``pg_stats`` tell it
+nothing of other rows, and the relevance floor is drawn from its own rows
+(``window_floor``). The connection's own role (``BASTION_PUBLISH_DSN``) is
+then a gateway that may only become readers; ``reader_groups`` tells serve which groups a reader has, so a
 token is never mapped to a reader that reads more than the token may.
 The query vector comes from the local model server, as for local search.
 """

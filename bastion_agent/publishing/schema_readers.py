@@ -36,6 +36,7 @@ READER_FUNCTIONS_9 = (  # what a reader (and a search role) may call from migrat
     "window_floor(text, integer, name)")
 VECTOR_SQL = "vector_sql(text, text, text[], text[], text[], integer)"  # the owner's only
 KEYWORD_FUNCTION = "keyword_matches(text, text, text[], integer, integer, name)"  # migration 7's, kept
+MAX_FLOOR_SAMPLE = 256  # window_floor compares every pair of its sample: a caller cannot ask for more
 FUNCTION_ROWS = 100  # the row count every set-returning function declares: the planner's one figure for a call
 
 # the role in effect and what it reads: every row for the owner or a superuser the login role may become,
@@ -134,16 +135,18 @@ def _floor_sql(vec: str) -> str:
     d = _VISIBLE.format(t="d").replace("p_bastions", p_bastions)
     return definer("window_floor(p_model text, p_sample integer, p_role name)", "double precision", f"""
         DECLARE{_SCOPE}
+            v_sample integer := least(greatest(coalesce(p_sample, 0), 0), {MAX_FLOOR_SAMPLE});  -- pairs: n^2 / 2
         BEGIN
             -- the sample: windows of the readable documents with the lowest ids (content hashes, so a draw that
-            -- no hidden row moves), first windows first; the documents table is read, not the windows' pages
+            -- no hidden row moves), each document's first window before any second one (neighbouring windows of
+            -- one document are alike, and would raise the floor); the documents table is read, not the pages
             RETURN (WITH docs AS MATERIALIZED (SELECT d.bastion, d.doc FROM {s}.documents d
-                        WHERE d.model = p_model AND {d} ORDER BY d.doc, d.bastion LIMIT p_sample),
+                        WHERE d.model = p_model AND {d} ORDER BY d.doc, d.bastion LIMIT v_sample),
                     s AS MATERIALIZED (SELECT w.embedding AS e, row_number() OVER () AS i FROM (
                         SELECT w.embedding FROM docs JOIN {s}.windows w
                             ON w.bastion = docs.bastion AND w.doc = docs.doc AND w.model = p_model
                         WHERE (v_groups IS NULL OR w.groups && v_groups)
-                        ORDER BY docs.doc, docs.bastion, w.idx LIMIT p_sample) w)
+                        ORDER BY w.idx, docs.doc, docs.bastion LIMIT v_sample) w)
                 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY 1 - (a.e OPERATOR({vec}.<=>) b.e))
                 FROM s a JOIN s b ON a.i < b.i);
         END""", "STABLE")

@@ -495,6 +495,29 @@ class ReaderAdminTests(ReaderCase):
         self.assertTrue(hits)
         self.assertLessEqual({h.doc for h in hits}, self.docs_of(ENG + [SHARED]))
 
+    def test_migration_9_takes_the_tables_from_the_readers_of_before_and_keeps_the_search_roles(self):
+        from bastion_agent.publishing import publish_schema
+
+        roles = RoleSetup(self, "fs-02")
+        # the rights a reader held under schema 8 (migration 7's add_reader), and the schema back at 8
+        query(self.dsn, f"GRANT SELECT ON bastion_agent.windows, bastion_agent.documents TO {self.eng};"
+                        " DELETE FROM bastion_agent.migrations WHERE version >= 9")
+
+        def may_select(role: str) -> bool:
+            return query(self.dsn, "SELECT has_table_privilege(%s, 'bastion_agent.windows', 'SELECT')", (role,))[0][0]
+
+        self.assertTrue(may_select(self.eng))
+        with self.psycopg.connect(self.dsn, autocommit=True) as conn:
+            self.assertEqual(publish_schema.migrate(conn), publish_schema.LATEST)
+        self.assertEqual((may_select(self.eng), may_select(self.hr), may_select(roles.searcher)), (False, False, True))
+        calls = "SELECT has_function_privilege(%s, 'bastion_agent.window_rows(text, text[], text[], name)', 'EXECUTE')"
+        for role, allowed in ((self.eng, True), (roles.searcher, True), (self.gateway, False), ("public", False)):
+            with self.subTest(role=role[:6]):
+                self.assertEqual(query(self.dsn, calls, (role,))[0][0], allowed)
+        hits = self.search(self.eng, "review keys soup", "hybrid", 50)
+        self.assertTrue(hits)
+        self.assertLessEqual({h.doc for h in hits}, self.docs_of(ENG + [SHARED]))
+
     def test_print_and_bad_input(self):
         with clean_env():
             code, out, err = run_cli("admin", "add-searcher", "reader_hr", "--groups", "hr,staff", "--gateway",
