@@ -158,14 +158,16 @@ def measure(pg: ThrowawayPostgres, count: int, recall_queries: int) -> dict:
 
 HIDDEN_DATABASES = {"hidden_with": None, "hidden_without": "g0"}  # the groups each holds (None: every group)
 HIDDEN_READER, BEFORE_READER = "bench_hidden_reader", "bench_hidden_before"  # schema 9's reader, and schema 8's
+HIDDEN_GATEWAY = "bench_hidden_gateway"  # serve's login role, which becomes either reader for the latency figures
 
 
 def load_hidden(pg: ThrowawayPostgres, cache: Path, n: int) -> dict:
     """The two databases (made once), each with the two readers of ``g0``; the graph built after the load."""
     admin = psycopg.connect(pg.dsn(), autocommit=True)
-    for role in (HIDDEN_READER, BEFORE_READER):
+    for role in (HIDDEN_READER, BEFORE_READER, HIDDEN_GATEWAY):
         if not admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
             admin.execute(f"CREATE ROLE {role} LOGIN NOINHERIT PASSWORD '{PASSWORD}'")
+    admin.execute(f"GRANT {HIDDEN_READER}, {BEFORE_READER} TO {HIDDEN_GATEWAY}")
     windows, vectors = publish_bench.load_data(cache, n)
     result = {}
     for name, only in HIDDEN_DATABASES.items():
@@ -187,11 +189,12 @@ def load_hidden(pg: ThrowawayPostgres, cache: Path, n: int) -> dict:
 
 
 def loaded(pg: ThrowawayPostgres, name: str) -> bool:
-    """Whether a database was loaded to the end (its readers are its last step)."""
+    """Whether a database was loaded to the end (its gateway and readers are its last step)."""
     with psycopg.connect(pg.dsn(dbname=name), autocommit=True) as conn:
         if conn.execute("SELECT to_regclass('bastion_agent.readers')").fetchone()[0] is None:
             return False
-        return conn.execute("SELECT count(*) FROM bastion_agent.readers").fetchone()[0] == 2
+        return conn.execute("SELECT (SELECT count(*) FROM bastion_agent.readers),"
+                            " (SELECT count(*) FROM bastion_agent.gateways)").fetchone() == (2, 1)
 
 
 def load_one(pg: ThrowawayPostgres, name: str, only: str | None, windows, vectors) -> int:
@@ -222,6 +225,7 @@ def fill(conn, dsn: str, only: str | None, windows, vectors) -> int:
     conn.execute(model.create_sql(model.index_name, model.m, model.ef_construction))
     conn.execute("VACUUM ANALYZE bastion_agent.windows")
     conn.execute("ANALYZE bastion_agent.documents")
+    conn.execute("SELECT bastion_agent.add_gateway(%s)", (HIDDEN_GATEWAY,))
     for role in (HIDDEN_READER, BEFORE_READER):
         conn.execute("SELECT bastion_agent.add_reader(%s, %s)", (role, ["g0"]))
     # schema 8's reader: SELECT on the tables, rows filtered by the read policy (statistics are not)
@@ -274,6 +278,35 @@ def hidden_answers(dsn: str, texts: list[str], vectors: list, before: bool) -> t
         index.close()
 
 
+def hidden_latency(pg: ThrowawayPostgres, texts: list[str], vectors: list) -> dict:
+    """p50 of the same reader's searches through the functions (schema 9) over schema 8's direct statements,
+    both through a gateway as serve searches, interleaved on the database with hidden rows (the machine's load
+    falls on both alike)."""
+    manifest = SimpleNamespace(embed=SimpleNamespace(vector_key=publish_bench.MODEL, dim=publish_bench.DIM),
+                               search_mode=None)
+    readers = {"before": BEFORE_READER, "after": HIDDEN_READER}
+    indexes = {label: remote_search.RemoteIndex(manifest, pg.dsn(user=HIDDEN_GATEWAY, password=PASSWORD,
+                                                                  dbname="hidden_with")) for label in readers}
+    result = {}
+    try:
+        for mode in ("vector", "keyword", "hybrid"):
+            times: dict[str, list[float]] = {label: [] for label in indexes}
+            for repeat in range(2):  # the first pass warms the caches, the second is measured
+                for text, vector in zip(texts, vectors):
+                    for label, index in indexes.items():
+                        started = time.perf_counter()
+                        index.search(text, vector, 10, mode, reader=readers[label])
+                        if repeat:
+                            times[label].append(time.perf_counter() - started)
+            result[mode] = {label: publish_bench.percentiles(times[label]) for label in indexes}
+            result[mode]["after_p50_over_before"] = round(result[mode]["after"]["p50_ms"]
+                                                          / result[mode]["before"]["p50_ms"], 2)
+    finally:
+        for index in indexes.values():
+            index.close()
+    return result
+
+
 def measure_hidden(pg: ThrowawayPostgres, count: int) -> dict:
     texts = publish_bench.queries(count)
     vectors = [publish_bench.bow(text) for text in texts]
@@ -301,6 +334,7 @@ def measure_hidden(pg: ThrowawayPostgres, count: int) -> dict:
             "top_relevance_with_hidden": with_["top_relevance"], "top_relevance_without_hidden": without["top_relevance"],
         }
         publish_bench.log(f"{label}: {same}/{len(with_['answers'])} searches identical")
+    result["latency"] = hidden_latency(pg, texts, vectors)
     return result
 
 
