@@ -331,7 +331,8 @@ def measure_hidden(pg: ThrowawayPostgres, count: int) -> dict:
                 if key != "pg_class.reltuples windows"),
             "floor_with_hidden": with_["floor"], "floor_without_hidden": without["floor"],
             "searches": len(with_["answers"]), "searches_identical": same,
-            "top_relevance_with_hidden": with_["top_relevance"], "top_relevance_without_hidden": without["top_relevance"],
+            "top_relevance_with_hidden": with_["top_relevance"],
+            "top_relevance_without_hidden": without["top_relevance"],
         }
         publish_bench.log(f"{label}: {same}/{len(with_['answers'])} searches identical")
     result["latency"] = hidden_latency(pg, texts, vectors)

@@ -55,7 +55,7 @@ _VISIBLE = """(v_readable IS NULL OR {t}.bastion = ANY (v_readable)) AND (v_grou
 def reader_functions_sql(vec: str) -> list[str]:
     """The five functions a reader searches through (``vec``: pgvector's schema, quoted)."""
     s = SCHEMA
-    w, d = _VISIBLE.format(t="w"), _VISIBLE.format(t="d")
+    d = _VISIBLE.format(t="d")
     return [
         definer("window_count(p_model text, p_bastions text[], p_role name)", "bigint", f"""
         DECLARE{_SCOPE}
@@ -187,7 +187,8 @@ def reader_roles_sql_9() -> list[str]:
             DELETE FROM {s}.searchers x WHERE x.role = v_oid;  -- no longer every group
             EXECUTE format('REVOKE ALL ON FUNCTION {s}.{SEARCHER_FUNCTIONS[0]} FROM %I', p_role);
             INSERT INTO {s}.readers (role, role_name, groups) VALUES (v_oid, p_role, v_groups)
-                ON CONFLICT (role) DO UPDATE SET role_name = excluded.role_name, groups = excluded.groups;{reader_grants}
+                ON CONFLICT (role) DO UPDATE SET role_name = excluded.role_name,
+                    groups = excluded.groups;{reader_grants}
         END"""),
         definer("remove_searcher(p_role name)", "void", f"""
         BEGIN

