@@ -246,7 +246,8 @@ def run_steps(steps: list[Step], needs_schema: bool = True, needs_version: int =
 
     dsn = admin_dsn()
     psycopg = connection.psycopg_module()
-    conn = connection.connect(dsn)
+    warnings: list[str] = []
+    conn = connection.connect(dsn, warnings=warnings)
     where = connection.describe_dsn(dsn, ADMIN_DSN_VARIABLE)
     try:
         version = publish_schema_version(conn) if needs_schema else None
@@ -262,6 +263,7 @@ def run_steps(steps: list[Step], needs_schema: bool = True, needs_version: int =
         raise DatabaseError(f"PostgreSQL ({where}) refused it: {connection.scrub(exc, dsn)}") from None
     finally:
         conn.close()
+    connection.say_warnings("admin", warnings)
 
 
 def publish_schema_version(conn) -> int:
@@ -396,7 +398,8 @@ def migrate_now() -> int:
 
     dsn = admin_dsn()
     psycopg = connection.psycopg_module()
-    conn = connection.connect(dsn)
+    warnings: list[str] = []
+    conn = connection.connect(dsn, warnings=warnings)
     try:
         before = publish_schema.current_version(conn)
         after = publish_schema.migrate(conn)
@@ -405,5 +408,6 @@ def migrate_now() -> int:
                             f" {connection.scrub(exc, dsn)}") from None
     finally:
         conn.close()
+    connection.say_warnings("admin", warnings)
     print(f"bastion_agent admin: schema at version {after}" + (f" (was {before})" if before != after else ""))
     return 0

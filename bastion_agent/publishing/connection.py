@@ -54,14 +54,19 @@ def psycopg_module():
 
 MIN_SERVER = (13, "13")  # PostgreSQL: the oldest major version supported
 MIN_PGVECTOR = ((0, 8, 0), "0.8.0")  # hnsw.iterative_scan, which a filtered search needs
+# pgvector's changelog: HNSW index corruption on vacuum, fixed in 0.8.3 and 0.8.4 (admin and publish warn below it)
+SAFE_PGVECTOR = ((0, 8, 4), "0.8.4")
 
 
-def connect(dsn: str, check: bool = True):
+def connect(dsn: str, check: bool = True, warnings: list[str] | None = None):
     """A connection (autocommit; transactions are explicit); one clear line when it fails.
 
     ``check``: refuse a server older than ``MIN_SERVER`` or a pgvector older
     than ``MIN_PGVECTOR`` (or none), in one line with what was found and the fix.
+    ``warnings``: a list that gets ``version_warning``'s line when the check finds a pgvector to upgrade
+    (the caller says it once its work is done, so a failure stays one line).
     """
+
     psycopg = psycopg_module()
     quiet_psycopg()
     where = describe_dsn(dsn)
@@ -81,7 +86,31 @@ def connect(dsn: str, check: bool = True):
         if problem:
             conn.close()
             raise DatabaseError(f"PostgreSQL ({where}): {problem}")
+        warning = version_warning(pgvector)
+        if warning and warnings is not None and warning not in warnings:
+            warnings.append(warning)
     return conn
+
+
+def pgvector_parts(pgvector: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else 0 for part in re.split(r"[.\-]", pgvector)[:3])
+
+
+def version_warning(pgvector: str | None) -> str | None:
+    """A usable pgvector that should still be upgraded: the version found, why, and the fix (None otherwise)."""
+    if pgvector is None or pgvector_parts(pgvector) >= SAFE_PGVECTOR[0]:
+        return None
+    return (f"warning: pgvector {pgvector} on the server can corrupt HNSW indexes on vacuum (fixed in 0.8.3 and"
+            f" {SAFE_PGVECTOR[1]}): install pgvector {SAFE_PGVECTOR[1]} or newer, then a superuser runs"
+            " ALTER EXTENSION vector UPDATE")
+
+
+def say_warnings(command: str, warnings: list[str]) -> None:
+    """Each warning as one line on stderr, ``bastion_agent COMMAND: warning: …``."""
+    import sys
+
+    for warning in warnings:
+        print(f"bastion_agent {command}: {warning}", file=sys.stderr, flush=True)
 
 
 def version_problem(server_version_num: int, pgvector: str | None) -> str | None:
@@ -93,7 +122,7 @@ def version_problem(server_version_num: int, pgvector: str | None) -> str | None
     if pgvector is None:
         return (f"{found} found, without pgvector in this database: a superuser runs"
                 f" CREATE EXTENSION vector (pgvector {MIN_PGVECTOR[1]} or newer)")
-    parts = tuple(int(part) if part.isdigit() else 0 for part in re.split(r"[.\-]", pgvector)[:3])
+    parts = pgvector_parts(pgvector)
     if parts < MIN_PGVECTOR[0]:
         return (f"{found} found; bastion-agent needs pgvector {MIN_PGVECTOR[1]} or newer (hnsw.iterative_scan):"
                 " install it on the server, then a superuser runs ALTER EXTENSION vector UPDATE")

@@ -47,7 +47,8 @@ from bastion_agent.core.errors import (
 from bastion_agent.core import access, records
 from bastion_agent.core.layout import Layout, write_summary
 from bastion_agent.embedding import vectorstore
-from bastion_agent.publishing.connection import connect, describe_dsn, dsn_from_env, psycopg_module, scrub
+from bastion_agent.publishing.connection import (connect, describe_dsn, dsn_from_env, psycopg_module, say_warnings,
+                                                 scrub)
 
 BATCH_WINDOWS = 10000  # windows per transaction (whole documents; a larger document gets its own)
 # Test hook: publish one document per transaction and, after this many, stop
@@ -266,7 +267,8 @@ def run(manifest, layout: Layout, dsn: str | None = None) -> dict:
     local = local_documents(manifest, layout)
     key, dim = manifest.embed.vector_key, manifest.embed.dim
     psycopg = psycopg_module()
-    conn = connect(dsn)
+    warnings: list[str] = []
+    conn = connect(dsn, warnings=warnings)
     try:
         writer = open_writer(conn, dsn, bastion, key, dim)
         counts = publish_documents(writer, local)
@@ -274,6 +276,7 @@ def run(manifest, layout: Layout, dsn: str | None = None) -> dict:
         raise DatabaseError(f"PostgreSQL ({describe_dsn(dsn)}) refused the publish: {scrub(exc, dsn)}") from None
     finally:
         conn.close()
+    say_warnings("publish", warnings)
     counts.update({"bastion": bastion, "model": manifest.embed.model, "vector_key": key, "dim": dim,
                    "server": describe_dsn(dsn), "schema_version": publish_schema.LATEST,
                    "seconds": round(time.monotonic() - started, 3)})

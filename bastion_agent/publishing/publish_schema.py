@@ -2,7 +2,9 @@
 
 The statements that decide who may do what (migrations 6 and 7: the
 roles, the functions they call, the read policy) are written in
-``schema_access``; this module runs them in their migration's order.
+``schema_access``, and migration 9's (a reader reads through functions,
+never a table) in ``schema_readers``; this module runs them in their
+migration's order.
 
 Everything lives in the schema ``bastion_agent``:
 
@@ -54,6 +56,7 @@ from bastion_agent.publishing.schema_access import (
     reader_policy,
     reader_scope_sql,
 )
+from bastion_agent.publishing.schema_readers import reader_functions_sql, sealed_readers_sql
 from bastion_agent.publishing.schema_sql import SCHEMA, definer, vector_schema
 
 MIGRATION_LOCK = 0x62617374  # the advisory key migrations 3 to 5 used (migration 6 takes none)
@@ -421,8 +424,24 @@ def _m008_bastion_graphs(conn) -> None:
         conn.execute(statement)
 
 
+# --- migration 9: readers read through functions, never a table ----------------
+#
+# The statements and the reasons are in schema_readers.py.
+
+SEALED_READERS_VERSION = 9  # from this version a reader holds no right on windows or documents
+
+
+def _m009_sealed_readers(conn) -> None:
+    """A reader's search goes through the owner's functions, which apply its groups; it loses SELECT on the
+    tables, so neither EXPLAIN nor pg_stats tells it anything about rows it may not read."""
+    from psycopg import sql
+
+    for statement in reader_functions_sql(sql.Identifier(vector_schema(conn)).as_string(conn)) + sealed_readers_sql():
+        conn.execute(statement)
+
+
 MIGRATIONS = [_m001_tables, _m002_row_security, _m003_ensure_model, _m004_hnsw_build, _m005_hnsw_build,
-              _m006_least_privilege, _m007_reader_groups, _m008_bastion_graphs]
+              _m006_least_privilege, _m007_reader_groups, _m008_bastion_graphs, _m009_sealed_readers]
 LATEST = len(MIGRATIONS)
 
 

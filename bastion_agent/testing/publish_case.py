@@ -58,6 +58,16 @@ def query(dsn: str, sql: str, params=()):
         return cur.fetchall() if cur.description else cur.rowcount
 
 
+def version_warnings(dsn: str, command: str) -> str:
+    """What ``command`` says on stderr about this server's pgvector on success (its one warning line, or nothing):
+    the tests' own server ships a pgvector with the vacuum corruption, so its tests see the warning."""
+    from bastion_agent.publishing import connection
+
+    version = query(dsn, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'vector'")[0][0]
+    warning = connection.version_warning(version)
+    return f"bastion_agent {command}: {warning}\n" if warning else ""
+
+
 class Bastion:
     """One bastion's manifest and output folder, swept from a hand-made sanitized store."""
 
