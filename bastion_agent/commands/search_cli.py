@@ -13,7 +13,7 @@ from bastion_agent.config.arguments import (
     add_remote_arguments,
     load_manifest_and_layout,
 )
-from bastion_agent.core import audit
+from bastion_agent.core import audit, dates
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.core.progress import escape_name, for_terminal
 from bastion_agent.core.records import Hit
@@ -45,6 +45,8 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
                         f" default: the manifest's [search] mode, else {searcher.DEFAULT_MODE}")
     parser.add_argument("--exact", action="store_true",
                         help="scan every vector instead of asking the ANN index (slower on large stores, exact)")
+    parser.add_argument("--since", help=f"only documents modified then or later: {dates.FORMS}")
+    parser.add_argument("--before", help=f"only documents modified before then: {dates.FORMS}")
     add_remote_arguments(parser)
 
 
@@ -52,6 +54,9 @@ def run_search(args: argparse.Namespace) -> int:
     manifest, layout = load_manifest_and_layout(args)
     if args.bastion and not args.remote:
         raise ConfigError("--bastion filters a --remote search; add --remote")
+    within = dates.date_range(args.since, args.before)
+    if args.remote and within is not None:
+        raise ConfigError("--since and --before filter a local search; the central index does not hold dates yet")
     if args.remote:
         from bastion_agent.publishing import remote_search
 
@@ -61,7 +66,7 @@ def run_search(args: argparse.Namespace) -> int:
     else:
         # The local user sees what [access] local_groups gives (absent: every group, as before labels).
         result = searcher.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact,
-                                 groups=manifest.access.local_groups)
+                                 groups=manifest.access.local_groups, dates=within)
         if result.notice:
             print(f"bastion_agent search: {result.notice}", file=sys.stderr)
         hits, mode = result.hits, result.mode
@@ -92,7 +97,8 @@ def format_hits(hits: list[Hit]) -> str:
             strength = f"{hit.score:.4f}"
         page = f" page {hit.page}" if getattr(hit, "page", None) else ""
         scanned = " (scanned: OCR text, may hold errors)" if getattr(hit, "ocr", False) else ""
-        head = f"{rank}. {strength}  {where}  [doc {hit.doc[:12]} window {hit.idx}{page}]{scanned}"
+        modified = f"  modified {hit.modified.replace('T', ' ')}" if getattr(hit, "modified", None) else ""
+        head = f"{rank}. {strength}  {where}{modified}  [doc {hit.doc[:12]} window {hit.idx}{page}]{scanned}"
         text = for_terminal(" ".join(hit.text.split()))
         if len(text) > SNIPPET_CHARS:
             text = text[: SNIPPET_CHARS - 1] + "…"

@@ -231,6 +231,7 @@ class _Job:
     key: str | None = None
     size: int = 0
     kind: str | None = None  # set when this job reads the content (the first path holding it)
+    modified: str | None = None  # the file's modification time, ISO 8601 UTC
 
 
 class _Sweep:
@@ -257,7 +258,7 @@ class _Sweep:
             data = loaded.data
             self.bytes_read += len(data)
             key = extract_key(entry.parts, data)
-            job = _Job(entry.rel, key=key, size=len(data))
+            job = _Job(entry.rel, key=key, size=len(data), modified=loaded.modified)
             kind = readers.kind_for(entry.rel, data[:8])
             decided = _extract_doc(key, kind, data, self.store, self.previous, self.versions.get(kind), self.costly,
                                    self.settings, max_bytes, self.ocr_settings)
@@ -282,7 +283,7 @@ class _Sweep:
             else:
                 outcome = self.outcomes[job.key]
                 rows.append(Row(job.rel, job.key, job.size, outcome.kind, outcome.status, outcome.reason,
-                                outcome.ocr_pages))
+                                outcome.ocr_pages, job.modified))
         return rows
 
 

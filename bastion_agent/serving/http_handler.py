@@ -89,7 +89,7 @@ class Handler(ConnectionHandler):
         self.answer_search(query_from_body(body, self.server.settings, self.server.service.default_mode))
 
     def answer_search(self, query: Query) -> None:
-        self.send_json(200, self.server.service.search(query.text, query.k, query.mode, self.caller))
+        self.send_json(200, self.server.service.search(query.text, query.k, query.mode, self.caller, dates=query.dates))
 
     def check_host(self) -> None:
         host = self.headers.get("Host")

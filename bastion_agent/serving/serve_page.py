@@ -112,6 +112,7 @@ SCRIPT = r"""
   const form = $("search-form"), input = $("q"), button = $("go");
   const statusBox = $("status"), results = $("results"), moreBox = $("more-box"), more = $("more");
   const tokenBox = $("token-box"), tokenInput = $("token"), healthLine = $("health");
+  const sinceSelect = $("since");
   const modeSelect = $("mode"), noticeBox = $("notice"), shareBox = $("share"), keywordBox = $("keyword-box");
   const FIRST_K = 10;
   let maxK = 100, current = null, busy = false;
@@ -217,15 +218,24 @@ SCRIPT = r"""
       whole.append(el("summary", "", "Whole passage"), fillHighlighted(el("p", "text whole"), hit.text, pattern));
       item.append(whole);
     }
-    item.append(el("div", "meta", "document " + hit.doc.slice(0, 12) + " \u00b7 window " + hit.idx
+    item.append(el("div", "meta", (hit.modified ? "modified " + hit.modified.slice(0, 10) + " \u00b7 " : "")
+      + "document " + hit.doc.slice(0, 12) + " \u00b7 window " + hit.idx
       + (Number.isInteger(hit.page) ? " \u00b7 page " + hit.page : "")));
     return item;
   }
   function showShare(query, mode) {
     const params = new URLSearchParams({ q: query });
     if (mode) params.set("mode", mode);
+    if (sinceSelect.value) params.set("since", sinceSelect.value);
     $("permalink").href = "?" + params.toString();
     shareBox.hidden = false;
+  }
+  // The request's body: the mode and the date filter only when chosen, so the server's defaults apply otherwise.
+  function asked(query, k, mode) {
+    const body = { query, k };
+    if (mode) body.mode = mode;
+    if (sinceSelect.value) body.since = sinceSelect.value;
+    return body;
   }
   async function search(query, k, focusFrom, mode) {
     if (busy) return;
@@ -237,7 +247,7 @@ SCRIPT = r"""
     if (token()) headers["Authorization"] = "Bearer " + token();
     let answer, body;
     try {
-      answer = await fetch("search", { method: "POST", headers, body: JSON.stringify(mode ? { query, k, mode } : { query, k }), cache: "no-store" });
+      answer = await fetch("search", { method: "POST", headers, body: JSON.stringify(asked(query, k, mode)), cache: "no-store" });
       body = await answer.json();
     } catch (err) {
       setStatus("Cannot reach the bastion server. Is it still running?", true);
@@ -315,6 +325,7 @@ SCRIPT = r"""
   // /?q=...&mode=...: a linked or bookmarked search runs as the page opens.
   const linked = new URLSearchParams(location.search);
   if ([...modeSelect.options].some((o) => o.value === (linked.get("mode") || ""))) modeSelect.value = linked.get("mode") || "";
+  if ([...sinceSelect.options].some((o) => o.value === (linked.get("since") || ""))) sinceSelect.value = linked.get("since") || "";
   if ((linked.get("q") || "").trim()) { input.value = linked.get("q").trim(); search(input.value, FIRST_K); }
 })();
 """
@@ -344,6 +355,13 @@ BODY = """
         <option value="hybrid">hybrid</option>
         <option value="vector">by meaning</option>
         <option value="keyword">keywords</option>
+      </select>
+      <select id="since" aria-label="modified since">
+        <option value="">any date</option>
+        <option value="24h">past day</option>
+        <option value="7d">past week</option>
+        <option value="30d">past month</option>
+        <option value="365d">past year</option>
       </select>
       <button id="go" type="submit">Search</button>
     </div>
