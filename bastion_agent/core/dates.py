@@ -11,6 +11,7 @@ text, so a range is compared without parsing what it filters.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -18,6 +19,7 @@ from datetime import datetime, timedelta, timezone
 from bastion_agent.core.errors import ConfigError
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")  # a time as ``TIME_FORMAT`` writes it
 _AGE = re.compile(r"([0-9]{1,6})([mhdw])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 FORMS = "a UTC date (2026-12-01), a time (2026-12-01T09:00:00Z) or an age (30m, 24h, 7d, 2w)"
@@ -78,3 +80,20 @@ def date_range(since: str | None, before: str | None, now: datetime | None = Non
     if start is not None and end is not None and start >= end:
         raise ConfigError(f"since ({start}) must be earlier than before ({end})")
     return DateRange(start, end)
+
+
+def latest(times: str | None, count: int, shown=None) -> str | None:
+    """The latest of a document's per-path modification times (``documents.modified``, JSON), or None.
+
+    ``shown`` are the positions of the paths a caller is shown (None: all of
+    them), so a caller is dated only by the files it may see. A list of
+    another length than the paths (a hand edit) dates nothing.
+    """
+    try:
+        listed = json.loads(times or "[]")
+    except ValueError:
+        return None
+    if not isinstance(listed, list) or len(listed) != count:
+        return None
+    chosen = listed if shown is None else [listed[position] for position in shown]
+    return max((when for when in chosen if isinstance(when, str) and STAMP.fullmatch(when)), default=None)

@@ -29,14 +29,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-import re
 import typing
 from dataclasses import dataclass, field
 
 # --- the records -------------------------------------------------------------
-
-# A modification time as every record and output holds it: ISO 8601 in UTC, to the second.
-MODIFIED = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 
 
 @dataclass(frozen=True)
@@ -89,7 +85,7 @@ class DocumentRow:
     doc: str  # sha256 of the sanitized text
     paths: str  # JSON list of the document's sanitized source paths
     groups: str = "[]"  # JSON sorted list of the access groups that may read it ([]: only an every-group caller)
-    modified: str = "[]"  # JSON list, one per path of ``paths``: that file's modification time (``MODIFIED``) or null
+    modified: str = "[]"  # JSON list, one per path of ``paths``: that file's modification time (``core.dates``) or null
 
 
 @dataclass(frozen=True)

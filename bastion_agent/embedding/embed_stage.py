@@ -14,7 +14,8 @@ from typing import Sequence
 from bastion_agent.chunking.chunker import chunk_id
 from bastion_agent.core.errors import ModelServerError, StoreError
 from bastion_agent.core.layout import Layout, read_jsonl, write_summary
-from bastion_agent.core.records import MODIFIED, DocumentRow, StoredChunk
+from bastion_agent.core.dates import STAMP
+from bastion_agent.core.records import DocumentRow, StoredChunk
 from bastion_agent.embedding import vectorstore, window_fit
 from bastion_agent.embedding.client import EmbedClient
 from bastion_agent.embedding.endpoint import EndpointConfig
@@ -204,7 +205,7 @@ def _modified(row: dict, count: int) -> list[str | None]:
     times = row.get("modified")
     if not isinstance(times, list) or len(times) != count:
         return [None] * count
-    return [when if isinstance(when, str) and MODIFIED.fullmatch(when) else None for when in times]
+    return [when if isinstance(when, str) and STAMP.fullmatch(when) else None for when in times]
 
 
 def current_pages(layout: Layout, docs: set[str]) -> list[tuple[str, str]]:

@@ -398,8 +398,8 @@ def _configure_ocr(source):
 
 def _unread_for_ocr(rows) -> int:
     """Files left unread because OCR is missing: images, and PDFs with no page of text (a count of files)."""
-    return sum(1 for row in rows if row.reason == ocr.REASON_NOT_INSTALLED
-               or (row.reason == pdf_reasons.REASON_NO_TEXT and ocr.unavailable() == ocr.REASON_NOT_INSTALLED))
+    return sum(1 for row in rows if ocr.is_missing_reason(row.reason)
+               or (row.reason == pdf_reasons.REASON_NO_TEXT and ocr.is_missing_reason(ocr.unavailable())))
 
 
 def _note_missing_extra(counts: dict) -> None:
@@ -411,4 +411,4 @@ def _note_missing_extra(counts: dict) -> None:
         print(f"bastion_agent extract: note: {missing} PDF file(s) skipped: {REASON_NOT_INSTALLED}", file=sys.stderr)
     if counts.get("unread_for_ocr"):
         print(f"bastion_agent extract: note: {counts['unread_for_ocr']} scanned file(s) left unread: "
-              f"{ocr.REASON_NOT_INSTALLED}", file=sys.stderr)
+              f"{ocr.not_installed(pdf=True)}", file=sys.stderr)

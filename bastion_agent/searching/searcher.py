@@ -20,7 +20,7 @@ from bastion_agent.config.manifest import SEARCH_MODES
 from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
 from bastion_agent.core.layout import Layout
 from bastion_agent.core.progress import escape_name
-from bastion_agent.core import records
+from bastion_agent.core import dates, records
 from bastion_agent.core.records import Hit
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.client import EmbedClient
@@ -457,28 +457,8 @@ def hit_of(item, row, mode: str, maps: dict) -> Hit:
 
     named = json.loads(row["paths"] or "[]")
     paths = [escape_name(path) for path in named]
-    return records.build(Hit, item, row, paths=paths, mode=mode, modified=latest_modified(row["modified"], len(named)),
+    return records.build(Hit, item, row, paths=paths, mode=mode, modified=dates.latest(row["modified"], len(named)),
                          **page_of(maps.get(row["doc"]), row["start"], row["text"]))
-
-
-def latest_modified(times: str | None, count: int, shown=None) -> str | None:
-    """The latest modification time of the paths a hit shows (``shown``: their positions; None, all of them).
-
-    ``documents.modified`` holds one time per path (JSON), so that a caller is
-    dated only by the files it may see; a list of another length than the
-    paths (a hand edit) dates nothing.
-    """
-    import json
-
-    try:
-        listed = json.loads(times or "[]")
-    except ValueError:
-        return None
-    if not isinstance(listed, list) or len(listed) != count:
-        return None
-    chosen = listed if shown is None else [listed[position] for position in shown]
-    valid = [when for when in chosen if isinstance(when, str) and records.MODIFIED.fullmatch(when)]
-    return max(valid, default=None)
 
 
 def page_of(page_map, start: int, text: str) -> dict:

@@ -27,6 +27,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from bastion_agent.core.access import can_see, caller_key
+from bastion_agent.core.dates import latest
 from bastion_agent.embedding.vectorfile import RowFilter
 from bastion_agent.searching.keyword_visible import average_length
 
@@ -142,12 +143,10 @@ class Labels:
         Made for one search and never cached (an age such as ``7d`` moves with
         the clock); ``release`` drops its table after the search. It costs a
         pass over the store's windows, like an exact scan. A document is dated
-        by the latest of its paths (``searcher.latest_modified``).
+        by the latest of its paths (``core.dates.latest``).
         """
         if self._dates is None:
-            from bastion_agent.searching.searcher import latest_modified
-
-            self._dates = {doc: (_names(names), latest_modified(modified, len(_names(paths))))
+            self._dates = {doc: (_names(names), latest(modified, len(_names(paths))))
                            for doc, names, paths, modified in self.db.execute(
                                "SELECT doc, groups, paths, modified FROM documents")}
         docs = {doc: 0 for doc, (names, modified) in self._dates.items()

@@ -146,7 +146,7 @@ class SearchApiTests(StoreCase):
 
     def test_a_mode_the_index_refuses_is_a_400_with_its_reason(self):
         class Refusing(type(self.server.server.service.index)):
-            def search(self, query, vector, k, mode="vector", groups=None):
+            def search(self, query, vector, k, mode="vector", groups=None, dates=None):
                 raise ConfigError(f"search mode {mode!r} is not available here")
 
         service = self.server.server.service
@@ -159,8 +159,8 @@ class SearchApiTests(StoreCase):
         seen = []
         service = self.server.server.service
         original = service.index.search
-        service.index.search = (lambda query, vector, k, mode=None, groups=None:
-                                seen.append(mode) or original(query, vector, k, mode, groups=groups))
+        service.index.search = (lambda query, vector, k, mode=None, groups=None, dates=None:
+                                seen.append(mode) or original(query, vector, k, mode, groups=groups, dates=dates))
         expected = embed.resolve_mode(self.store.manifest(), None)
         _, _, answer = self.search("bread")
         self.assertEqual((seen, answer["mode"]), ([expected], expected))
