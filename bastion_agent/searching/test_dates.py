@@ -105,6 +105,43 @@ class HitDateTests(DatedFolder):
         self.assertIn("modified 2019-03-04 05:06:07Z", out)
 
 
+class OpenTheFileTests(DatedFolder):
+    """The operator on the bastion gets the local file of each hit, and can open hit N."""
+
+    def test_each_hit_names_its_local_file_and_open_hands_it_to_the_opener(self):
+        bin_dir = self.tmp / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        opened = self.tmp / "opened.txt"
+        opener = bin_dir / "xdg-open"
+        opener.write_text(f'#!/bin/sh\nprintf "%s" "$1" > "{opened}"\n')
+        opener.chmod(0o755)
+        with clean_env(EMBED_URL=self.stub.url, PATH=f"{bin_dir}:{os.environ.get('PATH', '')}"):
+            code, out, err = run_cli("search", self.manifest, self.topic, "--out", self.out, "--mode", "keyword",
+                                     "--before", "2020-01-01", "--open", "2")
+            for _ in range(200):  # the opener runs detached; wait for it to write, at most a few seconds
+                if opened.exists() and opened.read_text():
+                    break
+                import time
+
+                time.sleep(0.02)
+        self.assertEqual((code, err), (0, ""))
+        root = (self.tmp / "docs").resolve()
+        files = [line.split("file: ", 1)[1] for line in out.splitlines() if "file: " in line]
+        self.assertEqual(len(files), 4)
+        self.assertTrue(all(Path(name).resolve().is_relative_to(root) for name in files), files)
+        self.assertEqual(opened.read_text(), files[1])
+
+    def test_open_out_of_range_or_without_an_opener_is_one_line(self):
+        with clean_env(EMBED_URL=self.stub.url, PATH=str(self.tmp / "nowhere")):
+            beyond = run_cli("search", self.manifest, self.topic, "--out", self.out, "--mode", "keyword", "--open", "99")
+            no_opener = run_cli("search", self.manifest, self.topic, "--out", self.out, "--mode", "keyword", "--open", "1")
+        self.assertEqual(beyond[0], 2)
+        self.assertIn("gave", beyond[2])
+        self.assertEqual(no_opener[0], 2)
+        self.assertIn("no desktop opener", no_opener[2])
+        self.assertEqual(len(no_opener[2].strip().splitlines()), 1)
+
+
 class DateFilterTests(DatedFolder):
     def test_since_keeps_to_newer_documents_and_still_returns_k(self):
         for mode in ("keyword", "vector", "hybrid"):
