@@ -21,11 +21,11 @@ from bastion_agent.core import dates
 from bastion_agent.core.dates import DateRange
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.serving.request_error import RequestError
+from bastion_agent.serving.serve_openapi import MAX_DATE_CHARS
 from bastion_agent.serving.serve_settings import ServeSettings
 
 SEARCH_PARAMETERS = ("q", "k", "mode", "since", "before")
 SEARCH_BODY_KEYS = ("query", "k", "mode", "since", "before")
-MAX_DATE_CHARS = 40
 
 
 @dataclass(frozen=True)

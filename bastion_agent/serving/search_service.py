@@ -241,6 +241,25 @@ class SearchService:
             envelope.update(fallback="keyword", notice=notice)
         return envelope
 
+    def document(self, doc: str, caller: tokens.Caller | None = None, via: str = "serve"):
+        """The whole sanitized document ``doc`` as ``caller`` may read it (``searching.document_view``), audited.
+
+        A document the caller may not read is answered exactly as one that
+        does not exist (404, the same words, after the same query).
+        """
+        from bastion_agent.searching.document_view import document_view
+
+        caller = caller or self.local_caller
+        if self.remote:
+            raise RequestError(404, "serve --remote shows hits only: a document stays on its own bastion")
+        index = self.index
+        with index.lock:  # the index's one SQLite connection is shared by the search threads
+            view = document_view(index.db, doc, caller.groups)
+        if view is None:
+            raise RequestError(404, "no such document in this sweep: ids change when a document changes; search again")
+        self._audit(caller, via, "document", 1, [view], None)
+        return view
+
     def _search_as(self, caller: tokens.Caller, index, query: str, vector, k: int, mode: str, dates=None) -> list:
         """The index's top k among the windows ``caller`` may see (filtered before ranking, by the index)."""
         if not self.remote:

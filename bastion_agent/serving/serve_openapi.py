@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from bastion_agent import __version__
 from bastion_agent.config.manifest import SEARCH_MODES
-from bastion_agent.core import records
+from bastion_agent.core import dates, records
 
 # The routes serve answers, and those that never need the token (a static page and a liveness answer).
 ROUTES = {"/": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",), "/search": ("GET", "POST")}
 PUBLIC_ROUTES = ("/", "/healthz")
 ERROR = {"$ref": "#/components/schemas/Error"}
+MAX_DATE_CHARS = 40  # the longest since/before a request may give
 
 
 def document(settings, url: str) -> dict:
@@ -94,7 +95,7 @@ def _openapi() -> dict:
 
 def _search_responses(settings, *, body: bool) -> dict:
     reasons = (f"missing or empty query, query over {settings.max_query_chars} characters, "
-               f"k not a whole number in 1..{settings.max_k}, unknown mode or parameter")
+               f"k not a whole number in 1..{settings.max_k}, unknown mode or parameter, since/before not a date")
     if body:
         reasons += ", body not a JSON object of the right shape, no Content-Length"
     responses = {
@@ -108,6 +109,16 @@ def _search_responses(settings, *, body: bool) -> dict:
     return responses
 
 
+def _date_schemas() -> dict:
+    """``since`` and ``before``: only documents modified within them, filtered before ranking."""
+    return {
+        "since": {"type": "string", "maxLength": MAX_DATE_CHARS,
+                  "description": f"Only documents modified then or later: {dates.FORMS}."},
+        "before": {"type": "string", "maxLength": MAX_DATE_CHARS,
+                   "description": f"Only documents modified before then: {dates.FORMS}."},
+    }
+
+
 def _search_get(settings) -> dict:
     return {
         "summary": "Search by meaning (query in the URL).",
@@ -119,6 +130,7 @@ def _search_get(settings) -> dict:
              "schema": {"type": "integer", "minimum": 1, "maximum": settings.max_k, "default": settings.default_k}},
             {"name": "mode", "in": "query", "required": False, "schema": {"type": "string", "enum": list(SEARCH_MODES)},
              "description": "Defaults to the manifest's [search] mode, else vector; 400 when the index cannot search that way."},
+            *({"name": name, "in": "query", "required": False, "schema": schema} for name, schema in _date_schemas().items()),
         ],
         "responses": _search_responses(settings, body=False),
     }
@@ -160,6 +172,7 @@ def _schemas(settings) -> dict:
                 "query": {"type": "string", "minLength": 1, "maxLength": settings.max_query_chars},
                 "k": {"type": "integer", "minimum": 1, "maximum": settings.max_k, "default": settings.default_k},
                 "mode": {"type": "string", "enum": list(SEARCH_MODES)},
+                **_date_schemas(),
             },
         },
         "Hit": hit_schema(),

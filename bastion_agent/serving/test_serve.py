@@ -817,7 +817,8 @@ class OpenApiTests(StoreCase):
         health = request(server.url, path="/healthz")[2]
         self.assertEqual(set(schemas["Health"]["properties"]), set(health))
         limits = doc["paths"]["/search"]["get"]["parameters"]
-        self.assertEqual({p["name"]: p["schema"].get("maximum") for p in limits}, {"q": None, "k": 100, "mode": None})
+        self.assertEqual({p["name"]: p["schema"].get("maximum") for p in limits},
+                         {"q": None, "k": 100, "mode": None, "since": None, "before": None})
 
 
 class CommandTests(StoreCase):
