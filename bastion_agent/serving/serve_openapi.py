@@ -15,10 +15,35 @@ from bastion_agent.config.manifest import SEARCH_MODES
 from bastion_agent.core import dates, records
 
 # The routes serve answers, and those that never need the token (a static page and a liveness answer).
-ROUTES = {"/": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",), "/search": ("GET", "POST")}
+DOC_ROUTE = "/doc/{doc}"  # one sanitized document; the only route with a parameter in its path
+ROUTES = {"/": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",), "/search": ("GET", "POST"),
+          DOC_ROUTE: ("GET",)}
 PUBLIC_ROUTES = ("/", "/healthz")
 ERROR = {"$ref": "#/components/schemas/Error"}
 MAX_DATE_CHARS = 40  # the longest since/before a request may give
+
+
+DOCUMENT_SCHEMA = {
+    "type": "object",
+    "required": ["doc", "paths", "modified", "ocr", "truncated", "text", "windows", "pages"],
+    "properties": {
+        "doc": {"type": "string"}, "paths": {"type": "array", "items": {"type": "string"}},
+        "modified": {"type": ["string", "null"]}, "ocr": {"type": "boolean"}, "truncated": {"type": "boolean"},
+        "text": {"type": "string", "description": "The sanitized text; a window's start and end are offsets in it."},
+        "windows": {"type": "array", "items": {"type": "object", "properties": {
+            "chunk_id": {"type": "string"}, "idx": {"type": "integer"}, "start": {"type": "integer"},
+            "end": {"type": "integer"}}}},
+        "pages": {"type": "array", "items": {"type": "object", "properties": {
+            "start": {"type": "integer"}, "page": {"type": ["integer", "null"]}, "ocr": {"type": "boolean"}}}},
+    },
+}
+
+
+def route_of(path: str) -> str:
+    """The route a request path is for: itself, or ``DOC_ROUTE`` for ``/doc/`` and one more segment."""
+    if path.startswith("/doc/") and "/" not in path[len("/doc/"):]:
+        return DOC_ROUTE
+    return path
 
 
 def document(settings, url: str) -> dict:
@@ -29,6 +54,7 @@ def document(settings, url: str) -> dict:
         ("/openapi.json", "GET"): _openapi(),
         ("/search", "GET"): _search_get(settings),
         ("/search", "POST"): _search_post(settings),
+        (DOC_ROUTE, "GET"): _document(),
     }
     assert set(operations) == {(path, method) for path, methods in ROUTES.items() for method in methods}
     paths: dict[str, dict] = {}
@@ -109,6 +135,22 @@ def _search_responses(settings, *, body: bool) -> dict:
     return responses
 
 
+def _document() -> dict:
+    return {
+        "summary": "One sanitized document in full: its windows in order, overlaps once, its pages.",
+        "description": ("HTML (a page without script) unless `Accept` names `application/json`. A document the"
+                        " caller may not read is answered exactly like one that does not exist (404)."),
+        "parameters": [{"name": "doc", "in": "path", "required": True,
+                        "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}],
+        "responses": {
+            "200": {"description": "The document.", "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/Document"}},
+                "text/html": {"schema": {"type": "string"}}}},
+            "404": _error("No such document in this sweep, or one the caller may not read (the same answer)."),
+        },
+    }
+
+
 def _date_schemas() -> dict:
     """``since`` and ``before``: only documents modified within them, filtered before ranking."""
     return {
@@ -164,6 +206,7 @@ def hit_schema() -> dict:
 def _schemas(settings) -> dict:
     return {
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+        "Document": DOCUMENT_SCHEMA,
         "SearchRequest": {
             "type": "object",
             "additionalProperties": False,

@@ -74,3 +74,70 @@ class DocumentViewTests(DatedFolder):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class DocumentRouteTests(unittest.TestCase):
+    """``GET /doc/ID`` over HTTP with two named tokens: each reads its own documents; the other's is a 404 like absent."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        from pathlib import Path
+
+        from bastion_agent.commands import token_cli
+        from bastion_agent.testing.labelled_docs import ENG_DOCS, HR_DOCS
+        from bastion_agent.testing.serve_store import Store
+        from bastion_agent.testing.stub_server import StubServer
+        from bastion_agent.testing.testsupport import label_documents
+
+        cls.holder = tempfile.TemporaryDirectory()
+        cls.stub = StubServer().start()
+        docs = {**HR_DOCS, **ENG_DOCS}
+        groups = {path: [path.split("/")[0]] for paths in docs.values() for path in paths}
+
+        class Labelled(Store):
+            def sweep(self, docs=None):
+                label_documents(self.layout, groups)
+                super().sweep(docs)
+
+        cls.store = Labelled(Path(cls.holder.name), cls.stub, docs)
+        cls.tokens_file = Path(cls.holder.name) / "conf" / "tokens.json"
+        cls.hr = token_cli.add_token(cls.tokens_file, "hr-portal", ("hr",))
+        cls.eng = token_cli.add_token(cls.tokens_file, "eng-wiki", ("eng",))
+        cls.hr_doc = next(doc for text, doc in cls.store.ids.items() if text in HR_DOCS)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stub.stop()
+        cls.holder.cleanup()
+
+    def get(self, url, path, token, accept="application/json"):
+        from bastion_agent.testing.serve_store import request
+
+        return request(url, path=path, headers={"Authorization": f"Bearer {token}", "Accept": accept})
+
+    def test_hidden_and_absent_documents_get_the_same_answer(self):
+        from bastion_agent.testing.serve_store import start
+
+        server = start(self.store, self, tokens_file=self.tokens_file)
+        status, _, mine = self.get(server.url, f"/doc/{self.hr_doc}", self.hr)
+        self.assertEqual(status, 200)
+        self.assertEqual(mine["doc"], self.hr_doc)
+        hidden = self.get(server.url, f"/doc/{self.hr_doc}", self.eng)
+        absent = self.get(server.url, "/doc/" + hashlib.sha256(os.urandom(8)).hexdigest(), self.eng)
+        self.assertEqual((hidden[0], hidden[2]), (absent[0], absent[2]))
+        self.assertEqual(hidden[0], 404)
+        for bad in ("/doc/..%2f..%2fetc%2fpasswd", "/doc/" + "A" * 64, "/doc/x"):
+            self.assertEqual(self.get(server.url, bad, self.hr)[0], 404, bad)
+        self.assertEqual(self.get(server.url, f"/doc/{self.hr_doc}/more", self.hr)[0], 404)
+
+    def test_a_browser_gets_a_page_without_script(self):
+        from bastion_agent.testing.serve_store import start
+
+        server = start(self.store, self, tokens_file=self.tokens_file)
+        status, answer, page = self.get(server.url, f"/doc/{self.hr_doc}", self.hr, accept="text/html")
+        self.assertEqual((status, answer.getheader("Content-Type")), (200, "text/html; charset=utf-8"))
+        self.assertNotIn(b"<script", page)
+        self.assertIn("default-src 'none'", answer.getheader("Content-Security-Policy"))
+        no_token = self.get(server.url, f"/doc/{self.hr_doc}", "not-a-token", accept="text/html")
+        self.assertEqual(no_token[0], 401)
