@@ -35,7 +35,7 @@ def render(view: DocumentView, hit: str | None = None) -> bytes:
     """The HTML page of ``view``, with the window ``hit`` (a chunk id) marked when it is one of the document's."""
     marked = view.window_at(hit) if hit else None
     title = escape(", ".join(view.paths) or f"document {view.doc[:12]}")
-    meta = [f"document {escape(view.doc[:12])}", f"{len(view.windows)} windows"]
+    meta = [f"document {escape(view.doc[:12])}", f"{len(view.windows)} window{'s' if len(view.windows) != 1 else ''}"]
     if view.modified:
         meta.insert(0, f"modified {escape(view.modified.replace('T', ' '))}")
     notes = []

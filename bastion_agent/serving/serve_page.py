@@ -312,7 +312,7 @@ SCRIPT = r"""
   function showDocument(view, chunk) {
     docTitle.textContent = view.paths.length ? view.paths.join(", ") : "document " + view.doc.slice(0, 12);
     docMeta.textContent = (view.modified ? "modified " + view.modified.replace("T", " ") + " \u00b7 " : "")
-      + view.windows.length + " windows" + (view.truncated ? " \u00b7 shortened: the text stops before its end" : "");
+      + view.windows.length + (view.windows.length === 1 ? " window" : " windows") + (view.truncated ? " \u00b7 shortened: the text stops before its end" : "");
     docOcr.hidden = !view.ocr;
     const hit = view.windows.find((w) => w.chunk_id === chunk);
     const cuts = [...new Set([0, view.text.length, ...view.pages.map((p) => p.start),
