@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 
 from bastion_agent.config.arguments import add_manifest_arguments, load_manifest_and_layout
-from bastion_agent.core import audit
+from bastion_agent.core import audit, dates
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.core.progress import escape_name
 
 TOP_DOCUMENTS = 10
-_AGO_RE = re.compile(r"([0-9]{1,6})([mhd])")
-_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
 
 @dataclass
@@ -41,29 +38,14 @@ class AuditSummary:
 def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
     add_manifest_arguments(parser)
     parser.add_argument("--since",
-                        help="only searches from then on: a UTC date (2026-12-01), a time (2026-12-01T09:00:00Z) "
-                             "or an age (30m, 24h, 7d)")
+                        help=f"only searches from then on: {dates.FORMS}")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.description = ("Summarise the audit log (OUT/audit.jsonl and its rotated files): searches per caller, "
                           "per mode and per way in, the documents hit most, the first and last time.")
 
 
-def since_time(text: str, now: datetime | None = None) -> datetime:
-    now = now or datetime.now(timezone.utc)
-    ago = _AGO_RE.fullmatch(text.strip())
-    if ago:
-        return now - timedelta(**{_UNITS[ago.group(2)]: int(ago.group(1))})
-    for pattern in ("%Y-%m-%d", audit.TIME_FORMAT, "%Y-%m-%dT%H:%M:%S"):
-        try:
-            return datetime.strptime(text.strip(), pattern).replace(tzinfo=timezone.utc)
-        except ValueError:
-            continue
-    raise ConfigError(f"--since must be a UTC date (2026-12-01), a time (2026-12-01T09:00:00Z) or an age "
-                                     f"(30m, 24h, 7d); got {text[:40]!r}")
-
-
 def run_audit(args: argparse.Namespace) -> int:
-    since = since_time(args.since) if args.since is not None else None
+    since = dates.point_in_time(args.since) if args.since is not None else None
     _, layout = load_manifest_and_layout(args)
     if not audit.log_files(layout.audit_log):
         raise ConfigError(f"no audit log in {layout.root} yet: searches are recorded there once they run")

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 import sys
 import textwrap
+import threading
 from dataclasses import asdict
+from pathlib import Path
 
 from bastion_agent.config.arguments import (
     add_manifest_arguments,
     add_remote_arguments,
     load_manifest_and_layout,
 )
-from bastion_agent.core import audit
+from bastion_agent.core import audit, dates
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.core.progress import escape_name, for_terminal
 from bastion_agent.core.records import Hit
 from bastion_agent.searching import searcher
 
 SNIPPET_CHARS = 400
+OPENERS = ("xdg-open", "open")  # the desktop's opener: freedesktop, macOS
 MAX_K = 1_000_000  # more hits than any store holds windows; beyond SQLite's integers a LIMIT raised OverflowError
 
 
@@ -45,6 +50,10 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
                         f" default: the manifest's [search] mode, else {searcher.DEFAULT_MODE}")
     parser.add_argument("--exact", action="store_true",
                         help="scan every vector instead of asking the ANN index (slower on large stores, exact)")
+    parser.add_argument("--since", help=f"only documents modified then or later: {dates.FORMS}")
+    parser.add_argument("--before", help=f"only documents modified before then: {dates.FORMS}")
+    parser.add_argument("--open", type=positive_int, metavar="N",
+                        help="open hit N's file with the desktop's opener (xdg-open, open), on this machine")
     add_remote_arguments(parser)
 
 
@@ -52,6 +61,11 @@ def run_search(args: argparse.Namespace) -> int:
     manifest, layout = load_manifest_and_layout(args)
     if args.bastion and not args.remote:
         raise ConfigError("--bastion filters a --remote search; add --remote")
+    within = dates.date_range(args.since, args.before)
+    if args.remote and within is not None:
+        raise ConfigError("--since and --before filter a local search; the central index does not hold dates yet")
+    if args.remote and args.open:
+        raise ConfigError("--open opens a file on this machine; a --remote hit's file is on its own bastion")
     if args.remote:
         from bastion_agent.publishing import remote_search
 
@@ -61,7 +75,7 @@ def run_search(args: argparse.Namespace) -> int:
     else:
         # The local user sees what [access] local_groups gives (absent: every group, as before labels).
         result = searcher.answer(manifest, layout, args.query, args.k, mode=args.mode, exact=args.exact,
-                                 groups=manifest.access.local_groups)
+                                 groups=manifest.access.local_groups, dates=within)
         if result.notice:
             print(f"bastion_agent search: {result.notice}", file=sys.stderr)
         hits, mode = result.hits, result.mode
@@ -71,15 +85,51 @@ def run_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([asdict(hit) for hit in hits], ensure_ascii=False, indent=2))
     else:
-        print(format_hits(hits))
+        print(format_hits(hits, None if args.remote else manifest.source.root))
+    if args.open:
+        open_hit(hits, args.open, manifest.source.root)
     return 0
 
 
-def format_hits(hits: list[Hit]) -> str:
-    """Hits for a person: rank, relevance (0-100), path(s), document and window, then the text.
+def local_file(hit: Hit, root: Path) -> Path | None:
+    """The first of a hit's paths that names a file under ``root`` on this machine, or None.
+
+    A path is shown as sanitize left it: a name that held a secret was
+    changed, so it names no file, and only the operator's own folder is looked in.
+    """
+    for path in hit.paths:
+        candidate = root / path
+        try:
+            if candidate.resolve().is_relative_to(root.resolve()) and candidate.is_file():
+                return candidate
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def open_hit(hits: list[Hit], number: int, root: Path) -> None:
+    """Open hit ``number``'s file with the desktop's opener, detached, or say in one line why not."""
+    if number > len(hits):
+        raise ConfigError(f"--open {number}: the search gave {len(hits)} hit(s)")
+    found = local_file(hits[number - 1], root)
+    if found is None:
+        raise ConfigError(f"--open {number}: the hit names no file under {root} (a name sanitize changed, or gone)")
+    opener = next((shutil.which(name) for name in OPENERS if shutil.which(name)), None)
+    if opener is None:
+        raise ConfigError(f"--open: no desktop opener ({', '.join(OPENERS)}) on this machine; the file is {found}")
+    process = subprocess.Popen([opener, str(found)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    # Reaped when it ends (xdg-open returns once the viewer started); the command does not wait for it.
+    threading.Thread(target=process.wait, daemon=True).start()
+
+
+def format_hits(hits: list[Hit], root: Path | None = None) -> str:
+    """Hits for a person: rank, relevance (0-100), path(s), date, document and window, then the text.
 
     The relevance, not the fused score, is what a person can compare
-    between queries (``fusion``); ``--json`` keeps every score.
+    between queries (``fusion``); ``--json`` keeps every score. With the
+    source ``root`` (a local search), a hit whose file is on this machine
+    also gets the line to open it by.
     """
     if not hits:
         return "no hits"
@@ -92,9 +142,12 @@ def format_hits(hits: list[Hit]) -> str:
             strength = f"{hit.score:.4f}"
         page = f" page {hit.page}" if getattr(hit, "page", None) else ""
         scanned = " (scanned: OCR text, may hold errors)" if getattr(hit, "ocr", False) else ""
-        head = f"{rank}. {strength}  {where}  [doc {hit.doc[:12]} window {hit.idx}{page}]{scanned}"
+        modified = f"  modified {hit.modified.replace('T', ' ')}" if getattr(hit, "modified", None) else ""
+        head = f"{rank}. {strength}  {where}{modified}  [doc {hit.doc[:12]} window {hit.idx}{page}]{scanned}"
         text = for_terminal(" ".join(hit.text.split()))
         if len(text) > SNIPPET_CHARS:
             text = text[: SNIPPET_CHARS - 1] + "…"
+        found = local_file(hit, root) if root is not None else None
+        head += f"\n    file: {escape_name(str(found))}" if found is not None else ""
         blocks.append(head + "\n" + textwrap.indent(textwrap.fill(text, 96), "    "))
     return "\n\n".join(blocks)

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 from bastion_agent.commands import audit_cli
-from bastion_agent.core import audit
+from bastion_agent.core import audit, dates
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.layout import Layout
 from bastion_agent.testing.stub_server import StubServer
@@ -157,7 +157,7 @@ class AuditCommandTests(TempFolder, unittest.TestCase):
         summary = json.loads(out)
         self.assertEqual((summary["searches"], summary["callers"], summary["unreadable"]), (1, {"new": 1}, 2))
         now = datetime(2026, 12, 2, 10, tzinfo=timezone.utc)
-        self.assertEqual(audit_cli.since_time("24h", now), datetime(2026, 12, 1, 10, tzinfo=timezone.utc))
+        self.assertEqual(dates.point_in_time("24h", now=now), datetime(2026, 12, 1, 10, tzinfo=timezone.utc))
         code, out, err = run_cli("audit", self.manifest, "--out", self.out, "--since", "yesterday")
         self.assertEqual((code, out), (2, ""))
         self.assertIn("--since", err)

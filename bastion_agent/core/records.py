@@ -53,6 +53,7 @@ class ListingRow:
     # A PDF's or an image's pages that OCR read (numbers from 1); None for a text without pages. Private
     # like the whole listing; sanitize turns it into the page map of the sanitized text (sanitizing/pages.py).
     ocr_pages: list[int] | None = None
+    modified: str | None = None  # the file's modification time, ISO 8601 UTC; None where it was not read
 
     @classmethod
     def from_line(cls, line: dict) -> "ListingRow":
@@ -60,13 +61,14 @@ class ListingRow:
         ``doc``, and a missing field is empty (the reader then refuses what it cannot use)."""
         return cls(path=str(line.get("path", "")), key=line.get("key") or line.get("doc"), size=line.get("size", 0),
                    kind=str(line.get("kind", "")), status=str(line.get("status", "")), reason=line.get("reason"),
-                   ocr_pages=line.get("ocr_pages"))
+                   ocr_pages=line.get("ocr_pages"), modified=line.get("modified"))
 
     def listed(self) -> dict:
-        """The listing's line: ``ocr_pages`` only where the text has pages."""
+        """The listing's line: ``ocr_pages`` only where the text has pages, ``modified`` where the file was read."""
         row = dataclasses.asdict(self)
-        if row["ocr_pages"] is None:
-            del row["ocr_pages"]
+        for optional in ("ocr_pages", "modified"):
+            if row[optional] is None:
+                del row[optional]
         return row
 
 
@@ -83,6 +85,7 @@ class DocumentRow:
     doc: str  # sha256 of the sanitized text
     paths: str  # JSON list of the document's sanitized source paths
     groups: str = "[]"  # JSON sorted list of the access groups that may read it ([]: only an every-group caller)
+    modified: str = "[]"  # JSON list, one per path of ``paths``: that file's modification time (``core.dates``) or null
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,9 @@ class Hit:
         "True when the window starts on a scanned page that OCR read: its text may hold recognition errors."))
     page: int | None = field(default=None, metadata=_described(
         "The page (from 1) the window starts on, in a PDF or an image; null elsewhere.", minimum=1))
+    modified: str | None = field(default=None, metadata=_described(
+        "When the document's file was last modified (ISO 8601, UTC): the latest of the paths shown;"
+        " null when unknown (a store swept by an older agent).", format="date-time"))
 
     def as_dict(self) -> dict:
         """The fields by name (a subclass's too), for JSON: ``dataclasses.asdict`` without its deep copy of every value."""

@@ -14,6 +14,7 @@ from typing import Sequence
 from bastion_agent.chunking.chunker import chunk_id
 from bastion_agent.core.errors import ModelServerError, StoreError
 from bastion_agent.core.layout import Layout, read_jsonl, write_summary
+from bastion_agent.core.dates import STAMP
 from bastion_agent.core.records import DocumentRow, StoredChunk
 from bastion_agent.embedding import vectorstore, window_fit
 from bastion_agent.embedding.client import EmbedClient
@@ -188,9 +189,23 @@ def current_windows(layout: Layout) -> tuple[list[StoredChunk], list[DocumentRow
         if chunk_id(doc, window) != row["chunk_id"]:
             raise StoreError("the sanitized store changed since chunk ran: run chunk again")
         chunk_rows.append(StoredChunk(row["chunk_id"], doc, row["idx"], row["start"], row["end"], window))
-    documents = [DocumentRow(doc, paths=json.dumps(listing.get(doc, {}).get("paths", [])),
-                             groups=json.dumps(_groups(listing.get(doc, {})))) for doc in sorted(texts)]
+    documents = [_document_row(doc, listing.get(doc, {})) for doc in sorted(texts)]
     return chunk_rows, documents
+
+
+def _document_row(doc: str, row: dict) -> DocumentRow:
+    """A sanitized listing row as vectors.db keeps it: paths, groups and per-path times as JSON text."""
+    paths = row.get("paths", [])
+    return DocumentRow(doc, paths=json.dumps(paths), groups=json.dumps(_groups(row)),
+                       modified=json.dumps(_modified(row, len(paths) if isinstance(paths, list) else 0)))
+
+
+def _modified(row: dict, count: int) -> list[str | None]:
+    """A listing row's per-path modification times (ISO 8601 UTC), one per path; anything else is unknown (None)."""
+    times = row.get("modified")
+    if not isinstance(times, list) or len(times) != count:
+        return [None] * count
+    return [when if isinstance(when, str) and STAMP.fullmatch(when) else None for when in times]
 
 
 def current_pages(layout: Layout, docs: set[str]) -> list[tuple[str, str]]:

@@ -222,13 +222,23 @@ def _m007_document_groups(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE documents ADD COLUMN groups TEXT NOT NULL DEFAULT '[]'")
 
 
+def _m009_document_modified(db: sqlite3.Connection) -> None:
+    """Each document's per-path modification times (a JSON list beside ``paths``), for the dates of hits.
+
+    Rows of an older store get ``[]`` (no date known) until the next embed
+    copies the times from the sanitized listing. Idempotent.
+    """
+    if not _has_column(db, "documents", "modified"):
+        db.execute("ALTER TABLE documents ADD COLUMN modified TEXT NOT NULL DEFAULT '[]'")
+
+
 def _has_column(db: sqlite3.Connection, table: str, column: str) -> bool:
     return any(row[1] == column for row in db.execute(f"PRAGMA table_info({table})"))
 
 
 MIGRATIONS = [_m001_create_tables, _m002_embed_failures, _m003_search_state, _m004_sanitized_ids,
               _m005_canonical_model_keys, _m006_chunk_docs, _m007_document_groups,
-              _m008_document_pages]
+              _m008_document_pages, _m009_document_modified]
 
 
 def rekey_pending(db: sqlite3.Connection) -> bool:

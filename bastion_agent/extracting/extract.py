@@ -231,6 +231,7 @@ class _Job:
     key: str | None = None
     size: int = 0
     kind: str | None = None  # set when this job reads the content (the first path holding it)
+    modified: str | None = None  # the file's modification time, ISO 8601 UTC
 
 
 class _Sweep:
@@ -257,7 +258,7 @@ class _Sweep:
             data = loaded.data
             self.bytes_read += len(data)
             key = extract_key(entry.parts, data)
-            job = _Job(entry.rel, key=key, size=len(data))
+            job = _Job(entry.rel, key=key, size=len(data), modified=loaded.modified)
             kind = readers.kind_for(entry.rel, data[:8])
             decided = _extract_doc(key, kind, data, self.store, self.previous, self.versions.get(kind), self.costly,
                                    self.settings, max_bytes, self.ocr_settings)
@@ -282,7 +283,7 @@ class _Sweep:
             else:
                 outcome = self.outcomes[job.key]
                 rows.append(Row(job.rel, job.key, job.size, outcome.kind, outcome.status, outcome.reason,
-                                outcome.ocr_pages))
+                                outcome.ocr_pages, job.modified))
         return rows
 
 
@@ -397,8 +398,8 @@ def _configure_ocr(source):
 
 def _unread_for_ocr(rows) -> int:
     """Files left unread because OCR is missing: images, and PDFs with no page of text (a count of files)."""
-    return sum(1 for row in rows if row.reason == ocr.REASON_NOT_INSTALLED
-               or (row.reason == pdf_reasons.REASON_NO_TEXT and ocr.unavailable() == ocr.REASON_NOT_INSTALLED))
+    return sum(1 for row in rows if ocr.is_missing_reason(row.reason)
+               or (row.reason == pdf_reasons.REASON_NO_TEXT and ocr.is_missing_reason(ocr.unavailable())))
 
 
 def _note_missing_extra(counts: dict) -> None:
@@ -410,4 +411,4 @@ def _note_missing_extra(counts: dict) -> None:
         print(f"bastion_agent extract: note: {missing} PDF file(s) skipped: {REASON_NOT_INSTALLED}", file=sys.stderr)
     if counts.get("unread_for_ocr"):
         print(f"bastion_agent extract: note: {counts['unread_for_ocr']} scanned file(s) left unread: "
-              f"{ocr.REASON_NOT_INSTALLED}", file=sys.stderr)
+              f"{ocr.not_installed(pdf=True)}", file=sys.stderr)

@@ -15,7 +15,10 @@ breaks, so the pages keep their numbers. Which pages OCR read is in
 - ``encrypted``: a password is needed (an empty user password, common on
   "protected" PDFs that only restrict printing, is tried and works);
 - ``no text layer``: no page has any text (a scan: it would need OCR);
-- ``damaged``: pypdf cannot parse it (truncated, corrupt);
+- ``damaged: WHY``: pypdf cannot parse it, with why in a few fixed words
+  (``truncated``, ``no cross-reference table``, ``empty``, else the kind of
+  pypdf's error) and how many pages were read before it failed, if any:
+  never pypdf's own message, which can quote the file's bytes;
 - ``too many pages``, ``too large unpacked``, ``timed out``: the limits
   below, against PDF bombs.
 """
@@ -97,6 +100,7 @@ def _read(pypdf, data: bytes, max_seconds: float, clock) -> PdfReading:
     encrypted = (errors.FileNotDecryptedError, errors.DependencyError)
     limited = getattr(errors, "LimitReachedError", ())  # pypdf >= 5 names its decompression caps
     started = clock()
+    pages, count = [], 0
     try:
         reader = pypdf.PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted and reader.decrypt("") == pypdf.PasswordType.NOT_DECRYPTED:
@@ -104,7 +108,7 @@ def _read(pypdf, data: bytes, max_seconds: float, clock) -> PdfReading:
         count = len(reader.pages)
         if count > MAX_PAGES:
             return PdfReading(None, REASON_PAGES)
-        pages, chars = [], 0
+        chars = 0
         from bastion_agent.extracting.formats import ocr
 
         scans = ocr.pdf_available()
@@ -125,13 +129,33 @@ def _read(pypdf, data: bytes, max_seconds: float, clock) -> PdfReading:
         return PdfReading(None, refused.reason)
     except _TimedOut:
         raise
-    except (Exception, RecursionError):  # a parser on hostile input may raise anything
-        return PdfReading(None, REASON_DAMAGED)
+    except (Exception, RecursionError) as exc:  # a parser on hostile input may raise anything
+        return PdfReading(None, damaged(exc, len(pages), count))
     if count == 0:
-        return PdfReading(None, REASON_DAMAGED)
+        return PdfReading(None, f"{REASON_DAMAGED}: no pages")
     if not any(pages):
         return PdfReading(None, REASON_NO_TEXT)
     return PdfReading(PAGE_BREAK.join(pages), ocr_pages=tuple(index + 1 for index in recognised if pages[index]))
+
+
+# pypdf's words for a damage, and ours: only these fixed phrases leave, never the message itself.
+_DAMAGES = (("ended unexpectedly", "truncated"), ("eof marker", "truncated"), ("xref", "no cross-reference table"),
+            ("empty file", "empty"), ("header", "no PDF header"))
+
+
+def damaged(error: BaseException, read: int, count: int) -> str:
+    """``damaged: WHY`` in a few fixed words, and the pages read before the failure when there were some.
+
+    pypdf's message can quote bytes of the file (an object it could not
+    parse), and the reason is printed and summarised outside the extract
+    store: so it is matched to a phrase of ours, else named by the error's
+    class alone.
+    """
+    message = str(error).lower()
+    why = next((phrase for words, phrase in _DAMAGES if words in message), None)
+    why = why or ("too deeply nested" if isinstance(error, RecursionError) else type(error).__name__)
+    pages = f" ({read} of {count} pages read)" if read and count else ""
+    return f"{REASON_DAMAGED}: {why}{pages}"
 
 
 def _recognise(data: bytes, pages: list[str], ocr) -> list[int]:

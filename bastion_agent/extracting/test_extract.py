@@ -242,7 +242,7 @@ class StageTests(TempCase):
         self.assertEqual((rows["noext"]["kind"], rows["noext"]["reason"]), ("binary", "binary"))
         self.assertEqual(rows["empty.txt"]["reason"], "empty")
         self.assertEqual(rows["a.txt"]["key"], extract.extract_key(("a.txt",), b"alpha\r\n"))
-        self.assertEqual(set(rows["a.txt"]), {"path", "key", "size", "kind", "status", "reason"})
+        self.assertEqual(set(rows["a.txt"]), {"path", "key", "size", "kind", "status", "reason", "modified"})
         self.assertEqual((summary["files"], summary["extracted"], summary["skipped"]), (7, 4, 3))
         self.assertEqual(summary["skipped_by_reason"], {"binary": 2, "empty": 1})
         self.assertEqual(summary["by_kind"]["docx"], {"files": 1, "extracted": 1, "skipped": 0})

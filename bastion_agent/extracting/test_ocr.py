@@ -213,9 +213,27 @@ class WithoutTesseractTests(TempCase):
         ocr.installed_languages.cache_clear()
         with mock.patch.dict(os.environ, {"PATH": str(empty)}):
             summary = self.run_stage()
-        self.assertEqual(self.listing()["scan.png"]["reason"], ocr.REASON_NOT_INSTALLED)
+        reason = self.listing()["scan.png"]["reason"]
+        self.assertEqual(reason, "needs OCR: Tesseract is not installed "
+                                 "(Debian: apt-get install tesseract-ocr tesseract-ocr-eng)")
+        self.assertNotIn("pip install", reason, "Pillow is installed: the extra is not what is missing")
         self.assertEqual(summary["unread_for_ocr"], 1)
         self.assertEqual(self.text_of("note.txt"), "still read\n")
+
+    def test_the_hint_names_only_the_part_that_is_missing(self):
+        real_optional = ocr.optional
+        without_pillow = lambda name: None if name in ("PIL", "pypdfium2") else real_optional(name)  # noqa: E731
+        self.addCleanup(ocr.tesseract.cache_clear)
+        self.addCleanup(ocr.installed_languages.cache_clear)
+        with mock.patch.object(ocr, "tesseract", return_value="/usr/bin/tesseract"), \
+                mock.patch.object(ocr, "installed_languages", return_value=("eng",)), \
+                mock.patch.object(ocr, "optional", without_pillow):
+            only_extra = ocr.not_installed(pdf=True)
+        with mock.patch.object(ocr, "tesseract", return_value="/usr/bin/tesseract"), \
+                mock.patch.object(ocr, "installed_languages", return_value=()):
+            no_language = ocr.not_installed()
+        self.assertEqual(only_extra, "needs OCR: Pillow and pypdfium2 missing (pip install 'bastion-agent[ocr]')")
+        self.assertEqual(no_language, "needs OCR: Tesseract has no language pack (Debian: apt-get install tesseract-ocr-eng)")
 
 
 @needs_tesseract

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import random
 import unittest
 from unittest import mock
 
@@ -92,8 +93,15 @@ class ReadPdfTests(unittest.TestCase):
         data = build_pdf(["cut short"])
         for cut in (len(data) // 2, len(data) - 30):
             with self.subTest(cut=cut):
-                self.assertEqual(pdf.read_pdf(data[:cut]).reason, "damaged")
-        self.assertEqual(pdf.read_pdf(b"%PDF-1.7\nnothing else").reason, "damaged")
+                self.assertEqual(pdf.read_pdf(data[:cut]).reason, "damaged: truncated")
+        self.assertEqual(pdf.read_pdf(b"%PDF-1.7\nnothing else").reason, "damaged: truncated")
+
+    def test_a_damage_is_said_in_our_words_never_in_the_files(self):
+        planted = "Zq" + "".join(random.choice("ABCDEFGHJKLMNPQRSTUVWXYZ") for _ in range(12))
+        quoting = ValueError(f"Invalid Elementary Object starting with b'{planted}'")
+        self.assertEqual(pdf.damaged(quoting, 0, 0), "damaged: ValueError")
+        self.assertEqual(pdf.damaged(ValueError("Stream has ended unexpectedly"), 3, 7), "damaged: truncated (3 of 7 pages read)")
+        self.assertEqual(pdf.damaged(RecursionError(), 0, 2), "damaged: too deeply nested")
 
     @needs_pypdf
     def test_page_limit(self):
@@ -153,7 +161,7 @@ class PdfStageTests(TempCase):
         self.fill()
         summary = self.run_stage()
         self.assertEqual(self.text_of("contracts/lease.pdf"), "Lease agreement\n\f\nSigned by both parties")
-        self.assertEqual(summary["skipped_by_reason"], {"damaged": 1, "no text layer": 1})
+        self.assertEqual(summary["skipped_by_reason"], {"damaged: truncated": 1, "no text layer": 1})
         self.assertEqual(summary["by_kind"]["pdf"]["extracted"], 1)
         self.assertIn("pdf", summary["readers"])
 

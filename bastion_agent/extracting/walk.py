@@ -20,6 +20,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from bastion_agent.core.confine import NotRegular, SourceRoot
@@ -297,6 +298,7 @@ class _Loaded:
 
     data: bytes | None
     row: Row | None = None
+    modified: str | None = None  # the file's modification time (``modified_time``), read with its bytes
 
 
 def load(entry: _Entry, root: SourceRoot, selection: Selection, max_bytes: int) -> _Loaded:
@@ -336,6 +338,7 @@ def load(entry: _Entry, root: SourceRoot, selection: Selection, max_bytes: int) 
     if selection.is_out_file(os.fstat(fd)):  # linked between the check and the open
         os.close(fd)
         return _Loaded(None, Row(rel, None, 0, "file", STATUS_SKIPPED, REASON_STORE_FILE))
+    modified = modified_time(os.fstat(fd).st_mtime)
     with os.fdopen(fd, "rb") as handle:
         os.set_blocking(fd, True)
         try:
@@ -346,7 +349,21 @@ def load(entry: _Entry, root: SourceRoot, selection: Selection, max_bytes: int) 
         return _Loaded(None, Row(rel, None, len(data), _kind_by_name(rel), STATUS_SKIPPED, REASON_TOO_LARGE))
     if looks_like_store_file(data):
         return _Loaded(None, Row(rel, None, 0, "file", STATUS_SKIPPED, REASON_STORE_FILE))
-    return _Loaded(data)
+    return _Loaded(data, modified=modified)
+
+
+def modified_time(seconds: float) -> str:
+    """A file's modification time as every output shows it: ISO 8601 in UTC, to the second (``…Z``).
+
+    A date is no content: it is read from the file's inode, never from its
+    bytes, so it may leave the extract store with the document it dates.
+    A time outside what a date can hold (a forged inode) is the epoch.
+    """
+    try:
+        moment = datetime.fromtimestamp(int(seconds), tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        moment = datetime.fromtimestamp(0, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _kind_by_name(rel: str) -> str:

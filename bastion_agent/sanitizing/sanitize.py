@@ -50,6 +50,7 @@ class _Extracted:
     paths: list[str]
     kind: str
     ocr_pages: list[int] | None = None  # None: not a paged document (a PDF or an image is)
+    modified: dict[str, str] = field(default_factory=dict)  # raw path -> its file's modification time
 
 
 @dataclass
@@ -59,6 +60,7 @@ class _Document:
     raw_paths: set[str] = field(default_factory=set)
     kind_by_path: dict[str, str] = field(default_factory=dict)
     ocr_pages_by_path: dict[str, list[int] | None] = field(default_factory=dict)
+    modified_by_path: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ def _gather_documents(sweep: _Sweep, kept: list[tuple[str, MapRow]], extracted: 
         document.raw_paths.update(paths)
         document.kind_by_path.update((path, extracted[key].kind) for path in paths)
         document.ocr_pages_by_path.update((path, extracted[key].ocr_pages) for path in paths)
+        document.modified_by_path.update(extracted[key].modified)
 
 
 def _write_listing_and_map(manifest, layout, sanitizer: Sanitizer, sweep: _Sweep):
@@ -454,7 +457,8 @@ def _rows(documents, sanitizer, matcher, labeller, source, layout) -> tuple[list
         shown = {path: escape_name(clean_path) for path, clean_path in redacted.items()}  # every output's form
         first = min(document.raw_paths) if document.raw_paths else None
         kind = document.kind_by_path.get(first, "") if first is not None else ""
-        row = {"doc": doc, "paths": sorted(set(shown.values())), "kind": kind}
+        paths = sorted(set(shown.values()))
+        row = {"doc": doc, "paths": paths, "kind": kind, "modified": _modified_per_path(document, shown, paths)}
         ocr_pages = document.ocr_pages_by_path.get(first) if first is not None else None
         if ocr_pages is not None and layout is not None:
             clean = layout.doc_text_path(layout.sanitized_dir, doc).read_bytes().decode("utf-8")
@@ -463,6 +467,21 @@ def _rows(documents, sanitizer, matcher, labeller, source, layout) -> tuple[list
             row["groups"] = labeller.document_groups(document.raw_paths, source)
         rows.append(row)
     return rows, paths_redacted
+
+
+def _modified_per_path(document: _Document, shown: dict[str, str], paths: list[str]) -> list[str | None]:
+    """The modification time of each listed path, in ``paths``' order: the latest of the raw paths shown
+    under that name (two raw names may sanitize to one), None where extract read no time (an older listing).
+
+    Kept per path, not per document, so that a caller who may read only some of a document's paths
+    is shown only their times (``documents.modified``, searching/searcher.py).
+    """
+    latest: dict[str, str] = {}
+    for raw, name in shown.items():
+        when = document.modified_by_path.get(raw)
+        if when is not None and when > latest.get(name, ""):
+            latest[name] = when
+    return [latest.get(path) for path in paths]
 
 
 def _without_copies(text: str, matcher) -> str:
@@ -483,6 +502,7 @@ def _extracted_keys(layout) -> dict[str, _Extracted]:
         raise StoreError(f"extract listing {listing} is unreadable ({exc.__class__.__name__}): run extract again") from None
     found: dict[str, list[tuple[str, str]]] = {}
     ocr_pages: dict[str, list[int] | None] = {}  # the same for every path of a key: they hold the same bytes
+    modified: dict[str, dict[str, str]] = {}
     for line in rows:
         row = ListingRow.from_line(line) if isinstance(line, dict) else None
         if row is None or row.status != "extracted":
@@ -492,11 +512,13 @@ def _extracted_keys(layout) -> dict[str, _Extracted]:
             raise StoreError(f"extract listing {listing} has an invalid or missing key: run extract again")
         found.setdefault(key, []).append((row.path, row.kind))
         ocr_pages.setdefault(key, _ocr_pages(row.ocr_pages))
+        if isinstance(row.modified, str) and row.path:
+            modified.setdefault(key, {})[row.path] = row.modified
     keys = {}
     for key, entries in found.items():
         entries.sort()
         keys[key] = _Extracted(paths=sorted({path for path, _ in entries if path}), kind=entries[0][1],
-                               ocr_pages=ocr_pages[key])
+                               ocr_pages=ocr_pages[key], modified=modified.get(key, {}))
     return keys
 
 

@@ -59,15 +59,16 @@ def caller_top(db: sqlite3.Connection, text: str, n: int, vocabulary: Vocabulary
     with vocabulary_of(db, vocabulary) as vocabulary:
         with vocabulary.lock:
             tokens = vocabulary.stemmed(words) if words else {}
-    windows = visible.windows
-    if not tokens or not windows:
+    measured = visible.measured  # whose windows weigh the words (the caller's whole share when dates narrow it)
+    windows = measured.windows
+    if not tokens or not windows or not visible.windows:
         return []
-    terms = discriminating([Term(f'"{word}"', _frequency(db, visible, f'"{word}"')) for word in tokens], windows)
+    terms = discriminating([Term(f'"{word}"', _frequency(db, measured, f'"{word}"')) for word in tokens], windows)
     searched, absent, candidates = ranked_terms(
         terms, lambda expression, bounded: _candidates(db, visible.table, expression, bounded))
     if not candidates:
         return []
-    scores = _bm25(db, visible, searched, candidates, windows, {f'"{word}"': tokens[word] for word in tokens})
+    scores = _bm25(db, measured, searched, candidates, windows, {f'"{word}"': tokens[word] for word in tokens})
     weight = sum(idf(term.df, windows) for term in searched + absent) or 1.0
     best = _best(db, scores, n)
     return [KeywordHit(chunk, score, min(1.0, score / weight)) for chunk, score in best]

@@ -20,7 +20,7 @@ from bastion_agent.config.manifest import SEARCH_MODES
 from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
 from bastion_agent.core.layout import Layout
 from bastion_agent.core.progress import escape_name
-from bastion_agent.core import records
+from bastion_agent.core import dates, records
 from bastion_agent.core.records import Hit
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.client import EmbedClient
@@ -182,12 +182,16 @@ class SearchIndex:
 
     def visible(self, groups: frozenset | None):
         """What a caller with ``groups`` (None: every group) may search (``searching.visible``)."""
+        with self.lock:
+            return self._labels_of().visible(groups)
+
+    def _labels_of(self):
+        """The documents' labels, read once per loaded index (``searching.visible.Labels``)."""
         from bastion_agent.searching.visible import Labels
 
-        with self.lock:
-            if self._labels is None:
-                self._labels = Labels(self.db, self.vectors, self.key, self.dim)
-            return self._labels.visible(groups)
+        if self._labels is None:
+            self._labels = Labels(self.db, self.vectors, self.key, self.dim)
+        return self._labels
 
     def visible_count(self, groups: frozenset | None = None) -> int:
         """How many windows a caller with ``groups`` may search (None: every group, ``len`` of the index)."""
@@ -200,7 +204,7 @@ class SearchIndex:
         return store_version(self.layout) == self.version
 
     def search(self, query: str, query_vector: Sequence[float] | None, k: int, mode: str | None = None,
-               exact: bool = False, groups: frozenset | None = None) -> list[Hit]:
+               exact: bool = False, groups: frozenset | None = None, dates=None) -> list[Hit]:
         """The top ``k`` hits; ``query_vector`` may be None in keyword mode.
 
         ``mode`` is vector, keyword or hybrid (None: the manifest's default);
@@ -208,9 +212,10 @@ class SearchIndex:
         ``groups`` is the caller's (None: every group): every side ranks only
         the windows of documents sharing a group with it, so the hits are the
         top ``k`` of those, and nothing in them depends on any other window.
+        ``dates`` (``core.dates.DateRange``) keeps, the same way, to the
+        documents modified within it: filtered before ranking, so a filtered
+        search returns ``k`` hits whenever ``k`` such windows exist.
         """
-        from bastion_agent.searching import fusion, keyword
-
         mode = mode or self.default_mode
         if mode not in SEARCH_MODES:
             raise ConfigError(f"search mode must be one of {', '.join(SEARCH_MODES)}; got {mode!r}")
@@ -220,16 +225,28 @@ class SearchIndex:
             # once, here: the graph, the re-rank and the floor each read it as an array
             query_vector = self.vectors.np.asarray(query_vector, dtype=self.vectors.np.float64)
         with self.lock:
+            if dates is not None:
+                visible = self._labels_of().dated(groups, dates)
+                try:
+                    return self._ranked_hits(query, query_vector, k, mode, exact, visible)
+                finally:
+                    self._labels_of().release(visible)
             visible = self.visible(groups) if groups is not None else None
-            if visible is not None and not visible.count and not visible.windows:
-                return []  # nothing to rank, as in an empty store
-            if mode == "keyword":
-                ranked = fusion.keyword_only(self._keyword_top(query, k, visible))
-            elif mode == "vector":
-                return self._vector_hits(query_vector, k, exact, visible)
-            else:
-                ranked = self._hybrid(query, query_vector, k, exact, visible)
-            return self._hits(ranked, mode, k)
+            return self._ranked_hits(query, query_vector, k, mode, exact, visible)
+
+    def _ranked_hits(self, query: str, query_vector, k: int, mode: str, exact: bool, visible) -> list[Hit]:
+        """The top ``k`` hits of ``mode`` among ``visible``'s windows (None: every window)."""
+        from bastion_agent.searching import fusion
+
+        if visible is not None and not visible.count and not visible.windows:
+            return []  # nothing to rank, as in an empty store
+        if mode == "keyword":
+            ranked = fusion.keyword_only(self._keyword_top(query, k, visible))
+        elif mode == "vector":
+            return self._vector_hits(query_vector, k, exact, visible)
+        else:
+            ranked = self._hybrid(query, query_vector, k, exact, visible)
+        return self._hits(ranked, mode, k)
 
     def _vector_hits(self, query_vector, k: int, exact: bool, visible=None) -> list[Hit]:
         """Vector mode's hits: the rows of the first ``k`` windows are built, the spare ones only when one is gone.
@@ -294,7 +311,7 @@ class SearchIndex:
         """
         from bastion_agent.searching import fusion
 
-        allowed = visible.rows if visible is not None else None
+        allowed = visible.measured.rows if visible is not None else None
         return fusion.cosine_floor(self._query_cosines(query_vector, fusion.FLOOR_SAMPLE, allowed))
 
     def _sample_positions(self, count: int, allowed=None) -> list[int]:
@@ -425,7 +442,7 @@ class SearchIndex:
             position += len(part)
             marks = ",".join("?" * len(part))
             rows = {row["chunk_id"]: row for row in cursor.execute(
-                f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, d.paths FROM chunks c'
+                f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, d.paths, d.modified FROM chunks c'
                 f" LEFT JOIN documents d ON d.doc = c.doc WHERE c.chunk_id IN ({marks})",
                 [item.chunk_id for item in part])}
             maps = vectorstore.document_pages(self.db, (row["doc"] for row in rows.values()))
@@ -438,8 +455,9 @@ def hit_of(item, row, mode: str, maps: dict) -> Hit:
     by column name), with the mode that answered and the page its text starts on."""
     import json
 
-    paths = [escape_name(path) for path in json.loads(row["paths"] or "[]")]
-    return records.build(Hit, item, row, paths=paths, mode=mode,
+    named = json.loads(row["paths"] or "[]")
+    paths = [escape_name(path) for path in named]
+    return records.build(Hit, item, row, paths=paths, mode=mode, modified=dates.latest(row["modified"], len(named)),
                          **page_of(maps.get(row["doc"]), row["start"], row["text"]))
 
 
@@ -483,16 +501,16 @@ def embed_query(manifest, query: str, client: EmbedClient | None = None) -> list
 
 
 def search(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: EmbedClient | None = None,
-           mode: str | None = None, exact: bool = False, groups: frozenset | None = None) -> list[Hit]:
+           mode: str | None = None, exact: bool = False, groups: frozenset | None = None, dates=None) -> list[Hit]:
     """The top ``k`` current windows for ``query``, best first (``answer`` without the keyword fallback).
 
     ``mode`` (vector, keyword, hybrid) defaults to the manifest's ``[search]
     mode``, else ``DEFAULT_MODE``. Keyword search never calls the model
     server; a model with no vectors gives ``[]`` in the other modes without
     calling it either. An unreachable model server raises ``ModelServerError``.
-    ``groups`` is the caller's (None: every group; ``SearchIndex.search``).
+    ``groups`` is the caller's (None: every group; ``SearchIndex.search``), ``dates`` a ``DateRange``.
     """
-    return answer(manifest, layout, query, k, client, mode, exact, fallback=False, groups=groups).hits
+    return answer(manifest, layout, query, k, client, mode, exact, fallback=False, groups=groups, dates=dates).hits
 
 
 def fallback_notice(mode: str, error: Exception) -> str:
@@ -502,7 +520,7 @@ def fallback_notice(mode: str, error: Exception) -> str:
 
 def answer(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: EmbedClient | None = None,
            mode: str | None = None, exact: bool = False, fallback: bool = True,
-           groups: frozenset | None = None) -> Answer:
+           groups: frozenset | None = None, dates=None) -> Answer:
     """``search``, and when the model server cannot embed the query, keyword search with a notice saying so.
 
     Keyword search needs only ``vectors.db``, so a model server that is down
@@ -526,9 +544,9 @@ def answer(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: Emb
             if not fallback:
                 raise
             hits = [dataclasses.replace(hit, fallback=True)
-                    for hit in index.search(query, None, k, "keyword", groups=groups)]
+                    for hit in index.search(query, None, k, "keyword", groups=groups, dates=dates)]
             return Answer(hits, "keyword", "keyword", fallback_notice(mode, exc))
-        return Answer(index.search(query, vector, k, mode, exact=exact, groups=groups), mode)
+        return Answer(index.search(query, vector, k, mode, exact=exact, groups=groups, dates=dates), mode)
     finally:
         index.close()
 

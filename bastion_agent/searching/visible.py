@@ -27,10 +27,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from bastion_agent.core.access import can_see, caller_key
+from bastion_agent.core.dates import latest
 from bastion_agent.embedding.vectorfile import RowFilter
 from bastion_agent.searching.keyword_visible import average_length
 
 CACHED_CALLERS = 32  # distinct group sets kept per loaded index; each holds a row mask and a temp table
+EVERY_WINDOW = "\0every window"  # the cache's key of every window as a share with a table (no caller's key)
 _TABLE_NUMBERS = itertools.count()
 
 
@@ -46,6 +48,14 @@ class Visible:
     average_length: float = 0.0  # their mean length in tokens (keyword search's BM25)
     # keyword search's capped document frequencies over these windows, per word asked (``keyword_visible``)
     frequencies: dict = field(default_factory=dict, compare=False, repr=False)
+    # A share narrowed for one search (``Labels.dated``) is ranked with the statistics of the caller's whole
+    # share: how telling a word is, and what "unrelated" scores, do not change with the dates asked for.
+    statistics: "Visible | None" = field(default=None, compare=False, repr=False)
+
+    @property
+    def measured(self) -> "Visible":
+        """The share whose windows give the ranking its statistics (its own, unless narrowed for one search)."""
+        return self.statistics if self.statistics is not None else self
 
     @property
     def everything(self) -> bool:
@@ -58,6 +68,8 @@ class Labels:
     def __init__(self, db, vectors, key: str, dim: int):
         self.db = db
         self.vectors = vectors
+        self.key, self.dim = key, dim
+        self._dates = None  # doc -> (group names, latest modification time), read at the first dated search
         self.sets: list[tuple[str, ...]] = []
         numbers: dict[str, int] = {}
         doc_set: dict[str, int] = {}
@@ -111,11 +123,11 @@ class Labels:
                 self.db.execute(f"DROP TABLE IF EXISTS temp.{dropped.table}")
         return found
 
-    def _build(self, groups: frozenset | None) -> Visible:
+    def _build(self, groups: frozenset | None, every: bool = False) -> Visible:
         if groups is None:
             count = self.vectors.current if self.vectors is not None else len(self.chunk_sets)
             return Visible(None, None, None, count, len(self.chunk_sets))
-        seen = {number for number, names in enumerate(self.sets) if can_see(groups, names)}
+        seen = {number for number, names in enumerate(self.sets) if every or can_see(groups, names)}
         table = f"visible_{next(_TABLE_NUMBERS)}"
         self.db.execute(f"CREATE TEMP TABLE {table} (rowid INTEGER PRIMARY KEY)")
         self.db.executemany(f"INSERT INTO temp.{table} VALUES (?)",
@@ -125,14 +137,55 @@ class Labels:
         return Visible(groups, rows, table, rows.count if rows is not None else windows, windows,
                        average_length(self.db, table))
 
-    def _row_filter(self, seen: set[int]) -> RowFilter | None:
-        if self.position_sets is None:
+    def dated(self, groups: frozenset | None, dates) -> Visible:
+        """The caller's share of the documents modified within ``dates`` (``core.dates.DateRange``).
+
+        Made for one search and never cached (an age such as ``7d`` moves with
+        the clock); ``release`` drops its table after the search. It costs a
+        pass over the store's windows, like an exact scan. A document is dated
+        by the latest of its paths (``core.dates.latest``).
+        """
+        if self._dates is None:
+            self._dates = {doc: (_names(names), latest(modified, len(_names(paths))))
+                           for doc, names, paths, modified in self.db.execute(
+                               "SELECT doc, groups, paths, modified FROM documents")}
+        docs = {doc: 0 for doc, (names, modified) in self._dates.items()
+                if (groups is None or can_see(groups, names)) and dates.holds(modified)}
+        table = f"visible_{next(_TABLE_NUMBERS)}"
+        self.db.execute(f"CREATE TEMP TABLE {table} (rowid INTEGER PRIMARY KEY)")
+        self.db.execute(f"CREATE TEMP TABLE {table}_docs (doc TEXT PRIMARY KEY)")
+        self.db.executemany(f"INSERT INTO temp.{table}_docs VALUES (?)", ((doc,) for doc in docs))
+        self.db.execute(f"INSERT INTO temp.{table} SELECT c.rowid FROM chunks c JOIN temp.{table}_docs d ON d.doc = c.doc")
+        self.db.execute(f"DROP TABLE temp.{table}_docs")
+        windows = self.db.execute(f"SELECT COUNT(*) FROM temp.{table}").fetchone()[0]
+        rows = None
+        if self.vectors is not None:
+            rows = self._row_filter({0}, self._positions(self.key, self.dim, docs))
+        whole = self.visible(groups) if groups is not None else self._every_window()
+        return Visible(groups if groups is not None else frozenset(), rows, table,
+                       rows.count if rows is not None else windows, windows, average_length(self.db, table),
+                       statistics=whole)
+
+    def _every_window(self) -> Visible:
+        """Every window as a share with a table: the statistics of a dated search by a caller with every group."""
+        if EVERY_WINDOW not in self._cache:
+            self._cache[EVERY_WINDOW] = self._build(frozenset(), every=True)
+        return self._cache[EVERY_WINDOW]
+
+    def release(self, visible: Visible) -> None:
+        """Drop the table of a share made for one search (``dated``)."""
+        if visible.table is not None:
+            self.db.execute(f"DROP TABLE IF EXISTS temp.{visible.table}")
+
+    def _row_filter(self, seen: set[int], position_sets=None) -> RowFilter | None:
+        position_sets = self.position_sets if position_sets is None else position_sets
+        if position_sets is None:
             return None
         if self.vectors.np is None:
-            mask = bytes(1 if number in seen else 0 for number in self.position_sets)
+            mask = bytes(1 if number in seen else 0 for number in position_sets)
             return RowFilter([p for p, flag in enumerate(mask) if flag], mask)
         np = self.vectors.np
-        mask = np.isin(self.position_sets, np.fromiter(seen, dtype=np.int32, count=len(seen)))
+        mask = np.isin(position_sets, np.fromiter(seen, dtype=np.int32, count=len(seen)))
         return RowFilter(np.flatnonzero(mask).astype(np.int64), mask)
 
 

@@ -22,7 +22,8 @@ from bastion_agent.serving import tokens
 from bastion_agent.serving.http_connection import ConnectionHandler
 from bastion_agent.serving.query_params import Query, query_from_body, query_from_string
 from bastion_agent.serving.request_error import RequestError
-from bastion_agent.serving.serve_openapi import PUBLIC_ROUTES, ROUTES
+from bastion_agent.serving import doc_page
+from bastion_agent.serving.serve_openapi import DOC_ROUTE, PUBLIC_ROUTES, ROUTES, route_of
 from bastion_agent.serving.serve_settings import TOKEN_ENV
 
 
@@ -39,10 +40,11 @@ class Handler(ConnectionHandler):
 
     def dispatch(self) -> None:
         path, _, query_string = self.path.partition("?")
-        self.route = path if path in ROUTES else None
+        route = route_of(path)
+        self.route = route if route in ROUTES else None
         try:
-            self.check_request(path)
-            ANSWERS[(path, self.command)](self, query_string)
+            self.check_request(route)
+            ANSWERS[(route, self.command)](self, path if route == DOC_ROUTE else query_string)
         except RequestError as exc:
             self.send_json(exc.status, {"error": exc.message}, exc.headers)
         except (ConnectionError, TimeoutError):
@@ -88,8 +90,18 @@ class Handler(ConnectionHandler):
         body = self.read_body()
         self.answer_search(query_from_body(body, self.server.settings, self.server.service.default_mode))
 
+    def answer_document(self, path: str) -> None:
+        """``/doc/ID``: the whole sanitized document as the caller may read it; JSON when asked for, else a page."""
+        self.request_read = True
+        view = self.server.service.document(path.removeprefix("/doc/"), self.caller)
+        if "application/json" in (self.headers.get("Accept") or ""):
+            self.send_json(200, view.as_dict())
+        else:
+            self.send_bytes(200, doc_page.render(view), "text/html; charset=utf-8",
+                            {"Content-Security-Policy": doc_page.content_security_policy()})
+
     def answer_search(self, query: Query) -> None:
-        self.send_json(200, self.server.service.search(query.text, query.k, query.mode, self.caller))
+        self.send_json(200, self.server.service.search(query.text, query.k, query.mode, self.caller, dates=query.dates))
 
     def check_host(self) -> None:
         host = self.headers.get("Host")
@@ -162,5 +174,6 @@ ANSWERS: dict[tuple[str, str], Callable[[Handler, str], None]] = {
     ("/openapi.json", "GET"): Handler.answer_openapi,
     ("/search", "GET"): Handler.answer_search_in_query,
     ("/search", "POST"): Handler.answer_search_in_body,
+    (DOC_ROUTE, "GET"): Handler.answer_document,
 }
 assert set(ANSWERS) == {(path, method) for path, methods in ROUTES.items() for method in methods}

@@ -36,13 +36,13 @@ from typing import Callable
 
 from bastion_agent import __version__
 from bastion_agent.config.manifest import SEARCH_MODES
-from bastion_agent.core import access, records
+from bastion_agent.core import access, dates, records
 from bastion_agent.core.errors import BastionError, ConfigError
 from bastion_agent.embedding import vectorstore
 from bastion_agent.searching import searcher
 from bastion_agent.serving import tokens
 from bastion_agent.serving.http_server import address_family
-from bastion_agent.serving.query_params import query_from_values
+from bastion_agent.serving.query_params import MAX_DATE_CHARS, Query, query_from_values
 from bastion_agent.serving.request_error import RequestError
 from bastion_agent.serving.search_service import ModelLink, SearchService
 from bastion_agent.serving.serve_settings import (
@@ -132,27 +132,27 @@ class BastionTools:
 
     def search(self, arguments: dict, caller: tokens.Caller | None = None) -> dict:
         """``search --json``'s hits among the windows ``caller`` may see, in serve's envelope, each hit bounded."""
-        query, k, mode = self.search_arguments(arguments)
+        checked = self.search_arguments(arguments)
         service = self.service()
         try:
-            envelope = service.search(query, k, mode, caller or self.local_caller, via="mcp")
+            envelope = service.search(checked.text, checked.k, checked.mode, caller or self.local_caller, via="mcp",
+                                      dates=checked.dates)
         except RequestError as exc:
             raise BastionError(exc.message) from None
         result = {key: envelope[key] for key in ENVELOPE_KEYS if key in envelope}
         result["hits"] = [bounded_hit(hit) for hit in envelope["hits"]]
         return result
 
-    def search_arguments(self, arguments: dict) -> tuple[str, int, str]:
-        refuse_unknown(arguments, ("query", "k", "mode"))
+    def search_arguments(self, arguments: dict) -> Query:
+        refuse_unknown(arguments, ("query", "k", "mode", "since", "before"))
         query = arguments.get("query")
         if query is not None and not isinstance(query, str):  # an assistant is told what the argument is for
             raise ToolArgumentError("query must be a string: say what to look for")
         try:
-            checked = query_from_values(query, arguments.get("k"), arguments.get("mode"), self.settings,
-                                        self.default_mode)
+            return query_from_values(query, arguments.get("k"), arguments.get("mode"), self.settings,
+                                     self.default_mode, since=arguments.get("since"), before=arguments.get("before"))
         except RequestError as exc:
             raise ToolArgumentError(exc.message) from None
-        return checked.text, checked.k, checked.mode
 
     def fetch(self, arguments: dict, caller: tokens.Caller | None = None) -> dict:
         """The window ``chunk_id`` names and up to ``neighbours`` windows each side, as one passage.
@@ -278,6 +278,10 @@ def search_input_schema(default_mode: str) -> dict:
             "mode": {"type": "string", "enum": list(SEARCH_MODES), "default": default_mode,
                      "description": "vector (by meaning), keyword (exact words; works without the model server)"
                                     " or hybrid (both, fused)"},
+            "since": {"type": "string", "maxLength": MAX_DATE_CHARS,
+                      "description": f"only documents modified then or later: {dates.FORMS}"},
+            "before": {"type": "string", "maxLength": MAX_DATE_CHARS,
+                       "description": f"only documents modified before then: {dates.FORMS}"},
         },
         "required": ["query"],
         "additionalProperties": False,

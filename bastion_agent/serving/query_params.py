@@ -10,17 +10,22 @@ client meant.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import urllib.parse
 from dataclasses import dataclass
 
 from bastion_agent.config.manifest import SEARCH_MODES
+from bastion_agent.core import dates
+from bastion_agent.core.dates import DateRange
+from bastion_agent.core.errors import ConfigError
 from bastion_agent.serving.request_error import RequestError
+from bastion_agent.serving.serve_openapi import MAX_DATE_CHARS
 from bastion_agent.serving.serve_settings import ServeSettings
 
-SEARCH_PARAMETERS = ("q", "k", "mode")
-SEARCH_BODY_KEYS = ("query", "k", "mode")
+SEARCH_PARAMETERS = ("q", "k", "mode", "since", "before")
+SEARCH_BODY_KEYS = ("query", "k", "mode", "since", "before")
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,7 @@ class Query:
     text: str
     k: int
     mode: str
+    dates: DateRange | None = None  # only documents modified within it (``since``/``before``)
 
 
 def query_from_string(query_string: str, settings: ServeSettings, default_mode: str) -> Query:
@@ -49,7 +55,8 @@ def query_from_string(query_string: str, settings: ServeSettings, default_mode: 
     if "k" in values and not re.fullmatch(r"[0-9]{1,6}", values["k"]):
         raise RequestError(400, f"k must be a whole number from 1 to {settings.max_k}")
     k = int(values["k"]) if "k" in values else None
-    return checked_query(values.get("q"), k, values.get("mode"), settings, default_mode, name="q")
+    query = checked_query(values.get("q"), k, values.get("mode"), settings, default_mode, name="q")
+    return dataclasses.replace(query, dates=checked_dates(values.get("since"), values.get("before")))
 
 
 def query_from_body(body: bytes, settings: ServeSettings, default_mode: str) -> Query:
@@ -65,10 +72,11 @@ def query_from_body(body: bytes, settings: ServeSettings, default_mode: str) -> 
     unknown = [key for key in value if key not in SEARCH_BODY_KEYS]
     if unknown:
         raise RequestError(400, f"unknown key {unknown[0][:40]!r} in the body; allowed: {', '.join(SEARCH_BODY_KEYS)}")
-    return query_from_values(value.get("query"), value.get("k"), value.get("mode"), settings, default_mode)
+    return query_from_values(value.get("query"), value.get("k"), value.get("mode"), settings, default_mode,
+                             since=value.get("since"), before=value.get("before"))
 
 
-def query_from_values(query, k, mode, settings: ServeSettings, default_mode: str) -> Query:
+def query_from_values(query, k, mode, settings: ServeSettings, default_mode: str, since=None, before=None) -> Query:
     """A query given as JSON values (a ``POST /search`` body, an MCP tool call): each optional, each of its type.
 
     JSON has no types a client must keep to, so ``"k": "5"`` or ``"k": true``
@@ -80,7 +88,19 @@ def query_from_values(query, k, mode, settings: ServeSettings, default_mode: str
         raise RequestError(400, "query must be a string")
     if mode is not None and not isinstance(mode, str):
         raise RequestError(400, f"mode must be one of {', '.join(SEARCH_MODES)}")
-    return checked_query(query, k, mode, settings, default_mode, name="query")
+    checked = checked_query(query, k, mode, settings, default_mode, name="query")
+    return dataclasses.replace(checked, dates=checked_dates(since, before))
+
+
+def checked_dates(since, before) -> DateRange | None:
+    """``since`` and ``before`` as a ``DateRange`` (None: neither given), or a 400 that names the forms."""
+    for name, value in (("since", since), ("before", before)):
+        if value is not None and (not isinstance(value, str) or len(value) > MAX_DATE_CHARS):
+            raise RequestError(400, f"{name} must be {dates.FORMS}")
+    try:
+        return dates.date_range(since, before)
+    except ConfigError as exc:
+        raise RequestError(400, str(exc)) from None
 
 
 class _DuplicateKey(ValueError):

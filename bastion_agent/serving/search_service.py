@@ -195,11 +195,13 @@ class SearchService:
             "version": __version__,
         }
 
-    def search(self, query: str, k: int, mode: str, caller: tokens.Caller | None = None, via: str = "serve") -> dict:
+    def search(self, query: str, k: int, mode: str, caller: tokens.Caller | None = None, via: str = "serve",
+               dates=None) -> dict:
         """What ``search --json`` would print for ``caller``'s groups, in an envelope; audited before it is returned.
 
         ``caller`` None is the local user (``local_caller``); ``via`` names
-        the way in for the audit log (serve, mcp).
+        the way in for the audit log (serve, mcp); ``dates`` (a
+        ``core.dates.DateRange``) keeps to documents modified within it.
         """
         caller = caller or self.local_caller
         index = self.index
@@ -217,7 +219,7 @@ class SearchService:
                         raise
                     mode, notice = "keyword", f"{exc.message.removesuffix('; try again later')}; answered with keyword search instead of {asked} search"
             try:
-                hits = self._search_as(caller, index, query, vector, k, mode)
+                hits = self._search_as(caller, index, query, vector, k, mode, dates)
             except ConfigError as exc:
                 raise RequestError(400, str(exc)) from None
             except ModelServerError as exc:
@@ -233,14 +235,37 @@ class SearchService:
             "k": k,
             "hits": [hit.as_dict() for hit in hits],
         }
+        if dates is not None:
+            envelope["dates"] = dates.as_dict()
         if notice:
             envelope.update(fallback="keyword", notice=notice)
         return envelope
 
-    def _search_as(self, caller: tokens.Caller, index, query: str, vector, k: int, mode: str) -> list:
+    def document(self, doc: str, caller: tokens.Caller | None = None, via: str = "serve"):
+        """The whole sanitized document ``doc`` as ``caller`` may read it (``searching.document_view``), audited.
+
+        A document the caller may not read is answered exactly as one that
+        does not exist (404, the same words, after the same query).
+        """
+        from bastion_agent.searching.document_view import document_view
+
+        caller = caller or self.local_caller
+        if self.remote:
+            raise RequestError(404, "serve --remote shows hits only: a document stays on its own bastion")
+        index = self.index
+        with index.lock:  # the index's one SQLite connection is shared by the search threads
+            view = document_view(index.db, doc, caller.groups)
+        if view is None:
+            raise RequestError(404, "no such document in this sweep: ids change when a document changes; search again")
+        self._audit(caller, via, "document", 1, [view], None)
+        return view
+
+    def _search_as(self, caller: tokens.Caller, index, query: str, vector, k: int, mode: str, dates=None) -> list:
         """The index's top k among the windows ``caller`` may see (filtered before ranking, by the index)."""
         if not self.remote:
-            return index.search(query, vector, k, mode, groups=caller.groups)
+            return index.search(query, vector, k, mode, groups=caller.groups, dates=dates)
+        if dates is not None:
+            raise RequestError(400, "since and before filter a local search; the central index does not hold dates yet")
         if caller.groups is None:
             return index.search(query, vector, k, mode)
         if caller.reader is None:  # fail closed: the DSN's own role reads every group centrally

@@ -12,12 +12,38 @@ from __future__ import annotations
 
 from bastion_agent import __version__
 from bastion_agent.config.manifest import SEARCH_MODES
-from bastion_agent.core import records
+from bastion_agent.core import dates, records
 
 # The routes serve answers, and those that never need the token (a static page and a liveness answer).
-ROUTES = {"/": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",), "/search": ("GET", "POST")}
+DOC_ROUTE = "/doc/{doc}"  # one sanitized document; the only route with a parameter in its path
+ROUTES = {"/": ("GET",), "/healthz": ("GET",), "/openapi.json": ("GET",), "/search": ("GET", "POST"),
+          DOC_ROUTE: ("GET",)}
 PUBLIC_ROUTES = ("/", "/healthz")
 ERROR = {"$ref": "#/components/schemas/Error"}
+MAX_DATE_CHARS = 40  # the longest since/before a request may give
+
+
+DOCUMENT_SCHEMA = {
+    "type": "object",
+    "required": ["doc", "paths", "modified", "ocr", "truncated", "text", "windows", "pages"],
+    "properties": {
+        "doc": {"type": "string"}, "paths": {"type": "array", "items": {"type": "string"}},
+        "modified": {"type": ["string", "null"]}, "ocr": {"type": "boolean"}, "truncated": {"type": "boolean"},
+        "text": {"type": "string", "description": "The sanitized text; a window's start and end are offsets in it."},
+        "windows": {"type": "array", "items": {"type": "object", "properties": {
+            "chunk_id": {"type": "string"}, "idx": {"type": "integer"}, "start": {"type": "integer"},
+            "end": {"type": "integer"}}}},
+        "pages": {"type": "array", "items": {"type": "object", "properties": {
+            "start": {"type": "integer"}, "page": {"type": ["integer", "null"]}, "ocr": {"type": "boolean"}}}},
+    },
+}
+
+
+def route_of(path: str) -> str:
+    """The route a request path is for: itself, or ``DOC_ROUTE`` for ``/doc/`` and one more segment."""
+    if path.startswith("/doc/") and "/" not in path[len("/doc/"):]:
+        return DOC_ROUTE
+    return path
 
 
 def document(settings, url: str) -> dict:
@@ -28,6 +54,7 @@ def document(settings, url: str) -> dict:
         ("/openapi.json", "GET"): _openapi(),
         ("/search", "GET"): _search_get(settings),
         ("/search", "POST"): _search_post(settings),
+        (DOC_ROUTE, "GET"): _document(),
     }
     assert set(operations) == {(path, method) for path, methods in ROUTES.items() for method in methods}
     paths: dict[str, dict] = {}
@@ -94,7 +121,7 @@ def _openapi() -> dict:
 
 def _search_responses(settings, *, body: bool) -> dict:
     reasons = (f"missing or empty query, query over {settings.max_query_chars} characters, "
-               f"k not a whole number in 1..{settings.max_k}, unknown mode or parameter")
+               f"k not a whole number in 1..{settings.max_k}, unknown mode or parameter, since/before not a date")
     if body:
         reasons += ", body not a JSON object of the right shape, no Content-Length"
     responses = {
@@ -108,6 +135,32 @@ def _search_responses(settings, *, body: bool) -> dict:
     return responses
 
 
+def _document() -> dict:
+    return {
+        "summary": "One sanitized document in full: its windows in order, overlaps once, its pages.",
+        "description": ("HTML (a page without script) unless `Accept` names `application/json`. A document the"
+                        " caller may not read is answered exactly like one that does not exist (404)."),
+        "parameters": [{"name": "doc", "in": "path", "required": True,
+                        "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}],
+        "responses": {
+            "200": {"description": "The document.", "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/Document"}},
+                "text/html": {"schema": {"type": "string"}}}},
+            "404": _error("No such document in this sweep, or one the caller may not read (the same answer)."),
+        },
+    }
+
+
+def _date_schemas() -> dict:
+    """``since`` and ``before``: only documents modified within them, filtered before ranking."""
+    return {
+        "since": {"type": "string", "maxLength": MAX_DATE_CHARS,
+                  "description": f"Only documents modified then or later: {dates.FORMS}."},
+        "before": {"type": "string", "maxLength": MAX_DATE_CHARS,
+                   "description": f"Only documents modified before then: {dates.FORMS}."},
+    }
+
+
 def _search_get(settings) -> dict:
     return {
         "summary": "Search by meaning (query in the URL).",
@@ -119,6 +172,7 @@ def _search_get(settings) -> dict:
              "schema": {"type": "integer", "minimum": 1, "maximum": settings.max_k, "default": settings.default_k}},
             {"name": "mode", "in": "query", "required": False, "schema": {"type": "string", "enum": list(SEARCH_MODES)},
              "description": "Defaults to the manifest's [search] mode, else vector; 400 when the index cannot search that way."},
+            *({"name": name, "in": "query", "required": False, "schema": schema} for name, schema in _date_schemas().items()),
         ],
         "responses": _search_responses(settings, body=False),
     }
@@ -152,6 +206,7 @@ def hit_schema() -> dict:
 def _schemas(settings) -> dict:
     return {
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+        "Document": DOCUMENT_SCHEMA,
         "SearchRequest": {
             "type": "object",
             "additionalProperties": False,
@@ -160,6 +215,7 @@ def _schemas(settings) -> dict:
                 "query": {"type": "string", "minLength": 1, "maxLength": settings.max_query_chars},
                 "k": {"type": "integer", "minimum": 1, "maximum": settings.max_k, "default": settings.default_k},
                 "mode": {"type": "string", "enum": list(SEARCH_MODES)},
+                **_date_schemas(),
             },
         },
         "Hit": hit_schema(),

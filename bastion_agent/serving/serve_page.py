@@ -102,6 +102,10 @@ select { font: inherit; padding: .55rem .5rem; border: 1px solid var(--line); bo
 mark { background: var(--mark); color: var(--mark-text); border-radius: .15rem; padding: 0 .05em; }
 #more-box { text-align: center; margin-top: 1rem; }
 [hidden] { display: none !important; }
+#doc-text { white-space: pre-wrap; overflow-wrap: anywhere; font: inherit; border-top: 1px solid var(--line); padding-top: 1rem; }
+#doc-text .page { display: block; color: var(--muted); font-size: .85rem; border-top: 1px dashed var(--line); margin: .6rem 0; }
+#doc-title { font-size: 1.15rem; overflow-wrap: anywhere; }
+.open-doc { color: var(--accent); }
 .sr-only { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 """
 
@@ -112,6 +116,9 @@ SCRIPT = r"""
   const form = $("search-form"), input = $("q"), button = $("go");
   const statusBox = $("status"), results = $("results"), moreBox = $("more-box"), more = $("more");
   const tokenBox = $("token-box"), tokenInput = $("token"), healthLine = $("health");
+  const sinceSelect = $("since");
+  const searchView = $("search-view"), docView = $("doc-view"), docBack = $("doc-back"), docTitle = $("doc-title");
+  const docMeta = $("doc-meta"), docOcr = $("doc-ocr"), docText = $("doc-text");
   const modeSelect = $("mode"), noticeBox = $("notice"), shareBox = $("share"), keywordBox = $("keyword-box");
   const FIRST_K = 10;
   let maxK = 100, current = null, busy = false;
@@ -217,15 +224,29 @@ SCRIPT = r"""
       whole.append(el("summary", "", "Whole passage"), fillHighlighted(el("p", "text whole"), hit.text, pattern));
       item.append(whole);
     }
-    item.append(el("div", "meta", "document " + hit.doc.slice(0, 12) + " \u00b7 window " + hit.idx
-      + (Number.isInteger(hit.page) ? " \u00b7 page " + hit.page : "")));
+    const meta = el("div", "meta", (hit.modified ? "modified " + hit.modified.slice(0, 10) + " \u00b7 " : "")
+      + "document " + hit.doc.slice(0, 12) + " \u00b7 window " + hit.idx
+      + (Number.isInteger(hit.page) ? " \u00b7 page " + hit.page : "") + " \u00b7 ");
+    const open = el("a", "open-doc", "Whole document");
+    open.href = "#doc=" + hit.doc + "&hit=" + hit.chunk_id;
+    open.addEventListener("click", (event) => { event.preventDefault(); openDocument(hit.doc, hit.chunk_id, true); });
+    meta.append(open);
+    item.append(meta);
     return item;
   }
   function showShare(query, mode) {
     const params = new URLSearchParams({ q: query });
     if (mode) params.set("mode", mode);
+    if (sinceSelect.value) params.set("since", sinceSelect.value);
     $("permalink").href = "?" + params.toString();
     shareBox.hidden = false;
+  }
+  // The request's body: the mode and the date filter only when chosen, so the server's defaults apply otherwise.
+  function asked(query, k, mode) {
+    const body = { query, k };
+    if (mode) body.mode = mode;
+    if (sinceSelect.value) body.since = sinceSelect.value;
+    return body;
   }
   async function search(query, k, focusFrom, mode) {
     if (busy) return;
@@ -237,7 +258,7 @@ SCRIPT = r"""
     if (token()) headers["Authorization"] = "Bearer " + token();
     let answer, body;
     try {
-      answer = await fetch("search", { method: "POST", headers, body: JSON.stringify(mode ? { query, k, mode } : { query, k }), cache: "no-store" });
+      answer = await fetch("search", { method: "POST", headers, body: JSON.stringify(asked(query, k, mode)), cache: "no-store" });
       body = await answer.json();
     } catch (err) {
       setStatus("Cannot reach the bastion server. Is it still running?", true);
@@ -272,6 +293,51 @@ SCRIPT = r"""
     moreBox.hidden = !(n === k && k < maxK);
     if (focusFrom !== undefined && results.children[focusFrom]) results.children[focusFrom].focus();
   }
+  // The document behind a hit: fetched as JSON with the token (a link could not send it), shown as text nodes.
+  async function openDocument(doc, chunk, remember) {
+    const headers = { "Accept": "application/json" };
+    if (token()) headers["Authorization"] = "Bearer " + token();
+    let answer, body;
+    try {
+      answer = await fetch("doc/" + doc, { headers, cache: "no-store" });
+      body = await answer.json();
+    } catch (err) {
+      setStatus("Cannot reach the bastion server. Is it still running?", true);
+      return;
+    }
+    if (!answer.ok) { setStatus("The document cannot be shown: " + (body && body.error ? body.error : "HTTP " + answer.status), true); return; }
+    if (remember) history.pushState({ doc, chunk }, "", "#doc=" + doc + "&hit=" + chunk);
+    showDocument(body, chunk);
+  }
+  function showDocument(view, chunk) {
+    docTitle.textContent = view.paths.length ? view.paths.join(", ") : "document " + view.doc.slice(0, 12);
+    docMeta.textContent = (view.modified ? "modified " + view.modified.replace("T", " ") + " \u00b7 " : "")
+      + view.windows.length + (view.windows.length === 1 ? " window" : " windows") + (view.truncated ? " \u00b7 shortened: the text stops before its end" : "");
+    docOcr.hidden = !view.ocr;
+    const hit = view.windows.find((w) => w.chunk_id === chunk);
+    const cuts = [...new Set([0, view.text.length, ...view.pages.map((p) => p.start),
+      ...(hit ? [hit.start, hit.end] : [])])].sort((a, b) => a - b);
+    const pageAt = new Map(view.pages.map((p) => [p.start, p]));
+    docText.replaceChildren();
+    let marked = null;
+    for (let i = 0; i + 1 < cuts.length; i++) {
+      const page = pageAt.get(cuts[i]);
+      if (page && page.page > 1) docText.append(el("span", "page", "page " + page.page + (page.ocr ? " (scanned)" : "")));
+      const piece = document.createTextNode(view.text.slice(cuts[i], cuts[i + 1]).replace(/\f/g, ""));
+      if (hit && cuts[i] >= hit.start && cuts[i + 1] <= hit.end) {
+        if (!marked) { marked = el("mark"); marked.id = "doc-hit"; docText.append(marked); }
+        marked.append(piece);
+      } else docText.append(piece);
+    }
+    searchView.hidden = true; docView.hidden = false;
+    (marked || docTitle).scrollIntoView({ block: "center" });
+    docBack.focus();
+  }
+  function showResults() { docView.hidden = true; searchView.hidden = false; }
+  docBack.addEventListener("click", () => { if (history.state && history.state.doc) history.back(); else showResults(); });
+  window.addEventListener("popstate", (event) => {
+    if (event.state && event.state.doc) openDocument(event.state.doc, event.state.chunk, false); else showResults();
+  });
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const query = input.value.trim();
@@ -315,7 +381,11 @@ SCRIPT = r"""
   // /?q=...&mode=...: a linked or bookmarked search runs as the page opens.
   const linked = new URLSearchParams(location.search);
   if ([...modeSelect.options].some((o) => o.value === (linked.get("mode") || ""))) modeSelect.value = linked.get("mode") || "";
+  if ([...sinceSelect.options].some((o) => o.value === (linked.get("since") || ""))) sinceSelect.value = linked.get("since") || "";
   if ((linked.get("q") || "").trim()) { input.value = linked.get("q").trim(); search(input.value, FIRST_K); }
+  // #doc=ID&hit=CHUNK: a document view that was open when the page was reloaded or linked.
+  const opened = new URLSearchParams(location.hash.slice(1));
+  if (/^[0-9a-f]{64}$/.test(opened.get("doc") || "")) openDocument(opened.get("doc"), opened.get("hit") || "", false);
 })();
 """
 
@@ -335,6 +405,7 @@ BODY = """
     </div>
     <p class="hint" id="token-hint">This server asks for an access token (yours, or its BASTION_SERVE_TOKEN). It is kept in this tab only.</p>
   </div>
+  <div id="search-view">
   <form id="search-form" role="search" autocomplete="off">
     <label for="q">Search the documents by meaning</label>
     <div class="row">
@@ -344,6 +415,13 @@ BODY = """
         <option value="hybrid">hybrid</option>
         <option value="vector">by meaning</option>
         <option value="keyword">keywords</option>
+      </select>
+      <select id="since" aria-label="modified since">
+        <option value="">any date</option>
+        <option value="24h">past day</option>
+        <option value="7d">past week</option>
+        <option value="30d">past month</option>
+        <option value="365d">past year</option>
       </select>
       <button id="go" type="submit">Search</button>
     </div>
@@ -358,6 +436,14 @@ BODY = """
   <h2 class="sr-only">Results</h2>
   <ol id="results"></ol>
   <div id="more-box" hidden><button type="button" class="secondary" id="more">More results</button></div>
+  </div>
+  <article id="doc-view" hidden>
+    <button type="button" class="secondary" id="doc-back">\u2190 Back to the results</button>
+    <h2 id="doc-title"></h2>
+    <p id="doc-meta" class="hint"></p>
+    <p id="doc-ocr" class="ocr" hidden>scanned: OCR text, it may hold recognition errors</p>
+    <pre id="doc-text"></pre>
+  </article>
 </main>
 """
 

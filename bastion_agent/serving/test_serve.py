@@ -146,7 +146,7 @@ class SearchApiTests(StoreCase):
 
     def test_a_mode_the_index_refuses_is_a_400_with_its_reason(self):
         class Refusing(type(self.server.server.service.index)):
-            def search(self, query, vector, k, mode="vector", groups=None):
+            def search(self, query, vector, k, mode="vector", groups=None, dates=None):
                 raise ConfigError(f"search mode {mode!r} is not available here")
 
         service = self.server.server.service
@@ -159,8 +159,8 @@ class SearchApiTests(StoreCase):
         seen = []
         service = self.server.server.service
         original = service.index.search
-        service.index.search = (lambda query, vector, k, mode=None, groups=None:
-                                seen.append(mode) or original(query, vector, k, mode, groups=groups))
+        service.index.search = (lambda query, vector, k, mode=None, groups=None, dates=None:
+                                seen.append(mode) or original(query, vector, k, mode, groups=groups, dates=dates))
         expected = embed.resolve_mode(self.store.manifest(), None)
         _, _, answer = self.search("bread")
         self.assertEqual((seen, answer["mode"]), ([expected], expected))
@@ -305,8 +305,11 @@ class PageTests(StoreCase):
     def test_the_page_sends_queries_in_a_post_body_never_in_the_url(self):
         self.assertIn('method: "POST"', serve_page.SCRIPT)
         # A typed query never lands in the address bar or history; only a link the user opens (/?q=) does.
-        for rewrite in ("pushState", "replaceState", "location.href =", "location.search ="):
+        # The one entry the page adds to the history is the document view's, which holds ids alone.
+        for rewrite in ("replaceState", "location.href =", "location.search ="):
             self.assertNotIn(rewrite, serve_page.SCRIPT)
+        pushed = re.findall(r"history\.pushState\(([^;]*)\);", serve_page.SCRIPT)
+        self.assertEqual(pushed, ['{ doc, chunk }, "", "#doc=" + doc + "&hit=" + chunk'])
 
 
 class TokenTests(StoreCase):
@@ -722,7 +725,8 @@ class OpenApiTests(StoreCase):
     def provoke(self, url: str, path: str, method: str, status: str, headers: dict):
         """Make the server answer ``status`` on ``method path``; return what it answered."""
         body_path = "/search" if path == "/search" else path
-        good = {"GET": {"/search": "/search?q=bread"}.get(path, path)}
+        a_document = f"/doc/{next(iter(self.store.ids.values()))}"
+        good = {"GET": {"/search": "/search?q=bread", serve_openapi.DOC_ROUTE: a_document}.get(path, path)}
         if status == "200":
             if method == "POST":
                 return request(url, "POST", path, {"query": "bread"}, headers)[0]
@@ -742,6 +746,8 @@ class OpenApiTests(StoreCase):
                 head = f"POST {body_path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{lines}Content-Length: 9\r\n\r\n{{"
                 return status_of(raw_exchange(url, head.encode()))
             return status_of(raw_exchange(url, f"GET {good['GET']} HTTP/1.1\r\nHost: 127.0.0.1\r\n{lines}".encode()))
+        if status == "404":  # a document that is not in this sweep
+            return request(url, "GET", "/doc/" + "0" * 64, None, headers)[0]
         if status == "413":
             return request(url, "POST", path, b" " * (70 * 1024), headers)[0]
         if status == "421":
@@ -798,7 +804,7 @@ class OpenApiTests(StoreCase):
 
     def test_without_a_token_every_documented_status_happens(self):
         doc, seen = self.check_document()
-        self.assertEqual(seen, {"200", "400", "403", "408", "413", "421", "503"})
+        self.assertEqual(seen, {"200", "400", "403", "404", "408", "413", "421", "503"})
         self.assertNotIn("securitySchemes", doc["components"])
 
     def test_with_a_token_401_is_documented_and_happens(self):
@@ -817,7 +823,8 @@ class OpenApiTests(StoreCase):
         health = request(server.url, path="/healthz")[2]
         self.assertEqual(set(schemas["Health"]["properties"]), set(health))
         limits = doc["paths"]["/search"]["get"]["parameters"]
-        self.assertEqual({p["name"]: p["schema"].get("maximum") for p in limits}, {"q": None, "k": 100, "mode": None})
+        self.assertEqual({p["name"]: p["schema"].get("maximum") for p in limits},
+                         {"q": None, "k": 100, "mode": None, "since": None, "before": None})
 
 
 class CommandTests(StoreCase):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -20,11 +21,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from bastion_agent.config import manifest as manifest_module
+from bastion_agent.core.layout import Layout
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.serving import serve, serve_settings
 from bastion_agent.testing.serve_store import DOCS, TOKEN, Store
+from bastion_agent.testing.dated_folder import DatedFolder
 from bastion_agent.testing.stub_server import StubServer
-from bastion_agent.testing.testsupport import closed_port_url
+from bastion_agent.testing.testsupport import clean_env, closed_port_url
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -182,7 +186,7 @@ class SearchPageTests(unittest.TestCase):
         self.assertEqual(len(results), 10)
         first = results[0]
         self.assertRegex(first["score"], r"^relevance \d{1,3}$")  # the hit's 0-100 relevance
-        self.assertRegex(first["meta"], r"^document [0-9a-f]{12} \u00b7 window \d+$")
+        self.assertRegex(first["meta"], r"^document [0-9a-f]{12} \u00b7 window \d+ \u00b7 Whole document$")
         self.assertTrue(any(path.startswith(("bakery/", "kitchen/", "copy/")) for path in first["paths"]))
         self.assertTrue({mark.lower() for mark in first["marks"]} >= {"flour", "water", "salt"})
         self.assertEqual(set(first["elements"]), {"MARK"})  # only highlights, no markup from the text
@@ -375,7 +379,8 @@ class SearchPageTests(unittest.TestCase):
         self.assertEqual(marks, ["scanned page 3 \u2014 text recognised by OCR, may hold errors", None, None])
         metas = self.browser.script("return [...document.querySelectorAll('#results .meta')].slice(0, 3)"
                                     ".map(m => m.textContent)")
-        self.assertTrue(metas[0].endswith(" \u00b7 page 3") and metas[1].endswith(" \u00b7 page 2"), metas)
+        self.assertTrue(metas[0].endswith(" \u00b7 page 3 \u00b7 Whole document")
+                        and metas[1].endswith(" \u00b7 page 2 \u00b7 Whole document"), metas)
         self.assertNotIn("page", metas[2])  # a text file has no page
         shown = self.browser.script("return document.querySelector('#results > li').textContent")
         self.assertNotIn("\f", shown)
@@ -384,3 +389,53 @@ class SearchPageTests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(CHROMIUM and CHROMEDRIVER, "needs chromium and chromedriver (apt-get install chromium chromium-driver)")
+class DatesAndDocumentFlowTests(DatedFolder):
+    """A person's whole way: search, read each hit's date, keep to recent documents, open one, come back."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.browser = WebDriver(cls.tmp / "profile")
+        cls.addClassCleanup(cls.browser.quit)
+
+    def test_search_see_dates_filter_open_the_document_and_step_back(self):
+        with clean_env():
+            manifest = manifest_module.load(self.manifest)
+        server = serve.build_server(manifest, Layout(self.out), serve_settings.ServeSettings(port=0, reload_check_seconds=3600.0),
+                                    io.StringIO(), endpoint=EndpointConfig(url=self.stub.url))
+        running = serve.RunningServer(server).__enter__()
+        self.addCleanup(running.__exit__, None, None, None)
+        browser = self.browser
+        browser.open(running.url)
+        browser.script("document.getElementById('mode').value = 'keyword'")
+        browser.type("#q", self.topic + ENTER)
+        browser.wait_for(STATUS + ".match(/results? for/)", "the results")
+        metas = [hit["meta"] for hit in browser.script(RESULTS)]
+        self.assertTrue(any(meta.startswith("modified 2019-03-04") for meta in metas), metas)
+        shots = os.environ.get("BASTION_SCREENSHOTS")
+        if shots:
+            browser.screenshot(Path(shots) / "serve-dates.png")
+        browser.script("document.getElementById('since').value = '365d'")
+        browser.click("#go")
+        browser.wait_for("return [...document.querySelectorAll('#results .meta')].every(m => !m.textContent.startsWith('modified 2019'))"
+                         " && document.querySelectorAll('#results > li').length > 0", "the filtered results")
+        first_text = browser.script("return document.querySelector('#results > li .text').textContent")
+        browser.click("#results > li .open-doc")
+        browser.wait_for("return !document.getElementById('doc-view').hidden", "the document view")
+        view = browser.script("return {title: document.getElementById('doc-title').textContent,"
+                              " meta: document.getElementById('doc-meta').textContent,"
+                              " marked: (document.getElementById('doc-hit') || {}).textContent || '',"
+                              " text: document.getElementById('doc-text').textContent, hash: location.hash}")
+        self.assertTrue(view["meta"].startswith("modified 2026-11-20"), view)
+        self.assertIn(view["marked"].strip()[:20], first_text)
+        self.assertRegex(view["hash"], r"^#doc=[0-9a-f]{64}&hit=[0-9a-f]{64}$")
+        self.assertNotIn(self.topic, view["hash"], "the query never reaches the address bar")
+        if shots:
+            browser.screenshot(Path(shots) / "serve-document.png")
+        browser.script("history.back()")
+        browser.wait_for("return document.getElementById('doc-view').hidden && !document.getElementById('search-view').hidden",
+                         "the results again")
+        self.assertEqual(browser.script("return document.querySelector('#results > li .text').textContent"), first_text)

@@ -43,7 +43,7 @@ DPI = 300  # PDF pages are rendered at this resolution (Tesseract's sweet spot f
 MAX_PAGES = 500  # pages to recognise in one file
 MAX_PAGE_PIXELS = 60_000_000  # one page: A4 at 600 dpi is 35 million; a 10,000 x 10,000 image is 100
 MAX_PAGE_SECONDS = 120.0  # one run of tesseract; the worker's budget bounds the file
-REASON_NOT_INSTALLED = "needs OCR (apt-get install tesseract-ocr tesseract-ocr-eng; pip install 'bastion-agent[ocr]')"
+NEEDS_OCR = "needs OCR"  # every reason a scan is left unread for want of a part starts so (``not_installed``)
 REASON_OFF = "ocr off ([source] ocr = false)"
 _PR_SET_PDEATHSIG = 1
 
@@ -116,8 +116,31 @@ def unavailable() -> str | None:
     if not active().enabled:
         return REASON_OFF
     if not available():
-        return REASON_NOT_INSTALLED
+        return not_installed()
     return None
+
+
+def not_installed(pdf: bool = False) -> str:
+    """What exactly is missing to read a scan (``pdf``: a PDF page, which PDFium renders), and how to get it.
+
+    An operator who has Tesseract but not the pip extra must not be told to
+    install Tesseract: each part is named only when it is the one missing.
+    """
+    parts = []
+    if tesseract() is None:
+        parts.append("Tesseract is not installed (Debian: apt-get install tesseract-ocr tesseract-ocr-eng)")
+    elif not installed_languages():
+        parts.append("Tesseract has no language pack (Debian: apt-get install tesseract-ocr-eng)")
+    extras = [name for name, module in (("Pillow", "PIL"), ("pypdfium2", "pypdfium2")) if (pdf or module == "PIL")
+              and optional(module) is None]
+    if extras:
+        parts.append(f"{' and '.join(extras)} missing (pip install 'bastion-agent[ocr]')")
+    return f"{NEEDS_OCR}: {'; '.join(parts) or 'unavailable'}"
+
+
+def is_missing_reason(reason: str | None) -> bool:
+    """Whether a listing's reason says a scan was left unread for want of OCR (``not_installed``)."""
+    return isinstance(reason, str) and reason.startswith(NEEDS_OCR)
 
 
 def version() -> str | None:
@@ -184,7 +207,7 @@ def read_image(data: bytes) -> Paged:
     """Text of an image file: every page of a TIFF (apart by ``PAGE_BREAK``), the first frame of anything else."""
     pil = optional("PIL")
     if pil is None or unavailable() is not None:
-        raise Refused(unavailable() or REASON_NOT_INSTALLED)
+        raise Refused(unavailable() or not_installed())
     from PIL import Image
 
     Image.MAX_IMAGE_PIXELS = MAX_PAGE_PIXELS  # Pillow's own bomb check, at our cap
@@ -216,7 +239,7 @@ def pdf_pages(data: bytes, indexes: list[int]) -> dict[int, str]:
     """Recognised text of the PDF pages at ``indexes`` (0-based), rendered by PDFium."""
     pdfium = optional("pypdfium2")
     if pdfium is None or optional("PIL") is None:
-        raise Refused(REASON_NOT_INSTALLED)
+        raise Refused(not_installed(pdf=True))
     check_pages(len(indexes))
     import pypdfium2.raw as pdfium_c
 
