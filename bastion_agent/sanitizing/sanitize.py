@@ -29,6 +29,7 @@ from bastion_agent.core.errors import StoreError
 from bastion_agent.core.progress import Progress, escape_name
 from bastion_agent.core.records import ListingRow
 from bastion_agent.sanitizing import copies
+from bastion_agent.sanitizing.copy_readers import CopySources
 from bastion_agent.sanitizing.detection_version import sanitizer_fingerprint
 from bastion_agent.sanitizing.pages import page_map
 from bastion_agent.sanitizing.scanner import Finding, Sanitizer, merge, replace_findings, sanitizer_for
@@ -74,6 +75,9 @@ class MapRow:
     # id, and those found in other texts of the sweep whose copies were removed here (copies.py).
     values: dict = field(default_factory=dict)
     copies: list = field(default_factory=list)
+    # Placeholders per rule put in for those copies: private, since a count of them moves with
+    # what texts of other readers hold (copy_readers.py); ``findings`` counts the text's own.
+    copy_findings: dict = field(default_factory=dict)
 
 
 def map_path(layout) -> Path:
@@ -107,7 +111,8 @@ class _Sweep:
     changed: int = 0
     bytes_in: int = 0
     reused: int = 0
-    matcher: copies.Matcher | None = None
+    sources: CopySources = field(default_factory=CopySources)
+    copies_removed: int = 0  # placeholders put in for copies of other texts' values (private figure)
     superseded: set[str] = field(default_factory=set)
 
 
@@ -129,7 +134,10 @@ def run(manifest, layout) -> dict:
     with Progress("sanitize", len(extracted), "docs") as progress, pool:
         worker = (pool, settings)
         kept = _sanitize_texts(layout, worker, extracted, previous, fingerprint, sweep, progress)
-        kept, sweep.matcher = _apply_copies(layout, worker, fingerprint, kept, sweep.failed)
+        groups = _key_groups(manifest, sanitizer, extracted, kept)
+        for key, row in kept:
+            sweep.sources.add(groups[key], row.values)
+        kept = _apply_copies(layout, worker, fingerprint, kept, sweep, groups)
         _gather_documents(sweep, kept, extracted)
         sweep.superseded = _superseded(layout, worker, previous, extracted, sweep.mapped, fingerprint,
                                        set(sweep.documents))
@@ -175,6 +183,7 @@ def _gather_documents(sweep: _Sweep, kept: list[tuple[str, MapRow]], extracted: 
         files = max(1, len(paths))  # counted per file, never per distinct raw content
         sweep.by_rule.update({rule: count * files for rule, count in row.findings.items()})
         sweep.changed += files if row.findings else 0
+        sweep.copies_removed += sum(row.copy_findings.values())
         sweep.bytes_in += row.bytes_in
         document = sweep.documents.setdefault(row.doc, _Document())
         document.raw_paths.update(paths)
@@ -187,8 +196,8 @@ def _write_listing_and_map(manifest, layout, sanitizer: Sanitizer, sweep: _Sweep
 
     Returns how many paths changed and the labeller's counts (groups dropped, documents without one).
     """
-    labeller = _labeller(manifest, sanitizer, sweep.matcher)
-    rows, paths_redacted = _listing_rows(sweep.documents, sanitizer, sweep.matcher, labeller, layout)
+    labeller = _labeller(manifest, sanitizer, sweep.sources)
+    rows, paths_redacted = _listing_rows(sweep.documents, sanitizer, sweep.sources, labeller, layout)
     store.write_jsonl(layout.sanitized_listing, rows)
     # The erase list before the map: once the map is rewritten, nothing else remembers the old documents.
     write_erase_list(layout, (read_erase_list(layout) | sweep.superseded) - set(sweep.documents))
@@ -206,7 +215,8 @@ def _write_raw_figures(layout, extracted: dict[str, _Extracted], sweep: _Sweep) 
     """
     bytes_out = sum(layout.doc_text_path(layout.sanitized_dir, doc).stat().st_size for doc in sweep.documents)
     store.write_figures(layout, "sanitize", {"texts": len(extracted), "reused": sweep.reused,
-                                             "bytes_in": sweep.bytes_in, "bytes_out": bytes_out})
+                                             "bytes_in": sweep.bytes_in, "bytes_out": bytes_out,
+                                             "copies_removed": sweep.copies_removed})
 
 
 def _summary_counts(extracted: dict[str, _Extracted], sweep: _Sweep, sanitizer: Sanitizer,
@@ -272,13 +282,19 @@ def _superseded(layout, sanitizer, previous: dict[str, MapRow], extracted: dict,
     current sanitizer would change it (or cannot say, over its budget).
     Documents of this run are never superseded.
     """
-    now = {row.key: row.doc for row in mapped}
+    now = {row.key: row for row in mapped}
     superseded = set()
     for key, old in previous.items():
-        if old.sanitizer == fingerprint or old.doc in current or not DOC_ID.fullmatch(old.doc):
+        if old.doc in current or not DOC_ID.fullmatch(old.doc):
+            continue
+        if old.sanitizer == fingerprint:
+            # The same sanitizer, other copies: a value found since in a text of wider readers (or one
+            # whose readers changed) made this text another document; the old one held the value.
+            if key in now and list(now[key].copies) != list(old.copies) and now[key].doc != old.doc:
+                superseded.add(old.doc)
             continue
         if key in extracted:
-            if now.get(key) != old.doc:
+            if key not in now or now[key].doc != old.doc:
                 superseded.add(old.doc)
         elif old.doc not in superseded and _would_change(layout, sanitizer, old.doc):
             superseded.add(old.doc)
@@ -319,26 +335,45 @@ def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str) -> M
     return MapRow(key, doc, fingerprint, dict(sorted(counts.items())), len(raw), values)
 
 
-def _apply_copies(layout, worker, fingerprint: str, kept: list, failed: Counter):
-    """Remove, in every text of the sweep, the copies of values found in any of them.
+def _key_groups(manifest, sanitizer: Sanitizer, extracted: dict[str, _Extracted], kept: list) -> dict[str, frozenset]:
+    """Each kept text's access groups: the union of its raw paths' (``labels.py``), for the readers rule of copies.
+
+    A labeller of its own, so that the listing's labeller counts each dropped
+    group name once; its group-name check sees every value of the sweep, as
+    the listing's does, so both give a path the same groups.
+    """
+    from bastion_agent.sanitizing.labels import open_root
+
+    every = CopySources()
+    for _, row in kept:
+        every.add(frozenset(), row.values)
+    labeller = _labeller(manifest, sanitizer, every)
+    source = open_root(labeller.settings, labeller.root)
+    try:
+        return {key: frozenset(group for path in extracted[key].paths for group in labeller.path_groups(path, source))
+                for key, _ in kept}
+    finally:
+        if source is not None:
+            source.close()
+
+
+def _apply_copies(layout, worker, fingerprint: str, kept: list, sweep: _Sweep, groups: dict[str, frozenset]) -> list:
+    """Remove, in each text of the sweep, the copies of values found in texts whose readers include its own.
 
     Each text's own sanitizing (``_sanitize_one``) already removed the copies
-    of its own values; this pass gathers every text's values into one
-    matcher (``copies.Matcher``: one pass per text whatever their number),
-    finds which values of *other* texts each raw text holds, and replaces
-    those in its sanitized text. A text whose stored result was made with
-    another set of copies (a value appeared in, or left, some other file
-    since) is sanitized again from its raw text, so a re-sweep that finds a
-    value in a new file cleans the older documents that hold it.
+    of its own values; this pass takes the values of the texts that may
+    reach it (``copy_readers``: one matcher per group set of the targets,
+    one pass per text whatever their number), finds which of them its raw
+    text holds, and replaces those in its sanitized text. A text whose
+    stored result was made with another set of copies (a value appeared in,
+    or left, some other file since, or the labels changed) is sanitized
+    again from its raw text, so a re-sweep that finds a value in a new file
+    cleans the older documents that hold it.
     """
-    values: dict[str, str] = {}
-    for _, row in kept:
-        for value, rule in row.values.items():
-            values.setdefault(value, rule)
-    matcher = copies.Matcher(values) if values else None
     result = []
     for key, row in kept:
         present: list[str] = []
+        matcher = sweep.sources.matcher_for(groups[key])
         if matcher is not None:
             raw = _read_extracted(layout, key).decode("utf-8", "replace")
             present = sorted(matcher.present(raw) - set(row.values))
@@ -348,28 +383,26 @@ def _apply_copies(layout, worker, fingerprint: str, kept: list, failed: Counter)
         if row.copies:  # made with other copies: start again from the raw text
             row = _sanitize_one(layout, worker, key, fingerprint)
             if isinstance(row, str):
-                failed[row] += 1
+                sweep.failed[row] += 1
                 continue
             if not present:
                 result.append((key, row))
                 continue
-        result.append((key, _with_copies(layout, row, {value: values[value] for value in present})))
-    return result, matcher
+        result.append((key, _with_copies(layout, row, {value: matcher.values[value] for value in present})))
+    return result
 
 
 def _with_copies(layout, row: MapRow, present: dict[str, str]) -> MapRow:
     """The row's sanitized text with the copies of ``present`` (values found elsewhere) replaced."""
     clean = layout.doc_text_path(layout.sanitized_dir, row.doc).read_bytes().decode("utf-8")
     found = [Finding(s, e, -1, rule) for s, e, rule in copies.occurrences(clean, present)]
-    findings = dict(row.findings)
+    copy_findings: dict = {}
     if found:
         clean, counts = replace_findings(clean, merge(found))
-        for rule, count in counts.items():
-            findings[rule] = findings.get(rule, 0) + count
+        copy_findings = dict(sorted(counts.items()))
     doc = doc_id(clean)
     _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), clean.encode("utf-8"))
-    return MapRow(row.key, doc, row.sanitizer, dict(sorted(findings.items())), row.bytes_in, row.values,
-                  sorted(present))
+    return MapRow(row.key, doc, row.sanitizer, row.findings, row.bytes_in, row.values, sorted(present), copy_findings)
 
 
 def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
@@ -412,25 +445,32 @@ def budget_task_redact(note, settings_blob: bytes, data: bytes):
     return {"findings": dict(counts), "values": values}, clean.encode("utf-8")
 
 
-def _labeller(manifest, sanitizer: Sanitizer, matcher):
-    """The access labeller of this run: the manifest's rules, and the path rules a group name must pass."""
+def _labeller(manifest, sanitizer: Sanitizer, sources: CopySources):
+    """The access labeller of this run: the manifest's rules, and the path rules a group name must pass.
+
+    A group name from the file system must also hold no value found anywhere in the sweep: the
+    check only drops a label (the document is then read by fewer), it never shows a value.
+    """
     from bastion_agent.core.access import AccessSettings
     from bastion_agent.sanitizing.labels import Labeller
 
     settings = getattr(manifest, "access", None) or AccessSettings()
     source = getattr(manifest, "source", None)
+    every = sources.every_value()
+    matcher = copies.Matcher(every) if every else None
     return Labeller(settings, getattr(source, "root", None),
                     lambda name: escape_name(_without_copies(sanitizer.redact_path(name), matcher)))
 
 
-def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher=None,
+def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, sources: CopySources | None = None,
                   labeller=None, layout=None) -> tuple[list[dict], int]:
     """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path, groups) and how many paths changed.
 
     A paged document (a PDF, an image) also gets its page map (``pages.py``), made from its
     sanitized text and the pages extract recognised by OCR.
 
-    A value found in any text of the sweep is removed from the path names too (``matcher``).
+    A value found in a text of the sweep is removed from the path names too, under the readers
+    rule of the texts (``copy_readers``): only values of texts whose groups include the document's.
     The paths are sanitized, then their control characters escaped, so search, serve, MCP and
     publish show no name that can forge a line or drive a terminal. The groups are computed
     from the raw paths (``labels``); only their names are written.
@@ -439,16 +479,18 @@ def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher
 
     source = open_root(labeller.settings, labeller.root) if labeller is not None else None
     try:
-        return _rows(documents, sanitizer, matcher, labeller, source, layout)
+        return _rows(documents, sanitizer, sources or CopySources(), labeller, source, layout)
     finally:
         if source is not None:
             source.close()
 
 
-def _rows(documents, sanitizer, matcher, labeller, source, layout) -> tuple[list[dict], int]:
+def _rows(documents, sanitizer, sources: CopySources, labeller, source, layout) -> tuple[list[dict], int]:
     rows, paths_redacted = [], 0
     for doc in sorted(documents):
         document = documents[doc]
+        groups = labeller.document_groups(document.raw_paths, source) if labeller is not None else None
+        matcher = sources.matcher_for(frozenset(groups or ()))
         redacted = {path: _without_copies(sanitizer.redact_path(path), matcher) for path in document.raw_paths}
         paths_redacted += sum(1 for path, clean_path in redacted.items() if clean_path != path)
         shown = {path: escape_name(clean_path) for path, clean_path in redacted.items()}  # every output's form
@@ -459,8 +501,8 @@ def _rows(documents, sanitizer, matcher, labeller, source, layout) -> tuple[list
         if ocr_pages is not None and layout is not None:
             clean = layout.doc_text_path(layout.sanitized_dir, doc).read_bytes().decode("utf-8")
             row["pages"] = page_map(clean, ocr_pages)
-        if labeller is not None:
-            row["groups"] = labeller.document_groups(document.raw_paths, source)
+        if groups is not None:
+            row["groups"] = groups
         rows.append(row)
     return rows, paths_redacted
 
