@@ -56,6 +56,24 @@ def can_see(caller: frozenset | None, document_groups: Iterable[str]) -> bool:
     return not caller.isdisjoint(document_groups)
 
 
+def visible_paths(caller: frozenset | None, paths: list[str], path_groups, document_groups=()) -> list[str]:
+    """The paths of a document that a caller may see: those whose own groups it shares.
+
+    A window whose text several documents share (equal sanitized texts are
+    one document) carries every path; a ``public`` caller must not learn
+    that the same form also sits at ``hr/dismissals/...``. ``path_groups``
+    is aligned with ``paths``; when it is not (a store embedded before paths
+    had their own groups), each path has the document's groups, as before,
+    until the next embed copies them from the sanitized listing.
+    """
+    if caller is None:
+        return list(paths)
+    if not isinstance(path_groups, list) or len(path_groups) != len(paths):
+        return list(paths) if can_see(caller, document_groups) else []
+    return [path for path, groups in zip(paths, path_groups)
+            if isinstance(groups, list) and can_see(caller, groups)]
+
+
 def caller_key(caller: frozenset | None) -> tuple | None:
     """A hashable, ordered form of a caller's groups (None stays None)."""
     return None if caller is None else tuple(sorted(caller))

@@ -189,7 +189,9 @@ def current_windows(layout: Layout) -> tuple[list[StoredChunk], list[DocumentRow
             raise StoreError("the sanitized store changed since chunk ran: run chunk again")
         chunk_rows.append(StoredChunk(row["chunk_id"], doc, row["idx"], row["start"], row["end"], window))
     documents = [DocumentRow(doc, paths=json.dumps(listing.get(doc, {}).get("paths", [])),
-                             groups=json.dumps(_groups(listing.get(doc, {})))) for doc in sorted(texts)]
+                             groups=json.dumps(_groups(listing.get(doc, {}))),
+                             path_groups=json.dumps(_path_groups(listing.get(doc, {}))))
+                 for doc in sorted(texts)]
     return chunk_rows, documents
 
 
@@ -223,6 +225,18 @@ def _groups(row: dict) -> list[str]:
     if not isinstance(groups, list) or not all(is_group_name(name) for name in groups):
         return []
     return sorted(set(groups))
+
+
+def _path_groups(row: dict) -> list[list[str]]:
+    """A listing row's groups per path (aligned with ``paths``), or [] when it has none that are valid."""
+    from bastion_agent.core.access import is_group_name
+
+    given, paths = row.get("path_groups"), row.get("paths", [])
+    if not isinstance(given, list) or not isinstance(paths, list) or len(given) != len(paths):
+        return []
+    if not all(isinstance(groups, list) and all(is_group_name(name) for name in groups) for groups in given):
+        return []
+    return [sorted(set(groups)) for groups in given]
 
 
 def refresh_derived(layout: Layout, manifest) -> None:

@@ -489,7 +489,7 @@ def _rows(documents, sanitizer, sources: CopySources, labeller, source, layout) 
     rows, paths_redacted = [], 0
     for doc in sorted(documents):
         document = documents[doc]
-        groups = labeller.document_groups(document.raw_paths, source) if labeller is not None else None
+        groups, by_path = labeller.labelled(document.raw_paths, source) if labeller is not None else (None, {})
         matcher = sources.matcher_for(frozenset(groups or ()))
         redacted = {path: _without_copies(sanitizer.redact_path(path), matcher) for path in document.raw_paths}
         paths_redacted += sum(1 for path, clean_path in redacted.items() if clean_path != path)
@@ -497,6 +497,8 @@ def _rows(documents, sanitizer, sources: CopySources, labeller, source, layout) 
         first = min(document.raw_paths) if document.raw_paths else None
         kind = document.kind_by_path.get(first, "") if first is not None else ""
         row = {"doc": doc, "paths": sorted(set(shown.values())), "kind": kind}
+        if labeller is not None:
+            row["path_groups"] = _path_groups(row["paths"], shown, by_path)
         ocr_pages = document.ocr_pages_by_path.get(first) if first is not None else None
         if ocr_pages is not None and layout is not None:
             clean = layout.doc_text_path(layout.sanitized_dir, doc).read_bytes().decode("utf-8")
@@ -505,6 +507,14 @@ def _rows(documents, sanitizer, sources: CopySources, labeller, source, layout) 
             row["groups"] = groups
         rows.append(row)
     return rows, paths_redacted
+
+
+def _path_groups(paths: list[str], shown: dict[str, str], by_path: dict[str, tuple]) -> list[list[str]]:
+    """Each listed path's groups, in the order of ``paths`` (raw paths shown alike: the union of theirs)."""
+    groups: dict[str, set] = {path: set() for path in paths}
+    for raw, clean in shown.items():
+        groups[clean].update(by_path.get(raw, ()))
+    return [sorted(groups[path]) for path in paths]
 
 
 def _without_copies(text: str, matcher) -> str:
