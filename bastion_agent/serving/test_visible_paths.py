@@ -4,7 +4,7 @@ The attacker reads ``public``; the same form sits at
 ``public/forms-exit-interview.txt`` and at an HR path whose name is news
 (fresh each run). Swept through the real stages, then asked through every
 front end that lists paths: the search function, ``search --json``, MCP
-``search`` and ``fetch``, and serve's service.
+``search`` and ``fetch``, and serve over HTTP with a named token.
 """
 
 from __future__ import annotations
@@ -112,6 +112,26 @@ class VisiblePathsTests(unittest.TestCase):
         everyone = tools.fetch({"chunk_id": form["chunk_id"]}, tokens.Caller("admin", None))
         self.assertEqual(fetched["doc"], everyone["doc"])
         self.assertEqual(everyone["paths_total"], 2)  # every group still sees both (the test can fail)
+
+    def test_serve_with_a_named_public_token_names_only_the_public_path(self):
+        import types
+        import urllib.parse
+
+        from bastion_agent.commands import token_cli
+        from bastion_agent.testing.serve_store import request, start
+
+        tokens_file = self.tmp / "conf" / "tokens.json"
+        public = token_cli.add_token(tokens_file, "public-wiki", ("public",))
+        store = types.SimpleNamespace(manifest=self.manifest, layout=Layout(self.out), stub=self.stub)
+        server = start(store, self, tokens_file=tokens_file)
+        for mode in MODES:
+            with self.subTest(mode=mode):
+                query = urllib.parse.urlencode({"q": "exit interview form notice period", "k": 5, "mode": mode})
+                status, _, answer = request(server.url, path="/search?" + query,
+                                            headers={"Authorization": f"Bearer {public}"})
+                self.assertEqual(status, 200, answer)
+                form = [hit for hit in answer["hits"] if "Exit interview" in hit["text"]]
+                self.assertEqual([hit["paths"] for hit in form], [["public/forms-exit-interview.txt"]])
 
 
 class VisiblePathsRuleTests(unittest.TestCase):
