@@ -67,8 +67,10 @@ FIRST = ["Margaret", "Eleanor", "Beatrice", "Josephine", "Harriet", "Florence", 
 
 
 def password() -> str:
+    """One shape for every guess (only the letters and digits vary): which rule finds a value in hr's own
+    text can depend on its symbols, and that count is hr's own; this bench measures what copies give away."""
     body = "".join(random.choice(string.ascii_letters + string.digits) for _ in range(10))
-    return random.choice(string.ascii_uppercase) + body + random.choice("!#;&") + random.choice(string.digits)
+    return random.choice(string.ascii_uppercase) + body + "!" + random.choice(string.digits)
 
 
 def write_files(root: Path, files: dict[str, str]) -> None:

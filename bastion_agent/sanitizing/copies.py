@@ -64,7 +64,7 @@ NUMBER_RULES = frozenset({"us-ssn", "us-ssn-labelled", "ssn-column", "account-co
 NUMBER = re.compile(r"\d(?:[\d \-.]*\d)?")
 # A line break inside a value as writers leave it: indentation, a trailing backslash, or a string
 # closed, concatenated and opened again ("abc" +\n "def", 'abc' .\n 'def').
-LINE_BREAK = re.compile(r"""(?:["'][ \t]*[+.]?[ \t]*|[ \t]*\\?[ \t]*)\r?\n[ \t]*(?:[+.][ \t]*)?["']?""")
+LINE_BREAK = re.compile(r"""(["'])[ \t]*[+.]?[ \t]*\r?\n[ \t]*(?:[+.][ \t]*)?\1|[ \t]*\\?[ \t]*\r?\n[ \t]*""")
 
 
 def eligible(value: str, rule: str | None = None) -> bool:

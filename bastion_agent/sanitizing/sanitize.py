@@ -307,7 +307,7 @@ def _would_change(layout, sanitizer, doc: str) -> bool:
         text = layout.doc_text_path(layout.sanitized_dir, doc).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return True
-    clean, _, _ = _redact_in_budget(*sanitizer, text)
+    clean = _redact_in_budget(*sanitizer, text)[0]
     return clean != text
 
 
@@ -320,19 +320,20 @@ def _reusable(row: MapRow | None, fingerprint: str, layout) -> MapRow | None:
     return row
 
 
-def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str) -> MapRow:
-    """Sanitize one extracted text, store it under its document id, and say what it became."""
+def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str, others: dict | None = None) -> MapRow:
+    """Sanitize one extracted text (with the copies of ``others``, values of other texts), store it, say what it became."""
     raw = _read_extracted(layout, key)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise StoreError("a text in the extract store is not UTF-8: run extract again") from None
-    clean, counts, values = _redact_in_budget(*sanitizer, text)
+    clean, counts, values, copied = _redact_in_budget(*sanitizer, text, others)
     if clean is None:
         return counts  # the reason it was not sanitized
     doc = doc_id(clean)
     _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), clean.encode("utf-8"))
-    return MapRow(key, doc, fingerprint, dict(sorted(counts.items())), len(raw), values)
+    return MapRow(key, doc, fingerprint, dict(sorted(counts.items())), len(raw), values, sorted(others or ()),
+                  dict(sorted(copied.items())))
 
 
 def _key_groups(manifest, sanitizer: Sanitizer, extracted: dict[str, _Extracted], kept: list) -> dict[str, frozenset]:
@@ -363,12 +364,13 @@ def _apply_copies(layout, worker, fingerprint: str, kept: list, sweep: _Sweep, g
     Each text's own sanitizing (``_sanitize_one``) already removed the copies
     of its own values; this pass takes the values of the texts that may
     reach it (``copy_readers``: one matcher per group set of the targets,
-    one pass per text whatever their number), finds which of them its raw
-    text holds, and replaces those in its sanitized text. A text whose
-    stored result was made with another set of copies (a value appeared in,
-    or left, some other file since, or the labels changed) is sanitized
-    again from its raw text, so a re-sweep that finds a value in a new file
-    cleans the older documents that hold it.
+    one pass per text whatever their number) and finds which of them its raw
+    text holds. A text whose stored result was made with another set of
+    copies (it holds a value found elsewhere, a value appeared in or left
+    some other file since, or the labels changed) is sanitized again from
+    its raw text with those values, in the same pass as its own findings
+    (``Sanitizer.redact_found``'s ``others``), so a re-sweep that finds a
+    value in a new file cleans the older documents that hold it.
     """
     result = []
     for key, row in kept:
@@ -377,36 +379,19 @@ def _apply_copies(layout, worker, fingerprint: str, kept: list, sweep: _Sweep, g
         if matcher is not None:
             raw = _read_extracted(layout, key).decode("utf-8", "replace")
             present = sorted(matcher.present(raw) - set(row.values))
-        if present == list(row.copies):
-            result.append((key, row))
-            continue
-        if row.copies:  # made with other copies: start again from the raw text
-            row = _sanitize_one(layout, worker, key, fingerprint)
+        if present != list(row.copies):
+            row = _sanitize_one(layout, worker, key, fingerprint, {value: matcher.values[value] for value in present})
             if isinstance(row, str):
                 sweep.failed[row] += 1
                 continue
-            if not present:
-                result.append((key, row))
-                continue
-        result.append((key, _with_copies(layout, row, {value: matcher.values[value] for value in present})))
+        result.append((key, row))
     return result
 
 
-def _with_copies(layout, row: MapRow, present: dict[str, str]) -> MapRow:
-    """The row's sanitized text with the copies of ``present`` (values found elsewhere) replaced."""
-    clean = layout.doc_text_path(layout.sanitized_dir, row.doc).read_bytes().decode("utf-8")
-    found = [Finding(s, e, -1, rule) for s, e, rule in copies.occurrences(clean, present)]
-    copy_findings: dict = {}
-    if found:
-        clean, counts = replace_findings(clean, merge(found))
-        copy_findings = dict(sorted(counts.items()))
-    doc = doc_id(clean)
-    _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), clean.encode("utf-8"))
-    return MapRow(row.key, doc, row.sanitizer, row.findings, row.bytes_in, row.values, sorted(present), copy_findings)
+def _redact_in_budget(pool, settings: SanitizeSettings, text: str, others: dict | None = None):
+    """``(clean, counts, values, copies)`` from a budgeted worker, or ``(None, reason, {}, {})`` when it overran.
 
-
-def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
-    """``(clean, counts, values)`` from a budgeted worker, or ``(None, reason, {})`` when it overran.
+    ``others`` are values of other texts whose copies go too (``copies`` counts them, apart).
 
     A custom pattern that backtracks without end (``(a+)+$``) is stopped by
     the time budget like a runaway reader; the reason names the rule that
@@ -417,20 +402,21 @@ def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
     from bastion_agent.core.budget import Call
 
     data = text.encode("utf-8")
-    answer = pool.run(Call("redact", (pickle.dumps(settings), data), len(data)))
+    answer = pool.run(Call("redact", (pickle.dumps(settings), data, pickle.dumps(others or {})), len(data)))
     if answer.reason is not None:
         rule = answer.progress
-        return None, f"{answer.reason} (rule {rule})" if rule and rule != "built-in" else answer.reason, {}
+        return None, f"{answer.reason} (rule {rule})" if rule and rule != "built-in" else answer.reason, {}, {}
     if "error" in answer.header:
         raise StoreError(f"sanitize failed on a text of the extract store ({answer.header['error']}); run it again")
     values = answer.header.get("values", {})
-    return answer.data.decode("utf-8"), Counter(answer.header.get("findings", {})), values
+    return (answer.data.decode("utf-8"), Counter(answer.header.get("findings", {})), values,
+            Counter(answer.header.get("copies", {})))
 
 
 _WORKER_SANITIZERS: dict[bytes, "Sanitizer"] = {}
 
 
-def budget_task_redact(note, settings_blob: bytes, data: bytes):
+def budget_task_redact(note, settings_blob: bytes, data: bytes, others_blob: bytes = b""):
     """The worker's side of ``_redact_in_budget``: redact, saying which custom rule is running."""
     import hashlib
     import pickle
@@ -440,9 +426,12 @@ def budget_task_redact(note, settings_blob: bytes, data: bytes):
     if sanitizer is None:
         _WORKER_SANITIZERS.clear()
         sanitizer = _WORKER_SANITIZERS[digest] = Sanitizer(pickle.loads(settings_blob))
-    clean, counts, values = sanitizer.redact_found_noting(data.decode("utf-8"), note)
+    text = data.decode("utf-8")
+    others = pickle.loads(others_blob) if others_blob else {}
+    clean, counts, values = sanitizer.redact_found_noting(text, note, others)
+    copied = Counter(rule for _, _, rule in copies.occurrences(text, others)) if others else Counter()
     # values: raw, handed back to the stage through the worker's pipe, kept in the private map
-    return {"findings": dict(counts), "values": values}, clean.encode("utf-8")
+    return {"findings": dict(counts), "values": values, "copies": dict(copied)}, clean.encode("utf-8")
 
 
 def _labeller(manifest, sanitizer: Sanitizer, sources: CopySources):

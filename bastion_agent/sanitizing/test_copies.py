@@ -40,10 +40,10 @@ groups = ["hr", "public"]
 """  # anything else gets no group: read by every-group callers only
 
 
-def password() -> str:
+def password(symbols: str = "!#;&") -> str:
     """A password of letters, digits and a symbol, fresh each call (starts with a letter)."""
     body = [random.choice(string.ascii_letters + string.digits) for _ in range(10)]
-    return random.choice(string.ascii_uppercase) + "".join(body) + random.choice("!#;&") + random.choice(string.digits)
+    return random.choice(string.ascii_uppercase) + "".join(body) + random.choice(symbols) + random.choice(string.digits)
 
 
 def ssn() -> str:
@@ -101,7 +101,9 @@ class HostileCopyTests(unittest.TestCase):
     """An attacker who reads ``public`` and plants files learns nothing of ``hr`` through copies."""
 
     def setUp(self):
-        self.guesses = [password() for _ in range(6)]
+        # One shape for every guess: which rule finds a value in hr's own text may depend on its characters
+        # (a ";" ends an assignment early), and that count is hr's own, not a copy's.
+        self.guesses = [password("!") for _ in range(6)]
 
     def sweep_with_secret(self, secret: str) -> Sweep:
         return Sweep(self).run({
@@ -162,6 +164,17 @@ class HostileCopyTests(unittest.TestCase):
         erase = read_jsonl(sweep.layout.extract_dir / "erase.jsonl")
         self.assertIn(sha256_hex(old), {row["doc"] for row in erase})
 
+    def test_a_value_found_later_erases_the_document_that_held_it(self):
+        secret = password()
+        howto = {"public/howto.txt": f"log in with {secret} then run the job\n"}
+        sweep = Sweep(self).run(howto)
+        old = sweep.text_of("public/howto.txt")
+        self.assertIn(secret, old)  # nothing says it is a secret yet
+        sweep.run({**howto, "both/app.env": f"APP_PASSWORD={secret}\n"})
+        self.assertNotIn(secret, sweep.text_of("public/howto.txt"))
+        erase = {row["doc"] for row in read_jsonl(sweep.layout.extract_dir / "erase.jsonl")}
+        self.assertIn(sha256_hex(old), erase)  # its windows and vectors held the value: purged at the next embed
+
 
 class DefaultCopyTests(unittest.TestCase):
     """With one group set for everything, a value reaches every text; only whole words are copies."""
@@ -204,6 +217,15 @@ def transformed(value: str, number: str, account: str) -> dict[str, str]:
     }
 
 
+def _survives(clean: str, original: str, value: str, number: str, account: str) -> bool:
+    """Whether a reader still gets the value (or a number) from a form: unchanged, or a tell-tale piece of it left."""
+    if clean == original or "[REDACTED:" not in clean:
+        return True
+    folded = clean.casefold()
+    pieces = [value[:5], value[-5:], number[-4:], account[-4:]]
+    return any(piece.casefold() in folded for piece in pieces if piece.casefold() in original.casefold())
+
+
 class TransformedCopyTests(unittest.TestCase):
     def test_at_least_nine_of_ten_transformed_copies_go(self):
         value = password()[:6] + "/\"\\é" + password()[:5]
@@ -213,7 +235,7 @@ class TransformedCopyTests(unittest.TestCase):
         forms = transformed(value, number, account)
         sweep = Sweep(self, access="").run({"src.csv": source, **{f"{name}.txt": text for name, text in forms.items()}})
         self.assertNotIn(value, sweep.text_of("src.csv"))
-        kept = [name for name in forms if sweep.text_of(f"{name}.txt") == forms[name]]
+        kept = [name for name in forms if _survives(sweep.text_of(f"{name}.txt"), forms[name], value, number, account)]
         self.assertLessEqual(len(kept), 1, kept)
 
     def test_look_alikes_of_transformed_copies_stay(self):
