@@ -14,10 +14,10 @@ loopback stub model server):
 - ``audit``: a document holding ``EMP-<6 digits>`` is swept and searched,
   then a new rule redacts the value (sweep, prune). The attacker holds the
   audit log and the new text; it hashes the new text with each of the 10^6
-  values in the placeholder and looks for the result in the log. Printed:
-  the seconds to try all of them, and whether one matched; beside it, the
-  same search against a log that held the plain old id (as before), and the
-  seconds to find it.
+  values in the placeholder and looks for the result in the log. Printed
+  (``keyed_log``): whether one matched, and the seconds spent (to find it,
+  or to try all of them); beside it (``plain_id_log``), the same search
+  against a log that held the plain old id, as logs did before.
 - ``paths``: the same form at ``public/forms-exit-interview.txt`` and at an
   ``hr/dismissals/...`` path; a ``public`` caller searches (vector, keyword,
   hybrid) and MCP-fetches the hit. Printed: the hidden paths it saw.
@@ -149,8 +149,9 @@ def audit_attack(stub) -> dict:
         fields = {doc for record in audit.read_records(layout.audit_log) for doc in record["docs"]}
         after_seconds, after_found = brute_force(template, fields)
         before_seconds, before_found = brute_force(template, {old_doc})  # a log that kept the plain old id
-    return {"values_tried": 10 ** 6, "found_in_log": after_found is not None, "seconds_to_try_all": round(after_seconds, 2),
-            "plain_id_log_found": before_found == value, "plain_id_log_seconds": round(before_seconds, 2)}
+    return {"values": 10 ** 6,
+            "keyed_log": {"found": after_found is not None, "seconds": round(after_seconds, 2)},
+            "plain_id_log": {"found": before_found == value, "seconds": round(before_seconds, 2)}}
 
 
 def brute_force(template: str, fields: set[str]) -> tuple[float, str | None]:

@@ -79,6 +79,21 @@ class AuditKeyTests(TempFolder, unittest.TestCase):
         audit.record_search(other, caller="c", via="cli", mode="vector", k=1, docs=[doc])
         self.assertNotEqual(next(audit.read_records(other.audit_log))["docs"], [written])
 
+    def test_a_log_of_an_older_agent_gets_keyed_ids_with_the_new_key(self):
+        plain = [hashlib.sha256(os.urandom(16)).hexdigest() for _ in range(3)]
+        self.layout.root.mkdir(mode=0o700)
+        rows = [{"time": "2026-11-01T10:00:00Z", "caller": "c", "via": "cli", "mode": "vector", "k": 3, "hits": 3,
+                 "docs": plain}]
+        self.layout.audit_log.write_text("".join(json.dumps(row) + "\n" for row in rows) + "{broken\n", encoding="utf-8")
+        os.chmod(self.layout.audit_log, 0o600)
+        audit.record_search(self.layout, caller="c", via="cli", mode="vector", k=1, docs=[plain[0]])
+        key = audit.installation_key(self.layout)
+        records = list(audit.read_records(self.layout.audit_log))
+        self.assertEqual(records[0]["docs"], [audit.audit_id(key, doc) for doc in plain])
+        self.assertIsNone(records[1])  # a line that is no record is kept as it was
+        self.assertEqual(records[2]["docs"], [audit.audit_id(key, plain[0])])
+        self.assertFalse(any(doc.encode() in self.layout.audit_log.read_bytes() for doc in plain))
+
 
 class RemediationTests(TempFolder, unittest.TestCase):
     """A value redacted after the fact (a new rule, then sweep and prune) cannot be found from the audit log."""

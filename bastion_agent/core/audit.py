@@ -41,6 +41,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import threading
 from dataclasses import asdict, dataclass, field
@@ -55,6 +56,7 @@ MAX_BYTES = 10 * 1024 * 1024
 KEEP = 5
 MAX_LINE_BYTES = 1024 * 1024  # a line longer than this when reading is not ours; skipped, counted
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+PLAIN_ID = re.compile(r"[0-9a-f]{64}")  # a document id as an older agent wrote it: the sha256 itself
 KEY_FILE = "audit.key"
 KEY_BYTES = 32
 ID_CHARS = 32  # 128 bits of the HMAC: no collision among any folder's documents, and not a sha256's length
@@ -138,8 +140,9 @@ def installation_key(layout: Layout) -> bytes:
             os.close(fd)
         try:
             os.link(temporary, path)  # fails if another process made it first: then theirs is the key
+            made = True
         except FileExistsError:
-            pass
+            made = False
     except OSError as exc:
         raise StoreError(f"cannot make the audit key {path} ({exc.strerror or exc}); "
                          "the search was not answered, since it could not be recorded") from None
@@ -148,7 +151,10 @@ def installation_key(layout: Layout) -> bytes:
             os.unlink(temporary)
         except FileNotFoundError:
             pass
-    return _read_key(path)
+    key = _read_key(path)
+    if made:  # a log written before ids were keyed holds plain ones: key them, once, with the new key
+        _rewrite_log(layout, lambda doc: audit_id(key, doc) if PLAIN_ID.fullmatch(doc) else doc)
+    return key
 
 
 def _read_key(path: Path) -> bytes:
@@ -165,34 +171,43 @@ def _read_key(path: Path) -> bytes:
 
 
 def forget_documents(layout: Layout, docs, keep: int = KEEP) -> int:
-    """Take the audit ids of ``docs`` (superseded documents) out of every record; returns how many were taken out.
+    """Take the audit ids of ``docs`` (superseded documents) out of every record; returns how many records changed.
 
-    Each log file is rewritten whole under the log's lock (a temporary
-    file, then a rename): a record keeps its time, caller and hit count, and
-    loses only the ids. Nothing to do without a key (no search was ever
-    recorded with keyed ids) or a log.
+    A record keeps its time, caller and hit count, and loses only the ids
+    (keyed, or plain as an older agent wrote them). Nothing to do without a
+    log; a key is made if there is none yet (it keys any plain ids first).
     """
-    path = layout.audit_log
-    if not docs or not key_path(layout).exists() or not log_files(path, keep):
+    docs = set(docs)
+    if not docs or not log_files(layout.audit_log, keep):
         return 0
     key = installation_key(layout)
-    gone = {audit_id(key, doc) for doc in docs}
-    removed = 0
+    gone = {audit_id(key, doc) for doc in docs} | docs
+    return _rewrite_log(layout, lambda doc: None if doc in gone else doc, keep)
+
+
+def _rewrite_log(layout: Layout, change, keep: int = KEEP) -> int:
+    """Apply ``change`` (an id -> its new form, or None to drop it) to every record's ids; how many records changed.
+
+    Each log file that changes is rewritten whole (a temporary file, then a
+    rename) under the log's locks, so no search's line is lost meanwhile.
+    """
+    path = layout.audit_log
+    changed = 0
     with _lock_for(path):
         lock_fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             for file in log_files(path, keep):
-                removed += _forget_in(file, gone)
+                changed += _rewrite_file(file, change)
         finally:
             os.close(lock_fd)
-    return removed
+    return changed
 
 
-def _forget_in(file: Path, gone: set[str]) -> int:
+def _rewrite_file(file: Path, change) -> int:
     from bastion_agent.core.layout import write_private
 
-    lines, removed = [], 0
+    lines, changed = [], 0
     with open(file, "rb") as handle:
         for line in handle:
             try:
@@ -200,16 +215,17 @@ def _forget_in(file: Path, gone: set[str]) -> int:
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                 lines.append(line)
                 continue
-            if isinstance(row, dict) and isinstance(row.get("docs"), list) and gone.intersection(
-                    doc for doc in row["docs"] if isinstance(doc, str)):
-                kept = [doc for doc in row["docs"] if doc not in gone]
-                removed += len(row["docs"]) - len(kept)
-                row["docs"] = kept
-                line = (json.dumps(row, ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
+            if isinstance(row, dict) and isinstance(row.get("docs"), list):
+                new = [change(doc) if isinstance(doc, str) else doc for doc in row["docs"]]
+                new = [doc for doc in new if doc is not None]
+                if new != row["docs"]:
+                    changed += 1
+                    row["docs"] = new
+                    line = (json.dumps(row, ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
             lines.append(line)
-    if removed:
+    if changed:
         write_private(file, b"".join(lines))
-    return removed
+    return changed
 
 
 def append(path: Path, row: dict, *, max_bytes: int = MAX_BYTES, keep: int = KEEP) -> None:
