@@ -34,7 +34,8 @@ class AuditLogTests(TempFolder, unittest.TestCase):
         self.assertEqual(stat.S_IMODE(self.layout.audit_log.stat().st_mode), 0o600)
         self.assertEqual(stat.S_IMODE(self.layout.root.stat().st_mode), 0o700)
         self.assertEqual((row["caller"], row["via"], row["mode"], row["k"], row["hits"]), ("hr-portal", "serve", "hybrid", 5, 3))
-        self.assertEqual(row["docs"], ["a" * 64, "b" * 64])
+        key = audit.installation_key(self.layout)
+        self.assertEqual(row["docs"], [audit.audit_id(key, "a" * 64), audit.audit_id(key, "b" * 64)])
         self.assertNotIn("query", row)
         self.assertRegex(row["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
@@ -56,7 +57,8 @@ class AuditLogTests(TempFolder, unittest.TestCase):
             list(pool.map(one, range(400)))
         rows = lines(self.layout)
         self.assertEqual(len(rows), 400)
-        self.assertEqual(sorted(row["docs"][0] for row in rows), sorted(f"{n:064x}" for n in range(400)))
+        key = audit.installation_key(self.layout)
+        self.assertEqual(sorted(row["docs"][0] for row in rows), sorted(audit.audit_id(key, f"{n:064x}") for n in range(400)))
 
     def test_rotation_keeps_the_log_bounded(self):
         for n in range(2000):
@@ -68,8 +70,10 @@ class AuditLogTests(TempFolder, unittest.TestCase):
         for path in files:
             self.assertLessEqual(path.stat().st_size, 4096)
             self.assertEqual(stat.S_IMODE(path.stat().st_mode), 0o600)
-        kept = [row["docs"][0] for row in audit.read_records(self.layout.audit_log, keep=3)]
-        self.assertEqual(kept[-1], f"{1999:064x}")  # the newest survive, in order
+        key = audit.installation_key(self.layout)
+        number_of = {audit.audit_id(key, f"{n:064x}"): n for n in range(2000)}
+        kept = [number_of[row["docs"][0]] for row in audit.read_records(self.layout.audit_log, keep=3)]
+        self.assertEqual(kept[-1], 1999)  # the newest survive, in order
         self.assertEqual(kept, sorted(kept))
 
     def test_a_log_that_cannot_be_written_refuses_the_search(self):

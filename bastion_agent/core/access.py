@@ -56,6 +56,29 @@ def can_see(caller: frozenset | None, document_groups: Iterable[str]) -> bool:
     return not caller.isdisjoint(document_groups)
 
 
+def visible_paths(caller: frozenset | None, paths: list[str], path_groups, document_groups=()) -> list[str]:
+    """The paths of a document that a caller may see: those whose own groups it shares.
+
+    A window whose text several documents share (equal sanitized texts are
+    one document) carries every path; a ``public`` caller must not learn
+    that the same form also sits at ``hr/dismissals/...``. ``path_groups``
+    is aligned with ``paths``; when it is not (a store embedded before paths
+    had their own groups), each path has the document's groups, as before,
+    until the next embed copies them from the sanitized listing.
+    """
+    return [paths[position] for position in visible_positions(caller, paths, path_groups, document_groups)]
+
+
+def visible_positions(caller: frozenset | None, paths: list, path_groups, document_groups=()) -> list[int]:
+    """The positions in ``paths`` of those a caller may see (``visible_paths``), for what is kept per path beside them."""
+    if caller is None:
+        return list(range(len(paths)))
+    if not isinstance(path_groups, list) or len(path_groups) != len(paths):
+        return list(range(len(paths))) if can_see(caller, document_groups) else []
+    return [position for position, groups in enumerate(path_groups)
+            if isinstance(groups, list) and can_see(caller, groups)]
+
+
 def caller_key(caller: frozenset | None) -> tuple | None:
     """A hashable, ordered form of a caller's groups (None stays None)."""
     return None if caller is None else tuple(sorted(caller))

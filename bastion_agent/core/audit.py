@@ -18,13 +18,31 @@ oldest (``.KEEP``) is dropped, so the log never takes more than
 
 A search whose record cannot be written is not answered (``StoreError``):
 an audit that silently stops is worse than a search that says why it failed.
+
+Document ids in the log are keyed. A document's id is the sha256 of its
+sanitized text, and a value redacted after the fact (a new rule, then
+sweep and prune) leaves the old id computed from text that held it: with
+the new text and its placeholder, trying every 6-digit value gives the old
+id back in seconds. So the log holds ``audit_id(doc)`` instead, an
+HMAC-SHA256 of the id under a per-installation secret (``OUT/audit.key``,
+32 random bytes, mode 0600, made once and atomically: written under a
+temporary name, then linked into place, so two processes starting together
+agree on one key and no reader sees half of one). The same document has
+the same audit id in every record, so ``audit`` still counts the documents
+hit most; without the key no id can be tested against a guess. When
+sanitize supersedes a document, its audit id is taken out of every record
+(``forget_documents``, run where the vectors are erased), like its windows.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import hmac
 import json
 import os
+import re
+import secrets
 import threading
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -32,12 +50,16 @@ from pathlib import Path
 from typing import Iterator
 
 from bastion_agent.core.errors import StoreError
-from bastion_agent.core.layout import Layout, ensure_private_dir, open_private_append
+from bastion_agent.core.layout import PRIVATE_FILE_MODE, Layout, ensure_private_dir, open_private_append
 
 MAX_BYTES = 10 * 1024 * 1024
 KEEP = 5
 MAX_LINE_BYTES = 1024 * 1024  # a line longer than this when reading is not ours; skipped, counted
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+PLAIN_ID = re.compile(r"[0-9a-f]{64}")  # a document id as an older agent wrote it: the sha256 itself
+KEY_FILE = "audit.key"
+KEY_BYTES = 32
+ID_CHARS = 32  # 128 bits of the HMAC: no collision among any folder's documents, and not a sha256's length
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -80,11 +102,130 @@ def now_utc() -> str:
 
 def record_search(layout: Layout, *, caller: str, via: str, mode: str, k: int, docs: list[str],
                   query: str | None = None, max_bytes: int = MAX_BYTES, keep: int = KEEP) -> AuditRecord:
-    """Append one search; ``query`` is None unless the manifest asks for query texts."""
+    """Append one search; ``query`` is None unless the manifest asks for query texts; ids keyed (``audit_id``)."""
+    key = installation_key(layout)
     entry = AuditRecord(time=now_utc(), caller=caller, via=via, mode=mode, k=k, hits=len(docs),
-                        docs=list(dict.fromkeys(docs)), query=query)
+                        docs=list(dict.fromkeys(audit_id(key, doc) for doc in docs)), query=query)
     append(layout.audit_log, entry.as_row(), max_bytes=max_bytes, keep=keep)
     return entry
+
+
+def audit_id(key: bytes, doc: str) -> str:
+    """A document's id as the audit log writes it: keyed, so it cannot be tested against guesses without ``key``."""
+    return hmac.new(key, doc.encode("utf-8"), hashlib.sha256).hexdigest()[:ID_CHARS]
+
+
+def key_path(layout: Layout) -> Path:
+    return Path(layout.root) / KEY_FILE
+
+
+def installation_key(layout: Layout) -> bytes:
+    """The per-installation secret of the audit ids, made on first use (see the module's docstring)."""
+    path = key_path(layout)
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a link planted as the key (O_NOFOLLOW), a folder, no permission
+        raise StoreError(f"cannot read the audit key {path} ({exc.strerror or exc}); "
+                         "the search was not answered, since it could not be recorded") from None
+    ensure_private_dir(path.parent)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), PRIVATE_FILE_MODE)
+        try:
+            os.write(fd, secrets.token_bytes(KEY_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(temporary, path)  # fails if another process made it first: then theirs is the key
+            made = True
+        except FileExistsError:
+            made = False
+    except OSError as exc:
+        raise StoreError(f"cannot make the audit key {path} ({exc.strerror or exc}); "
+                         "the search was not answered, since it could not be recorded") from None
+    finally:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+    key = _read_key(path)
+    if made:  # a log written before ids were keyed holds plain ones: key them, once, with the new key
+        _rewrite_log(layout, lambda doc: audit_id(key, doc) if PLAIN_ID.fullmatch(doc) else doc)
+    return key
+
+
+def _read_key(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        info = os.fstat(fd)
+        data = os.read(fd, KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) != KEY_BYTES or info.st_mode & 0o077:
+        raise StoreError(f"the audit key {path} is not {KEY_BYTES} bytes of mode 0600: "
+                         "move it away (a new one is made) only if the old audit ids need not match new ones")
+    return data
+
+
+def forget_documents(layout: Layout, docs, keep: int = KEEP) -> int:
+    """Take the audit ids of ``docs`` (superseded documents) out of every record; returns how many records changed.
+
+    A record keeps its time, caller and hit count, and loses only the ids
+    (keyed, or plain as an older agent wrote them). Nothing to do without a
+    log; a key is made if there is none yet (it keys any plain ids first).
+    """
+    docs = set(docs)
+    if not docs or not log_files(layout.audit_log, keep):
+        return 0
+    key = installation_key(layout)
+    gone = {audit_id(key, doc) for doc in docs} | docs
+    return _rewrite_log(layout, lambda doc: None if doc in gone else doc, keep)
+
+
+def _rewrite_log(layout: Layout, change, keep: int = KEEP) -> int:
+    """Apply ``change`` (an id -> its new form, or None to drop it) to every record's ids; how many records changed.
+
+    Each log file that changes is rewritten whole (a temporary file, then a
+    rename) under the log's locks, so no search's line is lost meanwhile.
+    """
+    path = layout.audit_log
+    changed = 0
+    with _lock_for(path):
+        lock_fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            for file in log_files(path, keep):
+                changed += _rewrite_file(file, change)
+        finally:
+            os.close(lock_fd)
+    return changed
+
+
+def _rewrite_file(file: Path, change) -> int:
+    from bastion_agent.core.layout import write_private
+
+    lines, changed = [], 0
+    with open(file, "rb") as handle:
+        for line in handle:
+            try:
+                row = json.loads(line)
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                lines.append(line)
+                continue
+            if isinstance(row, dict) and isinstance(row.get("docs"), list):
+                new = [change(doc) if isinstance(doc, str) else doc for doc in row["docs"]]
+                new = [doc for doc in new if doc is not None]
+                if new != row["docs"]:
+                    changed += 1
+                    row["docs"] = new
+                    line = (json.dumps(row, ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
+            lines.append(line)
+    if changed:
+        write_private(file, b"".join(lines))
+    return changed
 
 
 def append(path: Path, row: dict, *, max_bytes: int = MAX_BYTES, keep: int = KEEP) -> None:

@@ -86,6 +86,9 @@ class DocumentRow:
     paths: str  # JSON list of the document's sanitized source paths
     groups: str = "[]"  # JSON sorted list of the access groups that may read it ([]: only an every-group caller)
     modified: str = "[]"  # JSON list, one per path of ``paths``: that file's modification time (``core.dates``) or null
+    # JSON list, aligned with ``paths``, of each path's own groups: who may see that path in a hit
+    # (``access.visible_paths``); [] when the listing had none (the document's groups stand for each).
+    path_groups: str = "[]"
 
 
 @dataclass(frozen=True)

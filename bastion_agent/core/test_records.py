@@ -47,7 +47,7 @@ class SqlByNameTests(unittest.TestCase):
                 got = db.execute(records.select_sql("chunks", StoredChunk)).fetchall()
                 self.assertEqual([StoredChunk(*row) for row in got], [first])
                 self.assertEqual(db.execute(records.select_sql("documents", DocumentRow)).fetchall(),
-                                 [("d" * 64, '["x.txt"]', '["hr"]', "[]")])
+                                 [("d" * 64, '["x.txt"]', '["hr"]', "[]", "[]")])
             finally:
                 db.close()
 

@@ -197,7 +197,8 @@ def _document_row(doc: str, row: dict) -> DocumentRow:
     """A sanitized listing row as vectors.db keeps it: paths, groups and per-path times as JSON text."""
     paths = row.get("paths", [])
     return DocumentRow(doc, paths=json.dumps(paths), groups=json.dumps(_groups(row)),
-                       modified=json.dumps(_modified(row, len(paths) if isinstance(paths, list) else 0)))
+                       modified=json.dumps(_modified(row, len(paths) if isinstance(paths, list) else 0)),
+                       path_groups=json.dumps(_path_groups(row)))
 
 
 def _modified(row: dict, count: int) -> list[str | None]:
@@ -238,6 +239,18 @@ def _groups(row: dict) -> list[str]:
     if not isinstance(groups, list) or not all(is_group_name(name) for name in groups):
         return []
     return sorted(set(groups))
+
+
+def _path_groups(row: dict) -> list[list[str]]:
+    """A listing row's groups per path (aligned with ``paths``), or [] when it has none that are valid."""
+    from bastion_agent.core.access import is_group_name
+
+    given, paths = row.get("path_groups"), row.get("paths", [])
+    if not isinstance(given, list) or not isinstance(paths, list) or len(given) != len(paths):
+        return []
+    if not all(isinstance(groups, list) and all(is_group_name(name) for name in groups) for groups in given):
+        return []
+    return [sorted(set(groups)) for groups in given]
 
 
 def refresh_derived(layout: Layout, manifest) -> None:

@@ -10,7 +10,8 @@
 - **Stale vectors** on request (``prune``): vectors whose window is not in
   this sweep, of every model or of one.
 
-Either way the bytes leave ``vectors.db`` (``secure_delete``, the keyword
+A superseded document's keyed id leaves the audit log as well
+(``audit.forget_documents``). Either way the bytes leave ``vectors.db`` (``secure_delete``, the keyword
 index merged, the WAL truncated: ``vectorstore.scrub``) and ``index/``: every
 vector key's derived files are rebuilt (a new build; the old build's files
 are deleted), since a deleted vector makes them disagree with the database.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bastion_agent.core import audit
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.layout import Layout, read_jsonl
 from bastion_agent.embedding import vectorfile, vectorstore
@@ -54,6 +56,7 @@ def erase_superseded(layout: Layout) -> int:
             refresh_every_key(db, layout)
         finally:
             db.close()
+    audit.forget_documents(layout, docs)  # their keyed ids leave the audit log too, before the list is emptied
     documents_erased(layout, docs)
     return len(docs)
 

@@ -7,10 +7,11 @@ Two tables from the stage contract (docs/contract.md), plus one for the document
 - ``vectors(chunk_id, model, dim, vec, created)``, PK ``(chunk_id, model)``:
   rows are only ever added, so switching models or going back to an earlier
   document costs nothing;
-- ``documents(doc PK, paths, groups)``: each document's sanitized source
+- ``documents(doc PK, paths, groups, path_groups)``: each document's sanitized source
   paths (JSON list), so a hit can say where it comes from, and its access
   groups (JSON sorted list, ``_m007_document_groups``), so a search can
-  keep to what its caller may see.
+  keep to what its caller may see, and each path's own groups
+  (``_m009_path_groups``), so a hit names only the paths its caller may read.
 - ``embed_failures(chunk_id, model, reason, attempts, last_failed)``: chunks
   the model server refused, so a re-run knows what it retries (no text).
 - ``reuse_by_text``: empty but while a store written with old, raw-file ids
@@ -222,7 +223,18 @@ def _m007_document_groups(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE documents ADD COLUMN groups TEXT NOT NULL DEFAULT '[]'")
 
 
-def _m009_document_modified(db: sqlite3.Connection) -> None:
+def _m009_path_groups(db: sqlite3.Connection) -> None:
+    """Each document's groups per path (JSON, aligned with ``paths``): a caller sees only the paths it may read.
+
+    Rows of an older store get ``[]``, read as "the document's groups for
+    every path" until the next embed copies them from the sanitized listing.
+    Idempotent, and it reads nothing another migration makes.
+    """
+    if not _has_column(db, "documents", "path_groups"):
+        db.execute("ALTER TABLE documents ADD COLUMN path_groups TEXT NOT NULL DEFAULT '[]'")
+
+
+def _m010_document_modified(db: sqlite3.Connection) -> None:
     """Each document's per-path modification times (a JSON list beside ``paths``), for the dates of hits.
 
     Rows of an older store get ``[]`` (no date known) until the next embed
@@ -238,7 +250,7 @@ def _has_column(db: sqlite3.Connection, table: str, column: str) -> bool:
 
 MIGRATIONS = [_m001_create_tables, _m002_embed_failures, _m003_search_state, _m004_sanitized_ids,
               _m005_canonical_model_keys, _m006_chunk_docs, _m007_document_groups,
-              _m008_document_pages, _m009_document_modified]
+              _m008_document_pages, _m009_path_groups, _m010_document_modified]
 
 
 def rekey_pending(db: sqlite3.Connection) -> bool:
@@ -563,12 +575,14 @@ def document_groups(db: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
     return {doc: tuple(json.loads(groups)) for doc, groups in db.execute("SELECT doc, groups FROM documents")}
 
 
-def document_paths(db: sqlite3.Connection, docs: Iterable[str]) -> dict[str, list[str]]:
-    """Each document's sanitized source paths."""
+def document_paths(db: sqlite3.Connection, docs: Iterable[str], caller: frozenset | None = None) -> dict[str, list[str]]:
+    """Each document's sanitized source paths that ``caller`` may see (None: every group, every path)."""
     import json
+
+    from bastion_agent.core.access import visible_paths
 
     result = {}
     for doc in set(docs):
-        row = db.execute("SELECT paths FROM documents WHERE doc = ?", (doc,)).fetchone()
-        result[doc] = json.loads(row[0]) if row else []
+        row = db.execute("SELECT paths, groups, path_groups FROM documents WHERE doc = ?", (doc,)).fetchone()
+        result[doc] = visible_paths(caller, json.loads(row[0]), json.loads(row[2]), json.loads(row[1])) if row else []
     return result

@@ -62,12 +62,23 @@ class Labeller:
 
     def document_groups(self, raw_paths: Iterable[str], source: SourceRoot | None) -> list[str]:
         """The sorted union of the groups of a document's raw paths."""
+        return self.labelled(raw_paths, source)[0]
+
+    def labelled(self, raw_paths: Iterable[str], source: SourceRoot | None) -> tuple[list[str], dict[str, tuple]]:
+        """The document's groups (sorted union) and each raw path's own, each path looked at once.
+
+        A path's own groups decide who sees that path in a hit: a window
+        whose text is at ``public/form.txt`` and ``hr/dismissals/...`` shows
+        a ``public`` caller the first path only.
+        """
         groups: set[str] = set()
+        by_path = {}
         for path in raw_paths:
-            groups.update(self.path_groups(path, source))
+            by_path[path] = tuple(self.path_groups(path, source))
+            groups.update(by_path[path])
         if not groups:
             self.counts.without_group += 1
-        return sorted(groups)
+        return sorted(groups), by_path
 
     def path_groups(self, path: str, source: SourceRoot | None) -> tuple[str, ...]:
         for globs, groups in self._globs:

@@ -29,6 +29,7 @@ from bastion_agent.core.errors import StoreError
 from bastion_agent.core.progress import Progress, escape_name
 from bastion_agent.core.records import ListingRow
 from bastion_agent.sanitizing import copies
+from bastion_agent.sanitizing.copy_readers import CopySources
 from bastion_agent.sanitizing.detection_version import sanitizer_fingerprint
 from bastion_agent.sanitizing.pages import page_map
 from bastion_agent.sanitizing.scanner import Finding, Sanitizer, merge, replace_findings, sanitizer_for
@@ -76,6 +77,9 @@ class MapRow:
     # id, and those found in other texts of the sweep whose copies were removed here (copies.py).
     values: dict = field(default_factory=dict)
     copies: list = field(default_factory=list)
+    # Placeholders per rule put in for those copies: private, since a count of them moves with
+    # what texts of other readers hold (copy_readers.py); ``findings`` counts the text's own.
+    copy_findings: dict = field(default_factory=dict)
 
 
 def map_path(layout) -> Path:
@@ -109,7 +113,8 @@ class _Sweep:
     changed: int = 0
     bytes_in: int = 0
     reused: int = 0
-    matcher: copies.Matcher | None = None
+    sources: CopySources = field(default_factory=CopySources)
+    copies_removed: int = 0  # placeholders put in for copies of other texts' values (private figure)
     superseded: set[str] = field(default_factory=set)
 
 
@@ -131,7 +136,10 @@ def run(manifest, layout) -> dict:
     with Progress("sanitize", len(extracted), "docs") as progress, pool:
         worker = (pool, settings)
         kept = _sanitize_texts(layout, worker, extracted, previous, fingerprint, sweep, progress)
-        kept, sweep.matcher = _apply_copies(layout, worker, fingerprint, kept, sweep.failed)
+        groups = _key_groups(manifest, sanitizer, extracted, kept)
+        for key, row in kept:
+            sweep.sources.add(groups[key], row.values)
+        kept = _apply_copies(layout, worker, fingerprint, kept, sweep, groups)
         _gather_documents(sweep, kept, extracted)
         sweep.superseded = _superseded(layout, worker, previous, extracted, sweep.mapped, fingerprint,
                                        set(sweep.documents))
@@ -177,6 +185,7 @@ def _gather_documents(sweep: _Sweep, kept: list[tuple[str, MapRow]], extracted: 
         files = max(1, len(paths))  # counted per file, never per distinct raw content
         sweep.by_rule.update({rule: count * files for rule, count in row.findings.items()})
         sweep.changed += files if row.findings else 0
+        sweep.copies_removed += sum(row.copy_findings.values())
         sweep.bytes_in += row.bytes_in
         document = sweep.documents.setdefault(row.doc, _Document())
         document.raw_paths.update(paths)
@@ -190,8 +199,8 @@ def _write_listing_and_map(manifest, layout, sanitizer: Sanitizer, sweep: _Sweep
 
     Returns how many paths changed and the labeller's counts (groups dropped, documents without one).
     """
-    labeller = _labeller(manifest, sanitizer, sweep.matcher)
-    rows, paths_redacted = _listing_rows(sweep.documents, sanitizer, sweep.matcher, labeller, layout)
+    labeller = _labeller(manifest, sanitizer, sweep.sources)
+    rows, paths_redacted = _listing_rows(sweep.documents, sanitizer, sweep.sources, labeller, layout)
     store.write_jsonl(layout.sanitized_listing, rows)
     # The erase list before the map: once the map is rewritten, nothing else remembers the old documents.
     write_erase_list(layout, (read_erase_list(layout) | sweep.superseded) - set(sweep.documents))
@@ -209,7 +218,8 @@ def _write_raw_figures(layout, extracted: dict[str, _Extracted], sweep: _Sweep) 
     """
     bytes_out = sum(layout.doc_text_path(layout.sanitized_dir, doc).stat().st_size for doc in sweep.documents)
     store.write_figures(layout, "sanitize", {"texts": len(extracted), "reused": sweep.reused,
-                                             "bytes_in": sweep.bytes_in, "bytes_out": bytes_out})
+                                             "bytes_in": sweep.bytes_in, "bytes_out": bytes_out,
+                                             "copies_removed": sweep.copies_removed})
 
 
 def _summary_counts(extracted: dict[str, _Extracted], sweep: _Sweep, sanitizer: Sanitizer,
@@ -275,13 +285,19 @@ def _superseded(layout, sanitizer, previous: dict[str, MapRow], extracted: dict,
     current sanitizer would change it (or cannot say, over its budget).
     Documents of this run are never superseded.
     """
-    now = {row.key: row.doc for row in mapped}
+    now = {row.key: row for row in mapped}
     superseded = set()
     for key, old in previous.items():
-        if old.sanitizer == fingerprint or old.doc in current or not DOC_ID.fullmatch(old.doc):
+        if old.doc in current or not DOC_ID.fullmatch(old.doc):
+            continue
+        if old.sanitizer == fingerprint:
+            # The same sanitizer, other copies: a value found since in a text of wider readers (or one
+            # whose readers changed) made this text another document; the old one held the value.
+            if key in now and list(now[key].copies) != list(old.copies) and now[key].doc != old.doc:
+                superseded.add(old.doc)
             continue
         if key in extracted:
-            if now.get(key) != old.doc:
+            if key not in now or now[key].doc != old.doc:
                 superseded.add(old.doc)
         elif old.doc not in superseded and _would_change(layout, sanitizer, old.doc):
             superseded.add(old.doc)
@@ -294,7 +310,7 @@ def _would_change(layout, sanitizer, doc: str) -> bool:
         text = layout.doc_text_path(layout.sanitized_dir, doc).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return True
-    clean, _, _ = _redact_in_budget(*sanitizer, text)
+    clean = _redact_in_budget(*sanitizer, text)[0]
     return clean != text
 
 
@@ -307,76 +323,78 @@ def _reusable(row: MapRow | None, fingerprint: str, layout) -> MapRow | None:
     return row
 
 
-def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str) -> MapRow:
-    """Sanitize one extracted text, store it under its document id, and say what it became."""
+def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str, others: dict | None = None) -> MapRow:
+    """Sanitize one extracted text (with the copies of ``others``, values of other texts), store it, say what it became."""
     raw = _read_extracted(layout, key)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise StoreError("a text in the extract store is not UTF-8: run extract again") from None
-    clean, counts, values = _redact_in_budget(*sanitizer, text)
+    clean, counts, values, copied = _redact_in_budget(*sanitizer, text, others)
     if clean is None:
         return counts  # the reason it was not sanitized
     doc = doc_id(clean)
     _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), clean.encode("utf-8"))
-    return MapRow(key, doc, fingerprint, dict(sorted(counts.items())), len(raw), values)
+    return MapRow(key, doc, fingerprint, dict(sorted(counts.items())), len(raw), values, sorted(others or ()),
+                  dict(sorted(copied.items())))
 
 
-def _apply_copies(layout, worker, fingerprint: str, kept: list, failed: Counter):
-    """Remove, in every text of the sweep, the copies of values found in any of them.
+def _key_groups(manifest, sanitizer: Sanitizer, extracted: dict[str, _Extracted], kept: list) -> dict[str, frozenset]:
+    """Each kept text's access groups: the union of its raw paths' (``labels.py``), for the readers rule of copies.
+
+    A labeller of its own, so that the listing's labeller counts each dropped
+    group name once; its group-name check sees every value of the sweep, as
+    the listing's does, so both give a path the same groups.
+    """
+    from bastion_agent.sanitizing.labels import open_root
+
+    every = CopySources()
+    for _, row in kept:
+        every.add(frozenset(), row.values)
+    labeller = _labeller(manifest, sanitizer, every)
+    source = open_root(labeller.settings, labeller.root)
+    try:
+        return {key: frozenset(group for path in extracted[key].paths for group in labeller.path_groups(path, source))
+                for key, _ in kept}
+    finally:
+        if source is not None:
+            source.close()
+
+
+def _apply_copies(layout, worker, fingerprint: str, kept: list, sweep: _Sweep, groups: dict[str, frozenset]) -> list:
+    """Remove, in each text of the sweep, the copies of values found in texts whose readers include its own.
 
     Each text's own sanitizing (``_sanitize_one``) already removed the copies
-    of its own values; this pass gathers every text's values into one
-    matcher (``copies.Matcher``: one pass per text whatever their number),
-    finds which values of *other* texts each raw text holds, and replaces
-    those in its sanitized text. A text whose stored result was made with
-    another set of copies (a value appeared in, or left, some other file
-    since) is sanitized again from its raw text, so a re-sweep that finds a
+    of its own values; this pass takes the values of the texts that may
+    reach it (``copy_readers``: one matcher per group set of the targets,
+    one pass per text whatever their number) and finds which of them its raw
+    text holds. A text whose stored result was made with another set of
+    copies (it holds a value found elsewhere, a value appeared in or left
+    some other file since, or the labels changed) is sanitized again from
+    its raw text with those values, in the same pass as its own findings
+    (``Sanitizer.redact_found``'s ``others``), so a re-sweep that finds a
     value in a new file cleans the older documents that hold it.
     """
-    values: dict[str, str] = {}
-    for _, row in kept:
-        for value, rule in row.values.items():
-            values.setdefault(value, rule)
-    matcher = copies.Matcher(values) if values else None
     result = []
     for key, row in kept:
         present: list[str] = []
+        matcher = sweep.sources.matcher_for(groups[key])
         if matcher is not None:
             raw = _read_extracted(layout, key).decode("utf-8", "replace")
             present = sorted(matcher.present(raw) - set(row.values))
-        if present == list(row.copies):
-            result.append((key, row))
-            continue
-        if row.copies:  # made with other copies: start again from the raw text
-            row = _sanitize_one(layout, worker, key, fingerprint)
+        if present != list(row.copies):
+            row = _sanitize_one(layout, worker, key, fingerprint, {value: matcher.values[value] for value in present})
             if isinstance(row, str):
-                failed[row] += 1
+                sweep.failed[row] += 1
                 continue
-            if not present:
-                result.append((key, row))
-                continue
-        result.append((key, _with_copies(layout, row, {value: values[value] for value in present})))
-    return result, matcher
+        result.append((key, row))
+    return result
 
 
-def _with_copies(layout, row: MapRow, present: dict[str, str]) -> MapRow:
-    """The row's sanitized text with the copies of ``present`` (values found elsewhere) replaced."""
-    clean = layout.doc_text_path(layout.sanitized_dir, row.doc).read_bytes().decode("utf-8")
-    found = [Finding(s, e, -1, rule) for s, e, rule in copies.occurrences(clean, present)]
-    findings = dict(row.findings)
-    if found:
-        clean, counts = replace_findings(clean, merge(found))
-        for rule, count in counts.items():
-            findings[rule] = findings.get(rule, 0) + count
-    doc = doc_id(clean)
-    _write_if_changed(layout.doc_text_path(layout.sanitized_dir, doc), clean.encode("utf-8"))
-    return MapRow(row.key, doc, row.sanitizer, dict(sorted(findings.items())), row.bytes_in, row.values,
-                  sorted(present))
+def _redact_in_budget(pool, settings: SanitizeSettings, text: str, others: dict | None = None):
+    """``(clean, counts, values, copies)`` from a budgeted worker, or ``(None, reason, {}, {})`` when it overran.
 
-
-def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
-    """``(clean, counts, values)`` from a budgeted worker, or ``(None, reason, {})`` when it overran.
+    ``others`` are values of other texts whose copies go too (``copies`` counts them, apart).
 
     A custom pattern that backtracks without end (``(a+)+$``) is stopped by
     the time budget like a runaway reader; the reason names the rule that
@@ -387,20 +405,21 @@ def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
     from bastion_agent.core.budget import Call
 
     data = text.encode("utf-8")
-    answer = pool.run(Call("redact", (pickle.dumps(settings), data), len(data)))
+    answer = pool.run(Call("redact", (pickle.dumps(settings), data, pickle.dumps(others or {})), len(data)))
     if answer.reason is not None:
         rule = answer.progress
-        return None, f"{answer.reason} (rule {rule})" if rule and rule != "built-in" else answer.reason, {}
+        return None, f"{answer.reason} (rule {rule})" if rule and rule != "built-in" else answer.reason, {}, {}
     if "error" in answer.header:
         raise StoreError(f"sanitize failed on a text of the extract store ({answer.header['error']}); run it again")
     values = answer.header.get("values", {})
-    return answer.data.decode("utf-8"), Counter(answer.header.get("findings", {})), values
+    return (answer.data.decode("utf-8"), Counter(answer.header.get("findings", {})), values,
+            Counter(answer.header.get("copies", {})))
 
 
 _WORKER_SANITIZERS: dict[bytes, "Sanitizer"] = {}
 
 
-def budget_task_redact(note, settings_blob: bytes, data: bytes):
+def budget_task_redact(note, settings_blob: bytes, data: bytes, others_blob: bytes = b""):
     """The worker's side of ``_redact_in_budget``: redact, saying which custom rule is running."""
     import hashlib
     import pickle
@@ -410,30 +429,40 @@ def budget_task_redact(note, settings_blob: bytes, data: bytes):
     if sanitizer is None:
         _WORKER_SANITIZERS.clear()
         sanitizer = _WORKER_SANITIZERS[digest] = Sanitizer(pickle.loads(settings_blob))
-    clean, counts, values = sanitizer.redact_found_noting(data.decode("utf-8"), note)
+    text = data.decode("utf-8")
+    others = pickle.loads(others_blob) if others_blob else {}
+    clean, counts, values = sanitizer.redact_found_noting(text, note, others)
+    copied = Counter(rule for _, _, rule in copies.occurrences(text, others)) if others else Counter()
     # values: raw, handed back to the stage through the worker's pipe, kept in the private map
-    return {"findings": dict(counts), "values": values}, clean.encode("utf-8")
+    return {"findings": dict(counts), "values": values, "copies": dict(copied)}, clean.encode("utf-8")
 
 
-def _labeller(manifest, sanitizer: Sanitizer, matcher):
-    """The access labeller of this run: the manifest's rules, and the path rules a group name must pass."""
+def _labeller(manifest, sanitizer: Sanitizer, sources: CopySources):
+    """The access labeller of this run: the manifest's rules, and the path rules a group name must pass.
+
+    A group name from the file system must also hold no value found anywhere in the sweep: the
+    check only drops a label (the document is then read by fewer), it never shows a value.
+    """
     from bastion_agent.core.access import AccessSettings
     from bastion_agent.sanitizing.labels import Labeller
 
     settings = getattr(manifest, "access", None) or AccessSettings()
     source = getattr(manifest, "source", None)
+    every = sources.every_value()
+    matcher = copies.Matcher(every) if every else None
     return Labeller(settings, getattr(source, "root", None),
                     lambda name: escape_name(_without_copies(sanitizer.redact_path(name), matcher)))
 
 
-def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher=None,
+def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, sources: CopySources | None = None,
                   labeller=None, layout=None) -> tuple[list[dict], int]:
     """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path, groups) and how many paths changed.
 
     A paged document (a PDF, an image) also gets its page map (``pages.py``), made from its
     sanitized text and the pages extract recognised by OCR.
 
-    A value found in any text of the sweep is removed from the path names too (``matcher``).
+    A value found in a text of the sweep is removed from the path names too, under the readers
+    rule of the texts (``copy_readers``): only values of texts whose groups include the document's.
     The paths are sanitized, then their control characters escaped, so search, serve, MCP and
     publish show no name that can forge a line or drive a terminal. The groups are computed
     from the raw paths (``labels``); only their names are written.
@@ -442,16 +471,18 @@ def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, matcher
 
     source = open_root(labeller.settings, labeller.root) if labeller is not None else None
     try:
-        return _rows(documents, sanitizer, matcher, labeller, source, layout)
+        return _rows(documents, sanitizer, sources or CopySources(), labeller, source, layout)
     finally:
         if source is not None:
             source.close()
 
 
-def _rows(documents, sanitizer, matcher, labeller, source, layout) -> tuple[list[dict], int]:
+def _rows(documents, sanitizer, sources: CopySources, labeller, source, layout) -> tuple[list[dict], int]:
     rows, paths_redacted = [], 0
     for doc in sorted(documents):
         document = documents[doc]
+        groups, by_path = labeller.labelled(document.raw_paths, source) if labeller is not None else (None, {})
+        matcher = sources.matcher_for(frozenset(groups or ()))
         redacted = {path: _without_copies(sanitizer.redact_path(path), matcher) for path in document.raw_paths}
         paths_redacted += sum(1 for path, clean_path in redacted.items() if clean_path != path)
         shown = {path: escape_name(clean_path) for path, clean_path in redacted.items()}  # every output's form
@@ -459,12 +490,14 @@ def _rows(documents, sanitizer, matcher, labeller, source, layout) -> tuple[list
         kind = document.kind_by_path.get(first, "") if first is not None else ""
         paths = sorted(set(shown.values()))
         row = {"doc": doc, "paths": paths, "kind": kind, "modified": _modified_per_path(document, shown, paths)}
+        if labeller is not None:
+            row["path_groups"] = _path_groups(paths, shown, by_path)
         ocr_pages = document.ocr_pages_by_path.get(first) if first is not None else None
         if ocr_pages is not None and layout is not None:
             clean = layout.doc_text_path(layout.sanitized_dir, doc).read_bytes().decode("utf-8")
             row["pages"] = page_map(clean, ocr_pages)
-        if labeller is not None:
-            row["groups"] = labeller.document_groups(document.raw_paths, source)
+        if groups is not None:
+            row["groups"] = groups
         rows.append(row)
     return rows, paths_redacted
 
@@ -482,6 +515,14 @@ def _modified_per_path(document: _Document, shown: dict[str, str], paths: list[s
         if when is not None and when > latest.get(name, ""):
             latest[name] = when
     return [latest.get(path) for path in paths]
+
+
+def _path_groups(paths: list[str], shown: dict[str, str], by_path: dict[str, tuple]) -> list[list[str]]:
+    """Each listed path's groups, in the order of ``paths`` (raw paths shown alike: the union of theirs)."""
+    groups: dict[str, set] = {path: set() for path in paths}
+    for raw, clean in shown.items():
+        groups[clean].update(by_path.get(raw, ()))
+    return [sorted(groups[path]) for path in paths]
 
 
 def _without_copies(text: str, matcher) -> str:

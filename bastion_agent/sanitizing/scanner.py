@@ -130,22 +130,32 @@ class Sanitizer:
         clean, counts, _ = self.redact_found(text)
         return clean, counts
 
-    def redact_found(self, text: str) -> tuple[str, Counter, dict[str, str]]:
+    def redact_found(self, text: str, others: dict[str, str] | None = None) -> tuple[str, Counter, dict[str, str]]:
         """``redact``, and the values it found that are worth removing elsewhere (value -> rule id).
 
         Every other occurrence of a found value in the same text goes too
         (``copies.py``): ``api_key = "X"`` then ``print("X")``. The values
         are raw secrets: the stage keeps them inside the extract store.
+
+        ``others`` (value -> rule id) are values found in other texts that
+        may reach this one (the stage's readers rule): their copies go in
+        the same pass, merged with this text's findings, so a copy that a
+        finding here cut in two (``pw = "abc" +⏎ "def"``) goes whole. The
+        counts stay this text's own: they must not move with other texts.
         """
         findings = merge(self.findings(text))
-        if not findings:
+        if not findings and not others:
             return text, Counter(), {}
         found = copies.found_values(text, findings)
         if found:
             findings = merge(findings + [Finding(s, e, -1, rule) for s, e, rule in copies.occurrences(text, found)])
-        return replace_findings(text, findings) + (found,)
+        clean, counts = replace_findings(text, findings)
+        copied = [Finding(s, e, -1, rule) for s, e, rule in copies.occurrences(text, others)] if others else []
+        if copied:
+            clean = replace_findings(text, merge(findings + copied))[0]
+        return clean, counts, found
 
-    def redact_found_noting(self, text: str, note) -> tuple[str, Counter, dict[str, str]]:
+    def redact_found_noting(self, text: str, note, others: dict[str, str] | None = None) -> tuple[str, Counter, dict[str, str]]:
         """``redact_found``, calling ``note(name)`` each time the rule being matched changes.
 
         ``name`` is a custom rule's id, or "built-in" for every other rule:
@@ -163,7 +173,7 @@ class Sanitizer:
 
         self._accept = noted
         try:
-            return self.redact_found(text)
+            return self.redact_found(text, others)
         finally:
             self._accept = accept
 

@@ -2,7 +2,7 @@
 
 A hit is one window; a reader who wants the context opens the document.
 The view is made from vectors.db alone (the windows' sanitized text, the
-document's paths, groups, dates and page map), never from the extract store
+document's paths the caller may see and their dates, its groups and page map), never from the extract store
 or even the sanitized store, so it shows exactly what search may show.
 
 The windows' offsets are offsets in the sanitized text, so the view keeps
@@ -28,7 +28,7 @@ from bastion_agent.sanitizing.pages import where
 
 DOC_ID = re.compile(r"[0-9a-f]{64}")
 MAX_VIEW_CHARS = 4 * 1024 * 1024  # a longer document is cut here, and says so
-DOCUMENT_ROW = 'SELECT d.paths, d.groups, d.modified FROM documents d WHERE d.doc = ?'
+DOCUMENT_ROW = "SELECT d.paths, d.groups, d.modified, d.path_groups FROM documents d WHERE d.doc = ?"
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,11 @@ def document_view(db, doc: str, groups: frozenset | None) -> DocumentView | None
     if row is None or not windows or not _visible(row[1], groups):
         return None
     named = _list(row[0])
+    shown = access.visible_positions(groups, named, _list(row[3]), _list(row[1]))  # the caller's paths only
     text, placed, truncated = _merged(windows)
     pages = _pages(db, doc, len(text))
-    return DocumentView(doc, [escape_name(str(path)) for path in named], dates.latest(row[2], len(named)), text,
-                        placed, pages, truncated)
+    return DocumentView(doc, [escape_name(str(named[position])) for position in shown],
+                        dates.latest(row[2], len(named), shown=shown), text, placed, pages, truncated)
 
 
 def _visible(stored_groups: str | None, groups: frozenset | None) -> bool:

@@ -228,14 +228,14 @@ class SearchIndex:
             if dates is not None:
                 visible = self._labels_of().dated(groups, dates)
                 try:
-                    return self._ranked_hits(query, query_vector, k, mode, exact, visible)
+                    return self._ranked_hits(query, query_vector, k, mode, exact, visible, groups)
                 finally:
                     self._labels_of().release(visible)
             visible = self.visible(groups) if groups is not None else None
-            return self._ranked_hits(query, query_vector, k, mode, exact, visible)
+            return self._ranked_hits(query, query_vector, k, mode, exact, visible, groups)
 
-    def _ranked_hits(self, query: str, query_vector, k: int, mode: str, exact: bool, visible) -> list[Hit]:
-        """The top ``k`` hits of ``mode`` among ``visible``'s windows (None: every window)."""
+    def _ranked_hits(self, query: str, query_vector, k: int, mode: str, exact: bool, visible, groups) -> list[Hit]:
+        """The top ``k`` hits of ``mode`` among ``visible``'s windows (None: every window), as ``groups`` sees them."""
         from bastion_agent.searching import fusion
 
         if visible is not None and not visible.count and not visible.windows:
@@ -243,12 +243,12 @@ class SearchIndex:
         if mode == "keyword":
             ranked = fusion.keyword_only(self._keyword_top(query, k, visible))
         elif mode == "vector":
-            return self._vector_hits(query_vector, k, exact, visible)
+            return self._vector_hits(query_vector, k, exact, visible, groups)
         else:
             ranked = self._hybrid(query, query_vector, k, exact, visible)
-        return self._hits(ranked, mode, k)
+        return self._hits(ranked, mode, k, groups)
 
-    def _vector_hits(self, query_vector, k: int, exact: bool, visible=None) -> list[Hit]:
+    def _vector_hits(self, query_vector, k: int, exact: bool, visible=None, groups=None) -> list[Hit]:
         """Vector mode's hits: the rows of the first ``k`` windows are built, the spare ones only when one is gone.
 
         A spare window stands in for one that left the sweep after the index
@@ -259,9 +259,9 @@ class SearchIndex:
 
         ranked = self._vector_top(query_vector, k, exact, visible, spare=RESCORE_MARGIN)
         floor = self.query_floor(query_vector, visible)
-        hits = self._hits(fusion.vector_only(ranked[:k], floor), "vector", k)
+        hits = self._hits(fusion.vector_only(ranked[:k], floor), "vector", k, groups)
         if len(hits) < k < len(ranked):
-            hits = self._hits(fusion.vector_only(ranked, floor), "vector", k)
+            hits = self._hits(fusion.vector_only(ranked, floor), "vector", k, groups)
         return hits
 
     def _hybrid(self, query: str, query_vector, k: int, exact: bool, visible=None) -> list:
@@ -421,14 +421,15 @@ class SearchIndex:
         scored = sorted(zip((score for score, _ in candidates), chunk_ids), key=lambda item: (-item[0], item[1]))
         return scored[: n + spare]
 
-    def _hits(self, ranked: list, mode: str, k: int | None = None) -> list[Hit]:
+    def _hits(self, ranked: list, mode: str, k: int | None = None, groups: frozenset | None = None) -> list[Hit]:
         """The first ``k`` of ``fusion.Scored`` rows whose window is in ``chunks``, as hits.
 
         Text and paths are read in one query (``chunks`` joined with
         ``documents``) for the first ``k``, and the page maps of their
         documents in one more; a window that left the sweep since the index
         was loaded has no row and the next one takes its place (another
-        query, only then).
+        query, only then). A hit lists only the paths ``groups`` may see
+        (``access.visible_paths``), here, once, for every front end.
         """
         import sqlite3
 
@@ -442,22 +443,27 @@ class SearchIndex:
             position += len(part)
             marks = ",".join("?" * len(part))
             rows = {row["chunk_id"]: row for row in cursor.execute(
-                f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, d.paths, d.modified FROM chunks c'
+                f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, d.paths, d.modified,'
+                " d.groups AS doc_groups, d.path_groups FROM chunks c"
                 f" LEFT JOIN documents d ON d.doc = c.doc WHERE c.chunk_id IN ({marks})",
                 [item.chunk_id for item in part])}
             maps = vectorstore.document_pages(self.db, (row["doc"] for row in rows.values()))
-            hits += [hit_of(item, rows[item.chunk_id], mode, maps) for item in part if item.chunk_id in rows]
+            hits += [hit_of(item, rows[item.chunk_id], mode, maps, groups) for item in part if item.chunk_id in rows]
         return hits
 
 
-def hit_of(item, row, mode: str, maps: dict) -> Hit:
+def hit_of(item, row, mode: str, maps: dict, groups: frozenset | None = None) -> Hit:
     """The hit of a ranked window (``fusion.Scored``: its scores) and its row (``chunks`` and ``documents``
-    by column name), with the mode that answered and the page its text starts on."""
+    by column name), with the mode that answered, the page its text starts on, and the paths ``groups`` may see."""
     import json
 
+    from bastion_agent.core.access import visible_positions
+
     named = json.loads(row["paths"] or "[]")
-    paths = [escape_name(path) for path in named]
-    return records.build(Hit, item, row, paths=paths, mode=mode, modified=dates.latest(row["modified"], len(named)),
+    shown = visible_positions(groups, named, json.loads(row["path_groups"] or "[]"), json.loads(row["doc_groups"] or "[]"))
+    paths = [escape_name(named[position]) for position in shown]
+    return records.build(Hit, item, row, paths=paths, mode=mode,
+                         modified=dates.latest(row["modified"], len(named), shown=shown),
                          **page_of(maps.get(row["doc"]), row["start"], row["text"]))
 
 

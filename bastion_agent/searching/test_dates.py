@@ -128,6 +128,37 @@ class DateFilterTests(DatedFolder):
             self.assertEqual(out, "")
 
 
+class HiddenCopyDateTests(DatedFolder):
+    """One text in a public folder and in hr: a staff caller is dated, and filtered, by the public file alone."""
+
+    @classmethod
+    def extra_files(cls, docs):
+        from bastion_agent.testing.dated_folder import write_dated
+
+        write_dated(docs, "forms/exit-form.txt", f"exit {cls.topic} form for the depot staff", OLD)
+        write_dated(docs, "hr/dismissals/exit-form.txt", f"exit {cls.topic} form for the depot staff", NEW)
+
+    def test_a_hidden_copys_date_is_never_shown_nor_filtered_by(self):
+        from bastion_agent.searching.searcher import SearchIndex
+
+        with clean_env():
+            manifest = manifest_module.load(self.manifest)
+        index = SearchIndex.load(manifest, Layout(self.out))
+        self.addCleanup(index.close)
+        staff = frozenset({"staff"})
+
+        def form_hits(groups, window=None):
+            hits = index.search(f"exit {self.topic} form", None, 20, "keyword", groups=groups, dates=window)
+            return [hit for hit in hits if "exit" in hit.text]
+
+        (mine,) = form_hits(staff)
+        self.assertEqual((mine.paths, mine.modified), (["forms/exit-form.txt"], iso(OLD)))
+        (everyone,) = form_hits(None)
+        self.assertEqual(everyone.modified, iso(NEW))
+        self.assertEqual(form_hits(staff, dates.date_range("2026-01-01", None)), [])
+        self.assertEqual(len(form_hits(None, dates.date_range("2026-01-01", None))), 1)
+
+
 class ServeAndMcpDateTests(DatedFolder):
     def test_http_and_mcp_filter_like_the_cli(self):
         from types import SimpleNamespace

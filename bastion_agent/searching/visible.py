@@ -26,7 +26,7 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from bastion_agent.core.access import can_see, caller_key
+from bastion_agent.core.access import can_see, caller_key, visible_positions
 from bastion_agent.core.dates import latest
 from bastion_agent.embedding.vectorfile import RowFilter
 from bastion_agent.searching.keyword_visible import average_length
@@ -143,14 +143,16 @@ class Labels:
         Made for one search and never cached (an age such as ``7d`` moves with
         the clock); ``release`` drops its table after the search. It costs a
         pass over the store's windows, like an exact scan. A document is dated
-        by the latest of its paths (``core.dates.latest``).
+        by the latest of the paths the caller may see (``core.dates.latest``),
+        as its hits are.
         """
         if self._dates is None:
-            self._dates = {doc: (_names(names), latest(modified, len(_names(paths))))
-                           for doc, names, paths, modified in self.db.execute(
-                               "SELECT doc, groups, paths, modified FROM documents")}
-        docs = {doc: 0 for doc, (names, modified) in self._dates.items()
-                if (groups is None or can_see(groups, names)) and dates.holds(modified)}
+            self._dates = {doc: (_names(names), _listed(paths), _listed(path_groups), modified)
+                           for doc, names, paths, path_groups, modified in self.db.execute(
+                               "SELECT doc, groups, paths, path_groups, modified FROM documents")}
+        docs = {doc: 0 for doc, (names, paths, path_groups, modified) in self._dates.items()
+                if (groups is None or can_see(groups, names))
+                and dates.holds(latest(modified, len(paths), visible_positions(groups, paths, path_groups, names)))}
         table = f"visible_{next(_TABLE_NUMBERS)}"
         self.db.execute(f"CREATE TEMP TABLE {table} (rowid INTEGER PRIMARY KEY)")
         self.db.execute(f"CREATE TEMP TABLE {table}_docs (doc TEXT PRIMARY KEY)")
@@ -187,6 +189,15 @@ class Labels:
         np = self.vectors.np
         mask = np.isin(position_sets, np.fromiter(seen, dtype=np.int32, count=len(seen)))
         return RowFilter(np.flatnonzero(mask).astype(np.int64), mask)
+
+
+def _listed(value: str) -> list:
+    """A JSON list column (``paths``, ``path_groups``); anything unreadable is an empty list."""
+    try:
+        listed = json.loads(value or "[]")
+    except (TypeError, ValueError):
+        return []
+    return listed if isinstance(listed, list) else []
 
 
 def _names(groups: str) -> list[str]:

@@ -174,7 +174,7 @@ class BastionTools:
                 'SELECT chunk_id, idx, start, "end", text FROM chunks WHERE doc = ? AND idx BETWEEN ? AND ?'
                 " ORDER BY idx", (doc, idx - neighbours, idx + neighbours)).fetchall()
             total = index.db.execute("SELECT count(*) FROM chunks WHERE doc = ?", (doc,)).fetchone()[0]
-            paths = vectorstore.document_paths(index.db, [doc])[doc]
+            paths = vectorstore.document_paths(index.db, [doc], groups)[doc]
             page_map = vectorstore.document_pages(index.db, [doc]).get(doc)
         text, truncated = capped(passage(rows), MAX_PASSAGE_CHARS)
         return {

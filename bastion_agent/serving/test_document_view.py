@@ -25,6 +25,7 @@ class DocumentViewTests(DatedFolder):
         words = [f"{cls.topic}{number}" if number % 7 == 0 else "word" for number in range(120)]
         write_dated(docs, "long/report.txt", " ".join(words), NEW)
         write_dated(docs, "long/markup.txt", f"<script>alert(1)</script> & {cls.topic} <b>bold</b>", NEW)
+        write_dated(docs, "hr/copy.txt", f"shared {cls.topic} checklist for the depot", NEW)  # a hidden copy
 
     def setUp(self):
         with clean_env():
@@ -47,6 +48,11 @@ class DocumentViewTests(DatedFolder):
         for window in view.windows:  # each window's span in the view holds exactly its text
             text = self.index.db.execute("SELECT text FROM chunks WHERE chunk_id = ?", (window["chunk_id"],)).fetchone()[0]
             self.assertEqual(view.text[window["start"]:window["end"]], text)
+
+    def test_a_hidden_copys_path_is_not_shown(self):
+        doc = self.doc_of("copy/a.txt")
+        self.assertEqual(document_view(self.index.db, doc, STAFF).paths, ["copy/a.txt", "copy/b.txt"])
+        self.assertIn("hr/copy.txt", document_view(self.index.db, doc, None).paths)
 
     def test_a_hidden_document_is_answered_exactly_like_an_absent_one(self):
         hidden = self.doc_of("hr/secret.txt")

@@ -127,8 +127,11 @@ class ServeTests(TwoTokensCase):
         self.search(server.url, self.hr, "review", "hybrid")
         self.search(server.url, self.eng, "review", "hybrid")
         rows = [json.loads(line) for line in self.store.layout.audit_log.read_text(encoding="utf-8").splitlines()]
-        hr_docs = {self.store.ids[text] for text in {**HR_DOCS, **HR_FILLER, **SHARED}}
-        eng_docs = {self.store.ids[text] for text in {**ENG_DOCS, **ENG_FILLER, **SHARED}}
+        from bastion_agent.core import audit
+
+        key = audit.installation_key(self.store.layout)  # the log keeps keyed ids
+        hr_docs = {audit.audit_id(key, self.store.ids[text]) for text in {**HR_DOCS, **HR_FILLER, **SHARED}}
+        eng_docs = {audit.audit_id(key, self.store.ids[text]) for text in {**ENG_DOCS, **ENG_FILLER, **SHARED}}
         last = {row["caller"]: row for row in rows}
         self.assertTrue(set(last["hr-portal"]["docs"]) <= hr_docs)
         self.assertTrue(set(last["eng-wiki"]["docs"]) <= eng_docs)
