@@ -9,8 +9,12 @@ by:
 
 - ``rows``: a ``vectorfile.RowFilter`` over the vector file (the exact scan
   and the ANN index skip every other row);
-- ``table``: a temporary table of the caller's windows (``chunks`` rowids,
-  which are the keyword index's rowids), that keyword search joins;
+- ``table``: a temporary table of the caller's windows (``chunks`` rowids
+  and chunk ids), where MCP ``fetch`` looks a chunk id up, so that an id
+  the caller may not see costs exactly what an absent one does;
+- ``sets`` and ``keyword``: the reader sets (distinct document group sets)
+  the caller may see, and their keyword indexes (``keyword_sets``), which
+  keyword search reads instead of the index over every window;
 - ``count``: how many windows the caller may search.
 
 Documents' groups are read once per loaded index (``Labels``), as one
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 
 from bastion_agent.core.access import can_see, caller_key
 from bastion_agent.embedding.vectorfile import RowFilter
+from bastion_agent.searching.keyword_sets import ReaderSetIndexes
 from bastion_agent.searching.keyword_visible import average_length
 
 CACHED_CALLERS = 32  # distinct group sets kept per loaded index; each holds a row mask and a temp table
@@ -40,12 +45,14 @@ class Visible:
 
     groups: frozenset | None
     rows: RowFilter | None  # None: every current row of the vector file (or no vector file loaded)
-    table: str | None  # temp table of the caller's chunk rowids; None: every window
+    table: str | None  # temp table of the caller's chunk rowids and ids; None: every window
     count: int  # windows the caller may search (with a vector, when the vector file is loaded)
     windows: int = 0  # the caller's windows in ``chunks`` (what keyword search counts over)
     average_length: float = 0.0  # their mean length in tokens (keyword search's BM25)
     # keyword search's capped document frequencies over these windows, per word asked (``keyword_visible``)
     frequencies: dict = field(default_factory=dict, compare=False, repr=False)
+    sets: frozenset = frozenset()  # the reader sets (``Labels.sets`` numbers) the caller may see
+    keyword: ReaderSetIndexes | None = field(default=None, compare=False, repr=False)
 
     @property
     def everything(self) -> bool:
@@ -67,6 +74,10 @@ class Labels:
                 self.sets.append(tuple(_names(groups)))
             doc_set[doc] = numbers[groups]
         self.chunk_sets = [(rowid, doc_set.get(doc, -1)) for rowid, doc in db.execute("SELECT rowid, doc FROM chunks")]
+        members: dict[int, list[int]] = {}
+        for rowid, number in self.chunk_sets:
+            members.setdefault(number, []).append(rowid)
+        self.keyword = ReaderSetIndexes(db, members)
         self.position_sets = self._positions(key, dim, doc_set) if vectors is not None else None
         self._cache: OrderedDict = OrderedDict()
 
@@ -117,13 +128,14 @@ class Labels:
             return Visible(None, None, None, count, len(self.chunk_sets))
         seen = {number for number, names in enumerate(self.sets) if can_see(groups, names)}
         table = f"visible_{next(_TABLE_NUMBERS)}"
-        self.db.execute(f"CREATE TEMP TABLE {table} (rowid INTEGER PRIMARY KEY)")
-        self.db.executemany(f"INSERT INTO temp.{table} VALUES (?)",
+        self.db.execute(f"CREATE TEMP TABLE {table} (rowid INTEGER PRIMARY KEY, chunk_id TEXT)")
+        self.db.executemany(f"INSERT INTO temp.{table} SELECT rowid, chunk_id FROM main.chunks WHERE rowid = ?",
                             ((rowid,) for rowid, number in self.chunk_sets if number in seen))
+        self.db.execute(f"CREATE UNIQUE INDEX temp.{table}_chunk ON {table}(chunk_id)")
         windows = sum(1 for _, number in self.chunk_sets if number in seen)
         rows = self._row_filter(seen)
         return Visible(groups, rows, table, rows.count if rows is not None else windows, windows,
-                       average_length(self.db, table))
+                       average_length(self.db, table), sets=frozenset(seen), keyword=self.keyword)
 
     def _row_filter(self, seen: set[int]) -> RowFilter | None:
         if self.position_sets is None:

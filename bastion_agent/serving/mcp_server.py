@@ -36,7 +36,7 @@ from typing import Callable
 
 from bastion_agent import __version__
 from bastion_agent.config.manifest import SEARCH_MODES
-from bastion_agent.core import access, records
+from bastion_agent.core import records
 from bastion_agent.core.errors import BastionError, ConfigError
 from bastion_agent.embedding import vectorstore
 from bastion_agent.searching import searcher
@@ -158,15 +158,22 @@ class BastionTools:
         """The window ``chunk_id`` names and up to ``neighbours`` windows each side, as one passage.
 
         A window of a document ``caller`` may not see is answered exactly as
-        one that does not exist (the same message, after the same one query),
-        so guessing chunk ids tells nothing about what other groups hold.
+        one that does not exist, after exactly the same work: a filtered
+        caller's id is looked up among its own windows only (the temp table
+        of ``searching.visible``), so a hidden id misses the same index an
+        absent one does, and neither the answer nor its time tells what
+        other groups hold.
         """
         chunk, neighbours = self.fetch_arguments(arguments)
         groups = (caller or self.local_caller).groups
         index = self.service().index
         with index.lock:  # the index's one SQLite connection is shared by the search threads
-            found = index.db.execute(FETCH_ALL_GROUPS if groups is None else FETCH_WITH_GROUPS, (chunk,)).fetchone()
-            if found is None or not visible_to(found[2], groups):
+            if groups is None:
+                found = index.db.execute(FETCH_ALL_GROUPS, (chunk,)).fetchone()
+            else:
+                table = index.visible(groups).table
+                found = index.db.execute(FETCH_VISIBLE.format(table=table), (chunk,)).fetchone()
+            if found is None:
                 raise BastionError(f"no window {chunk} in this sweep: ids change when a document changes; "
                                    "search again for a current chunk_id")
             doc, idx, _ = found
@@ -204,19 +211,9 @@ class BastionTools:
 
 
 FETCH_ALL_GROUPS = "SELECT doc, idx, NULL FROM chunks WHERE chunk_id = ?"  # every group: no label to read
-FETCH_WITH_GROUPS = ("SELECT c.doc, c.idx, d.groups FROM chunks AS c LEFT JOIN documents AS d ON d.doc = c.doc"
-                     " WHERE c.chunk_id = ?")
-
-
-def visible_to(stored_groups: str | None, groups: frozenset[str] | None) -> bool:
-    """Whether a document labelled ``stored_groups`` (vectors.db's JSON list) is visible to ``groups``."""
-    if groups is None:
-        return True
-    try:
-        labels = json.loads(stored_groups) if stored_groups else []
-    except ValueError:
-        return False
-    return isinstance(labels, list) and access.can_see(groups, (label for label in labels if isinstance(label, str)))
+# a filtered caller: its own windows' ids only (the visible table's unique index), then that window's row
+FETCH_VISIBLE = ("SELECT c.doc, c.idx, NULL FROM temp.{table} AS v CROSS JOIN main.chunks AS c ON c.rowid = v.rowid"
+                 " WHERE v.chunk_id = ?")
 
 
 def refuse_unknown(arguments: dict, allowed: tuple[str, ...]) -> None:
