@@ -21,7 +21,10 @@ on both alike; each a ratio measured in the same run):
   ``public`` (keyword, hybrid, vector), ratio W / C;
 - ``every_group``: the same real questions (SciFact's and Cranfield's)
   asked with every group (no filter), and by a named caller whose groups
-  label every document, per mode, p50; this tree over the tree before.
+  label every document, per mode, p50; this tree over the tree before;
+- ``cold_keyword_public_p50_ms``: a freshly loaded index's first keyword
+  search by the ``public`` caller, which builds its filter (and, after the
+  change, its reader sets' keyword indexes): the once-per-load cost.
 
 Each figure is taken for both trees: ``--before`` (default ``/work/main``,
 the code before the change) and this repository, each in its own child
@@ -148,10 +151,42 @@ def prepare(folder: Path, windows: int, hidden: int) -> dict:
     return chosen
 
 
-# --- one tree's in-process figures (child) ---------------------------------
+# --- one tree's in-process figures (a worker per tree) ---------------------
 
 
-def child(tree: Path, folder: Path, words: dict, queries: int) -> dict:
+class Worker:
+    """A child process that holds one tree's open index and times what the parent asks, one request at a time.
+
+    Both trees' workers stay up side by side, so the parent can ask the same
+    search of each in turn: the machine's drift (eight engineers share two
+    cores) falls on both alike. The wall is measured inside the worker,
+    around the search alone.
+    """
+
+    def __init__(self, tree: Path, folder: Path):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBED_", "BASTION_"))}
+        env["PYTHONPATH"] = str(tree)
+        env["BASTION_SHARED_DATA"] = os.environ.get("BASTION_SHARED_DATA") or SHARED_DATA
+        argv = [sys.executable, str(Path(__file__).resolve()), "--worker", str(tree), "--keep", str(folder.parent),
+                "--windows", folder.name]
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                        cwd=tree)
+
+    def ask(self, **request) -> float:
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"a worker stopped (exit {self.process.wait()})")
+        return json.loads(line)["s"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(60)
+
+
+def worker(tree: Path, folder: Path) -> None:
+    """The worker's loop: ``{"op": "search", "text", "mode", "groups"}`` or ``{"op": "fetch", "chunk"}`` per line."""
     sys.path.insert(0, str(tree))
     import bastion_agent
 
@@ -163,31 +198,29 @@ def child(tree: Path, folder: Path, words: dict, queries: int) -> dict:
     from bastion_agent.core.layout import Layout
     from bastion_agent.testing.stub_server import bag_of_words
 
-    vec = lambda text: bag_of_words(text, _realtext.DIM)  # noqa: E731
     index = embed.SearchIndex.load(_realtext.manifest_stub(), Layout(folder / "out"))
-    try:
-        result = {"hidden_word": {}, "every_group": {}}
-        pair = [(words["word"], vec(words["word"])), (words["control"], vec(words["control"]))]
-        for mode in MODES:
-            walls = interleaved(lambda p, m=mode: index.search(p[0], p[1], 10, m, groups=PUBLIC), pair, queries)
-            result["hidden_word"][mode] = walls
-        asked = [(text, vec(text)) for text in questions(queries)]
-        for mode in MODES:
-            for name, groups in (("none", None), ("named_all", BOTH)):
-                search = lambda p, m=mode, g=groups: index.search(p[0], p[1], 10, m, groups=g)  # noqa: E731
-                for item in asked[:10]:
-                    search(item)
-                result["every_group"][f"{mode}_{name}"] = p50_ms(timed(search, asked))
-    finally:
-        index.close()
-    result["fetch"] = fetch_times(folder, words, queries)
-    return result
+    fetch = fetcher(folder)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "fetch":
+            started = time.perf_counter()
+            fetch(request["chunk"])
+        elif request["op"] == "cold":  # a fresh index: the caller's filter and keyword indexes built by this query
+            started = time.perf_counter()
+            fresh = embed.SearchIndex.load(_realtext.manifest_stub(), Layout(folder / "out"))
+            fresh.search(request["text"], None, 10, "keyword", groups=frozenset(request["groups"]))
+            fresh.close()
+        else:
+            groups = None if request["groups"] is None else frozenset(request["groups"])
+            vector = bag_of_words(request["text"], _realtext.DIM) if request["mode"] != "keyword" else None
+            started = time.perf_counter()
+            index.search(request["text"], vector, 10, request["mode"], groups=groups)
+        print(json.dumps({"s": time.perf_counter() - started}), flush=True)
+    index.close()
 
 
-def fetch_times(folder: Path, words: dict, queries: int) -> list[list[float]]:
-    """MCP ``fetch`` for the ``public`` caller: a hidden window's id and an absent one, interleaved."""
-    import secrets
-
+def fetcher(folder: Path):
+    """MCP ``fetch`` as the ``public`` caller (a miss and a hidden id both end in the same error)."""
     from bastion_agent.config import manifest as manifest_module
     from bastion_agent.core.errors import BastionError
     from bastion_agent.core.layout import Layout
@@ -198,98 +231,134 @@ def fetch_times(folder: Path, words: dict, queries: int) -> list[list[float]]:
     tools = mcp_server.BastionTools(manifest, Layout(folder / "out"), EndpointConfig(url="http://127.0.0.1:9"))
     caller = tokens.Caller("bench", PUBLIC)
 
-    def fetch(chunk):
+    def fetch(chunk: str) -> None:
         try:
             tools.fetch({"chunk_id": chunk}, caller)
         except BastionError:
             pass
 
-    ids = [words["hidden_chunk"], secrets.token_hex(32)]
-    return interleaved(fetch, ids, max(200, 10 * queries))
+    return fetch
 
 
-def interleaved(function, pair: list, rounds: int) -> list[list[float]]:
-    """Both arguments asked alternately ``rounds`` times each (after 10 warm-up rounds): the walls of each."""
-    for _ in range(10):
-        for item in pair:
-            function(item)
-    walls: list[list[float]] = [[], []]
-    for number in range(rounds):
-        order = (0, 1) if number % 2 == 0 else (1, 0)
+def interleaved(ask, items: list, rounds: int, warm: int = 10) -> list[list[float]]:
+    """Each of ``items`` asked once a round, ``rounds`` times after ``warm`` rounds, in a fresh random order each round.
+
+    Not a fixed or a flipped order: the first request a worker gets after
+    the other worker ran finds it cold (its caches, its core), and with
+    a fixed pattern the same item would always be that one (measured: a
+    hidden and an absent ``fetch`` 1.25 apart with identical SQLite work).
+    """
+    import random
+
+    shuffle = random.Random(len(items) * 1000 + rounds).shuffle
+    for _ in range(warm):
+        for item in items:
+            ask(item)
+    walls: list[list[float]] = [[] for _ in items]
+    order = list(range(len(items)))
+    for _ in range(rounds):
+        shuffle(order)
         for side in order:
-            started = time.perf_counter()
-            function(pair[side])
-            walls[side].append(time.perf_counter() - started)
+            walls[side].append(ask(items[side]))
     return walls
 
 
-def timed(function, items) -> list[float]:
-    walls = []
-    for item in items:
-        started = time.perf_counter()
-        function(item)
-        walls.append(time.perf_counter() - started)
-    return walls
+def in_process(workers: dict, words: dict, queries: int) -> dict:
+    """Per tree: W against C per mode, fetch hidden against absent, every-group p50s; both trees in turn."""
+    import secrets
+
+    names = list(workers)
+    out: dict = {name: {"hidden_word": {}, "every_group": {}} for name in names}
+    for mode in MODES:
+        items = [(name, text) for name in names for text in (words["word"], words["control"])]
+        walls = interleaved(lambda item, m=mode: workers[item[0]].ask(op="search", text=item[1], mode=m,
+                                                                      groups=sorted(PUBLIC)), items, queries)
+        for position, name in enumerate(names):
+            out[name]["hidden_word"][mode] = walls[2 * position : 2 * position + 2]
+    absent = secrets.token_hex(32)
+    items = [(name, chunk) for name in names for chunk in (words["hidden_chunk"], absent)]
+    walls = interleaved(lambda item: workers[item[0]].ask(op="fetch", chunk=item[1]), items, 50 * queries)
+    for position, name in enumerate(names):
+        out[name]["fetch"] = walls[2 * position : 2 * position + 2]
+    walls = interleaved(lambda name: workers[name].ask(op="cold", text=words["word"], groups=sorted(PUBLIC)),
+                        names, 5, warm=1)
+    for position, name in enumerate(names):
+        out[name]["cold_keyword"] = walls[position]
+    asked = questions(queries)
+    for mode in MODES:
+        for label, groups in (("none", None), ("named_all", sorted(BOTH))):
+            ask = lambda name, text, m=mode, g=groups: workers[name].ask(op="search", text=text, mode=m,  # noqa: E731
+                                                                         groups=g)
+            for text in asked[:10]:
+                for name in names:
+                    ask(name, text)
+            walls: dict = {name: [] for name in names}
+            for number, text in enumerate(asked):  # each question of both trees in turn, who goes first alternating
+                for name in (names if number % 2 == 0 else names[::-1]):
+                    walls[name].append(ask(name, text))
+            for number, text in enumerate(asked):  # and again the other way round: each tree goes first as often
+                for name in (names[::-1] if number % 2 == 0 else names):
+                    walls[name].append(ask(name, text))
+            for name in names:
+                out[name]["every_group"][f"{mode}_{label}"] = walls[name]
+    return out
 
 
 def questions(n: int) -> list[str]:
-    import _realtext
-
-    lists = [[json.loads(line)["text"] for line in (_realtext.IR / name / "queries.jsonl").open(encoding="utf-8")]
+    ir = Path(os.environ.get("BASTION_SHARED_DATA") or SHARED_DATA) / "ir"
+    lists = [[json.loads(line)["text"] for line in (ir / name / "queries.jsonl").open(encoding="utf-8")]
              for name in ("scifact", "cranfield")]
     return [text for pair in zip(*lists) for text in pair][:n]
-
-
-def run_child(tree: Path, folder: Path, words: dict, queries: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBED_", "BASTION_"))}
-    env["PYTHONPATH"] = str(tree)
-    env["BASTION_SHARED_DATA"] = os.environ.get("BASTION_SHARED_DATA") or SHARED_DATA
-    argv = [sys.executable, str(Path(__file__).resolve()), "--child", str(tree), "--keep", str(folder.parent),
-            "--windows", folder.name, "--queries", str(queries), "--words", json.dumps(words)]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tree, timeout=1800)
-    if done.returncode:
-        raise SystemExit(f"the child for {tree} failed: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout)
 
 
 # --- serve over HTTP with a named token (parent) ---------------------------
 
 
-def http_walls(tree: Path, folder: Path, words: dict, stub_url: str, queries: int) -> dict:
+def start_serve(tree: Path, folder: Path, stub_url: str, tokens_path: Path) -> tuple[subprocess.Popen, int]:
     import re
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBED_", "BASTION_"))}
+    env.update(EMBED_URL=stub_url, PYTHONPATH=str(tree), BASTION_SERVE_TOKENS=str(tokens_path))
+    process = subprocess.Popen([sys.executable, "-m", "bastion_agent", "serve", str(folder / "manifest.toml"),
+                                "--out", str(folder / "out"), "--port", "0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, env=env, cwd=tree)
+    found = re.search(r"http://127\.0\.0\.1:(\d+)/", process.stdout.readline())
+    if not found:
+        process.kill()
+        raise SystemExit(f"serve ({tree}) did not start")
+    return process, int(found.group(1))
+
+
+def over_http(trees: dict, folder: Path, words: dict, stub_url: str, queries: int) -> dict:
+    """``GET /search`` with a named ``public`` token, W against C per mode, both trees' servers asked in turn."""
     import urllib.parse
 
-    sys.path.insert(0, str(REPO))
     from bastion_agent.serving import tokens
 
     tokens_path = folder / "tokens-public.json"
     named = tokens.new_token()
     tokens.write_tokens(tokens_path, [tokens.TokenEntry("reader", tokens.hash_token(named), ("public",), None,
                                                         tokens.now_utc())])
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBED_", "BASTION_"))}
-    env.update(EMBED_URL=stub_url, PYTHONPATH=str(tree), BASTION_SERVE_TOKENS=str(tokens_path))
-    process = subprocess.Popen([sys.executable, "-m", "bastion_agent", "serve", str(folder / "manifest.toml"),
-                                "--out", str(folder / "out"), "--port", "0"], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True, env=env, cwd=tree)
+    servers = {name: start_serve(tree, folder, stub_url, tokens_path) for name, tree in trees.items()}
+    out: dict = {name: {} for name in trees}
     try:
-        found = re.search(r"http://127\.0\.0\.1:(\d+)/", process.stdout.readline())
-        if not found:
-            raise SystemExit(f"serve ({tree}) did not start")
-        port = int(found.group(1))
-        result = {}
         for mode in MODES:
-            paths = ["/search?" + urllib.parse.urlencode({"q": words[key], "k": "10", "mode": mode})
-                     for key in ("word", "control")]
-            result[mode] = interleaved(lambda path: get(port, path, named), paths, queries)
-        return result
+            items = [(port, "/search?" + urllib.parse.urlencode({"q": words[key], "k": "10", "mode": mode}))
+                     for _, port in servers.values() for key in ("word", "control")]
+            walls = interleaved(lambda item: get(*item, named), items, queries)
+            for position, name in enumerate(servers):
+                out[name][mode] = walls[2 * position : 2 * position + 2]
     finally:
-        process.terminate()
-        process.wait(30)
+        for process, _ in servers.values():
+            process.terminate()
+            process.wait(30)
+    return out
 
 
-def get(port: int, path: str, token: str) -> None:
+def get(port: int, path: str, token: str) -> float:
     import http.client
 
+    started = time.perf_counter()
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
         connection.request("GET", path, headers={"Authorization": f"Bearer {token}"})
@@ -299,6 +368,7 @@ def get(port: int, path: str, token: str) -> None:
             raise SystemExit(f"serve answered {answer.status} to {path}")
     finally:
         connection.close()
+    return time.perf_counter() - started
 
 
 # --- putting it together (parent) -----------------------------------------
@@ -309,27 +379,15 @@ def ratio(walls: list[list[float]]) -> dict:
             "ratio": round(statistics.median(walls[0]) / statistics.median(walls[1]), 3)}
 
 
-def merged(runs: list[dict], key: str) -> dict:
-    """Each mode's walls of every run of one tree, pooled."""
-    pooled: dict = {}
-    for run in runs:
-        for mode, walls in run[key].items():
-            sides = pooled.setdefault(mode, [[], []])
-            sides[0].extend(walls[0])
-            sides[1].extend(walls[1])
-    return pooled
-
-
-def summary(trees: dict, runs: dict, http: dict) -> dict:
+def summary(runs: dict, http: dict) -> dict:
     out: dict = {}
-    for name in trees:
+    for name, run in runs.items():
         out[name] = {
-            "in_process": {mode: ratio(walls) for mode, walls in merged(runs[name], "hidden_word").items()},
-            "mcp_fetch_hidden_vs_absent": ratio([sum((run["fetch"][side] for run in runs[name]), [])
-                                                 for side in (0, 1)]),
-            "http_named_token": {mode: ratio(walls) for mode, walls in merged(http[name], "walls").items()},
-            "every_group_p50_ms": {key: round(statistics.mean(run["every_group"][key] for run in runs[name]), 3)
-                                   for key in runs[name][0]["every_group"]},
+            "in_process": {mode: ratio(walls) for mode, walls in run["hidden_word"].items()},
+            "mcp_fetch_hidden_vs_absent": ratio(run["fetch"]),
+            "http_named_token": {mode: ratio(walls) for mode, walls in http[name].items()},
+            "every_group_p50_ms": {key: p50_ms(walls) for key, walls in run["every_group"].items()},
+            "cold_keyword_public_p50_ms": p50_ms(run["cold_keyword"]),
         }
     before, after = out["before"]["every_group_p50_ms"], out["after"]["every_group_p50_ms"]
     out["every_group_after_over_before"] = {key: round(after[key] / before[key], 3) for key in before}
@@ -343,34 +401,34 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=3000)
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--before", type=Path, default=Path("/work/main"), help="the tree of the code before")
-    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--words", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     folder = args.keep / str(args.windows)
-    if args.child:
-        print(json.dumps(child(args.child, folder, json.loads(args.words), args.queries)))
+    if args.worker:
+        worker(args.worker, folder)
         return
     os.umask(0o077)
     words = prepare(folder, int(args.windows), args.hidden)
     log(f"W={words['word']!r} in {words['k']} public + {words['hidden_with_word']} hidden windows; "
         f"C={words['control']!r}")
     trees = {"before": args.before.resolve(), "after": REPO}
-    child_words = {key: words[key] for key in ("word", "control", "hidden_chunk")}
-    runs: dict = {name: [] for name in trees}
-    http: dict = {name: [] for name in trees}
+    workers = {name: Worker(tree, folder) for name, tree in trees.items()}
+    try:
+        log("in process…")
+        runs = in_process(workers, words, args.queries)
+    finally:
+        for one in workers.values():
+            one.close()
     sys.path.insert(0, str(REPO / "bench"))
     import serve_latency
 
+    log("over HTTP…")
     with serve_latency.stub_process() as stub_url:
-        for round_number in range(2):
-            for name, tree in trees.items():
-                log(f"round {round_number + 1}: {name} in process…")
-                runs[name].append(run_child(tree, folder, child_words, args.queries))
-                log(f"round {round_number + 1}: {name} over HTTP…")
-                http[name].append({"walls": http_walls(tree, folder, child_words, stub_url, args.queries)})
+        http = over_http(trees, folder, words, stub_url, args.queries)
     result = {"store": {key: words[key] for key in ("word", "control", "term", "control_term", "k",
-                                                    "hidden_with_word", "hidden_windows", "windows")}, "cpus": os.cpu_count(), "queries": args.queries}
-    result.update(summary(trees, runs, http))
+                                                    "hidden_with_word", "hidden_windows", "windows")},
+              "cpus": os.cpu_count(), "queries": args.queries}
+    result.update(summary(runs, http))
     print(json.dumps(result, indent=2))
 
 

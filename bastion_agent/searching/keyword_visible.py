@@ -21,7 +21,7 @@ set's windows), and every statistic is taken over its own windows:
 
 No query reads ``chunks_fts`` or a posting of a window the caller may not
 see, so a hidden window adds no work whatever words it holds
-(``test_access.KeywordWorkTests`` counts SQLite's steps).
+(``test_access_work`` counts SQLite's steps).
 
 The score is FTS5's BM25 formula (k1 = 1.2, b = 0.75, its idf floored just
 above zero) computed from those numbers, and the same planning as
