@@ -189,6 +189,12 @@ class SearchIndex:
                 self._labels = Labels(self.db, self.vectors, self.key, self.dim)
             return self._labels.visible(groups)
 
+    def visible_ids(self, groups: frozenset) -> str:
+        """The temp table of the chunk ids a filtered caller may read (``visible.Labels.id_table``)."""
+        with self.lock:
+            visible = self.visible(groups)  # loads the labels first
+            return self._labels.id_table(visible)
+
     def visible_count(self, groups: frozenset | None = None) -> int:
         """How many windows a caller with ``groups`` may search (None: every group, ``len`` of the index)."""
         if groups is None and self.vectors is not None:

@@ -9,9 +9,10 @@ by:
 
 - ``rows``: a ``vectorfile.RowFilter`` over the vector file (the exact scan
   and the ANN index skip every other row);
-- ``table``: a temporary table of the caller's windows (``chunks`` rowids
-  and chunk ids), where MCP ``fetch`` looks a chunk id up, so that an id
-  the caller may not see costs exactly what an absent one does;
+- ``table``: a temporary table of the caller's windows (``chunks`` rowids);
+  ``Labels.id_table`` adds, the first time MCP ``fetch`` asks, one of their
+  chunk ids, where ``fetch`` looks an id up, so that an id the caller may
+  not see costs exactly what an absent one does;
 - ``sets`` and ``keyword``: the reader sets (distinct document group sets)
   the caller may see, and their keyword indexes (``keyword_sets``), which
   keyword search reads instead of the index over every window;
@@ -45,7 +46,7 @@ class Visible:
 
     groups: frozenset | None
     rows: RowFilter | None  # None: every current row of the vector file (or no vector file loaded)
-    table: str | None  # temp table of the caller's chunk rowids and ids; None: every window
+    table: str | None  # temp table of the caller's chunk rowids; None: every window
     count: int  # windows the caller may search (with a vector, when the vector file is loaded)
     windows: int = 0  # the caller's windows in ``chunks`` (what keyword search counts over)
     average_length: float = 0.0  # their mean length in tokens (keyword search's BM25)
@@ -120,7 +121,21 @@ class Labels:
             _, dropped = self._cache.popitem(last=False)
             if dropped.table is not None:
                 self.db.execute(f"DROP TABLE IF EXISTS temp.{dropped.table}")
+                self.db.execute(f"DROP TABLE IF EXISTS temp.{dropped.table}_ids")
         return found
+
+    def id_table(self, visible: Visible) -> str:
+        """A temp table of the caller's chunk ids (the key) and rowids, made on first use (MCP ``fetch``).
+
+        Looking an id up there misses for a hidden id exactly as for an
+        absent one: one search of the same index, nothing else read.
+        """
+        name = f"{visible.table}_ids"
+        if self.db.execute("SELECT 1 FROM sqlite_temp_master WHERE name = ?", (name,)).fetchone() is None:
+            self.db.execute(f"CREATE TEMP TABLE {name} (chunk_id TEXT PRIMARY KEY, row INTEGER NOT NULL) WITHOUT ROWID")
+            self.db.execute(f"INSERT INTO temp.{name} SELECT c.chunk_id, c.rowid FROM temp.{visible.table} v"
+                            f" CROSS JOIN main.chunks c ON c.rowid = v.rowid")
+        return name
 
     def _build(self, groups: frozenset | None) -> Visible:
         if groups is None:
@@ -128,10 +143,9 @@ class Labels:
             return Visible(None, None, None, count, len(self.chunk_sets))
         seen = {number for number, names in enumerate(self.sets) if can_see(groups, names)}
         table = f"visible_{next(_TABLE_NUMBERS)}"
-        self.db.execute(f"CREATE TEMP TABLE {table} (rowid INTEGER PRIMARY KEY, chunk_id TEXT)")
-        self.db.executemany(f"INSERT INTO temp.{table} SELECT rowid, chunk_id FROM main.chunks WHERE rowid = ?",
+        self.db.execute(f"CREATE TEMP TABLE {table} (rowid INTEGER PRIMARY KEY)")
+        self.db.executemany(f"INSERT INTO temp.{table} VALUES (?)",
                             ((rowid,) for rowid, number in self.chunk_sets if number in seen))
-        self.db.execute(f"CREATE UNIQUE INDEX temp.{table}_chunk ON {table}(chunk_id)")
         windows = sum(1 for _, number in self.chunk_sets if number in seen)
         rows = self._row_filter(seen)
         return Visible(groups, rows, table, rows.count if rows is not None else windows, windows,

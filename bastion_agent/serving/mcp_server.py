@@ -160,7 +160,7 @@ class BastionTools:
         A window of a document ``caller`` may not see is answered exactly as
         one that does not exist, after exactly the same work: a filtered
         caller's id is looked up among its own windows only (the temp table
-        of ``searching.visible``), so a hidden id misses the same index an
+        of ``SearchIndex.visible_ids``), so a hidden id misses the same index an
         absent one does, and neither the answer nor its time tells what
         other groups hold.
         """
@@ -171,8 +171,7 @@ class BastionTools:
             if groups is None:
                 found = index.db.execute(FETCH_ALL_GROUPS, (chunk,)).fetchone()
             else:
-                table = index.visible(groups).table
-                found = index.db.execute(FETCH_VISIBLE.format(table=table), (chunk,)).fetchone()
+                found = index.db.execute(FETCH_VISIBLE.format(table=index.visible_ids(groups)), (chunk,)).fetchone()
             if found is None:
                 raise BastionError(f"no window {chunk} in this sweep: ids change when a document changes; "
                                    "search again for a current chunk_id")
@@ -211,8 +210,8 @@ class BastionTools:
 
 
 FETCH_ALL_GROUPS = "SELECT doc, idx, NULL FROM chunks WHERE chunk_id = ?"  # every group: no label to read
-# a filtered caller: its own windows' ids only (the visible table's unique index), then that window's row
-FETCH_VISIBLE = ("SELECT c.doc, c.idx, NULL FROM temp.{table} AS v CROSS JOIN main.chunks AS c ON c.rowid = v.rowid"
+# a filtered caller: its own windows' ids only (``SearchIndex.visible_ids``), then that window's row
+FETCH_VISIBLE = ("SELECT c.doc, c.idx, NULL FROM temp.{table} AS v CROSS JOIN main.chunks AS c ON c.rowid = v.row"
                  " WHERE v.chunk_id = ?")
 
 
