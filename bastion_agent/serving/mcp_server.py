@@ -36,7 +36,7 @@ from typing import Callable
 
 from bastion_agent import __version__
 from bastion_agent.config.manifest import SEARCH_MODES
-from bastion_agent.core import records
+from bastion_agent.core import access, records
 from bastion_agent.core.errors import BastionError, ConfigError
 from bastion_agent.embedding import vectorstore
 from bastion_agent.searching import searcher
@@ -213,6 +213,17 @@ FETCH_ALL_GROUPS = "SELECT doc, idx, NULL FROM chunks WHERE chunk_id = ?"  # eve
 # a filtered caller: its own windows' ids only (``SearchIndex.visible_ids``), then that window's row
 FETCH_VISIBLE = ("SELECT c.doc, c.idx, NULL FROM temp.{table} AS v CROSS JOIN main.chunks AS c ON c.rowid = v.row"
                  " WHERE v.chunk_id = ?")
+
+
+def visible_to(stored_groups: str | None, groups: frozenset[str] | None) -> bool:
+    """Whether a document labelled ``stored_groups`` (vectors.db's JSON list) is visible to ``groups``."""
+    if groups is None:
+        return True
+    try:
+        labels = json.loads(stored_groups) if stored_groups else []
+    except ValueError:
+        return False
+    return isinstance(labels, list) and access.can_see(groups, (label for label in labels if isinstance(label, str)))
 
 
 def refuse_unknown(arguments: dict, allowed: tuple[str, ...]) -> None:
