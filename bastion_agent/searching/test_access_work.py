@@ -185,6 +185,16 @@ class FetchWorkTests(HiddenWordStores):
         self.assertEqual(answers[2], answers[3])
         self.assertEqual(tools.fetch({"chunk_id": hidden}, tokens.Caller("hr", frozenset({"hr"})))["chunk_id"], hidden)
 
+    def test_id_tables_leave_with_their_callers(self):
+        from bastion_agent.searching import visible
+
+        _, _, index = self.with_word
+        for number in range(visible.CACHED_CALLERS + 5):
+            index.visible_ids(frozenset({"public", f"g{number}"}))
+        tables = index.db.execute("SELECT count(*) FROM sqlite_temp_master WHERE type = 'table'"
+                                  " AND name LIKE 'visible%_ids'").fetchone()[0]
+        self.assertEqual(tables, visible.CACHED_CALLERS)
+
 
 if __name__ == "__main__":
     unittest.main()
