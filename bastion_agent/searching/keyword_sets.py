@@ -23,7 +23,10 @@ hold no text of their own: their content is ``main.chunks`` through a temp
 view (an external-content FTS5 table), so ``highlight()`` reads the window
 from the store. Building one costs about what ``chunks_fts`` cost for those
 windows at embed time; it is paid once per reader set and loaded index, by
-the first filtered caller who may see that set (docs/search.md).
+the first filtered caller who may see that set (docs/search.md), except
+where serve reloads: the new index builds the sets the old one had built
+before it replaces it (``SearchIndex.warm_keyword_like``), so requests
+never wait for them.
 """
 
 from __future__ import annotations
@@ -60,6 +63,11 @@ class ReaderSetIndexes:
                     self._tables[number] = self._build(self.members[number])
                 found.append(self._tables[number])
         return found
+
+    def built(self) -> list[int]:
+        """The reader sets indexed so far (what a reloaded index builds again before it answers: ``SearchIndex``)."""
+        with self.lock:
+            return sorted(self._tables)
 
     def _build(self, rowids: list[int]) -> str:
         from bastion_agent.embedding.vectorstore import FTS_TOKENIZER

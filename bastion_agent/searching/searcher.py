@@ -180,20 +180,42 @@ class SearchIndex:
             self._vocabulary.close()
         self.db.close()
 
-    def visible(self, groups: frozenset | None):
-        """What a caller with ``groups`` (None: every group) may search (``searching.visible``)."""
+    def labels(self):
+        """Each window's group set (``searching.visible.Labels``), read on first use."""
         from bastion_agent.searching.visible import Labels
 
         with self.lock:
             if self._labels is None:
                 self._labels = Labels(self.db, self.vectors, self.key, self.dim)
-            return self._labels.visible(groups)
+            return self._labels
+
+    def visible(self, groups: frozenset | None):
+        """What a caller with ``groups`` (None: every group) may search (``searching.visible``)."""
+        with self.lock:
+            return self.labels().visible(groups)
+
+    def warm_keyword_like(self, other: "SearchIndex") -> None:
+        """Build the reader-set keyword indexes ``other`` had built, before this index answers anyone.
+
+        Serve calls it on a freshly loaded index while the old one still
+        answers, so no request after a reload waits for a set's index.
+        """
+        import sqlite3
+
+        from bastion_agent.searching import keyword
+
+        labels = getattr(other, "_labels", None)
+        built = labels.keyword_sets_built() if labels is not None else []
+        try:
+            if built and keyword.has_index(self.db):
+                self.labels().build_keyword_sets(built)
+        except sqlite3.Error:
+            pass  # only a head start: the first keyword search of such a caller builds what is missing
 
     def visible_ids(self, groups: frozenset) -> str:
         """The temp table of the chunk ids a filtered caller may read (``visible.Labels.id_table``)."""
         with self.lock:
-            visible = self.visible(groups)  # loads the labels first
-            return self._labels.id_table(visible)
+            return self.labels().id_table(self.visible(groups))
 
     def visible_count(self, groups: frozenset | None = None) -> int:
         """How many windows a caller with ``groups`` may search (None: every group, ``len`` of the index)."""

@@ -154,6 +154,23 @@ class KeywordWorkTests(HiddenWordStores):
         for hit in hits:
             self.assertAlmostEqual(hit.bm25, scores[ids[hit.chunk_id]], places=9)
 
+    def test_a_reloaded_index_builds_the_sets_the_old_one_had_before_it_answers(self):
+        manifest, layout, index = self.with_word
+        index.search(self.word, None, 3, "keyword", groups=PUBLIC)
+        fresh = embed.SearchIndex.load(manifest, layout, use_ann=False)
+        self.addCleanup(fresh.close)
+        fresh.warm_keyword_like(index)
+        windows = fresh.visible(PUBLIC).windows
+        self.assertEqual(fresh.visible(PUBLIC).keyword.built_windows, windows)
+        hits = fresh.search(self.word, None, 3, "keyword", groups=PUBLIC)
+        self.assertEqual(fresh.visible(PUBLIC).keyword.built_windows, windows)  # nothing built on the request
+        self.assertEqual([hit.chunk_id for hit in hits],
+                         [hit.chunk_id for hit in index.search(self.word, None, 3, "keyword", groups=PUBLIC)])
+        untouched = embed.SearchIndex.load(manifest, layout, use_ann=False)
+        self.addCleanup(untouched.close)
+        untouched.warm_keyword_like(fresh)
+        self.assertEqual(untouched.labels().keyword.built_windows, windows)  # hr was never built, so never carried
+
 
 class FetchWorkTests(HiddenWordStores):
     """MCP ``fetch`` of an id the caller may not see: the same answer after the same steps as an absent id."""

@@ -124,6 +124,15 @@ class Labels:
                 self.db.execute(f"DROP TABLE IF EXISTS temp.{dropped.table}_ids")
         return found
 
+    def keyword_sets_built(self) -> list[tuple[str, ...]]:
+        """The group sets (as names) whose keyword indexes have been built."""
+        return [self.sets[number] for number in self.keyword.built()]
+
+    def build_keyword_sets(self, names: list[tuple[str, ...]]) -> None:
+        """Build the keyword indexes of the group sets named ``names`` (those this store still has)."""
+        wanted = set(names)
+        self.keyword.tables([number for number, found in enumerate(self.sets) if found in wanted])
+
     def id_table(self, visible: Visible) -> str:
         """A temp table of the caller's chunk ids (the key) and rowids, made on first use (MCP ``fetch``).
 
