@@ -286,10 +286,17 @@ class SearchIndex:
         return fusion.fuse(by_vector, by_keyword, others, self.query_floor(query_vector, visible), k + RESCORE_MARGIN)
 
     def _keyword_top(self, query: str, n: int, visible=None) -> list:
-        """The keyword side: over every window, or over a filtered caller's with its own statistics."""
+        """The keyword side: over every window, or over a filtered caller's with its own statistics.
+
+        A caller from whom no window is hidden reads ``chunks_fts`` like a
+        caller with every group (its statistics are the whole index's, and
+        it holds no posting of a hidden window), as the ANN side does: a
+        local user whose ``local_groups`` label every document then builds
+        no index of its own for a one-off search.
+        """
         from bastion_agent.searching import keyword, keyword_visible
 
-        if visible is not None:
+        if visible is not None and not visible.every_window:
             return keyword_visible.caller_top(self.db, query, n, self.vocabulary(), visible)
         return keyword.top(self.db, query, n, self.vocabulary())
 

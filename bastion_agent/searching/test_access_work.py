@@ -154,6 +154,14 @@ class KeywordWorkTests(HiddenWordStores):
         for hit in hits:
             self.assertAlmostEqual(hit.bm25, scores[ids[hit.chunk_id]], places=9)
 
+    def test_a_caller_from_whom_nothing_is_hidden_builds_no_index_and_gets_the_whole_index_answer(self):
+        _, _, index = self.with_word
+        everyone = frozenset({"public", "hr"})
+        query = f"{self.word} case report"
+        mine = index.search(query, None, 10, "keyword", groups=everyone)
+        self.assertEqual(index.visible(everyone).keyword.built_windows, 0)
+        self.assertEqual(mine, index.search(query, None, 10, "keyword"))
+
     def test_a_reloaded_index_builds_the_sets_the_old_one_had_before_it_answers(self):
         manifest, layout, index = self.with_word
         index.search(self.word, None, 3, "keyword", groups=PUBLIC)

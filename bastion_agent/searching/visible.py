@@ -53,6 +53,7 @@ class Visible:
     # keyword search's capped document frequencies over these windows, per word asked (``keyword_visible``)
     frequencies: dict = field(default_factory=dict, compare=False, repr=False)
     sets: frozenset = frozenset()  # the reader sets (``Labels.sets`` numbers) the caller may see
+    every_window: bool = False  # whether no window is hidden from it (keyword search may then read ``chunks_fts``)
     keyword: ReaderSetIndexes | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -158,7 +159,8 @@ class Labels:
         windows = sum(1 for _, number in self.chunk_sets if number in seen)
         rows = self._row_filter(seen)
         return Visible(groups, rows, table, rows.count if rows is not None else windows, windows,
-                       average_length(self.db, table), sets=frozenset(seen), keyword=self.keyword)
+                       average_length(self.db, table), sets=frozenset(seen), keyword=self.keyword,
+                       every_window=windows == len(self.chunk_sets))
 
     def _row_filter(self, seen: set[int]) -> RowFilter | None:
         if self.position_sets is None:
