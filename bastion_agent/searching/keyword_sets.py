@@ -4,7 +4,7 @@
 some of them could be ranked from it by joining each match to its
 windows, but FTS5 would still walk the word's whole posting list (and
 ``fts5vocab`` its every occurrence), hidden windows included: a word that
-3,000 ``hr`` windows hold made a ``public`` caller's search 9-15 times
+3,000 ``hr`` windows hold made a ``public`` caller's search 7 to 15 times
 slower than a word only its own window holds, with byte-identical answers.
 The time said what the answers did not.
 

@@ -8,7 +8,9 @@ lists, even joined to the caller's windows, costs time in proportion to
 every window that holds the word, hidden ones included. So such a caller
 is answered from the keyword indexes of its reader sets
 (``keyword_sets``: one FTS5 index per distinct group set, holding only that
-set's windows), and every statistic is taken over its own windows:
+set's windows; a caller from whom nothing is hidden reads ``chunks_fts``,
+``SearchIndex._keyword_top``), and every statistic is taken over its own
+windows:
 
 - document frequencies are counted in the caller's set indexes (capped
   like ``keyword.capped_count``), and so is the window count ``N``;
