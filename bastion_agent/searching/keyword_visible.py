@@ -70,7 +70,7 @@ def caller_top(db: sqlite3.Connection, text: str, n: int, vocabulary: Vocabulary
         return []
     terms = discriminating([Term(f'"{word}"', _frequency(db, visible, f'"{word}"')) for word in tokens], windows)
     searched, absent, candidates = ranked_terms(
-        terms, lambda expression, bounded: _candidates(db, _tables(visible), expression, bounded))
+        terms, lambda expression, bounded: _candidates(db, _tables(visible), visible.table, expression, bounded))
     if not candidates:
         return []
     scores = _bm25(db, visible, searched, candidates, windows, {f'"{word}"': tokens[word] for word in tokens})
@@ -91,8 +91,14 @@ def _best(db, scores: dict[int, float], n: int) -> list[tuple[str, float]]:
 
 
 def _tables(visible) -> list[str]:
-    """The keyword indexes of the caller's reader sets (built on first use)."""
-    return visible.keyword.tables(visible.sets) if visible.keyword is not None else []
+    """The keyword indexes of the caller's reader sets (built on first use).
+
+    A share narrowed for one search may carry the caller's whole share as
+    ``statistics``; the indexes are that share's (``_candidates`` keeps to
+    the narrowed windows).
+    """
+    share = visible if visible.keyword is not None else getattr(visible, "statistics", None)
+    return share.keyword.tables(share.sets) if share is not None and share.keyword is not None else []
 
 
 def _frequency(db, visible, phrase: str) -> int:
@@ -117,18 +123,21 @@ def _count(db, tables: list[str], expression: str, cap: int) -> int:
     return total
 
 
-def _candidates(db, tables: list[str], expression: str, bounded: bool) -> dict[int, int]:
-    """The caller's windows matching ``expression`` with their lengths in tokens (FTS5's own counts).
+def _candidates(db, tables: list[str], within: str, expression: str, bounded: bool) -> dict[int, int]:
+    """The caller's windows (those of the temp table ``within``) matching ``expression``, with their lengths
+    in tokens (FTS5's own counts).
 
     The first ``BOUNDED_RANK`` by rowid when ``bounded`` (else up to
     ``RANK_BUDGET + 1``): each set's index gives its first that many, and
-    the first that many of their union are kept.
+    the first that many of their union are kept. Every window of a set
+    index is the caller's, so ``within`` removes nothing unless the share
+    was narrowed for this search; it costs one lookup a match either way.
     """
     limit = BOUNDED_RANK if bounded else RANK_BUDGET + 1
     found: dict[int, int] = {}
     for table in tables:
-        sql = (f"SELECT f.rowid, d.sz FROM temp.{table} f CROSS JOIN temp.{table}_docsize d ON d.id = f.rowid"
-               f" WHERE {table} MATCH ? ORDER BY f.rowid LIMIT ?")
+        sql = (f"SELECT f.rowid, d.sz FROM temp.{table} f CROSS JOIN temp.{within} w ON w.rowid = f.rowid"
+               f" CROSS JOIN temp.{table}_docsize d ON d.id = f.rowid WHERE {table} MATCH ? ORDER BY f.rowid LIMIT ?")
         found.update((rowid, _varint(size) if size else 0) for rowid, size in db.execute(sql, (expression, limit)))
     return {rowid: found[rowid] for rowid in sorted(found)[:limit]}
 
