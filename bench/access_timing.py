@@ -26,9 +26,12 @@ on both alike; each a ratio measured in the same run):
   search by the ``public`` caller, which builds its filter (and, after the
   change, its reader sets' keyword indexes): the once-per-load cost.
 
-Each figure is taken for both trees: ``--before`` (default ``/work/main``,
-the code before the change) and this repository, each in its own child
-process, alternately (before, after, before, after), on the same store.
+Each figure is taken for both trees: ``--before`` (default ``/work/main``;
+any tree of the code before, e.g. ``git archive BASE | tar -x -C DIR``) and
+this repository, each in its own worker process, both up side by side and
+asked in turn, on the same store. Both must know the store's schema: a
+newer tree migrates ``vectors.db`` and the older cannot open it again
+(rebuild the store then: remove ``DIR/WINDOWS``).
 
 Usage: python3 bench/access_timing.py --keep /tmp/access-timing [--windows 20000] [--hidden 3000] [--queries 60]
 Needs numpy. Prints JSON on stdout (progress on stderr).
