@@ -180,19 +180,18 @@ class SearchIndex:
             self._vocabulary.close()
         self.db.close()
 
-    def labels(self):
-        """Each window's group set (``searching.visible.Labels``), read on first use."""
-        from bastion_agent.searching.visible import Labels
-
-        with self.lock:
-            if self._labels is None:
-                self._labels = Labels(self.db, self.vectors, self.key, self.dim)
-            return self._labels
-
     def visible(self, groups: frozenset | None):
         """What a caller with ``groups`` (None: every group) may search (``searching.visible``)."""
         with self.lock:
-            return self.labels().visible(groups)
+            return self._labels_of().visible(groups)
+
+    def _labels_of(self):
+        """The documents' labels, read once per loaded index (``searching.visible.Labels``)."""
+        from bastion_agent.searching.visible import Labels
+
+        if self._labels is None:
+            self._labels = Labels(self.db, self.vectors, self.key, self.dim)
+        return self._labels
 
     def warm_keyword_like(self, other: "SearchIndex") -> None:
         """Build the reader-set keyword indexes ``other`` had built, before this index answers anyone.
@@ -208,14 +207,15 @@ class SearchIndex:
         built = labels.keyword_sets_built() if labels is not None else []
         try:
             if built and keyword.has_index(self.db):
-                self.labels().build_keyword_sets(built)
+                with self.lock:
+                    self._labels_of().build_keyword_sets(built)
         except sqlite3.Error:
             pass  # only a head start: the first keyword search of such a caller builds what is missing
 
     def visible_ids(self, groups: frozenset) -> str:
         """The temp table of the chunk ids a filtered caller may read (``visible.Labels.id_table``)."""
         with self.lock:
-            return self.labels().id_table(self.visible(groups))
+            return self._labels_of().id_table(self.visible(groups))
 
     def visible_count(self, groups: frozenset | None = None) -> int:
         """How many windows a caller with ``groups`` may search (None: every group, ``len`` of the index)."""

@@ -177,7 +177,7 @@ class KeywordWorkTests(HiddenWordStores):
         untouched = embed.SearchIndex.load(manifest, layout, use_ann=False)
         self.addCleanup(untouched.close)
         untouched.warm_keyword_like(fresh)
-        self.assertEqual(untouched.labels().keyword.built_windows, windows)  # hr was never built, so never carried
+        self.assertEqual(untouched._labels_of().keyword.built_windows, windows)  # hr was never built, so never carried
 
 
 class FetchWorkTests(HiddenWordStores):
