@@ -15,13 +15,15 @@ Figures (p50 over interleaved W and C queries, so the machine's drift falls
 on both alike; each a ratio measured in the same run):
 
 - ``in_process``: ``SearchIndex.search`` for the ``public`` caller, keyword,
-  hybrid and vector (k = 10), ratio W / C; and MCP ``fetch`` of a hidden
-  window's id against an absent id (``BastionTools.fetch``), ratio;
-- ``http``: ``GET /search`` through ``serve`` with a named token of group
-  ``public`` (keyword, hybrid, vector), ratio W / C;
-- ``every_group``: the same real questions (SciFact's and Cranfield's)
-  asked with every group (no filter), and by a named caller whose groups
-  label every document, per mode, p50; this tree over the tree before;
+  hybrid and vector (k = 10), ratio W / C;
+- ``mcp_fetch_hidden_vs_absent``: MCP ``fetch`` (``BastionTools.fetch``) of
+  a hidden window's id against an absent id, ratio;
+- ``http_named_token``: ``GET /search`` through ``serve`` with a named token
+  of group ``public`` (keyword, hybrid, vector), ratio W / C;
+- ``every_group_p50_ms``: the same real questions (SciFact's and
+  Cranfield's) asked with every group (``none``: no filter) and by a named
+  caller whose groups label every document (``named_all``), per mode; and
+  ``every_group_after_over_before``, this tree's p50 over the tree before's;
 - ``cold_keyword_public_p50_ms``: a freshly loaded index's first keyword
   search by the ``public`` caller, which builds its filter (and, after the
   change, its reader sets' keyword indexes): the once-per-load cost.
