@@ -16,6 +16,7 @@ import unittest
 import urllib.parse
 from pathlib import Path
 
+from bastion_agent.core import audit
 from bastion_agent.core.errors import BastionError
 from bastion_agent.core.layout import Layout
 from bastion_agent.serving import serve_settings
@@ -250,6 +251,8 @@ class ServeRemoteReaderTests(ServeRemoteCase):
                 self.assertEqual(status, 200)
                 expected.append((name, "serve", mode, 2, list(dict.fromkeys(h["doc"] for h in body["hits"]))))
         self.search(running, "bst_" + "A" * 43)  # refused: not a search
+        key = audit.installation_key(self.layout)  # the log holds ids keyed with the installation's secret
+        expected = [(*row[:4], [audit.audit_id(key, doc) for doc in row[4]]) for row in expected]
         rows = self.audit_rows()
         self.assertEqual([(r["caller"], r["via"], r["mode"], r["k"], r["docs"]) for r in rows], expected)
         self.assertNotIn("salary", self.layout.audit_log.read_text(encoding="utf-8"), "no query text by default")

@@ -1,23 +1,29 @@
-"""Keyword search for a caller who may see only some windows: BM25 over those windows alone.
+"""Keyword search for a caller who may see only some windows: BM25 over those windows alone, from their postings alone.
 
-Joining FTS5's ranking to the caller's windows would rank the right
-windows, but FTS5's ``bm25()`` weighs each word by how many windows of the
-*whole* index hold it, and by their average length: a caller could then
-tell from a hit's score (or its relevance) whether a document it may not
-see holds the words it searched. So for such a caller every statistic is
-taken over its own windows (the temporary table ``Visible.table``):
+FTS5's ``bm25()`` over ``chunks_fts`` weighs each word by how many windows
+of the *whole* index hold it, and by their average length: a caller could
+then tell from a hit's score (or its relevance) whether a document it may
+not see holds the words it searched. And walking ``chunks_fts``'s posting
+lists, even joined to the caller's windows, costs time in proportion to
+every window that holds the word, hidden ones included. So such a caller
+is answered from the keyword indexes of its reader sets
+(``keyword_sets``: one FTS5 index per distinct group set, holding only that
+set's windows; a caller from whom nothing is hidden reads ``chunks_fts``,
+``SearchIndex._keyword_top``), and every statistic is taken over its own
+windows:
 
-- document frequencies are counted over the caller's windows (capped like
-  ``keyword.capped_count``), and so is the window count ``N``;
+- document frequencies are counted in the caller's set indexes (capped
+  like ``keyword.capped_count``), and so is the window count ``N``;
 - the average length is that of the caller's windows (FTS5's own token
-  counts, ``chunks_fts_docsize``);
-- each word's count in a window is read from FTS5's own posting list
+  counts, ``Visible.average_length``);
+- each word's count in a window is read from the set index's posting list
   (``fts5vocab`` in ``instance`` mode, one row per occurrence of a token;
   a word the tokenizer cuts into several tokens is counted with
-  ``highlight()``, which marks each occurrence of the phrase). Measured at
-  100k windows with warm frequencies, against ``highlight()`` over the
-  candidates for every word: 20-25 against 25-34 ms a query for a caller
-  who sees 10 %, 7 against 26-48 ms for one who sees 90 %.
+  ``highlight()``, which marks each occurrence of the phrase).
+
+No query reads ``chunks_fts`` or a posting of a window the caller may not
+see, so a hidden window adds no work whatever words it holds
+(``test_access_work`` counts SQLite's steps).
 
 The score is FTS5's BM25 formula (k1 = 1.2, b = 0.75, its idf floored just
 above zero) computed from those numbers, and the same planning as
@@ -65,7 +71,7 @@ def caller_top(db: sqlite3.Connection, text: str, n: int, vocabulary: Vocabulary
         return []
     terms = discriminating([Term(f'"{word}"', _frequency(db, measured, f'"{word}"')) for word in tokens], windows)
     searched, absent, candidates = ranked_terms(
-        terms, lambda expression, bounded: _candidates(db, visible.table, expression, bounded))
+        terms, lambda expression, bounded: _candidates(db, _tables(visible), visible.table, expression, bounded))
     if not candidates:
         return []
     scores = _bm25(db, measured, searched, candidates, windows, {f'"{word}"': tokens[word] for word in tokens})
@@ -85,33 +91,56 @@ def _best(db, scores: dict[int, float], n: int) -> list[tuple[str, float]]:
     return best[:n]
 
 
+def _tables(visible) -> list[str]:
+    """The keyword indexes of the caller's reader sets (built on first use).
+
+    A share narrowed for one search may carry the caller's whole share as
+    ``statistics``; the indexes are that share's (``_candidates`` keeps to
+    the narrowed windows).
+    """
+    share = visible if visible.keyword is not None else getattr(visible, "statistics", None)
+    return share.keyword.tables(share.sets) if share is not None and share.keyword is not None else []
+
+
 def _frequency(db, visible, phrase: str) -> int:
     """The caller's windows holding ``phrase``, counted up to ``RANK_BUDGET + 1`` and kept while the store does not change."""
     found = visible.frequencies.get(phrase)
     if found is None:
-        found = _count(db, visible.table, phrase, RANK_BUDGET + 1)
+        found = _count(db, _tables(visible), phrase, RANK_BUDGET + 1)
         if len(visible.frequencies) >= DF_CACHE_WORDS:
             visible.frequencies.clear()
         visible.frequencies[phrase] = found
     return found
 
 
-def _count(db, table: str, expression: str, cap: int) -> int:
-    """The caller's windows matching ``expression``, counted up to ``cap``."""
-    return db.execute(f"SELECT count(*) FROM (SELECT 1 FROM chunks_fts CROSS JOIN temp.{table} v"
-                      f" ON v.rowid = chunks_fts.rowid WHERE chunks_fts MATCH ? LIMIT ?)", (expression, cap)).fetchone()[0]
+def _count(db, tables: list[str], expression: str, cap: int) -> int:
+    """The caller's windows matching ``expression``, counted up to ``cap`` (each set's index walked only that far)."""
+    total = 0
+    for table in tables:
+        if total >= cap:
+            break
+        total += db.execute(f"SELECT count(*) FROM (SELECT 1 FROM temp.{table} WHERE {table} MATCH ? LIMIT ?)",
+                            (expression, cap - total)).fetchone()[0]
+    return total
 
 
-def _candidates(db, table: str, expression: str, bounded: bool) -> dict[int, int]:
-    """The caller's windows matching ``expression`` with their lengths in tokens (FTS5's own counts).
+def _candidates(db, tables: list[str], within: str, expression: str, bounded: bool) -> dict[int, int]:
+    """The caller's windows (those of the temp table ``within``) matching ``expression``, with their lengths
+    in tokens (FTS5's own counts).
 
-    Only the first ``BOUNDED_RANK`` by rowid when ``bounded``.
+    The first ``BOUNDED_RANK`` by rowid when ``bounded`` (else up to
+    ``RANK_BUDGET + 1``): each set's index gives its first that many, and
+    the first that many of their union are kept. Every window of a set
+    index is the caller's, so ``within`` removes nothing unless the share
+    was narrowed for this search; it costs one lookup a match either way.
     """
-    sql = (f"SELECT chunks_fts.rowid, d.sz FROM chunks_fts CROSS JOIN temp.{table} v ON v.rowid = chunks_fts.rowid"
-           f" CROSS JOIN chunks_fts_docsize d ON d.id = chunks_fts.rowid WHERE chunks_fts MATCH ?"
-           f" ORDER BY chunks_fts.rowid LIMIT ?")
     limit = BOUNDED_RANK if bounded else RANK_BUDGET + 1
-    return {rowid: (_varint(size) if size else 0) for rowid, size in db.execute(sql, (expression, limit))}
+    found: dict[int, int] = {}
+    for table in tables:
+        sql = (f"SELECT f.rowid, d.sz FROM temp.{table} f CROSS JOIN temp.{within} w ON w.rowid = f.rowid"
+               f" CROSS JOIN temp.{table}_docsize d ON d.id = f.rowid WHERE {table} MATCH ? ORDER BY f.rowid LIMIT ?")
+        found.update((rowid, _varint(size) if size else 0) for rowid, size in db.execute(sql, (expression, limit)))
+    return {rowid: found[rowid] for rowid in sorted(found)[:limit]}
 
 
 def _bm25(db, visible, searched: list[Term], lengths: dict[int, int], windows: int,
@@ -121,10 +150,14 @@ def _bm25(db, visible, searched: list[Term], lengths: dict[int, int], windows: i
     candidates = sorted(lengths)
     scores = dict.fromkeys(candidates, 0.0)
     wanted = set(candidates)
+    tables = _tables(visible)
     for term in searched:
         weight = idf(term.df, windows)
         cut = tokens.get(term.phrase, ())
-        found = _token_counts(db, cut[0], wanted) if len(cut) == 1 else _occurrences(db, term.phrase, candidates)
+        if len(cut) == 1:
+            found = _token_counts(db, tables, cut[0], wanted)
+        else:
+            found = _occurrences(db, tables, term.phrase, candidates)
         for rowid, count in sorted(found.items()):
             length = lengths.get(rowid, 0)
             scale = K1 * (1 - B + B * length / average) if average > 0 else K1
@@ -132,27 +165,28 @@ def _bm25(db, visible, searched: list[Term], lengths: dict[int, int], windows: i
     return scores
 
 
-def _token_counts(db, token: str, wanted: set[int]) -> dict[int, int]:
-    """How often one token occurs in each wanted window, from its posting list."""
-    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_fts_instance USING fts5vocab(main, 'chunks_fts', 'instance')")
+def _token_counts(db, tables: list[str], token: str, wanted: set[int]) -> dict[int, int]:
+    """How often one token occurs in each wanted window, from the posting lists of the caller's set indexes."""
     found: dict[int, int] = {}
-    for rowid, count in db.execute("SELECT doc, count(*) FROM temp.chunks_fts_instance WHERE term = ? GROUP BY doc",
-                                   (token,)):
-        if rowid in wanted:
-            found[rowid] = count
+    for table in tables:
+        for rowid, count in db.execute(f"SELECT doc, count(*) FROM temp.{table}_instance WHERE term = ? GROUP BY doc",
+                                       (token,)):
+            if rowid in wanted:
+                found[rowid] = count
     return found
 
 
-def _occurrences(db, phrase: str, candidates: list[int]) -> dict[int, int]:
+def _occurrences(db, tables: list[str], phrase: str, candidates: list[int]) -> dict[int, int]:
     """How often ``phrase`` occurs in each candidate window (FTS5 marks each occurrence)."""
     found: dict[int, int] = {}
-    for first in range(0, len(candidates), 500):
-        part = candidates[first : first + 500]
-        marks = ",".join("?" * len(part))
-        for rowid, marked in db.execute(
-                f"SELECT rowid, highlight(chunks_fts, 0, ?, ?) FROM chunks_fts WHERE chunks_fts MATCH ?"
-                f" AND rowid IN ({marks})", (OPEN, CLOSE, phrase, *part)):
-            found[rowid] = marked.count(OPEN)
+    for table in tables:
+        for first in range(0, len(candidates), 500):
+            part = candidates[first : first + 500]
+            marks = ",".join("?" * len(part))
+            for rowid, marked in db.execute(
+                    f"SELECT rowid, highlight({table}, 0, ?, ?) FROM temp.{table} WHERE {table} MATCH ?"
+                    f" AND rowid IN ({marks})", (OPEN, CLOSE, phrase, *part)):
+                found[rowid] = (marked or "").count(OPEN)
     return found
 
 

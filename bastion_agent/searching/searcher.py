@@ -193,6 +193,30 @@ class SearchIndex:
             self._labels = Labels(self.db, self.vectors, self.key, self.dim)
         return self._labels
 
+    def warm_keyword_like(self, other: "SearchIndex") -> None:
+        """Build the reader-set keyword indexes ``other`` had built, before this index answers anyone.
+
+        Serve calls it on a freshly loaded index while the old one still
+        answers, so no request after a reload waits for a set's index.
+        """
+        import sqlite3
+
+        from bastion_agent.searching import keyword
+
+        labels = getattr(other, "_labels", None)
+        built = labels.keyword_sets_built() if labels is not None else []
+        try:
+            if built and keyword.has_index(self.db):
+                with self.lock:
+                    self._labels_of().build_keyword_sets(built)
+        except sqlite3.Error:
+            pass  # only a head start: the first keyword search of such a caller builds what is missing
+
+    def visible_ids(self, groups: frozenset) -> str:
+        """The temp table of the chunk ids a filtered caller may read (``visible.Labels.id_table``)."""
+        with self.lock:
+            return self._labels_of().id_table(self.visible(groups))
+
     def visible_count(self, groups: frozenset | None = None) -> int:
         """How many windows a caller with ``groups`` may search (None: every group, ``len`` of the index)."""
         if groups is None and self.vectors is not None:
@@ -275,10 +299,17 @@ class SearchIndex:
         return fusion.fuse(by_vector, by_keyword, others, self.query_floor(query_vector, visible), k + RESCORE_MARGIN)
 
     def _keyword_top(self, query: str, n: int, visible=None) -> list:
-        """The keyword side: over every window, or over a filtered caller's with its own statistics."""
+        """The keyword side: over every window, or over a filtered caller's with its own statistics.
+
+        A caller from whom no window is hidden reads ``chunks_fts`` like a
+        caller with every group (its statistics are the whole index's, and
+        it holds no posting of a hidden window), as the ANN side does: a
+        local user whose ``local_groups`` label every document then builds
+        no index of its own for a one-off search.
+        """
         from bastion_agent.searching import keyword, keyword_visible
 
-        if visible is not None:
+        if visible is not None and not visible.every_window:
             return keyword_visible.caller_top(self.db, query, n, self.vocabulary(), visible)
         return keyword.top(self.db, query, n, self.vocabulary())
 

@@ -9,8 +9,13 @@ by:
 
 - ``rows``: a ``vectorfile.RowFilter`` over the vector file (the exact scan
   and the ANN index skip every other row);
-- ``table``: a temporary table of the caller's windows (``chunks`` rowids,
-  which are the keyword index's rowids), that keyword search joins;
+- ``table``: a temporary table of the caller's windows (``chunks`` rowids);
+  ``Labels.id_table`` adds, the first time MCP ``fetch`` asks, one of their
+  chunk ids, where ``fetch`` looks an id up, so that an id the caller may
+  not see costs exactly what an absent one does;
+- ``sets`` and ``keyword``: the reader sets (distinct document group sets)
+  the caller may see, and their keyword indexes (``keyword_sets``), which
+  keyword search reads instead of the index over every window;
 - ``count``: how many windows the caller may search.
 
 Documents' groups are read once per loaded index (``Labels``), as one
@@ -29,6 +34,7 @@ from dataclasses import dataclass, field
 from bastion_agent.core.access import can_see, caller_key, visible_positions
 from bastion_agent.core.dates import latest
 from bastion_agent.embedding.vectorfile import RowFilter
+from bastion_agent.searching.keyword_sets import ReaderSetIndexes
 from bastion_agent.searching.keyword_visible import average_length
 
 CACHED_CALLERS = 32  # distinct group sets kept per loaded index; each holds a row mask and a temp table
@@ -56,6 +62,9 @@ class Visible:
     def measured(self) -> "Visible":
         """The share whose windows give the ranking its statistics (its own, unless narrowed for one search)."""
         return self.statistics if self.statistics is not None else self
+    sets: frozenset = frozenset()  # the reader sets (``Labels.sets`` numbers) the caller may see
+    every_window: bool = False  # whether no window is hidden from it (keyword search may then read ``chunks_fts``)
+    keyword: ReaderSetIndexes | None = field(default=None, compare=False, repr=False)
 
     @property
     def everything(self) -> bool:
@@ -79,6 +88,10 @@ class Labels:
                 self.sets.append(tuple(_names(groups)))
             doc_set[doc] = numbers[groups]
         self.chunk_sets = [(rowid, doc_set.get(doc, -1)) for rowid, doc in db.execute("SELECT rowid, doc FROM chunks")]
+        members: dict[int, list[int]] = {}
+        for rowid, number in self.chunk_sets:
+            members.setdefault(number, []).append(rowid)
+        self.keyword = ReaderSetIndexes(db, members)
         self.position_sets = self._positions(key, dim, doc_set) if vectors is not None else None
         self._cache: OrderedDict = OrderedDict()
 
@@ -121,7 +134,30 @@ class Labels:
             _, dropped = self._cache.popitem(last=False)
             if dropped.table is not None:
                 self.db.execute(f"DROP TABLE IF EXISTS temp.{dropped.table}")
+                self.db.execute(f"DROP TABLE IF EXISTS temp.{dropped.table}_ids")
         return found
+
+    def keyword_sets_built(self) -> list[tuple[str, ...]]:
+        """The group sets (as names) whose keyword indexes have been built."""
+        return [self.sets[number] for number in self.keyword.built()]
+
+    def build_keyword_sets(self, names: list[tuple[str, ...]]) -> None:
+        """Build the keyword indexes of the group sets named ``names`` (those this store still has)."""
+        wanted = set(names)
+        self.keyword.tables([number for number, found in enumerate(self.sets) if found in wanted])
+
+    def id_table(self, visible: Visible) -> str:
+        """A temp table of the caller's chunk ids (the key) and rowids, made on first use (MCP ``fetch``).
+
+        Looking an id up there misses for a hidden id exactly as for an
+        absent one: one search of the same index, nothing else read.
+        """
+        name = f"{visible.table}_ids"
+        if self.db.execute("SELECT 1 FROM sqlite_temp_master WHERE name = ?", (name,)).fetchone() is None:
+            self.db.execute(f"CREATE TEMP TABLE {name} (chunk_id TEXT PRIMARY KEY, row INTEGER NOT NULL) WITHOUT ROWID")
+            self.db.execute(f"INSERT INTO temp.{name} SELECT c.chunk_id, c.rowid FROM temp.{visible.table} v"
+                            f" CROSS JOIN main.chunks c ON c.rowid = v.rowid")
+        return name
 
     def _build(self, groups: frozenset | None, every: bool = False) -> Visible:
         if groups is None:
@@ -135,7 +171,8 @@ class Labels:
         windows = sum(1 for _, number in self.chunk_sets if number in seen)
         rows = self._row_filter(seen)
         return Visible(groups, rows, table, rows.count if rows is not None else windows, windows,
-                       average_length(self.db, table))
+                       average_length(self.db, table), sets=frozenset(seen), keyword=self.keyword,
+                       every_window=windows == len(self.chunk_sets))
 
     def dated(self, groups: frozenset | None, dates) -> Visible:
         """The caller's share of the documents modified within ``dates`` (``core.dates.DateRange``).

@@ -158,15 +158,21 @@ class BastionTools:
         """The window ``chunk_id`` names and up to ``neighbours`` windows each side, as one passage.
 
         A window of a document ``caller`` may not see is answered exactly as
-        one that does not exist (the same message, after the same one query),
-        so guessing chunk ids tells nothing about what other groups hold.
+        one that does not exist, after exactly the same work: a filtered
+        caller's id is looked up among its own windows only (the temp table
+        of ``SearchIndex.visible_ids``), so a hidden id misses the same index an
+        absent one does, and neither the answer nor its time tells what
+        other groups hold.
         """
         chunk, neighbours = self.fetch_arguments(arguments)
         groups = (caller or self.local_caller).groups
         index = self.service().index
         with index.lock:  # the index's one SQLite connection is shared by the search threads
-            found = index.db.execute(FETCH_ALL_GROUPS if groups is None else FETCH_WITH_GROUPS, (chunk,)).fetchone()
-            if found is None or not visible_to(found[2], groups):
+            if groups is None:
+                found = index.db.execute(FETCH_ALL_GROUPS, (chunk,)).fetchone()
+            else:
+                found = index.db.execute(FETCH_VISIBLE.format(table=index.visible_ids(groups)), (chunk,)).fetchone()
+            if found is None:
                 raise BastionError(f"no window {chunk} in this sweep: ids change when a document changes; "
                                    "search again for a current chunk_id")
             doc, idx, _ = found
@@ -204,8 +210,9 @@ class BastionTools:
 
 
 FETCH_ALL_GROUPS = "SELECT doc, idx, NULL FROM chunks WHERE chunk_id = ?"  # every group: no label to read
-FETCH_WITH_GROUPS = ("SELECT c.doc, c.idx, d.groups FROM chunks AS c LEFT JOIN documents AS d ON d.doc = c.doc"
-                     " WHERE c.chunk_id = ?")
+# a filtered caller: its own windows' ids only (``SearchIndex.visible_ids``), then that window's row
+FETCH_VISIBLE = ("SELECT c.doc, c.idx, NULL FROM temp.{table} AS v CROSS JOIN main.chunks AS c ON c.rowid = v.row"
+                 " WHERE v.chunk_id = ?")
 
 
 def visible_to(stored_groups: str | None, groups: frozenset[str] | None) -> bool:

@@ -162,6 +162,7 @@ class SearchService:
             return False
         try:
             fresh = searcher.SearchIndex.load(self.manifest, self.layout)
+            fresh.warm_keyword_like(self.index)  # the filtered callers' keyword indexes, before anyone waits for them
         except Exception as exc:  # keep answering from the old index; say why once
             message = f"could not reload the index ({exc}); still answering from the one loaded at {self.index.loaded_at}"
             if message != self._reload_failure:
