@@ -24,6 +24,7 @@ from bastion_agent.core.errors import ConfigError
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.serving import http_handler, http_server, request_error, search_service, serve_openapi, serve_page, serve_settings
+from bastion_agent.serving.search_limits import SearchLimits
 from bastion_agent.testing.serve_store import (
     DOCS,
     TOKEN,
@@ -335,6 +336,8 @@ class TokenTests(StoreCase):
             self.assertEqual(status, 200)
             self.assertTrue(value["hits"])
         status, _, health = request(self.url, path="/healthz")
+        self.assertEqual((status, health), (200, {"status": "ok"}))
+        status, _, health = request(self.url, path="/healthz", headers={"Authorization": f"Bearer {TOKEN}"})
         self.assertEqual((status, health["auth"]), (200, "bearer"))
         self.assertEqual(request(self.url, path="/")[0], 200)
 
@@ -747,6 +750,16 @@ class OpenApiTests(StoreCase):
         if status == "421":
             return request(url, method, good["GET"] if method == "GET" else path, {"query": "bread"} if method == "POST" else None,
                            {**headers, "Host": "attacker.example"})[0]
+        if status == "429":  # the token's searches spent
+            service = self.servers[url].server.service
+            original = service.limits
+            service.limits = SearchLimits(per_minute=1, burst=1)
+            try:
+                answers = [request(url, method, good["GET"] if method == "GET" else path,
+                                   {"query": "bread"} if method == "POST" else None, headers)[0] for _ in range(2)]
+                return answers[-1] if answers[0] == 200 else answers[0]
+            finally:
+                service.limits = original
         if status == "503":  # an answer over the time limit (a model server that is down gets keyword answers)
             service = self.servers[url].server.service
             original, release = service.index.search, threading.Event()
@@ -804,6 +817,7 @@ class OpenApiTests(StoreCase):
     def test_with_a_token_401_is_documented_and_happens(self):
         doc, seen = self.check_document(token=TOKEN)
         self.assertIn("401", seen)
+        self.assertIn("429", seen)
         self.assertEqual(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer")
         self.assertNotIn("401", doc["paths"]["/healthz"]["get"]["responses"])
 
