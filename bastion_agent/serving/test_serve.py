@@ -688,26 +688,20 @@ class KeepAliveTests(StoreCase):
         status, _, value = request(self.url, path="/search?q=bread&k=1")
         self.assertEqual(status, 200, value)
         self.assertEqual([closed_by_server(sock) for sock in idle[:3]], [b""] * 3)  # closed, no 408 to misread
-        wait_for(lambda: self.server.server.intake.waiting() == 0, "the intake to let the idle connections go")
+        wait_for(lambda: self.server.server.waiting() == 0, "the server to let the idle connections go")
 
     def test_the_time_limit_of_an_answered_request_never_cuts_the_next_one(self):
-        ours, theirs = socket.socketpair()
-        self.addCleanup(ours.close)
-        self.addCleanup(theirs.close)
-        handler = object.__new__(http_handler.Handler)  # the state a handler has once its answer went out
-        handler.connection, handler.send_lock, handler.responded = theirs, threading.Lock(), True
-        handler.expired, handler.handed_on, handler.close_connection, handler.sent_whole = False, False, False, True
-        self.assertTrue(handler._hand_on())
-        handler.expire()  # the watchdog, late: the connection is the next request's now
-        theirs.sendall(b"still open")
-        self.assertEqual(ours.recv(100), b"still open")
-        late = object.__new__(http_handler.Handler)  # and the other order: expired first, never handed on
-        late.connection, late.send_lock, late.responded = theirs, threading.Lock(), True
-        late.expired, late.handed_on, late.request_read = False, False, True
-        late.server = self.server.server
-        late.expire()
-        self.assertFalse(late._hand_on())
-        self.assertEqual(ours.recv(100), b"")  # shut down
+        # each request has its own time limit: requests on one connection, spread past the first one's limit
+        server = start(self.store, self, request_time_limit=0.6)
+        parts = urllib.parse.urlsplit(server.url)
+        sock, buffered = socket.create_connection((parts.hostname, parts.port), timeout=WAIT_SECONDS), bytearray()
+        self.addCleanup(sock.close)
+        answers = []
+        for _ in range(4):  # 4 x 0.3 s: the last ones arrive after the first request's limit has passed
+            sock.sendall(self.SEARCH)
+            answers.append(read_answer(sock, buffered)[:12])
+            time.sleep(0.3)
+        self.assertEqual(answers, [b"HTTP/1.1 200"] * 4)
 
     def test_a_slow_next_request_on_a_kept_connection_gets_408(self):
         sock, buffered = self.connect(), bytearray()
@@ -836,6 +830,26 @@ class OpenApiTests(StoreCase):
 
 class CommandTests(StoreCase):
     """``python3 -m bastion_agent serve`` as a person runs it."""
+
+    def test_without_the_serve_extra_serve_names_it_in_one_line(self):
+        blocker = (
+            "import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] in ('uvicorn', 'starlette'):\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from bastion_agent.commands.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n"
+        )
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
+        done = subprocess.run([sys.executable, "-c", blocker, "serve", str(self.store.manifest_path), "--out",
+                               str(self.store.layout.root), "--port", "0"],
+                              capture_output=True, text=True, env=env, timeout=WAIT_SECONDS * 4)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertEqual(done.stdout, "")
+        self.assertEqual(done.stderr.count("\n"), 1, done.stderr)
+        self.assertIn("pip install 'bastion-agent[serve]'", done.stderr)
 
     def test_serve_prints_its_url_logs_requests_and_stops_on_sigterm(self):
         env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
