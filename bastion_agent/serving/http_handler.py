@@ -39,6 +39,8 @@ class Handler:
 
     async def __call__(self, exchange: Exchange) -> None:
         path, method = exchange.scope["path"], exchange.scope["method"]
+        if path.startswith("//"):  # one slash, as http.server reads it: BASE_URL + "/search" still finds the route
+            path = "/" + path.lstrip("/")
         exchange.route = path if path in ROUTES else None
         try:
             caller = self.check_request(exchange.headers, path, method)

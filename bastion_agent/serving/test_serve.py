@@ -182,6 +182,11 @@ class SearchApiTests(StoreCase):
         self.assertNotIn(b"hunter2", everything)
         self.assertNotIn(b"AKIAABCDEFGHIJKLMNOP", everything)
 
+    def test_a_doubled_leading_slash_reaches_the_route(self):
+        status, _, value = request(self.url, path="//search?q=bread&k=1")
+        self.assertEqual(status, 200, value)
+        self.assertEqual(request(self.url, path="//nope")[0], 404)
+
     def test_api_answers_carry_the_security_headers(self):
         for path in ("/healthz", "/search?q=bread", "/nope"):
             with self.subTest(path):
