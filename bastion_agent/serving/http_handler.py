@@ -8,8 +8,12 @@ refused (403); and every route but ``/`` (a static page holding no data)
 and ``/healthz`` needs ``Authorization: Bearer TOKEN`` when the server has
 tokens (401). Every answer is JSON except the page.
 
-The search runs on Starlette's thread pool (``run_in_threadpool``): the
-index and the model link block, the event loop must not. Limits, time
+The search runs on a worker thread (anyio's, as Starlette's
+``run_in_threadpool``): the index and the model link block, the event loop
+must not. A search past the time limit is abandoned to its thread (Python
+cannot stop one), which ends within the model server's timeout; the threads
+are capped at ``WORKER_THREADS``, twice the slots, so abandoned searches
+cannot leave answered requests waiting for a thread. Limits, time
 limits, slots and the access log are the guard's (``http_guard``), the wire
 is ``http_protocol``'s.
 """
@@ -19,12 +23,12 @@ from __future__ import annotations
 import json
 from typing import Awaitable, Callable
 
-from starlette.concurrency import run_in_threadpool
+import anyio
 from starlette.datastructures import Headers
 
 from bastion_agent.core.loopback import is_loopback_host_header
 from bastion_agent.serving import tokens
-from bastion_agent.serving.http_guard import Exchange, send_answer
+from bastion_agent.serving.http_guard import MAX_CONNECTIONS, Exchange, send_answer
 from bastion_agent.serving.query_params import Query, query_from_body, query_from_string
 from bastion_agent.serving.request_error import RequestError
 from bastion_agent.serving.serve_openapi import PUBLIC_ROUTES, ROUTES
@@ -36,6 +40,13 @@ class Handler:
 
     def __init__(self, server):
         self.server = server
+        self._threads: anyio.CapacityLimiter | None = None  # made in the event loop, at the first request
+
+    async def in_thread(self, function, *args):
+        """``function(*args)`` on a worker thread; abandoned (left to finish) when the time limit cancels it."""
+        if self._threads is None:
+            self._threads = anyio.CapacityLimiter(WORKER_THREADS)
+        return await anyio.to_thread.run_sync(function, *args, abandon_on_cancel=True, limiter=self._threads)
 
     async def __call__(self, exchange: Exchange) -> None:
         path, method = exchange.scope["path"], exchange.scope["method"]
@@ -73,7 +84,7 @@ class Handler:
                           {"Content-Security-Policy": self.server.page_csp})
 
     async def answer_health(self, exchange: Exchange, caller) -> None:
-        health = await run_in_threadpool(self.server.service.health, caller)
+        health = await self.in_thread(self.server.service.health, caller)
         await send_answer(exchange, 200, json_bytes(health), JSON)
 
     async def answer_openapi(self, exchange: Exchange, caller) -> None:
@@ -90,7 +101,7 @@ class Handler:
                                                                    self.server.service.default_mode))
 
     async def answer_search(self, exchange: Exchange, caller, query: Query) -> None:
-        envelope = await run_in_threadpool(self.server.service.search, query.text, query.k, query.mode, caller)
+        envelope = await self.in_thread(self.server.service.search, query.text, query.k, query.mode, caller)
         await send_answer(exchange, 200, json_bytes(envelope), JSON)
 
     # -- the checks
@@ -167,6 +178,7 @@ def check_site(headers: Headers) -> None:
 
 
 JSON = "application/json; charset=utf-8"
+WORKER_THREADS = 2 * MAX_CONNECTIONS  # every slot's search, and as many abandoned ones still running
 
 
 def json_bytes(value) -> bytes:

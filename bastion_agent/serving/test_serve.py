@@ -573,14 +573,20 @@ class TimeLimitTests(StoreCase):
 
         self.addCleanup(finish)
 
+        ended = threading.Event()
+
         def slow(*args, **kwargs):
-            release.wait(WAIT_SECONDS)
-            return original(*args, **kwargs)
+            try:
+                release.wait(WAIT_SECONDS)
+                return original(*args, **kwargs)
+            finally:
+                ended.set()
 
         service.index.search = slow
         status, _, value = request(self.url, path="/search?q=bread")
         self.assertEqual(status, 503)
         self.assertIn("took longer than 0.5 s", value["error"])
+        self.assertFalse(ended.is_set(), "the answer waited for the search to end")  # abandoned, not awaited
 
 
 def read_answer(sock: socket.socket, buffered: bytearray) -> bytes:
