@@ -6,7 +6,7 @@ import socket
 import threading
 import unittest
 
-from bastion_agent.serving import http_server
+from bastion_agent.serving import http_protocol, http_server
 from bastion_agent.testing.serve_store import StoreCase, raw_exchange, request, start, status_of
 
 
@@ -97,6 +97,37 @@ class ServeHostileTests(StoreCase):
             time.sleep(0.05)
             deadline_status, _, _ = request(self.url, path="/healthz")
         self.assertEqual(deadline_status, 200)
+
+
+class FramingTests(unittest.TestCase):
+    """The wire's own framing (``http_protocol.Framing``): where each head starts, however the bytes arrive."""
+
+    BODY = b'{"query": "x\r\n\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"}'  # a body that reads like heads
+
+    def stream(self, second: bytes) -> bytes:
+        first = b"POST /search HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n%s" % (len(self.BODY), self.BODY)
+        return first + second
+
+    def test_a_body_that_reads_like_a_head_is_skipped_whole_and_a_bad_next_head_is_caught(self):
+        bad = b"GET / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n"
+        for size in (1, 2, 3, 7, 64, 10_000):  # the same bytes in pieces of each size
+            with self.subTest(size=size):
+                framing, data, heads = http_protocol.Framing(), self.stream(bad), 0
+                with self.assertRaises(http_protocol.FramingError) as caught:
+                    for start in range(0, len(data), size):
+                        heads += framing.feed(data[start:start + size])
+                self.assertIn("more than once", str(caught.exception))
+                self.assertEqual(heads, 1 if size < len(data) else 0)
+
+    def test_a_clean_stream_gives_one_head_per_request(self):
+        good = b"GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n"
+        data = self.stream(good) + good
+        for size in (1, 5, len(data)):
+            with self.subTest(size=size):
+                framing = http_protocol.Framing()
+                completed = [framing.feed(data[start:start + size]) for start in range(0, len(data), size)]
+                self.assertEqual(sum(completed), 3 if size < len(data) else 1)
+                self.assertTrue(framing.in_head and not framing.started)
 
 
 if __name__ == "__main__":
