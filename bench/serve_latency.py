@@ -21,9 +21,14 @@ stub in another), waits for it, warms it up and measures:
   the ratio of the p50s (what serving over HTTP costs on top of the search).
 
 The three ways are interleaved per query and mode (the order rotated), so
-load on a shared machine stretches them alike.
+load on a shared machine stretches them alike. With ``--before TREE`` a
+second serve runs from that source tree (``PYTHONPATH=TREE``: the HTTP stack
+before a change) on the same store, measured in the same interleaved loop
+(``before_http_ms``, ``before_http_keepalive_ms``), and ``over_in_process_ms``
+gives, for each serve, what HTTP adds to the in-process p50 and p95.
 
 Usage: python3 bench/serve_latency.py --keep /work/cache/search-latency [--sizes 1000000] [--queries 200] [--burst 400]
+       [--before /work/main]
 Prints JSON on stdout (progress on stderr).
 """
 
@@ -117,12 +122,12 @@ def timed_requests(base: str, paths: list[str], session: KeptAlive | None = None
     return times
 
 
-def start_serve(manifest: Path, layout: Layout, stub_url: str) -> tuple[subprocess.Popen, str, float]:
+def start_serve(manifest: Path, layout: Layout, stub_url: str, tree: Path = REPO) -> tuple[subprocess.Popen, str, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBED_", "BASTION_"))}
-    env.update(EMBED_URL=stub_url, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
+    env.update(EMBED_URL=stub_url, PYTHONPATH=str(tree))  # only that tree: the serve measured is that tree's
     started = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "bastion_agent", "serve", str(manifest), "--out", str(layout.root),
-                                "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=REPO)
+                                "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tree)
     line = process.stdout.readline()
     found = re.search(r"http://127\.0\.0\.1:\d+/", line)
     if not found:
@@ -166,7 +171,7 @@ def stub_process():
         process.wait(30)
 
 
-def measure(folder: Path, n: int, queries: int, burst: int, stub_url: str) -> dict:
+def measure(folder: Path, n: int, queries: int, burst: int, stub_url: str, before: Path | None = None) -> dict:
     """serve over new connections, over one kept-alive connection, and in process: interleaved per query and mode."""
     asked = questions(queries)
     built = _realtext.build(folder, n, log=lambda line: print(line, file=sys.stderr, flush=True))
@@ -178,14 +183,21 @@ def measure(folder: Path, n: int, queries: int, burst: int, stub_url: str) -> di
     ways = {"http_ms": lambda q, mode: _ok(get(base, search_path(q, mode))),
             "http_keepalive_ms": lambda q, mode: _ok(session.get(search_path(q, mode))),
             "in_process_ms": local.search}
+    old = None
+    if before is not None:
+        old, old_base, _ = start_serve(manifest, layout, stub_url, before)
+        old_session = KeptAlive(old_base)
+        ways["before_http_ms"] = lambda q, mode: _ok(get(old_base, search_path(q, mode)))
+        ways["before_http_keepalive_ms"] = lambda q, mode: _ok(old_session.get(search_path(q, mode)))
     try:
         result["serve_start_s"] = round(start_seconds, 2)  # launch to "listening": the index is loaded
         _check_ready(base)
         result["default_mode"] = json.loads(_body(base, "/healthz"))["search_mode"]
         for q in asked:  # warm-up: pages mapped, words counted, in both processes
             for mode in MODES:
-                ways["http_keepalive_ms"](q, mode)
-                local.search(q, mode)
+                for way in ways:
+                    if "keepalive" in way or way == "in_process_ms":
+                        ways[way](q, mode)
         runs = [(way, mode) for way in ways for mode in MODES]
         samples: dict = {run: [] for run in runs}
         for number, q in enumerate(asked):  # interleaved, the order rotated: load stretches every way alike
@@ -201,14 +213,18 @@ def measure(folder: Path, n: int, queries: int, burst: int, stub_url: str) -> di
     finally:
         session.close()
         local.close()
-        process.terminate()
-        process.wait(60)
+        for serving in filter(None, (process, old)):
+            serving.terminate()
+            serving.wait(60)
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     baseline = result["in_process_ms"]
     result["http_over_in_process"] = {mode: round(result["http_ms"][mode]["p50"] / baseline[mode]["p50"], 2)
                                       for mode in MODES}
     result["keepalive_minus_in_process_p50_ms"] = {
         mode: round(result["http_keepalive_ms"][mode]["p50"] - baseline[mode]["p50"], 2) for mode in MODES}
+    result["over_in_process_ms"] = {
+        way: {mode: {p: round(result[way][mode][p] - baseline[mode][p], 2) for p in ("p50", "p95")} for mode in MODES}
+        for way in ways if way != "in_process_ms"}
     result["p95_over_p50"] = {f"{way}_{mode}": round(result[way][mode]["p95"] / result[way][mode]["p50"], 2)
                               for way in ways for mode in MODES}
     return result
@@ -295,13 +311,15 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--burst", type=int, default=400)
+    parser.add_argument("--before", metavar="TREE", type=Path,
+                        help="also measure serve from this source tree (e.g. /work/main), in the same run")
     parser.add_argument("--blas-threads-default", action="store_true",
                         help="leave BLAS its default thread count in the baseline (serve itself always sets 1)")
     args = parser.parse_args()
     results = []
     with stub_process() as stub_url:
         for size in (int(text) for text in args.sizes.split(",")):
-            results.append(measure(args.keep / str(size), size, args.queries, args.burst, stub_url))
+            results.append(measure(args.keep / str(size), size, args.queries, args.burst, stub_url, args.before))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     print(json.dumps({"cpus": os.cpu_count(), "python": sys.version.split()[0],
                       "baseline_blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"), "sizes": results}, indent=2))

@@ -5,12 +5,18 @@ prints, for the searches since ``--since``: how many, per caller, per mode,
 per way in (cli, serve, mcp), the documents hit most and the first and last
 time. A line that is not a record (a crash mid-write, a hand edit) is
 counted as unreadable, never fatal.
+
+It also says when rotation dropped records (``audit.jsonl.dropped``): how
+many, of which period; a drop of records younger than the manifest's
+``[serve] audit_retention_days`` is said on stderr too, since the summary
+then misses searches it should hold.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -33,6 +39,7 @@ class AuditSummary:
     modes: dict[str, int] = field(default_factory=dict)
     via: dict[str, int] = field(default_factory=dict)
     documents: list[dict] = field(default_factory=list)  # [{"doc", "searches"}], most hit first
+    dropped: list[dict] = field(default_factory=list)  # rotations that dropped records of this period, oldest first
 
 
 def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +57,11 @@ def run_audit(args: argparse.Namespace) -> int:
     if not audit.log_files(layout.audit_log):
         raise ConfigError(f"no audit log in {layout.root} yet: searches are recorded there once they run")
     summary = summarise(audit.read_records(layout.audit_log), since)
+    summary.dropped = dropped_since(audit.read_drops(layout.audit_log), since)
+    for drop in summary.dropped:
+        if drop["within_retention"]:
+            print(f"bastion_agent audit: warning: rotation dropped {audit.Drop(**drop).what()} at "
+                  f"{drop['time']}; this summary misses them", file=sys.stderr)
     print(json.dumps(asdict(summary), indent=2) if args.json else format_summary(summary))
     return 0
 
@@ -79,6 +91,18 @@ def summarise(records, since: datetime | None = None) -> AuditSummary:
     return summary
 
 
+def dropped_since(drops, since: datetime | None) -> list[dict]:
+    """The drop notes whose records reach into the period (all of them without ``--since``)."""
+    kept = []
+    for drop in drops:
+        if drop is None or not isinstance(drop.records, int) or not isinstance(drop.within_retention, bool):
+            continue
+        last = audit.parse_time(drop.last) if isinstance(drop.last, str) else None
+        if since is None or last is None or last >= since:
+            kept.append(asdict(drop))
+    return kept
+
+
 def format_summary(summary: AuditSummary) -> str:
     if not summary.searches:
         lines = ["no searches in this period"]
@@ -91,4 +115,8 @@ def format_summary(summary: AuditSummary) -> str:
         lines.extend(f"  {row['searches']:>7}  {escape_name(row['doc'])}" for row in summary.documents)
     if summary.unreadable:
         lines.append(f"{summary.unreadable} unreadable lines skipped")
+    if summary.dropped:
+        lines.append("dropped by rotation:")
+        lines.extend(f"  {escape_name(str(drop['time']))}: {escape_name(audit.Drop(**drop).what())}"
+                     for drop in summary.dropped)
     return "\n".join(lines)

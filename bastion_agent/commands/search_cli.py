@@ -81,7 +81,8 @@ def run_search(args: argparse.Namespace) -> int:
         hits, mode = result.hits, result.mode
     # recorded before anything is printed: a search the log cannot hold is not answered
     audit.record_search(layout, caller=audit.local_caller(), via="cli", mode=mode, k=args.k,
-                        docs=[hit.doc for hit in hits], query=args.query if manifest.audit_queries else None)
+                        docs=[hit.doc for hit in hits], query=args.query if manifest.audit_queries else None,
+                        retention=audit.Retention(manifest.serve_limits.audit_retention_days))
     if args.json:
         print(json.dumps([asdict(hit) for hit in hits], ensure_ascii=False, indent=2))
     else:

@@ -60,10 +60,49 @@ class AuditLogTests(TempFolder, unittest.TestCase):
         key = audit.installation_key(self.layout)
         self.assertEqual(sorted(row["docs"][0] for row in rows), sorted(audit.audit_id(key, f"{n:064x}") for n in range(400)))
 
+    def test_a_flood_that_pushes_young_records_out_is_said_on_stderr_and_noted(self):
+        said = []
+        retention = audit.Retention(days=30, warn=said.append)
+        own = f"{os.getpid():064x}"  # the record the flooder wants gone
+        audit.record_search(self.layout, caller="insider", via="serve", mode="keyword", k=1, docs=[own],
+                            max_bytes=2048, keep=2, retention=retention)
+        flood = 0
+        own = audit.audit_id(audit.installation_key(self.layout), own)  # as the log holds it: keyed
+        while any(own in row["docs"] for row in audit.read_records(self.layout.audit_log, keep=2)):
+            audit.record_search(self.layout, caller="insider", via="serve", mode="keyword", k=1,
+                                docs=[f"{flood:064x}"], max_bytes=2048, keep=2, retention=retention)
+            flood += 1
+            self.assertLess(flood, 1000, "the record never left the log: the test proves nothing")
+        self.assertEqual(len(said), 1, said)
+        self.assertIn("younger than the 30-day retention", said[0])
+        (drop,) = list(audit.read_drops(self.layout.audit_log))
+        self.assertTrue(drop.within_retention)
+        self.assertGreater(drop.records, 1)
+        self.assertEqual(drop.first, audit.parse_time(drop.first).strftime(audit.TIME_FORMAT))
+        self.assertEqual(stat.S_IMODE(audit.dropped_log(self.layout.audit_log).stat().st_mode), 0o600)
+
+    def test_records_older_than_the_retention_go_without_a_warning_but_are_noted(self):
+        self.layout.root.mkdir(mode=0o700)
+        oldest = self.layout.root / "audit.jsonl.2"
+        rows = [{"time": f"2026-01-0{day}T10:00:00Z", "caller": "c", "via": "cli", "mode": "keyword", "k": 1,
+                 "hits": 0, "docs": []} for day in (1, 2, 3)]
+        oldest.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        said = []
+        now = datetime(2026, 2, 3, tzinfo=timezone.utc)  # 30.6 days after the newest record
+        drop = audit.note_drop(self.layout.audit_log, 2, audit.Retention(days=31, warn=said.append), now=now)
+        self.assertEqual((drop.records, drop.first, drop.last, drop.within_retention),
+                         (3, "2026-01-01T10:00:00Z", "2026-01-03T10:00:00Z", True))
+        self.assertEqual(len(said), 1)
+        drop = audit.note_drop(self.layout.audit_log, 2, audit.Retention(days=30, warn=said.append), now=now)
+        self.assertFalse(drop.within_retention)
+        self.assertEqual(len(said), 1, "an old record dropped is no news")
+        self.assertEqual([item.within_retention for item in audit.read_drops(self.layout.audit_log)], [True, False])
+
     def test_rotation_keeps_the_log_bounded(self):
+        said = []
         for n in range(2000):
             audit.record_search(self.layout, caller="c", via="cli", mode="keyword", k=5, docs=[f"{n:064x}"],
-                                max_bytes=4096, keep=3)
+                                max_bytes=4096, keep=3, retention=audit.Retention(warn=said.append))
         files = audit.log_files(self.layout.audit_log, keep=3)
         self.assertEqual([path.name for path in files], ["audit.jsonl.3", "audit.jsonl.2", "audit.jsonl.1", "audit.jsonl"])
         self.assertFalse((self.layout.root / "audit.jsonl.4").exists())
@@ -75,6 +114,9 @@ class AuditLogTests(TempFolder, unittest.TestCase):
         kept = [number_of[row["docs"][0]] for row in audit.read_records(self.layout.audit_log, keep=3)]
         self.assertEqual(kept[-1], 1999)  # the newest survive, in order
         self.assertEqual(kept, sorted(kept))
+        drops = list(audit.read_drops(self.layout.audit_log))
+        self.assertEqual(len(drops), len(said))  # each drop of young records noted and said
+        self.assertEqual(sum(drop.records for drop in drops) + len(kept), 2000, "every dropped record counted")
 
     def test_a_log_that_cannot_be_written_refuses_the_search(self):
         self.layout.root.mkdir(mode=0o700)
@@ -165,6 +207,37 @@ class AuditCommandTests(TempFolder, unittest.TestCase):
         code, out, err = run_cli("audit", self.manifest, "--out", self.out, "--since", "yesterday")
         self.assertEqual((code, out), (2, ""))
         self.assertIn("--since", err)
+
+    def test_the_summary_says_when_rotation_dropped_records(self):
+        self.swept()
+        said = []
+        for n in range(60):
+            audit.record_search(self.layout, caller="flood", via="serve", mode="keyword", k=1, docs=[f"{n:064x}"],
+                                max_bytes=1024, retention=audit.Retention(warn=said.append))
+        self.assertTrue(said, "nothing was dropped: the test proves nothing")
+        code, out, err = run_cli("audit", self.manifest, "--out", self.out, "--json")
+        self.assertEqual(code, 0)
+        summary = json.loads(out)
+        self.assertEqual(len(summary["dropped"]), len(said))
+        self.assertTrue(all(drop["within_retention"] for drop in summary["dropped"]))
+        self.assertEqual(err.count("younger than the 90-day retention"), len(said))
+        code, out, _ = run_cli("audit", self.manifest, "--out", self.out)
+        self.assertIn("dropped by rotation:", out)
+        self.assertIn("younger than the 90-day retention", out)
+
+    def test_the_serve_limits_in_the_manifest_are_checked(self):
+        for key, value, allowed in (("searches_per_minute", "0", "from 1 to 60000"),
+                                    ("search_burst", "true", "from 1 to 10000"),
+                                    ("audit_retention_days", "1.5", "from 0 to 36500")):
+            with self.subTest(key=key):
+                text = self.manifest.read_text(encoding="utf-8")
+                self.addCleanup(self.manifest.write_text, text, encoding="utf-8")
+                self.manifest.write_text(text + f"\n[serve]\n{key} = {value}\n", encoding="utf-8")
+                code, out, err = run_cli("audit", self.manifest, "--out", self.out)
+                self.assertEqual((code, out), (2, ""))
+                self.assertIn(f"[serve] {key} must be a whole number {allowed}", err)
+                self.assertEqual(err.count("\n"), 1)
+                self.manifest.write_text(text, encoding="utf-8")
 
     def test_no_log_yet_is_one_line(self):
         code, out, err = run_cli("audit", self.manifest, "--out", self.out)

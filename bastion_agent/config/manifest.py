@@ -48,7 +48,7 @@ ALLOWED_KEYS = {
     "publish": {"bastion"},
     "access": {"default", "rules", "local_groups"},
     "access.rules": {"paths", "groups"},
-    "serve": {"audit_queries"},
+    "serve": {"audit_queries", "audit_retention_days", "searches_per_minute", "search_burst"},
 }
 
 
@@ -101,6 +101,25 @@ class EmbedSettings:
 
 
 @dataclass(frozen=True)
+class ServeLimits:
+    """``[serve]``: how fast a token may search, and how long the audit log keeps what it recorded.
+
+    A token holder who could search without limit could push its own
+    records out of the rotated audit log (a flush): the limit makes a flush
+    take days, and a rotation that drops records younger than
+    ``audit_retention_days`` says so (core/audit.py).
+    """
+
+    searches_per_minute: int = 120  # per token, sustained (a token bucket refilled at this rate)
+    search_burst: int = 30  # per token, searches at once before the rate applies
+    audit_retention_days: int = 90  # a rotation dropping younger records says so on stderr and in `audit`
+
+
+SERVE_LIMIT_RANGES = {"searches_per_minute": (1, 60_000), "search_burst": (1, 10_000),
+                      "audit_retention_days": (0, 36_500)}
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A validated manifest and how it was signed."""
 
@@ -114,6 +133,7 @@ class Manifest:
     publish_bastion: str | None = None  # [publish] bastion: this bastion's name in the central index
     access: AccessSettings = field(default_factory=AccessSettings)  # [access]: documents' groups, the local user's
     audit_queries: bool = False  # [serve] audit_queries: the audit log keeps each query's text (core/audit.py)
+    serve_limits: "ServeLimits" = field(default_factory=lambda: ServeLimits())  # [serve]: per-token limits, retention
 
     def section(self, name: str) -> dict[str, Any]:
         """A top-level table as parsed (empty when absent)."""
@@ -194,6 +214,7 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
         publish_bastion=_publish_bastion(where, data, publish),
         access=_access_settings(where, access, source),
         audit_queries=_audit_queries(where, serve),
+        serve_limits=_serve_limits(where, serve),
     )
 
 
@@ -250,6 +271,17 @@ def _audit_queries(where: "_Where", serve: dict) -> bool:
     if not isinstance(value, bool):
         where.fail("serve", "audit_queries", "must be true or false")
     return value
+
+
+def _serve_limits(where: "_Where", serve: dict) -> "ServeLimits":
+    """``[serve]``'s limits on audited searches and the audit log's retention; whole numbers in their ranges."""
+    values = {}
+    for key, (low, high) in SERVE_LIMIT_RANGES.items():
+        value = serve.get(key, getattr(ServeLimits, key))
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            where.fail("serve", key, f"must be a whole number from {low} to {high}; got {value!r}")
+        values[key] = value
+    return ServeLimits(**values)
 
 
 def _publish_bastion(where: "_Where", data: dict, publish: dict) -> str | None:

@@ -16,6 +16,14 @@ record would take the file past ``max_bytes`` the file is rotated first:
 oldest (``.KEEP``) is dropped, so the log never takes more than
 ``(KEEP + 1) * max_bytes``.
 
+A drop is never silent: each one appends a line to ``audit.jsonl.dropped``
+(0600; when, how many records, the first and last record's time) which
+``audit`` shows, and a drop of records younger than the manifest's
+``[serve] audit_retention_days`` is also said on stderr. Someone who may
+search could otherwise flood the log until its own earlier records fall out
+of the oldest file; serve's per-token limit makes that slow, and this makes
+it seen.
+
 A search whose record cannot be written is not answered (``StoreError``):
 an audit that silently stops is worse than a search that says why it failed.
 
@@ -43,11 +51,12 @@ import json
 import os
 import re
 import secrets
+import sys
 import threading
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.layout import PRIVATE_FILE_MODE, Layout, ensure_private_dir, open_private_append
@@ -60,6 +69,8 @@ PLAIN_ID = re.compile(r"[0-9a-f]{64}")  # a document id as an older agent wrote 
 KEY_FILE = "audit.key"
 KEY_BYTES = 32
 ID_CHARS = 32  # 128 bits of the HMAC: no collision among any folder's documents, and not a sha256's length
+RETENTION_DAYS = 90  # the manifest's [serve] audit_retention_days when it says nothing
+DROPPED_SUFFIX = ".dropped"  # audit.jsonl.dropped: one line per rotated file that was dropped
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -100,13 +111,44 @@ def now_utc() -> str:
     return datetime.now(timezone.utc).strftime(TIME_FORMAT)
 
 
+@dataclass(frozen=True)
+class Retention:
+    """How long records must survive rotation, and where to say so when they do not."""
+
+    days: int = RETENTION_DAYS
+    warn: Callable[[str], None] | None = None  # None: stderr
+
+    def say(self, line: str) -> None:
+        if self.warn is None:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            self.warn(line)
+
+
+@dataclass(frozen=True)
+class Drop:
+    """One rotated file dropped: when, how many records, their first and last time."""
+
+    time: str
+    records: int
+    first: str | None
+    last: str | None
+    retention_days: int
+    within_retention: bool  # its newest record was younger than the retention period
+
+    def what(self) -> str:
+        young = f", younger than the {self.retention_days}-day retention" if self.within_retention else ""
+        return f"{self.records} records from {self.first or '?'} to {self.last or '?'}{young}"
+
+
 def record_search(layout: Layout, *, caller: str, via: str, mode: str, k: int, docs: list[str],
-                  query: str | None = None, max_bytes: int = MAX_BYTES, keep: int = KEEP) -> AuditRecord:
+                  query: str | None = None, max_bytes: int = MAX_BYTES, keep: int = KEEP,
+                  retention: Retention | None = None) -> AuditRecord:
     """Append one search; ``query`` is None unless the manifest asks for query texts; ids keyed (``audit_id``)."""
     key = installation_key(layout)
     entry = AuditRecord(time=now_utc(), caller=caller, via=via, mode=mode, k=k, hits=len(docs),
                         docs=list(dict.fromkeys(audit_id(key, doc) for doc in docs)), query=query)
-    append(layout.audit_log, entry.as_row(), max_bytes=max_bytes, keep=keep)
+    append(layout.audit_log, entry.as_row(), max_bytes=max_bytes, keep=keep, retention=retention)
     return entry
 
 
@@ -228,7 +270,8 @@ def _rewrite_file(file: Path, change) -> int:
     return changed
 
 
-def append(path: Path, row: dict, *, max_bytes: int = MAX_BYTES, keep: int = KEEP) -> None:
+def append(path: Path, row: dict, *, max_bytes: int = MAX_BYTES, keep: int = KEEP,
+           retention: Retention | None = None) -> None:
     # ASCII only: a query's U+2028 or control characters arrive escaped, so every tool sees one line per record
     data = (json.dumps(row, ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
     with _lock_for(path):
@@ -238,7 +281,7 @@ def append(path: Path, row: dict, *, max_bytes: int = MAX_BYTES, keep: int = KEE
             lock_fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(lock_fd, fcntl.LOCK_EX)
-                _append_locked(path, data, max_bytes, keep)
+                _append_locked(path, data, max_bytes, keep, retention or Retention())
             finally:
                 os.close(lock_fd)
         except OSError as exc:
@@ -252,13 +295,14 @@ def _lock_for(path: Path) -> threading.Lock:
         return _locks.setdefault(key, threading.Lock())
 
 
-def _append_locked(path: Path, data: bytes, max_bytes: int, keep: int) -> None:
+def _append_locked(path: Path, data: bytes, max_bytes: int, keep: int, retention: Retention) -> None:
     fd = open_private_append(path)
     try:
         size = os.fstat(fd).st_size
         if size and size + len(data) > max_bytes:
             os.close(fd)
             fd = -1
+            note_drop(path, keep, retention)
             rotate(path, keep)
             fd = open_private_append(path)
         written = os.write(fd, data)
@@ -278,6 +322,82 @@ def rotate(path: Path, keep: int) -> None:
             os.replace(newer, older)
         except FileNotFoundError:
             pass
+
+
+def note_drop(path: Path, keep: int, retention: Retention, now: datetime | None = None) -> Drop | None:
+    """Before a rotation: record what the oldest file (about to be dropped) held; say so if it is too young.
+
+    The note is written before the file goes, so a crash between the two
+    leaves a note too many, never a silent drop.
+    """
+    oldest = path.with_name(f"{path.name}.{keep}")
+    try:
+        records, first, last = _span(oldest)
+    except FileNotFoundError:
+        return None
+    now = now or datetime.now(timezone.utc)
+    newest = parse_time(last) if last else None
+    young = newest is None or (now - newest).total_seconds() < retention.days * 86400
+    drop = Drop(time=now.strftime(TIME_FORMAT), records=records, first=first, last=last,
+                retention_days=retention.days, within_retention=young)
+    line = (json.dumps(asdict(drop), ensure_ascii=True, sort_keys=True) + "\n").encode("ascii")
+    fd = open_private_append(dropped_log(path))
+    try:
+        if os.write(fd, line) != len(line):
+            raise OSError("short write to the audit log's drop notes")
+    finally:
+        os.close(fd)
+    if young:
+        retention.say(f"bastion_agent audit: rotation of {path} dropped {drop.what()}; "
+                      f"raise the rotation size or keep copies of {path.name}.* elsewhere")
+    return drop
+
+
+def _span(file: Path) -> tuple[int, str | None, str | None]:
+    """How many lines a log file holds and the times of its first and last record (read in blocks)."""
+    count, first_line, last_line, tail = 0, None, None, b""
+    with open(file, "rb") as handle:
+        while block := handle.read(1 << 20):
+            count += block.count(b"\n")
+            lines = (tail + block).split(b"\n")
+            tail = lines.pop()[-MAX_LINE_BYTES:]
+            complete = [line for line in lines if line.strip()]
+            if complete:
+                first_line = first_line if first_line is not None else complete[0][:MAX_LINE_BYTES]
+                last_line = complete[-1][-MAX_LINE_BYTES:]
+    if tail.strip():
+        count += 1
+        first_line = first_line if first_line is not None else tail
+        last_line = tail
+    return count, _time_of(first_line), _time_of(last_line)
+
+
+def _time_of(line: bytes | None) -> str | None:
+    try:
+        value = json.loads(line) if line else None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    when = value.get("time") if isinstance(value, dict) else None
+    return when if isinstance(when, str) and parse_time(when) is not None else None
+
+
+def dropped_log(path: Path) -> Path:
+    return path.with_name(path.name + DROPPED_SUFFIX)
+
+
+def read_drops(path: Path) -> Iterator[Drop | None]:
+    """Every drop note, oldest first; None for a line that is not one."""
+    try:
+        handle = open(dropped_log(path), "rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        for line in handle:
+            try:
+                value = json.loads(line[:MAX_LINE_BYTES])
+                yield Drop(**value) if isinstance(value, dict) else None
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, TypeError):
+                yield None
 
 
 def log_files(path: Path, keep: int = KEEP) -> list[Path]:

@@ -41,8 +41,8 @@ from bastion_agent.core.errors import BastionError, ConfigError
 from bastion_agent.embedding import vectorstore
 from bastion_agent.searching import searcher
 from bastion_agent.serving import tokens
-from bastion_agent.serving.http_server import address_family
 from bastion_agent.serving.query_params import MAX_DATE_CHARS, Query, query_from_values
+from bastion_agent.serving.serve_settings import address_family
 from bastion_agent.serving.request_error import RequestError
 from bastion_agent.serving.search_service import ModelLink, SearchService
 from bastion_agent.serving.serve_settings import (

@@ -24,6 +24,7 @@ from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.searching import searcher
 from bastion_agent.serving import tokens
 from bastion_agent.serving.request_error import RequestError
+from bastion_agent.serving.search_limits import SearchLimits
 from bastion_agent.serving.serve_settings import ServeSettings
 
 
@@ -115,6 +116,9 @@ class SearchService:
         self.clock = clock
         self.summary_seen = summary_stamp(layout)  # taken before the load: a later summary means a later sweep
         self.local_caller = tokens.local_caller(manifest)  # who asks when no token is needed (loopback, stdio)
+        limits = manifest.serve_limits
+        self.limits = SearchLimits(limits.searches_per_minute, limits.search_burst, clock=clock, log=log)
+        self.retention = audit.Retention(limits.audit_retention_days, warn=log)
         self.remote = remote is not None
         # remote: a remote_search.RemoteIndex (serve --remote), always current, never reloaded
         self.index = remote if remote is not None else searcher.SearchIndex.load(manifest, layout)
@@ -178,16 +182,25 @@ class SearchService:
         return True
 
     def health(self, caller: tokens.Caller | None) -> dict:
-        """The server's state as ``caller`` may see it: ``chunks`` counts only its windows (None: no caller)."""
+        """The server's state as ``caller`` may see it; without a caller (no token) only ``status``.
+
+        ``chunks`` counts only the caller's windows. ``loaded_at`` and
+        ``index_error`` change when any document changes, hidden ones too,
+        so only a caller who may read every group sees them.
+        """
+        status = "ok" if self.model.reachable else "degraded"
+        if caller is None:
+            return {"status": status}
         index = self.index
+        every_group = caller.groups is None
         return {
-            "status": "ok" if self.model.reachable else "degraded",
+            "status": status,
             "model": self.manifest.embed.model,
             "dim": self.manifest.embed.dim,
-            "chunks": None if caller is None else self.visible_count(index, caller),
-            "caller": None if caller is None else caller.name,
-            "loaded_at": index.loaded_at,
-            "index_error": self.index_error,
+            "chunks": self.visible_count(index, caller),
+            "caller": caller.name,
+            "loaded_at": index.loaded_at if every_group else None,
+            "index_error": self.index_error if every_group else None,
             "model_server": "ok" if self.model.reachable else "unreachable",
             "fallback": None if self.model.reachable else "keyword",  # /search answers by keyword meanwhile
             "search_mode": self.default_mode,
@@ -205,6 +218,8 @@ class SearchService:
         ``core.dates.DateRange``) keeps to documents modified within it.
         """
         caller = caller or self.local_caller
+        if caller != self.local_caller:  # a token's caller; the local user owns the log's files anyway
+            self.limits.take(caller.name)
         index = self.index
         vectors = searcher.needs_vector(mode)  # keyword search works while the model server is down
         hits = []
@@ -290,7 +305,8 @@ class SearchService:
     def _audit(self, caller: tokens.Caller, via: str, mode: str, k: int, hits: list, query: str) -> None:
         try:
             audit.record_search(self.layout, caller=caller.name, via=via, mode=mode, k=k,
-                                docs=[hit.doc for hit in hits], query=query if self.manifest.audit_queries else None)
+                                docs=[hit.doc for hit in hits], query=query if self.manifest.audit_queries else None,
+                                retention=self.retention)
         except StoreError as exc:
             self.log(f"bastion_agent {via}: {exc}")
             raise RequestError(503, "the audit log cannot be written, so the search is not answered; "

@@ -12,9 +12,11 @@ newcomer finds each part there:
   audited); the MCP server answers through it too;
 - ``query_params``: the parameters of ``/search`` made a checked query, or a
   one-line 400;
-- ``http_server`` and ``http_handler``: connections, threads, time limits
-  and the flood defences; then one request checked (Host, site, token),
-  routed, answered and logged;
+- ``http_server``, ``http_protocol``, ``http_guard`` and ``http_handler``:
+  uvicorn and Starlette (the ``serve`` extra) with the wire's checks
+  (framing, head deadline, waiting caps), the guard (slots with the token
+  first, time limits, the access log), and one request checked (Host, site,
+  token), routed and answered;
 - ``request_error``: a refusal, with its status and one line for the client.
 
 Everything it returns comes from ``vectors.db``'s sanitized windows; the
@@ -35,7 +37,6 @@ from typing import TextIO
 from bastion_agent.core.errors import BastionError, ConfigError
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.serving import tokens
-from bastion_agent.serving.http_server import BastionHTTPServer
 from bastion_agent.serving.search_service import ModelLink, SearchService
 from bastion_agent.serving.serve_settings import (  # add_serve_arguments: the CLI's hook for this command
     ServeSettings,
@@ -44,7 +45,8 @@ from bastion_agent.serving.serve_settings import (  # add_serve_arguments: the C
     settings_from,
 )
 
-__all__ = ["RunningServer", "add_serve_arguments", "build_server", "listen_error", "readers_check", "run_serve"]
+__all__ = ["RunningServer", "add_serve_arguments", "build_server", "http_stack", "listen_error", "readers_check",
+           "run_serve"]
 
 
 # --- running it --------------------------------------------------------------
@@ -53,7 +55,7 @@ __all__ = ["RunningServer", "add_serve_arguments", "build_server", "listen_error
 class RunningServer:
     """``with RunningServer(server):`` serve from a thread until the block ends (tests, the bench)."""
 
-    def __init__(self, server: BastionHTTPServer):
+    def __init__(self, server):
         self.server = server
         self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
@@ -72,8 +74,9 @@ class RunningServer:
 
 
 def build_server(manifest, layout, settings: ServeSettings, log_stream: TextIO | None = None,
-                 endpoint: EndpointConfig | None = None, probe: bool = True, remote=None) -> BastionHTTPServer:
+                 endpoint: EndpointConfig | None = None, probe: bool = True, remote=None):
     """Load the index, bind, and probe the model server (a failed probe is reported, not fatal)."""
+    http_server = http_stack()
     stream = log_stream or sys.stderr
     config = endpoint or EndpointConfig.from_env()
     config = dataclasses.replace(config, timeout=min(config.timeout, settings.request_time_limit))
@@ -83,13 +86,27 @@ def build_server(manifest, layout, settings: ServeSettings, log_stream: TextIO |
     book = tokens.TokenBook(settings.tokens_file, settings.token, log=log, check=check)  # a bad file stops here
     service = SearchService(manifest, layout, settings, model, log=log, remote=remote)
     try:
-        server = BastionHTTPServer(service, settings, stream, book)
+        server = http_server.BastionHTTPServer(service, settings, stream, book)
     except OSError as exc:
         raise listen_error(settings.host, settings.port, exc) from None
     if probe and not model.probe():
         log(f"bastion_agent serve: the model server is unavailable ({model.error}); /search answers 503 "
             f"until it answers (checked every {settings.reprobe_seconds:g} s)")
     return server
+
+
+SERVE_EXTRA_HINT = "serve needs the serve extra (Starlette and uvicorn): pip install 'bastion-agent[serve]'"
+
+
+def http_stack():
+    """The HTTP server module, or one line saying which extra to install."""
+    try:
+        from bastion_agent.serving import http_server
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in ("starlette", "uvicorn", "h11", "anyio"):
+            raise
+        raise ConfigError(SERVE_EXTRA_HINT) from None
+    return http_server
 
 
 def readers_check(remote):
@@ -121,6 +138,7 @@ def listen_error(host: str, port: int, exc: OSError) -> BastionError:
 def run_serve(args: argparse.Namespace) -> int:
     from bastion_agent.config.arguments import load_manifest_and_layout
 
+    http_stack()  # without the serve extra: one line, before anything is loaded
     limit_math_threads()
     settings = settings_from(args.host, args.port)
     manifest, layout = load_manifest_and_layout(args)

@@ -68,6 +68,9 @@ def document(settings, url: str) -> dict:
         if settings.guarded and path not in PUBLIC_ROUTES:
             responses["401"] = _error("Missing or wrong `Authorization: Bearer TOKEN`.")
             operation["security"] = [{"bearer": []}]
+        if settings.guarded and path == "/search":  # the local user (no token) is not limited
+            responses["429"] = _error("This token spent its searches ([serve] searches_per_minute, search_burst); "
+                                      "`Retry-After` says in how many seconds one is back.")
         paths.setdefault(path, {})[method.lower()] = operation
     doc = {
         "openapi": "3.1.0",
@@ -107,7 +110,8 @@ def _page() -> dict:
 def _health() -> dict:
     return {
         "summary": "Liveness, the model, the number of chunks the caller may search and when the index was loaded.",
-        "description": "Never needs the token. `status` is `degraded` while the model server is unreachable.",
+        "description": ("Never needs the token; without it (on a server with tokens) the answer is only `status`. "
+                        "`status` is `degraded` while the model server is unreachable."),
         "responses": {"200": _json("The server's state.", "Health")},
     }
 
@@ -235,18 +239,22 @@ def _schemas(settings) -> dict:
         },
         "Health": {
             "type": "object",
-            "required": ["status", "model", "dim", "chunks", "loaded_at", "model_server", "auth"],
+            "required": ["status"],
+            "description": "Without a token, on a server with tokens, only `status`; the rest needs the token.",
             "properties": {
                 "status": {"type": "string", "enum": ["ok", "degraded"]},
                 "model": {"type": "string"},
                 "dim": {"type": "integer"},
                 "chunks": {"type": ["integer", "null"],
-                           "description": "Windows this caller may search (its token's groups); null without a token "
-                                          "on a server that needs one."},
+                           "description": "Windows this caller may search (its token's groups); null for a token "
+                                          "without a reader role on a --remote index."},
                 "caller": {"type": ["string", "null"], "description": "Who the server takes the caller for: a token's "
                                                                       "name, or local:USER."},
-                "loaded_at": {"type": "string", "description": "UTC time the index was loaded (ISO 8601)."},
-                "index_error": {"type": ["string", "null"], "description": "Why the last reload failed, if it did."},
+                "loaded_at": {"type": ["string", "null"],
+                              "description": "UTC time the index was loaded (ISO 8601); null unless the caller reads "
+                                             "every group (it moves when hidden documents change)."},
+                "index_error": {"type": ["string", "null"], "description": "Why the last reload failed, if it did "
+                                                                           "(for a caller who reads every group)."},
                 "model_server": {"type": "string", "enum": ["ok", "unreachable"]},
                 "fallback": {"type": ["string", "null"], "enum": ["keyword", None],
                              "description": "\"keyword\" while the model server is unreachable: /search answers by keyword."},

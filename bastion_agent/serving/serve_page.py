@@ -369,10 +369,13 @@ SCRIPT = r"""
     fetch("healthz", { cache: "no-store", headers }).then((r) => r.json()).then((h) => {
       maxK = (h.limits && h.limits.max_k) || maxK;
       healthLine.className = h.status;
-      healthLine.replaceChildren(el("span", "dot"), document.createTextNode(
-        (h.chunks === null ? "enter your access token to search" : h.chunks + " passages") + " \u00b7 model " + h.model +
-        (h.model_server === "ok" ? "" : " \u00b7 model server unreachable (keyword search still works)")));
-      if (h.auth === "bearer") tokenBox.hidden = false;
+      // without a valid token /healthz says only its status
+      const stranger = !("caller" in h);
+      healthLine.replaceChildren(el("span", "dot"), document.createTextNode(stranger
+        ? "enter your access token to search"
+        : (h.chunks === null ? "no passages for this token" : h.chunks + " passages") + " \u00b7 model " + h.model +
+          (h.model_server === "ok" ? "" : " \u00b7 model server unreachable (keyword search still works)")));
+      if (stranger || h.auth === "bearer") tokenBox.hidden = false;
     }).catch(() => { healthLine.textContent = "server status unknown"; });
   }
   if (sessionStorage.getItem("bastion-token")) tokenInput.value = sessionStorage.getItem("bastion-token");

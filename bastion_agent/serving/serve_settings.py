@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,3 +108,8 @@ def limit_math_threads(environ=None) -> None:
     env = os.environ if environ is None else environ
     for name in MATH_THREAD_VARIABLES:
         env.setdefault(name, "1")
+
+
+def address_family(host: str) -> int:
+    """The socket family of a listening address: IPv6 when it holds a colon."""
+    return socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET

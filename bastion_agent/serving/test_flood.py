@@ -3,9 +3,10 @@
 Hostile first: one client opens hundreds of idle sockets, half-sent request
 heads and half-sent bodies without the token, and keeps reopening what the
 server closes; a ``/search`` with the right token from the same address
-still gets its answer, and the server's threads stay bounded. Then the
-intake itself: the cap per client pushes out that client's oldest waiting
-connection (not another client's), and a head that never completes gets 408.
+still gets its answer, and the server's threads stay bounded. Then the wait
+for heads (``http_protocol``): the cap per client pushes out that client's
+oldest waiting connection (not another client's), and a head that never
+completes gets 408.
 No timing thresholds: every wait is bounded by ``WAIT_SECONDS``.
 """
 
@@ -18,7 +19,7 @@ import time
 import unittest
 import urllib.parse
 
-from bastion_agent.serving import http_server, intake
+from bastion_agent.serving import http_protocol, http_server
 from bastion_agent.testing.serve_store import TOKEN, WAIT_SECONDS, StoreCase, request, start
 
 IDLE = 200
@@ -117,112 +118,113 @@ class FloodTests(StoreCase):
         self.assertTrue(all(answer.startswith(b"HTTP/1.0 408") for answer in answers), answers[:2])
         self.assertEqual(len(answers), 20)
         deadline = time.monotonic() + WAIT_SECONDS
-        while server.server.intake.waiting() and time.monotonic() < deadline:
+        while server.server.waiting() and time.monotonic() < deadline:
             time.sleep(0.02)
-        self.assertEqual(server.server.intake.waiting(), 0)
+        self.assertEqual(server.server.waiting(), 0)
 
 
-class IntakeTests(unittest.TestCase):
-    """The intake alone, with socket pairs standing for connections and addresses chosen by the test."""
-
-    def setUp(self):
-        self.ready: list[tuple[tuple, bytes]] = []
-        self.refused: list[tuple[int, str]] = []
-        self.done = threading.Condition()
-
-    def make(self, **limits) -> intake.Intake:
-        def ready(sock, address, head):
-            with self.done:
-                self.ready.append((address, head))
-                self.done.notify_all()
-            sock.close()
-
-        def refuse(sock, status, message):
-            with self.done:
-                self.refused.append((address_of[sock], status))
-                self.done.notify_all()
-            sock.close()
-
-        address_of: dict = {}
-        self.address_of = address_of
-        gate = intake.Intake(ready, refuse, **limits)
-        gate.start()
-        self.addCleanup(gate.stop)
-        return gate
-
-    def connect(self, gate: intake.Intake, client: str, number: int, returning: bytes | None = None) -> socket.socket:
-        """A new connection; with ``returning``, a kept-alive one coming back with those bytes of its next request."""
-        ours, theirs = socket.socketpair()
-        ours.settimeout(WAIT_SECONDS)
-        self.addCleanup(ours.close)
-        self.address_of[theirs] = (client, number)
-        if returning is None:
-            gate.add(theirs, (client, number))
-        else:
-            gate.add(theirs, (client, number), returning, returning=True)
-        return ours
-
-    def test_kept_alive_connections_meet_the_cap_and_idle_ones_are_closed_without_an_answer(self):
-        gate = self.make(per_client=3, deadline=WAIT_SECONDS * 4)
-        idle = [self.connect(gate, "10.0.0.1", number, returning=b"") for number in range(3)]
-        newest = self.connect(gate, "10.0.0.1", 3)  # over the cap: the oldest idle one makes room, silently
-        self.assertEqual(idle[0].recv(100), b"")
-        self.assertEqual(self.refused, [])
-        newest.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
-        self.wait(lambda: len(self.ready) == 1)
-        self.assertEqual(self.ready[0][0], ("10.0.0.1", 3))
-
-    def test_a_pipelined_request_already_read_is_handed_on_at_once_and_a_partial_one_waits_for_the_rest(self):
-        gate = self.make()
-        whole = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-        self.connect(gate, "10.0.0.1", 0, returning=whole)
-        partial = self.connect(gate, "10.0.0.1", 1, returning=whole[:10])
-        self.wait(lambda: len(self.ready) == 1)
-        partial.sendall(whole[10:])
-        self.wait(lambda: len(self.ready) == 2)
-        self.assertEqual(self.ready, [(("10.0.0.1", 0), whole), (("10.0.0.1", 1), whole)])
-
-    def test_a_kept_alive_connection_that_started_a_request_and_stalled_gets_408(self):
-        gate = self.make(deadline=0.3)
-        self.connect(gate, "10.0.0.1", 0, returning=b"GET / HTTP/1.1\r\nX: ")
-        idle = self.connect(gate, "10.0.0.1", 1, returning=b"")
-        self.wait(lambda: self.refused)
-        self.assertEqual(self.refused, [(("10.0.0.1", 0), 408)])
-        self.assertEqual(idle.recv(100), b"")  # the idle one is closed at the same deadline, with no answer
-
-    def wait(self, condition) -> None:
-        with self.done:
-            self.assertTrue(self.done.wait_for(condition, WAIT_SECONDS))
+class WaitingTests(unittest.TestCase):
+    """The registry of connections waiting for their heads, with addresses chosen by the test."""
 
     def test_the_cap_per_client_pushes_out_that_clients_oldest_and_spares_the_others(self):
-        gate = self.make(per_client=3, deadline=WAIT_SECONDS * 4)
-        other = self.connect(gate, "10.0.0.2", 0)
-        flood = [self.connect(gate, "10.0.0.1", number) for number in range(6)]
-        self.wait(lambda: len(self.refused) == 3)
-        self.assertEqual(sorted(self.refused), [(("10.0.0.1", n), 503) for n in range(3)])
-        newest = flood[-1]
-        newest.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        other.sendall(b"GET / HTTP/1.0\r\n\r\n")
-        self.wait(lambda: len(self.ready) == 2)
-        self.assertEqual(sorted(address for address, _ in self.ready), [("10.0.0.1", 5), ("10.0.0.2", 0)])
+        waiting = http_protocol.Waiting(per_client=3, total=100)
+        self.assertEqual(waiting.add("other-0", "10.0.0.2"), [])
+        pushed = [waiting.add(f"flood-{n}", "10.0.0.1") for n in range(6)]
+        self.assertEqual(pushed, [[], [], [], ["flood-0"], ["flood-1"], ["flood-2"]])
+        self.assertEqual(len(waiting), 4)
+        waiting.remove("flood-5", "10.0.0.1")
+        self.assertEqual(waiting.add("flood-6", "10.0.0.1"), [])  # a head that arrived made room
 
-    def test_a_head_sent_a_byte_at_a_time_is_whole_when_handed_on(self):
-        gate = self.make()
-        sock = self.connect(gate, "10.0.0.1", 0)
-        head = b"GET /search?q=bread HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer x\r\n\r\n"
-        for byte in head:
+    def test_the_cap_in_all_pushes_out_the_oldest_of_anyone(self):
+        waiting = http_protocol.Waiting(per_client=10, total=3)
+        for n in range(3):
+            waiting.add(f"c{n}", f"10.0.0.{n}")
+        self.assertEqual(waiting.add("c3", "10.0.0.3"), ["c0"])
+        waiting.remove("c0", "10.0.0.0")  # already gone: nothing happens
+        self.assertEqual(len(waiting), 3)
+
+
+class WireWaitTests(StoreCase):
+    """Heads over real sockets: sent a byte at a time, never ended, too long, pipelined, kept alive and idle."""
+
+    def setUp(self):
+        self.server = start(self.store, self, request_time_limit=0.5)
+        self.address = address(self.server.url)
+
+    def connect(self) -> socket.socket:
+        sock = socket.create_connection(self.address, timeout=WAIT_SECONDS)
+        self.addCleanup(sock.close)
+        return sock
+
+    def read_all(self, sock: socket.socket) -> bytes:
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                received += chunk
+        return received
+
+    def answered(self, sock: socket.socket) -> bytes:
+        """One whole answer (head and Content-Length body) from a kept-alive connection."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        while len(body) < length:
+            body += sock.recv(65536)
+        return head
+
+    def test_a_head_sent_a_byte_at_a_time_is_answered(self):
+        sock = self.connect()
+        for byte in b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n":
             sock.sendall(bytes([byte]))
-        self.wait(lambda: self.ready)
-        self.assertEqual(self.ready, [(("10.0.0.1", 0), head)])
+        self.assertTrue(self.read_all(sock).startswith(b"HTTP/1.1 200"))
 
-    def test_a_head_that_never_ends_gets_408_and_an_oversized_one_is_handed_on_to_be_refused(self):
-        gate = self.make(deadline=0.3, max_head=1024)
-        self.connect(gate, "10.0.0.1", 0).sendall(b"GET / HTTP/1.1\r\nX: ")
-        self.connect(gate, "10.0.0.1", 1).sendall(b"GET / HTTP/1.1\r\nX: " + b"a" * 2048)
-        self.wait(lambda: self.refused and self.ready)
-        self.assertEqual(self.refused, [(("10.0.0.1", 0), 408)])
-        self.assertEqual(self.ready[0][0], ("10.0.0.1", 1))
-        self.assertEqual(gate.waiting(), 0)
+    def test_a_head_that_never_ends_gets_408_and_an_oversized_one_is_refused(self):
+        stalled, oversized = self.connect(), self.connect()
+        stalled.sendall(b"GET / HTTP/1.1\r\nX: ")
+        oversized.sendall(b"GET / HTTP/1.1\r\nX: " + b"a" * (http_protocol.MAX_HEAD_BYTES + 1024))
+        self.assertTrue(self.read_all(stalled).startswith(b"HTTP/1.0 408"))
+        self.assertTrue(self.read_all(oversized).startswith(b"HTTP/1.0 400"))
+        self.assertEqual(self.server.server.waiting(), 0)
+
+    def test_blank_lines_alone_are_no_head_and_never_hold_the_connection(self):
+        sock = self.connect()
+        sock.sendall(b"\r\n\r\n\n\n\r\n")
+        self.assertRegex(self.read_all(sock), rb"^HTTP/1\.0 40[08] ")  # refused at once, or at the deadline
+
+    def test_a_pipelined_partial_request_waits_for_the_rest(self):
+        sock = self.connect()
+        whole = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        sock.sendall(whole + whole[:10])
+        self.assertTrue(self.answered(sock).startswith(b"HTTP/1.1 200"))
+        sock.sendall(whole[10:])
+        self.assertTrue(self.answered(sock).startswith(b"HTTP/1.1 200"))
+
+    def test_a_kept_alive_connection_that_started_a_request_and_stalled_gets_408_an_idle_one_nothing(self):
+        stalled, idle = self.connect(), self.connect()
+        for sock in (stalled, idle):
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            self.assertTrue(self.answered(sock).startswith(b"HTTP/1.1 200"))
+        stalled.sendall(b"GET / HTTP/1.1\r\nX: ")
+        self.assertTrue(self.read_all(stalled).startswith(b"HTTP/1.0 408"))
+        self.assertEqual(self.read_all(idle), b"")  # closed at the same deadline, with no answer
+
+    def test_over_the_cap_kept_alive_idle_ones_close_silently_and_new_waiting_ones_get_503(self):
+        self.server.server.guard.waiting.per_client = 3
+        idle = []
+        for _ in range(3):
+            sock = self.connect()
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            self.assertTrue(self.answered(sock).startswith(b"HTTP/1.1 200"))
+            idle.append(sock)
+        newest = self.connect()  # over the cap: the oldest idle one makes room, silently
+        self.assertEqual(self.read_all(idle[0]), b"")
+        waiting = [self.connect() for _ in range(3)]  # three more new ones: the older waiting ones get 503
+        self.assertTrue(self.read_all(idle[1]) == b"" and self.read_all(idle[2]) == b"")
+        self.assertTrue(self.read_all(newest).startswith(b"HTTP/1.0 503"))
+        waiting[-1].sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        self.assertTrue(self.read_all(waiting[-1]).startswith(b"HTTP/1.1 200"))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from bastion_agent.core.errors import ConfigError
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.serving import http_handler, http_server, request_error, search_service, serve_openapi, serve_page, serve_settings
+from bastion_agent.serving.search_limits import SearchLimits
 from bastion_agent.testing.serve_store import (
     DOCS,
     TOKEN,
@@ -180,6 +181,11 @@ class SearchApiTests(StoreCase):
             everything += value if isinstance(value, bytes) else json.dumps(value).encode()
         self.assertNotIn(b"hunter2", everything)
         self.assertNotIn(b"AKIAABCDEFGHIJKLMNOP", everything)
+
+    def test_a_doubled_leading_slash_reaches_the_route(self):
+        status, _, value = request(self.url, path="//search?q=bread&k=1")
+        self.assertEqual(status, 200, value)
+        self.assertEqual(request(self.url, path="//nope")[0], 404)
 
     def test_api_answers_carry_the_security_headers(self):
         for path in ("/healthz", "/search?q=bread", "/nope"):
@@ -338,6 +344,8 @@ class TokenTests(StoreCase):
             self.assertEqual(status, 200)
             self.assertTrue(value["hits"])
         status, _, health = request(self.url, path="/healthz")
+        self.assertEqual((status, health), (200, {"status": "ok"}))
+        status, _, health = request(self.url, path="/healthz", headers={"Authorization": f"Bearer {TOKEN}"})
         self.assertEqual((status, health["auth"]), (200, "bearer"))
         self.assertEqual(request(self.url, path="/")[0], 200)
 
@@ -568,14 +576,20 @@ class TimeLimitTests(StoreCase):
 
         self.addCleanup(finish)
 
+        ended = threading.Event()
+
         def slow(*args, **kwargs):
-            release.wait(WAIT_SECONDS)
-            return original(*args, **kwargs)
+            try:
+                release.wait(WAIT_SECONDS)
+                return original(*args, **kwargs)
+            finally:
+                ended.set()
 
         service.index.search = slow
         status, _, value = request(self.url, path="/search?q=bread")
         self.assertEqual(status, 503)
         self.assertIn("took longer than 0.5 s", value["error"])
+        self.assertFalse(ended.is_set(), "the answer waited for the search to end")  # abandoned, not awaited
 
 
 def read_answer(sock: socket.socket, buffered: bytearray) -> bytes:
@@ -688,26 +702,20 @@ class KeepAliveTests(StoreCase):
         status, _, value = request(self.url, path="/search?q=bread&k=1")
         self.assertEqual(status, 200, value)
         self.assertEqual([closed_by_server(sock) for sock in idle[:3]], [b""] * 3)  # closed, no 408 to misread
-        wait_for(lambda: self.server.server.intake.waiting() == 0, "the intake to let the idle connections go")
+        wait_for(lambda: self.server.server.waiting() == 0, "the server to let the idle connections go")
 
     def test_the_time_limit_of_an_answered_request_never_cuts_the_next_one(self):
-        ours, theirs = socket.socketpair()
-        self.addCleanup(ours.close)
-        self.addCleanup(theirs.close)
-        handler = object.__new__(http_handler.Handler)  # the state a handler has once its answer went out
-        handler.connection, handler.send_lock, handler.responded = theirs, threading.Lock(), True
-        handler.expired, handler.handed_on, handler.close_connection, handler.sent_whole = False, False, False, True
-        self.assertTrue(handler._hand_on())
-        handler.expire()  # the watchdog, late: the connection is the next request's now
-        theirs.sendall(b"still open")
-        self.assertEqual(ours.recv(100), b"still open")
-        late = object.__new__(http_handler.Handler)  # and the other order: expired first, never handed on
-        late.connection, late.send_lock, late.responded = theirs, threading.Lock(), True
-        late.expired, late.handed_on, late.request_read = False, False, True
-        late.server = self.server.server
-        late.expire()
-        self.assertFalse(late._hand_on())
-        self.assertEqual(ours.recv(100), b"")  # shut down
+        # each request has its own time limit: requests on one connection, spread past the first one's limit
+        server = start(self.store, self, request_time_limit=0.6)
+        parts = urllib.parse.urlsplit(server.url)
+        sock, buffered = socket.create_connection((parts.hostname, parts.port), timeout=WAIT_SECONDS), bytearray()
+        self.addCleanup(sock.close)
+        answers = []
+        for _ in range(4):  # 4 x 0.3 s: the last ones arrive after the first request's limit has passed
+            sock.sendall(self.SEARCH)
+            answers.append(read_answer(sock, buffered)[:12])
+            time.sleep(0.3)
+        self.assertEqual(answers, [b"HTTP/1.1 200"] * 4)
 
     def test_a_slow_next_request_on_a_kept_connection_gets_408(self):
         sock, buffered = self.connect(), bytearray()
@@ -753,6 +761,16 @@ class OpenApiTests(StoreCase):
         if status == "421":
             return request(url, method, good["GET"] if method == "GET" else path, {"query": "bread"} if method == "POST" else None,
                            {**headers, "Host": "attacker.example"})[0]
+        if status == "429":  # the token's searches spent
+            service = self.servers[url].server.service
+            original = service.limits
+            service.limits = SearchLimits(per_minute=1, burst=1)
+            try:
+                answers = [request(url, method, good["GET"] if method == "GET" else path,
+                                   {"query": "bread"} if method == "POST" else None, headers)[0] for _ in range(2)]
+                return answers[-1] if answers[0] == 200 else answers[0]
+            finally:
+                service.limits = original
         if status == "503":  # an answer over the time limit (a model server that is down gets keyword answers)
             service = self.servers[url].server.service
             original, release = service.index.search, threading.Event()
@@ -810,6 +828,7 @@ class OpenApiTests(StoreCase):
     def test_with_a_token_401_is_documented_and_happens(self):
         doc, seen = self.check_document(token=TOKEN)
         self.assertIn("401", seen)
+        self.assertIn("429", seen)
         self.assertEqual(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer")
         self.assertNotIn("401", doc["paths"]["/healthz"]["get"]["responses"])
 
@@ -829,6 +848,26 @@ class OpenApiTests(StoreCase):
 
 class CommandTests(StoreCase):
     """``python3 -m bastion_agent serve`` as a person runs it."""
+
+    def test_without_the_serve_extra_serve_names_it_in_one_line(self):
+        blocker = (
+            "import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] in ('uvicorn', 'starlette'):\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from bastion_agent.commands.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n"
+        )
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
+        done = subprocess.run([sys.executable, "-c", blocker, "serve", str(self.store.manifest_path), "--out",
+                               str(self.store.layout.root), "--port", "0"],
+                              capture_output=True, text=True, env=env, timeout=WAIT_SECONDS * 4)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertEqual(done.stdout, "")
+        self.assertEqual(done.stderr.count("\n"), 1, done.stderr)
+        self.assertIn("pip install 'bastion-agent[serve]'", done.stderr)
 
     def test_serve_prints_its_url_logs_requests_and_stops_on_sigterm(self):
         env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}

@@ -64,10 +64,9 @@ class NamedTokenTests(TempFolder, StoreCase):
         token_cli.revoke_token(self.path, "other")
         self.assertEqual(self.search("bread", self.other)[0], 401)
         self.assertEqual(self.search("bread", self.staff)[0], 200)
-        self.assertFalse(self.server.server.authenticated_head(
-            f"GET /search?q=x HTTP/1.0\r\nAuthorization: Bearer {self.other}\r\n\r\n".encode()))
-        self.assertTrue(self.server.server.authenticated_head(
-            f"GET /search?q=x HTTP/1.0\r\nAuthorization: Bearer {self.staff}\r\n\r\n".encode()))
+        # nor may it take a slot kept for callers with a token
+        self.assertFalse(self.server.server.app.slots.authenticated(f"Bearer {self.other}"))
+        self.assertTrue(self.server.server.app.slots.authenticated(f"Bearer {self.staff}"))
 
     def test_a_tokens_file_opened_to_others_refuses_every_named_token_until_fixed(self):
         os.chmod(self.path, 0o644)
@@ -76,13 +75,36 @@ class NamedTokenTests(TempFolder, StoreCase):
         os.chmod(self.path, 0o600)
         self.assertEqual(self.search("bread", self.staff)[0], 200)
 
-    def test_healthz_says_who_the_caller_is_and_counts_nothing_for_a_stranger(self):
-        status, _, health = request(self.url, path="/healthz")
-        self.assertEqual((status, health["chunks"], health["caller"], health["auth"]), (200, None, None, "bearer"))
+    def test_healthz_tells_a_stranger_only_the_status(self):
+        for header in ({}, {"Authorization": f"Bearer {self.staff}x"}):
+            status, _, health = request(self.url, path="/healthz", headers=header)
+            self.assertEqual((status, health), (200, {"status": "ok"}))
+
+    def test_healthz_says_who_the_caller_is_and_the_load_time_only_to_every_group(self):
         _, _, health = request(self.url, path="/healthz", headers={"Authorization": f"Bearer {TOKEN}"})
         self.assertEqual((health["chunks"], health["caller"]), (len(self.server.server.service.index), "serve-token"))
+        self.assertEqual(health["loaded_at"], self.server.server.service.index.loaded_at)
         _, _, health = request(self.url, path="/healthz", headers={"Authorization": f"Bearer {self.staff}"})
-        self.assertEqual(health["caller"], "staff-portal")
+        # the load time moves when any document changes, hidden ones too
+        self.assertEqual((health["caller"], health["loaded_at"], health["index_error"]), ("staff-portal", None, None))
+        self.assertEqual(health["auth"], "bearer")
+
+    def test_a_token_that_searches_too_fast_gets_429_with_retry_after_and_no_record(self):
+        text = self.store.manifest_path.read_text(encoding="utf-8")
+        self.addCleanup(self.store.manifest_path.write_text, text, encoding="utf-8")
+        self.store.manifest_path.write_text(text + "\n[serve]\nsearches_per_minute = 1\nsearch_burst = 2\n",
+                                            encoding="utf-8")
+        self.url = start(self.store, self, tokens_file=self.path, token=TOKEN).url
+        answers = [self.search("bread", self.staff) for _ in range(4)]
+        self.assertEqual([status for status, _, _ in answers], [200, 200, 429, 429])
+        status, answer, value = answers[2]
+        self.assertTrue(1 <= int(answer.getheader("Retry-After")) <= 60, answer.getheader("Retry-After"))
+        self.assertNotIn("hits", value)
+        self.assertIn("too many searches", value["error"])
+        self.assertEqual(self.search("bread", self.other)[0], 200, "each token has its own budget")
+        self.assertEqual([row["caller"] for row in audit_rows(self.store.layout)],
+                         ["staff-portal", "staff-portal", "other"], "a refused search is no search")
+        self.assertEqual(self.log.getvalue().count("staff-portal spent its searches"), 1)
 
     def test_each_search_is_one_audit_line_with_the_token_name_and_no_query(self):
         for token, mode in ((self.staff, "keyword"), (TOKEN, "vector"), (self.other, "hybrid")):
@@ -106,6 +128,14 @@ class LocalCallerTests(StoreCase):
         self.assertEqual(health["chunks"], len(server.server.service.index))
         self.assertEqual(request(server.url, path="/search?q=bread")[0], 200)
         self.assertTrue(audit_rows(self.store.layout)[-1]["caller"].startswith("local:"))
+
+    def test_the_local_user_is_not_limited(self):
+        text = self.store.manifest_path.read_text(encoding="utf-8")
+        self.addCleanup(self.store.manifest_path.write_text, text, encoding="utf-8")
+        self.store.manifest_path.write_text(text + "\n[serve]\nsearches_per_minute = 1\nsearch_burst = 1\n",
+                                            encoding="utf-8")
+        server = start(self.store, self)
+        self.assertEqual([request(server.url, path="/search?q=bread")[0] for _ in range(4)], [200] * 4)
 
 
 class StartTests(TempFolder, StoreCase):
