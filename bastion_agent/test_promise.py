@@ -607,6 +607,9 @@ def _untimed(text: str) -> str:
     return text
 
 
+FIXED_MTIME = 1_764_547_200  # 2025-12-01T00:00:00Z, every file of the two folders compared
+
+
 class SideChannelTests(TempFolder, unittest.TestCase):
     """Every summary, ``--json`` output, stage line and report of two sweeps that differ only in a redacted value."""
 
@@ -628,6 +631,8 @@ class SideChannelTests(TempFolder, unittest.TestCase):
         for name, data in files.items():
             (tmp / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / "docs" / name).write_bytes(data)
+        for path in (tmp / "docs").rglob("*"):  # the same dates in both folders: only the redacted value differs
+            os.utime(path, (FIXED_MTIME, FIXED_MTIME))
         outputs = {}
         commands = commands or (("extract", "--json"), ("sanitize", "--json"), ("chunk", "--json"),
                                 ("embed", "--json"), ("sweep", "--json"), ("sweep",), ("extract", "--report", "--files"),
