@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import re
 
+from bastion_agent.sanitizing import code_values
 from bastion_agent.sanitizing.validators import (
     BOOLEANISH,
     HEADER_NAME,
@@ -334,6 +335,8 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
         value = stripped
         if value.endswith(";") and CODE_EXPRESSION.fullmatch(value[:-1].strip() or "x"):
             return None
+        if code_values.is_code_reference(value):
+            return None  # ``getPassword();``, ``credentials.password,``, ``string | null``: code, not a value
     if not value_ok(value, strength, quoted=quoted, label=label):
         return None
     lead = len(value) - len(value.lstrip())
