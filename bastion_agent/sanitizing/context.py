@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import re
 
-from bastion_agent.sanitizing import code_values
+from bastion_agent.sanitizing import code_values, keyed_values
 from bastion_agent.sanitizing.validators import (
     BOOLEANISH,
     HEADER_NAME,
@@ -168,12 +168,34 @@ def scan(text: str, lowered: str | None = None) -> list[tuple[int, int]]:
                 if span is not None:
                     spans.append(span)
             position = lowered.find(stem, end)  # the rest of this identifier was seen
+    if ("name" in lowered and "value" in lowered) or ("variable" in lowered and "default" in lowered):
+        spans.extend(_siblings(text))
+    for start, end in keyed_values.wrapped_values(text):
+        span = _accept(text, start, end, "strong", quoted=True, label=False)
+        if span is not None:
+            spans.append(span)
     if "net " in lowered or "net\t" in lowered:
         spans.extend(_net_use(text))
     if _tools_possible(text, lowered) and any(trigger in lowered for trigger in TOOL_TRIGGERS) \
             and TOOL_NAME.search(text):
         spans.extend(_tools(text))
     return spans
+
+
+def _siblings(text: str) -> list[tuple[int, int]]:
+    """Values named by a sibling field: k8s ``- name:``/``value:``, ECS, Hadoop XML, Terraform (``keyed_values``)."""
+    spans = []
+    for start, end, strength in keyed_values.sibling_values(text, _sibling_strength):
+        quoted = text[start - 1:start] in QUOTES or text[start - 1:start] in ">["
+        span = _accept(text, start, end, strength, quoted=quoted, label=False)
+        if span is not None:
+            spans.append(span)
+    return spans
+
+
+def _sibling_strength(name: str) -> str | None:
+    strength = credential_key(name)
+    return None if strength is None or name.lower() == "key" or SOURCE_FILE_KEY.fullmatch(name) else strength
 
 
 def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
@@ -211,6 +233,9 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     if kind == ">" and opening != "<":
         return None
     position += width
+    if kind == ">" and text.startswith("<![CDATA[", position):
+        cdata = keyed_values.cdata_value(text, position, line_end)
+        return _accept(text, *cdata, strength, quoted=True, label=False) if cdata else None
     if kind == ">":
         close = text.find("<", position, min(len(text), position + MAX_VALUE))
         if close == -1:
@@ -287,6 +312,8 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
         if FORMATTED.match(text, close + 1):
             return None  # ``'{0}:{1}'.format(user, pw)``, ``"%s" % pw``: a format string of code
         return _accept(text, position + 1, close, strength, quoted=True, label=False)
+    if first == "[" and strength == "strong":
+        return _list_value(text, position, line_end)
     if first == "{" and terminator == ";":
         close = text.find("}", position, line_end)  # ODBC: Pwd={a;b}
         if close != -1:
@@ -305,6 +332,15 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
         while end > position and text[end - 1] in ".,;:!?)\"'":
             end -= 1
     return _accept(text, position, end, strength, quoted=False, label=label)
+
+
+def _list_value(text: str, position: int, line_end: int) -> tuple[int, int] | None:
+    """``"tokens": ["99b8…", "79eb…"]``: the items, when every one looks like a credential (not ``["read", "write"]``)."""
+    items = keyed_values.list_items(text, position, line_end)
+    if not items or not all(e - s >= 8 and _telling(text[s:e]) and value_ok(text[s:e], "strong", quoted=True, label=False)
+                            for s, e in items):
+        return None
+    return items[0][0], items[-1][1]
 
 
 def _closing(text: str, position: int, line_end: int) -> int | None:
