@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 
 from bastion_agent.sanitizing import code_values, keyed_values
 from bastion_agent.sanitizing.validators import (
@@ -62,8 +63,12 @@ from bastion_agent.sanitizing.validators import (
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
 DETECTION_VERSION = 1
 
-STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin")
-IDENT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier",
+         # the password words of de, nl, pt, es, pl, sv, no/da (fr "mot de passe" and de "Passwort" hold "pass")
+         "kennw", "wachtw", "senha", "contrase", "hasl", "hasł", "senord", "geheim")
+# Letters of the key names of European languages count too (``contraseña``, ``lösenord``, ``hasło``).
+IDENT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
+                  "ñçãõáéíóúàèìòùâêîôûäëïöüåøæłśżźćńęÑÇÃÕÁÉÍÓÚÀÈÌÒÙÂÊÎÔÛÄËÏÖÜÅØÆŁŚŻŹĆŃĘß")
 QUOTES = "\"'`"
 MAX_NAME = 100  # a longer identifier is no key name (and its scan stops there)
 REACH = 4096  # how far from a key its line is read, either way
@@ -88,19 +93,48 @@ def credential_key(name: str) -> str | None:
     ``cred``-like words, whose value must also look random; "pin": a PIN,
     whose value is 4 to 12 digits.
     """
-    return classify_key_words(key_words(name), pins=True, strong_word=_pw_word)
+    words = key_words(_ascii(name))
+    strength = classify_key_words(words, pins=True, strong_word=_pw_word)
+    if strength == "weak" and "consumer" in words:
+        return "strong"  # OAuth 1 ``oauth_consumer_key``: the client's credential
+    return strength
+
+
+# The password and secret words of German, Dutch, Portuguese, Spanish, French, Polish, Swedish and
+# Norwegian/Danish (Italian writes "password"), ASCII-folded: ``WACHTWOORD``, ``SENHA_BANCO``,
+# ``contraseña_db``, ``mot_de_passe``, ``hasło``, ``lösenord``; and words of other credentials.
+FOREIGN_WORDS = frozenset({"passwort", "kennwort", "wachtwoord", "senha", "contrasena", "contrasenya", "passe",
+                           "motdepasse", "haslo", "hasla", "losenord", "passord", "geheim", "geheimnis",
+                           "psk", "verifier"})
+FOLD = str.maketrans("łŁøØæÆß", "lLoOaAs")
+
+
+@functools.lru_cache(maxsize=4096)
+def _ascii(name: str) -> str:
+    """The name with its accents dropped (``contraseña`` -> ``contrasena``), for the key vocabulary."""
+    if name.isascii():
+        return name
+    decomposed = unicodedata.normalize("NFKD", name.translate(FOLD))
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
 def _pw_word(word: str) -> bool:
-    """``bindpw``, ``rootpw``, ``adminpw``: a short word ending in ``pw`` (nslcd, slapd, kickstart)."""
-    return word.endswith("pw") and 2 < len(word) <= 8
+    """``bindpw``, ``rootpw``, ``adminpw``: a short word ending in ``pw`` (nslcd, slapd, kickstart);
+    or a password word of another language."""
+    return (word.endswith("pw") and 2 < len(word) <= 8) or word in FOREIGN_WORDS
 
 
 # --- values ---------------------------------------------------------------------------
 
 
-def value_ok(value: str, strength: str, *, quoted: bool, label: bool) -> bool:
-    """Is this value of a credential key a credential (not a reference, a placeholder, code or prose)?"""
+def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bool = False,
+             phrase: bool = False) -> bool:
+    """Is this value of a credential key a credential (not a reference, a placeholder, code or prose)?
+
+    ``config``: the key starts its line and its value runs to the line's end (``.env``, INI, YAML),
+    where a bare value is data, not a variable: letters alone can be a password there.
+    ``phrase``: the key names a passphrase, whose value may be several words.
+    """
     value = value.strip()
     if not value or is_whole_reference(value):
         return False
@@ -114,8 +148,10 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool) -> bool:
     if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
         return False
     words = value.split()
-    if len(words) >= 6:
-        return False  # a sentence, a message
+    if len(words) >= 6 and not (phrase and len(words) <= 12 and all(w.isalnum() for w in words)):
+        return False  # a sentence, a message (a passphrase's words are its value)
+    if not quoted and config and re.fullmatch(r"[A-Za-z]+", value) and _config_word(value, strength):
+        return True  # ``SMTP_PASSWORD=kxqmvbnrtwpzla``: letters alone, in a config file
     if not quoted:
         if value.endswith(":") or value.startswith(":") or CODE_EXPRESSION.fullmatch(value):
             return False
@@ -129,6 +165,21 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool) -> bool:
         compact = value.replace("-", "")
         return len(value) >= 16 and " " not in value and looks_random(compact, base64_bits=3.5)
     return len(value) >= 4
+
+
+# Letters-only values of a config key that are not passwords: types, switches, stand-ins.
+CONFIG_WORDS = frozenset({"string", "str", "text", "int", "integer", "number", "bool", "boolean", "secret",
+                          "password", "passwd", "token", "required", "optional", "changeme", "empty", "none",
+                          "null", "nil", "undefined", "unset", "default", "hidden", "redacted", "masked",
+                          "sensitive", "value", "example", "sample", "dummy", "test", "prompt", "ask", "env",
+                          "vault", "file", "disabled", "enabled", "auto", "random", "generated", "secure",
+                          "omitted", "notset", "placeholder", "xxx", "your", "mypassword", "yourpassword"})
+
+
+def _config_word(value: str, strength: str) -> bool:
+    """A letters-only config value that can be a password (``SMTP_PASSWORD=kxqmvbnrtwpzla``): a strong
+    key, four letters or more, not a type, a switch or a stand-in."""
+    return strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS
 
 
 def _directive_value(value: str) -> bool:
@@ -255,7 +306,7 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     else:
         label = kind == ":" and not at_line_start and not key_quoted
     terminator = _terminator(text, start, "" if key_quoted else opening, before, at_line_start, label)
-    return _read_value(text, position, line_end, strength, terminator, label)
+    return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower())
 
 
 def _operator(text: str, position: int, line_end: int) -> tuple[str, int] | None:
@@ -300,7 +351,7 @@ def _terminator(text: str, start: int, opening: str, before: str, at_line_start:
 
 
 def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
-                label: bool) -> tuple[int, int] | None:
+                label: bool, phrase: bool = False) -> tuple[int, int] | None:
     first = text[position:position + 1]
     if first == "\\" and text[position + 1:position + 2] == '"':
         close = text.find('\\"', position + 2, line_end)
@@ -331,7 +382,8 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     if terminator == " " and label:
         while end > position and text[end - 1] in ".,;:!?)\"'":
             end -= 1
-    return _accept(text, position, end, strength, quoted=False, label=label)
+    return _accept(text, position, end, strength, quoted=False, label=label, config=terminator == "\n" and not label,
+                   phrase=phrase)
 
 
 def _list_value(text: str, position: int, line_end: int) -> tuple[int, int] | None:
@@ -361,7 +413,8 @@ def _closing(text: str, position: int, line_end: int) -> int | None:
     return None
 
 
-def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, label: bool) -> tuple[int, int] | None:
+def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, label: bool, config: bool = False,
+            phrase: bool = False) -> tuple[int, int] | None:
     if end <= start:
         return None
     value = text[start:end]
@@ -373,7 +426,7 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
             return None
         if code_values.is_code_reference(value):
             return None  # ``getPassword();``, ``credentials.password,``, ``string | null``: code, not a value
-    if not value_ok(value, strength, quoted=quoted, label=label):
+    if not value_ok(value, strength, quoted=quoted, label=label, config=config, phrase=phrase):
         return None
     lead = len(value) - len(value.lstrip())
     end -= len(value) - len(value.rstrip())
