@@ -33,7 +33,7 @@ NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", 
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
 # An identifier chain: ``token``, ``this.token``, ``$this->pw``, ``@pw``, ``self::PW``, ``cfg?.pw``, ``*pw``.
 CHAIN = re.compile(r"[!&*@$]{0,2}[A-Za-z_$][\w$]*(?:(?:\?\.|\.|::|->)[A-Za-z_$][\w$]*)*")
-HEX = re.compile(r"-?0[xX][0-9a-fA-F]+[uUlL]{0,3}")
+HEX = re.compile(r"-?0[xX][0-9a-fA-F]{1,16}[uUlL]{0,3}")  # a number; 32 hex digits are a key
 ARITHMETIC = re.compile(r"-?\d+(?:\s*(?:[-+*/|&^]|<<|>>)\s*-?\w+)+")
 OPERATOR_LEAD = ("&&", "||", "??", "not ", "await ", "new ", "typeof ", "yield ", "$(", "`", "(${", "<%=",
                  "sizeof(", "(char", "(const", "(void")
@@ -121,3 +121,16 @@ def _typed(expression: str) -> bool:
     """``string | null = null``, ``String``, ``Map<String, String>``, ``str | None``: a type annotation."""
     parts = re.split(r"\s*[|=]\s*", expression)
     return all(CHAIN.fullmatch(part) or part.lower() in NULLS for part in parts if part)
+
+
+NAME_CONSTANT = re.compile(r"[A-Z]+_[A-Z_]+|[A-Z]{10,64}")
+
+
+def is_name_constant(value: str, key: str = "") -> bool:
+    """A quoted value that names a setting rather than holding a secret: an UPPER_SNAKE constant
+    without a digit (``"PKCS8_PRIVATEKEY"``, ``"PRIVATEBLOB"``), or the key's own name
+    (``ResetPassword: 'ResetPassword'``)."""
+    if NAME_CONSTANT.fullmatch(value):
+        return True
+    folded = value.lower().replace("_", "").replace("-", "")
+    return bool(key) and folded == key.lower().replace("_", "").replace("-", "").rsplit(".", 1)[-1]

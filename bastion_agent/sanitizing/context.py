@@ -426,6 +426,8 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
             return None
         if code_values.is_code_reference(value):
             return None  # ``getPassword();``, ``credentials.password,``, ``string | null``: code, not a value
+    if quoted and code_values.is_name_constant(value):
+        return None  # ``BLOB_TYPE = "PKCS8_PRIVATEKEY"``: the name of a setting
     if not value_ok(value, strength, quoted=quoted, label=label, config=config, phrase=phrase):
         return None
     lead = len(value) - len(value.lstrip())

@@ -15,6 +15,8 @@ import math
 import re
 from collections import Counter
 
+from bastion_agent.sanitizing import code_values
+
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
@@ -389,6 +391,12 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``<password>value</password>`` only: an XML element holds a bare value
     value, vstart, vend, quoted = unquote(raw, vstart)
     following = match.string[vend + (1 if quoted else 0): vend + 2]
+    if quoted and code_values.is_name_constant(value, key):
+        return False  # ``NCRYPT_PKCS8_PRIVATE_KEY_BLOB = "PKCS8_PRIVATEKEY"``: the name of a setting
+    if not quoted:
+        line_end = match.string.find("\n", vend, vend + 1024)
+        if code_values.is_code_reference(match.string[vstart:line_end if line_end != -1 else vend + 1024]):
+            return False  # ``ERROR_PASSWORD = 0x052B,``, ``password: cfg?.password,``: code, not a value
     if not assignment_value_ok(value, strength, quoted, following):
         return False
     return [(vstart, vend)]
