@@ -35,6 +35,8 @@ NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", 
 CHAIN = re.compile(r"[!&*@$]{0,2}[A-Za-z_$][\w$]*(?:(?:\?\.|\.|::|->)[A-Za-z_$][\w$]*)*")
 HEX = re.compile(r"-?0[xX][0-9a-fA-F]{1,16}[uUlL]{0,3}")  # a number; 32 hex digits are a key
 ARITHMETIC = re.compile(r"-?\d+(?:\s*(?:[-+*/|&^]|<<|>>)\s*-?\w+)+")
+# A PowerShell cmdlet call, ``ConvertTo-SecureString 'x' -AsPlainText``: its argument is the signature table's.
+CMDLET = re.compile(r"(?:Get|Set|New|ConvertTo|ConvertFrom|Read|Invoke|Import|Export)-[A-Z]\w+(?:\s|$)")
 OPERATOR_LEAD = ("&&", "||", "??", "not ", "await ", "new ", "typeof ", "yield ", "$(", "`", "(${", "<%=",
                  "sizeof(", "(char", "(const", "(void")
 WEAK_LEAD = ("!", "+", "^", "|", "?", "-", "*")  # code only when punctuation ends the expression too
@@ -92,7 +94,7 @@ def is_code_reference(value: str) -> bool:
     lowered = expression.lower()
     if not expression or lowered in NULLS or HEX.fullmatch(expression) or ARITHMETIC.fullmatch(expression):
         return True
-    if lowered.startswith(OPERATOR_LEAD) or (punctuated and lowered.startswith(WEAK_LEAD)):
+    if lowered.startswith(OPERATOR_LEAD) or (punctuated and lowered.startswith(WEAK_LEAD)) or CMDLET.match(value):
         return True
     quoted = any(ch in expression for ch in "\"'`")
     if _call_or_type(expression) and not quoted:
@@ -124,13 +126,20 @@ def _typed(expression: str) -> bool:
 
 
 NAME_CONSTANT = re.compile(r"[A-Z]+_[A-Z_]+|[A-Z]{10,64}")
+# ``allauth.account.forms.SetPasswordForm``: a module or class path (three dotted identifiers or more).
+MODULE_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}")
+VERSION = re.compile(r"[~^=v]?\d+(?:\.\d+){1,3}(?:[\-+.][\w.]+)?")
+ARN = re.compile(r"arn:aws[\w\-]*:[\w\-]+:[\w\-]*:\d*:\S+")
 
 
 def is_name_constant(value: str, key: str = "") -> bool:
-    """A quoted value that names a setting rather than holding a secret: an UPPER_SNAKE constant
-    without a digit (``"PKCS8_PRIVATEKEY"``, ``"PRIVATEBLOB"``), or the key's own name
-    (``ResetPassword: 'ResetPassword'``)."""
-    if NAME_CONSTANT.fullmatch(value):
+    """A quoted value that names something rather than holding a secret: an UPPER_SNAKE constant
+    without a digit (``"PKCS8_PRIVATEKEY"``, ``"PRIVATEBLOB"``), the key's own name
+    (``ResetPassword: 'ResetPassword'``), a module path (``'allauth.account.forms.SetPasswordForm'``),
+    a version (``"^1.4.6"``) or an AWS resource name."""
+    if NAME_CONSTANT.fullmatch(value) or VERSION.fullmatch(value) or ARN.fullmatch(value):
+        return True
+    if MODULE_PATH.fullmatch(value) and not any(ch.isdigit() for ch in value):
         return True
     folded = value.lower().replace("_", "").replace("-", "")
     return bool(key) and folded == key.lower().replace("_", "").replace("-", "").rsplit(".", 1)[-1]

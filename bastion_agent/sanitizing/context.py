@@ -42,7 +42,7 @@ import functools
 import re
 import unicodedata
 
-from bastion_agent.sanitizing import code_values, keyed_values
+from bastion_agent.sanitizing import code_values, keyed_values, signatures
 from bastion_agent.sanitizing.validators import (
     BOOLEANISH,
     HEADER_NAME,
@@ -219,6 +219,10 @@ def scan(text: str, lowered: str | None = None) -> list[tuple[int, int]]:
                 if span is not None:
                     spans.append(span)
             position = lowered.find(stem, end)  # the rest of this identifier was seen
+    for start, end in signatures.scan(text, lowered):
+        span = _accept(text, start, end, "strong", quoted=True, label=False)
+        if span is not None:
+            spans.append(span)
     if ("name" in lowered and "value" in lowered) or ("variable" in lowered and "default" in lowered):
         spans.extend(_siblings(text))
     for start, end in keyed_values.wrapped_values(text):

@@ -235,7 +235,7 @@ KEY_COMPANIONS = frozenset({"api", "private", "access", "secret", "encryption", 
                             "session", "auth", "license", "app", "client", "service", "shared", "storage", "crypt",
                             "cipher", "hmac", "jwt", "webhook", "deploy", "admin", "root"})
 NOT_SECRET_WORDS = frozenset({
-    "tokenizer", "tokenizers", "tokenize", "tokenized", "tokenization", "tokenise", "keyboard", "keyword",
+    "jsonwebtoken", "tokenizer", "tokenizers", "tokenize", "tokenized", "tokenization", "tokenise", "keyboard", "keyword",
     "keywords", "keyframe", "keyframes", "monkey", "donkey", "turkey", "hockey", "jockey", "whiskey", "keychain",
     "keymap", "keypress", "keydown", "keyup", "keycode", "hotkey", "keystore", "keytab", "keyring", "passenger",
     "passengers", "passage", "compass", "bypass", "passport", "surpass", "secretary", "secretion", "secreted",
