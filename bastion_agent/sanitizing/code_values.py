@@ -29,6 +29,10 @@ from __future__ import annotations
 
 import re
 
+# The version of what this module finds: bump it with any change that makes some text
+# sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
+DETECTION_VERSION = 1
+
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
 # An identifier chain: ``token``, ``this.token``, ``$this->pw``, ``@pw``, ``self::PW``, ``cfg?.pw``, ``*pw``.
@@ -96,6 +100,8 @@ def is_code_reference(value: str) -> bool:
         return True
     if lowered.startswith(OPERATOR_LEAD) or (punctuated and lowered.startswith(WEAK_LEAD)) or CMDLET.match(value):
         return True
+    if CONNECTIVE.match(expression):
+        return True  # ``token or {}``, ``refresh_token or self.token.get(...)``
     quoted = any(ch in expression for ch in "\"'`")
     if _call_or_type(expression) and not quoted:
         return True
@@ -109,14 +115,25 @@ def is_code_reference(value: str) -> bool:
 
 
 def _call_or_type(expression: str) -> bool:
-    """``getPassword()``, ``os.Getenv("X")``-shaped (any arguments), ``[]byte(x)``, ``struct{}{}``, ``Foo<T>``."""
-    bracket = next((i for i, ch in enumerate(expression) if ch in "([{<"), -1)
-    if bracket <= 0 and not expression.startswith("[]"):
-        return False
-    name = expression[:bracket] if bracket > 0 else ""
+    """``getPassword()``, ``os.Getenv("X")``-shaped (any arguments), ``[]byte(x)``, ``struct{}{}``,
+    ``Foo<T>``, ``protocol.Token{16, …`` (a composite cut short), ``(password, hash) =>`` (parameters)."""
     if expression.startswith("[]"):
         return True
-    return bool(CHAIN.fullmatch(name)) and expression.rstrip()[-1:] in ")]}>"
+    if expression.startswith("(") and PARAMETERS.match(expression):
+        return True
+    bracket = next((i for i, ch in enumerate(expression) if ch in "([{<"), -1)
+    if bracket <= 0:
+        return False
+    name = expression[:bracket]
+    if not CHAIN.fullmatch(name) or name.endswith("$"):
+        return False  # ``pre${X}post`` is a value holding a template, not a call
+    if expression[bracket] == "<":
+        return name[:1].isupper() or name.lstrip("&*")[:1].isupper()
+    return True
+
+
+PARAMETERS = re.compile(r"\([A-Za-z_$][\w$]*[ \t]*(?:[,:)]|$)")
+CONNECTIVE = re.compile(r"[A-Za-z_$][\w$.]*[ \t]+(?:or|and|if|\|\||&&|\?\?|\?)[ \t]")
 
 
 def _typed(expression: str) -> bool:
@@ -125,7 +142,7 @@ def _typed(expression: str) -> bool:
     return all(CHAIN.fullmatch(part) or part.lower() in NULLS for part in parts if part)
 
 
-NAME_CONSTANT = re.compile(r"[A-Z]+_[A-Z_]+|[A-Z]{10,64}")
+NAME_CONSTANT = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Z]{10,64}")
 # ``allauth.account.forms.SetPasswordForm``: a module or class path (three dotted identifiers or more).
 MODULE_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}")
 VERSION = re.compile(r"[~^=v]?\d+(?:\.\d+){1,3}(?:[\-+.][\w.]+)?")
@@ -134,10 +151,12 @@ ARN = re.compile(r"arn:aws[\w\-]*:[\w\-]+:[\w\-]*:\d*:\S+")
 
 def is_name_constant(value: str, key: str = "") -> bool:
     """A quoted value that names something rather than holding a secret: an UPPER_SNAKE constant
-    without a digit (``"PKCS8_PRIVATEKEY"``, ``"PRIVATEBLOB"``), the key's own name
+    with at most two digits (``"PKCS8_PRIVATEKEY"``, ``"PRIVATEBLOB"``), the key's own name
     (``ResetPassword: 'ResetPassword'``), a module path (``'allauth.account.forms.SetPasswordForm'``),
     a version (``"^1.4.6"``) or an AWS resource name."""
-    if NAME_CONSTANT.fullmatch(value) or VERSION.fullmatch(value) or ARN.fullmatch(value):
+    if NAME_CONSTANT.fullmatch(value) and sum(ch.isdigit() for ch in value) <= 2:
+        return True  # ``ADMIN_2024`` has too many digits for a constant's name: it may be a password
+    if VERSION.fullmatch(value) or ARN.fullmatch(value):
         return True
     if MODULE_PATH.fullmatch(value) and not any(ch.isdigit() for ch in value):
         return True

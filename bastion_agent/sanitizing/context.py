@@ -61,7 +61,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier",
          # the password words of de, nl, pt, es, pl, sv, no/da (fr "mot de passe" and de "Passwort" hold "pass")
@@ -148,6 +148,8 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
     if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
         return False
     words = value.split()
+    if len(words) >= 3 and not phrase and any(credential_key(word.strip(".,:;()")) for word in words):
+        return False  # "changes the master password", "Your S3 access key password": a description
     if len(words) >= 6 and not (phrase and len(words) <= 12 and all(w.isalnum() for w in words)):
         return False  # a sentence, a message (a passphrase's words are its value)
     if not quoted and config and re.fullmatch(r"[A-Za-z]+", value) and _config_word(value, strength):
@@ -178,8 +180,10 @@ CONFIG_WORDS = frozenset({"string", "str", "text", "int", "integer", "number", "
 
 def _config_word(value: str, strength: str) -> bool:
     """A letters-only config value that can be a password (``SMTP_PASSWORD=kxqmvbnrtwpzla``): a strong
-    key, four letters or more, not a type, a switch or a stand-in."""
-    return strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS
+    key, four letters or more, not a type, a switch or a stand-in, and not itself the name of a
+    credential (``mySecret = clientSecret`` is code)."""
+    return (strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS
+            and credential_key(value) is None)
 
 
 def _directive_value(value: str) -> bool:
@@ -446,6 +450,8 @@ def _unmarked(text, start, end, position, line_end, strength, before, opening, k
     if strength == "weak":
         return None
     name = text[start:end]
+    if strength == "pin":
+        return _pin(text, start, end, line_end)
     if at_line_start and position < line_end and position > end:
         # ``bindpw Tp4!Zx8c``, ``requirepass ...``, netrc ``password X``: a directive and one word
         rest = text[position:line_end].rstrip()
@@ -461,6 +467,18 @@ def _unmarked(text, start, end, position, line_end, strength, before, opening, k
     if prose is None:
         return None
     return _read_value(text, prose.end(), line_end, strength, " ", True)
+
+
+# "PIN 4711", "your PIN is 0815", "pin code: 2468": a PIN in prose. A lower-case "pin" needs "is" or
+# "code" (``pin 13`` is a GPIO pin); four to eight digits, nothing word-like after them.
+PIN_PROSE = re.compile(r"[ \t]+(?:code[ \t]+)?(?P<verb>(?:is|was|lautet|est|es|:)[ \t]+)?(?P<pin>\d{4,8})(?![\w.,]\d|[\w\-])")
+
+
+def _pin(text: str, start: int, end: int, line_end: int) -> tuple[int, int] | None:
+    match = PIN_PROSE.match(text, end, line_end)
+    if match is None or (text[start:end] != "PIN" and not match.group("verb") and "code" not in match.group(0)):
+        return None
+    return match.span("pin")
 
 
 PROSE_VERB = re.compile(r"(?i)(?:is|was|will be|is now|is set to|has been changed to|changed to|ist|lautet)[ \t]+"

@@ -23,6 +23,10 @@ from __future__ import annotations
 
 import re
 
+# The version of what this module finds: bump it with any change that makes some text
+# sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
+DETECTION_VERSION = 1
+
 SIBLING_REACH = 512  # how far after a name field its value field may sit
 MAX_VALUE = 1024
 
@@ -40,7 +44,7 @@ NAME_FIELDS = (
 VALUE_FIELD = re.compile(
     r"""(?:^[ \t]*value:[ \t]*|["']?\bvalue["']?[ \t]*[:=][ \t]*|<value>|\bdefault[ \t]*=[ \t]*)"""
     r"""(?:(?P<q>["'])(?P<quoted>[^"'\n]{1,1024}?)(?P=q)|<!\[CDATA\[(?P<cdata>[^\]\n]{1,1024}?)\]\]>"""
-    r"""|(?P<xml>[^<\n]{1,1024}?)</value>|(?P<bare>[^\s"'<>{},#\[][^\n#]{0,1023}?)[ \t]*\r?$)""",
+    r"""|(?P<xml>[^<\n]{1,1024}?)</value>|(?P<bare>[^\s"'<>{},#\[][^\n]{0,1023}?)[ \t]*(?:[ \t]\#[^\n]*)?\r?$)""",
     re.MULTILINE,
 )
 STOP = re.compile(r"(?m)^[ \t]*-[ \t]+name:|\bname[\"']?[ \t]*[:=]|<name>|\bvariable[ \t]")

@@ -21,6 +21,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# The version of what this module finds: bump it with any change that makes some text
+# sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
+DETECTION_VERSION = 1
+
 # One argument of a call: a quoted string or a bare expression without commas or brackets.
 ARG = r"""(?:'[^'\n]{0,200}'|"[^"\n]{0,200}"|[$@\w.:\->\[\]]{1,100})"""
 SEP = r"[ \t]*,[ \t]*"

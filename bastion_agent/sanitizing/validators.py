@@ -20,7 +20,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 # --- entropy --------------------------------------------------------------
 
@@ -432,9 +432,16 @@ def block_value_spans(block: str, offset: int, *, minimum: int = 4) -> Spans:
     return spans
 
 
+BLOCK_MAPPING = re.compile(r"\s*-?\s*(?P<key>[\w.\-]+)\s*:(?:\s|$)")
+
+
 def check_secret_block(match: re.Match, start: int, end: int):
     if key_strength(match.group("key")) != "strong":
         return False
+    lines = [line for line in match.group("block").splitlines() if line.strip()]
+    mappings = [BLOCK_MAPPING.match(line) for line in lines]
+    if lines and all(mappings) and not any(key_strength(m.group("key")) for m in mappings):
+        return False  # a Kubernetes volume's ``secret:`` holds ``secretName:``/``items:``: fields, not a value
     return block_value_spans(match.group("block"), match.start("block")) or False
 
 
