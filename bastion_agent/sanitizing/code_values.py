@@ -74,11 +74,11 @@ def head(value: str) -> tuple[str, bool]:
 
 
 QUOTED = re.compile(r"\"[^\"\n]*\"|'[^'\n]*'")
-COMMENT = re.compile(r"\s(?://|#)")
+COMMENT = re.compile(r"\s//")  # not ``#``: in INI and shell a ``#`` inside a value is the value's own
 
 
 def _code_tail(tail: str) -> bool:
-    """What follows the expression is only punctuation (``;``, ``,``, ``)})``), quoted keys or a comment:
+    """What follows the expression is only punctuation (``;``, ``,``, ``)})``), quoted keys or a ``//`` comment:
     the end of a statement, not more of a value (``Ev1;71 w&tG0`` goes on)."""
     comment = COMMENT.search(tail)
     if comment:

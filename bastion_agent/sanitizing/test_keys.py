@@ -214,6 +214,7 @@ class HostileTests(unittest.TestCase):
         value = "(" * 1000 + "x" + ")" * 1000 + ";"
         self.assertTrue(code_values.is_code_reference(value))
         self.assertFalse(code_values.is_code_reference("Ev1;71 w&tG0'4!9"))
+        self.assertFalse(code_values.is_code_reference("ZR0xS; #BnQEG&2"))  # an INI value, not a statement
 
     def test_every_signature_row_is_documented(self):
         with open(__file__.replace("bastion_agent/sanitizing/test_keys.py", "docs/sanitize.md"), encoding="utf-8") as doc:
