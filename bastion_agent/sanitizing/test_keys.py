@@ -89,6 +89,8 @@ KEYED = [
      "if (scheme === 'Basic authentication')"),
     ("Bearer list item", "headers:\n  Authorization:\n  - Bearer {v}\n", hex_token, "headers:\n  Accept:\n  - application/json\n"),
     ("list under a token key", '"tokens":["{v}","{v}"]', lambda: hex_token(16), '"tokens": ["read", "write"]'),
+    ("YAML block under a password key", "deploy:\n  password:\n    secure: {v}\n", password,
+     "volumes:\n  - name: tls\n    secret:\n      secretName: tls-cert\n      defaultMode: 0400\n"),
     ("NATS nkey seed", "seed: {v}\n", nkey_seed, "public: UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4\n"),
 ]
 

@@ -432,6 +432,9 @@ def block_value_spans(block: str, offset: int, *, minimum: int = 4) -> Spans:
     return spans
 
 
+# The fields of a block that points at a secret kept elsewhere (a Kubernetes volume's ``secret:``,
+# ``secretKeyRef:``): names, keys, paths and modes, never the secret itself.
+REFERENCE_FIELDS = frozenset({"secretname", "name", "key", "items", "path", "defaultmode", "mode", "optional"})
 BLOCK_MAPPING = re.compile(r"\s*-?\s*(?P<key>[\w.\-]+)\s*:(?:\s|$)")
 
 
@@ -440,7 +443,8 @@ def check_secret_block(match: re.Match, start: int, end: int):
         return False
     lines = [line for line in match.group("block").splitlines() if line.strip()]
     mappings = [BLOCK_MAPPING.match(line) for line in lines]
-    if lines and all(mappings) and not any(key_strength(m.group("key")) for m in mappings):
+    if lines and all(mappings) and all(m.group("key").replace("-", "").replace("_", "").lower() in REFERENCE_FIELDS
+                                       for m in mappings):
         return False  # a Kubernetes volume's ``secret:`` holds ``secretName:``/``items:``: fields, not a value
     return block_value_spans(match.group("block"), match.start("block")) or False
 
