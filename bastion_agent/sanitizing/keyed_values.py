@@ -44,7 +44,7 @@ NAME_FIELDS = (
 VALUE_FIELD = re.compile(
     r"""(?:^[ \t]*value:[ \t]*|["']?\bvalue["']?[ \t]*[:=][ \t]*|<value>|\bdefault[ \t]*=[ \t]*)"""
     r"""(?:(?P<q>["'])(?P<quoted>[^"'\n]{1,1024}?)(?P=q)|<!\[CDATA\[(?P<cdata>[^\]\n]{1,1024}?)\]\]>"""
-    r"""|(?P<xml>[^<\n]{1,1024}?)</value>|(?P<bare>[^\s"'<>{},#\[][^\n]{0,1023}?)[ \t]*(?:[ \t]\#[^\n]*)?\r?$)""",
+    r"""|(?P<xml>[^<\n]{1,1024}?)</value>|(?P<bare>[^\s"'<>{},#\[][^\n]{0,1023}))""",
     re.MULTILINE,
 )
 STOP = re.compile(r"(?m)^[ \t]*-[ \t]+name:|\bname[\"']?[ \t]*[:=]|<name>|\bvariable[ \t]")
@@ -78,10 +78,16 @@ def _value_after(text: str, position: int) -> tuple[int, int] | None:
     value = VALUE_FIELD.search(text, position, limit)
     if value is None:
         return None
-    for group in ("quoted", "cdata", "xml", "bare"):
+    for group in ("quoted", "cdata", "xml"):
         if value.start(group) != -1:
             return value.span(group)
-    return None
+    start, end = value.span("bare")
+    bare = value.group("bare")
+    comment = bare.find(" #")
+    if comment != -1:
+        bare = bare[:comment]  # YAML: `` #`` starts a comment; a ``#`` inside the value is the value's
+    bare = bare.rstrip(" \t\r")
+    return (start, start + len(bare)) if bare else None
 
 
 def wrapped_values(text: str) -> list[tuple[int, int]]:

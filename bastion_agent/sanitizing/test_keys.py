@@ -204,6 +204,24 @@ class HostileTests(unittest.TestCase):
         self.assertFalse(survives(secret, clean))
         self.assertLessEqual(len(calls), 5001 * 2)  # once per name field, per pattern that can match it
 
+    def test_long_value_lines_cost_one_read_each(self):
+        secret = password()
+        spaced = "value: a" + " " * 400 + "b" + " " * 100
+        text = ("  - name: DB_PASSWORD\n    " + spaced + "\n") * 2000 + f"  - name: DB_PASSWORD\n    value: {secret}\n"
+        steps = []
+        real = keyed_values.VALUE_FIELD
+
+        class Counting:
+            def search(self, text, position, limit):
+                steps.append(limit - position)
+                return real.search(text, position, limit)
+
+        with mock.patch.object(keyed_values, "VALUE_FIELD", Counting()):
+            found = keyed_values.sibling_values(text, lambda name: "strong")
+        self.assertEqual(len(found), 2001)
+        self.assertLessEqual(sum(steps), 2001 * keyed_values.SIBLING_REACH)  # each name field reads at most its reach
+        self.assertIn(text.rindex(secret), [start for start, _, _ in found])
+
     def test_unclosed_calls_and_inserts(self):
         secret = password()
         text = ("login('" * 3000 + "\n" + "INSERT INTO t (password, " + "a, " * 2000 + "\n"
