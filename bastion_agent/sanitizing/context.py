@@ -45,6 +45,7 @@ import unicodedata
 from bastion_agent.sanitizing import code_values, keyed_values, signatures
 from bastion_agent.sanitizing.validators import (
     BOOLEANISH,
+    MESSAGE_WORD,
     HEADER_NAME,
     SEQUENCES,
     SOURCE_FILE_KEY,
@@ -148,7 +149,8 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
     if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
         return False
     words = value.split()
-    if len(words) >= 3 and not phrase and any(credential_key(word.strip(".,:;()")) for word in words):
+    if (len(words) >= 3 and not phrase and all(MESSAGE_WORD.fullmatch(w) for w in words)
+            and any(credential_key(word.strip(".,:;()")) for word in words)):
         return False  # "changes the master password", "Your S3 access key password": a description
     if len(words) >= 6 and not (phrase and len(words) <= 12 and all(w.isalnum() for w in words)):
         return False  # a sentence, a message (a passphrase's words are its value)

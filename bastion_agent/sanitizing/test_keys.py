@@ -170,6 +170,9 @@ REFERENCES = [
     "public const string NCRYPT_PKCS8_PRIVATE_KEY_BLOB = \"PKCS8_PRIVATEKEY\";",
     "'reset_password': 'allauth.account.forms.ResetPasswordForm',",
     '"@types/passport-facebook-token": "^0.4.34",',
+    'EnterPassword = `Enter new password: `',
+    '"change-admin-password:changes the administrator password"',
+    "volumes:\n  - name: tls\n    secret:\n      secretName: tls-cert",
 ]
 
 # A literal in the same languages: each must go.
@@ -183,6 +186,7 @@ LITERALS = [
     "password: '{v}',",
     "PASSWORD={v}",
     'char *password = "{v}";',
+    'password: "pass #{v} ?",',
 ]
 
 

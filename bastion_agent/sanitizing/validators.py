@@ -344,6 +344,9 @@ def looks_like_code(value: str, following: str) -> bool:
     return False
 
 
+MESSAGE_WORD = re.compile(r"\(?[A-Za-z][A-Za-z'\-]*[.,:;!?)]?")  # a word of a message, not of a password
+
+
 def assignment_value_ok(value: str, strength: str, quoted: bool, following: str) -> bool:
     """Is the value of ``<secret-ish name> = value`` a secret? (detect-secrets-style filters)."""
     if not plausible_secret(value) or value.lower() in BOOLEANISH:
@@ -356,6 +359,10 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
         return False
     if len(value.split()) >= 6:  # a sentence (a message, a label), not a secret
         return False
+    words = value.split()
+    if len(words) >= 3 and all(MESSAGE_WORD.fullmatch(w) for w in words) and any(
+            key_strength(word.strip(".,:;()")) for word in words):
+        return False  # "Enter new password: ", "super amazing secret": a message about a credential
     if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
         return False  # an alphabet constant, a header name
     if not quoted and looks_like_code(value, following):
