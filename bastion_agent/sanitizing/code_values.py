@@ -162,3 +162,20 @@ def is_name_constant(value: str, key: str = "") -> bool:
         return True
     folded = value.lower().replace("_", "").replace("-", "")
     return bool(key) and folded == key.lower().replace("_", "").replace("-", "").rsplit(".", 1)[-1]
+
+
+# ``"&password=" + mydomval("password")`` read as the quoted value ``+ mydomval(``: the quotes closed
+# one string and opened the next, the value is the code between them.
+CONCATENATION = re.compile(r"""\s*[`'"]?\s*[+.](?:\s|[\w.]+\()|.*(?:\w\(|\s[+.]\s*[`'"]?\s*)$""", re.DOTALL)
+CAMEL_NAME = re.compile(r"(?:[A-Z][a-z]+|[A-Z]{2,}(?=[A-Z][a-z]|$)){3,}")
+
+
+def is_code_between_strings(value: str) -> bool:
+    """A quoted value that starts or ends with a concatenation: ``+ escape(x(``, ``` + newpw + ```."""
+    return bool(CONCATENATION.match(value))
+
+
+def is_camel_name(value: str) -> bool:
+    """``KDFKeySecret``, ``CipherKeyBlob``: three capitalised words or more, letters only (a type or a
+    property's name). ``myPassword`` or ``Summer2021`` are not."""
+    return bool(CAMEL_NAME.fullmatch(value))

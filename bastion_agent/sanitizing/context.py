@@ -226,7 +226,7 @@ def scan(text: str, lowered: str | None = None) -> list[tuple[int, int]]:
                     spans.append(span)
             position = lowered.find(stem, end)  # the rest of this identifier was seen
     for start, end in signatures.scan(text, lowered):
-        span = _accept(text, start, end, "strong", quoted=True, label=False)
+        span = _accept(text, start, end, "strong", quoted=True, label=False, by_position=True)
         if span is not None:
             spans.append(span)
     if ("name" in lowered and "value" in lowered) or ("variable" in lowered and "default" in lowered):
@@ -424,7 +424,9 @@ def _closing(text: str, position: int, line_end: int) -> int | None:
 
 
 def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, label: bool, config: bool = False,
-            phrase: bool = False) -> tuple[int, int] | None:
+            phrase: bool = False, by_position: bool = False) -> tuple[int, int] | None:
+    """The span of an accepted value. ``by_position``: a signature's argument (``ConvertTo-SecureString
+    'PlainTextPassword'``), which is a credential even when it reads like a name."""
     if end <= start:
         return None
     value = text[start:end]
@@ -436,8 +438,9 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
             return None
         if code_values.is_code_reference(value):
             return None  # ``getPassword();``, ``credentials.password,``, ``string | null``: code, not a value
-    if quoted and code_values.is_name_constant(value):
-        return None  # ``BLOB_TYPE = "PKCS8_PRIVATEKEY"``: the name of a setting
+    if quoted and not by_position and (code_values.is_name_constant(value) or code_values.is_code_between_strings(value)
+                   or (code_values.is_camel_name(value) and credential_key(value) is not None)):
+        return None  # ``BLOB = "PKCS8_PRIVATEKEY"``, ``"KDFKeySecret"``, ``"&pw=" + f(x)``: a name, code
     if not value_ok(value, strength, quoted=quoted, label=label, config=config, phrase=phrase):
         return None
     lead = len(value) - len(value.lstrip())

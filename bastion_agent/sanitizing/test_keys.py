@@ -171,6 +171,10 @@ REFERENCES = [
     "'reset_password': 'allauth.account.forms.ResetPasswordForm',",
     '"@types/passport-facebook-token": "^0.4.34",',
     'EnterPassword = `Enter new password: `',
+    'mydata += "&password="+mydomval("password");',
+    'public const string NCRYPT_KDF_SECRET_VALUE = "KDFKeySecret";',
+    '"key": "benchmark_ml_job_2",',
+    "db.Exec(`ALTER LOGIN ` + user + ` WITH password = '` + newpw + `'`)",
     '"change-admin-password:changes the administrator password"',
     "volumes:\n  - name: tls\n    secret:\n      secretName: tls-cert",
 ]
@@ -187,6 +191,8 @@ LITERALS = [
     "PASSWORD={v}",
     'char *password = "{v}";',
     'password: "pass #{v} ?",',
+    'password = "+{v}"',
+    "$p = ConvertTo-SecureString 'AttackerServicePassword{v}' -AsPlainText",
 ]
 
 
