@@ -334,6 +334,58 @@ CORPUS += [
         "Reason: annual check\n").encode("utf-8"), (*PATIENT, PATIENT_BORN)),
 ]
 
+# Credentials where real config and code put them: a key one field away, a key in another
+# language, letters only, a passphrase, positional arguments, prose (fresh on every run).
+def _fresh_key() -> str:
+    return _token_of(_fresh, B62, 10) + _fresh_digits(2)
+
+
+def _fresh_letters() -> str:
+    return "".join(_fresh.choice("bcdfghjklmnpqrstvwxz") for _ in range(14))
+
+
+KEYS = {name: _fresh_key() for name in ("k8s", "ecs", "hadoop", "tf", "cdata", "unattend", "wacht", "senha", "smtp",
+                                        "imap", "auth", "mysqli", "netcred", "insert", "stdin", "sudo", "prose",
+                                        "cipher")}
+KEY_LETTERS = _fresh_letters()
+KEY_PHRASE = " ".join(_token_of(_fresh, "abcdefghijklmnopqrstuvwxyz", 6) for _ in range(6))
+KEY_PIN = _fresh_digits(6)
+CORPUS += [
+    Planted("keys/deploy.yaml", (f"env:\n  - name: LEDGER_DB_PASSWORD\n    value: {KEYS['k8s']}\n"
+                                 "  - name: LEDGER_HOST\n    value: ledger-db\n").encode("ascii"), (KEYS["k8s"],)),
+    Planted("keys/task.json", ('{"environment": [{"name": "LEDGER_API_TOKEN", "value": "' + KEYS["ecs"] + '"}]}\n'
+                               ).encode("ascii"), (KEYS["ecs"],)),
+    Planted("keys/core-site.xml", ("<configuration><property><name>fs.s3a.secret.key</name>"
+                                   f"<value>{KEYS['hadoop']}</value></property>\n"
+                                   f"<password><![CDATA[{KEYS['cdata']}]]></password></configuration>\n"
+                                   ).encode("ascii"), (KEYS["hadoop"], KEYS["cdata"])),
+    Planted("keys/vars.tf", f'variable "ledger_db_password" {{\n  default = "{KEYS["tf"]}"\n}}\n'.encode("ascii"),
+            (KEYS["tf"],)),
+    Planted("keys/unattend.xml", ("<unattend><AdministratorPassword>\n  <Value>" + KEYS["unattend"]
+                                  + "</Value>\n</AdministratorPassword></unattend>\n").encode("ascii"),
+            (KEYS["unattend"],)),
+    Planted("keys/ledger.env", (f"WACHTWOORD={KEYS['wacht']}\nSENHA_BANCO={KEYS['senha']}\n"
+                                f"SMTP_PASSWORD={KEY_LETTERS}\npassphrase: {KEY_PHRASE}\n").encode("ascii"),
+            (KEYS["wacht"], KEYS["senha"], KEY_LETTERS, KEY_PHRASE)),
+    Planted("keys/mailer.py", (f"smtp.login('ledger', '{KEYS['smtp']}')\nimap.login(\"ledger\", \"{KEYS['imap']}\")\n"
+                               f"requests.get(url, auth=('ledger', '{KEYS['auth']}'))\n"
+                               "password = get_password()\n").encode("ascii"),
+            (KEYS["smtp"], KEYS["imap"], KEYS["auth"])),
+    Planted("keys/db.php", f"$db = mysqli_connect($host, 'ledger', '{KEYS['mysqli']}', 'ledger');\n".encode("ascii"),
+            (KEYS["mysqli"],)),
+    Planted("keys/Mail.cs", (f'var c = new NetworkCredential("ledger", "{KEYS["netcred"]}", "CORP");\n'
+                             f'm.setCipherKey(Base64.decode("{KEYS["cipher"]}"));\n').encode("ascii"),
+            (KEYS["netcred"], KEYS["cipher"])),
+    Planted("keys/seed.sql", (f"INSERT INTO users (login, password, role) VALUES ('ops', '{KEYS['insert']}', 'admin');\n"
+                              ).encode("ascii"), (KEYS["insert"],)),
+    Planted("keys/deploy.sh", (f"echo '{KEYS['stdin']}' | docker login -u ci --password-stdin registry.corp\n"
+                               f'echo "{KEYS["sudo"]}" | sudo -S systemctl restart ledger\n').encode("ascii"),
+            (KEYS["stdin"], KEYS["sudo"])),
+    Planted("keys/welcome.txt", (f"Welcome aboard. Your temporary password is {KEYS['prose']} and your card's "
+                                 f"PIN {KEY_PIN} arrives by post.\n").encode("ascii"), (KEYS["prose"], KEY_PIN)),
+]
+
+
 def gpg_private_key(folder: Path) -> Planted | None:
     """Real ``gpg --armor --export-secret-keys`` output in a notes file; None without gpg."""
     if shutil.which("gpg") is None:

@@ -40,9 +40,12 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 
+from bastion_agent.sanitizing import code_values, keyed_values, signatures
 from bastion_agent.sanitizing.validators import (
     BOOLEANISH,
+    MESSAGE_WORD,
     HEADER_NAME,
     SEQUENCES,
     SOURCE_FILE_KEY,
@@ -59,10 +62,14 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
-STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin")
-IDENT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier",
+         # the password words of de, nl, pt, es, pl, sv, no/da (fr "mot de passe" and de "Passwort" hold "pass")
+         "kennw", "wachtw", "senha", "contrase", "hasl", "hasł", "senord", "geheim")
+# Letters of the key names of European languages count too (``contraseña``, ``lösenord``, ``hasło``).
+IDENT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
+                  "ñçãõáéíóúàèìòùâêîôûäëïöüåøæłśżźćńęÑÇÃÕÁÉÍÓÚÀÈÌÒÙÂÊÎÔÛÄËÏÖÜÅØÆŁŚŻŹĆŃĘß")
 QUOTES = "\"'`"
 MAX_NAME = 100  # a longer identifier is no key name (and its scan stops there)
 REACH = 4096  # how far from a key its line is read, either way
@@ -87,19 +94,48 @@ def credential_key(name: str) -> str | None:
     ``cred``-like words, whose value must also look random; "pin": a PIN,
     whose value is 4 to 12 digits.
     """
-    return classify_key_words(key_words(name), pins=True, strong_word=_pw_word)
+    words = key_words(_ascii(name))
+    strength = classify_key_words(words, pins=True, strong_word=_pw_word)
+    if strength == "weak" and "consumer" in words:
+        return "strong"  # OAuth 1 ``oauth_consumer_key``: the client's credential
+    return strength
+
+
+# The password and secret words of German, Dutch, Portuguese, Spanish, French, Polish, Swedish and
+# Norwegian/Danish (Italian writes "password"), ASCII-folded: ``WACHTWOORD``, ``SENHA_BANCO``,
+# ``contraseña_db``, ``mot_de_passe``, ``hasło``, ``lösenord``; and words of other credentials.
+FOREIGN_WORDS = frozenset({"passwort", "kennwort", "wachtwoord", "senha", "contrasena", "contrasenya", "passe",
+                           "motdepasse", "haslo", "hasla", "losenord", "passord", "geheim", "geheimnis",
+                           "psk", "verifier"})
+FOLD = str.maketrans("łŁøØæÆß", "lLoOaAs")
+
+
+@functools.lru_cache(maxsize=4096)
+def _ascii(name: str) -> str:
+    """The name with its accents dropped (``contraseña`` -> ``contrasena``), for the key vocabulary."""
+    if name.isascii():
+        return name
+    decomposed = unicodedata.normalize("NFKD", name.translate(FOLD))
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
 def _pw_word(word: str) -> bool:
-    """``bindpw``, ``rootpw``, ``adminpw``: a short word ending in ``pw`` (nslcd, slapd, kickstart)."""
-    return word.endswith("pw") and 2 < len(word) <= 8
+    """``bindpw``, ``rootpw``, ``adminpw``: a short word ending in ``pw`` (nslcd, slapd, kickstart);
+    or a password word of another language."""
+    return (word.endswith("pw") and 2 < len(word) <= 8) or word in FOREIGN_WORDS
 
 
 # --- values ---------------------------------------------------------------------------
 
 
-def value_ok(value: str, strength: str, *, quoted: bool, label: bool) -> bool:
-    """Is this value of a credential key a credential (not a reference, a placeholder, code or prose)?"""
+def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bool = False,
+             phrase: bool = False) -> bool:
+    """Is this value of a credential key a credential (not a reference, a placeholder, code or prose)?
+
+    ``config``: the key starts its line and its value runs to the line's end (``.env``, INI, YAML),
+    where a bare value is data, not a variable: letters alone can be a password there.
+    ``phrase``: the key names a passphrase, whose value may be several words.
+    """
     value = value.strip()
     if not value or is_whole_reference(value):
         return False
@@ -113,8 +149,13 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool) -> bool:
     if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
         return False
     words = value.split()
-    if len(words) >= 6:
-        return False  # a sentence, a message
+    if (len(words) >= 3 and not phrase and all(MESSAGE_WORD.fullmatch(w) for w in words)
+            and any(credential_key(word.strip(".,:;()")) for word in words)):
+        return False  # "changes the master password", "Your S3 access key password": a description
+    if len(words) >= 6 and not (phrase and len(words) <= 12 and all(w.isalnum() for w in words)):
+        return False  # a sentence, a message (a passphrase's words are its value)
+    if not quoted and config and re.fullmatch(r"[A-Za-z]+", value) and _config_word(value, strength):
+        return True  # ``SMTP_PASSWORD=kxqmvbnrtwpzla``: letters alone, in a config file
     if not quoted:
         if value.endswith(":") or value.startswith(":") or CODE_EXPRESSION.fullmatch(value):
             return False
@@ -128,6 +169,23 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool) -> bool:
         compact = value.replace("-", "")
         return len(value) >= 16 and " " not in value and looks_random(compact, base64_bits=3.5)
     return len(value) >= 4
+
+
+# Letters-only values of a config key that are not passwords: types, switches, stand-ins.
+CONFIG_WORDS = frozenset({"string", "str", "text", "int", "integer", "number", "bool", "boolean", "secret",
+                          "password", "passwd", "token", "required", "optional", "changeme", "empty", "none",
+                          "null", "nil", "undefined", "unset", "default", "hidden", "redacted", "masked",
+                          "sensitive", "value", "example", "sample", "dummy", "test", "prompt", "ask", "env",
+                          "vault", "file", "disabled", "enabled", "auto", "random", "generated", "secure",
+                          "omitted", "notset", "placeholder", "xxx", "your", "mypassword", "yourpassword"})
+
+
+def _config_word(value: str, strength: str) -> bool:
+    """A letters-only config value that can be a password (``SMTP_PASSWORD=kxqmvbnrtwpzla``): a strong
+    key, four letters or more, not a type, a switch or a stand-in, and not itself the name of a
+    credential (``mySecret = clientSecret`` is code)."""
+    return (strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS
+            and credential_key(value) is None)
 
 
 def _directive_value(value: str) -> bool:
@@ -167,12 +225,38 @@ def scan(text: str, lowered: str | None = None) -> list[tuple[int, int]]:
                 if span is not None:
                     spans.append(span)
             position = lowered.find(stem, end)  # the rest of this identifier was seen
+    for start, end in signatures.scan(text, lowered):
+        span = _accept(text, start, end, "strong", quoted=True, label=False, by_position=True)
+        if span is not None:
+            spans.append(span)
+    if ("name" in lowered and "value" in lowered) or ("variable" in lowered and "default" in lowered):
+        spans.extend(_siblings(text))
+    for start, end in keyed_values.wrapped_values(text):
+        span = _accept(text, start, end, "strong", quoted=True, label=False)
+        if span is not None:
+            spans.append(span)
     if "net " in lowered or "net\t" in lowered:
         spans.extend(_net_use(text))
     if _tools_possible(text, lowered) and any(trigger in lowered for trigger in TOOL_TRIGGERS) \
             and TOOL_NAME.search(text):
         spans.extend(_tools(text))
     return spans
+
+
+def _siblings(text: str) -> list[tuple[int, int]]:
+    """Values named by a sibling field: k8s ``- name:``/``value:``, ECS, Hadoop XML, Terraform (``keyed_values``)."""
+    spans = []
+    for start, end, strength in keyed_values.sibling_values(text, _sibling_strength):
+        quoted = text[start - 1:start] in QUOTES or text[start - 1:start] in ">["
+        span = _accept(text, start, end, strength, quoted=quoted, label=False)
+        if span is not None:
+            spans.append(span)
+    return spans
+
+
+def _sibling_strength(name: str) -> str | None:
+    strength = credential_key(name)
+    return None if strength is None or name.lower() == "key" or SOURCE_FILE_KEY.fullmatch(name) else strength
 
 
 def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
@@ -210,6 +294,9 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     if kind == ">" and opening != "<":
         return None
     position += width
+    if kind == ">" and text.startswith("<![CDATA[", position):
+        cdata = keyed_values.cdata_value(text, position, line_end)
+        return _accept(text, *cdata, strength, quoted=True, label=False) if cdata else None
     if kind == ">":
         close = text.find("<", position, min(len(text), position + MAX_VALUE))
         if close == -1:
@@ -229,7 +316,7 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     else:
         label = kind == ":" and not at_line_start and not key_quoted
     terminator = _terminator(text, start, "" if key_quoted else opening, before, at_line_start, label)
-    return _read_value(text, position, line_end, strength, terminator, label)
+    return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower())
 
 
 def _operator(text: str, position: int, line_end: int) -> tuple[str, int] | None:
@@ -274,7 +361,7 @@ def _terminator(text: str, start: int, opening: str, before: str, at_line_start:
 
 
 def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
-                label: bool) -> tuple[int, int] | None:
+                label: bool, phrase: bool = False) -> tuple[int, int] | None:
     first = text[position:position + 1]
     if first == "\\" and text[position + 1:position + 2] == '"':
         close = text.find('\\"', position + 2, line_end)
@@ -286,6 +373,8 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
         if FORMATTED.match(text, close + 1):
             return None  # ``'{0}:{1}'.format(user, pw)``, ``"%s" % pw``: a format string of code
         return _accept(text, position + 1, close, strength, quoted=True, label=False)
+    if first == "[" and strength == "strong":
+        return _list_value(text, position, line_end)
     if first == "{" and terminator == ";":
         close = text.find("}", position, line_end)  # ODBC: Pwd={a;b}
         if close != -1:
@@ -303,7 +392,17 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     if terminator == " " and label:
         while end > position and text[end - 1] in ".,;:!?)\"'":
             end -= 1
-    return _accept(text, position, end, strength, quoted=False, label=label)
+    return _accept(text, position, end, strength, quoted=False, label=label, config=terminator == "\n" and not label,
+                   phrase=phrase)
+
+
+def _list_value(text: str, position: int, line_end: int) -> tuple[int, int] | None:
+    """``"tokens": ["99b8…", "79eb…"]``: the items, when every one looks like a credential (not ``["read", "write"]``)."""
+    items = keyed_values.list_items(text, position, line_end)
+    if not items or not all(e - s >= 8 and _telling(text[s:e]) and value_ok(text[s:e], "strong", quoted=True, label=False)
+                            for s, e in items):
+        return None
+    return items[0][0], items[-1][1]
 
 
 def _closing(text: str, position: int, line_end: int) -> int | None:
@@ -324,7 +423,10 @@ def _closing(text: str, position: int, line_end: int) -> int | None:
     return None
 
 
-def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, label: bool) -> tuple[int, int] | None:
+def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, label: bool, config: bool = False,
+            phrase: bool = False, by_position: bool = False) -> tuple[int, int] | None:
+    """The span of an accepted value. ``by_position``: a signature's argument (``ConvertTo-SecureString
+    'PlainTextPassword'``), which is a credential even when it reads like a name."""
     if end <= start:
         return None
     value = text[start:end]
@@ -334,7 +436,12 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
         value = stripped
         if value.endswith(";") and CODE_EXPRESSION.fullmatch(value[:-1].strip() or "x"):
             return None
-    if not value_ok(value, strength, quoted=quoted, label=label):
+        if code_values.is_code_reference(value):
+            return None  # ``getPassword();``, ``credentials.password,``, ``string | null``: code, not a value
+    if quoted and not by_position and (code_values.is_name_constant(value) or code_values.is_code_between_strings(value)
+                   or (code_values.is_camel_name(value) and credential_key(value) is not None)):
+        return None  # ``BLOB = "PKCS8_PRIVATEKEY"``, ``"KDFKeySecret"``, ``"&pw=" + f(x)``: a name, code
+    if not value_ok(value, strength, quoted=quoted, label=label, config=config, phrase=phrase):
         return None
     lead = len(value) - len(value.lstrip())
     end -= len(value) - len(value.rstrip())
@@ -348,6 +455,8 @@ def _unmarked(text, start, end, position, line_end, strength, before, opening, k
     if strength == "weak":
         return None
     name = text[start:end]
+    if strength == "pin":
+        return _pin(text, start, end, line_end)
     if at_line_start and position < line_end and position > end:
         # ``bindpw Tp4!Zx8c``, ``requirepass ...``, netrc ``password X``: a directive and one word
         rest = text[position:line_end].rstrip()
@@ -363,6 +472,18 @@ def _unmarked(text, start, end, position, line_end, strength, before, opening, k
     if prose is None:
         return None
     return _read_value(text, prose.end(), line_end, strength, " ", True)
+
+
+# "PIN 4711", "your PIN is 0815", "pin code: 2468": a PIN in prose. A lower-case "pin" needs "is" or
+# "code" (``pin 13`` is a GPIO pin); four to eight digits, nothing word-like after them.
+PIN_PROSE = re.compile(r"[ \t]+(?:code[ \t]+)?(?P<verb>(?:is|was|lautet|est|es|:)[ \t]+)?(?P<pin>\d{4,8})(?![\w.,]\d|[\w\-])")
+
+
+def _pin(text: str, start: int, end: int, line_end: int) -> tuple[int, int] | None:
+    match = PIN_PROSE.match(text, end, line_end)
+    if match is None or (text[start:end] != "PIN" and not match.group("verb") and "code" not in match.group(0)):
+        return None
+    return match.span("pin")
 
 
 PROSE_VERB = re.compile(r"(?i)(?:is|was|will be|is now|is set to|has been changed to|changed to|ist|lautet)[ \t]+"

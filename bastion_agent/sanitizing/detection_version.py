@@ -27,7 +27,8 @@ import hashlib
 import json
 from dataclasses import asdict
 
-from bastion_agent.sanitizing import columns, context, copies, names, normalise, scanner, validators
+from bastion_agent.sanitizing import (code_values, columns, context, copies, keyed_values, names, normalise, scanner,
+                                      signatures, validators)
 from bastion_agent.sanitizing.rules import CATEGORIES, RULES
 from bastion_agent.sanitizing.settings import SanitizeSettings
 
@@ -40,6 +41,9 @@ DETECTOR_MODULES = {
     "copies": copies,
     "columns": columns,
     "names": names,
+    "code_values": code_values,
+    "keyed_values": keyed_values,
+    "signatures": signatures,
 }
 # Changes when the key's own recipe changes, so no two recipes can give one key.
 KEY_FORMAT = "detection-version-1"

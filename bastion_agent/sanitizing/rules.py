@@ -345,6 +345,14 @@ RULES: tuple[Rule, ...] = (
        r"(?:(?:bearer|basic|token|api-?token|apikey|digest|negotiate|ntlm|sso-key|key)[ \t]+)?"
        r"(?P<secret>[A-Za-z0-9+/=._~\-:%]{8,})",
        keywords=("authorization",), validator="auth_header", anchor="keyword"),
+    # ``Bearer X`` / ``Basic X`` wherever it sits: a code string, a recorded HTTP cassette's list
+    # item, a test's expected header. The scheme word is the key; a value with no digit is prose.
+    Rule("auth-scheme-token", "url-credentials",
+       r"(?<![\w\-])(?i:bearer|basic)[ \t]+(?P<secret>[A-Za-z0-9+/=._~\-]{16,})(?![\w\-])",
+       keywords=("bearer", "basic"), entropy=3.0, validator="has_digit", anchor="keyword"),
+    # A NATS nkey seed: "S", the key type, then 56 base32 characters (the seed of an
+    # operator, account, user, server or cluster signing key).
+    Rule("nkey-seed", "cloud", r"(?<![A-Za-z0-9])S[UAONCXP][A-Z2-7]{56}(?![A-Za-z0-9])", scope="run", entropy=3.0),
     Rule("cli-user-password", "url-credentials",
        r"(?:(?<=\s)-u|--user)(?:[ \t]+|=)(?P<secret>[^\s]+)",
        keywords=("-u", "--user"), validator="cli_user", anchor="keyword"),

@@ -107,6 +107,8 @@ POSITIVES = [
     ("new-relic-key", "NR {v}", "NRAK-" + rand(string.ascii_uppercase + string.digits, 27)),
     ("pypi-token", "twine upload -p {v}", "pypi-AgEIcHlwaS5vcmc" + rand(B62 + "-_", 80)),
     ("jwt", "Cookie: session={v}; Path=/", JWT),
+    ("auth-scheme-token", "  - Bearer {v}", rand(HEX, 60) + "7"),
+    ("nkey-seed", "nsc add user -K {v}", "SU" + rand(string.ascii_uppercase + "234567", 56)),
     ("aws-bedrock-key", "bedrock {v}", "ABSK" + rand(B62 + "+/", 120)),
     ("azure-sas-signature", "https://acct.blob.core.windows.net/c/b.txt?sv=2022-11-02&sig={v}", rand(B62, 44) + "%3D"),
     ("alibaba-access-key", "aliyun {v}", "LTAI" + rand(B62, 20)),

@@ -15,10 +15,12 @@ import math
 import re
 from collections import Counter
 
+from bastion_agent.sanitizing import code_values
+
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 # --- entropy --------------------------------------------------------------
 
@@ -233,7 +235,7 @@ KEY_COMPANIONS = frozenset({"api", "private", "access", "secret", "encryption", 
                             "session", "auth", "license", "app", "client", "service", "shared", "storage", "crypt",
                             "cipher", "hmac", "jwt", "webhook", "deploy", "admin", "root"})
 NOT_SECRET_WORDS = frozenset({
-    "tokenizer", "tokenizers", "tokenize", "tokenized", "tokenization", "tokenise", "keyboard", "keyword",
+    "jsonwebtoken", "tokenizer", "tokenizers", "tokenize", "tokenized", "tokenization", "tokenise", "keyboard", "keyword",
     "keywords", "keyframe", "keyframes", "monkey", "donkey", "turkey", "hockey", "jockey", "whiskey", "keychain",
     "keymap", "keypress", "keydown", "keyup", "keycode", "hotkey", "keystore", "keytab", "keyring", "passenger",
     "passengers", "passage", "compass", "bypass", "passport", "surpass", "secretary", "secretion", "secreted",
@@ -342,6 +344,9 @@ def looks_like_code(value: str, following: str) -> bool:
     return False
 
 
+MESSAGE_WORD = re.compile(r"\(?[A-Za-z][A-Za-z'\-]*[.,:;!?)]?")  # a word of a message, not of a password
+
+
 def assignment_value_ok(value: str, strength: str, quoted: bool, following: str) -> bool:
     """Is the value of ``<secret-ish name> = value`` a secret? (detect-secrets-style filters)."""
     if not plausible_secret(value) or value.lower() in BOOLEANISH:
@@ -354,6 +359,10 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
         return False
     if len(value.split()) >= 6:  # a sentence (a message, a label), not a secret
         return False
+    words = value.split()
+    if len(words) >= 3 and all(MESSAGE_WORD.fullmatch(w) for w in words) and any(
+            key_strength(word.strip(".,:;()")) for word in words):
+        return False  # "Enter new password: ", "super amazing secret": a message about a credential
     if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
         return False  # an alphabet constant, a header name
     if not quoted and looks_like_code(value, following):
@@ -389,6 +398,17 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``<password>value</password>`` only: an XML element holds a bare value
     value, vstart, vend, quoted = unquote(raw, vstart)
     following = match.string[vend + (1 if quoted else 0): vend + 2]
+    if quoted and code_values.is_name_constant(value, key):
+        return False  # ``NCRYPT_PKCS8_PRIVATE_KEY_BLOB = "PKCS8_PRIVATEKEY"``: the name of a setting
+    if quoted and (code_values.is_code_between_strings(value)
+                   or (code_values.is_camel_name(value) and key_strength(value) is not None)):
+        return False  # ``"&pw=" + f("pw")``; ``NCRYPT_KDF_SECRET_VALUE = "KDFKeySecret"``: code, a name
+    if quoted and strength == "weak" and re.fullmatch(r"[a-z]+(?:_[a-z0-9]+){2,}", value):
+        return False  # ``"key": "benchmark_ml_job_2"``: a snake_case name under a map's key
+    if not quoted:
+        line_end = match.string.find("\n", vend, vend + 1024)
+        if code_values.is_code_reference(match.string[vstart:line_end if line_end != -1 else vend + 1024]):
+            return False  # ``ERROR_PASSWORD = 0x052B,``, ``password: cfg?.password,``: code, not a value
     if not assignment_value_ok(value, strength, quoted, following):
         return False
     return [(vstart, vend)]
@@ -424,9 +444,20 @@ def block_value_spans(block: str, offset: int, *, minimum: int = 4) -> Spans:
     return spans
 
 
+# The fields of a block that points at a secret kept elsewhere (a Kubernetes volume's ``secret:``,
+# ``secretKeyRef:``): names, keys, paths and modes, never the secret itself.
+REFERENCE_FIELDS = frozenset({"secretname", "name", "key", "items", "path", "defaultmode", "mode", "optional"})
+BLOCK_MAPPING = re.compile(r"\s*-?\s*(?P<key>[\w.\-]+)\s*:(?:\s|$)")
+
+
 def check_secret_block(match: re.Match, start: int, end: int):
     if key_strength(match.group("key")) != "strong":
         return False
+    lines = [line for line in match.group("block").splitlines() if line.strip()]
+    mappings = [BLOCK_MAPPING.match(line) for line in lines]
+    if lines and all(mappings) and all(m.group("key").replace("-", "").replace("_", "").lower() in REFERENCE_FIELDS
+                                       for m in mappings):
+        return False  # a Kubernetes volume's ``secret:`` holds ``secretName:``/``items:``: fields, not a value
     return block_value_spans(match.group("block"), match.start("block")) or False
 
 

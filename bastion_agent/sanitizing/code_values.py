@@ -1,0 +1,181 @@
+"""Is the right-hand side of a credential-named key a literal, or code that refers to one?
+
+``password = getPassword();``, ``this.token = token;``, ``password:
+credentials.password,``, ``token: string | null = null;``, ``ERROR_PASSWORD
+= 0x0532,``, ``"Password": (str, True),``: code names a credential without
+holding one, and blanking such a line costs a reader real code in every
+search result. A person tells the two apart by the language's syntax, and
+the syntaxes of Python, JavaScript/TypeScript, Java/Kotlin, C#, Go, PHP,
+Ruby, shell and C/C++ agree on the parts that matter here:
+
+- a **quoted literal** can be a secret: it is never judged here (the caller
+  only asks about unquoted values), and a literal that is assigned stays
+  redacted, so this module cuts false flags, never recall;
+- a **bare value that ends a line with nothing after it** is a config value
+  (``.env``, INI, YAML, ``.properties``) and can be a secret, unless it is
+  plainly an expression (a call, an operator, ``await``/``new``, a command
+  substitution, a null);
+- a bare value **ended by code punctuation** (``,``, ``;`` or a bracket
+  closing one opened before it) is an expression of a program: an
+  identifier, a member access, a call, a type annotation, a number, an
+  enum's value or a null is a reference, not a credential. A quoted literal
+  inside it (``[]byte("s3cr3t")``) keeps it undecided here.
+
+Everything is a few linear scans of one value (at most ``context.MAX_VALUE``
+characters): no backtracking regular expression.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The version of what this module finds: bump it with any change that makes some text
+# sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
+DETECTION_VERSION = 1
+
+NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
+                   "default", "string.empty", '""', "''", "[]", "{}", "()"})
+# An identifier chain: ``token``, ``this.token``, ``$this->pw``, ``@pw``, ``self::PW``, ``cfg?.pw``, ``*pw``.
+CHAIN = re.compile(r"[!&*@$]{0,2}[A-Za-z_$][\w$]*(?:(?:\?\.|\.|::|->)[A-Za-z_$][\w$]*)*")
+HEX = re.compile(r"-?0[xX][0-9a-fA-F]{1,16}[uUlL]{0,3}")  # a number; 32 hex digits are a key
+ARITHMETIC = re.compile(r"-?\d+(?:\s*(?:[-+*/|&^]|<<|>>)\s*-?\w+)+")
+# A PowerShell cmdlet call, ``ConvertTo-SecureString 'x' -AsPlainText``: its argument is the signature table's.
+CMDLET = re.compile(r"(?:Get|Set|New|ConvertTo|ConvertFrom|Read|Invoke|Import|Export)-[A-Z]\w+(?:\s|$)")
+OPERATOR_LEAD = ("&&", "||", "??", "not ", "await ", "new ", "typeof ", "yield ", "$(", "`", "(${", "<%=",
+                 "sizeof(", "(char", "(const", "(void")
+WEAK_LEAD = ("!", "+", "^", "|", "?", "-", "*")  # code only when punctuation ends the expression too
+API_LISTING = " -> "  # ``Name.FIELD = 7 -> Type``: a .NET public-API listing, not an assignment
+OPENERS, CLOSERS = "([{", ")]}"
+
+
+def head(value: str) -> tuple[str, bool]:
+    """The expression before the first ``,``/``;`` or unbalanced closing bracket outside quotes,
+    and whether code punctuation ended it there."""
+    depth, quote, index = 0, "", 0
+    while index < len(value):
+        ch = value[index]
+        if quote:
+            if ch == "\\":
+                index += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'`":
+            quote = ch
+        elif ch in OPENERS:
+            depth += 1
+        elif ch in CLOSERS:
+            if depth == 0:
+                return value[:index].strip(), _code_tail(value[index:])
+            depth -= 1
+        elif ch in ",;" and depth == 0:
+            return value[:index].strip(), _code_tail(value[index:])
+        index += 1
+    return value.strip(), False
+
+
+QUOTED = re.compile(r"\"[^\"\n]*\"|'[^'\n]*'")
+COMMENT = re.compile(r"\s//")  # not ``#``: in INI and shell a ``#`` inside a value is the value's own
+
+
+def _code_tail(tail: str) -> bool:
+    """What follows the expression is only punctuation (``;``, ``,``, ``)})``), quoted keys or a ``//`` comment:
+    the end of a statement, not more of a value (``Ev1;71 w&tG0`` goes on)."""
+    comment = COMMENT.search(tail)
+    if comment:
+        tail = tail[:comment.start()]
+    return not any(ch.isalnum() for ch in QUOTED.sub("", tail))
+
+
+def is_code_reference(value: str) -> bool:
+    """Is this unquoted value code that names or computes a credential rather than holding one?"""
+    value = value.strip()
+    if not value:
+        return True
+    listing = value.find(API_LISTING)
+    if listing > 0:
+        return True
+    expression, punctuated = head(value)
+    lowered = expression.lower()
+    if not expression or lowered in NULLS or HEX.fullmatch(expression) or ARITHMETIC.fullmatch(expression):
+        return True
+    if lowered.startswith(OPERATOR_LEAD) or (punctuated and lowered.startswith(WEAK_LEAD)) or CMDLET.match(value):
+        return True
+    if CONNECTIVE.match(expression):
+        return True  # ``token or {}``, ``refresh_token or self.token.get(...)``
+    quoted = any(ch in expression for ch in "\"'`")
+    if _call_or_type(expression) and not quoted:
+        return True
+    if not punctuated:
+        return False
+    if quoted:
+        return False
+    if CHAIN.fullmatch(expression) or _typed(expression) or expression[:1] in OPENERS:
+        return True
+    return expression.isdigit() and value[len(expression):].lstrip().startswith(",") and len(expression) > 8
+
+
+def _call_or_type(expression: str) -> bool:
+    """``getPassword()``, ``os.Getenv("X")``-shaped (any arguments), ``[]byte(x)``, ``struct{}{}``,
+    ``Foo<T>``, ``protocol.Token{16, …`` (a composite cut short), ``(password, hash) =>`` (parameters)."""
+    if expression.startswith("[]"):
+        return True
+    if expression.startswith("(") and PARAMETERS.match(expression):
+        return True
+    bracket = next((i for i, ch in enumerate(expression) if ch in "([{<"), -1)
+    if bracket <= 0:
+        return False
+    name = expression[:bracket]
+    if not CHAIN.fullmatch(name) or name.endswith("$"):
+        return False  # ``pre${X}post`` is a value holding a template, not a call
+    if expression[bracket] == "<":
+        return name[:1].isupper() or name.lstrip("&*")[:1].isupper()
+    return True
+
+
+PARAMETERS = re.compile(r"\([A-Za-z_$][\w$]*[ \t]*(?:[,:)]|$)")
+CONNECTIVE = re.compile(r"[A-Za-z_$][\w$.]*[ \t]+(?:or|and|if|\|\||&&|\?\?|\?)[ \t]")
+
+
+def _typed(expression: str) -> bool:
+    """``string | null = null``, ``String``, ``Map<String, String>``, ``str | None``: a type annotation."""
+    parts = re.split(r"\s*[|=]\s*", expression)
+    return all(CHAIN.fullmatch(part) or part.lower() in NULLS for part in parts if part)
+
+
+NAME_CONSTANT = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Z]{10,64}")
+# ``allauth.account.forms.SetPasswordForm``: a module or class path (three dotted identifiers or more).
+MODULE_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}")
+VERSION = re.compile(r"[~^=v]?\d+(?:\.\d+){1,3}(?:[\-+.][\w.]+)?")
+ARN = re.compile(r"arn:aws[\w\-]*:[\w\-]+:[\w\-]*:\d*:\S+")
+
+
+def is_name_constant(value: str, key: str = "") -> bool:
+    """A quoted value that names something rather than holding a secret: an UPPER_SNAKE constant
+    with at most two digits (``"PKCS8_PRIVATEKEY"``, ``"PRIVATEBLOB"``), the key's own name
+    (``ResetPassword: 'ResetPassword'``), a module path (``'allauth.account.forms.SetPasswordForm'``),
+    a version (``"^1.4.6"``) or an AWS resource name."""
+    if NAME_CONSTANT.fullmatch(value) and sum(ch.isdigit() for ch in value) <= 2:
+        return True  # ``ADMIN_2024`` has too many digits for a constant's name: it may be a password
+    if VERSION.fullmatch(value) or ARN.fullmatch(value):
+        return True
+    if MODULE_PATH.fullmatch(value) and not any(ch.isdigit() for ch in value):
+        return True
+    folded = value.lower().replace("_", "").replace("-", "")
+    return bool(key) and folded == key.lower().replace("_", "").replace("-", "").rsplit(".", 1)[-1]
+
+
+# ``"&password=" + mydomval("password")`` read as the quoted value ``+ mydomval(``: the quotes closed
+# one string and opened the next, the value is the code between them.
+CONCATENATION = re.compile(r"""\s*[`'"]?\s*[+.](?:\s|[\w.]+\()|.*(?:\w\(|\s[+.]\s*[`'"]?\s*)$""", re.DOTALL)
+CAMEL_NAME = re.compile(r"(?:[A-Z][a-z]+|[A-Z]{2,}(?=[A-Z][a-z]|$)){3,}")
+
+
+def is_code_between_strings(value: str) -> bool:
+    """A quoted value that starts or ends with a concatenation: ``+ escape(x(``, ``` + newpw + ```."""
+    return bool(CONCATENATION.match(value))
+
+
+def is_camel_name(value: str) -> bool:
+    """``KDFKeySecret``, ``CipherKeyBlob``: three capitalised words or more, letters only (a type or a
+    property's name). ``myPassword`` or ``Summer2021`` are not."""
+    return bool(CAMEL_NAME.fullmatch(value))
