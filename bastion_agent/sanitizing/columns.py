@@ -40,7 +40,7 @@ from bastion_agent.sanitizing.copies import trie_pattern
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 # rule id -> header words (after ``normal_header``: lowercase, NFKC, separators
 # as single spaces, a trailing ":" / "#" / "no" / "number" form listed here).
@@ -139,15 +139,19 @@ FIRST_WORDS = frozenset(
     for pattern in (*HEADERS.values(), AMBIGUOUS_NAME.pattern)
     for alternative in re.findall(r"(?:^|(?<=[(|?:]))[^\W\d_][^|()?]*", pattern.replace("(?:", "("))
 ) - {"no", "nr", "num", "number", "numero", "nummer", "numéro", "número"}
+# The delimiter of a space-aligned table (a pandas frame in a log, ``column -t``, a notebook's text/plain):
+# two or more spaces between cells, a cell's words one space apart.
+SPACED = "  "
+SPACE_GAP = re.compile(r" {2,}|\t")
 # One pass per delimiter: the first word of every cell that starts after it (spaces, a quote, "*" or "#"
 # before it). A pattern led by a literal is skipped through at memchr speed, a class is not.
-_CELL_WORDS = tuple(re.compile(re.escape(d) + r"[ \t\"'*#_]*([^\W\d_]+)") for d in "\n\t,;|")
+_CELL_WORDS = tuple(re.compile(re.escape(d) + r"[ \t\"'*#_]*([^\W\d_]+)") for d in ("\n", "\t", ",", ";", "|", SPACED))
 # The same passes over the lowercased text with the vocabulary inside the pattern (a trie of FIRST_WORDS,
 # then no further letter): prose has a comma every few words, and each match of ``_CELL_WORDS`` would cost
 # a Python step to be looked up and, nearly always, dropped. Lowering keeps every character a letter or
 # not a letter (checked over all of Unicode), so the matches are the ones ``_CELL_WORDS`` keeps.
 _CELL_HEADER_WORDS = tuple(re.compile(re.escape(d) + r"[ \t\"'*#_]*" + trie_pattern(sorted(FIRST_WORDS))
-                                      + r"(?![^\W\d_])") for d in "\n\t,;|")
+                                      + r"(?![^\W\d_])") for d in ("\n", "\t", ",", ";", "|", SPACED))
 _SEPARATORS = re.compile(r"[\s_\-./'’()\[\]]+")
 _PIPE_RULE = re.compile(r"[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*")
 _GRID_RULE = re.compile(r"[ \t]*\+[\-=+: ]*\+[ \t]*")
@@ -266,6 +270,8 @@ class _Scanner:
         end = self.line_end(position)
         if delimiter == "|":
             return _pipe_cells(text, position, end), end + 1
+        if delimiter == SPACED:
+            return _spaced_cells(text, position, end), end + 1
         if self.next_quote(position) >= end:  # no quote in the line: a plain split
             cells, start = [], position
             while True:
@@ -325,6 +331,30 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+def _spaced_cells(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The cells of a space-aligned row: text between runs of two or more spaces (or tabs)."""
+    cells, position = [], start
+    for gap in SPACE_GAP.finditer(text, start, end):
+        if gap.start() > position:
+            cells.append(_trim(text, position, gap.start()))
+        position = gap.end()
+    if position < end and text[position:end].strip():
+        cells.append(_trim(text, position, end))
+    return cells
+
+
+def _aligned(header: list[tuple[int, int]], header_start: int, cells: list[tuple[int, int]], row_start: int,
+             rules: dict[int, str]) -> list[tuple[int, int, str]]:
+    """The cells of a space-aligned row that stand under a sensitive header cell (their columns overlap)."""
+    found = []
+    for index, rule in rules.items():
+        left, right = header[index][0] - header_start, header[index][1] - header_start
+        for start, end in cells:
+            if start - row_start < right and end - row_start > left:
+                found.append((start, end, rule))
+    return found
+
+
 def _pipe_cells(text: str, start: int, end: int) -> list[tuple[int, int]]:
     line = text[start:end]
     stripped = line.strip()
@@ -355,6 +385,8 @@ def _delimiter_of(text: str, line_start: int, line_end: int) -> str | None:
         return ","
     if "|" in line:
         return "|"
+    if SPACED in line.strip():
+        return SPACED
     return None
 
 
@@ -443,8 +475,13 @@ def _table_at(scanner: _Scanner, line_start: int, enabled) -> tuple[int, list] |
             return None  # a comma in prose, not a table
         if delimiter == "|" and "|" not in line:
             break
+        if delimiter == SPACED:
+            if len(cells) < 2:
+                break
+            found.extend(_aligned(header, line_start, cells, position, rules))
+        else:
+            _take_cells(text, cells, rules, width, delimiter in ",;", found)
         first = False
-        _take_cells(text, cells, rules, width, delimiter in ",;", found)
         position = next_position
     if first:
         return None

@@ -13,7 +13,7 @@ and only when, what the scanner finds may change:
   with any change that makes some text sanitize differently
   (``DETECTOR_MODULES``: the scanner's own scan and replacement, the
   validators, the look-alike view, credential values by context, copies,
-  columns and names);
+  columns and names, disguise views and OCR tolerance);
 - the manifest's ``[sanitize]`` settings.
 
 A forgotten bump is the risk: ``test_detection_version`` runs every detector
@@ -27,7 +27,8 @@ import hashlib
 import json
 from dataclasses import asdict
 
-from bastion_agent.sanitizing import columns, context, copies, names, normalise, scanner, validators
+from bastion_agent.sanitizing import (columns, context, copies, disguises, names, normalise, recognised, scanner,
+                                      validators)
 from bastion_agent.sanitizing.rules import CATEGORIES, RULES
 from bastion_agent.sanitizing.settings import SanitizeSettings
 
@@ -40,6 +41,8 @@ DETECTOR_MODULES = {
     "copies": copies,
     "columns": columns,
     "names": names,
+    "disguises": disguises,
+    "recognised": recognised,
 }
 # Changes when the key's own recipe changes, so no two recipes can give one key.
 KEY_FORMAT = "detection-version-1"

@@ -129,7 +129,7 @@ def run(manifest, layout) -> dict:
     with Progress("sanitize", len(extracted), "docs") as progress, pool:
         worker = (pool, settings)
         kept = _sanitize_texts(layout, worker, extracted, previous, fingerprint, sweep, progress)
-        kept, sweep.matcher = _apply_copies(layout, worker, fingerprint, kept, sweep.failed)
+        kept, sweep.matcher = _apply_copies(layout, worker, fingerprint, kept, sweep.failed, extracted)
         _gather_documents(sweep, kept, extracted)
         sweep.superseded = _superseded(layout, worker, previous, extracted, sweep.mapped, fingerprint,
                                        set(sweep.documents))
@@ -156,7 +156,7 @@ def _sanitize_texts(layout, worker, extracted: dict[str, _Extracted], previous: 
     for key in sorted(extracted):
         row = _reusable(previous.get(key), fingerprint, layout)
         if row is None:
-            row = _sanitize_one(layout, worker, key, fingerprint)
+            row = _sanitize_one(layout, worker, key, fingerprint, extracted[key].ocr_pages)
         else:
             sweep.reused += 1
         if isinstance(row, str):  # over budget: fails closed, not indexed, counted
@@ -304,14 +304,17 @@ def _reusable(row: MapRow | None, fingerprint: str, layout) -> MapRow | None:
     return row
 
 
-def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str) -> MapRow:
-    """Sanitize one extracted text, store it under its document id, and say what it became."""
+def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str, ocr_pages=None) -> MapRow:
+    """Sanitize one extracted text, store it under its document id, and say what it became.
+
+    ``ocr_pages``: its pages that OCR read, which the scanner reads with tolerance (``recognised.py``).
+    """
     raw = _read_extracted(layout, key)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise StoreError("a text in the extract store is not UTF-8: run extract again") from None
-    clean, counts, values = _redact_in_budget(*sanitizer, text)
+    clean, counts, values = _redact_in_budget(*sanitizer, text, ocr_pages)
     if clean is None:
         return counts  # the reason it was not sanitized
     doc = doc_id(clean)
@@ -319,7 +322,7 @@ def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str) -> M
     return MapRow(key, doc, fingerprint, dict(sorted(counts.items())), len(raw), values)
 
 
-def _apply_copies(layout, worker, fingerprint: str, kept: list, failed: Counter):
+def _apply_copies(layout, worker, fingerprint: str, kept: list, failed: Counter, extracted=None):
     """Remove, in every text of the sweep, the copies of values found in any of them.
 
     Each text's own sanitizing (``_sanitize_one``) already removed the copies
@@ -346,7 +349,8 @@ def _apply_copies(layout, worker, fingerprint: str, kept: list, failed: Counter)
             result.append((key, row))
             continue
         if row.copies:  # made with other copies: start again from the raw text
-            row = _sanitize_one(layout, worker, key, fingerprint)
+            pages = extracted[key].ocr_pages if extracted and key in extracted else None
+            row = _sanitize_one(layout, worker, key, fingerprint, pages)
             if isinstance(row, str):
                 failed[row] += 1
                 continue
@@ -372,7 +376,7 @@ def _with_copies(layout, row: MapRow, present: dict[str, str]) -> MapRow:
                   sorted(present))
 
 
-def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
+def _redact_in_budget(pool, settings: SanitizeSettings, text: str, ocr_pages=None):
     """``(clean, counts, values)`` from a budgeted worker, or ``(None, reason, {})`` when it overran.
 
     A custom pattern that backtracks without end (``(a+)+$``) is stopped by
@@ -384,7 +388,7 @@ def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
     from bastion_agent.core.budget import Call
 
     data = text.encode("utf-8")
-    answer = pool.run(Call("redact", (pickle.dumps(settings), data), len(data)))
+    answer = pool.run(Call("redact", (pickle.dumps(settings), data, ocr_pages), len(data)))
     if answer.reason is not None:
         rule = answer.progress
         return None, f"{answer.reason} (rule {rule})" if rule and rule != "built-in" else answer.reason, {}
@@ -397,7 +401,7 @@ def _redact_in_budget(pool, settings: SanitizeSettings, text: str):
 _WORKER_SANITIZERS: dict[bytes, "Sanitizer"] = {}
 
 
-def budget_task_redact(note, settings_blob: bytes, data: bytes):
+def budget_task_redact(note, settings_blob: bytes, data: bytes, ocr_pages=None):
     """The worker's side of ``_redact_in_budget``: redact, saying which custom rule is running."""
     import hashlib
     import pickle
@@ -407,7 +411,7 @@ def budget_task_redact(note, settings_blob: bytes, data: bytes):
     if sanitizer is None:
         _WORKER_SANITIZERS.clear()
         sanitizer = _WORKER_SANITIZERS[digest] = Sanitizer(pickle.loads(settings_blob))
-    clean, counts, values = sanitizer.redact_found_noting(data.decode("utf-8"), note)
+    clean, counts, values = sanitizer.redact_found_noting(data.decode("utf-8"), note, ocr_pages)
     # values: raw, handed back to the stage through the worker's pipe, kept in the private map
     return {"findings": dict(counts), "values": values}, clean.encode("utf-8")
 

@@ -32,7 +32,7 @@ from typing import Iterable
 
 from bastion_agent.core.errors import ManifestError
 from bastion_agent.core.progress import escape_name
-from bastion_agent.sanitizing import columns, context, copies, names
+from bastion_agent.sanitizing import columns, context, copies, disguises, names, recognised
 from bastion_agent.sanitizing.normalise import joined_view, junctions, lookalike_view
 from bastion_agent.sanitizing.pages import FORM_FEED
 from bastion_agent.sanitizing.rules import RULES, SCOPES, SECRET, Rule
@@ -42,7 +42,7 @@ from bastion_agent.sanitizing.validators import CHECKS, is_placeholder, shannon_
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 PLACEHOLDER = "[REDACTED:{}]"
 
@@ -125,19 +125,22 @@ class Sanitizer:
 
     # The public API ------------------------------------------------------------
 
-    def redact(self, text: str) -> tuple[str, Counter]:
-        """The text with every finding replaced, and the number of placeholders per rule id."""
-        clean, counts, _ = self.redact_found(text)
+    def redact(self, text: str, ocr_pages=None) -> tuple[str, Counter]:
+        """The text with every finding replaced, and the number of placeholders per rule id.
+
+        ``ocr_pages``: the pages (from 1, split at form feeds) that OCR read, scanned with tolerance (``recognised.py``).
+        """
+        clean, counts, _ = self.redact_found(text, ocr_pages)
         return clean, counts
 
-    def redact_found(self, text: str) -> tuple[str, Counter, dict[str, str]]:
+    def redact_found(self, text: str, ocr_pages=None) -> tuple[str, Counter, dict[str, str]]:
         """``redact``, and the values it found that are worth removing elsewhere (value -> rule id).
 
         Every other occurrence of a found value in the same text goes too
         (``copies.py``): ``api_key = "X"`` then ``print("X")``. The values
         are raw secrets: the stage keeps them inside the extract store.
         """
-        findings = merge(self.findings(text))
+        findings = merge(self.findings(text, ocr_pages))
         if not findings:
             return text, Counter(), {}
         found = copies.found_values(text, findings)
@@ -145,7 +148,7 @@ class Sanitizer:
             findings = merge(findings + [Finding(s, e, -1, rule) for s, e, rule in copies.occurrences(text, found)])
         return replace_findings(text, findings) + (found,)
 
-    def redact_found_noting(self, text: str, note) -> tuple[str, Counter, dict[str, str]]:
+    def redact_found_noting(self, text: str, note, ocr_pages=None) -> tuple[str, Counter, dict[str, str]]:
         """``redact_found``, calling ``note(name)`` each time the rule being matched changes.
 
         ``name`` is a custom rule's id, or "built-in" for every other rule:
@@ -163,7 +166,7 @@ class Sanitizer:
 
         self._accept = noted
         try:
-            return self.redact_found(text)
+            return self.redact_found(text, ocr_pages)
         finally:
             self._accept = accept
 
@@ -195,7 +198,7 @@ class Sanitizer:
             found.extend(self.findings(view))
         return found
 
-    def findings(self, text: str) -> list[Finding]:
+    def findings(self, text: str, ocr_pages=None) -> list[Finding]:
         """Every accepted finding, possibly overlapping, in no particular order.
 
         Three views are scanned: the text itself; its look-alike view
@@ -220,6 +223,11 @@ class Sanitizer:
                     found.append(Finding(start, end, finding.order, finding.rule))
         if "\n" in text:
             found.extend(self._joined_findings(text, found))
+        found.extend(Finding(*f) for f in disguises.findings(text, self._view_scan))
+        if ocr_pages:
+            spans = recognised.page_spans(text, ocr_pages)
+            iban = next((a.order for a in self.rules if a.rule.id == "iban"), None)
+            found.extend(Finding(*f) for f in recognised.findings(text, spans, lambda piece: self._view_scan(piece, False), iban))
         found.extend(self._context_findings(text, lowered))
         if ATTACHMENT_MARK in text:
             for label in ATTACHMENT_LABEL.finditer(text):
@@ -229,6 +237,13 @@ class Sanitizer:
         found.extend(self._structure(text, columns.column_findings(text, self._structure_orders(), lowered)))
         found.extend(self._structure(text, names.name_findings(text, self._structure_orders(), lowered)))
         return found
+
+    def _view_scan(self, text: str, tables: bool) -> list[tuple[int, int, int, str]]:
+        """What the rules, the keyed values and (``tables``) the columns find in a piece of a view (``disguises.py``)."""
+        found = self._scan(text) + self._context_findings(text)
+        if tables:
+            found += self._structure(text, columns.column_findings(text, self._structure_orders()))
+        return [(f.start, f.end, f.order, f.rule) for f in found]
 
     def _context_findings(self, text: str, lowered: str | None = None) -> list[Finding]:
         """The values of credential-named keys, whole, to their syntax's own end (``context.py``)."""

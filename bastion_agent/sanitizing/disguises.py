@@ -1,0 +1,213 @@
+"""Views of a text with the disguises a reader undoes at a glance taken off.
+
+A value need not be hidden to escape a pattern: it is enough to write it the
+way a person reads past. ``DE89-3704-0044-0532-0130-00`` is an IBAN grouped
+with hyphens; ``"AKIA" + "IOSFODNN" + "7EXAMPLE"`` is one key; ``jane (at)
+corp (dot) com`` is an address; ``S S N  5 0 5 - 9 4 - 2 4 0 7`` is what a
+PDF that draws each character on its own gives to a text extractor;
+``cGFzc3dvcmQ9...`` is base64 of ``password=...``. Each function here finds
+one such disguise and says how to undo it, as edits ``(start, end,
+replacement)`` of the original text; ``views`` turns each kind's edits into
+a ``normalise.View``, which the scanner reads like the look-alike view
+(findings mapped back to the original, and kept only where they cover an
+edit, so an undisguised text is read once, as before).
+
+Letter-spaced text is joined here, in the sanitizer, rather than in the PDF
+reader: the same spacing comes from PostScript, troff and OCR text layers
+and from people, the stored text keeps the layout its reader saw, and the
+extract store need not be rebuilt for an installation to be protected.
+
+Cost: each kind is one regular-expression pass led by a literal or a
+character class over the text (none nests quantifiers), skipped entirely
+when a cheap test (a substring) says the disguise cannot occur; every match
+is bounded in length, so the views cost time linear in the text.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import binascii
+import re
+
+from bastion_agent.sanitizing.normalise import View, _Builder
+
+# The version of what this module finds or how it replaces it (detection_version.py).
+DETECTION_VERSION = 1
+
+Edit = tuple[int, int, str]
+
+# Alphanumeric groups joined by hyphens or dots, led by two letters and two digits: an IBAN as people group it.
+HYPHEN_GROUPS = re.compile(r"(?<![A-Za-z0-9\-])[A-Z]{2}\d{2}(?:[\-.][A-Z0-9]{2,4}){3,8}(?![A-Za-z0-9])")
+# A hyphen at a line's end between two letters or digits: a word or a number broken by its writer.
+SOFT_BREAK = re.compile(r"(?<=[A-Za-z0-9])-[ \t]*\r?\n[ \t]*(?=[A-Za-z0-9])")
+# Three or more short lines that each hold one token and nothing else: a key written a piece per line.
+PIECE_LINES = re.compile(r"(?m)^[ \t]*[A-Za-z0-9+/=_\-]{3,40}[ \t]*(?:\r?\n[ \t]*[A-Za-z0-9+/=_\-]{3,40}[ \t]*){2,8}$")
+# A string literal's closing quote, a concatenation operator and the next literal's opening quote.
+CONCAT = re.compile(r"""(["'])[ \t]*(?:\+|\.|\.\.|&|\|\|)[ \t]*(?:\r?\n[ \t]*)?\1""")
+# Single characters between cell delimiters: a number written one digit per cell (HTML, TSV, pipes).
+_CELL_GAP = r"(?:[ \t]*</t[dh]>[ \t]*<t[dh](?:[ \t][^<>\n]{0,64})?>[ \t]*|[ \t]*[\t|][ \t]*)"
+CELL_DIGITS = re.compile(r"(?<![\w\-])[\d\-](?:" + _CELL_GAP + r"[\d\-](?![\w\-])){7,19}")
+CELL_GAP = re.compile(_CELL_GAP)
+# Base64 of at least nine bytes whose text may be ``key=value``.
+BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])(?=[A-Za-z0-9+/]*[A-Z])(?=[A-Za-z0-9+/]*[a-z])[A-Za-z0-9+/]{12,4096}={0,2}"
+                    r"(?![A-Za-z0-9+/=])")
+# ``local (at) host (dot) tld`` and its bracketed and upper-case spellings.
+_AT = r"[ \t]*(?:\((?:at|AT)\)|\[(?:at|AT)\]|\{(?:at|AT)\}|<(?:at|AT)>)[ \t]*| AT "
+_DOT = r"[ \t]*(?:\((?:dot|DOT)\)|\[(?:dot|DOT)\]|\{(?:dot|DOT)\}|<(?:dot|DOT)>)[ \t]*| DOT |\."
+OBFUSCATED_EMAIL = re.compile(r"(?<![\w.+\-])[A-Za-z0-9][\w.+\-]{0,63}(?:" + _AT + r")[A-Za-z0-9][\w\-]{0,62}"
+                              r"(?:(?:" + _DOT + r")[A-Za-z0-9][\w\-]{0,62}){1,4}")
+AT_WORD = re.compile(_AT)
+DOT_WORD = re.compile(r"[ \t]*(?:\((?:dot|DOT)\)|\[(?:dot|DOT)\]|\{(?:dot|DOT)\}|<(?:dot|DOT)>)[ \t]*| DOT ")
+# Letter-spaced text: six or more single characters, one space between letters, two or three between words.
+LETTER_SPACED = re.compile(r"(?<!\S)\S(?: {1,3}\S(?!\S)){5,400}")
+# A Jupyter output's text/plain lines, each a JSON string ending in "\n".
+NOTEBOOK_LINE = re.compile(r'(?m)^[ \t]*"((?:[^"\\\n]|\\.){0,4096}?)\\n",?[ \t]*$')
+
+
+def hyphen_groups(text: str) -> list[Edit]:
+    if "-" not in text and "." not in text:
+        return []
+    return [(m.start() + i, m.start() + i + 1, " ") for m in HYPHEN_GROUPS.finditer(text)
+            for i, ch in enumerate(m.group()) if ch in "-."]
+
+
+def soft_breaks(text: str) -> list[Edit]:
+    if "-\n" not in text and "-\r\n" not in text and "- \n" not in text:
+        return [] if "-" not in text or "\n" not in text else [(m.start(), m.end(), "") for m in SOFT_BREAK.finditer(text)]
+    return [(m.start(), m.end(), "") for m in SOFT_BREAK.finditer(text)]
+
+
+def piece_lines(text: str) -> list[Edit]:
+    """The line breaks (and indents) inside a block of one-token lines that, joined, mix letters and digits."""
+    if "\n" not in text:
+        return []
+    edits = []
+    for block in PIECE_LINES.finditer(text):
+        joined = re.sub(r"\s", "", block.group())
+        if len(joined) < 16 or not re.search(r"\d", joined) or not re.search(r"[A-Za-z]", joined):
+            continue
+        for gap in re.finditer(r"[ \t]*\r?\n[ \t]*", block.group()):
+            edits.append((block.start() + gap.start(), block.start() + gap.end(), ""))
+    return edits
+
+
+def concatenations(text: str) -> list[Edit]:
+    if '"' not in text and "'" not in text:
+        return []
+    return [(m.start(), m.end(), "") for m in CONCAT.finditer(text)]
+
+
+def cell_digits(text: str) -> list[Edit]:
+    if "\t" not in text and "|" not in text and "<t" not in text:
+        return []
+    edits = []
+    for run in CELL_DIGITS.finditer(text):
+        edits.extend((run.start() + g.start(), run.start() + g.end(), "") for g in CELL_GAP.finditer(run.group()))
+    return edits
+
+
+def base64_texts(text: str) -> list[Edit]:
+    """Base64 tokens whose bytes are printable text holding ``=`` or ``:`` (a ``key=value``), decoded."""
+    edits = []
+    for token in BASE64.finditer(text):
+        raw = token.group()
+        if len(raw) % 4:
+            continue
+        try:
+            decoded = base64.b64decode(raw, validate=True).decode("ascii")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            continue
+        if decoded.isprintable() and ("=" in decoded or ":" in decoded):
+            edits.append((token.start(), token.end(), " " + decoded + " "))
+    return edits
+
+
+def obfuscated_emails(text: str) -> list[Edit]:
+    lowered_hint = "at)" in text or "at]" in text or "at}" in text or "at>" in text or " AT " in text
+    if not lowered_hint and "AT)" not in text and "AT]" not in text:
+        return []
+    edits = []
+    for match in OBFUSCATED_EMAIL.finditer(text):
+        value, base = match.group(), match.start()
+        at = AT_WORD.search(value)
+        if at is None:
+            continue
+        edits.append((base + at.start(), base + at.end(), "@"))
+        edits.extend((base + d.start(), base + d.end(), ".") for d in DOT_WORD.finditer(value, at.end()))
+    return edits
+
+
+def letter_spaced(text: str) -> list[Edit]:
+    """Spaces inside letter-spaced runs: one between letters goes, two or three between words become one."""
+    if " " not in text:
+        return []
+    edits = []
+    for run in LETTER_SPACED.finditer(text):
+        for gap in re.finditer(r" {1,3}", run.group()):
+            edits.append((run.start() + gap.start(), run.start() + gap.end(), "" if gap.end() - gap.start() == 1 else " "))
+    return edits
+
+
+def notebook_lines(text: str) -> list[Edit]:
+    """The JSON quoting of a notebook's text/plain lines, so its printed table reads as lines again."""
+    if '\\n"' not in text:
+        return []
+    edits = []
+    for line in NOTEBOOK_LINE.finditer(text):
+        edits.append((line.start(), line.start(1), ""))
+        edits.append((line.end(1), line.end(), ""))
+    return edits
+
+
+# Each kind of disguise, read on its own view (one kind's edits never overlap another's).
+KINDS = (hyphen_groups, soft_breaks, piece_lines, concatenations, cell_digits, base64_texts, obfuscated_emails,
+         letter_spaced, notebook_lines)
+# The kinds whose view is also read for tables (a printed frame inside a notebook's JSON).
+TABLE_KINDS = frozenset({"notebook_lines", "letter_spaced"})
+
+
+def view_of(text: str, edits: list[Edit]) -> View:
+    out = _Builder()
+    copied = 0
+    for start, end, replacement in sorted(edits):
+        if start < copied:
+            continue  # overlapping matches of one kind: the first wins
+        out.copy(text, copied, start)
+        out.replace(replacement, start, end)
+        copied = end
+    out.copy(text, copied, len(text))
+    return out.view()
+
+
+def views(text: str) -> list[tuple[str, View, list[tuple[int, int]]]]:
+    """(kind, view, edited spans of the original) for each kind of disguise the text holds."""
+    found = []
+    for kind in KINDS:
+        edits = kind(text)
+        if edits:
+            found.append((kind.__name__, view_of(text, edits), sorted((s, e) for s, e, _ in edits)))
+    return found
+
+
+def findings(text: str, scan) -> list[tuple[int, int, int, str]]:
+    """(start, end, order, rule) in ``text`` of what ``scan`` finds in its disguise views.
+
+    ``scan(window, tables)`` returns ``(start, end, order, rule)`` found in a
+    piece of a view (``tables``: read its tables too). Only the view's
+    windows around its edits are read, and a finding is kept only when its
+    span in the original covers an edit: the undisguised text around it was
+    read as it is already. A cell of a table the view revealed (a notebook's
+    printed frame) lies between edits and is kept whole.
+    """
+    found = []
+    for kind, view, edited in views(text):
+        starts = [s for s, _ in edited]
+        tables = kind in TABLE_KINDS
+        for first, last in view.changed_windows():
+            for start, end, order, rule in scan(view.text[first:last], tables):
+                s, e = view.span(start + first, end + first)
+                index = bisect.bisect_left(starts, e) - 1  # the last edit starting before the finding's end
+                if tables or (index >= 0 and edited[index][1] > s):
+                    found.append((s, e, order, rule))
+    return found
