@@ -37,7 +37,7 @@ from bastion_agent.sanitizing.normalise import joined_view, junctions, lookalike
 from bastion_agent.sanitizing.pages import FORM_FEED
 from bastion_agent.sanitizing.rules import RULES, SCOPES, SECRET, Rule
 from bastion_agent.sanitizing.settings import SanitizeSettings
-from bastion_agent.sanitizing.validators import CHECKS, is_placeholder, shannon_entropy
+from bastion_agent.sanitizing.validators import CHECKS, is_count, is_placeholder, shannon_entropy
 
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
@@ -250,7 +250,8 @@ class Sanitizer:
         if self._context_order is None:
             return []
         order = self._context_order
-        return [Finding(s, e, order, "credential-value") for s, e in context.scan(text, lowered) if not self._allowed(text[s:e])]
+        return [Finding(s, e, order, "credential-value") for s, e in context.scan(text, lowered)
+                if not self._allowed(text[s:e]) and not is_count(text, s, e)]
 
     def _structure_orders(self) -> dict[str, int]:
         """Rule id -> order of the enabled structure rules (cells by their header, marked names)."""

@@ -18,7 +18,7 @@ from collections import Counter
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 # --- entropy --------------------------------------------------------------
 
@@ -132,6 +132,17 @@ def is_reference(value: str) -> bool:
 
 def has_alnum(value: str) -> bool:
     return any(ch.isalnum() for ch in value)
+
+
+# Words that name a credential and a count alike: ``pass: 1289`` (a test run's passes), ``tokens: 4096``.
+COUNT_KEY = re.compile(r"(?i)(?<![\w\-])(?:pass|passes|passed|tokens|max_tokens|num_tokens|n_tokens|token_count|"
+                       r"total_tokens|tokens_used)[\"']?[ \t]*[:=][ \t]*[\"']?\Z")
+
+
+def is_count(text: str, start: int, end: int) -> bool:
+    """Is ``text[start:end]`` a bare number of at most nine digits under a key that also names a count?"""
+    value = text[start:end]
+    return value.isdigit() and len(value) <= 9 and COUNT_KEY.search(text, max(0, start - 40), start) is not None
 
 
 def plausible_secret(value: str) -> bool:

@@ -163,7 +163,7 @@ def columns(d: Draw) -> list[Case]:
     street = f"Rua {d.word(7).title()} {d.rng.randint(1, 999)}"
     pw, pesel, haslo = d.password(), d.digits(11), d.password()
     return [
-        Case("columns", "name-qualifier", f"ID,Name (Last, First),Team\n{d.digits(4)},\"{last}, {first}\",ops\n",
+        Case("columns", "name-qualifier", f"ID,\"Name (Last, First)\",Team\n{d.digits(4)},\"{last}, {first}\",ops\n",
              (last,)),
         Case("columns", "dob-qualifier", f"id\tDate of Birth (DD/MM/YYYY)\tteam\n{d.digits(3)}\t{dob}\tops\n", (dob,)),
         Case("columns", "passport-qualifier", f"staff;Passport # (expiry);desk\n{d.digits(3)};{passport} (2031);4\n",
