@@ -156,13 +156,16 @@ SPACED = "  "
 SPACE_GAP = re.compile(r" {2,}|\t")
 # One pass per delimiter: the first word of every cell that starts after it (spaces, a quote, "*" or "#"
 # before it). A pattern led by a literal is skipped through at memchr speed, a class is not.
-_CELL_WORDS = tuple(re.compile(re.escape(d) + r"[ \t\"'*#_]*([^\W\d_]+)") for d in ("\n", "\t", ",", ";", "|", SPACED))
+_LEADS = ("\n", "\t", ",", ";", "|", SPACED)
+# The lead of each pass: a space-aligned table's cell follows two spaces after a cell, not an indentation.
+_LEAD_PATTERNS = {d: re.escape(d) + (r"(?<=\S  ) *" if d == SPACED else "") for d in _LEADS}
+_CELL_WORDS = tuple(re.compile(_LEAD_PATTERNS[d] + r"[ \t\"'*#_]*([^\W\d_]+)") for d in _LEADS)
 # The same passes over the lowercased text with the vocabulary inside the pattern (a trie of FIRST_WORDS,
 # then no further letter): prose has a comma every few words, and each match of ``_CELL_WORDS`` would cost
 # a Python step to be looked up and, nearly always, dropped. Lowering keeps every character a letter or
 # not a letter (checked over all of Unicode), so the matches are the ones ``_CELL_WORDS`` keeps.
-_CELL_HEADER_WORDS = tuple(re.compile(re.escape(d) + r"[ \t\"'*#_]*" + trie_pattern(sorted(FIRST_WORDS))
-                                      + r"(?![^\W\d_])") for d in ("\n", "\t", ",", ";", "|", SPACED))
+_CELL_HEADER_WORDS = tuple(re.compile(_LEAD_PATTERNS[d] + r"[ \t\"'*#_]*" + trie_pattern(sorted(FIRST_WORDS))
+                                      + r"(?![^\W\d_])") for d in _LEADS)
 _SEPARATORS = re.compile(r"[\s_\-./'’()\[\]]+")
 _PIPE_RULE = re.compile(r"[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*")
 _GRID_RULE = re.compile(r"[ \t]*\+[\-=+: ]*\+[ \t]*")

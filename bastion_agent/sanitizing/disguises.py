@@ -38,44 +38,71 @@ DETECTION_VERSION = 1
 Edit = tuple[int, int, str]
 
 # Alphanumeric groups joined by hyphens or dots, led by two letters and two digits: an IBAN as people group it.
-HYPHEN_GROUPS = re.compile(r"(?<![A-Za-z0-9\-])[A-Z]{2}\d{2}(?:[\-.][A-Z0-9]{2,4}){3,8}(?![A-Za-z0-9])")
+HYPHEN_GROUPS = re.compile(r"[A-Z]{2}\d{2}(?:[\-.][A-Z0-9]{2,4}){3,8}(?![A-Za-z0-9])")
+# Led by the literal separator (the engine skips to it in C): two digits, a separator, a group, a separator.
+HYPHEN_HINTS = (re.compile(r"-(?<=\d\d-)[A-Z0-9]{2,4}-"), re.compile(r"\.(?<=\d\d\.)[A-Z0-9]{2,4}\."))
 # A hyphen at a line's end between two letters or digits: a word or a number broken by its writer.
-SOFT_BREAK = re.compile(r"(?<=[A-Za-z0-9])-[ \t]*\r?\n[ \t]*(?=[A-Za-z0-9])")
+SOFT_BREAK = re.compile(r"-[ \t]*\r?\n[ \t]*(?=[A-Za-z0-9])")
 # Three or more short lines that each hold one token and nothing else: a key written a piece per line.
-PIECE_LINES = re.compile(r"(?m)^[ \t]*[A-Za-z0-9+/=_\-]{3,40}[ \t]*(?:\r?\n[ \t]*[A-Za-z0-9+/=_\-]{3,40}[ \t]*){2,8}$")
+PIECE_LINES = re.compile(r"\n[ \t]*[A-Za-z0-9+/=_\-]{3,40}[ \t]*(?:\r?\n[ \t]*[A-Za-z0-9+/=_\-]{3,40}[ \t]*){2,8}(?=\r?\n|\Z)")
 # A string literal's closing quote, a concatenation operator and the next literal's opening quote.
-CONCAT = re.compile(r"""(["'])[ \t]*(?:\+|\.|\.\.|&|\|\|)[ \t]*(?:\r?\n[ \t]*)?\1""")
+# Both literals hold token characters at the join (an empty "" or a "\n" is no piece of a key); literals
+# side by side (Python, C) need a space or a line break between them.
+CONCAT = re.compile(r"""(["'])(?<=[A-Za-z0-9+/=_\-]["'])(?:[ \t]*(?:\+|\.|\.\.|&|\|\|)[ \t]*(?:\r?\n[ \t]*)?"""
+                    r"""|[ \t]+|[ \t]*\r?\n[ \t]*)\1(?=[A-Za-z0-9+/=_\-])""")
 # Single characters between cell delimiters: a number written one digit per cell (HTML, TSV, pipes).
 _CELL_GAP = r"(?:[ \t]*</t[dh]>[ \t]*<t[dh](?:[ \t][^<>\n]{0,64})?>[ \t]*|[ \t]*[\t|][ \t]*)"
-CELL_DIGITS = re.compile(r"(?<![\w\-])[\d\-](?:" + _CELL_GAP + r"[\d\-](?![\w\-])){7,19}")
+CELL_DIGITS = re.compile(r"[\d\-](?:" + _CELL_GAP + r"[\d\-](?![\w\-])){7,19}")
 CELL_GAP = re.compile(_CELL_GAP)
-# Base64 of at least nine bytes whose text may be ``key=value``.
-BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])(?=[A-Za-z0-9+/]*[A-Z])(?=[A-Za-z0-9+/]*[a-z])[A-Za-z0-9+/]{12,4096}={0,2}"
-                    r"(?![A-Za-z0-9+/=])")
+# Base64 of at least fifteen bytes whose text may be ``key=value`` (``password=`` and six characters).
+BASE64 = re.compile(r"[A-Za-z0-9+/]{20,4096}={0,2}(?![A-Za-z0-9+/=])")
 # ``local (at) host (dot) tld`` and its bracketed and upper-case spellings.
-_AT = r"[ \t]*(?:\((?:at|AT)\)|\[(?:at|AT)\]|\{(?:at|AT)\}|<(?:at|AT)>)[ \t]*| AT "
-_DOT = r"[ \t]*(?:\((?:dot|DOT)\)|\[(?:dot|DOT)\]|\{(?:dot|DOT)\}|<(?:dot|DOT)>)[ \t]*| DOT |\."
-OBFUSCATED_EMAIL = re.compile(r"(?<![\w.+\-])[A-Za-z0-9][\w.+\-]{0,63}(?:" + _AT + r")[A-Za-z0-9][\w\-]{0,62}"
+_AT = r"[ \t]*(?:\((?:at|AT)\)|\[(?:at|AT)\]|\{(?:at|AT)\}|<(?:at|AT)>)[ \t]*| AT | at (?=[\w\-]{1,63} dot )"
+_DOT = r"[ \t]*(?:\((?:dot|DOT)\)|\[(?:dot|DOT)\]|\{(?:dot|DOT)\}|<(?:dot|DOT)>)[ \t]*| DOT | dot (?=[a-z]{2,6}\b)|\."
+OBFUSCATED_EMAIL = re.compile(r"[A-Za-z0-9][\w.+\-]{0,63}(?:" + _AT + r")[A-Za-z0-9][\w\-]{0,62}"
                               r"(?:(?:" + _DOT + r")[A-Za-z0-9][\w\-]{0,62}){1,4}")
 AT_WORD = re.compile(_AT)
-DOT_WORD = re.compile(r"[ \t]*(?:\((?:dot|DOT)\)|\[(?:dot|DOT)\]|\{(?:dot|DOT)\}|<(?:dot|DOT)>)[ \t]*| DOT ")
+DOT_WORD = re.compile(r"[ \t]*(?:\((?:dot|DOT)\)|\[(?:dot|DOT)\]|\{(?:dot|DOT)\}|<(?:dot|DOT)>)[ \t]*| DOT | dot ")
 # Letter-spaced text: six or more single characters, one space between letters, two or three between words.
-LETTER_SPACED = re.compile(r"(?<!\S)\S(?: {1,3}\S(?!\S)){5,400}")
+LETTER_SPACED = re.compile(r"\S(?: {1,3}\S(?!\S)){5,400}")
+# Led by the literal space: three single characters in a row, one space apart.
+LETTER_HINT = re.compile(r" (?<=\S )\S \S \S(?!\S)")
 # A Jupyter output's text/plain lines, each a JSON string ending in "\n".
-NOTEBOOK_LINE = re.compile(r'(?m)^[ \t]*"((?:[^"\\\n]|\\.){0,4096}?)\\n",?[ \t]*$')
+NOTEBOOK_LINE = re.compile(r'(?m)^[ \t]*"((?:[^"\\\n]|\\.){0,4096}?)(?:\\n)?",?[ \t]*$')
+
+
+def _free(text: str, position: int, chars: str) -> bool:
+    """Is ``position`` the start of the text or after a character that is neither alphanumeric nor in ``chars``?"""
+    return position == 0 or not (text[position - 1].isalnum() or text[position - 1] in chars)
+
+
+def _from_hints(text: str, hint: re.Pattern, shape: re.Pattern, back: int):
+    """The matches of ``shape`` that start at most ``back`` characters before a match of the cheaper ``hint``."""
+    done = 0
+    for found in hint.finditer(text):
+        if found.start() < done:
+            continue
+        for match in shape.finditer(text, max(done, found.start() - back), found.end() + 4096):
+            if match.start() > found.start():
+                break
+            done = match.end()
+            yield match
+        done = max(done, found.end())
 
 
 def hyphen_groups(text: str) -> list[Edit]:
-    if "-" not in text and "." not in text:
-        return []
-    return [(m.start() + i, m.start() + i + 1, " ") for m in HYPHEN_GROUPS.finditer(text)
-            for i, ch in enumerate(m.group()) if ch in "-."]
+    edits = []
+    for separator, hint in zip("-.", HYPHEN_HINTS):
+        if separator in text:
+            edits.extend((m.start() + i, m.start() + i + 1, " ") for m in _from_hints(text, hint, HYPHEN_GROUPS, 4)
+                         if _free(text, m.start(), "-") for i, ch in enumerate(m.group()) if ch in "-.")
+    return sorted(set(edits))
 
 
 def soft_breaks(text: str) -> list[Edit]:
-    if "-\n" not in text and "-\r\n" not in text and "- \n" not in text:
-        return [] if "-" not in text or "\n" not in text else [(m.start(), m.end(), "") for m in SOFT_BREAK.finditer(text)]
-    return [(m.start(), m.end(), "") for m in SOFT_BREAK.finditer(text)]
+    if "\n" not in text:
+        return []
+    return [(m.start(), m.end(), "") for m in SOFT_BREAK.finditer(text) if m.start() and text[m.start() - 1].isalnum()]
 
 
 def piece_lines(text: str) -> list[Edit]:
@@ -83,13 +110,28 @@ def piece_lines(text: str) -> list[Edit]:
     if "\n" not in text:
         return []
     edits = []
-    for block in PIECE_LINES.finditer(text):
+    for block in PIECE_LINES.finditer("\n" + text):  # the line break leads each block (the engine skips to it)
+        block = _Shifted(block)
         joined = re.sub(r"\s", "", block.group())
         if len(joined) < 16 or not re.search(r"\d", joined) or not re.search(r"[A-Za-z]", joined):
             continue
         for gap in re.finditer(r"[ \t]*\r?\n[ \t]*", block.group()):
             edits.append((block.start() + gap.start(), block.start() + gap.end(), ""))
     return edits
+
+
+class _Shifted:
+    """A match in ``"\n" + text`` read as a span of ``text`` (from the block's first line, its break left out)."""
+
+    def __init__(self, match: re.Match):
+        self._text = match.group()[1:]
+        self._start = match.start()
+
+    def group(self) -> str:
+        return self._text
+
+    def start(self) -> int:
+        return self._start
 
 
 def concatenations(text: str) -> list[Edit]:
@@ -103,16 +145,23 @@ def cell_digits(text: str) -> list[Edit]:
         return []
     edits = []
     for run in CELL_DIGITS.finditer(text):
+        if not _free(text, run.start(), "_-"):
+            continue
         edits.extend((run.start() + g.start(), run.start() + g.end(), "") for g in CELL_GAP.finditer(run.group()))
     return edits
 
 
-def base64_texts(text: str) -> list[Edit]:
-    """Base64 tokens whose bytes are printable text holding ``=`` or ``:`` (a ``key=value``), decoded."""
+def base64_texts(text: str, runs=None) -> list[Edit]:
+    """Base64 tokens whose bytes are printable text holding ``=`` or ``:`` (a ``key=value``), decoded.
+
+    ``runs``: the spans of the scanner's long-token runs (``scanner.TOKEN_RUN``, which every base64 token
+    of 20 characters or more lies in), so that prose costs no pass of its own.
+    """
     edits = []
-    for token in BASE64.finditer(text):
+    spans = runs if runs is not None else [(0, len(text))]
+    for token in (token for start, end in spans for token in BASE64.finditer(text, start, end)):
         raw = token.group()
-        if len(raw) % 4:
+        if len(raw) % 4 or not _free(text, token.start(), "+/=") or raw.islower() or raw.isupper():
             continue
         try:
             decoded = base64.b64decode(raw, validate=True).decode("ascii")
@@ -124,11 +173,13 @@ def base64_texts(text: str) -> list[Edit]:
 
 
 def obfuscated_emails(text: str) -> list[Edit]:
-    lowered_hint = "at)" in text or "at]" in text or "at}" in text or "at>" in text or " AT " in text
-    if not lowered_hint and "AT)" not in text and "AT]" not in text:
+    if not any(hint in text for hint in ("(at)", "[at]", " AT ", "(AT)", "[AT]", "{at}", "<at>")) and (
+            " dot " not in text or " at " not in text):
         return []
     edits = []
     for match in OBFUSCATED_EMAIL.finditer(text):
+        if not _free(text, match.start(), "_.+-"):
+            continue
         value, base = match.group(), match.start()
         at = AT_WORD.search(value)
         if at is None:
@@ -143,7 +194,9 @@ def letter_spaced(text: str) -> list[Edit]:
     if " " not in text:
         return []
     edits = []
-    for run in LETTER_SPACED.finditer(text):
+    for run in _from_hints(text, LETTER_HINT, LETTER_SPACED, 12):
+        if run.start() and not text[run.start() - 1].isspace():
+            continue
         for gap in re.finditer(r" {1,3}", run.group()):
             edits.append((run.start() + gap.start(), run.start() + gap.end(), "" if gap.end() - gap.start() == 1 else " "))
     return edits
@@ -151,7 +204,7 @@ def letter_spaced(text: str) -> list[Edit]:
 
 def notebook_lines(text: str) -> list[Edit]:
     """The JSON quoting of a notebook's text/plain lines, so its printed table reads as lines again."""
-    if '\\n"' not in text:
+    if '"text/plain"' not in text:
         return []
     edits = []
     for line in NOTEBOOK_LINE.finditer(text):
@@ -180,17 +233,17 @@ def view_of(text: str, edits: list[Edit]) -> View:
     return out.view()
 
 
-def views(text: str) -> list[tuple[str, View, list[tuple[int, int]]]]:
+def views(text: str, runs=None) -> list[tuple[str, View, list[tuple[int, int]]]]:
     """(kind, view, edited spans of the original) for each kind of disguise the text holds."""
     found = []
     for kind in KINDS:
-        edits = kind(text)
+        edits = kind(text, runs) if kind is base64_texts else kind(text)
         if edits:
             found.append((kind.__name__, view_of(text, edits), sorted((s, e) for s, e, _ in edits)))
     return found
 
 
-def findings(text: str, scan) -> list[tuple[int, int, int, str]]:
+def findings(text: str, scan, runs=None) -> list[tuple[int, int, int, str]]:
     """(start, end, order, rule) in ``text`` of what ``scan`` finds in its disguise views.
 
     ``scan(window, tables)`` returns ``(start, end, order, rule)`` found in a
@@ -201,7 +254,7 @@ def findings(text: str, scan) -> list[tuple[int, int, int, str]]:
     printed frame) lies between edits and is kept whole.
     """
     found = []
-    for kind, view, edited in views(text):
+    for kind, view, edited in views(text, runs):
         starts = [s for s, _ in edited]
         tables = kind in TABLE_KINDS
         for first, last in view.changed_windows():

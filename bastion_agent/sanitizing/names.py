@@ -73,14 +73,17 @@ _TOKEN = re.compile(r"[^\W\d_](?:[^\W\d_]|['’](?=[^\W\d_])|-(?=[^\W\d_]))*\.?"
 
 _SALUTATIONS = ("dear|dearest|hi|hello|hey|good morning|good afternoon|good evening|liebe|lieber|hallo|"
                 "sehr geehrte|sehr geehrter|cher|chère|chere|bonjour|beste|geachte|hola|estimado|estimada|"
-                "querido|querida")
+                "querido|querida|ciao|salve|gentile|gentilissima|gentilissimo|caro|cara|olá|ola|oi|prezado|prezada|"
+                "hej|hejsa|cześć|czesc|witam|szanowny|szanowna|szanowni")
 _CLOSINGS = ("kind regards|best regards|warm regards|warmest regards|regards|best wishes|best|sincerely|"
              "yours sincerely|sincerely yours|yours faithfully|yours truly|faithfully|cheers|thanks|thank you|"
              "many thanks|thanks again|all the best|with best regards|with kind regards|respectfully|"
              "mit freundlichen grüßen|mit freundlichen grüssen|freundliche grüße|viele grüße|beste grüße|"
              "liebe grüße|schöne grüße|grüße|cordialement|bien cordialement|bien à vous|amitiés|"
              "met vriendelijke groet|met vriendelijke groeten|vriendelijke groet|groeten|saludos|atentamente|"
-             "un saludo|saludos cordiales|un abrazo")
+             "un saludo|saludos cordiales|un abrazo|cordiali saluti|distinti saluti|saluti|un saluto|"
+             "atenciosamente|abraços|cumprimentos|med vänliga hälsningar|vänliga hälsningar|hälsningar|mvh|"
+             "pozdrawiam|z poważaniem|pozdrowienia")
 _HEADERS = "from|to|cc|bcc|reply-to|sender|resent-from|von|an|aan|van|de|à|para|cci|kopie"
 # Labels of a person's name in a form; those of BARE_LABELS need two words of name.
 _LABELS = ("name|full name|first name|last name|surname|given names?|family name|middle name|maiden name|"
@@ -437,10 +440,11 @@ def _display_names(text: str):
 
 # A chat line's speaker after its time ("[09:14] Ana Ruiz: ..."), a signature after "-- " on its own line,
 # an IRC line's nick ("<ana_r> ..."), each led by a literal the engine skips to.
-CHAT_SPEAKER = re.compile(r"(?m)^[ \t]*\[(?:\d{4}-\d\d-\d\d[ T])?\d{1,2}:\d\d(?::\d\d)?(?:[ \t]?[AaPp][Mm])?\][ \t]+")
-SIGNATURE = re.compile(r"(?m)^(?:--|—|–)[ \t]?(?:\r?\n)?(?=[^\W\d_])")
+CHAT_SPEAKER = re.compile(r"\[(?:\d{4}-\d\d-\d\d[ T])?\d{1,2}:\d\d(?::\d\d)?(?:[ \t]?[AaPp][Mm])?\][ \t]+")
+SIGNATURE = re.compile(r"(?:--|—|–)[ \t]?(?:\r?\n)?(?=[^\W\d_])")
 SIGNATURE_TAIL = re.compile(r"[ \t]*(?:\r?\n[ \t]*(?:\r?\n|$|.{0,80}(?:@|\+?\d[\d ()\-]{5}|https?://))|$)")
-IRC_NICK = re.compile(r"(?m)^(?:[ \t]*\[?\d{1,2}:\d\d(?::\d\d)?\]?[ \t]+)?<[@+%~&]?([A-Za-z\[\]\\`_^{|}][\w\[\]\\`^{|}\-]{1,31})>[ \t]")
+IRC_NICK = re.compile(r"<[@+%~&]?([A-Za-z\[\]\\`_^{|}][\w\[\]\\`^{|}\-]{1,31})>[ \t]")
+IRC_STAMP = re.compile(r"[ \t]*\[?\d{1,2}:\d\d(?::\d\d)?\]?[ \t]+")
 # Tag names of markup, which a line may start with as an IRC line starts with its nick.
 MARKUP_TAGS = frozenset("""a abbr b body br code div em head html i img li link meta ol p pre script section span strong
 style sub sup table tbody td template th thead title tr u ul""".split())
@@ -450,19 +454,36 @@ def _speakers(text: str):
     """Names that chat logs, IRC logs and signatures mark by where they stand on a line."""
     if "]" in text:
         for match in CHAT_SPEAKER.finditer(text):
+            if not _starts_line(text, match.start()):
+                continue
             limit = _line_end(text, match.end())
             name = read_name(text, match.end(), limit)
             if name is not None and text.startswith(":", name[1]):
                 yield name[0], name[1], PERSON
     if "--" in text or "—" in text or "–" in text:
         for match in SIGNATURE.finditer(text):
+            if match.start() and text[match.start() - 1] != "\n":
+                continue
             limit = _line_end(text, match.end())
             if _ends_a_message(text, limit):  # "-- Drop Table" in SQL is a comment, not a signature
                 yield from _one(text, match.end(), limit, 1, "<(,", whole=True)
     if "<" in text and "</" not in text:  # markup closes its tags; an IRC log has none
         for match in IRC_NICK.finditer(text):
+            line_start = text.rfind("\n", max(0, match.start() - 40), match.start()) + 1
+            if match.start() - line_start >= 40 and match.start() >= 40:
+                continue
+            lead = text[line_start:match.start()]
+            if lead and not IRC_STAMP.fullmatch(lead):
+                continue  # a nick leads its line, after a time stamp at most
             if match.group(1).lower() not in MARKUP_TAGS:
                 yield match.start(1), match.end(1), PERSON
+
+
+def _starts_line(text: str, position: int) -> bool:
+    """Only spaces or tabs between the line's start and ``position``."""
+    while position > 0 and text[position - 1] in " \t":
+        position -= 1
+    return position == 0 or text[position - 1] == "\n"
 
 
 def _ends_a_message(text: str, line_end: int) -> bool:

@@ -214,7 +214,8 @@ class Sanitizer:
         if not text:
             return []
         lowered = text.lower()  # one lower-cased copy for the keyword scan and the three context passes
-        found = self._scan(text, lowered)
+        runs = [run.span() for run in TOKEN_RUN.finditer(text)]  # long tokens: the run rules' and base64's
+        found = self._scan(text, lowered, runs)
         view = lookalike_view(text)
         if view is not None:
             for first, last in view.changed_windows():
@@ -223,7 +224,7 @@ class Sanitizer:
                     found.append(Finding(start, end, finding.order, finding.rule))
         if "\n" in text:
             found.extend(self._joined_findings(text, found))
-        found.extend(Finding(*f) for f in disguises.findings(text, self._view_scan))
+        found.extend(Finding(*f) for f in disguises.findings(text, self._view_scan, runs))
         if ocr_pages:
             spans = recognised.page_spans(text, ocr_pages)
             iban = next((a.order for a in self.rules if a.rule.id == "iban"), None)
@@ -286,8 +287,9 @@ class Sanitizer:
                         break
         return extra
 
-    def _scan(self, text: str, lowered: str | None = None) -> list[Finding]:
-        """The findings of the rules in ``text`` as it is (``lowered``: ``text.lower()``, when at hand)."""
+    def _scan(self, text: str, lowered: str | None = None, runs=None) -> list[Finding]:
+        """The findings of the rules in ``text`` as it is (``lowered``: ``text.lower()``, ``runs``: the
+        spans of ``TOKEN_RUN`` in it, when at hand)."""
         found: list[Finding] = []
         if not text:
             return found
@@ -305,9 +307,9 @@ class Sanitizer:
                     found.extend(self._accept(active, text, regex.finditer(text, start, end)))
         run_rules = self._by_scope["run"]
         if run_rules:
-            for run in TOKEN_RUN.finditer(text):
+            for start, end in runs if runs is not None else (run.span() for run in TOKEN_RUN.finditer(text)):
                 for active in run_rules:
-                    found.extend(self._accept(active, text, active.regex.finditer(text, run.start(), run.end())))
+                    found.extend(self._accept(active, text, active.regex.finditer(text, start, end)))
         number_rules = self._by_scope["number"]
         if number_rules:
             for run in NUMBER_RUN.finditer(text):

@@ -135,11 +135,23 @@ def disguised(d: Draw) -> list[Case]:
         Case("disguised", "email-brackets", f"Contact: {local}[at]{host}[dot]{tld}", (f"{local}{host}",)),
         Case("disguised", "email-bracket-at", f"mail {local} [at] {host}.{tld} for access", (f"{local}{host}",)),
         Case("disguised", "email-AT-DOT", f"{local} AT {host} DOT {tld}", (f"{local}{host}",)),
+        Case("disguised", "underline-email", "".join(ch + "\u0332" for ch in f"{local}@{host}.{tld}"), (f"{local}{host}",)),
+        Case("disguised", "strike-password", "password: " + "".join(ch + "\u0336" for ch in pw), (pw,)),
+        Case("disguised", "iban-dots", f"IBAN {grouped(iban2, 4, '.')}", (iban2,)),
+        Case("disguised", "aws-implicit-concat", f'key = ("{key2[:4]}" "{key2[4:12]}" "{key2[12:]}")\n', (key2,)),
+        Case("disguised", "aws-php-concat", f"$k = '{key3[:4]}' . '{key3[4:12]}' . '{key3[12:]}';", (key3,)),
+        Case("disguised", "aws-java-lines", f'String k = "{key[:6]}" +\n    "{key[6:13]}" +\n    "{key[13:]}";', (key,)),
+        Case("disguised", "ssn-pipe-cells", "| SSN | " + " | ".join(ssn.replace("-", "")) + " |\n", (ssn,)),
+        Case("disguised", "email-words", f"mail {local} at {host} dot {tld} today", (f"{local}{host}",)),
+        Case("disguised", "base64-password-colon", "blob " + base64.b64encode(f"db_password: {pw}".encode()).decode(),
+             (pw,)),
         Case("disguised", "pandas-password",
              f"   user      password   role\n0  {user}  {pw}  admin\n1  {d.word(5)}   {d.password()}   viewer\n",
              (pw,)),
         Case("disguised", "jupyter-password",
              f'"text/plain": [\n "  login  password\\n",\n "0 {user}  {pw}\\n"\n]', (pw,)),
+        Case("disguised", "jupyter-last-line",
+             f'   "text/plain": [\n    "    user      password\\n",\n    "0  {user}  {pw}"\n   ]', (pw,)),
     ]
 
 
@@ -176,6 +188,37 @@ def columns(d: Draw) -> list[Case]:
         Case("columns", "haslo", f"| Login | Hasło | Rola |\n|---|---|---|\n| {d.word(5)} | {haslo} | user |\n",
              (haslo,)),
         Case("columns", "cognome", f"Nome\tCognome\tTelefono\n{first}\t{last}\t+39 {d.digits(9)}\n", (last,)),
+        *[Case("columns", f"header-{header}", f"Ref\t{header}\tNote\n{d.digits(3)}\tVALUE\tok\n".replace("VALUE", value),
+               (value,)) for header, value in _foreign_cells(d)],
+    ]
+
+
+def _foreign_cells(d: Draw) -> list[tuple[str, str]]:
+    """(header, a fresh value) of personal columns in other languages and with qualifiers."""
+    first, last = d.name()
+    return [
+        ("Indirizzo", f"Via {d.word(6).title()} {d.rng.randint(1, 200)}"),
+        ("Data di nascita (gg/mm/aaaa)", f"{d.rng.randint(10, 28)}/0{d.rng.randint(1, 9)}/19{d.rng.randint(50, 99)}"),
+        ("Cellulare", f"+39 3{d.digits(9)}"),
+        ("Nome completo", f"{first} {last}"),
+        ("Senha", d.password()),
+        ("Data de nascimento", f"{d.rng.randint(10, 28)}-0{d.rng.randint(1, 9)}-19{d.rng.randint(50, 99)}"),
+        ("Telefone", f"+55 11 9{d.digits(8)}"),
+        ("Morada", f"Rua {d.word(6).title()} {d.rng.randint(1, 300)}"),
+        ("Personnummer", f"19{d.rng.randint(50, 99)}0{d.rng.randint(1, 9)}1{d.rng.randint(0, 9)}-{d.digits(4)}"),
+        ("Efternamn", last),
+        ("Adress", f"{d.word(7).title()}gatan {d.rng.randint(1, 90)}"),
+        ("Födelsedatum", f"19{d.rng.randint(50, 99)}-0{d.rng.randint(1, 9)}-1{d.rng.randint(0, 9)}"),
+        ("Nazwisko", last),
+        ("Adres", f"ul. {d.word(7).title()} {d.rng.randint(1, 90)}"),
+        ("Numer telefonu", f"+48 {d.digits(9)}"),
+        ("Data urodzenia", f"{d.rng.randint(10, 28)}.0{d.rng.randint(1, 9)}.19{d.rng.randint(50, 99)}"),
+        ("Numer dowodu", d.word(3, string.ascii_uppercase) + d.digits(6)),
+        ("Phone (mobile)", f"+44 7{d.digits(9)}"),
+        ("E-mail (work)", f"{d.word(6)}@{d.word(6)}.com"),
+        ("Address [home]", f"{d.rng.randint(1, 99)} {d.word(6).title()} Road"),
+        ("IBAN (primary)", d.iban()),
+        ("Employee ID (HR)", d.word(2, string.ascii_uppercase) + d.digits(6)),
     ]
 
 
@@ -207,12 +250,34 @@ def marked_names(d: Draw) -> list[Case]:
         ("via-teams", "{f} {l} via Teams <noreply@email.teams.microsoft.com>\n"),
         ("chat-speaker", "[09:14] {f} {l}: can you restart the job?\n"),
         ("irc-nick", "<{nick}> anyone seen the deploy logs?\n"),
+        ("reported-by", "Reported by: {f} {l}\nComponent: billing\n"),
+        ("assigned-to", "Assigned to: {f} {l}\n"),
+        ("owner", "Owner: {f} {l}\nDue: Friday\n"),
+        ("present-list", "Present: {f} {l}, {f2} {l2} and Ana Costa\n"),
+        ("facilitator", "Facilitator: {f} {l}\n"),
+        ("chat-am", "[9:14 AM] {f} {l}: pushed the fix\n"),
+        ("chat-date", "[2024-03-02 09:14] {f} {l}: lgtm\n"),
+        ("irc-stamped", "[09:14] <{nick}> build is red again\n[09:15] <bot> ok\n"),
+        ("hallo-und", "Hallo {f} und {f2},\nanbei der Bericht.\n"),
+        ("ciao", "Ciao {f},\nti mando il file.\n"),
+        ("ola", "Olá {f},\nsegue o arquivo.\n"),
+        ("hej", "Hej {f}!\nHär är filen.\n"),
+        ("czesc", "Cześć {f},\nw załączniku plik.\n"),
+        ("pozdrawiam", "Plik w załączniku.\nPozdrawiam,\n{f} {l}\n"),
+        ("atenciosamente", "Segue o relatório.\nAtenciosamente,\n{f} {l}\n"),
+        ("cordiali-saluti", "In allegato il file.\nCordiali saluti,\n{f} {l}\n"),
+        ("halsningar", "Filen bifogas.\nMed vänliga hälsningar,\n{f} {l}\n"),
+        ("signature-break", "Thanks!\n-- \n{f} {l}\n{f}.{l}@corpmail.net\n"),
+        ("via-slack", "{f} {l} via Slack <notifications@slack.com>\n"),
+        ("cc-minutes", "Apologies: {f} {l}\n"),
     ]
     for name, template in markers:
         (f, l), (f2, l2) = d.name(), d.name()
         nick = f.lower() + d.word(2)
         text = template.format(f=f, l=l, f2=f2, l2=l2, nick=nick)
-        pieces = {"hi-and": (f, f2), "irc-nick": (nick,), "attendees": (l, l2)}.get(name, (l,))
+        pieces = {"hi-and": (f, f2), "irc-nick": (nick,), "irc-stamped": (nick,), "attendees": (l, l2),
+                  "present-list": (l, l2), "hallo-und": (f, f2), "ciao": (f,), "ola": (f,), "hej": (f,),
+                  "czesc": (f,)}.get(name, (l,))
         cases.append(Case("names", name, text, pieces))
     return cases
 
