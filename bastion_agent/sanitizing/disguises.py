@@ -48,8 +48,8 @@ PIECE_LINES = re.compile(r"\n[ \t]*[A-Za-z0-9+/=_\-]{3,40}[ \t]*(?:\r?\n[ \t]*[A
 # A string literal's closing quote, a concatenation operator and the next literal's opening quote.
 # Both literals hold token characters at the join (an empty "" or a "\n" is no piece of a key); literals
 # side by side (Python, C) need a space or a line break between them.
-CONCAT = re.compile(r"""(["'])(?<=[A-Za-z0-9+/=_\-]["'])(?:[ \t]*(?:\+|\.|\.\.|&|\|\|)[ \t]*(?:\r?\n[ \t]*)?"""
-                    r"""|[ \t]+|[ \t]*\r?\n[ \t]*)\1(?=[A-Za-z0-9+/=_\-])""")
+CONCAT = re.compile(r"""(["'])(?<=[A-Za-z0-9+/=_\-]["'])(?:[ \t]*(?:\+|\.|\.\.|&|\|\|)[ \t]*(?:\\?\r?\n[ \t]*)?"""
+                    r"""|[ \t]+|[ \t]*\\?\r?\n[ \t]*)\1(?=[A-Za-z0-9+/=_\-])""")
 # Single characters between cell delimiters: a number written one digit per cell (HTML, TSV, pipes).
 _CELL_GAP = r"(?:[ \t]*</t[dh]>[ \t]*<t[dh](?:[ \t][^<>\n]{0,64})?>[ \t]*|[ \t]*[\t|][ \t]*)"
 CELL_DIGITS = re.compile(r"[\d\-](?:" + _CELL_GAP + r"[\d\-](?![\w\-])){7,19}")

@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import unittest
 
+from bastion_agent.core.layout import Layout, read_jsonl, write_jsonl
 from bastion_agent.sanitizing import disguises
 from bastion_agent.sanitizing.scanner import Sanitizer
-from bastion_agent.testing.disguised_forms import Draw, all_cases, survives
+from bastion_agent.testing.disguised_forms import Draw, all_cases, grouped, survives
+from bastion_agent.testing.testsupport import TempFolder, run_cli, write_manifest
+
+try:
+    import pypdf
+except ImportError:
+    pypdf = None
 
 
 def _redacted(sanitizer: Sanitizer, case) -> str:
@@ -83,6 +90,36 @@ class FormTests(unittest.TestCase):
         clean = Sanitizer().redact(text, ocr_pages=[2])[0]
         self.assertNotIn(scanned, clean, f"seed {draw.seed}")
         self.assertTrue(clean.startswith(f"page one: IBAN {typed}\n"), f"seed {draw.seed}")
+
+
+@unittest.skipUnless(pypdf is not None, "pip install 'bastion-agent[pdf]' to run the PDF stage tests")
+class StageOcrTests(TempFolder, unittest.TestCase):
+    """The stage hands the pages extract recognised by OCR (its listing's ocr_pages) to the scanner."""
+
+    def sweep(self, ocr_pages) -> str:
+        from bastion_agent.testing.pdf_files import build_pdf
+
+        tmp = self.make_tmp()
+        manifest = write_manifest(tmp, extra="")
+        manifest.write_text(manifest.read_text().replace('root = "docs"', 'root = "docs"\nocr = false'))
+        (tmp / "docs" / "scan.pdf").write_bytes(build_pdf(["Statement of account", f"IBAN {grouped(self.bad)}"]))
+        code, _, err = run_cli("extract", manifest, "--out", tmp / "out", "--quiet")
+        self.assertEqual(code, 0, err)
+        layout = Layout(tmp / "out")
+        rows = read_jsonl(layout.extract_listing)
+        for row in rows:
+            row["ocr_pages"] = ocr_pages  # as extract writes it for a scan it recognised
+        write_jsonl(layout.extract_listing, rows)
+        code, _, err = run_cli("sanitize", manifest, "--out", tmp / "out", "--quiet")
+        self.assertEqual(code, 0, err)
+        (row,) = read_jsonl(layout.sanitized_listing)
+        return layout.doc_text_path(layout.sanitized_dir, row["doc"]).read_text(encoding="utf-8")
+
+    def test_an_ocr_page_loses_an_iban_whose_checksum_fails_and_a_typed_page_keeps_it(self):
+        draw = Draw()
+        self.bad = draw.bad_iban()
+        self.assertNotIn(grouped(self.bad)[5:14], self.sweep([2]), f"seed {draw.seed}")
+        self.assertIn(grouped(self.bad)[5:14], self.sweep(None), f"seed {draw.seed}")
 
 
 if __name__ == "__main__":
