@@ -134,10 +134,26 @@ class _Shifted:
         return self._start
 
 
+PIECE = re.compile(r"[A-Za-z0-9+/=_\-]{1,200}")
+
+
 def concatenations(text: str) -> list[Edit]:
+    """The joins between string literals that each hold one piece of a token (no space, no other character).
+
+    ``"AKIA" + "IOSF..."`` joins; ``"-Wl,--as-needed" "x.so"`` (arguments
+    side by side) and ``"Hello, " + name`` do not.
+    """
     if '"' not in text and "'" not in text:
         return []
-    return [(m.start(), m.end(), "") for m in CONCAT.finditer(text)]
+    edits = []
+    for match in CONCAT.finditer(text):
+        quote = match.group(1)
+        opening = text.rfind(quote, max(0, match.start() - 201), match.start())
+        closing = text.find(quote, match.end(), match.end() + 201)
+        if opening != -1 and closing != -1 and PIECE.fullmatch(text, opening + 1, match.start()) \
+                and PIECE.fullmatch(text, match.end(), closing):
+            edits.append((match.start(), match.end(), ""))
+    return edits
 
 
 def cell_digits(text: str) -> list[Edit]:

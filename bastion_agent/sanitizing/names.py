@@ -103,6 +103,11 @@ _LABELS = ("name|full name|first name|last name|surname|given names?|family name
            "attendees|attendee|participants|present|absent|apologies|invitees|"
            "cognome|nome|nome completo|sobrenome|nome completo|efternamn|förnamn|namn|nazwisko|imię|"
            "imię i nazwisko")
+# The labels of tickets and minutes: a name follows them only after a colon ("PRESENT|NOCARD" is a flag list).
+COLON_LABELS = frozenset("""reporter assignee owner requester author chair chairperson facilitator moderator organizer
+organiser scribe attendees attendee participants present absent apologies invitees""".split()) | frozenset({
+    "reported by", "assigned to", "requested for", "raised by", "opened by", "closed by", "resolved by", "created by",
+    "chaired by", "minutes taken by", "minutes by", "minute taker", "note taker", "notes by"})
 # Labels followed by a list of people ("Attendees: Ana Ruiz, Tom Berg and Li Wu").
 LIST_LABELS = frozenset("attendees attendee participants present absent apologies invitees".split())
 BARE_LABELS = frozenset("name nom naam nombre nome namn imię contact client customer signature signed attn attention owner "
@@ -277,6 +282,8 @@ def _marked(text: str, lowered: str):
             yield from _header_names(text, after, limit)
         else:
             label = " ".join(match.group(kind).split())
+            if label in COLON_LABELS and not match.group(0).rstrip(" \t").endswith(":"):
+                continue
             if label in LIST_LABELS:
                 yield from _listed(text, after, limit)
                 continue
@@ -411,7 +418,7 @@ def _honorific_name(text: str, match: re.Match):
         yield name[0], name[1], PERSON
 
 
-VIA = re.compile(r"[ \t]+(?:via|through|from|\(via)[ \t]+[^\W\d_][\w .&\-]{0,40}\)?$")
+VIA = re.compile(r"[ \t]+\(?via[ \t]+[^\W\d_][\w .&\-]{0,40}\)?$")
 
 
 def _display_names(text: str):
@@ -468,15 +475,28 @@ def _speakers(text: str):
             if _ends_a_message(text, limit):  # "-- Drop Table" in SQL is a comment, not a signature
                 yield from _one(text, match.end(), limit, 1, "<(,", whole=True)
     if "<" in text and "</" not in text:  # markup closes its tags; an IRC log has none
-        for match in IRC_NICK.finditer(text):
-            line_start = text.rfind("\n", max(0, match.start() - 40), match.start()) + 1
-            if match.start() - line_start >= 40 and match.start() >= 40:
-                continue
-            lead = text[line_start:match.start()]
-            if lead and not IRC_STAMP.fullmatch(lead):
-                continue  # a nick leads its line, after a time stamp at most
-            if match.group(1).lower() not in MARKUP_TAGS:
-                yield match.start(1), match.end(1), PERSON
+        yield from _irc_nicks(text)
+
+
+def _irc_nicks(text: str):
+    """Nicks that lead their lines (after a time stamp at most), in a text that is mostly such lines.
+
+    Manuals start lines with ``<version> = ...`` and ``<authfile> and ...``:
+    a nick without a time stamp counts only when at least half of the
+    text's non-blank lines start with a nick.
+    """
+    found, stamped = [], False
+    for match in IRC_NICK.finditer(text):
+        line_start = text.rfind("\n", max(0, match.start() - 40), match.start()) + 1
+        lead = text[line_start:match.start()]
+        if lead and not IRC_STAMP.fullmatch(lead):
+            continue  # a nick leads its line, after a time stamp at most
+        if match.group(1).lower() not in MARKUP_TAGS and not text.startswith("=", match.end()):
+            found.append((match.start(1), match.end(1), PERSON))
+            stamped = stamped or bool(lead)
+    lines = sum(1 for line in text.splitlines() if line.strip()) if found and not stamped else 0
+    if stamped or 2 * len(found) >= lines:
+        yield from found
 
 
 def _starts_line(text: str, position: int) -> bool:
