@@ -249,14 +249,15 @@ def view_of(text: str, edits: list[Edit]) -> View:
     return out.view()
 
 
-def views(text: str, runs=None) -> list[tuple[str, View, list[tuple[int, int]]]]:
-    """(kind, view, edited spans of the original) for each kind of disguise the text holds."""
-    found = []
+def views(text: str, runs=None):
+    """(kind, view, edited spans of the original) for each kind of disguise the text holds.
+
+    One view at a time (a generator): a text holding every disguise never has more than one copy beside it.
+    """
     for kind in KINDS:
         edits = kind(text, runs) if kind is base64_texts else kind(text)
         if edits:
-            found.append((kind.__name__, view_of(text, edits), sorted((s, e) for s, e, _ in edits)))
-    return found
+            yield kind.__name__, view_of(text, edits), sorted((s, e) for s, e, _ in edits)
 
 
 def findings(text: str, scan, runs=None) -> list[tuple[int, int, int, str]]:
