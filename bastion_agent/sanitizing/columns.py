@@ -242,7 +242,7 @@ def column_findings(text: str, enabled: frozenset[str] | set[str] | dict[str, in
             continue
         newline = text.rfind("\n", done, position)
         line_start = newline + 1 if newline != -1 else done
-        pair = _label_and_value(scanner, line_start, enabled)
+        pair = _label_and_value(scanner, line_start, enabled) or _label_line(scanner, line_start, enabled)
         table = None if pair else _table_at(scanner, line_start, enabled)
         if table is None:
             found.extend(pair)
@@ -299,6 +299,50 @@ def _label_and_value(scanner: "_Scanner", line_start: int, enabled) -> list[tupl
     if not _letters_only(value) or _next_starts_with_label(scanner, line_end, delimiter):
         return [(cells[1][0], cells[1][1], rule)]
     return []
+
+
+LABEL_LINE = re.compile(r"[^\W\d_][^\W\d_ .'’()/\-]*(?:[ .'’()/\-]+[^\W\d_][^\W\d_.'’()/\-]*)*[ \t]*(?:#|\(.{1,40}\))?:?")
+MAX_LINE_VALUE = 80  # characters of a value on the line under its label (longer: a paragraph under a heading)
+
+
+def _label_line(scanner: "_Scanner", line_start: int, enabled) -> list[tuple[int, int, str]]:
+    """A definition list as extract renders ``<dl>``: a line that is a label alone, its value on the next line.
+
+    The value is taken when it is short, is not itself a label, and either
+    holds something other than letters or the line after it is a label too
+    (the record goes on); a heading over a paragraph stays.
+    """
+    text = scanner.text
+    line_end = scanner.line_end(line_start)
+    label = text[line_start:line_end].rstrip(" \t\r")
+    if not label[:1].isupper() or len(label) > MAX_HEADER_CELL or not LABEL_LINE.fullmatch(label):
+        return []  # a label stands at the line's start, capitalised, alone ("PASS: #" is a log line)
+    rule = column_rule(label)
+    if rule not in enabled or line_end >= len(text):
+        return []
+    value_end = scanner.line_end(line_end + 1)
+    start, end = _trim(text, line_end + 1, value_end)
+    value = text[start:end]
+    if start != line_end + 1 or not value or len(value) > MAX_LINE_VALUE or "\t" in value:
+        return []  # the value stands at the line's start too: an indented line is a paragraph or code
+    if value.endswith((".", ":", "{", ";")) or value[:1] in "-*#(/<" or len(value.split()) > MAX_HEADER_WORDS:
+        return []
+    if column_rule(value) or PLACEHOLDER_CELL.fullmatch(value) or not values_fit(rule, normal_header(label), [value]):
+        return []
+    if rule not in ANY_CELL and not any(ch.isalnum() for ch in value):
+        return []
+    if _letters_only(value) and not _next_line_is_label(scanner, value_end):
+        return []
+    return [(start, end, rule)]
+
+
+def _next_line_is_label(scanner: "_Scanner", line_end: int) -> bool:
+    text = scanner.text
+    if line_end >= len(text):
+        return True
+    following = scanner.line_end(line_end + 1)
+    line = text[line_end + 1:following].strip()
+    return not line or column_rule(line) is not None
 
 
 def _letters_only(value: str) -> bool:

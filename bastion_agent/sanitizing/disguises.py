@@ -64,7 +64,7 @@ OBFUSCATED_EMAIL = re.compile(r"[A-Za-z0-9][\w.+\-]{0,63}(?:" + _AT + r")[A-Za-z
 AT_WORD = re.compile(_AT)
 DOT_WORD = re.compile(r"[ \t]*(?:\((?:dot|DOT)\)|\[(?:dot|DOT)\]|\{(?:dot|DOT)\}|<(?:dot|DOT)>)[ \t]*| DOT | dot ")
 # Letter-spaced text: six or more single characters, one space between letters, two or three between words.
-LETTER_SPACED = re.compile(r"\S(?: {1,3}\S(?!\S)){5,400}")
+LETTER_SPACED = re.compile(r"(?<!\S)\S(?: {1,3}\S(?!\S)){5,400}")  # only run in windows around a hint
 # Led by the literal space: three single characters in a row, one space apart.
 LETTER_HINT = re.compile(r" (?<=\S )\S \S \S(?!\S)")
 # A Jupyter output's text/plain lines, each a JSON string ending in "\n".
@@ -77,13 +77,14 @@ def _free(text: str, position: int, chars: str) -> bool:
 
 
 def _from_hints(text: str, hint: re.Pattern, shape: re.Pattern, back: int):
-    """The matches of ``shape`` that start at most ``back`` characters before a match of the cheaper ``hint``."""
+    """The matches of ``shape`` that start at most ``back`` characters before a match of the cheaper ``hint``
+    (or inside it)."""
     done = 0
     for found in hint.finditer(text):
         if found.start() < done:
             continue
         for match in shape.finditer(text, max(done, found.start() - back), found.end() + 4096):
-            if match.start() > found.start():
+            if match.start() >= found.end():
                 break
             done = match.end()
             yield match
@@ -106,15 +107,15 @@ def soft_breaks(text: str) -> list[Edit]:
 
 
 def piece_lines(text: str) -> list[Edit]:
-    """The line breaks (and indents) inside a block of one-token lines that, joined, mix letters and digits."""
+    """The line breaks (and indents) inside a block of one-token lines that, joined, look like a key (capitals)."""
     if "\n" not in text:
         return []
     edits = []
     for block in PIECE_LINES.finditer("\n" + text):  # the line break leads each block (the engine skips to it)
         block = _Shifted(block)
         joined = re.sub(r"\s", "", block.group())
-        if len(joined) < 16 or not re.search(r"\d", joined) or not re.search(r"[A-Za-z]", joined):
-            continue
+        if len(joined) < 16 or joined.islower() or joined.isdigit():
+            continue  # a list of words or of numbers, one per line
         for gap in re.finditer(r"[ \t]*\r?\n[ \t]*", block.group()):
             edits.append((block.start() + gap.start(), block.start() + gap.end(), ""))
     return edits
@@ -206,15 +207,29 @@ def obfuscated_emails(text: str) -> list[Edit]:
 
 
 def letter_spaced(text: str) -> list[Edit]:
-    """Spaces inside letter-spaced runs: one between letters goes, two or three between words become one."""
+    """Spaces inside letter-spaced runs: one between characters goes, two or three between words become one."""
+    return _letter_spaced(text, False)
+
+
+def letter_spaced_words(text: str) -> list[Edit]:
+    """``letter_spaced``, but one space between a letter and a digit stays: ``S S N 5 0 5`` reads ``SSN 505``."""
+    return _letter_spaced(text, True)
+
+
+def _letter_spaced(text: str, split_digits: bool) -> list[Edit]:
     if " " not in text:
         return []
     edits = []
     for run in _from_hints(text, LETTER_HINT, LETTER_SPACED, 12):
         if run.start() and not text[run.start() - 1].isspace():
             continue
-        for gap in re.finditer(r" {1,3}", run.group()):
-            edits.append((run.start() + gap.start(), run.start() + gap.end(), "" if gap.end() - gap.start() == 1 else " "))
+        value = run.group()
+        for gap in re.finditer(r" {1,3}", value):
+            before, after = value[gap.start() - 1], value[gap.end()]
+            # One space between letters goes; between a letter and a digit it stays one ("S S N 5 0 5" is "SSN 505").
+            word_break = gap.end() - gap.start() > 1 or split_digits and before.isalpha() != after.isalpha() \
+                and before.isalnum() and after.isalnum()
+            edits.append((run.start() + gap.start(), run.start() + gap.end(), " " if word_break else ""))
     return edits
 
 
@@ -231,9 +246,9 @@ def notebook_lines(text: str) -> list[Edit]:
 
 # Each kind of disguise, read on its own view (one kind's edits never overlap another's).
 KINDS = (hyphen_groups, soft_breaks, piece_lines, concatenations, cell_digits, base64_texts, obfuscated_emails,
-         letter_spaced, notebook_lines)
+         letter_spaced, letter_spaced_words, notebook_lines)
 # The kinds whose view is also read for tables (a printed frame inside a notebook's JSON).
-TABLE_KINDS = frozenset({"notebook_lines", "letter_spaced"})
+TABLE_KINDS = frozenset({"notebook_lines", "letter_spaced", "letter_spaced_words"})
 
 
 def view_of(text: str, edits: list[Edit]) -> View:

@@ -158,11 +158,14 @@ def disguised(d: Draw) -> list[Case]:
 def ocr_pdf(d: Draw) -> list[Case]:
     key = d.aws()
     broken = key[:11] + "." + key[11:]
-    ssn = d.ssn()
+    ssn, ssn2, ssn3, iban = d.ssn(), d.ssn(), d.ssn(), d.iban()
     return [
         Case("ocr-pdf", "ocr-iban-checksum", f"Bankverbindung IBAN {grouped(d_bad := d.bad_iban())}\n", (d_bad,), ocr=True),
         Case("ocr-pdf", "ocr-aws-stray-dot", f"access key {broken} rotated\n", (key[:11], key[11:]), ocr=True),
         Case("ocr-pdf", "letter-spaced-ssn", spaced(f"SSN {ssn}") + "\n", (ssn,)),
+        Case("ocr-pdf", "letter-spaced-one-gap", " ".join(f"SSN{ssn2}") + "\n", (ssn2,)),
+        Case("ocr-pdf", "letter-spaced-value", "SSN: " + " ".join(ssn3) + "\n", (ssn3,)),
+        Case("ocr-pdf", "letter-spaced-iban", spaced(f"IBAN {iban}") + "\n", (iban,)),
     ]
 
 
@@ -234,6 +237,9 @@ def vertical(d: Draw) -> list[Case]:
         Case("vertical", "docx-rows", f"Full name\t{first} {last}\nPassport number\t{passport}\n", (last, passport)),
         Case("vertical", "xlsx-sheet", f"# Sheet: Staff\nField\tValue\nPIN\t{pin}\nOffice\tBerlin\n", (pin,)),
         Case("vertical", "pipe-label-value", f"| Field | Value |\n|---|---|\n| Password | {pw} |\n", (pw,)),
+        Case("vertical", "dl-as-extracted", f"Profile\nDate of birth\n{dob}\nPassport number\n{passport}\n", (dob, passport)),
+        Case("vertical", "xlsx-as-extracted", f"Sheet 1\nFull name\t{first} {last}\nSSN\t{ssn}\nPIN\t{pin}\n",
+             (last, ssn, pin)),
     ]
 
 
