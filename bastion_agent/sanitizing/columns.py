@@ -475,6 +475,11 @@ def _spaced_cells(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return cells
 
 
+def _spaced_header(text: str, header: list[tuple[int, int]]) -> bool:
+    """A space-aligned header names its columns in a word or three; ``fullname:  the file to compile`` is a docstring."""
+    return all(len(text[s:e].split()) <= 3 and not text[s:e].endswith((":", "=")) for s, e in header)
+
+
 def _aligned(header: list[tuple[int, int]], header_start: int, cells: list[tuple[int, int]], row_start: int,
              rules: dict[int, str]) -> list[tuple[int, int, str]]:
     """The cells of a space-aligned row that stand under a sensitive header cell (their columns overlap)."""
@@ -608,7 +613,7 @@ def _table_at(scanner: _Scanner, line_start: int, enabled) -> tuple[int, list] |
         if delimiter == "|" and "|" not in line:
             break
         if delimiter == SPACED:
-            if len(cells) < 2:
+            if len(cells) < 2 or first and not _spaced_header(text, header):
                 break
             found.extend(_aligned(header, line_start, cells, position, rules))
         else:
@@ -672,7 +677,7 @@ AMBIGUOUS_HEADERS = {
     "password-column": WEAK_SECRET_HEADERS,
     "pin-column": frozenset({"pin", "pins"}),
     "ssn-column": frozenset({"sin", "ni", "nir", "nss"}),
-    "card-column": frozenset({"pan"}),
+    "card-column": frozenset({"pan", "cc"}),
     "phone-column": frozenset({"mobile", "cell", "tel", "portable", "handy"}),
     "address-column": frozenset({"address", "addr", "adres", "residence"}),
 }
