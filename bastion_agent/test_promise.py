@@ -385,6 +385,33 @@ CORPUS += [
                                  f"PIN {KEY_PIN} arrives by post.\n").encode("ascii"), (KEYS["prose"], KEY_PIN)),
 ]
 
+# Disguised forms a reader undoes at a glance, an OCR-free letter-spaced layer, a vertical record, the
+# markers of minutes and chat: fresh values, each planted in the one form that hides it.
+FORM_KEY = "AKIA" + _token_of(_fresh, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)
+FORM_IBAN = "DE" + _fresh_digits(20)
+FORM_IBAN = FORM_IBAN[:2] + f"{98 - int(FORM_IBAN[4:] + '131400') % 97:02d}" + FORM_IBAN[4:]
+FORM_FRAME_PW = _token_of(_fresh, B62, 9) + "#7"
+FORM_VERTICAL_PW = _token_of(_fresh, B62, 10) + "!4"
+FORM_SSN = f"{_fresh.randint(120, 599)}-{_fresh_digits(2)}-{_fresh_digits(4)}"
+FORM_REPORTER = (_fresh_name(), _fresh_surname())
+FORM_SPEAKER = (_fresh_name(), _fresh_surname())
+CORPUS += [
+    Planted("forms/keys.py", (f'KEY = "{FORM_KEY[:4]}" + "{FORM_KEY[4:12]}" + \\\n      "{FORM_KEY[12:]}"\n'
+                              ).encode("ascii"), (FORM_KEY[4:12], FORM_KEY[12:])),
+    Planted("forms/wire.txt", ("Please wire the deposit to " + "-".join(FORM_IBAN[i:i + 4] for i in range(0, 22, 4))
+                               + " by Friday.\n").encode("ascii"),
+            ("-".join(FORM_IBAN[i:i + 4] for i in range(0, 22, 4)),)),
+    Planted("forms/frame.log", (f"INFO accounts loaded\n   user      password  role\n0  kim  {FORM_FRAME_PW}  admin\n"
+                                ).encode("ascii"), (FORM_FRAME_PW,)),
+    Planted("forms/record.tsv", f"Field\tValue\nPassword\t{FORM_VERTICAL_PW}\nOffice\tLedger\n".encode("ascii"),
+            (FORM_VERTICAL_PW,)),
+    Planted("forms/scan-layer.txt", ("  ".join(" ".join(word) for word in f"SSN {FORM_SSN}".split(" ")) + "\n"
+                                     ).encode("ascii"), (" ".join(FORM_SSN),)),
+    Planted("forms/minutes.txt", (f"Ledger sync\nReporter: {FORM_REPORTER[0]} {FORM_REPORTER[1]}\n"
+                                  f"[09:14] {FORM_SPEAKER[0]} {FORM_SPEAKER[1]}: the rota is settled\n"
+                                  ).encode("utf-8"), (*FORM_REPORTER, *FORM_SPEAKER)),
+]
+
 
 def gpg_private_key(folder: Path) -> Planted | None:
     """Real ``gpg --armor --export-secret-keys`` output in a notes file; None without gpg."""

@@ -40,7 +40,7 @@ from bastion_agent.sanitizing.copies import trie_pattern
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 # rule id -> header words (after ``normal_header``: lowercase, NFKC, separators
 # as single spaces, a trailing ":" / "#" / "no" / "number" form listed here).
@@ -50,26 +50,31 @@ HEADERS: dict[str, str] = {
         r"(?:(?:user|account|login|db|database|admin|root|wifi|wi fi|wlan|initial|temp|temporary|default|new|old|"
         r"current|one time|app|vpn|email|mail|windows|ad|domain|portal|system|encrypted)s? )?"
         r"(?:password|passwort|passwd|pass word|pass|pwd|pw|passphrase|passcode|kennwort|mot de passe|mdp|"
-        r"wachtwoord|contraseña|contrasena|clave|credential|credentials|secret|api key|apikey|access token|token)s?"
+        r"wachtwoord|contraseña|contrasena|clave|credential|credentials|secret|api key|apikey|access token|token|"
+        r"lösenord|losenord|hasło|haslo|senha|parola d ordine|parola chiave|salasana|adgangskode|passord)s?"
     ),
     "pin-column": r"(?:(?:card|sim|phone|door|alarm|safe|bank) )?(?:pin|pin code|pincode|pin nummer|puk|cvv|cvc|cvv2|security code)" + _NUMBER,
     "ssn-column": (
         r"(?:ssn|ss" + _NUMBER + r"|social security" + _NUMBER + r"|social security id|sin|nino|ni" + _NUMBER
         + r"|national insurance" + _NUMBER + r"|sozialversicherungsnummer|sv nummer|svnr|versicherungsnummer"
         r"|numéro de sécurité sociale|numero de securite sociale|nir|bsn|burgerservicenummer|sofinummer"
-        r"|número de seguridad social|nss|personnummer|personal identity number)"
+        r"|número de seguridad social|nss|personnummer|personal identity number|pesel|numer pesel"
+        r"|codice fiscale|cod fiscale|cpf|nº cpf|n cpf|cnpj|henkilötunnus|cpr|cpr nummer"
+        r"|fødselsnummer|fodselsnummer|numero di previdenza sociale)"
     ),
     "phone-column": (
         r"(?:(?:home|work|office|private|personal|business|direct|main|alt|alternate|alternative|emergency|contact|"
         r"day|evening|primary|secondary|landline|private) )?"
         r"(?:phone|phones|telephone|tel|mobile|mobile phone|cell|cellphone|cell phone|handy|telefon|telefonnummer|"
         r"mobilnummer|handynummer|rufnummer|téléphone|telephone|portable|mobiel|telefoon|telefoonnummer|teléfono|"
-        r"telefono|móvil|movil|celular|fax|whatsapp)" + _NUMBER
+        r"telefono|móvil|movil|celular|fax|whatsapp|telefone|telemóvel|telemovel|cellulare|numer telefonu|"
+        r"komórka|komorka|mobiltelefon|mobilnummer)" + _NUMBER
     ),
     "email-column": (
         r"(?:(?:work|private|personal|business|contact|primary|secondary|home|alt|alternate) )?"
         r"(?:e mail|email|mail|e mail address|email address|mail address|e mail adresse|email adresse|mailadresse|"
-        r"e mailadresse|courriel|adresse e mail|adresse mail|e mailadres|correo|correo electrónico|correo electronico)"
+        r"e mailadresse|courriel|adresse e mail|adresse mail|e mailadres|correo|correo electrónico|correo electronico|"
+        r"e post|e postadress|posta elettronica|indirizzo email|adres e mail|correio eletrônico|correio electrónico)"
     ),
     "account-column": (
         r"(?:iban|bic|swift|iban" + _NUMBER + r"|(?:bank )?account" + r" (?:no|nr|num|number|#)|bank account|"
@@ -83,12 +88,14 @@ HEADERS: dict[str, str] = {
     "date-of-birth": (
         r"(?:date of birth|birth date|birthdate|birthday|dob|d o b|born|geburtsdatum|geburtstag|geb|"
         r"date de naissance|né le|née le|naissance|geboortedatum|geboren|fecha de nacimiento|fecha nacimiento|"
-        r"data di nascita)"
+        r"data di nascita|data de nascimento|data nascimento|födelsedatum|fodelsedatum|data urodzenia|"
+        r"syntymäaika|fødselsdato)"
     ),
     "address-column": (
         r"(?:(?:home|street|postal|mailing|residential|private|billing|shipping|permanent|current|delivery) )?"
         r"(?:address|addr|address line ?\d|street|street address|adresse|anschrift|wohnadresse|straße|strasse|"
-        r"adres|woonadres|adresse postale|dirección|direccion|domicilio|wohnort|residence)"
+        r"adres|woonadres|adresse postale|dirección|direccion|domicilio|wohnort|residence|endereço|endereco|morada|"
+        r"indirizzo|residenza|adress|gatuadress|postadress|adres zamieszkania|ulica|logradouro)"
     ),
     "id-number-column": (
         r"(?:passport" + _NUMBER + r"|passport id|id" + r" (?:no|nr|num|number|#)|id card" + _NUMBER
@@ -99,7 +106,9 @@ HEADERS: dict[str, str] = {
         + r"|tax id|tax" + r" (?:no|nr|number)|tin|steuer id|steuernummer|steueridentifikationsnummer"
         r"|numéro d identité|carte d identité|dni|nie|nif|paspoort" + _NUMBER + r"|paspoortnummer|pasaporte"
         r"|employee id|staff id|personnel" + _NUMBER + r"|personalnummer|patient id|mrn|medical record" + _NUMBER
-        + r"|member id|membership" + _NUMBER + r"|customer id|insurance" + _NUMBER + r"|policy" + _NUMBER + r")"
+        + r"|member id|membership" + _NUMBER + r"|customer id|insurance" + _NUMBER + r"|policy" + _NUMBER
+        + r"|passaporto|passaporte|numer paszportu|paszport|dowód osobisty|numer dowodu|carta d identità"
+        r"|documento|documento di identità|carteira de identidade|nip|regon|partita iva|körkort)"
     ),
     "person-name": (
         r"(?:full name|fullname|first name|firstname|last name|lastname|surname|given name|given names|family name|"
@@ -112,13 +121,15 @@ HEADERS: dict[str, str] = {
         r"vorname|nachname|familienname|mitarbeiter|mitarbeiterin|patientin|ansprechpartner|ansprechpartnerin|"
         r"prénom|prenom|nom de famille|nom complet|employé|employe|salarié|salarie|"
         r"voornaam|achternaam|volledige naam|medewerker|patiënt|"
-        r"apellido|apellidos|nombre completo|empleado|paciente)"
+        r"apellido|apellidos|nombre completo|empleado|paciente|"
+        r"cognome|nome completo|nome e cognome|dipendente|sobrenome|apelido|funcionário|funcionario|"
+        r"förnamn|fornamn|efternamn|fullständigt namn|anställd|nazwisko|imię|imie|imię i nazwisko|pracownik)"
     ),
 }
 # Headers that name a person only in a table about people: a bare "name" column
 # of a product list holds product names. These count as person-name columns when
 # another column of the same header is personal (e-mail, phone, ssn, address...).
-AMBIGUOUS_NAME = re.compile(r"(?:name|names|nom|naam|nombre|customer|client|owner|holder|member|user name|"
+AMBIGUOUS_NAME = re.compile(r"(?:name|names|nom|naam|nombre|nome|namn|customer|client|owner|holder|member|user name|"
                             r"kunde|kundin|client e|cliente|klant|assignee|author|manager)")
 # Rule ids of columns that hold a person's data (what makes a bare "name" a person's).
 PERSONAL_COLUMNS = frozenset({"ssn-column", "phone-column", "email-column", "account-column", "card-column",
@@ -139,15 +150,22 @@ FIRST_WORDS = frozenset(
     for pattern in (*HEADERS.values(), AMBIGUOUS_NAME.pattern)
     for alternative in re.findall(r"(?:^|(?<=[(|?:]))[^\W\d_][^|()?]*", pattern.replace("(?:", "("))
 ) - {"no", "nr", "num", "number", "numero", "nummer", "numéro", "número"}
+# The delimiter of a space-aligned table (a pandas frame in a log, ``column -t``, a notebook's text/plain):
+# two or more spaces between cells, a cell's words one space apart.
+SPACED = "  "
+SPACE_GAP = re.compile(r" {2,}|\t")
 # One pass per delimiter: the first word of every cell that starts after it (spaces, a quote, "*" or "#"
 # before it). A pattern led by a literal is skipped through at memchr speed, a class is not.
-_CELL_WORDS = tuple(re.compile(re.escape(d) + r"[ \t\"'*#_]*([^\W\d_]+)") for d in "\n\t,;|")
+_LEADS = ("\n", "\t", ",", ";", "|", SPACED)
+# The lead of each pass: a space-aligned table's cell follows two spaces after a cell, not an indentation.
+_LEAD_PATTERNS = {d: re.escape(d) + (r"(?<=\S  ) *" if d == SPACED else "") for d in _LEADS}
+_CELL_WORDS = tuple(re.compile(_LEAD_PATTERNS[d] + r"[ \t\"'*#_]*([^\W\d_]+)") for d in _LEADS)
 # The same passes over the lowercased text with the vocabulary inside the pattern (a trie of FIRST_WORDS,
 # then no further letter): prose has a comma every few words, and each match of ``_CELL_WORDS`` would cost
 # a Python step to be looked up and, nearly always, dropped. Lowering keeps every character a letter or
 # not a letter (checked over all of Unicode), so the matches are the ones ``_CELL_WORDS`` keeps.
-_CELL_HEADER_WORDS = tuple(re.compile(re.escape(d) + r"[ \t\"'*#_]*" + trie_pattern(sorted(FIRST_WORDS))
-                                      + r"(?![^\W\d_])") for d in "\n\t,;|")
+_CELL_HEADER_WORDS = tuple(re.compile(_LEAD_PATTERNS[d] + r"[ \t\"'*#_]*" + trie_pattern(sorted(FIRST_WORDS))
+                                      + r"(?![^\W\d_])") for d in _LEADS)
 _SEPARATORS = re.compile(r"[\s_\-./'’()\[\]]+")
 _PIPE_RULE = re.compile(r"[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*")
 _GRID_RULE = re.compile(r"[ \t]*\+[\-=+: ]*\+[ \t]*")
@@ -191,7 +209,17 @@ def _column_rule(cell: str) -> str | None:
     for rule, pattern in _COMPILED:
         if pattern.fullmatch(header):
             return rule
+    qualified = QUALIFIER.fullmatch(cell.strip())
+    if qualified is not None:  # "Date of Birth (DD/MM/YYYY)", "Passport # (expiry)", "Name (Last, First)"
+        if NAME_PARTS.search(qualified.group(2).lower()) and AMBIGUOUS_NAME.fullmatch(normal_header(qualified.group(1))):
+            return "person-name"
+        return column_rule(qualified.group(1))
     return None
+
+
+# A header with a qualifier after it: the format, the unit, which part of a name.
+QUALIFIER = re.compile(r"([^()\[\]]{1,48}?)[ \t]*[(\[]([^()\[\]]{1,40})[)\]][ \t:]*")
+NAME_PARTS = re.compile(r"\b(?:last|first|given|family|surname|middle|full|nome|cognome|nachname|vorname|prénom)\b")
 
 
 _cached_rule = functools.lru_cache(maxsize=4096)(_column_rule)
@@ -214,15 +242,123 @@ def column_findings(text: str, enabled: frozenset[str] | set[str] | dict[str, in
             continue
         newline = text.rfind("\n", done, position)
         line_start = newline + 1 if newline != -1 else done
-        table = _table_at(scanner, line_start, enabled)
+        pair = _label_and_value(scanner, line_start, enabled) or _label_line(scanner, line_start, enabled)
+        table = None if pair else _table_at(scanner, line_start, enabled)
         if table is None:
+            found.extend(pair)
             line_end = text.find("\n", position)
             done = len(text) if line_end == -1 else line_end + 1
             continue
         end, cells = table
         found.extend(cells)
         done = max(end, position + 1)
+    if "<t" in text or "<d" in text or "<T" in text or "<D" in text:
+        found.extend(_markup_pairs(text, enabled))
     return found
+
+
+# A label cell and its value in markup: ``<th>Password</th><td>...</td>``, ``<dt>Born</dt><dd>...</dd>``.
+MARKUP_PAIR = re.compile(r"<(t[hd]|dt)\b[^<>]{0,128}>[ \t\r\n]{0,64}([^<>]{1,64}?)[ \t\r\n]{0,64}</\1>[ \t\r\n]{0,64}"
+                         r"<(td|dd)\b[^<>]{0,128}>[ \t\r\n]{0,64}([^<>]{1,256}?)[ \t\r\n]{0,64}</\3>", re.I)
+
+
+def _markup_pairs(text: str, enabled) -> list[tuple[int, int, str]]:
+    """The values of the label/value pairs of HTML tables and definition lists (vertical records)."""
+    found = []
+    for pair in MARKUP_PAIR.finditer(text):
+        rule = column_rule(pair.group(2))
+        value = pair.group(4)
+        if rule in enabled and value.strip() and values_fit(rule, normal_header(pair.group(2)), [value]):
+            found.append((pair.start(4), pair.end(4), rule))
+    return found
+
+
+def _label_and_value(scanner: "_Scanner", line_start: int, enabled) -> list[tuple[int, int, str]]:
+    """A vertical record's row: a label in the first cell, its value in the second (``SSN<TAB>...``).
+
+    Docx and xlsx records, HTML ``<th>``/``<td>`` rows and transposed
+    sheets come out of extract as two-cell lines. The line is a label and
+    its value when the second cell is no header word and either holds
+    something other than letters or the next line starts with a label too
+    (a block of such pairs); otherwise it is the header of a two-column table.
+    """
+    text = scanner.text
+    line_end = scanner.line_end(line_start)
+    delimiter = "\t" if "\t" in text[line_start:line_end] else "|" if "|" in text[line_start:line_end] else None
+    if delimiter is None:
+        return []
+    cells = [cell for cell in scanner.row(line_start, delimiter)[0] if cell[1] > cell[0]]
+    if len(cells) != 2:
+        return []
+    label, value = text[cells[0][0]:cells[0][1]], text[cells[1][0]:cells[1][1]]
+    rule = column_rule(label)
+    if rule not in enabled or column_rule(value) or AMBIGUOUS_NAME.fullmatch(normal_header(value)):
+        return []
+    if PLACEHOLDER_CELL.fullmatch(value) or not values_fit(rule, normal_header(label), [value]):
+        return []
+    if not _letters_only(value) or _next_starts_with_label(scanner, line_end, delimiter):
+        return [(cells[1][0], cells[1][1], rule)]
+    return []
+
+
+LABEL_LINE = re.compile(r"[^\W\d_][^\W\d_ .'’()/\-]*(?:[ .'’()/\-]+[^\W\d_][^\W\d_.'’()/\-]*)*[ \t]*(?:#|\(.{1,40}\))?:?")
+MAX_LINE_VALUE = 80  # characters of a value on the line under its label (longer: a paragraph under a heading)
+
+
+def _label_line(scanner: "_Scanner", line_start: int, enabled) -> list[tuple[int, int, str]]:
+    """A definition list as extract renders ``<dl>``: a line that is a label alone, its value on the next line.
+
+    The value is taken when it is short, is not itself a label, and either
+    holds something other than letters or the line after it is a label too
+    (the record goes on); a heading over a paragraph stays.
+    """
+    text = scanner.text
+    line_end = scanner.line_end(line_start)
+    label = text[line_start:line_end].rstrip(" \t\r")
+    if not label[:1].isupper() or len(label) > MAX_HEADER_CELL or not LABEL_LINE.fullmatch(label):
+        return []  # a label stands at the line's start, capitalised, alone ("PASS: #" is a log line)
+    rule = column_rule(label)
+    if rule not in enabled or line_end >= len(text):
+        return []
+    value_end = scanner.line_end(line_end + 1)
+    start, end = _trim(text, line_end + 1, value_end)
+    value = text[start:end]
+    if start != line_end + 1 or not value or len(value) > MAX_LINE_VALUE or "\t" in value:
+        return []  # the value stands at the line's start too: an indented line is a paragraph or code
+    if value.endswith((".", ":", "{", ";")) or value[:1] in "-*#(/<" or len(value.split()) > MAX_HEADER_WORDS:
+        return []
+    if column_rule(value) or PLACEHOLDER_CELL.fullmatch(value) or not values_fit(rule, normal_header(label), [value]):
+        return []
+    if rule not in ANY_CELL and not any(ch.isalnum() for ch in value):
+        return []
+    if _letters_only(value) and not _next_line_is_label(scanner, value_end):
+        return []
+    return [(start, end, rule)]
+
+
+def _next_line_is_label(scanner: "_Scanner", line_end: int) -> bool:
+    text = scanner.text
+    if line_end >= len(text):
+        return True
+    following = scanner.line_end(line_end + 1)
+    line = text[line_end + 1:following].strip()
+    return not line or column_rule(line) is not None
+
+
+def _letters_only(value: str) -> bool:
+    return all(ch.isalpha() or ch in " '-" for ch in value)
+
+
+def _next_starts_with_label(scanner: "_Scanner", line_end: int, delimiter: str) -> bool:
+    text = scanner.text
+    if line_end >= len(text):
+        return True  # the last line of its text: a record of one pair
+    following = line_end + 1
+    end = scanner.line_end(following)
+    if not text[following:end].strip():
+        return True  # the last line of its block
+    first = text[following:end].split(delimiter)[0].strip(" |")
+    return column_rule(first) is not None
 
 
 def _hit_positions(text: str, lowered: str):
@@ -266,6 +402,8 @@ class _Scanner:
         end = self.line_end(position)
         if delimiter == "|":
             return _pipe_cells(text, position, end), end + 1
+        if delimiter == SPACED:
+            return _spaced_cells(text, position, end), end + 1
         if self.next_quote(position) >= end:  # no quote in the line: a plain split
             cells, start = [], position
             while True:
@@ -325,6 +463,35 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+def _spaced_cells(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The cells of a space-aligned row: text between runs of two or more spaces (or tabs)."""
+    cells, position = [], start
+    for gap in SPACE_GAP.finditer(text, start, end):
+        if gap.start() > position:
+            cells.append(_trim(text, position, gap.start()))
+        position = gap.end()
+    if position < end and text[position:end].strip():
+        cells.append(_trim(text, position, end))
+    return cells
+
+
+def _spaced_header(text: str, header: list[tuple[int, int]]) -> bool:
+    """A space-aligned header names its columns in a word or three; ``fullname:  the file to compile`` is a docstring."""
+    return all(len(text[s:e].split()) <= 3 and not text[s:e].endswith((":", "=")) for s, e in header)
+
+
+def _aligned(header: list[tuple[int, int]], header_start: int, cells: list[tuple[int, int]], row_start: int,
+             rules: dict[int, str]) -> list[tuple[int, int, str]]:
+    """The cells of a space-aligned row that stand under a sensitive header cell (their columns overlap)."""
+    found = []
+    for index, rule in rules.items():
+        left, right = header[index][0] - header_start, header[index][1] - header_start
+        for start, end in cells:
+            if start - row_start < right and end - row_start > left:
+                found.append((start, end, rule, index))
+    return found
+
+
 def _pipe_cells(text: str, start: int, end: int) -> list[tuple[int, int]]:
     line = text[start:end]
     stripped = line.strip()
@@ -355,6 +522,8 @@ def _delimiter_of(text: str, line_start: int, line_end: int) -> str | None:
         return ","
     if "|" in line:
         return "|"
+    if SPACED in line.strip():
+        return SPACED
     return None
 
 
@@ -443,12 +612,91 @@ def _table_at(scanner: _Scanner, line_start: int, enabled) -> tuple[int, list] |
             return None  # a comma in prose, not a table
         if delimiter == "|" and "|" not in line:
             break
+        if delimiter == SPACED:
+            if len(cells) < 2 or first and not _spaced_header(text, header):
+                break
+            found.extend(_aligned(header, line_start, cells, position, rules))
+        else:
+            _take_cells(text, cells, rules, width, delimiter in ",;", found)
         first = False
-        _take_cells(text, cells, rules, width, delimiter in ",;", found)
         position = next_position
     if first:
         return None
-    return position, found
+    return position, _fitting(text, header, found)
+
+
+def _fitting(text: str, header: list[tuple[int, int]], found: list[tuple[int, int, str, int]]) -> list:
+    """The cells of the columns whose values fit their header (``values_fit``), as (start, end, rule)."""
+    by_column: dict[int, list] = {}
+    for cell in found:
+        by_column.setdefault(cell[3], []).append(cell)
+    kept = []
+    for index, cells in by_column.items():
+        name = normal_header(text[header[index][0]:header[index][1]]) if index < len(header) else ""
+        if values_fit(cells[0][2], name, [text[s:e] for s, e, _, _ in cells]):
+            kept.extend((s, e, rule) for s, e, rule, _ in cells)
+    return kept
+
+
+# Header words that name a sensitive column in one sense and something harmless in another: a "pin" of a
+# GPIO header, the "pass" count of a test run, a "sin" of trigonometry, a camera's "pan", an "address" of a
+# register map, the "parent" of a tree, the "mobile" share of traffic. Their column is sensitive only when
+# most of its values have the shape of what the header would name.
+_DIGITS = re.compile(r"\d")
+_NUMERIC = re.compile(r"[\d\s.,:%+\-/()]*(?:ms|s|kb|mb|gb|k|m|x)?", re.I)
+_HEX = re.compile(r"(?:0x[0-9a-f]+|[0-9a-f]+h|\$[0-9a-f]+)", re.I)
+VERDICTS = frozenset("pass passed fail failed failure ok error skip skipped yes no true false none null n/a na - x "
+                     "y n ✓ ✗ ✔ ✘ green red pending todo done".split())
+WEAK_SECRET_HEADERS = frozenset({"pass", "passes", "token", "tokens", "secret", "credential", "credentials", "pw"})
+
+
+def _digit_count(value: str) -> int:
+    return len(_DIGITS.findall(value))
+
+
+def _fits(rule: str, header: str, value: str) -> bool:
+    """Does one value have the shape a column of this rule under this (ambiguous) header would hold?"""
+    if rule == "password-column":
+        return value.strip().lower() not in VERDICTS and not _NUMERIC.fullmatch(value.strip())
+    if rule == "pin-column":
+        return 4 <= _digit_count(value) <= 8 and not any(ch.isalpha() for ch in value)
+    if rule == "ssn-column":
+        return _digit_count(value) >= 8
+    if rule == "card-column":
+        return _digit_count(value) >= 12
+    if rule == "phone-column":
+        return _digit_count(value) >= 6 and "%" not in value
+    if rule == "address-column":
+        return any(ch.isalpha() for ch in value) and not _HEX.fullmatch(value.strip())
+    if rule == "person-name":
+        return any(ch.isalpha() for ch in value) and not _NUMERIC.fullmatch(value.strip())
+    return True
+
+
+AMBIGUOUS_HEADERS = {
+    "password-column": WEAK_SECRET_HEADERS,
+    "pin-column": frozenset({"pin", "pins"}),
+    "ssn-column": frozenset({"sin", "ni", "nir", "nss"}),
+    "card-column": frozenset({"pan", "cc"}),
+    "phone-column": frozenset({"mobile", "cell", "tel", "portable", "handy"}),
+    "address-column": frozenset({"address", "addr", "adres", "residence"}),
+}
+
+
+def values_fit(rule: str, header: str, values: list[str]) -> bool:
+    """Is a column under this header what the header names, judged by its values as well?
+
+    An unambiguous header (``password``, ``ssn``) decides alone, as before. A
+    header word with a harmless sense (``AMBIGUOUS_HEADERS``) and every name
+    column need at least half of their values to have the expected shape;
+    a column of numbers under ``parent`` or ``Pass`` stays.
+    """
+    if rule != "person-name" and header not in AMBIGUOUS_HEADERS.get(rule, ()):
+        return True
+    filled = [value for value in values if value.strip()]
+    if not filled:
+        return True
+    return 2 * sum(1 for value in filled if _fits(rule, header, value)) >= len(filled)
 
 
 def _take_cells(text: str, cells, rules: dict[int, str], width: int, realign: bool, found: list) -> None:
@@ -471,4 +719,4 @@ def _take_cells(text: str, cells, rules: dict[int, str], width: int, realign: bo
             continue
         if rule not in ANY_CELL and not any(ch.isalnum() for ch in value):
             continue
-        found.append((start, end, rule))
+        found.append((start, end, rule, index))

@@ -13,7 +13,7 @@ and only when, what the scanner finds may change:
   with any change that makes some text sanitize differently
   (``DETECTOR_MODULES``: the scanner's own scan and replacement, the
   validators, the look-alike view, credential values by context, copies,
-  columns and names);
+  columns and names, disguise views and OCR tolerance);
 - the manifest's ``[sanitize]`` settings.
 
 A forgotten bump is the risk: ``test_detection_version`` runs every detector
@@ -27,8 +27,8 @@ import hashlib
 import json
 from dataclasses import asdict
 
-from bastion_agent.sanitizing import (code_values, columns, context, copies, keyed_values, names, normalise, scanner,
-                                      signatures, validators)
+from bastion_agent.sanitizing import (code_values, columns, context, copies, disguises, keyed_values, names, normalise,
+                                      recognised, scanner, signatures, validators)
 from bastion_agent.sanitizing.rules import CATEGORIES, RULES
 from bastion_agent.sanitizing.settings import SanitizeSettings
 
@@ -44,6 +44,8 @@ DETECTOR_MODULES = {
     "code_values": code_values,
     "keyed_values": keyed_values,
     "signatures": signatures,
+    "disguises": disguises,
+    "recognised": recognised,
 }
 # Changes when the key's own recipe changes, so no two recipes can give one key.
 KEY_FORMAT = "detection-version-1"

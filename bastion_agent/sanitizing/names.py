@@ -30,7 +30,7 @@ from bastion_agent.sanitizing.copies import trie_pattern
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 MAX_TOKENS = 4
 PERSON = "person-name"
@@ -57,6 +57,9 @@ bug bugs issue issues release version package packages changelog readme license 
 patient doctor physician nurse witness tenant landlord insured beneficiary guardian spouse mother father parent
 student pupil employee room ward date time age sex gender male female number phone email address signature
 journal magazine productions press kernel stable clerk disclaimer
+dashboard revenue quarterly annual monthly weekly finance financial operations report reports analytics accounting
+marketing engineering legal compliance payroll procurement overview summary budget forecast roadmap review
+template policy process pipeline platform infrastructure database teams slack zoom jira confluence github gitlab
 """.split())
 PARTICLES = frozenset("van von de der den del della di da du le la dos das ter ten bin binti al el y zu af av".split())
 _TITLES = "Mrs Mr Ms Mx Miss Mme Mlle Dr Dhr Prof Herr Frau Sra Srta Sr Mevr".split()
@@ -70,14 +73,17 @@ _TOKEN = re.compile(r"[^\W\d_](?:[^\W\d_]|['’](?=[^\W\d_])|-(?=[^\W\d_]))*\.?"
 
 _SALUTATIONS = ("dear|dearest|hi|hello|hey|good morning|good afternoon|good evening|liebe|lieber|hallo|"
                 "sehr geehrte|sehr geehrter|cher|chère|chere|bonjour|beste|geachte|hola|estimado|estimada|"
-                "querido|querida")
+                "querido|querida|ciao|salve|gentile|gentilissima|gentilissimo|caro|cara|olá|ola|oi|prezado|prezada|"
+                "hej|hejsa|cześć|czesc|witam|szanowny|szanowna|szanowni")
 _CLOSINGS = ("kind regards|best regards|warm regards|warmest regards|regards|best wishes|best|sincerely|"
              "yours sincerely|sincerely yours|yours faithfully|yours truly|faithfully|cheers|thanks|thank you|"
              "many thanks|thanks again|all the best|with best regards|with kind regards|respectfully|"
              "mit freundlichen grüßen|mit freundlichen grüssen|freundliche grüße|viele grüße|beste grüße|"
              "liebe grüße|schöne grüße|grüße|cordialement|bien cordialement|bien à vous|amitiés|"
              "met vriendelijke groet|met vriendelijke groeten|vriendelijke groet|groeten|saludos|atentamente|"
-             "un saludo|saludos cordiales|un abrazo")
+             "un saludo|saludos cordiales|un abrazo|cordiali saluti|distinti saluti|saluti|un saluto|"
+             "atenciosamente|abraços|cumprimentos|med vänliga hälsningar|vänliga hälsningar|hälsningar|mvh|"
+             "pozdrawiam|z poważaniem|pozdrowienia")
 _HEADERS = "from|to|cc|bcc|reply-to|sender|resent-from|von|an|aan|van|de|à|para|cci|kopie"
 # Labels of a person's name in a form; those of BARE_LABELS need two words of name.
 _LABELS = ("name|full name|first name|last name|surname|given names?|family name|middle name|maiden name|"
@@ -90,8 +96,22 @@ _LABELS = ("name|full name|first name|last name|surname|given names?|family name
            "father|parent|student|pupil|account holder|cardholder|card holder|attn|attention|"
            "vorname|nachname|familienname|name des patienten|patientin|mitarbeiter|mitarbeiterin|"
            "unterschrift|ansprechpartner|ansprechpartnerin|nom|prénom|nom de famille|signé par|"
-           "naam|voornaam|achternaam|patiënt|medewerker|nombre|apellidos?|paciente|empleado|firmado por")
-BARE_LABELS = frozenset("name nom naam nombre contact client customer signature signed attn attention".split())
+           "naam|voornaam|achternaam|patiënt|medewerker|nombre|apellidos?|paciente|empleado|firmado por|"
+           "reporter|reported by|assignee|assigned to|owner|requester|requested for|raised by|opened by|"
+           "closed by|resolved by|created by|author|chair|chairperson|chaired by|facilitator|moderator|"
+           "organizer|organiser|minutes taken by|minutes by|minute taker|note taker|notes by|scribe|"
+           "attendees|attendee|participants|present|absent|apologies|invitees|"
+           "cognome|nome|nome completo|sobrenome|nome completo|efternamn|förnamn|namn|nazwisko|imię|"
+           "imię i nazwisko")
+# The labels of tickets and minutes: a name follows them only after a colon ("PRESENT|NOCARD" is a flag list).
+COLON_LABELS = frozenset("""reporter assignee owner requester author chair chairperson facilitator moderator organizer
+organiser scribe attendees attendee participants present absent apologies invitees""".split()) | frozenset({
+    "reported by", "assigned to", "requested for", "raised by", "opened by", "closed by", "resolved by", "created by",
+    "chaired by", "minutes taken by", "minutes by", "minute taker", "note taker", "notes by"})
+# Labels followed by a list of people ("Attendees: Ana Ruiz, Tom Berg and Li Wu").
+LIST_LABELS = frozenset("attendees attendee participants present absent apologies invitees".split())
+BARE_LABELS = frozenset("name nom naam nombre nome namn imię contact client customer signature signed attn attention owner "
+                        "author".split())
 _MARKER = re.compile(
     r"[ \t>*]*(?:"
     r"(?P<salutation>" + _SALUTATIONS + r")[ \t]+"
@@ -142,6 +162,7 @@ def name_findings(text: str, enabled: dict[str, int] | set[str], lowered: str | 
         found.extend(_marked(text, lowered))
         found.extend(_after_honorifics(text))
         found.extend(_display_names(text))
+        found.extend(_speakers(text))
     if DOB in enabled:
         found.extend(_dates_of_birth(lowered))
     return found
@@ -241,7 +262,7 @@ def _marked(text: str, lowered: str):
             continue  # forms and letters capitalise their labels; YAML's "name:" does not
         limit = _line_end(text, after)
         if kind == "salutation":
-            yield from _one(text, after, limit, 1, ",;:!", salutation=True)
+            yield from _listed(text, after, limit, salutation=True)
         elif kind == "closing":
             rest = text[after:limit].strip()
             if rest:  # "Best, Anna"
@@ -261,6 +282,11 @@ def _marked(text: str, lowered: str):
             yield from _header_names(text, after, limit)
         else:
             label = " ".join(match.group(kind).split())
+            if label in COLON_LABELS and not match.group(0).rstrip(" \t").endswith(":"):
+                continue
+            if label in LIST_LABELS:
+                yield from _listed(text, after, limit)
+                continue
             minimum = 2 if label in BARE_LABELS else 1
             yield from _one(text, after, limit, minimum, ",;|\t(", caps=True, label=True)
 
@@ -303,6 +329,40 @@ def _one(text, position, limit, minimum, stops, *, whole=False, caps=False, salu
         if column_rule(value) or AMBIGUOUS_NAME.fullmatch(normal_header(value)):
             return  # a header row "Patient<TAB>Doctor", not a label and its value
     yield start, end, PERSON
+
+
+# What separates the names of a list: a comma, a semicolon, "and", "&", "und", "et", "y", "e", "och", "i".
+LIST_SEPARATOR = re.compile(r"[ \t]*(?:[,;&][ \t]*(?:(?:and|und|et|y|e|och|i)[ \t]+)?|[ \t](?:and|und|et|y|e|och|i)[ \t]+)")
+
+
+def _listed(text: str, position: int, limit: int, *, salutation: bool = False):
+    """Every name of a list after a marker ("Hi Ana and Tom,", "Attendees: Ana Ruiz, Tom Berg"), or none.
+
+    A salutation's list must end as a salutation does (``,;:!`` or the line's
+    end); a label's list ends at the line's end or before anything that is
+    not a name, and the names read up to there are kept.
+    """
+    names = []
+    for _ in range(32):
+        name = read_name(text, position, limit, caps=not salutation)
+        if name is None:
+            break
+        names.append(name)
+        separator = LIST_SEPARATOR.match(text, name[1], limit)
+        if separator is None or separator.end() >= limit:
+            position = name[1]
+            break
+        position = separator.end()
+    if not names:
+        return
+    rest = text[position:limit].lstrip(" \t")
+    if salutation and rest and rest[0] not in ",;:!":
+        return
+    if not salutation and len(names) == 1:
+        yield from _one(text, names[0][0], limit, 1, ",;|\t(", caps=True, label=True)
+        return
+    for start, end, _ in names:
+        yield start, end, PERSON
 
 
 def _header_names(text: str, position: int, limit: int):
@@ -358,6 +418,9 @@ def _honorific_name(text: str, match: re.Match):
         yield name[0], name[1], PERSON
 
 
+VIA = re.compile(r"[ \t]+\(?via[ \t]+[^\W\d_][\w .&\-]{0,40}\)?$")
+
+
 def _display_names(text: str):
     """``Jane Doe <jane@corp.io>``: two or more capitalised words right before an address in brackets."""
     for match in DISPLAY.finditer(text):
@@ -374,9 +437,78 @@ def _display_names(text: str):
             if opening != -1 and _is_display_name(text[opening + 1:segment_end - 1]):
                 yield opening + 1, segment_end - 1, PERSON
             continue
+        via = VIA.search(text, line_start, segment_end)
+        if via is not None:  # "Ana Ruiz via Teams <noreply@...>": the service relays the person's name
+            segment_end = via.start()
         words = _words_before(text, line_start, segment_end)
         if words is not None:
             yield words[0], segment_end, PERSON
+
+
+# A chat line's speaker after its time ("[09:14] Ana Ruiz: ..."), a signature after "-- " on its own line,
+# an IRC line's nick ("<ana_r> ..."), each led by a literal the engine skips to.
+CHAT_SPEAKER = re.compile(r"\[(?:\d{4}-\d\d-\d\d[ T])?\d{1,2}:\d\d(?::\d\d)?(?:[ \t]?[AaPp][Mm])?\][ \t]+")
+SIGNATURE = re.compile(r"(?:--|—|–)[ \t]?(?:\r?\n)?(?=[^\W\d_])")
+SIGNATURE_TAIL = re.compile(r"[ \t]*(?:\r?\n[ \t]*(?:\r?\n|$|.{0,80}(?:@|\+?\d[\d ()\-]{5}|https?://))|$)")
+IRC_NICK = re.compile(r"<[@+%~&]?([A-Za-z\[\]\\`_^{|}][\w\[\]\\`^{|}\-]{1,31})>[ \t]")
+IRC_STAMP = re.compile(r"[ \t]*\[?\d{1,2}:\d\d(?::\d\d)?\]?[ \t]+")
+# Tag names of markup, which a line may start with as an IRC line starts with its nick.
+MARKUP_TAGS = frozenset("""a abbr b body br code div em head html i img li link meta ol p pre script section span strong
+style sub sup table tbody td template th thead title tr u ul""".split())
+
+
+def _speakers(text: str):
+    """Names that chat logs, IRC logs and signatures mark by where they stand on a line."""
+    if "]" in text:
+        for match in CHAT_SPEAKER.finditer(text):
+            if not _starts_line(text, match.start()):
+                continue
+            limit = _line_end(text, match.end())
+            name = read_name(text, match.end(), limit)
+            if name is not None and text.startswith(":", name[1]):
+                yield name[0], name[1], PERSON
+    if "--" in text or "—" in text or "–" in text:
+        for match in SIGNATURE.finditer(text):
+            if match.start() and text[match.start() - 1] != "\n":
+                continue
+            limit = _line_end(text, match.end())
+            if _ends_a_message(text, limit):  # "-- Drop Table" in SQL is a comment, not a signature
+                yield from _one(text, match.end(), limit, 1, "<(,", whole=True)
+    if "<" in text and "</" not in text:  # markup closes its tags; an IRC log has none
+        yield from _irc_nicks(text)
+
+
+def _irc_nicks(text: str):
+    """Nicks that lead their lines (after a time stamp at most), in a text that is mostly such lines.
+
+    Manuals start lines with ``<version> = ...`` and ``<authfile> and ...``:
+    a nick without a time stamp counts only when at least half of the
+    text's non-blank lines start with a nick.
+    """
+    found, stamped = [], False
+    for match in IRC_NICK.finditer(text):
+        line_start = text.rfind("\n", max(0, match.start() - 40), match.start()) + 1
+        lead = text[line_start:match.start()]
+        if lead and not IRC_STAMP.fullmatch(lead):
+            continue  # a nick leads its line, after a time stamp at most
+        if match.group(1).lower() not in MARKUP_TAGS and not text.startswith("=", match.end()):
+            found.append((match.start(1), match.end(1), PERSON))
+            stamped = stamped or bool(lead)
+    lines = sum(1 for line in text.splitlines() if line.strip()) if found and not stamped else 0
+    if stamped or 2 * len(found) >= lines:
+        yield from found
+
+
+def _starts_line(text: str, position: int) -> bool:
+    """Only spaces or tabs between the line's start and ``position``."""
+    while position > 0 and text[position - 1] in " \t":
+        position -= 1
+    return position == 0 or text[position - 1] == "\n"
+
+
+def _ends_a_message(text: str, line_end: int) -> bool:
+    """Does a signature's line end the message: the text's end, a blank line, or a line of contact details?"""
+    return SIGNATURE_TAIL.match(text, line_end) is not None
 
 
 def _words_before(text: str, line_start: int, end: int) -> tuple[int, int] | None:

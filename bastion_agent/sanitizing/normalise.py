@@ -13,6 +13,10 @@ finds on the view and redacts the matching span of the original.
 ``joined_view`` is the other view the sanitizer scans: single line breaks
 inside a value (a card number or a key split over two lines) removed.
 
+Combining marks drawn over or under ASCII characters (an underline U+0332
+or a strike-through U+0336 after every letter of a key) are dropped in the
+look-alike view: a reader sees the letters through them.
+
 Terminal escape sequences (coloured logs) are dropped and JSON string
 escapes of ASCII (``\\/``, ``\\u0040``) decoded in the same view.
 
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 # Characters that render as nothing (or nearly): format characters (Cf:
 # zero-width space/joiners, soft hyphen, BOM, bidi controls) plus these,
@@ -195,13 +199,14 @@ def _run(text: str, start: int, end: int, out: _Builder) -> None:
     left = "" if not left or left[-1].isspace() else left.split()[-1]
     right = "" if not right or right[0].isspace() else right.split()[0]
     fold = bool(ASCII_ALNUM.search(left) or ASCII_ALNUM.search(right))  # a token mixing scripts
-    if not fold and unicodedata.is_normalized("NFKC", run) and not any(
+    marks = start > 0 and text[start - 1].isascii() and unicodedata.combining(text[start])
+    if not fold and not marks and unicodedata.is_normalized("NFKC", run) and not any(
             ch in EXTRA_INVISIBLE or unicodedata.category(ch) == "Cf" for ch in run):
         out.copy(text, start, end)
         return
     copied = start
     for offset, ch in enumerate(run):
-        new = _character(ch, fold)
+        new = "" if marks and unicodedata.combining(ch) else _character(ch, fold)
         if new != ch:
             position = start + offset
             out.copy(text, copied, position)

@@ -139,7 +139,7 @@ def run(manifest, layout) -> dict:
         groups = _key_groups(manifest, sanitizer, extracted, kept)
         for key, row in kept:
             sweep.sources.add(groups[key], row.values)
-        kept = _apply_copies(layout, worker, fingerprint, kept, sweep, groups)
+        kept = _apply_copies(layout, worker, fingerprint, kept, sweep, groups, extracted)
         _gather_documents(sweep, kept, extracted)
         sweep.superseded = _superseded(layout, worker, previous, extracted, sweep.mapped, fingerprint,
                                        set(sweep.documents))
@@ -166,7 +166,7 @@ def _sanitize_texts(layout, worker, extracted: dict[str, _Extracted], previous: 
     for key in sorted(extracted):
         row = _reusable(previous.get(key), fingerprint, layout)
         if row is None:
-            row = _sanitize_one(layout, worker, key, fingerprint)
+            row = _sanitize_one(layout, worker, key, fingerprint, ocr_pages=extracted[key].ocr_pages)
         else:
             sweep.reused += 1
         if isinstance(row, str):  # over budget: fails closed, not indexed, counted
@@ -323,14 +323,17 @@ def _reusable(row: MapRow | None, fingerprint: str, layout) -> MapRow | None:
     return row
 
 
-def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str, others: dict | None = None) -> MapRow:
-    """Sanitize one extracted text (with the copies of ``others``, values of other texts), store it, say what it became."""
+def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str, others: dict | None = None,
+                  ocr_pages=None) -> MapRow:
+    """Sanitize one extracted text (with the copies of ``others``, values of other texts), store it, say what it became.
+
+    ``ocr_pages``: its pages that OCR read, which the scanner reads with tolerance (``recognised.py``).
     raw = _read_extracted(layout, key)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise StoreError("a text in the extract store is not UTF-8: run extract again") from None
-    clean, counts, values, copied = _redact_in_budget(*sanitizer, text, others)
+    clean, counts, values, copied = _redact_in_budget(*sanitizer, text, others, ocr_pages)
     if clean is None:
         return counts  # the reason it was not sanitized
     doc = doc_id(clean)
@@ -361,7 +364,8 @@ def _key_groups(manifest, sanitizer: Sanitizer, extracted: dict[str, _Extracted]
             source.close()
 
 
-def _apply_copies(layout, worker, fingerprint: str, kept: list, sweep: _Sweep, groups: dict[str, frozenset]) -> list:
+def _apply_copies(layout, worker, fingerprint: str, kept: list, sweep: _Sweep, groups: dict[str, frozenset],
+                  extracted: dict[str, _Extracted]) -> list:
     """Remove, in each text of the sweep, the copies of values found in texts whose readers include its own.
 
     Each text's own sanitizing (``_sanitize_one``) already removed the copies
@@ -383,7 +387,8 @@ def _apply_copies(layout, worker, fingerprint: str, kept: list, sweep: _Sweep, g
             raw = _read_extracted(layout, key).decode("utf-8", "replace")
             present = sorted(matcher.present(raw) - set(row.values))
         if present != list(row.copies):
-            row = _sanitize_one(layout, worker, key, fingerprint, {value: matcher.values[value] for value in present})
+            row = _sanitize_one(layout, worker, key, fingerprint, {value: matcher.values[value] for value in present},
+                                extracted[key].ocr_pages)
             if isinstance(row, str):
                 sweep.failed[row] += 1
                 continue
@@ -391,10 +396,11 @@ def _apply_copies(layout, worker, fingerprint: str, kept: list, sweep: _Sweep, g
     return result
 
 
-def _redact_in_budget(pool, settings: SanitizeSettings, text: str, others: dict | None = None):
+def _redact_in_budget(pool, settings: SanitizeSettings, text: str, others: dict | None = None, ocr_pages=None):
     """``(clean, counts, values, copies)`` from a budgeted worker, or ``(None, reason, {}, {})`` when it overran.
 
-    ``others`` are values of other texts whose copies go too (``copies`` counts them, apart).
+    ``others`` are values of other texts whose copies go too (``copies`` counts them, apart);
+    ``ocr_pages`` the pages OCR read, scanned with tolerance (``recognised.py``).
 
     A custom pattern that backtracks without end (``(a+)+$``) is stopped by
     the time budget like a runaway reader; the reason names the rule that
@@ -405,7 +411,7 @@ def _redact_in_budget(pool, settings: SanitizeSettings, text: str, others: dict 
     from bastion_agent.core.budget import Call
 
     data = text.encode("utf-8")
-    answer = pool.run(Call("redact", (pickle.dumps(settings), data, pickle.dumps(others or {})), len(data)))
+    answer = pool.run(Call("redact", (pickle.dumps(settings), data, pickle.dumps(others or {}), ocr_pages), len(data)))
     if answer.reason is not None:
         rule = answer.progress
         return None, f"{answer.reason} (rule {rule})" if rule and rule != "built-in" else answer.reason, {}, {}
@@ -419,7 +425,7 @@ def _redact_in_budget(pool, settings: SanitizeSettings, text: str, others: dict 
 _WORKER_SANITIZERS: dict[bytes, "Sanitizer"] = {}
 
 
-def budget_task_redact(note, settings_blob: bytes, data: bytes, others_blob: bytes = b""):
+def budget_task_redact(note, settings_blob: bytes, data: bytes, others_blob: bytes = b"", ocr_pages=None):
     """The worker's side of ``_redact_in_budget``: redact, saying which custom rule is running."""
     import hashlib
     import pickle
@@ -431,7 +437,7 @@ def budget_task_redact(note, settings_blob: bytes, data: bytes, others_blob: byt
         sanitizer = _WORKER_SANITIZERS[digest] = Sanitizer(pickle.loads(settings_blob))
     text = data.decode("utf-8")
     others = pickle.loads(others_blob) if others_blob else {}
-    clean, counts, values = sanitizer.redact_found_noting(text, note, others)
+    clean, counts, values = sanitizer.redact_found_noting(text, note, others, ocr_pages)
     copied = Counter(rule for _, _, rule in copies.occurrences(text, others)) if others else Counter()
     # values: raw, handed back to the stage through the worker's pipe, kept in the private map
     return {"findings": dict(counts), "values": values, "copies": dict(copied)}, clean.encode("utf-8")

@@ -32,17 +32,17 @@ from typing import Iterable
 
 from bastion_agent.core.errors import ManifestError
 from bastion_agent.core.progress import escape_name
-from bastion_agent.sanitizing import columns, context, copies, names
+from bastion_agent.sanitizing import columns, context, copies, disguises, names, recognised
 from bastion_agent.sanitizing.normalise import joined_view, junctions, lookalike_view
 from bastion_agent.sanitizing.pages import FORM_FEED
 from bastion_agent.sanitizing.rules import RULES, SCOPES, SECRET, Rule
 from bastion_agent.sanitizing.settings import SanitizeSettings
-from bastion_agent.sanitizing.validators import CHECKS, is_placeholder, shannon_entropy
+from bastion_agent.sanitizing.validators import CHECKS, is_count, is_placeholder, shannon_entropy
 
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 PLACEHOLDER = "[REDACTED:{}]"
 
@@ -125,12 +125,16 @@ class Sanitizer:
 
     # The public API ------------------------------------------------------------
 
-    def redact(self, text: str) -> tuple[str, Counter]:
-        """The text with every finding replaced, and the number of placeholders per rule id."""
-        clean, counts, _ = self.redact_found(text)
+    def redact(self, text: str, ocr_pages=None) -> tuple[str, Counter]:
+        """The text with every finding replaced, and the number of placeholders per rule id.
+
+        ``ocr_pages``: the pages (from 1, split at form feeds) that OCR read, scanned with tolerance (``recognised.py``).
+        """
+        clean, counts, _ = self.redact_found(text, ocr_pages=ocr_pages)
         return clean, counts
 
-    def redact_found(self, text: str, others: dict[str, str] | None = None) -> tuple[str, Counter, dict[str, str]]:
+    def redact_found(self, text: str, others: dict[str, str] | None = None,
+                     ocr_pages=None) -> tuple[str, Counter, dict[str, str]]:
         """``redact``, and the values it found that are worth removing elsewhere (value -> rule id).
 
         Every other occurrence of a found value in the same text goes too
@@ -143,7 +147,7 @@ class Sanitizer:
         finding here cut in two (``pw = "abc" +⏎ "def"``) goes whole. The
         counts stay this text's own: they must not move with other texts.
         """
-        findings = merge(self.findings(text))
+        findings = merge(self.findings(text, ocr_pages))
         if not findings and not others:
             return text, Counter(), {}
         found = copies.found_values(text, findings)
@@ -155,7 +159,8 @@ class Sanitizer:
             clean = replace_findings(text, merge(findings + copied))[0]
         return clean, counts, found
 
-    def redact_found_noting(self, text: str, note, others: dict[str, str] | None = None) -> tuple[str, Counter, dict[str, str]]:
+    def redact_found_noting(self, text: str, note, others: dict[str, str] | None = None,
+                            ocr_pages=None) -> tuple[str, Counter, dict[str, str]]:
         """``redact_found``, calling ``note(name)`` each time the rule being matched changes.
 
         ``name`` is a custom rule's id, or "built-in" for every other rule:
@@ -173,7 +178,7 @@ class Sanitizer:
 
         self._accept = noted
         try:
-            return self.redact_found(text, others)
+            return self.redact_found(text, others, ocr_pages)
         finally:
             self._accept = accept
 
@@ -205,7 +210,7 @@ class Sanitizer:
             found.extend(self.findings(view))
         return found
 
-    def findings(self, text: str) -> list[Finding]:
+    def findings(self, text: str, ocr_pages=None) -> list[Finding]:
         """Every accepted finding, possibly overlapping, in no particular order.
 
         Three views are scanned: the text itself; its look-alike view
@@ -221,7 +226,8 @@ class Sanitizer:
         if not text:
             return []
         lowered = text.lower()  # one lower-cased copy for the keyword scan and the three context passes
-        found = self._scan(text, lowered)
+        runs = [run.span() for run in TOKEN_RUN.finditer(text)]  # long tokens: the run rules' and base64's
+        found = self._scan(text, lowered, runs)
         view = lookalike_view(text)
         if view is not None:
             for first, last in view.changed_windows():
@@ -230,6 +236,11 @@ class Sanitizer:
                     found.append(Finding(start, end, finding.order, finding.rule))
         if "\n" in text:
             found.extend(self._joined_findings(text, found))
+        found.extend(Finding(*f) for f in disguises.findings(text, self._view_scan, runs))
+        if ocr_pages:
+            spans = recognised.page_spans(text, ocr_pages)
+            iban = next((a.order for a in self.rules if a.rule.id == "iban"), None)
+            found.extend(Finding(*f) for f in recognised.findings(text, spans, lambda piece: self._view_scan(piece, False), iban))
         found.extend(self._context_findings(text, lowered))
         if ATTACHMENT_MARK in text:
             for label in ATTACHMENT_LABEL.finditer(text):
@@ -240,12 +251,20 @@ class Sanitizer:
         found.extend(self._structure(text, names.name_findings(text, self._structure_orders(), lowered)))
         return found
 
+    def _view_scan(self, text: str, tables: bool) -> list[tuple[int, int, int, str]]:
+        """What the rules, the keyed values and (``tables``) the columns find in a piece of a view (``disguises.py``)."""
+        found = self._scan(text) + self._context_findings(text)
+        if tables:
+            found += self._structure(text, columns.column_findings(text, self._structure_orders()))
+        return [(f.start, f.end, f.order, f.rule) for f in found]
+
     def _context_findings(self, text: str, lowered: str | None = None) -> list[Finding]:
         """The values of credential-named keys, whole, to their syntax's own end (``context.py``)."""
         if self._context_order is None:
             return []
         order = self._context_order
-        return [Finding(s, e, order, "credential-value") for s, e in context.scan(text, lowered) if not self._allowed(text[s:e])]
+        return [Finding(s, e, order, "credential-value") for s, e in context.scan(text, lowered)
+                if not self._allowed(text[s:e]) and not is_count(text, s, e)]
 
     def _structure_orders(self) -> dict[str, int]:
         """Rule id -> order of the enabled structure rules (cells by their header, marked names)."""
@@ -280,8 +299,9 @@ class Sanitizer:
                         break
         return extra
 
-    def _scan(self, text: str, lowered: str | None = None) -> list[Finding]:
-        """The findings of the rules in ``text`` as it is (``lowered``: ``text.lower()``, when at hand)."""
+    def _scan(self, text: str, lowered: str | None = None, runs=None) -> list[Finding]:
+        """The findings of the rules in ``text`` as it is (``lowered``: ``text.lower()``, ``runs``: the
+        spans of ``TOKEN_RUN`` in it, when at hand)."""
         found: list[Finding] = []
         if not text:
             return found
@@ -299,9 +319,9 @@ class Sanitizer:
                     found.extend(self._accept(active, text, regex.finditer(text, start, end)))
         run_rules = self._by_scope["run"]
         if run_rules:
-            for run in TOKEN_RUN.finditer(text):
+            for start, end in runs if runs is not None else (run.span() for run in TOKEN_RUN.finditer(text)):
                 for active in run_rules:
-                    found.extend(self._accept(active, text, active.regex.finditer(text, run.start(), run.end())))
+                    found.extend(self._accept(active, text, active.regex.finditer(text, start, end)))
         number_rules = self._by_scope["number"]
         if number_rules:
             for run in NUMBER_RUN.finditer(text):

@@ -136,6 +136,17 @@ def has_alnum(value: str) -> bool:
     return any(ch.isalnum() for ch in value)
 
 
+# Words that name a credential and a count alike: ``pass: 1289`` (a test run's passes), ``tokens: 4096``.
+COUNT_KEY = re.compile(r"(?i)(?<![\w\-])(?:pass|passes|passed|tokens|max_tokens|num_tokens|n_tokens|token_count|"
+                       r"total_tokens|tokens_used)[\"']?[ \t]*[:=][ \t]*[\"']?\Z")
+
+
+def is_count(text: str, start: int, end: int) -> bool:
+    """Is ``text[start:end]`` a bare number of at most nine digits under a key that also names a count?"""
+    value = text[start:end]
+    return value.isdigit() and len(value) <= 9 and COUNT_KEY.search(text, max(0, start - 40), start) is not None
+
+
 def plausible_secret(value: str) -> bool:
     """Neither a placeholder, nor a template, nor a reference, and has a letter or digit."""
     return has_alnum(value) and not is_placeholder(value) and not is_templated(value) and not is_reference(value)
