@@ -328,6 +328,7 @@ def _sanitize_one(layout, sanitizer: Sanitizer, key: str, fingerprint: str, othe
     """Sanitize one extracted text (with the copies of ``others``, values of other texts), store it, say what it became.
 
     ``ocr_pages``: its pages that OCR read, which the scanner reads with tolerance (``recognised.py``).
+    """
     raw = _read_extracted(layout, key)
     try:
         text = raw.decode("utf-8")
