@@ -57,7 +57,8 @@ _IN_RANGE = f"""((p_since IS NULL AND p_before IS NULL) OR EXISTS (SELECT 1 FROM
 def dates_sql(vec: str) -> list[str]:
     """Migration 10's statements (``vec``: pgvector's schema, quoted), in the order they run."""
     s = SCHEMA
-    return ([f"ALTER TABLE {s}.documents ADD COLUMN modified text"
+    # IF NOT EXISTS: a schema taken back to an earlier version by its migrations rows alone runs this again
+    return ([f"ALTER TABLE {s}.documents ADD COLUMN IF NOT EXISTS modified text"
              f" CONSTRAINT documents_modified_stamp CHECK (modified ~ '{STAMP_SQL}')"]
             + _publisher_sql() + bastion_role_functions(PUBLISHER_FUNCTIONS_10)
             + [_vector_sql(vec), _vector_matches_sql(), _keyword_sql(), _hit_rows_sql()]
