@@ -260,21 +260,6 @@ class DateFilterTests(DatedCase):
                 self.assertEqual(again, answers[mode])
                 self.assertTrue(answers[mode])
 
-    def test_serve_remote_filters_with_since_and_before(self):
-        from bastion_agent.config.manifest import load
-        from bastion_agent.serving import search_service
-
-        with clean_env(BASTION_PUBLISH_DSN=self.who.search_dsn):
-            index = remote_search.open_index(load(self.fs.manifest_path))
-        self.addCleanup(index.close)
-        service = object.__new__(search_service.SearchService)  # its remote path alone, without a server
-        service.remote = True
-        caller = SimpleNamespace(groups=None, reader=None)
-        within = dates.DateRange(since=self.cut)
-        hits = service._search_as(caller, index, ENG[2], None, 3, "keyword", within)
-        self.assertTrue(hits)
-        self.assertLessEqual({hit.doc for hit in hits}, self.docs_of(ENG))
-
 
 class UpgradeTests(DatedCase):
     def roll_back_to_9(self) -> None:
