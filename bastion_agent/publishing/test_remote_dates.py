@@ -260,6 +260,29 @@ class DateFilterTests(DatedCase):
                 self.assertEqual(again, answers[mode])
                 self.assertTrue(answers[mode])
 
+    def test_a_readers_dated_search_walks_the_graph_with_the_range_inside_the_scan(self):
+        from psycopg import sql
+
+        _, hr, _, gateway_dsn = self.readers()
+        index, within = self.index(gateway_dsn), dates.DateRange(before=self.cut)
+        vector = self.vector(HR[0])
+        with index.lock:
+            index.counts(hr)
+            index._within = within
+            with index._as_reader(hr):
+                self.assertTrue(index._through_functions)
+                settings, call = index.vector_query(vector, 5)
+                groups = index.conn.execute("SELECT bastion_agent.readable_groups(current_user)").fetchone()[0]
+        self.assertIn(f"'{self.cut}'::text", call.as_string(None))
+        literal = "[" + ",".join(repr(float(x)) for x in vector) + "]"
+        statement = query(self.dsn, "SELECT bastion_agent.vector_sql('stub-model', %s, '{fs-01}', %s, NULL, %s, NULL,"
+                                    " %s)", (literal, groups, max(5, index.ef_search), self.cut))[0][0]
+        owner = self.index(self.dsn)
+        plan = "\n".join(row[0] for row in owner.in_one_message(settings, sql.SQL("EXPLAIN " + statement)))
+        self.assertIn("windows_hnsw_", plan, "the graph, not a sort of every row")
+        self.assertIn(f"modified < '{self.cut}'", plan, "the range is a condition of the scan")
+        self.assertIn("groups && '{hr}'", plan)
+
 
 class UpgradeTests(DatedCase):
     def roll_back_to_9(self) -> None:
