@@ -2,8 +2,10 @@
 
 Many bastions, one search. Each bastion sends what already left its private
 stores, and nothing else: the sanitized windows of ``vectors.db`` (text,
-``doc``, ``idx``, offsets), their vectors for the manifest's model, and the
-documents' sanitized paths. The database (``BASTION_PUBLISH_DSN``, a libpq
+``doc``, ``idx``, offsets), their vectors for the manifest's model, the
+documents' sanitized paths and groups, and each document's date alone (the
+latest of its files' modification times; which file, and the others' times,
+stay here). The database (``BASTION_PUBLISH_DSN``, a libpq
 connection string, from the environment only) is one an organisation
 already runs, backs up and shards; ``docs/publish.md`` shows the set-up.
 
