@@ -43,8 +43,11 @@ The query vector comes from the local model server, as for local search.
 ``core.dates.DateRange``) keeps to documents dated within it, as a condition
 of each scan before its ``LIMIT`` (a reader's inside the owner's functions,
 next to its groups), so it returns ``k`` hits when ``k`` such windows
-exist; when the graph's iterative scan stops short of them (a range that
-holds few rows far from the query), the search reads the dated rows exactly.
+exist. As for a filter on bastions, a range that holds at most
+``EXACT_SHARE`` of the caller's windows (counted per search, as the caller)
+is read exactly (the documents in the range, then their windows), and a
+wider one walks the graph; when the graph's iterative scan stops short of
+``k`` rows of the range, the search reads the range's rows exactly.
 """
 
 from __future__ import annotations
@@ -415,10 +418,25 @@ class RemoteIndex:
         So up to ``EXACT_SHARE`` of the model's rows, the exact scan (its
         bitmap on ``(bastion, model, doc)``) answers; above it, the graph.
         """
+        if self._dated():  # the same rule for a range of dates: its windows against every one the caller reads
+            return self._dated_count() <= EXACT_SHARE * max(self.counts(self._reading_as)[1], 1)
         if self.own_graph is not None:
             return False
         windows, every = self.counts(self._reading_as)  # the reader's own counts: nothing it may not read
         return bool(self.bastions) and windows <= EXACT_SHARE * max(every, 1)
+
+    def _dated_count(self) -> int:
+        """The windows of the chosen bastions' documents in the search's range of dates, that the caller may read."""
+        since, before = self._within.since, self._within.before
+        bastions = self.bastions or None
+        if self._through_functions:
+            return int(self.conn.execute("SELECT bastion_agent.window_count(%s, %s, current_user, %s, %s)",
+                                         (self.key, bastions, since, before)).fetchone()[0])
+        return int(self.conn.execute(
+            "SELECT coalesce(sum(windows), 0) FROM bastion_agent.documents WHERE model = %s"
+            " AND (%s::text[] IS NULL OR bastion = ANY(%s::text[])) AND (%s::text IS NULL OR modified >= %s)"
+            " AND (%s::text IS NULL OR modified < %s)",
+            (self.key, bastions, bastions, since, since, before, before)).fetchone()[0])
 
     def vector_top(self, query_vector, n: int, exact: bool = False) -> list[tuple[float, str]]:
         """``(cosine, key)`` of the ``n`` nearest windows, best first."""

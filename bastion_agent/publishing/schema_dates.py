@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from bastion_agent.publishing.schema_access import _CALLER_CHECK, PUBLISHER_FUNCTIONS_7, bastion_role_functions
 from bastion_agent.publishing.schema_readers import (FUNCTION_ROWS, KEYWORD_FUNCTION, READER_FUNCTIONS_9, _SCOPE,
-                                                     reader_roles_sql_9, regrant_readers_sql)
+                                                     _VISIBLE, reader_roles_sql_9, regrant_readers_sql)
 from bastion_agent.publishing.schema_sql import SCHEMA, definer
 
 STAMP_SQL = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"  # core.dates.STAMP, as a POSIX regex
@@ -38,7 +38,7 @@ PUBLISHER_FUNCTIONS_10 = PUBLISHER_FUNCTIONS_7 + (
 READER_FUNCTIONS_10 = (  # the date-filtered searches a reader (and a search role) may call from migration 10
     "vector_matches(text, text, text[], integer, name, text, text)",
     "keyword_matches(text, text, text[], integer, integer, name, text, text)",
-    "hit_rows(text, text[], text[], name)")
+    "hit_rows(text, text[], text[], name)", "window_count(text, text[], name, text, text)")
 VECTOR_SQL_10 = "vector_sql(text, text, text[], text[], text[], integer, text, text)"  # the owner's only
 DATED_VERSION = 10  # from this version the central index holds dates
 
@@ -61,7 +61,7 @@ def dates_sql(vec: str) -> list[str]:
     return ([f"ALTER TABLE {s}.documents ADD COLUMN IF NOT EXISTS modified text"
              f" CONSTRAINT documents_modified_stamp CHECK (modified ~ '{STAMP_SQL}')"]
             + _publisher_sql() + bastion_role_functions(PUBLISHER_FUNCTIONS_10)
-            + [_vector_sql(vec), _vector_matches_sql(), _keyword_sql(), _hit_rows_sql()]
+            + [_vector_sql(vec), _vector_matches_sql(), _keyword_sql(), _hit_rows_sql(), _count_sql()]
             + [f"REVOKE ALL ON FUNCTION {s}.{f} FROM PUBLIC"
                for f in PUBLISHER_FUNCTIONS_10[len(PUBLISHER_FUNCTIONS_7):] + READER_FUNCTIONS_10 + (VECTOR_SQL_10,)]
             + reader_roles_sql_9(READER_FUNCTIONS_9 + (KEYWORD_FUNCTION,) + READER_FUNCTIONS_10)
@@ -176,6 +176,19 @@ def _keyword_sql() -> str:
             SELECT m.bastion, m.chunk_id, ts_rank(m.tsv, q.q, 32) FROM m, q
                 ORDER BY 3 DESC, 1, 2 LIMIT p_n;
         END""", f"STABLE ROWS {FUNCTION_ROWS}")
+
+
+def _count_sql() -> str:
+    """``window_count`` of the documents in a range: how a search chooses between the graph and reading the rows."""
+    s = SCHEMA
+    visible = _VISIBLE.format(t="d")
+    return definer("window_count(p_model text, p_bastions text[], p_role name, p_since text, p_before text)",
+                   "bigint", f"""
+        DECLARE{_SCOPE}
+        BEGIN{_RANGE_CHECK}
+            RETURN (SELECT coalesce(sum(d.windows), 0) FROM {s}.documents d WHERE d.model = p_model AND {visible}
+                AND (p_since IS NULL OR d.modified >= p_since) AND (p_before IS NULL OR d.modified < p_before));
+        END""", "STABLE")
 
 
 def _hit_rows_sql() -> str:

@@ -283,6 +283,22 @@ class DateFilterTests(DatedCase):
         self.assertIn(f"modified < '{self.cut}'", plan, "the range is a condition of the scan")
         self.assertIn("groups && '{hr}'", plan)
 
+    def test_a_narrow_range_is_read_exactly_a_wide_one_walks_the_graph_counted_as_the_caller(self):
+        _, hr, _, gateway_dsn = self.readers()
+        index = self.index(gateway_dsn)
+        hr_windows = query(self.dsn, "SELECT coalesce(sum(windows), 0) FROM bastion_agent.documents"
+                                     " WHERE 'hr' = ANY(groups) AND modified < %s", (self.cut,))[0][0]
+        for within, count, exact in ((dates.DateRange(before=self.cut), hr_windows, False),
+                                     (dates.DateRange(since=self.cut), 0, True)):  # only eng's documents: none of hr's
+            with self.subTest(within=within), index.lock:
+                index.counts(hr)
+                index._within = within
+                try:
+                    with index._as_reader(hr):
+                        self.assertEqual((index._dated_count(), index.scans_exactly()), (count, exact))
+                finally:
+                    index._within = None
+
 
 class UpgradeTests(DatedCase):
     def roll_back_to_9(self) -> None:
