@@ -62,15 +62,13 @@ def run_search(args: argparse.Namespace) -> int:
     if args.bastion and not args.remote:
         raise ConfigError("--bastion filters a --remote search; add --remote")
     within = dates.date_range(args.since, args.before)
-    if args.remote and within is not None:
-        raise ConfigError("--since and --before filter a local search; the central index does not hold dates yet")
     if args.remote and args.open:
         raise ConfigError("--open opens a file on this machine; a --remote hit's file is on its own bastion")
     if args.remote:
         from bastion_agent.publishing import remote_search
 
         hits = remote_search.search(manifest, args.query, args.k, mode=args.mode, bastions=args.bastion,
-                                    exact=args.exact)
+                                    exact=args.exact, dates=within)
         mode = searcher.resolve_mode(manifest, args.mode)
     else:
         # The local user sees what [access] local_groups gives (absent: every group, as before labels).

@@ -2,8 +2,10 @@
 
 Many bastions, one search. Each bastion sends what already left its private
 stores, and nothing else: the sanitized windows of ``vectors.db`` (text,
-``doc``, ``idx``, offsets), their vectors for the manifest's model, and the
-documents' sanitized paths. The database (``BASTION_PUBLISH_DSN``, a libpq
+``doc``, ``idx``, offsets), their vectors for the manifest's model, the
+documents' sanitized paths and groups, and each document's date alone (the
+latest of its files' modification times; which file, and the others' times,
+stay here). The database (``BASTION_PUBLISH_DSN``, a libpq
 connection string, from the environment only) is one an organisation
 already runs, backs up and shards; ``docs/publish.md`` shows the set-up.
 
@@ -15,8 +17,8 @@ those with the bastion's and then
 - deletes the documents the bastion no longer has (windows and row);
 - replaces the windows of each new or changed document, whole documents per
   transaction (a batch of them), loaded with binary ``COPY``;
-- updates only the paths or the groups (its ``[access]`` labels) of a
-  document whose windows are the same: a label change sends no vector;
+- updates only the paths, the groups (its ``[access]`` labels) or the date
+  of a document whose windows are the same: such a change sends no vector;
 - writes nothing for an unchanged document.
 
 A publish killed at any point leaves every document as it was before or as
@@ -44,7 +46,7 @@ from bastion_agent.core.errors import (
     ManifestError,
     StoreError,
 )
-from bastion_agent.core import access, records
+from bastion_agent.core import access, dates, records
 from bastion_agent.core.layout import Layout, write_summary
 from bastion_agent.embedding import vectorstore
 from bastion_agent.publishing.connection import (connect, describe_dsn, dsn_from_env, psycopg_module, say_warnings,
@@ -92,6 +94,8 @@ class LocalDocument:
     paths: list[str]
     windows: list[PublishedWindow] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)  # who may read it (vectors.db's documents.groups)
+    # the latest modification time of its files (core.dates.latest): the date alone leaves the bastion
+    modified: str | None = None
 
     @property
     def chunks_fingerprint(self) -> str:
@@ -130,6 +134,7 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
         stored = {chunk for chunk, in db.execute("SELECT chunk_id FROM chunks")}
         vectors = dict(db.execute("SELECT chunk_id, vec FROM vectors WHERE model = ? AND dim = ?", (key, dim)))
         groups = document_groups(db)
+        modified = document_dates(db)
     finally:
         db.close()
     if stored != {row.chunk_id for row in chunk_rows}:
@@ -137,8 +142,8 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
     missing = len(stored - vectors.keys())
     if missing:
         raise StoreError(f"{missing} window(s) have no vector for model {key!r} (dim {dim}): run embed first")
-    result = {row.doc: LocalDocument(row.doc, json.loads(row.paths), groups=groups.get(row.doc, []))
-              for row in documents}
+    result = {row.doc: LocalDocument(row.doc, json.loads(row.paths), groups=groups.get(row.doc, []),
+                                     modified=modified.get(row.doc)) for row in documents}
     seen: set[str] = set()
     for row in chunk_rows:
         if row.chunk_id in seen:  # a repeated window keeps its first position, as in vectors.db
@@ -165,6 +170,27 @@ def document_groups(db) -> dict[str, list[str]]:
         if not isinstance(names, list) or not all(access.is_group_name(name) for name in names):
             raise StoreError("vectors.db holds a document whose groups are not group names: run embed again")
         result[doc] = sorted(set(names))
+    return result
+
+
+def document_dates(db) -> dict[str, str]:
+    """doc -> the latest of its files' modification times (vectors.db's ``documents.modified``), where known.
+
+    Only the date is kept: which path it belongs to, and the other paths'
+    times, are not published. {} before that column exists (nothing dated).
+    """
+    columns = {row[1] for row in db.execute("PRAGMA table_info(documents)")}
+    if "modified" not in columns:
+        return {}
+    result = {}
+    for doc, paths, times in db.execute("SELECT doc, paths, modified FROM documents"):
+        try:
+            count = len(json.loads(paths or "[]"))
+        except ValueError:
+            continue
+        latest = dates.latest(times, count)
+        if latest is not None:
+            result[doc] = latest
     return result
 
 
@@ -220,13 +246,15 @@ class Plan:
     delete: list[str]
     unchanged: int
     groups_only: list[LocalDocument] = field(default_factory=list)  # same windows, other groups
+    dates_only: list[LocalDocument] = field(default_factory=list)  # same windows, another date
 
 
 def plan(local: dict[str, LocalDocument], remote: dict[str, tuple[str, str, int]],
-         remote_groups: dict[str, str] | None = None) -> Plan:
+         remote_groups: dict[str, str] | None = None, remote_dates: dict[str, str | None] | None = None) -> Plan:
     """Compare the bastion's documents with the server's (doc -> fingerprint, paths, windows; doc -> groups
-    as a JSON list). A written document carries its groups; a kept one whose groups differ is relabelled."""
-    write, paths_only, groups_only, unchanged = [], [], [], 0
+    as a JSON list; doc -> date). A written document carries its groups and date; a kept one whose groups
+    differ is relabelled, one whose date differs is re-dated."""
+    write, paths_only, groups_only, dates_only, unchanged = [], [], [], [], 0
     for doc in sorted(local):
         document = local[doc]
         held = remote.get(doc)
@@ -236,12 +264,15 @@ def plan(local: dict[str, LocalDocument], remote: dict[str, tuple[str, str, int]
         relabel = remote_groups is not None and remote_groups.get(doc, "[]") != document.groups_json
         if relabel:
             groups_only.append(document)
+        redate = remote_dates is not None and remote_dates.get(doc) != document.modified
+        if redate:
+            dates_only.append(document)
         if held[1] != document.paths_json:
             paths_only.append(document)
-        elif not relabel:
+        elif not relabel and not redate:
             unchanged += 1
     delete = sorted(doc for doc in remote if doc not in local)
-    return Plan(write, paths_only, delete, unchanged, groups_only)
+    return Plan(write, paths_only, delete, unchanged, groups_only, dates_only)
 
 
 def batches(documents: list[LocalDocument], limit: int) -> Iterator[list[LocalDocument]]:
@@ -328,14 +359,17 @@ class Writer:
         return {doc: (fingerprint, paths, windows) for doc, fingerprint, paths, windows in self.conn.execute(
             "SELECT * FROM bastion_agent.published_documents(%s, %s, %s)", (self.bastion, self.model, self.dim))}
 
-    def published_state(self) -> tuple[dict[str, tuple[str, str, int]], dict[str, str]]:
-        """``published()`` and doc -> its groups on the server (a sorted JSON list), in one statement."""
+    def published_state(self) -> tuple[dict[str, tuple[str, str, int]], dict[str, str], dict[str, str | None]]:
+        """``published()``, doc -> its groups on the server (a sorted JSON list) and doc -> its date, in one
+        statement."""
         rows = self.conn.execute(
-            "SELECT p.doc, p.chunks_fingerprint, p.paths, p.windows, g.groups"
+            "SELECT p.doc, p.chunks_fingerprint, p.paths, p.windows, g.groups, t.modified"
             " FROM bastion_agent.published_documents(%s, %s, %s) p"
-            " LEFT JOIN bastion_agent.published_groups(%s, %s) g ON g.doc = p.doc",
-            (self.bastion, self.model, self.dim, self.bastion, self.model)).fetchall()
-        return {row[0]: row[1:4] for row in rows}, {row[0]: row[4] or "[]" for row in rows}
+            " LEFT JOIN bastion_agent.published_groups(%s, %s) g ON g.doc = p.doc"
+            " LEFT JOIN bastion_agent.published_dates(%s, %s) t ON t.doc = p.doc",
+            (self.bastion, self.model, self.dim, self.bastion, self.model, self.bastion, self.model)).fetchall()
+        return ({row[0]: row[1:4] for row in rows}, {row[0]: row[4] or "[]" for row in rows},
+                {row[0]: row[5] for row in rows})
 
     LOCK_SQL = "SELECT bastion_agent.lock_bastion(%s)"
 
@@ -376,10 +410,10 @@ class Writer:
         with self.conn.transaction():
             with self.conn.cursor() as cur:
                 copy_into(cur, f"pg_temp.{STAGING}", copy_rows(None, None, batch), STAGING_COLUMNS, pause)
-                cur.execute("SELECT bastion_agent.write_documents(%s, %s, %s, %s, %s, %s, %s)",
+                cur.execute("SELECT bastion_agent.write_documents(%s, %s, %s, %s, %s, %s, %s, %s)",
                             (self.bastion, self.model, [d.doc for d in batch], [d.chunks_fingerprint for d in batch],
                              [d.paths_json for d in batch], [len(d.windows) for d in batch],
-                             [d.groups_json for d in batch]))
+                             [d.groups_json for d in batch], [d.modified for d in batch]))
                 return cur.fetchone()[0]
 
     def update_paths(self, documents: list[LocalDocument]) -> None:
@@ -390,6 +424,11 @@ class Writer:
         """New labels on documents the server holds: their rows and windows are relabelled, no vector sent."""
         self.conn.execute("SELECT bastion_agent.update_groups(%s, %s, %s, %s)",
                           (self.bastion, self.model, [d.doc for d in documents], [d.groups_json for d in documents]))
+
+    def update_dates(self, documents: list[LocalDocument]) -> None:
+        """New dates on documents the server holds: only their rows of ``documents`` change, no vector is sent."""
+        self.conn.execute("SELECT bastion_agent.update_dates(%s, %s, %s, %s)",
+                          (self.bastion, self.model, [d.doc for d in documents], [d.modified for d in documents]))
 
     def delete(self, docs: list[str]) -> int:
         return self.conn.execute("SELECT bastion_agent.delete_documents(%s, %s, %s)",
@@ -411,6 +450,7 @@ class PublishedDocument:
     chunks_fingerprint: str  # LocalDocument.chunks_fingerprint
     paths: str  # the sorted paths as a JSON list (the column is jsonb)
     windows: int
+    modified: str | None = None  # LocalDocument.modified: the document's date alone
 
 
 def _owner_documents_sql() -> str:
@@ -432,11 +472,11 @@ class OwnerWriter(Writer):
             "SELECT doc, chunks_fingerprint, paths::text, windows FROM bastion_agent.documents"
             " WHERE bastion = %s AND model = %s", (self.bastion, self.model))}
 
-    def published_state(self) -> tuple[dict[str, tuple[str, str, int]], dict[str, str]]:
-        rows = self.conn.execute("SELECT doc, chunks_fingerprint, paths::text, windows, to_jsonb(groups)::text"
-                                 " FROM bastion_agent.documents WHERE bastion = %s AND model = %s",
+    def published_state(self) -> tuple[dict[str, tuple[str, str, int]], dict[str, str], dict[str, str | None]]:
+        rows = self.conn.execute("SELECT doc, chunks_fingerprint, paths::text, windows, to_jsonb(groups)::text,"
+                                 " modified FROM bastion_agent.documents WHERE bastion = %s AND model = %s",
                                  (self.bastion, self.model)).fetchall()
-        return {row[0]: row[1:4] for row in rows}, {row[0]: row[4] for row in rows}
+        return {row[0]: row[1:4] for row in rows}, {row[0]: row[4] for row in rows}, {row[0]: row[5] for row in rows}
 
     @contextlib.contextmanager
     def lock(self, wait: float | None = None):
@@ -455,7 +495,7 @@ class OwnerWriter(Writer):
                 copy_into(cur, "bastion_agent.windows", copy_rows(self.bastion, self.model, batch), COPY_COLUMNS,
                           pause)
                 rows = [PublishedDocument(self.bastion, self.model, d.doc, d.chunks_fingerprint, d.paths_json,
-                                          len(d.windows)) for d in batch]
+                                          len(d.windows), d.modified) for d in batch]
                 cur.executemany(self.DOCUMENTS_SQL, list(map(records.values(PublishedDocument), rows)))
             labelled = [d for d in batch if d.groups]  # COPY wrote none: the labelled ones' rows, in this transaction
             if labelled:
@@ -477,6 +517,12 @@ class OwnerWriter(Writer):
                     " AND t.groups <> bastion_agent.groups_of(u.g)",
                     ([d.doc for d in documents], [d.groups_json for d in documents], self.bastion, self.model))
 
+    def update_dates(self, documents: list[LocalDocument]) -> None:
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.executemany("UPDATE bastion_agent.documents SET modified = %s, published_at = now()"
+                            " WHERE bastion = %s AND model = %s AND doc = %s",
+                            [(d.modified, self.bastion, self.model, d.doc) for d in documents])
+
     def delete(self, docs: list[str]) -> int:
         with self.conn.transaction():
             deleted = self.conn.execute(
@@ -492,10 +538,10 @@ def canonical(remote: dict[str, tuple[str, str, int]]) -> dict[str, tuple[str, s
     return {doc: (f, json.dumps(sorted(json.loads(p)), ensure_ascii=False), n) for doc, (f, p, n) in remote.items()}
 
 
-def published(writer: Writer) -> tuple[dict[str, tuple[str, str, int]], dict[str, str]]:
-    """The server's documents (canonical paths) and their groups."""
-    remote, groups = writer.published_state()
-    return canonical(remote), groups
+def published(writer: Writer) -> tuple[dict[str, tuple[str, str, int]], dict[str, str], dict[str, str | None]]:
+    """The server's documents (canonical paths), their groups and their dates."""
+    remote, groups, modified = writer.published_state()
+    return canonical(remote), groups, modified
 
 
 def publish_documents(writer: Writer, local: dict[str, LocalDocument]) -> dict:
@@ -509,8 +555,9 @@ def publish_documents(writer: Writer, local: dict[str, LocalDocument]) -> dict:
     todo = plan(local, *published(writer))
     counts = {"documents": len(local), "documents_written": 0, "documents_deleted": 0,
               "documents_unchanged": todo.unchanged, "documents_paths_updated": 0, "documents_groups_updated": 0,
+              "documents_dates_updated": 0,
               "windows": sum(len(d.windows) for d in local.values()), "inserted": 0, "deleted": 0}
-    if todo.write or todo.paths_only or todo.groups_only or todo.delete:
+    if todo.write or todo.paths_only or todo.groups_only or todo.dates_only or todo.delete:
         with writer.lock():
             todo = plan(local, *published(writer))
             counts["documents_unchanged"] = todo.unchanged
@@ -536,6 +583,9 @@ def apply_plan(writer: Writer, todo: Plan, counts: dict) -> None:
     if todo.groups_only:
         writer.update_groups(todo.groups_only)
         counts["documents_groups_updated"] = len(todo.groups_only)
+    if todo.dates_only:
+        writer.update_dates(todo.dates_only)
+        counts["documents_dates_updated"] = len(todo.dates_only)
     for first in range(0, len(todo.delete), 1000):
         part = todo.delete[first : first + 1000]
         counts["deleted"] += writer.delete(part)

@@ -16,6 +16,7 @@ Everything lives in the schema ``bastion_agent``:
   sanitized text (``to_tsvector('english', text)``) with a GIN index;
 - ``documents(bastion, doc, model, chunks_fingerprint, paths, windows,
   published_at)``: what publish compares against, and each hit's paths;
+  since migration 10 also ``modified``, the document's date (``schema_dates``);
 - ``models(model PK, dim, kind, index_name)``: one partial HNSW index per
   model on ``(embedding::vector(dim))`` with cosine distance (``halfvec`` above
   2000 dimensions, pgvector's limit for ``vector``), ``WHERE model = '…'``; a
@@ -440,8 +441,24 @@ def _m009_sealed_readers(conn) -> None:
         conn.execute(statement)
 
 
+# --- migration 10: each document's date, and searches within a range of dates ----
+#
+# The statements and the reasons are in schema_dates.py.
+
+def _m010_document_dates(conn) -> None:
+    """``documents.modified`` (NULL for the rows of before, until their bastion publishes again), the functions
+    that write it for a publisher's own bastion, and the date-filtered searches; every role of before gets them."""
+    from psycopg import sql
+
+    from bastion_agent.publishing.schema_dates import dates_sql
+
+    for statement in dates_sql(sql.Identifier(vector_schema(conn)).as_string(conn)):
+        conn.execute(statement)
+
+
 MIGRATIONS = [_m001_tables, _m002_row_security, _m003_ensure_model, _m004_hnsw_build, _m005_hnsw_build,
-              _m006_least_privilege, _m007_reader_groups, _m008_bastion_graphs, _m009_sealed_readers]
+              _m006_least_privilege, _m007_reader_groups, _m008_bastion_graphs, _m009_sealed_readers,
+              _m010_document_dates]
 LATEST = len(MIGRATIONS)
 
 

@@ -37,6 +37,17 @@ nothing of other rows, and the relevance floor is drawn from its own rows
 then a gateway that may only become readers; ``reader_groups`` tells serve which groups a reader has, so a
 token is never mapped to a reader that reads more than the token may.
 The query vector comes from the local model server, as for local search.
+
+**Dates** (schema 10, ``schema_dates``): each hit carries its document's
+``modified``, the date its bastion published. A search with ``dates`` (a
+``core.dates.DateRange``) keeps to documents dated within it, as a condition
+of each scan before its ``LIMIT`` (a reader's inside the owner's functions,
+next to its groups), so it returns ``k`` hits when ``k`` such windows
+exist. As for a filter on bastions, a range that holds at most
+``EXACT_SHARE`` of the caller's windows (counted per search, as the caller)
+is read exactly (the documents in the range, then their windows), and a
+wider one walks the graph; when the graph's iterative scan stops short of
+``k`` rows of the range, the search reads the range's rows exactly.
 """
 
 from __future__ import annotations
@@ -123,6 +134,7 @@ class RemoteIndex:
         self.bastions = sorted(set(bastions))
         self.reader = None if reader is None else reader_name(reader)
         self._reading_as: str | None = None  # the reader of the search in progress (under self.lock)
+        self._within = None  # the range of dates of the search in progress (core.dates.DateRange; under self.lock)
         self._counts: dict[str | None, tuple[int, int]] = {}
         # whether each reader may read the windows at all (None: the connection's own role, which is a gateway
         # that reads nothing on its own); taken with its counts, once
@@ -246,12 +258,13 @@ class RemoteIndex:
         return _DatabaseErrors(self.dsn)
 
     def search(self, query: str, query_vector: Sequence[float] | None, k: int, mode: str | None = None,
-               exact: bool = False, groups=None, reader: str | None = None) -> list[RemoteHit]:
+               exact: bool = False, groups=None, reader: str | None = None, dates=None) -> list[RemoteHit]:
         """The top ``k`` windows that ``reader`` (None: the index's own reader) may read.
 
         ``groups``: the caller's groups (None: every group). Centrally, the
         groups are the reader's, which serve checked against the token's
         (``reader_groups``); a caller with groups and no reader is refused.
+        ``dates``: only documents dated within this ``core.dates.DateRange``.
         """
         reader = self.reader if reader is None else reader_name(reader)
         self._refuse_groups_without_reader(groups, reader)
@@ -260,6 +273,7 @@ class RemoteIndex:
             raise ConfigError(f"search mode must be one of {', '.join(SEARCH_MODES)}; got {mode!r}")
         if searcher.needs_vector(mode) and query_vector is not None and len(query_vector) != self.dim:
             raise ModelServerError(f"the query vector has {len(query_vector)} dimensions, the manifest says dim = {self.dim}")
+        self.check_dates(dates)
         if self.model is None:
             return []
         with self.lock, self._errors():
@@ -268,8 +282,23 @@ class RemoteIndex:
             self.counts(reader)
             if not self._readable[reader]:  # a gateway on its own (the single token's, the local user's): no rows
                 return []
-            with self._as_reader(reader):
-                return self._search(query, query_vector, k, mode, exact)
+            self._within = dates
+            try:
+                with self._as_reader(reader):
+                    return self._search(query, query_vector, k, mode, exact)
+            finally:
+                self._within = None
+
+    def check_dates(self, dates) -> None:
+        from bastion_agent.publishing.schema_dates import DATED_VERSION
+
+        if dates is not None and self.version < DATED_VERSION:
+            raise ConfigError(f"the central index holds no dates yet (its schema is at version {self.version}, dates"
+                              f" need {DATED_VERSION}): the schema's owner runs bastion-agent admin migrate, then"
+                              " each bastion publishes again")
+
+    def _dated(self) -> bool:
+        return self._within is not None and (self._within.since is not None or self._within.before is not None)
 
     def _search(self, query: str, query_vector, k: int, mode: str, exact: bool) -> list[RemoteHit]:
         from bastion_agent.searching import fusion
@@ -331,12 +360,20 @@ class RemoteIndex:
         return {_key(bastion, chunk): float(cos) for bastion, chunk, cos in rows if cos is not None}
 
     def _bastion_filter(self):
-        """`` AND bastion = ANY('{…}')`` for the chosen bastions (a literal: the vector search sends no parameters)."""
+        """`` AND bastion = ANY('{…}')`` for the chosen bastions (a literal: the vector search sends no parameters),
+        and the range of dates (as ``schema_dates`` words it for a reader)."""
         from psycopg import sql
 
-        if not self.bastions:
-            return sql.SQL("")
-        return sql.SQL(" AND bastion = ANY({}::text[])").format(sql.Literal(self.bastions))
+        where = sql.SQL("")
+        if self.bastions:
+            where = sql.SQL(" AND bastion = ANY({}::text[])").format(sql.Literal(self.bastions))
+        if self._dated():
+            since, before = self._within.since, self._within.before
+            where += sql.SQL(" AND EXISTS (SELECT 1 FROM bastion_agent.documents d WHERE d.bastion = windows.bastion"
+                             " AND d.doc = windows.doc AND d.model = windows.model{}{})").format(
+                sql.SQL("") if since is None else sql.SQL(" AND d.modified >= {}").format(sql.Literal(since)),
+                sql.SQL("") if before is None else sql.SQL(" AND d.modified < {}").format(sql.Literal(before)))
+        return where
 
     def depth(self, n: int) -> int:
         """How many rows to ask the HNSW scan for, to answer the ``n`` nearest.
@@ -351,7 +388,8 @@ class RemoteIndex:
         (0.79 against 0.94 at ef_search 100, one bastion of ten: docs/publish.md).
         A reader's search is filtered too (row-level security, to its groups).
         """
-        return max(n, self.ef_search) if self.bastions or self._reading_as or self._through_functions else n
+        filtered = self.bastions or self._reading_as or self._through_functions or self._dated()
+        return max(n, self.ef_search) if filtered else n
 
     def _own_graph(self) -> str | None:
         """The partial graph of the one chosen bastion's rows (schema migration 8), if the server has it:
@@ -380,10 +418,25 @@ class RemoteIndex:
         So up to ``EXACT_SHARE`` of the model's rows, the exact scan (its
         bitmap on ``(bastion, model, doc)``) answers; above it, the graph.
         """
+        if self._dated():  # the same rule for a range of dates: its windows against every one the caller reads
+            return self._dated_count() <= EXACT_SHARE * max(self.counts(self._reading_as)[1], 1)
         if self.own_graph is not None:
             return False
         windows, every = self.counts(self._reading_as)  # the reader's own counts: nothing it may not read
         return bool(self.bastions) and windows <= EXACT_SHARE * max(every, 1)
+
+    def _dated_count(self) -> int:
+        """The windows of the chosen bastions' documents in the search's range of dates, that the caller may read."""
+        since, before = self._within.since, self._within.before
+        bastions = self.bastions or None
+        if self._through_functions:
+            return int(self.conn.execute("SELECT bastion_agent.window_count(%s, %s, current_user, %s, %s)",
+                                         (self.key, bastions, since, before)).fetchone()[0])
+        return int(self.conn.execute(
+            "SELECT coalesce(sum(windows), 0) FROM bastion_agent.documents WHERE model = %s"
+            " AND (%s::text[] IS NULL OR bastion = ANY(%s::text[])) AND (%s::text IS NULL OR modified >= %s)"
+            " AND (%s::text IS NULL OR modified < %s)",
+            (self.key, bastions, bastions, since, since, before, before)).fetchone()[0])
 
     def vector_top(self, query_vector, n: int, exact: bool = False) -> list[tuple[float, str]]:
         """``(cosine, key)`` of the ``n`` nearest windows, best first."""
@@ -391,6 +444,9 @@ class RemoteIndex:
             return []
         exact = exact or self.scans_exactly()
         rows = self.in_one_message(*self.vector_query(query_vector, n, exact))
+        if self._dated() and not exact and len(rows) < n:
+            # the graph's scan stopped before n rows of the range: read the range's rows, so n exist, n return
+            rows = self.in_one_message(*self.vector_query(query_vector, n, True))
         ranked = sorted(((1.0 - float(distance), _key(bastion, chunk)) for bastion, chunk, distance in rows),
                         key=lambda item: (-item[0], item[1]))
         return ranked[:n]
@@ -402,10 +458,13 @@ class RemoteIndex:
         literal = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"
         limit = n if exact else self.depth(n)
         if self._through_functions:  # the same statement, run by the owner's function with the reader's groups
+            dated = sql.SQL(", {}::text, {}::text").format(sql.Literal(self._within.since),
+                                                           sql.Literal(self._within.before)) \
+                if self._dated() else sql.SQL("")
             statement = sql.SQL("SELECT bastion, chunk_id, distance FROM bastion_agent.vector_matches({model},"
-                                " {query}, {bastions}::text[], {limit}, current_user)").format(
+                                " {query}, {bastions}::text[], {limit}, current_user{dated})").format(
                 model=sql.Literal(self.key), query=sql.Literal(literal),
-                bastions=sql.Literal(self.bastions or None), limit=sql.Literal(limit))
+                bastions=sql.Literal(self.bastions or None), limit=sql.Literal(limit), dated=dated)
         else:
             statement = sql.SQL(
                 "SELECT bastion, chunk_id, {expression} <=> {query}::{kind} AS distance FROM bastion_agent.windows"
@@ -417,7 +476,7 @@ class RemoteIndex:
             return [sql.SQL("SET LOCAL enable_indexscan = off")], statement
         settings = [sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(self.ef_search, n))),
                     sql.SQL("SET LOCAL hnsw.iterative_scan = relaxed_order")]
-        if self._reading_as is not None or self.own_graph is not None or self._through_functions:
+        if self._reading_as is not None or self.own_graph is not None or self._through_functions or self._dated():
             # the planner guesses the read policy keeps ~1 % of the rows, so ef_search rows through the graph
             # look dearer than sorting every row: 460 ms against 80 at 100k windows (docs/publish.md); and it
             # sorts a bastion of 10,000 rows rather than walk its own graph, at twice the graph's time (24.9
@@ -483,8 +542,12 @@ class RemoteIndex:
         which applies the read policy's rule itself so that the GIN index can answer)."""
         # from schema 7 the role in effect (a reader after SET ROLE) is named: the function runs as the owner
         role = ", current_user" if self.version >= 7 else ""
+        params = [expression, self.key, self.bastions or None, KEYWORD_POOL, n]
+        if self._dated():  # schema 10's pass: the range among the conditions, before the pool's LIMIT
+            role += ", %s::text, %s::text"
+            params += [self._within.since, self._within.before]
         rows = self.conn.execute(f"SELECT * FROM bastion_agent.keyword_matches(%s, %s, %s, %s, %s{role})",
-                                 [expression, self.key, self.bastions or None, KEYWORD_POOL, n]).fetchall()
+                                 params).fetchall()
         return [(float(r), _key(bastion, chunk)) for bastion, chunk, r in rows]
 
     def hits(self, ranked: list[tuple[float, str, int]]) -> list[RemoteHit]:
@@ -495,8 +558,9 @@ class RemoteIndex:
 
         pairs = [key.split("\0", 1) for _, key, _ in ranked]
         if self._through_functions:
+            rows_of = "hit_rows" if self.version >= 10 else "window_rows"  # schema 10's rows carry the date
             rows = self.conn.cursor(row_factory=dict_row).execute(
-                "SELECT * FROM bastion_agent.window_rows(%s, %s, %s, current_user)",
+                f"SELECT * FROM bastion_agent.{rows_of}(%s, %s, %s, current_user)",
                 (self.key, [b for b, _ in pairs], [c for _, c in pairs])).fetchall()
         else:
             rows = self._window_rows(pairs)
@@ -510,8 +574,9 @@ class RemoteIndex:
         """The hits' rows read from the tables (a role that may: the owner, a search role)."""
         from psycopg.rows import dict_row
 
+        dated = ", d.modified" if self.version >= 10 else ""
         return self.conn.cursor(row_factory=dict_row).execute(
-            'SELECT w.bastion, w.chunk_id, w.doc, w.idx, w.start, w."end", w.text, d.paths'
+            f'SELECT w.bastion, w.chunk_id, w.doc, w.idx, w.start, w."end", w.text, d.paths{dated}'
             " FROM bastion_agent.windows w JOIN unnest(%s::text[], %s::text[]) AS k(bastion, chunk_id)"
             "   ON w.bastion = k.bastion AND w.chunk_id = k.chunk_id AND w.model = %s"
             " LEFT JOIN bastion_agent.documents d ON d.bastion = w.bastion AND d.doc = w.doc AND d.model = w.model",
@@ -549,18 +614,20 @@ def open_index(manifest, bastions: Sequence[str] = (), reader: str | None = None
 
 
 def search(manifest, query: str, k: int = searcher.DEFAULT_K, mode: str | None = None, bastions: Sequence[str] = (),
-           exact: bool = False, client=None, reader: str | None = None) -> list[RemoteHit]:
+           exact: bool = False, client=None, reader: str | None = None, dates=None) -> list[RemoteHit]:
     """The top ``k`` windows across the bastions (all, or ``bastions``), as ``searcher.search`` for one;
-    ``reader``: the reader role the search becomes (``SET LOCAL ROLE``), which reads only its groups' rows."""
+    ``reader``: the reader role the search becomes (``SET LOCAL ROLE``), which reads only its groups' rows;
+    ``dates``: only documents dated within this ``core.dates.DateRange``."""
     if not query.strip():
         raise ConfigError("the query is empty")
     mode = searcher.resolve_mode(manifest, mode)
     index = open_index(manifest, bastions, reader)
     try:
+        index.check_dates(dates)
         if searcher.needs_vector(mode) and not len(index):
             return []
         vector = searcher.embed_query(manifest, query, client) if searcher.needs_vector(mode) else None
-        return index.search(query, vector, k, mode, exact=exact)
+        return index.search(query, vector, k, mode, exact=exact, dates=dates)
     finally:
         index.close()
 

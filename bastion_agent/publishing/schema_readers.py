@@ -154,15 +154,16 @@ def _floor_sql(vec: str) -> str:
         END""", "STABLE")
 
 
-def reader_roles_sql_9() -> list[str]:
+def reader_roles_sql_9(functions: tuple[str, ...] = READER_FUNCTIONS_9 + (KEYWORD_FUNCTION,)) -> list[str]:
     """``add_searcher``, ``add_reader`` and ``remove_searcher`` again: a reader gets the functions and no table,
-    a search role (every group) keeps its tables and gets the functions too."""
+    a search role (every group) keeps its tables and gets the functions too. ``functions``: what a reader may
+    call (migration 9's list; migration 10 adds the date-filtered ones)."""
     from bastion_agent.publishing.schema_access import SEARCHER_FUNCTIONS, SEARCHER_TABLES, reader_checks
 
     s = SCHEMA
     tables = ", ".join(f"{s}.{t}" for t in SEARCHER_TABLES)
     plain_role, not_gateway, _ = reader_checks()
-    calls = ", ".join(f"{s}.{f}" for f in READER_FUNCTIONS_9 + (KEYWORD_FUNCTION,))
+    calls = ", ".join(f"{s}.{f}" for f in functions)
     reader_grants = f"""
             EXECUTE format('GRANT USAGE ON SCHEMA {s} TO %I', p_role);
             EXECUTE format('REVOKE ALL ON {s}.windows, {s}.documents FROM %I', p_role);
@@ -210,8 +211,13 @@ def sealed_readers_sql() -> list[str]:
     of before gets its rights the new way (a reader loses its tables)."""
     s = SCHEMA
     return ([f"REVOKE ALL ON FUNCTION {s}.{f} FROM PUBLIC" for f in READER_FUNCTIONS_9 + (VECTOR_SQL,)]
-            + reader_roles_sql_9()
-            + [f"""DO $do$
+            + reader_roles_sql_9() + [regrant_readers_sql()])
+
+
+def regrant_readers_sql() -> str:
+    """Every reader and search role of before gets its rights again, from the ``add_*`` functions now in place."""
+    s = SCHEMA
+    return f"""DO $do$
         DECLARE v_role name; v_groups text[];
         BEGIN
             FOR v_role, v_groups IN SELECT x.role_name, x.groups FROM {s}.readers x
@@ -222,4 +228,4 @@ def sealed_readers_sql() -> list[str]:
                     ORDER BY 1 LOOP
                 PERFORM {s}.add_searcher(v_role);
             END LOOP;
-        END $do$"""])
+        END $do$"""

@@ -178,6 +178,43 @@ class ServeRemoteReaderTests(ServeRemoteCase):
                 self.assertLessEqual({(h["bastion"], h["chunk_id"]) for h in body["hits"]}, self.windows_of("eng"))
                 self.assertNotIn("Salary", json.dumps(body["hits"]))
 
+    def test_file_dates_reach_each_remote_hit_and_since_before_filter_before_ranking(self):
+        import os
+        import random
+        import time
+
+        # fs-01's files dated by their mtimes, drawn fresh: hr long ago, eng lately; swept (and so published) again
+        folder, now = self.tmp / "fs-01" / "docs", time.time()
+        when = {name: now - random.randint(400, 800) * 86400 for name in HR} | {
+            name: now - random.randint(1, 30) * 86400 for name in ENG}
+        for name, moment in when.items():
+            os.utime(folder / name, (moment, moment))
+        with clean_env(EMBED_URL=self.stub.url, BASTION_PUBLISH_DSN=self.dsn):  # sweep publishes after embed
+            code, _, err = run_cli("sweep", str(self.manifest_path), "--out", str(self.layout.root))
+            self.assertEqual(code, 0, err)
+        summary = json.loads(self.layout.summary_path("publish").read_text())
+        self.assertEqual((summary["documents_written"], summary["documents_dates_updated"]), (0, len(when)))
+        stamps = {time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(moment))) for moment in when.values()}
+        running = self.start()
+        cut = time.strftime("%Y-%m-%d", time.gmtime(now - 200 * 86400))
+        for mode in MODES:
+            with self.subTest(mode=mode):
+                status, _, body = self.get(running, "/search?" + urllib.parse.urlencode(
+                    {"q": ENG["eng/keys.txt"] + " review", "mode": mode, "k": 3, "before": cut}), self.hr_token)
+                self.assertEqual(status, 200, body)
+                self.assertTrue(body["hits"])
+                if mode != "keyword":  # every window is near by vector: k of the range, since k exist
+                    self.assertEqual(len(body["hits"]), 3)
+                self.assertEqual({hit["bastion"] for hit in body["hits"]}, {"fs-01"}, "fs-02's files are recent")
+                self.assertLessEqual({hit["modified"] for hit in body["hits"]}, stamps)
+                status, _, body = self.get(running, "/search?" + urllib.parse.urlencode(
+                    {"q": QUERY, "mode": mode, "k": 3, "since": cut}), self.hr_token)
+                self.assertEqual(status, 200, body)
+                self.assertEqual({hit["bastion"] for hit in body["hits"]}, {"fs-02"}, "fs-01's hr files are old")
+                self.assertTrue(all(hit["modified"] >= cut for hit in body["hits"]))
+                if mode != "keyword":
+                    self.assertEqual(len(body["hits"]), 3)
+
     def test_concurrent_callers_on_the_shared_connection_never_read_as_each_other(self):
         from concurrent.futures import ThreadPoolExecutor
 

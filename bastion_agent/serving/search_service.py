@@ -280,14 +280,12 @@ class SearchService:
         """The index's top k among the windows ``caller`` may see (filtered before ranking, by the index)."""
         if not self.remote:
             return index.search(query, vector, k, mode, groups=caller.groups, dates=dates)
-        if dates is not None:
-            raise RequestError(400, "since and before filter a local search; the central index does not hold dates yet")
         if caller.groups is None:
-            return index.search(query, vector, k, mode)
+            return index.search(query, vector, k, mode, dates=dates)
         if caller.reader is None:  # fail closed: the DSN's own role reads every group centrally
             raise RequestError(403, "this token has no reader role for the central index; "
                                     "give it one with `token add NAME --groups G --reader ROLE`")
-        return index.search(query, vector, k, mode, groups=caller.groups, reader=caller.reader)
+        return index.search(query, vector, k, mode, groups=caller.groups, reader=caller.reader, dates=dates)
 
     def visible_count(self, index, caller: tokens.Caller) -> int | None:
         """How many windows ``caller`` may search.
