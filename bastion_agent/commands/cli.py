@@ -139,10 +139,16 @@ def run_stage(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(summary_line(name, summary), file=sys.stderr, flush=True)
 
+    status = 0
     if args.command == "sweep":
+        from bastion_agent.core.errors import EXIT_DONE_WITH_SKIPPED
+        from bastion_agent.sanitizing import skipped
+
         result = run_sweep(loaded, layout, on_stage=say)
+        could_not_read = skipped.attention(result)
+        status = EXIT_DONE_WITH_SKIPPED if could_not_read else 0
         if not args.quiet:
-            print(sweep_line(time.monotonic() - started), file=sys.stderr, flush=True)
+            print(sweep_line(time.monotonic() - started, could_not_read), file=sys.stderr, flush=True)
     else:
         result = run_timed(args.command, loaded, layout)
         say(args.command, result)
@@ -152,7 +158,7 @@ def run_stage(args: argparse.Namespace) -> int:
         from bastion_agent.extracting.extract import print_report
 
         print_report(layout, settings=loaded.sanitize, files=args.files)
-    return 0
+    return status
 
 
 def _stage_description(name: str) -> str:

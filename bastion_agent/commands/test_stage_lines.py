@@ -48,7 +48,7 @@ class SummaryLineTests(Folder):
         lines = err.splitlines()
         self.assertEqual([line.split(":")[0] for line in lines], ["extract", "sanitize", "chunk", "embed", "sweep"])
         extract, sanitize, chunk, embed, sweep = lines
-        self.assertRegex(extract, r"^extract: 2 of 3 files read \(text 2\), 1 skipped \(binary 1\) in \d+\.\d s$")
+        self.assertRegex(extract, r"^extract: 2 of 3 files read \(text 2\), 1 skipped \(binary 1\): logo\.ico \(binary\) in \d+\.\d s$")
         self.assertRegex(sanitize, r"^sanitize: [1-9]\d* findings redacted in 1 of 2 files \(2 documents\) \(aws-access-key")
         self.assertRegex(chunk, r"^chunk: \d+ windows of up to 16 tokens from 2 documents in ")
         self.assertRegex(embed, r"^embed: (\d+) windows: \1 embedded, 0 reused \(.*stub-model via ollama, 64 dims\) in ")

@@ -47,3 +47,9 @@ class DatabaseError(BastionError):
     """The central PostgreSQL (publish, --remote search) is unreachable or refused the work."""
 
     exit_code = 6
+
+
+# Not an error: the job is done, every other file is searchable, but some files could not be
+# read or sanitized (hostile, over budget, damaged, unreadable). A status of its own, apart from
+# every failure above (1 to 6), so cron or systemd can tell "look at these files" from "broken".
+EXIT_DONE_WITH_SKIPPED = 10
