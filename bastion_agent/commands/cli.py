@@ -106,6 +106,7 @@ EXTRA_COMMANDS = [
     ("mcp", "serving.mcp_server", "let AI assistants search over the Model Context Protocol (stdio; needs the [mcp] extra)"),
     ("prune", "commands.prune_cli", "erase stale vectors (every model, or --model) from vectors.db and index/; print the counts"),
     ("token", "commands.token_cli", "add, list or revoke the named tokens of serve and mcp --http (BASTION_SERVE_TOKENS)"),
+    ("watch", "watching.watch_cli", "keep the index current as files change: one incremental cycle per change, one line each (SIGTERM stops)"),
     ("audit", "commands.audit_cli", "summarise the audit log: searches per caller, mode and way in, documents hit most"),
 ]
 
