@@ -107,6 +107,7 @@ EXTRA_COMMANDS = [
     ("prune", "commands.prune_cli", "erase stale vectors (every model, or --model) from vectors.db and index/; print the counts"),
     ("token", "commands.token_cli", "add, list or revoke the named tokens of serve and mcp --http (BASTION_SERVE_TOKENS)"),
     ("watch", "watching.watch_cli", "keep the index current as files change: one incremental cycle per change, one line each (SIGTERM stops)"),
+    ("status", "commands.status_cli", "is this bastion current: last cycle, skipped files and why, windows waiting for vectors, model server, central database, watcher"),
     ("audit", "commands.audit_cli", "summarise the audit log: searches per caller, mode and way in, documents hit most"),
 ]
 

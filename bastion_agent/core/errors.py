@@ -37,6 +37,14 @@ class ModelServerError(BastionError):
     exit_code = 5
 
 
+class ModelServerUnreachable(ModelServerError):
+    """No answer at all from the model server (refused, reset, timed out): nothing about the store is in doubt.
+
+    Unlike a wrong answer (a dimension, an API, a model it lacks), this leaves
+    the windows worth indexing: embed still writes them, so keyword search
+    finds them while their vectors wait."""
+
+
 class ConfigError(BastionError):
     """An environment variable or command-line value is invalid."""
 

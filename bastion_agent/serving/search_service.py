@@ -179,8 +179,9 @@ class SearchService:
     def health(self, caller: tokens.Caller | None) -> dict:
         """The server's state as ``caller`` may see it: ``chunks`` counts only its windows (None: no caller)."""
         index = self.index
+        stale = not self.remote and searcher.staleness(self.layout).get("stale_since") is not None
         return {
-            "status": "ok" if self.model.reachable else "degraded",
+            "status": "ok" if self.model.reachable and not stale else "degraded",
             "model": self.manifest.embed.model,
             "dim": self.manifest.embed.dim,
             "chunks": None if caller is None else self.visible_count(index, caller),
@@ -190,6 +191,7 @@ class SearchService:
             "model_server": "ok" if self.model.reachable else "unreachable",
             "fallback": None if self.model.reachable else "keyword",  # /search answers by keyword meanwhile
             "search_mode": self.default_mode,
+            **self.staleness(None if caller is None else self.pending(index, caller)),
             "auth": "bearer" if self.settings.guarded else "none",
             "limits": {"max_k": self.settings.max_k, "max_query_chars": self.settings.max_query_chars},
             "version": __version__,
@@ -207,6 +209,7 @@ class SearchService:
         hits = []
         notice = None
         asked = mode
+        pending = self.pending(index, caller)
         if not vectors or self.visible_count(index, caller) != 0:  # none to see: no hits, no model call (as the CLI)
             vector = None
             if vectors:
@@ -235,7 +238,21 @@ class SearchService:
         }
         if notice:
             envelope.update(fallback="keyword", notice=notice)
+        envelope.update(self.staleness(pending))
         return envelope
+
+    def pending(self, index, caller: tokens.Caller) -> int | None:
+        """How many of ``caller``'s windows wait for a vector (None centrally: the central index has no such wait)."""
+        if self.remote:
+            return None
+        return index.pending(caller.groups)
+
+    def staleness(self, pending: int | None) -> dict:
+        """``windows_pending``, and ``stale_since`` and ``stale_error`` (None unless the last embed has not finished)."""
+        stale = searcher.staleness(self.layout) if not self.remote else {}
+        error = stale.get("stale_error") if stale.get("stale_since") else None
+        return {"windows_pending": pending, "stale_since": stale.get("stale_since"),
+                "stale_error": without_paths(error) if error else None}
 
     def _search_as(self, caller: tokens.Caller, index, query: str, vector, k: int, mode: str) -> list:
         """The index's top k among the windows ``caller`` may see (filtered before ranking, by the index)."""
