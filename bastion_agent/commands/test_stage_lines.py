@@ -224,6 +224,16 @@ class ProgressTests(unittest.TestCase):
         bar.tick()
         self.assertTrue(self.last_line().endswith("ETA 6m32s-12m09s"), self.last_line())
 
+    def test_the_eta_counts_from_the_first_batch_not_the_warm_up(self):
+        """The probe and the model's first load come before any window: the ETA extrapolates the work only."""
+        bar = self.make()
+        self.clock.now += 30  # warm-up: nothing done
+        bar.advance(10)
+        self.clock.now += 10
+        bar.advance(10)  # 1 window/s since the first batch; 0.5/s counted from the start
+        self.assertIn("0.5 windows/s", self.last_line())
+        self.assertTrue(self.last_line().endswith("ETA 1m02s-1m54s"), self.last_line())  # 80 left at 1/s, +-30%
+
     def test_the_timer_redraws_by_itself(self):
         drawn = []
 

@@ -130,6 +130,16 @@ class Progress:
         since, base = (self._samples[0] if self._samples and self._samples[0][0] <= limit else (self.started, 0))
         return (self.done - base) / max(now - since, 1e-9)
 
+    def working_rate(self, now: float, rate: float) -> float:
+        """The rate an ETA extrapolates: in the first minute, counted from the first advance rather than the
+        start, so the warm-up before it (a probe, the model's first load) does not stretch every estimate."""
+        if now - self.started >= RATE_WINDOW_SECONDS or len(self._samples) < 2:
+            return rate
+        first_time, first_done = self._samples[0]
+        if now <= first_time or self.done <= first_done:
+            return rate
+        return (self.done - first_done) / (now - first_time)
+
     def line(self, now: float) -> str:
         """The text of the progress line at time ``now``."""
         elapsed = max(now - self.started, 1e-9)
@@ -138,7 +148,7 @@ class Progress:
         text = f"{self.label}: {count} {self.unit}" + (f" ({self.note})" if self.note else "")
         text += f"  {rate:.1f} {self.unit}/s  {_duration(elapsed)}"
         if self.total is not None and rate > 0 and self.done < self.total:
-            soonest, latest = eta_range(self.total - self.done, rate, self.done / elapsed)
+            soonest, latest = eta_range(self.total - self.done, self.working_rate(now, rate), self.done / elapsed)
             text += f"  ETA {_duration(soonest)}-{_duration(latest)}"
         return text
 
