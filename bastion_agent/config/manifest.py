@@ -54,7 +54,7 @@ ALLOWED_KEYS = {
 # [watch]: how often the polling fallback looks at the folder (a stat per file: cheap at rest on a
 # laptop, even for 10,000 files), and how long a file must stay unchanged before it is read.
 DEFAULT_POLL_SECONDS = 5.0
-DEFAULT_DEBOUNCE_SECONDS = 1.0
+DEFAULT_DEBOUNCE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
