@@ -19,15 +19,18 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from bastion_agent.core.globs import GlobSet
 
 MAX_DEPTH = 64  # deeper folders are not looked at (extract skips them as "too deep" too)
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One selected file as ``stat`` sees it: enough to tell a change, a rename and a removal apart."""
+class Entry(NamedTuple):
+    """One selected file as ``stat`` sees it: enough to tell a change, a rename and a removal apart.
+
+    A named tuple, not a dataclass: two snapshots of 10,000 files are compared
+    at every look, and tuples compare in C."""
 
     size: int
     mtime_ns: int
@@ -73,9 +76,39 @@ class Snapshot(dict):
         return changes
 
 
-def scan(root: Path, include: GlobSet, exclude: GlobSet, out: Path | None = None) -> Snapshot:
-    """The snapshot of ``root`` now; a folder that vanished or cannot be read is simply empty."""
+class Selection:
+    """The manifest's globs, with each path's answer remembered: a look at an unchanged folder then costs
+    one ``lstat`` per file and no pattern matching (the globs ran a dozen regular expressions per path)."""
+
+    MAX_REMEMBERED = 1_000_000
+
+    def __init__(self, include: GlobSet, exclude: GlobSet):
+        self.include, self.exclude = include, exclude
+        self._folders: dict[str, bool] = {}
+        self._files: dict[str, bool] = {}
+
+    def enters(self, path: str) -> bool:
+        found = self._folders.get(path)
+        if found is None:
+            found = self._folders[path] = not self.exclude.matches(path)
+        return found
+
+    def selects(self, path: str) -> bool:
+        found = self._files.get(path)
+        if found is None:
+            if len(self._files) > self.MAX_REMEMBERED:
+                self._files.clear()
+            found = self._files[path] = self.include.matches(path) and not self.exclude.matches(path)
+        return found
+
+
+def scan(root: Path, include: GlobSet, exclude: GlobSet, out: Path | None = None,
+         selection: Selection | None = None) -> Snapshot:
+    """The snapshot of ``root`` now; a folder that vanished or cannot be read is simply empty.
+
+    ``selection`` (a ``Selection`` kept between looks) remembers which paths the globs take."""
     snapshot = Snapshot()
+    selection = selection or Selection(include, exclude)
     out_id = _identity(out)
     pending: list[tuple[str, str, int]] = [(str(root), "", 0)]
     while pending:
@@ -87,11 +120,11 @@ def scan(root: Path, include: GlobSet, exclude: GlobSet, out: Path | None = None
             continue  # removed meanwhile, or unreadable: extract reports it, the next look sees it again
         for item in listed:
             path = f"{rel}/{item.name}" if rel else item.name
-            _look(item, path, depth, include, exclude, out_id, snapshot, pending)
+            _look(item, path, depth, selection, out_id, snapshot, pending)
     return snapshot
 
 
-def _look(item: os.DirEntry, path: str, depth: int, include: GlobSet, exclude: GlobSet, out_id, snapshot: Snapshot,
+def _look(item: os.DirEntry, path: str, depth: int, selection: Selection, out_id, snapshot: Snapshot,
           pending: list) -> None:
     """Add one directory entry to the snapshot, or queue the folder it is."""
     try:
@@ -99,10 +132,10 @@ def _look(item: os.DirEntry, path: str, depth: int, include: GlobSet, exclude: G
     except OSError:
         return
     if stat.S_ISDIR(info.st_mode):
-        if depth < MAX_DEPTH and not exclude.matches(path) and (info.st_dev, info.st_ino) != out_id:
+        if depth < MAX_DEPTH and selection.enters(path) and (info.st_dev, info.st_ino) != out_id:
             pending.append((item.path, path, depth + 1))
         return
-    if not include.matches(path) or exclude.matches(path):
+    if not selection.selects(path):
         return
     if stat.S_ISLNK(info.st_mode):  # a file link: its target's change is the change (a loop: the link itself)
         try:

@@ -73,6 +73,8 @@ class Watcher:
     wall: Callable[[], float] = time.time
     state: WatchState = field(default_factory=WatchState)
     retry_delay: float = RETRY_FIRST
+    _selection: snapshot.Selection | None = field(default=None, repr=False)
+    _selection_of: object = field(default=None, repr=False)
 
     def run(self) -> int:
         """Watch until stopped; 0 when stopped cleanly (a failure that stops it raises its ``BastionError``)."""
@@ -126,7 +128,11 @@ class Watcher:
 
     def _look(self, manifest) -> snapshot.Snapshot:
         src = manifest.source
-        return snapshot.scan(src.root, GlobSet(src.include), GlobSet(src.exclude), self.layout.root)
+        if self._selection is None or self._selection_of is not manifest:  # the globs may change with the manifest
+            self._selection = snapshot.Selection(GlobSet(src.include), GlobSet(src.exclude))
+            self._selection_of = manifest
+        return snapshot.scan(src.root, self._selection.include, self._selection.exclude, self.layout.root,
+                             self._selection)
 
     def _settle(self, manifest, now: snapshot.Snapshot) -> snapshot.Snapshot:
         """The snapshot once two looks ``debounce_seconds`` apart agree (a file being written is waited for)."""
