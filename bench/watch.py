@@ -250,7 +250,7 @@ def idle(base: Path, files: int, seconds: float, polling: bool) -> dict:
         cpu1, wall1 = _cpu(process.pid), time.monotonic()
         rss = _rss_mb(process.pid)
         stop(process)
-    return {"files": files, "source": "polling (default 5 s)" if polling else "inotify",
+    return {"files": files, "source": "polling (default interval)" if polling else "inotify",
             "seconds": seconds, "cpu_percent_of_one_core": round(100 * (cpu1 - cpu0) / (wall1 - wall0), 2),
             "rss_mb": rss}
 

@@ -53,7 +53,7 @@ ALLOWED_KEYS = {
 }
 # [watch]: how often the polling fallback looks at the folder (a stat per file: cheap at rest on a
 # laptop, even for 10,000 files), and how long a file must stay unchanged before it is read.
-DEFAULT_POLL_SECONDS = 5.0
+DEFAULT_POLL_SECONDS = 10.0
 DEFAULT_DEBOUNCE_SECONDS = 0.5
 
 
