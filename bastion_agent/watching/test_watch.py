@@ -16,12 +16,14 @@ import re
 import secrets
 import shutil
 import sqlite3
+import subprocess
 import threading
 import unittest
 from pathlib import Path
 
 from bastion_agent.config import manifest as manifests
-from bastion_agent.core.errors import ManifestError, StoreError
+from bastion_agent.config import signing
+from bastion_agent.core.errors import ManifestError, SignatureError, StoreError
 from bastion_agent.core.layout import Layout
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import TempFolder, clean_env, closed_port_url, run_cli, write_manifest
@@ -53,11 +55,11 @@ class WatchCase(TempFolder, unittest.TestCase):
         self.lines: queue.Queue = queue.Queue()
         self.word = "quill" + secrets.token_hex(4)
 
-    def start(self, url: str, **options) -> tuple[Watcher, threading.Thread]:
-        env = clean_env(EMBED_URL=url)
+    def start(self, url: str, signed: bool = False, environ: dict | None = None, **options) -> tuple[Watcher, threading.Thread]:
+        env = clean_env(EMBED_URL=url, **(environ or {}))
         env.__enter__()
         self.addCleanup(env.__exit__, None, None, None)
-        watcher = Watcher(load=lambda: manifests.load(self.manifest), layout=Layout(self.out),
+        watcher = Watcher(load=lambda: manifests.load(self.manifest, require_signed=signed), layout=Layout(self.out),
                           say=self.lines.put, polling=True, **options)
         self.errors: list[BaseException] = []
 
@@ -261,6 +263,44 @@ class FailureTests(WatchCase):
                 second.run()
             self.assertIn(f"another watcher (pid {os.getpid()})", str(refused.exception))
             self.assertEqual(lock.holder(self.out), os.getpid())
+
+
+SSH_KEYGEN = signing.ssh_keygen_path()
+
+
+@unittest.skipUnless(SSH_KEYGEN, "ssh-keygen (openssh-client) is not installed")
+class SignedManifestTests(WatchCase):
+    """Under --require-signed, an edit is loaded only once signed again; an unsigned edit stops the watcher."""
+
+    def setUp(self):
+        super().setUp()
+        self.said = []
+        self.key = self.tmp / "operator"
+        subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True, timeout=30)
+        public = " ".join((self.tmp / "operator.pub").read_text().split()[:2])
+        self.allowed = self.tmp / "allowed_signers"
+        self.allowed.write_text(f'ops@example.com namespaces="{signing.NAMESPACE}" {public}\n')
+        self.sign()
+
+    def sign(self):
+        signed = subprocess.run([SSH_KEYGEN, "-Y", "sign", "-f", str(self.key), "-n", signing.NAMESPACE],
+                                input=self.manifest.read_bytes(), capture_output=True, check=True, timeout=30)
+        signing.signature_path(self.manifest).write_bytes(signed.stdout)
+
+    def test_a_signed_edit_is_loaded_and_an_unsigned_one_stops_the_watcher(self):
+        self.put("a.txt", "some text")
+        with StubServer() as stub:
+            watcher, thread = self.start(stub.url, signed=True, environ={"BASTION_ALLOWED_SIGNERS": str(self.allowed)})
+            self.next_cycle()
+            self.manifest.write_text(self.manifest.read_text().replace("debounce_seconds = 0.05", "debounce_seconds = 0.06"))
+            self.sign()
+            self.next_cycle()
+            self.assertIn("watch: the manifest changed: loaded again", self.said)
+            self.manifest.write_text(self.manifest.read_text().replace("debounce_seconds = 0.06", "debounce_seconds = 0.07"))
+            thread.join(WAIT)
+        self.assertEqual(len(self.errors), 1)
+        self.assertIsInstance(self.errors[0], SignatureError)
+        self.assertIn("changed while watching and is refused", str(self.errors[0]))
 
 
 if __name__ == "__main__":

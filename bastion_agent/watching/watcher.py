@@ -21,9 +21,9 @@ What the loop adds:
   anything else (a full disk, a store that cannot be written, a manifest made
   invalid) stops the watcher with its one line;
 - **the manifest**: edited while watching, it is loaded again (its
-  signature checked first under ``--require-signed``); invalid, the watcher
-  stops with the manifest's error rather than go on with settings the
-  operator no longer has;
+  signature checked first under ``--require-signed``); invalid, or unsigned,
+  for ``RELOAD_GRACE`` seconds, the watcher stops with the manifest's error
+  rather than go on with settings the operator no longer has;
 - **stopping**: ``stop`` (SIGTERM) is looked at between cycles, so the
   current cycle finishes (the embed stage commits per batch, so even a
   stop that cannot wait loses at most one batch).
@@ -50,6 +50,7 @@ from bastion_agent.watching.state import Cycle, WatchState, iso
 RETRYABLE = (ModelServerError, DatabaseError)
 RETRY_FIRST = 5.0
 RETRY_MAX = 300.0
+RELOAD_GRACE = 5.0  # seconds a refused manifest has to change again (its signature written after it) before the stop
 SETTLE_ROUNDS = 30  # a file written for longer than 30 debounce delays is read anyway; the next cycle sees the rest
 
 
@@ -146,13 +147,32 @@ class Watcher:
         return now
 
     def _reload(self, manifest, source):
-        """The manifest loaded again (signature first); an invalid one stops the watcher with its own line."""
-        try:
-            loaded = self.load()
-        except BastionError as exc:
-            raise type(exc)(f"the manifest changed while watching and is refused, so the watcher stopped: {exc}") from None
-        self.say("watch: the manifest changed: loaded again")
-        return loaded, _stamp(loaded.path)
+        """The manifest loaded again (signature first); an invalid one stops the watcher with its own line.
+
+        Editing a signed manifest takes two writes (the file, then its
+        signature): a manifest refused is given ``RELOAD_GRACE`` seconds to
+        change again (be signed, be fixed) before the watcher stops.
+        """
+        deadline = self.monotonic() + RELOAD_GRACE
+        while True:
+            stamp = _stamp(manifest.path)
+            try:
+                loaded = self.load()
+            except BastionError as exc:
+                if self._edited_again(manifest.path, stamp, deadline):
+                    continue
+                raise type(exc)(f"the manifest changed while watching and is refused, so the watcher stopped: {exc}") from None
+            self.say("watch: the manifest changed: loaded again")
+            return loaded, stamp
+
+    def _edited_again(self, path, stamp: tuple, deadline: float) -> bool:
+        """Whether the manifest (or its signature) changes again before ``deadline``."""
+        while self.monotonic() < deadline:
+            if self.stop.wait(0.1):
+                return False
+            if _stamp(path) != stamp:
+                return True
+        return False
 
     def _reopen_if_moved(self, manifest, source):
         if source.root != manifest.source.root:
