@@ -4,7 +4,9 @@ The kill test changes files while a watcher runs, kills it with SIGKILL
 after a random number of its output lines (a fresh seed each run, printed on
 failure), restarts it until a cycle completes on the final folder, and
 compares the store with a clean sweep of the same folder: the same windows,
-each with exactly one vector of the model, and the same keyword hits.
+each with exactly one vector of the model, and the same keyword hits (a
+window of a file changed after it was embedded keeps its vector as a stale
+one, as after any sweep: never shown, erased by ``prune``).
 """
 
 from __future__ import annotations
@@ -127,8 +129,10 @@ class KillTests(ProcessCase):
         windows, vectors = store(self.out)
         clean_windows, clean_vectors = store(clean)
         self.assertEqual(windows, clean_windows, f"seed {seed}")
-        self.assertEqual(set(vectors), set(windows), f"seed {seed}")  # every window has its vector: none lost
-        self.assertEqual(set(vectors.values()), {1} if vectors else set(), f"seed {seed}")  # none duplicated
+        self.assertLessEqual(set(windows), set(vectors), f"seed {seed}")  # every window has its vector: none lost
+        self.assertEqual({vectors[chunk] for chunk in windows}, {1} if windows else set(), f"seed {seed}")  # none twice
+        # A window embedded by a killed cycle whose file then changed keeps its vector as a stale one: vectors are
+        # only ever added (docs/embedding.md), search never shows it, and `prune` erases it.
         for word in words:
             code, out, _ = run_cli("search", self.manifest, word, "--out", self.out, "--json", "--mode", "keyword")
             code2, out2, _ = run_cli("search", self.manifest, word, "--out", clean, "--json", "--mode", "keyword")
