@@ -35,7 +35,7 @@ LAYERS = (
     ("publishing",),
     ("embed",),  # the stage contract's facade (docs/contract.md): chunk, embed and search names in one place
     ("serving", "model"),
-    ("commands",),
+    ("commands", "watching"),  # watch runs the sweep's stages (commands/pipeline.py); status reads watch's files
     ("__main__",),
     ("testing",),
 )

@@ -106,6 +106,8 @@ EXTRA_COMMANDS = [
     ("mcp", "serving.mcp_server", "let AI assistants search over the Model Context Protocol (stdio; needs the [mcp] extra)"),
     ("prune", "commands.prune_cli", "erase stale vectors (every model, or --model) from vectors.db and index/; print the counts"),
     ("token", "commands.token_cli", "add, list or revoke the named tokens of serve and mcp --http (BASTION_SERVE_TOKENS)"),
+    ("watch", "watching.watch_cli", "keep the index current as files change: one incremental cycle per change, one line each (SIGTERM stops)"),
+    ("status", "commands.status_cli", "is this bastion current: last cycle, skipped files and why, windows waiting for vectors, model server, central database, watcher"),
     ("audit", "commands.audit_cli", "summarise the audit log: searches per caller, mode and way in, documents hit most"),
 ]
 
@@ -139,10 +141,16 @@ def run_stage(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(summary_line(name, summary), file=sys.stderr, flush=True)
 
+    status = 0
     if args.command == "sweep":
+        from bastion_agent.core.errors import EXIT_DONE_WITH_SKIPPED
+        from bastion_agent.sanitizing import skipped
+
         result = run_sweep(loaded, layout, on_stage=say)
+        could_not_read = skipped.attention(result)
+        status = EXIT_DONE_WITH_SKIPPED if could_not_read else 0
         if not args.quiet:
-            print(sweep_line(time.monotonic() - started), file=sys.stderr, flush=True)
+            print(sweep_line(time.monotonic() - started, could_not_read), file=sys.stderr, flush=True)
     else:
         result = run_timed(args.command, loaded, layout)
         say(args.command, result)
@@ -152,7 +160,7 @@ def run_stage(args: argparse.Namespace) -> int:
         from bastion_agent.extracting.extract import print_report
 
         print_report(layout, settings=loaded.sanitize, files=args.files)
-    return 0
+    return status
 
 
 def _stage_description(name: str) -> str:

@@ -76,6 +76,8 @@ def run_search(args: argparse.Namespace) -> int:
                                  groups=manifest.access.local_groups, dates=within)
         if result.notice:
             print(f"bastion_agent search: {result.notice}", file=sys.stderr)
+        if result.windows_pending or result.stale_since:
+            print(f"bastion_agent search: {pending_line(result)}", file=sys.stderr)
         hits, mode = result.hits, result.mode
     # recorded before anything is printed: a search the log cannot hold is not answered
     audit.record_search(layout, caller=audit.local_caller(), via="cli", mode=mode, k=args.k,
@@ -88,6 +90,15 @@ def run_search(args: argparse.Namespace) -> int:
     if args.open:
         open_hit(hits, args.open, manifest.source.root)
     return 0
+
+
+def pending_line(result) -> str:
+    """One line: how many of your windows wait for vectors (keyword search finds them), and since when embed fails."""
+    text = (f"{result.windows_pending} of your windows still wait for vectors: keyword search (--mode keyword) "
+            "finds them, vector and hybrid search do not yet")
+    if result.stale_since:
+        text += f"; embed has not finished since {result.stale_since} ({for_terminal(result.stale_error or 'failed')})"
+    return text
 
 
 def local_file(hit: Hit, root: Path) -> Path | None:

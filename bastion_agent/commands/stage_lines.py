@@ -3,12 +3,16 @@
 A stage's summary (``STAGE.summary.json``) holds counts for scripts; the CLI
 prints ``summary_line(stage, summary)`` on stderr when the stage ends, so a
 sweep run from a script or cron leaves a readable trace, and a terminal shows
-more than the last progress line. Counts and settings only: never a path, a
-document's text or a finding. A stage this module does not know (a newer one)
+more than the last progress line. Counts and settings only, never a
+document's text or a finding; the one exception is the files extract or
+sanitize skipped, named by their sanitized paths (``sanitizing.skipped``) so
+the operator learns which file cost what. A stage this module does not know (a newer one)
 gets a generic line of its whole-number counts.
 """
 
 from __future__ import annotations
+
+from bastion_agent.sanitizing import skipped
 
 TOP_RULES = 3  # how many redaction rules the sanitize line names
 
@@ -20,7 +24,11 @@ def summary_line(stage: str, summary: dict, seconds: float | None = None) -> str
     return f"{stage}: {body}" + (f" in {_duration(seconds)}" if isinstance(seconds, (int, float)) else "")
 
 
-def sweep_line(seconds: float) -> str:
+def sweep_line(seconds: float, could_not_read: int = 0) -> str:
+    """The sweep's last line; it says so when files could not be read or sanitized (the sweep went on without them)."""
+    if could_not_read:
+        return (f"sweep: done, {could_not_read} file(s) skipped because they could not be read or sanitized "
+                f"(listed above; every other file is searchable) in {_duration(seconds)}")
     return f"sweep: done in {_duration(seconds)}"
 
 
@@ -28,10 +36,10 @@ def _extract(summary: dict) -> str:
     kinds = summary.get("by_kind", {})
     read = ", ".join(f"{kind} {tally.get('extracted', 0)}" for kind, tally in kinds.items() if tally.get("extracted"))
     reasons = summary.get("skipped_by_reason", {})
-    skipped = ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items(), key=lambda item: -item[1]))
+    reasons_text = ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items(), key=lambda item: -item[1]))
     text = f"{summary.get('extracted', 0)} of {summary.get('files', 0)} files read" + (f" ({read})" if read else "")
-    text += f", {summary.get('skipped', 0)} skipped" + (f" ({skipped})" if skipped else "")
-    return text  # no bytes and no contents: figures measured from raw bytes stay in extract/ (layout.write_figures)
+    text += f", {summary.get('skipped', 0)} skipped" + (f" ({reasons_text})" if reasons_text else "")
+    return text + skipped.line_part(summary)  # no bytes and no contents: figures measured from raw bytes stay in extract/ (layout.write_figures)
 
 
 def _sanitize(summary: dict) -> str:
@@ -45,7 +53,10 @@ def _sanitize(summary: dict) -> str:
     files = summary.get("files", summary.get("documents", 0))
     text = f"{summary.get('findings', 0)} findings redacted in {summary.get('files_changed', 0)} of " \
            f"{files} files ({summary.get('documents', 0)} documents)"
-    return text + (f" ({named})" if named else "")
+    text += f" ({named})" if named else ""
+    if summary.get("skipped"):
+        text += f", {summary['skipped']} skipped" + skipped.line_part(summary)
+    return text
 
 
 def _chunk(summary: dict) -> str:

@@ -48,7 +48,7 @@ class SummaryLineTests(Folder):
         lines = err.splitlines()
         self.assertEqual([line.split(":")[0] for line in lines], ["extract", "sanitize", "chunk", "embed", "sweep"])
         extract, sanitize, chunk, embed, sweep = lines
-        self.assertRegex(extract, r"^extract: 2 of 3 files read \(text 2\), 1 skipped \(binary 1\) in \d+\.\d s$")
+        self.assertRegex(extract, r"^extract: 2 of 3 files read \(text 2\), 1 skipped \(binary 1\): logo\.ico \(binary\) in \d+\.\d s$")
         self.assertRegex(sanitize, r"^sanitize: [1-9]\d* findings redacted in 1 of 2 files \(2 documents\) \(aws-access-key")
         self.assertRegex(chunk, r"^chunk: \d+ windows of up to 16 tokens from 2 documents in ")
         self.assertRegex(embed, r"^embed: (\d+) windows: \1 embedded, 0 reused \(.*stub-model via ollama, 64 dims\) in ")
@@ -192,7 +192,7 @@ class ProgressTests(unittest.TestCase):
         bar = self.make(note="3 reused")
         self.clock.now += 10
         bar.advance(50)
-        self.assertEqual(self.last_line(), "embed: 50/100 windows (3 reused)  5.0 windows/s  10s  ETA 10s")
+        self.assertEqual(self.last_line(), "embed: 50/100 windows (3 reused)  5.0 windows/s  10s  ETA 9s-11s")
         self.clock.now += 10
         bar.advance(50)
         bar.close()
@@ -208,7 +208,7 @@ class ProgressTests(unittest.TestCase):
                 bar.advance(32)
                 raise KeyboardInterrupt
         self.assertNotIn("done", self.stream.getvalue())
-        self.assertEqual(self.last_line(), "embed: 32/100 windows  8.0 windows/s  4s  ETA 9s\n")
+        self.assertEqual(self.last_line(), "embed: 32/100 windows  8.0 windows/s  4s  ETA 8s-9s\n")
 
     def test_the_rate_and_eta_follow_the_last_minute(self):
         """A sweep that slows down shows it: the ETA comes from a moving rate, not the whole run's mean."""
@@ -218,10 +218,21 @@ class ProgressTests(unittest.TestCase):
         self.clock.now += 60
         bar.advance(6)  # then 0.1 window/s
         self.assertIn("0.1 windows/s", self.last_line())
-        self.assertTrue(self.last_line().endswith("ETA 5m40s"), self.last_line())  # 34 left at 0.1/s
+        # 34 left at 0.1/s (5m40s), the range at its widest (+-30%): the speed changed
+        self.assertTrue(self.last_line().endswith("ETA 4m22s-8m06s"), self.last_line())
         self.clock.now += 30  # nothing for 30 s: the rate falls and the ETA grows while waiting
         bar.tick()
-        self.assertTrue(self.last_line().endswith("ETA 8m30s"), self.last_line())
+        self.assertTrue(self.last_line().endswith("ETA 6m32s-12m09s"), self.last_line())
+
+    def test_the_eta_counts_from_the_first_batch_not_the_warm_up(self):
+        """The probe and the model's first load come before any window: the ETA extrapolates the work only."""
+        bar = self.make()
+        self.clock.now += 30  # warm-up: nothing done
+        bar.advance(10)
+        self.clock.now += 10
+        bar.advance(10)  # 1 window/s since the first batch; 0.5/s counted from the start
+        self.assertIn("0.5 windows/s", self.last_line())
+        self.assertTrue(self.last_line().endswith("ETA 1m02s-1m54s"), self.last_line())  # 80 left at 1/s, +-30%
 
     def test_the_timer_redraws_by_itself(self):
         drawn = []

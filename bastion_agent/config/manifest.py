@@ -39,7 +39,7 @@ DEFAULT_BUDGET_MEMORY_MB = 1024  # address space of the worker reading one file
 # Keys each table may hold; anything else is refused so that a typo
 # ("overlap_token") cannot silently fall back to a default.
 ALLOWED_KEYS = {
-    "": {"source", "embed", "sanitize", "search", "publish", "access", "serve"},
+    "": {"source", "embed", "sanitize", "search", "publish", "access", "serve", "watch"},
     "source": {"root", "include", "exclude", "max_file_mb", "budget_seconds", "budget_memory_mb",
                "ocr", "ocr_languages", "groups_from_permissions"},
     "embed": {"model", "dim", "chunk", "query_prefix", "passage_prefix"},
@@ -49,7 +49,12 @@ ALLOWED_KEYS = {
     "access": {"default", "rules", "local_groups"},
     "access.rules": {"paths", "groups"},
     "serve": {"audit_queries", "audit_retention_days", "searches_per_minute", "search_burst"},
+    "watch": {"poll_seconds", "debounce_seconds"},
 }
+# [watch]: how often the polling fallback looks at the folder (a stat per file: cheap at rest on a
+# laptop, even for 10,000 files), and how long a file must stay unchanged before it is read.
+DEFAULT_POLL_SECONDS = 10.0
+DEFAULT_DEBOUNCE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,14 @@ SERVE_LIMIT_RANGES = {"searches_per_minute": (1, 60_000), "search_burst": (1, 10
 
 
 @dataclass(frozen=True)
+class WatchSettings:
+    """``[watch]``: the polling fallback's interval and the quiet time a change must keep before a cycle."""
+
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+    debounce_seconds: float = DEFAULT_DEBOUNCE_SECONDS
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A validated manifest and how it was signed."""
 
@@ -134,6 +147,7 @@ class Manifest:
     access: AccessSettings = field(default_factory=AccessSettings)  # [access]: documents' groups, the local user's
     audit_queries: bool = False  # [serve] audit_queries: the audit log keeps each query's text (core/audit.py)
     serve_limits: "ServeLimits" = field(default_factory=lambda: ServeLimits())  # [serve]: per-token limits, retention
+    watch: WatchSettings = field(default_factory=WatchSettings)  # [watch]: the watch command's timing
 
     def section(self, name: str) -> dict[str, Any]:
         """A top-level table as parsed (empty when absent)."""
@@ -200,8 +214,9 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
     publish = where.table(data, "publish", required=False)
     access = where.table(data, "access", required=False)
     serve = where.table(data, "serve", required=False)
+    watch = where.table(data, "watch", required=False)
     for name, table in (("source", source), ("embed", embed), ("embed.chunk", chunk), ("search", search),
-                        ("publish", publish), ("access", access), ("serve", serve)):
+                        ("publish", publish), ("access", access), ("serve", serve), ("watch", watch)):
         where.known_keys(name, table)
     return Manifest(
         path=path,
@@ -215,6 +230,11 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
         access=_access_settings(where, access, source),
         audit_queries=_audit_queries(where, serve),
         serve_limits=_serve_limits(where, serve),
+        watch=WatchSettings(
+            poll_seconds=float(_positive(where, watch, "poll_seconds", DEFAULT_POLL_SECONDS, "seconds", table="watch")),
+            debounce_seconds=float(_positive(where, watch, "debounce_seconds", DEFAULT_DEBOUNCE_SECONDS, "seconds",
+                                             table="watch", zero=True)),
+        ),
     )
 
 
@@ -350,10 +370,13 @@ def _ocr_languages(where: "_Where", source: dict) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(value))
 
 
-def _positive(where: "_Where", source: dict, key: str, default, unit: str, minimum: float = 0):
+def _positive(where: "_Where", source: dict, key: str, default, unit: str, minimum: float = 0,
+              table: str = "source", zero: bool = False):
+    """A number above ``minimum`` (or equal to 0, when ``zero``); one line naming the key otherwise."""
     value = source.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > minimum:
-        where.fail("source", key, f"must be a number > {minimum:g} ({unit}); got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > minimum or (zero and value == 0)):
+        bound = "a number >= 0" if zero else f"a number > {minimum:g}"
+        where.fail(table, key, f"must be {bound} ({unit}); got {value!r}")
     return value
 
 

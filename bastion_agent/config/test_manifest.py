@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import unittest
 
 from bastion_agent.config import manifest as manifest_module
@@ -84,6 +85,20 @@ class ManifestTests(TempFolder, unittest.TestCase):
                              (manifest_module.DEFAULT_SIZE_TOKENS, manifest_module.DEFAULT_OVERLAP_TOKENS))
             sized = manifest_module.load(self.write(VALID.replace("overlap_tokens = 32\n", ""), "sized.toml"))
         self.assertEqual((sized.embed.size_tokens, sized.embed.overlap_tokens), (256, 16))
+
+    def test_watch_timing_has_laptop_defaults_and_refuses_what_is_not_a_duration(self):
+        with clean_env():
+            loaded = manifest_module.load(self.write(VALID))
+            self.assertEqual((loaded.watch.poll_seconds, loaded.watch.debounce_seconds),
+                             (manifest_module.DEFAULT_POLL_SECONDS, manifest_module.DEFAULT_DEBOUNCE_SECONDS))
+            quick = manifest_module.load(self.write(VALID + "\n[watch]\npoll_seconds = 0.5\ndebounce_seconds = 0\n", "w.toml"))
+            self.assertEqual((quick.watch.poll_seconds, quick.watch.debounce_seconds), (0.5, 0.0))
+            for table, words in (("poll_seconds = 0", "[watch] poll_seconds must be a number > 0"),
+                                 ("debounce_seconds = -1", "[watch] debounce_seconds must be a number >= 0"),
+                                 ("poll_seconds = true", "[watch] poll_seconds"),
+                                 ("interval = 3", "interval")):
+                with self.subTest(table), self.assertRaisesRegex(ManifestError, re.escape(words)):
+                    manifest_module.load(self.write(VALID + f"\n[watch]\n{table}\n", "bad.toml"))
 
     def test_root_is_relative_to_the_manifest_folder_not_the_working_directory(self):
         path = self.write(VALID)

@@ -37,6 +37,14 @@ class ModelServerError(BastionError):
     exit_code = 5
 
 
+class ModelServerUnreachable(ModelServerError):
+    """No answer at all from the model server (refused, reset, timed out): nothing about the store is in doubt.
+
+    Unlike a wrong answer (a dimension, an API, a model it lacks), this leaves
+    the windows worth indexing: embed still writes them, so keyword search
+    finds them while their vectors wait."""
+
+
 class ConfigError(BastionError):
     """An environment variable or command-line value is invalid."""
 
@@ -47,3 +55,9 @@ class DatabaseError(BastionError):
     """The central PostgreSQL (publish, --remote search) is unreachable or refused the work."""
 
     exit_code = 6
+
+
+# Not an error: the job is done, every other file is searchable, but some files could not be
+# read or sanitized (hostile, over budget, damaged, unreadable). A status of its own, apart from
+# every failure above (1 to 6), so cron or systemd can tell "look at these files" from "broken".
+EXIT_DONE_WITH_SKIPPED = 10

@@ -11,7 +11,7 @@ from __future__ import annotations
 import http.client
 from typing import Callable, Sequence
 
-from bastion_agent.core.errors import ModelServerError
+from bastion_agent.core.errors import ModelServerError, ModelServerUnreachable
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.embedding.failures import (
     CONNECTION_LOST,
@@ -68,7 +68,8 @@ class EmbedClient:
                 if exc.kind == WRONG_API:
                     failures.append(f"{fmt.embed_path}: {exc.detail}")
                     continue
-                raise ModelServerError(self._failure_message(fmt, exc)) from None
+                unreachable = exc.reason in ("connection", CONNECTION_LOST, "timeout")
+                raise (ModelServerUnreachable if unreachable else ModelServerError)(self._failure_message(fmt, exc)) from None
             served = len(vectors[0])
             if served != dim:
                 raise ModelServerError(

@@ -12,7 +12,7 @@ import time
 from typing import Sequence
 
 from bastion_agent.chunking.chunker import chunk_id
-from bastion_agent.core.errors import ModelServerError, StoreError
+from bastion_agent.core.errors import ModelServerError, ModelServerUnreachable, StoreError
 from bastion_agent.core.layout import Layout, read_jsonl, write_summary
 from bastion_agent.core.dates import STAMP
 from bastion_agent.core.records import DocumentRow, StoredChunk
@@ -26,10 +26,29 @@ from bastion_agent.sanitizing.sanitized_store import read_sanitized_text
 
 
 def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry=None) -> dict:
+    """The ``embed`` stage (``_run_embed``), and whether it finished, for search to say (``embed_health``)."""
+    from bastion_agent.embedding import embed_health
+
+    try:
+        summary = _run_embed(manifest, layout, client, retry)
+    except ModelServerError as exc:
+        embed_health.record_failure(layout, str(exc))
+        raise
+    except KeyboardInterrupt:
+        embed_health.record_failure(layout, "interrupted")
+        raise
+    embed_health.record_success(layout)
+    return summary
+
+
+def _run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry=None) -> dict:
     """The ``embed`` stage: ``chunks.jsonl`` -> ``vectors.db`` + ``embed.summary.json``.
 
-    The probe runs before the store is opened or created: a wrong dimension
-    or an unreachable server never touches ``vectors.db``. After it, the
+    The probe runs before the store is opened or created: a wrong dimension,
+    API or model never touches ``vectors.db``. A server that does not answer
+    at all leaves nothing in doubt: the windows are written then
+    (``index_windows``), so keyword search finds them while their vectors
+    wait, and the error is raised. After the probe, the
     engine (``batch_sender``) retries, splits and isolates; ``retry`` is its
     ``RetryPolicy`` (tests inject sleep and clock). The summary is written
     whatever happens next (success, failed chunks, the server gone for good,
@@ -49,7 +68,11 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
     probed = not all_embedded(layout, key, manifest.embed.dim, chunk_rows)
     # Nothing to embed: no request at all, so a sweep of an unchanged folder
     # works while the model server is down (the summary says it was not probed).
-    api = client.probe(manifest.embed.dim) if probed else _previous_api(layout)
+    try:
+        api = client.probe(manifest.embed.dim) if probed else _previous_api(layout)
+    except ModelServerUnreachable:
+        index_windows(layout, chunk_rows, documents, pages)
+        raise
     # What the server serves and its context (server_info); a model it does not list stops here.
     server = window_fit.check_server(client, manifest.embed.model, api) if probed else None
     fit = None
@@ -90,6 +113,25 @@ def run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retry
             "vectors are stored; see embed.summary.json, then re-run embed to retry only those"
         )
     return summary
+
+
+def index_windows(layout: Layout, chunk_rows: list[StoredChunk], documents: list[DocumentRow], pages) -> None:
+    """Write this sweep's windows (and the keyword index, by its triggers) without a vector, in one transaction.
+
+    What embed does first anyway; alone, when the model server cannot be
+    reached: keyword search then finds every chunked window, vector search
+    the windows that have vectors, and each answer counts the ones that wait.
+    A store of the old raw-file ids is left for a run that can rebuild it.
+    """
+    db = vectorstore.connect(layout.vectors_db, create=True)
+    try:
+        if vectorstore.rekey_pending(db):
+            return
+        if vectorstore.replace_chunks(db, chunk_rows, documents, pages):
+            vectorstore.scrub(db)
+        vectorstore.checkpoint(db)
+    finally:
+        db.close()
 
 
 def all_embedded(layout: Layout, key: str, dim: int, chunk_rows: list[StoredChunk]) -> bool:

@@ -218,6 +218,7 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
     write_jsonl(layout.extract_listing, [row.listed() for row in rows])
     counts, figures = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions)
     write_figures(layout, "extract", figures)
+    counts["skipped_files"] = _skipped_files(rows, getattr(manifest, "sanitize", None))
     _note_missing_extra(counts)
     return write_summary(layout, "extract", counts, manifest.signature)
 
@@ -342,6 +343,14 @@ def _unlink(path: Path) -> None:
         pass
     except OSError as exc:
         raise StoreError(f"cannot remove {path} from the store: {exc.strerror or exc}") from None
+
+
+def _skipped_files(rows, settings) -> list[dict]:
+    """The skipped files by sanitized path and reason (``sanitizing.skipped``), as ``extract --report --files`` shows them."""
+    from bastion_agent.sanitizing import scanner, skipped
+
+    return skipped.shown(((row.path, row.reason) for row in rows if row.status == STATUS_SKIPPED),
+                         lambda name: scanner.sanitize_path(name, settings))
 
 
 def _counts(rows, outcomes, kept, removed, excluded, bytes_read, max_bytes, versions) -> tuple[dict, dict]:

@@ -28,7 +28,7 @@ from bastion_agent.core import layout as store
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.progress import Progress, escape_name
 from bastion_agent.core.records import ListingRow
-from bastion_agent.sanitizing import copies
+from bastion_agent.sanitizing import copies, skipped
 from bastion_agent.sanitizing.copy_readers import CopySources
 from bastion_agent.sanitizing.detection_version import sanitizer_fingerprint
 from bastion_agent.sanitizing.pages import page_map
@@ -110,6 +110,7 @@ class _Sweep:
     documents: dict[str, _Document] = field(default_factory=dict)
     by_rule: Counter = field(default_factory=Counter)
     failed: Counter = field(default_factory=Counter)  # texts over budget, by reason, counted per file
+    skipped: dict = field(default_factory=dict)  # extract key -> reason, for the texts counted in ``failed``
     changed: int = 0
     bytes_in: int = 0
     reused: int = 0
@@ -118,8 +119,12 @@ class _Sweep:
     superseded: set[str] = field(default_factory=set)
 
 
-def run(manifest, layout) -> dict:
-    """Sanitize every extracted text into ``<out>/sanitized/<doc>.txt``; write the listing and summary."""
+def run(manifest, layout, pool=None) -> dict:
+    """Sanitize every extracted text into ``<out>/sanitized/<doc>.txt``; write the listing and summary.
+
+    ``pool`` runs each text's scan under its budget (default: a ``WorkerPool`` of ``[source]``'s
+    budget); a test passes one whose costs are known, so "over budget" needs no real race.
+    """
     from bastion_agent.core import legacy_ids
     from bastion_agent.core.budget import WorkerPool, budget_of
 
@@ -127,7 +132,7 @@ def run(manifest, layout) -> dict:
     settings = getattr(manifest, "sanitize", None) or SanitizeSettings()
     sanitizer = sanitizer_for(settings)
     _prepare_output(layout)
-    pool = WorkerPool(budget_of(getattr(manifest, "source", None)))
+    pool = pool if pool is not None else WorkerPool(budget_of(getattr(manifest, "source", None)))
     previous = read_map(layout)
     if not previous and legacy_ids.sanitized_store_is_legacy(layout):
         legacy_ids.announce("sanitize")
@@ -148,6 +153,11 @@ def run(manifest, layout) -> dict:
     removed = _remove_stale(layout, set(sweep.documents))
     _write_raw_figures(layout, extracted, sweep)
     counts = _summary_counts(extracted, sweep, sanitizer, paths_redacted, label_counts, removed)
+    # A skipped file's name is sanitized on its own: a value found in another text is no reason to change it
+    # (copies stay within their readers, and a skipped text has no readers yet).
+    counts["skipped_files"] = skipped.shown(
+        ((path, reason) for key, reason in sweep.skipped.items() for path in extracted[key].paths),
+        lambda name: escape_name(sanitizer.redact_path(name)))
     return store.write_summary(layout, "sanitize", counts, manifest.signature)
 
 
@@ -169,12 +179,18 @@ def _sanitize_texts(layout, worker, extracted: dict[str, _Extracted], previous: 
             row = _sanitize_one(layout, worker, key, fingerprint, ocr_pages=extracted[key].ocr_pages)
         else:
             sweep.reused += 1
-        if isinstance(row, str):  # over budget: fails closed, not indexed, counted
-            sweep.failed[row] += max(1, len(extracted[key].paths))
+        if isinstance(row, str):  # over budget: fails closed, not indexed, counted and named
+            _skip(sweep, key, row, extracted)
         else:
             kept.append((key, row))
         progress.advance()
     return kept
+
+
+def _skip(sweep: _Sweep, key: str, reason: str, extracted: dict[str, _Extracted]) -> None:
+    """Count a text sanitize could not finish, per file, and remember its key for the guard and the report."""
+    sweep.failed[reason] += max(1, len(extracted[key].paths))
+    sweep.skipped[key] = reason
 
 
 def _gather_documents(sweep: _Sweep, kept: list[tuple[str, MapRow]], extracted: dict[str, _Extracted]) -> None:
@@ -205,6 +221,7 @@ def _write_listing_and_map(manifest, layout, sanitizer: Sanitizer, sweep: _Sweep
     # The erase list before the map: once the map is rewritten, nothing else remembers the old documents.
     write_erase_list(layout, (read_erase_list(layout) | sweep.superseded) - set(sweep.documents))
     store.write_jsonl(map_path(layout), [asdict(row) for row in sweep.mapped])
+    skipped.write_keys(layout, sweep.skipped)
     return paths_redacted, labeller.counts
 
 
@@ -391,7 +408,7 @@ def _apply_copies(layout, worker, fingerprint: str, kept: list, sweep: _Sweep, g
             row = _sanitize_one(layout, worker, key, fingerprint, {value: matcher.values[value] for value in present},
                                 extracted[key].ocr_pages)
             if isinstance(row, str):
-                sweep.failed[row] += 1
+                _skip(sweep, key, row, extracted)
                 continue
         result.append((key, row))
     return result

@@ -21,9 +21,11 @@ def sanitized_documents(layout: Layout) -> list[dict]:
     Chunk reads only sanitized text. It refuses to run when the sanitized
     store is missing, or when the extract store holds a text that sanitize
     has not mapped to a document of the listing (sanitize has not run since
-    extract). When the extract store has been deleted after sanitizing, the
+    extract). A text sanitize skipped (over its budget: ``skipped.py``) was
+    handled: the sweep goes on without it rather than stopping for good. When the extract store has been deleted after sanitizing, the
     sanitized store stands alone.
     """
+    from bastion_agent.sanitizing import skipped
     from bastion_agent.sanitizing.sanitize import read_map
 
     if not layout.sanitized_listing.exists():
@@ -33,7 +35,9 @@ def sanitized_documents(layout: Layout) -> list[dict]:
         sanitized = {row["doc"] for row in documents}
         mapped = read_map(layout)
         extracted = {row.get("key") for row in read_jsonl(layout.extract_listing) if row.get("status") == "extracted"}
-        missing = [key for key in extracted if key not in mapped or mapped[key].doc not in sanitized]
+        handled = skipped.read_keys(layout)
+        missing = [key for key in extracted
+                   if key not in handled and (key not in mapped or mapped[key].doc not in sanitized)]
         if missing:
             raise StoreError(
                 f"the sanitized store lacks {len(missing)} text(s) that extract has read: run sanitize first"

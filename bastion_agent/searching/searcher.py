@@ -41,6 +41,9 @@ class Answer:
     mode: str
     fallback: str | None = None  # "keyword" when the model server was down and keyword search answered
     notice: str | None = None  # one line saying so
+    windows_pending: int = 0  # the caller's windows still without a vector (``SearchIndex.pending``)
+    stale_since: str | None = None  # when embed last failed, while it has not finished since (``embed_health``)
+    stale_error: str | None = None  # that failure's line
 
 
 DEFAULT_MODE = "hybrid"  # the best of the three on Cranfield and SciFact (docs/search.md)
@@ -222,6 +225,19 @@ class SearchIndex:
         if groups is None and self.vectors is not None:
             return len(self)
         return self.visible(groups).count
+
+    def pending(self, groups: frozenset | None = None) -> int:
+        """How many of the caller's windows wait for a vector of this model (keyword search finds them already).
+
+        Counted over the caller's windows only (``visible``), so the number says
+        nothing about documents the caller may not read.
+        """
+        with self.lock:
+            visible = self.visible(groups) if groups is not None else None
+            where = f" AND c.rowid IN (SELECT rowid FROM temp.{visible.table})" if visible and visible.table else ""
+            sql = ("SELECT COUNT(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM vectors v WHERE"
+                   " v.chunk_id = c.chunk_id AND v.model = ? AND v.dim = ?)" + where)
+            return int(self.db.execute(sql, (self.key, self.dim)).fetchone()[0])
 
     def is_current(self) -> bool:
         """False once ``vectors.db`` has changed since this index was loaded."""
@@ -573,19 +589,35 @@ def answer(manifest, layout: Layout, query: str, k: int = DEFAULT_K, client: Emb
     mode = resolve_mode(manifest, mode)
     index = SearchIndex.load(manifest, layout, vectors=needs_vector(mode), one_off=True)
     try:
-        if needs_vector(mode) and not index.visible_count(groups):
-            return Answer([], mode)
-        try:
-            vector = embed_query(manifest, query, client) if needs_vector(mode) else None
-        except ModelServerError as exc:
-            if not fallback:
-                raise
-            hits = [dataclasses.replace(hit, fallback=True)
-                    for hit in index.search(query, None, k, "keyword", groups=groups, dates=dates)]
-            return Answer(hits, "keyword", "keyword", fallback_notice(mode, exc))
-        return Answer(index.search(query, vector, k, mode, exact=exact, groups=groups, dates=dates), mode)
+        found = _answer(index, manifest, query, k, client, mode, exact, fallback, groups, dates)
+        return dataclasses.replace(found, windows_pending=index.pending(groups), **staleness(layout))
     finally:
         index.close()
+
+
+def staleness(layout: Layout) -> dict:
+    """``stale_since`` and ``stale_error`` while the last embed has not finished (else None each)."""
+    from bastion_agent.embedding import embed_health
+
+    health = embed_health.read_health(layout) or {}
+    return {"stale_since": health.get("failing_since"), "stale_error": health.get("error")}
+
+
+def _answer(index: SearchIndex, manifest, query: str, k: int, client, mode: str, exact: bool, fallback: bool,
+            groups: frozenset | None, dates=None) -> Answer:
+    """The ranking part of ``answer``: keyword search answers when the query cannot be embedded. A model
+    with no vectors gives ``[]`` in the modes that need one (the contract); ``windows_pending`` says why."""
+    if needs_vector(mode) and not index.visible_count(groups):
+        return Answer([], mode)
+    try:
+        vector = embed_query(manifest, query, client) if needs_vector(mode) else None
+    except ModelServerError as exc:
+        if not fallback:
+            raise
+        hits = [dataclasses.replace(hit, fallback=True)
+                for hit in index.search(query, None, k, "keyword", groups=groups, dates=dates)]
+        return Answer(hits, "keyword", "keyword", fallback_notice(mode, exc))
+    return Answer(index.search(query, vector, k, mode, exact=exact, groups=groups, dates=dates), mode)
 
 
 def cosine(query: Sequence[float], query_norm: float, vector: Sequence[float]) -> float:

@@ -68,7 +68,7 @@ MAX_NEIGHBOURS = 2
 MAX_PASSAGE_CHARS = (2 * MAX_NEIGHBOURS + 1) * MAX_TEXT_CHARS
 CHUNK_ID_RE = re.compile(r"[0-9a-f]{64}")
 # serve's envelope, less the query: the assistant sent it, and a result never echoes what a user typed.
-ENVELOPE_KEYS = ("model", "mode", "k", "hits", "fallback", "notice")
+ENVELOPE_KEYS = ("model", "mode", "k", "hits", "fallback", "notice", "windows_pending", "stale_since")
 
 INSTRUCTIONS = (
     "Search a folder of documents that bastion agent has swept and sanitized: secrets and personal data "
@@ -339,6 +339,9 @@ def search_output_schema() -> dict:
             "hits": {"type": "array", "items": hit_schema(), "maxItems": MAX_K},
             "fallback": {"type": "string", "description": "set when another mode answered (the model server is down)"},
             "notice": {"type": "string", "description": "one line for the reader when fallback is set"},
+            "windows_pending": {"type": ["integer", "null"],
+                                "description": "how many of your windows still wait for vectors (keyword search finds them)"},
+            "stale_since": {"type": ["string", "null"], "description": "set while embedding has failed since then: vector search is stale"},
         },
         "required": ["model", "mode", "k", "hits"],
     }

@@ -188,7 +188,8 @@ class SearchService:
         ``index_error`` change when any document changes, hidden ones too,
         so only a caller who may read every group sees them.
         """
-        status = "ok" if self.model.reachable else "degraded"
+        stale = not self.remote and searcher.staleness(self.layout).get("stale_since") is not None
+        status = "ok" if self.model.reachable and not stale else "degraded"
         if caller is None:
             return {"status": status}
         index = self.index
@@ -204,6 +205,7 @@ class SearchService:
             "model_server": "ok" if self.model.reachable else "unreachable",
             "fallback": None if self.model.reachable else "keyword",  # /search answers by keyword meanwhile
             "search_mode": self.default_mode,
+            **self.staleness(self.pending(index, caller)),
             "auth": "bearer" if self.settings.guarded else "none",
             "limits": {"max_k": self.settings.max_k, "max_query_chars": self.settings.max_query_chars},
             "version": __version__,
@@ -225,6 +227,7 @@ class SearchService:
         hits = []
         notice = None
         asked = mode
+        pending = self.pending(index, caller)
         if not vectors or self.visible_count(index, caller) != 0:  # none to see: no hits, no model call (as the CLI)
             vector = None
             if vectors:
@@ -255,6 +258,7 @@ class SearchService:
             envelope["dates"] = dates.as_dict()
         if notice:
             envelope.update(fallback="keyword", notice=notice)
+        envelope.update(self.staleness(pending))
         return envelope
 
     def document(self, doc: str, caller: tokens.Caller | None = None, via: str = "serve"):
@@ -275,6 +279,19 @@ class SearchService:
             raise RequestError(404, "no such document in this sweep: ids change when a document changes; search again")
         self._audit(caller, via, "document", 1, [view], None)
         return view
+
+    def pending(self, index, caller: tokens.Caller) -> int | None:
+        """How many of ``caller``'s windows wait for a vector (None centrally: the central index has no such wait)."""
+        if self.remote:
+            return None
+        return index.pending(caller.groups)
+
+    def staleness(self, pending: int | None) -> dict:
+        """``windows_pending``, and ``stale_since`` and ``stale_error`` (None unless the last embed has not finished)."""
+        stale = searcher.staleness(self.layout) if not self.remote else {}
+        error = stale.get("stale_error") if stale.get("stale_since") else None
+        return {"windows_pending": pending, "stale_since": stale.get("stale_since"),
+                "stale_error": without_paths(error) if error else None}
 
     def _search_as(self, caller: tokens.Caller, index, query: str, vector, k: int, mode: str, dates=None) -> list:
         """The index's top k among the windows ``caller`` may see (filtered before ranking, by the index)."""

@@ -235,6 +235,12 @@ def _schemas(settings) -> dict:
                 "fallback": {"type": "string", "enum": ["keyword"],
                              "description": "Present when the model server was down and keyword search answered."},
                 "notice": {"type": "string", "description": "One line saying why, with the fallback."},
+                "windows_pending": {"type": ["integer", "null"],
+                                    "description": "How many of this caller's windows still wait for vectors: keyword "
+                                                   "search finds them, vector and hybrid search do not yet."},
+                "stale_since": {"type": ["string", "null"], "description": "Set while the last embed has not finished: "
+                                                                          "when it first failed (ISO 8601 UTC)."},
+                "stale_error": {"type": ["string", "null"], "description": "That failure, in one line."},
             },
         },
         "Health": {
@@ -262,6 +268,12 @@ def _schemas(settings) -> dict:
                 "auth": {"type": "string", "enum": ["none", "bearer"]},
                 "limits": {"type": "object"},
                 "version": {"type": "string"},
+                "windows_pending": {"type": ["integer", "null"],
+                                    "description": "How many of this caller's windows still wait for vectors: keyword "
+                                                   "search finds them, vector and hybrid search do not yet."},
+                "stale_since": {"type": ["string", "null"], "description": "Set while the last embed has not finished: "
+                                                                          "when it first failed (ISO 8601 UTC)."},
+                "stale_error": {"type": ["string", "null"], "description": "That failure, in one line."},
             },
         },
     }
