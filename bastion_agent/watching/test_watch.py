@@ -125,7 +125,7 @@ class HostileFolderTests(WatchCase):
         self.assertNotIn(self.word, state)  # counts and sanitized paths only, no text
         self.assertEqual([hit["paths"] for hit in self.hits(self.word)], [["notes.txt"]])
 
-    @unittest.skipIf(os.geteuid() == 0, "root reads a file whatever its mode")
+    @unittest.skipIf(os.geteuid() == 0, "root reads files whatever their mode")
     def test_a_file_that_cannot_be_read_is_named_and_the_rest_goes_on(self):
         self.put("notes.txt", f"the {self.word} lies on the desk")
         self.put("locked.txt", "private").chmod(0)
