@@ -20,6 +20,9 @@ from bastion_agent.core.records import Hit
 from bastion_agent.searching import searcher
 
 SNIPPET_CHARS = 400
+# What --json adds to each hit of a vector or hybrid search, beside the Hit's fields (serve's /search and MCP
+# say it once, in their envelope): vector_status.VectorSearch.hit_fields.
+HOW_FIELDS = ("vector_search", "vector_recall", "vector_beam")
 MAX_K = 1_000_000  # more hits than any store holds windows; beyond SQLite's integers a LIMIT raised OverflowError
 
 
@@ -52,6 +55,7 @@ def run_search(args: argparse.Namespace) -> int:
     manifest, layout = load_manifest_and_layout(args)
     if args.bastion and not args.remote:
         raise ConfigError("--bastion filters a --remote search; add --remote")
+    extra = {}  # what --json adds to each hit: how the vector side answered (local search)
     if args.remote:
         from bastion_agent.publishing import remote_search
 
@@ -64,12 +68,15 @@ def run_search(args: argparse.Namespace) -> int:
                                  groups=manifest.access.local_groups)
         if result.notice:
             print(f"bastion_agent search: {result.notice}", file=sys.stderr)
+        if result.vector_search is not None and result.vector_search.notice:
+            print(f"bastion_agent search: {result.vector_search.notice}", file=sys.stderr)
         hits, mode = result.hits, result.mode
+        extra = result.vector_search.hit_fields() if result.vector_search is not None and mode != "keyword" else {}
     # recorded before anything is printed: a search the log cannot hold is not answered
     audit.record_search(layout, caller=audit.local_caller(), via="cli", mode=mode, k=args.k,
                         docs=[hit.doc for hit in hits], query=args.query if manifest.audit_queries else None)
     if args.json:
-        print(json.dumps([asdict(hit) for hit in hits], ensure_ascii=False, indent=2))
+        print(json.dumps([{**asdict(hit), **extra} for hit in hits], ensure_ascii=False, indent=2))
     else:
         print(format_hits(hits))
     return 0

@@ -44,7 +44,7 @@ ALLOWED_KEYS = {
                "ocr", "ocr_languages", "groups_from_permissions"},
     "embed": {"model", "dim", "chunk", "query_prefix", "passage_prefix"},
     "embed.chunk": {"size_tokens", "overlap_tokens"},
-    "search": {"mode"},
+    "search": {"mode", "ann_recall"},
     "publish": {"bastion"},
     "access": {"default", "rules", "local_groups"},
     "access.rules": {"paths", "groups"},
@@ -114,6 +114,7 @@ class Manifest:
     publish_bastion: str | None = None  # [publish] bastion: this bastion's name in the central index
     access: AccessSettings = field(default_factory=AccessSettings)  # [access]: documents' groups, the local user's
     audit_queries: bool = False  # [serve] audit_queries: the audit log keeps each query's text (core/audit.py)
+    ann_recall: float = 0.95  # [search] ann_recall: the recall@10 the ANN graph is built to deliver (embedding/ann_recall.py)
 
     def section(self, name: str) -> dict[str, Any]:
         """A top-level table as parsed (empty when absent)."""
@@ -194,6 +195,7 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
         publish_bastion=_publish_bastion(where, data, publish),
         access=_access_settings(where, access, source),
         audit_queries=_audit_queries(where, serve),
+        ann_recall=_ann_recall(where, search),
     )
 
 
@@ -350,6 +352,19 @@ def _search_mode(where: "_Where", search: dict) -> str | None:
     if mode is not None and mode not in SEARCH_MODES:
         where.fail("search", "mode", f"must be one of {', '.join(SEARCH_MODES)}; got {mode!r}")
     return mode
+
+
+ANN_RECALL_RANGE = (0.5, 0.999)
+
+
+def _ann_recall(where: "_Where", search: dict) -> float:
+    """``[search] ann_recall``: below 0.5 a graph answers worse than a coin; 1.0 is the exact scan (``--exact``)."""
+    value = search.get("ann_recall", 0.95)
+    low, high = ANN_RECALL_RANGE
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        where.fail("search", "ann_recall", f"must be a number from {low} to {high} (the recall@10 the ANN index "
+                                           f"must deliver; --exact scans every vector); got {value!r}")
+    return float(value)
 
 
 def _sanitize_settings(path: Path, raw: Any):

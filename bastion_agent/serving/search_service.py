@@ -190,6 +190,8 @@ class SearchService:
             "model_server": "ok" if self.model.reachable else "unreachable",
             "fallback": None if self.model.reachable else "keyword",  # /search answers by keyword meanwhile
             "search_mode": self.default_mode,
+            # how vector search answers: the graph's measured recall@10 and beam, or the exact scan (and why)
+            "vector_search": vector_search_of(index),
             "auth": "bearer" if self.settings.guarded else "none",
             "limits": {"max_k": self.settings.max_k, "max_query_chars": self.settings.max_query_chars},
             "version": __version__,
@@ -235,6 +237,8 @@ class SearchService:
         }
         if notice:
             envelope.update(fallback="keyword", notice=notice)
+        elif vectors and not self.remote:
+            envelope["vector_search"] = vector_search_of(index)  # how the vector side answered (as /healthz says)
         return envelope
 
     def _search_as(self, caller: tokens.Caller, index, query: str, vector, k: int, mode: str) -> list:
@@ -286,3 +290,9 @@ def summary_stamp(layout) -> tuple | None:
     except FileNotFoundError:
         return None
     return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
+
+def vector_search_of(index) -> dict | None:
+    """The index's ``vector_status.VectorSearch`` as JSON (None for the central index, which has its own)."""
+    status = getattr(index, "vector_search", None)
+    return status.as_dict() if status is not None else None

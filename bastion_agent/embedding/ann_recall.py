@@ -1,0 +1,175 @@
+"""Recall as a setting: each graph's search beam is measured against the exact scan when it is built.
+
+A fixed beam was tuned on one store of 120,000 windows (0.956 recall@10
+there); a store of another size, or with other vectors, fell below 0.95
+without a word (0.914 on 188,678 windows of other prose). So the beam is
+not a constant: when the embed stage builds or rebuilds a graph, it takes a
+sample of the store's own current rows as queries, finds each one's exact
+top ``K`` (the query's own row left out: a held-out query, not a lookup),
+walks the graph at widening beams, and keeps the smallest beam whose
+recall@``K`` clears the target by ``MARGIN``. The choice and the measured
+recall are stored in the index header (``ann_calibration``), and reported
+by ``search --json`` and serve's ``/healthz``.
+
+What a walk is measured on is what a search does with it: the same number
+of neighbours asked for (``CANDIDATES``), the stale rows dropped, and the
+candidates judged by their exact cosine (the search re-ranks them exactly,
+so a true top-``K`` row among the candidates is a found one). Ties at the
+``K``-th score count as found.
+
+Cost: the exact top ``K`` of ``SAMPLE_QUERIES`` queries is one pass over the
+matrix in blocks (about as many multiply-adds as scanning for that many
+queries), and each beam tried is that many walks. Building a graph makes
+every row walk a construction beam, so the measurement is a small share of
+a build: it is recorded beside the build's time in the header
+(``seconds`` and ``build_seconds``) and ``bench/ann_recall.py`` reports the
+ratio.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, fields
+
+DEFAULT_TARGET = 0.95  # [search] ann_recall when the manifest does not say
+K = 10  # recall@10: what a person reads is the first page of hits
+SAMPLE_QUERIES = 200
+# The measured recall must clear the target by this much: with 200 queries of
+# 10 neighbours the estimate's standard error near 0.95 is about 0.005-0.007
+# (neighbours of one query are not independent), so 0.01 is about 1.5-2 of them.
+MARGIN = 0.01
+# Beams tried, narrowest first; the first that clears the target is kept. Past
+# the widest one a walk visits thousands of nodes: a denser graph, or the exact
+# scan, is then the better answer.
+BEAMS = (32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 2048,
+         2560, 3072, 4096)
+# What a vector search asks the graph for at k = 10: k plus its re-rank margin
+# (searching.searcher.RESCORE_MARGIN, 16), and never fewer than
+# ann.MIN_CANDIDATES (32). One more, because the query's own row is found and dropped.
+CANDIDATES = 33
+# The embed stage measures again when the graph has grown by more than this share since it was measured.
+REGROWTH = 0.10
+BLOCK_ROWS = 65_536
+TIE = 1e-6  # float32 cosines within this of the K-th best count as ties
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One measurement of a graph: the beam chosen for the target, and the recall measured at it."""
+
+    target: float
+    beam: int
+    recall: float  # recall@K at ``beam`` on the sample
+    reached: bool  # whether ``recall`` clears ``target`` (with MARGIN when it was measured)
+    graph: str  # the graph's settings (ann.GRAPH and its denser alternative)
+    rows: int  # the rows the graph held when measured
+    queries: int
+    seconds: float  # the measurement's time
+    build_seconds: float | None  # the build's (None: the graph was measured again without being built)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def of(cls, header: dict) -> "Calibration | None":
+        """The calibration the header records, or None (an older header, or one not readable as such)."""
+        value = header.get("ann_calibration")
+        if not isinstance(value, dict) or set(value) != {field.name for field in fields(cls)}:
+            return None
+        try:
+            return cls(float(value["target"]), int(value["beam"]), float(value["recall"]), bool(value["reached"]),
+                       str(value["graph"]), int(value["rows"]), int(value["queries"]), float(value["seconds"]),
+                       None if value["build_seconds"] is None else float(value["build_seconds"]))
+        except (TypeError, ValueError):
+            return None
+
+    def meets(self, target: float) -> bool:
+        """Whether this measurement promises ``target``: reached, and measured at or above it."""
+        return self.reached and self.recall >= target
+
+
+def stale_for(calibration: Calibration | None, graph: str, rows: int, target: float) -> bool:
+    """Whether the embed stage should measure again: never measured, another graph or target, below the
+    target, or grown since."""
+    if calibration is None or calibration.graph != graph or calibration.target != target:
+        return True
+    if not calibration.meets(target):
+        return True  # below its target (a graph that lost recall): measured again, and rebuilt denser if need be
+    return rows > calibration.rows * (1 + REGROWTH)
+
+
+def sample(view, count: int, seed: int):
+    """Up to ``count`` current rows, drawn at random (seeded: the same store gives the same sample)."""
+    np = view.np
+    current = np.arange(view.rows) if view.stale is None else np.flatnonzero(~view.stale)
+    if len(current) <= count:
+        return current
+    picked = random.Random(seed).sample(range(len(current)), count)
+    return np.sort(current[np.asarray(picked, dtype=np.int64)])
+
+
+def unit_rows(view, positions):
+    np = view.np
+    return np.ascontiguousarray(view.matrix[positions] * view.inverse[positions, None], dtype=np.float32)
+
+
+def thresholds(view, queries, positions, k: int = K):
+    """Each query's ``k``-th best cosine over the current rows, its own row left out (one pass in blocks)."""
+    np = view.np
+    best = np.full((len(positions), k), -np.inf, dtype=np.float32)
+    for start in range(0, view.rows, BLOCK_ROWS):
+        stop = min(start + BLOCK_ROWS, view.rows)
+        block = view.matrix[start:stop] * view.inverse[start:stop, None]
+        scores = queries @ block.T  # (queries, rows of the block)
+        if view.stale is not None:
+            scores[:, view.stale[start:stop]] = -np.inf
+        inside = (positions >= start) & (positions < stop)
+        scores[np.flatnonzero(inside), positions[inside] - start] = -np.inf  # held out: not its own neighbour
+        merged = np.concatenate([best, scores], axis=1)
+        best = -np.partition(-merged, k - 1, axis=1)[:, :k]
+    return best.min(axis=1)
+
+
+def recall_at(faiss, index, view, queries, positions, floor, beam: int, k: int = K) -> float:
+    """Recall@``k`` of a walk at ``beam``: the share of each query's true top ``k`` among its candidates."""
+    np = view.np
+    count = min(CANDIDATES, index.ntotal)
+    _, keys = index.search(queries, count, params=faiss.SearchParametersHNSW(efSearch=beam))
+    found = 0
+    for row, (query, own, least) in enumerate(zip(queries, positions, floor)):
+        candidates = keys[row]
+        candidates = candidates[(candidates >= 0) & (candidates < view.rows) & (candidates != own)]
+        if view.stale is not None:
+            candidates = candidates[~view.stale[candidates]]
+        if not len(candidates):
+            continue
+        scores = unit_rows(view, candidates) @ query
+        found += min(k, int(np.count_nonzero(scores >= least - TIE)))
+    return found / (k * len(positions)) if len(positions) else 1.0
+
+
+def measure(faiss, index, view, target: float, graph: str, build_seconds: float | None,
+            beams: tuple | None = None) -> Calibration:
+    """The smallest beam of ``beams`` whose recall clears ``target`` by ``MARGIN`` (else the widest, not reached)."""
+    started = time.perf_counter()
+    beams = beams or BEAMS
+    positions = sample(view, SAMPLE_QUERIES, seed=view.rows)
+    if len(positions) <= K:  # too few rows to hold a query out and still have K neighbours: any walk finds them all
+        return Calibration(target, beams[0], 1.0, True, graph, index.ntotal, 0, time.perf_counter() - started,
+                           build_seconds)
+    queries = unit_rows(view, positions)
+    floor = thresholds(view, queries, positions)
+    faiss.omp_set_num_threads(os.cpu_count() or 1)  # the embed stage's time: every core, as the build
+    try:
+        recall, beam = 0.0, beams[0]
+        for beam in beams:
+            recall = recall_at(faiss, index, view, queries, positions, floor, beam)
+            if recall >= target + MARGIN or beam >= index.ntotal:
+                break  # a beam as wide as the graph visits all of it: no wider one finds more
+    finally:
+        faiss.omp_set_num_threads(1)
+    reached = recall >= target + MARGIN or (beam >= index.ntotal and recall >= target)
+    return Calibration(target, beam, round(recall, 4), reached, graph, index.ntotal, len(positions),
+                       round(time.perf_counter() - started, 4), build_seconds)
