@@ -41,8 +41,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-VECTOR_WEIGHT = 0.6  # the best nDCG@10 on Cranfield (docs/search.md)
+VECTOR_WEIGHT = 0.6  # the best nDCG@10 on Cranfield (docs/search.md): the prior, before each query's lists are read
 FLOOR_SAMPLE = 48  # windows whose pairwise cosines calibrate the vector evidence
+# How far each side's weight follows how well its list separates (``query_weight``): 0 keeps
+# VECTOR_WEIGHT for every query; 1 scales each side's prior by its separation. Chosen on
+# Cranfield and SciFact (bench/quality.py, docs/search.md).
+ADAPT = 1.0
+HEAD = 10  # the hits a person reads: a list separates when these stand out from the rest of it
+WEIGHT_RANGE = (0.2, 0.9)  # neither side is ever ignored, nor trusted alone
 
 
 @dataclass(frozen=True)
@@ -90,14 +96,52 @@ def keyword_only(hits) -> list[Scored]:
             for rank, hit in enumerate(hits, start=1)]
 
 
+def separation(evidence: list[float], depth: int) -> float:
+    """How far the first ``HEAD`` of a ranked list stand out from the rest of its ``depth`` (0 to 1).
+
+    A list shorter than ``depth`` is padded with zeros: the windows a side
+    did not return have no evidence from it (a keyword query whose rare
+    words only a few windows hold separates well).
+    """
+    if depth <= HEAD or not evidence:
+        return 0.0
+    head = evidence[:HEAD] + [0.0] * max(0, HEAD - len(evidence))
+    tail = evidence[HEAD:depth]
+    return max(0.0, sum(head) / HEAD - sum(tail) / (depth - HEAD))
+
+
+def query_weight(by_vector: list[tuple[float, str]], by_keyword, floor: float, prior: float = VECTOR_WEIGHT,
+                 adapt: float = ADAPT) -> float:
+    """The vector side's weight for this query: its prior, shifted toward the side whose list separates more.
+
+    A side whose best windows score much like its hundredth (a vector list
+    of near-equal cosines, a keyword list where every window holds the same
+    common words) says little about which windows matter; a side whose best
+    windows stand out says a lot. The weights are the priors scaled by each
+    side's separation to the power ``adapt``, normalised, and kept within
+    ``WEIGHT_RANGE``; a side with no list leaves the prior unchanged.
+    """
+    depth = max(len(by_vector), len(by_keyword))
+    spread_v = separation([vector_evidence(cos, floor) for cos, _ in by_vector], depth)
+    spread_k = separation([hit.evidence for hit in by_keyword], depth)
+    if adapt == 0 or spread_v <= 0 or spread_k <= 0:
+        return prior
+    v, k = prior * spread_v ** adapt, (1 - prior) * spread_k ** adapt
+    low, high = WEIGHT_RANGE
+    return min(high, max(low, v / (v + k)))
+
+
 def fuse(by_vector: list[tuple[float, str]], by_keyword, other_cosines: dict[str, float], floor: float, n: int,
-         weight: float = VECTOR_WEIGHT) -> list[Scored]:
+         weight: float | None = None) -> list[Scored]:
     """The ``n`` best windows of both rankings by the convex combination of their evidence.
 
     ``by_vector`` is ``(cosine, chunk_id)`` best first; ``by_keyword`` is
     ``keyword.KeywordHit``s best first; ``other_cosines`` holds the cosine
-    of keyword hits the vector side did not return.
+    of keyword hits the vector side did not return. ``weight`` is the
+    vector side's (None: ``query_weight``, read from the two lists).
     """
+    if weight is None:
+        weight = query_weight(by_vector, by_keyword, floor)
     vector_rank = {chunk: rank for rank, (_, chunk) in enumerate(by_vector, start=1)}
     cosine_of = {chunk: cos for cos, chunk in by_vector}
     keyword_rank = {hit.chunk_id: rank for rank, hit in enumerate(by_keyword, start=1)}

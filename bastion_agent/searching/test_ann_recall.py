@@ -32,17 +32,9 @@ def isotropic(rng: random.Random, n: int) -> list[list[float]]:
     return [[rng.gauss(0, 1) for _ in range(DIM)] for _ in range(n)]
 
 
-def on_a_curve(rng: random.Random, n: int) -> list[list[float]]:
-    """Points along one closed curve with a little noise: each row's neighbours are its neighbours on the curve."""
-    rows = []
-    for _ in range(n):
-        t = rng.uniform(0, 2 * math.pi)
-        row = [rng.gauss(0, 0.01) for _ in range(DIM)]
-        row[0] += math.cos(t)
-        row[1] += math.sin(t)
-        row[2] += 1.0
-        rows.append(row)
-    return rows
+def flat(rng: random.Random, n: int, spread: int = 3) -> list[list[float]]:
+    """Random directions within ``spread`` of the DIM dimensions: few directions to tell apart, an easy graph."""
+    return [[rng.gauss(0, 1) for _ in range(spread)] + [0.0] * (DIM - spread) for _ in range(n)]
 
 
 @unittest.skipUnless(HAS_ANN, SKIP)
@@ -87,12 +79,12 @@ class RecallTests(TempFolder, unittest.TestCase):
 
     def test_a_store_whose_vectors_need_a_wider_beam_gets_one(self):
         with mock.patch.multiple(ann, **SPARSE):
-            easy = self.build(self.make_store(on_a_curve(self.rng, 1500)))["ann_calibration"]
+            easy = self.build(self.make_store(flat(self.rng, 1500)))["ann_calibration"]
             hard_layout = self.make_store(isotropic(self.rng, 1500))
             hard = self.build(hard_layout)["ann_calibration"]
             index = self.load(hard_layout)
             share = self.found_share(index, isotropic(self.rng, 30))
-        self.assertEqual(easy["beam"], ann_recall.BEAMS[0])  # a curve is walked along at the narrowest beam
+        self.assertEqual(easy["beam"], ann_recall.BEAMS[0])  # three directions: the narrowest beam finds them
         self.assertGreater(hard["beam"], easy["beam"])
         for measured in (easy, hard):
             self.assertTrue(measured["reached"])
@@ -169,7 +161,27 @@ class RecallTests(TempFolder, unittest.TestCase):
             measured = self.build(layout)["ann_calibration"]
         self.assertEqual(truth.call_count, 1)  # one exact pass for the whole sample, whatever the beams tried
         self.assertEqual(len(truth.call_args.args[2]), ann_recall.SAMPLE_QUERIES)
-        self.assertEqual(walks.call_count, ann_recall.BEAMS.index(measured["beam"]) + 1)  # narrowest first, then stop
+        self.assertGreater(measured["beam"], ann_recall.BEAMS[0])
+        self.assertLessEqual(walks.call_count, 2 * math.ceil(math.log2(len(ann_recall.BEAMS))))  # searched, not walked
+        tried = sorted(call.args[6] for call in walks.call_args_list)
+        narrower = [beam for beam in tried if beam < measured["beam"]]
+        self.assertTrue(narrower)  # a narrower beam was tried and fell short
+        self.assertEqual(ann_recall.BEAMS[ann_recall.BEAMS.index(measured["beam"]) - 1], max(narrower))
+
+    def test_the_ladder_search_finds_the_narrowest_beam_that_reaches_the_goal(self):
+        beams = ann_recall.BEAMS
+        for _ in range(20):
+            cut = self.rng.randrange(len(beams) + 1)  # beams from index ``cut`` on reach the goal (none when past the end)
+            asked = []
+
+            def recall_of(beam):
+                asked.append(beam)
+                return 0.99 if beams.index(beam) >= cut else 0.5
+
+            beam, recall = ann_recall.smallest_beam(beams, 10**9, 0.96, recall_of)
+            self.assertEqual((beam, recall), (beams[min(cut, len(beams) - 1)], 0.99 if cut < len(beams) else 0.5))
+            self.assertEqual(len(asked), len(set(asked)))  # no beam walked twice
+            self.assertLessEqual(len(asked), 2 * math.ceil(math.log2(len(beams))))
 
     def test_an_unchanged_graph_is_not_measured_again_and_a_grown_one_is(self):
         layout = self.make_store(isotropic(self.rng, 400))
