@@ -162,7 +162,7 @@ class RecallTests(TempFolder, unittest.TestCase):
         self.assertEqual(truth.call_count, 1)  # one exact pass for the whole sample, whatever the beams tried
         self.assertEqual(len(truth.call_args.args[2]), ann_recall.SAMPLE_QUERIES)
         self.assertGreater(measured["beam"], ann_recall.BEAMS[0])
-        self.assertLessEqual(walks.call_count, 2 * math.ceil(math.log2(len(ann_recall.BEAMS))))  # searched, not walked
+        self.assertLessEqual(walks.call_count, (ann_recall.BEAMS.index(measured["beam"]) + 1) // 2 + 2)  # two rungs at a time
         tried = sorted(call.args[6] for call in walks.call_args_list)
         narrower = [beam for beam in tried if beam < measured["beam"]]
         self.assertTrue(narrower)  # a narrower beam was tried and fell short
@@ -181,7 +181,8 @@ class RecallTests(TempFolder, unittest.TestCase):
             beam, recall = ann_recall.smallest_beam(beams, 10**9, 0.96, recall_of)
             self.assertEqual((beam, recall), (beams[min(cut, len(beams) - 1)], 0.99 if cut < len(beams) else 0.5))
             self.assertEqual(len(asked), len(set(asked)))  # no beam walked twice
-            self.assertLessEqual(len(asked), 2 * math.ceil(math.log2(len(beams))))
+            self.assertLessEqual(len(asked), (min(cut, len(beams) - 1) + 1) // 2 + 2)
+            self.assertLessEqual(max(asked), beams[min(cut + 1, len(beams) - 1)])  # never far above the answer
 
     def test_an_unchanged_graph_is_not_measured_again_and_a_grown_one_is(self):
         layout = self.make_store(isotropic(self.rng, 400))
