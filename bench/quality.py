@@ -46,6 +46,7 @@ from bastion_agent.core.layout import Layout  # noqa: E402
 from bastion_agent.commands.pipeline import run_sweep  # noqa: E402
 
 MODEL, DIM = "multilingual-e5-small", 384
+FUSION_DEPTH = 100  # searcher.FUSION_CANDIDATES: how deep each side goes into hybrid search
 RANKED_DOCS = 100
 
 
@@ -183,8 +184,9 @@ def main() -> None:
 
     def hybrid(qid, weight=None, adapt=None):
         by_vector, by_keyword, others, _, floor = sides[qid]
-        if weight is None:
-            weight = fusion.query_weight(by_vector, by_keyword, floor, adapt=fusion.ADAPT if adapt is None else adapt)
+        if weight is None:  # read from the lists as deep as the product's (searcher.FUSION_CANDIDATES), not the bench's
+            weight = fusion.query_weight(by_vector[:FUSION_DEPTH], by_keyword[:FUSION_DEPTH], floor,
+                                         adapt=fusion.ADAPT if adapt is None else adapt)
         return as_docs(item.chunk_id for item in fusion.fuse(by_vector, by_keyword, others, floor, depth, weight))
 
     modes = {
@@ -204,7 +206,8 @@ def main() -> None:
     adapting = {}
     for adapt in (float(a) for a in args.adapt.split(",")):
         adapting[str(adapt)] = evaluate(lambda qid, _: hybrid(qid, adapt=adapt), queries, qrels, baseline)
-    weights = [fusion.query_weight(*sides[qid][:2], sides[qid][4]) for qid, _ in queries]
+    weights = [fusion.query_weight(sides[qid][0][:FUSION_DEPTH], sides[qid][1][:FUSION_DEPTH], sides[qid][4])
+               for qid, _ in queries]
     floor = index.cosine_floor()
     index.close()
     print(json.dumps({
