@@ -137,7 +137,7 @@ def main() -> None:
     parser.add_argument("--out", help="keep the swept store and query vectors here; a re-run reuses them")
     parser.add_argument("--windows", type=int, default=200, help="windows ranked per query (default 200)")
     parser.add_argument("--weights", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9", help="hybrid vector weights to tabulate")
-    parser.add_argument("--adapt", default="0,0.5,1,1.5,2,3", help="fusion.ADAPT values to tabulate (0: the fixed weight)")
+    parser.add_argument("--adapt", default="-1,-0.5,-0.25,0,0.25,0.5,1,2", help="fusion.ADAPT values to tabulate (0: the fixed weight)")
     parser.add_argument("--size-tokens", type=int, default=256)
     parser.add_argument("--overlap-tokens", type=int, default=32)
     args = parser.parse_args()

@@ -51,9 +51,14 @@ from dataclasses import dataclass
 VECTOR_WEIGHT = 0.6  # the best nDCG@10 on Cranfield (docs/search.md): the prior, before each query's lists are read
 FLOOR_SAMPLE = 48  # windows whose pairwise cosines calibrate the vector evidence
 # How far each side's weight follows how well its list separates (``query_weight``): 0 keeps
-# VECTOR_WEIGHT for every query; 1 scales each side's prior by its separation. Chosen on
-# Cranfield and SciFact (bench/quality.py, docs/search.md).
-ADAPT = 1.0
+# VECTOR_WEIGHT for every query; 1 scales each side's prior by its separation; below 0 the
+# side whose list separates more gives up some weight. Each side's evidence already carries
+# its separation (a rare-word match scores near 1 on the keyword side), so weighting the
+# sharper side more counts it twice: on Cranfield every ADAPT above 0 lowered nDCG@10
+# (0.404 fixed, 0.398 at 1, 0.387 at 3), and -0.25 was the best measured on both shared
+# collections (Cranfield 0.406, SciFact sample 0.942 against 0.941 fixed: within noise,
+# never below). bench/quality.py, docs/search.md.
+ADAPT = -0.25
 HEAD = 10  # the hits a person reads: a list separates when these stand out from the rest of it
 WEIGHT_RANGE = (0.2, 0.9)  # neither side is ever ignored, nor trusted alone
 
@@ -119,14 +124,16 @@ def separation(evidence: list[float], depth: int) -> float:
 
 def query_weight(by_vector: list[tuple[float, str]], by_keyword, floor: float, prior: float = VECTOR_WEIGHT,
                  adapt: float = ADAPT) -> float:
-    """The vector side's weight for this query: its prior, shifted toward the side whose list separates more.
+    """The vector side's weight for this query: its prior, shifted by how far each side's list separates.
 
-    A side whose best windows score much like its hundredth (a vector list
-    of near-equal cosines, a keyword list where every window holds the same
-    common words) says little about which windows matter; a side whose best
-    windows stand out says a lot. The weights are the priors scaled by each
-    side's separation to the power ``adapt``, normalised, and kept within
-    ``WEIGHT_RANGE``; a side with no list leaves the prior unchanged.
+    A side whose best windows score much like its hundredth says little
+    about which windows matter; a side whose best windows stand out says a
+    lot, and already says it through its evidence (its first windows score
+    high). The weights are the priors scaled by each side's separation to
+    the power ``adapt`` (by default below 0: the sharper side gives up a
+    little, so that its scale does not count twice and a flat side is not
+    drowned), normalised, and kept within ``WEIGHT_RANGE``; a side with no
+    list leaves the prior unchanged.
     """
     depth = max(len(by_vector), len(by_keyword))
     spread_v = separation([vector_evidence(cos, floor) for cos, _ in by_vector], depth)
