@@ -89,11 +89,14 @@ class Calibration:
         if not isinstance(value, dict) or set(value) != {field.name for field in fields(cls)}:
             return None
         try:
-            return cls(float(value["target"]), int(value["beam"]), float(value["recall"]), bool(value["reached"]),
-                       str(value["graph"]), int(value["rows"]), int(value["queries"]), float(value["seconds"]),
-                       None if value["build_seconds"] is None else float(value["build_seconds"]))
-        except (TypeError, ValueError):
+            found = cls(float(value["target"]), int(value["beam"]), float(value["recall"]), bool(value["reached"]),
+                        str(value["graph"]), int(value["rows"]), int(value["queries"]), float(value["seconds"]),
+                        None if value["build_seconds"] is None else float(value["build_seconds"]))
+        except (TypeError, ValueError, OverflowError):
             return None
+        # a beam no measurement chooses (a header edited by hand) would make every walk visit the whole graph
+        sane = 1 <= found.beam <= BEAMS[-1] and 0.0 <= found.recall <= 1.0 and 0.0 < found.target < 1.0
+        return found if sane else None
 
     def meets(self, target: float) -> bool:
         """Whether this measurement promises ``target``: reached, and measured at or above it."""

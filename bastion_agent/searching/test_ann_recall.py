@@ -144,6 +144,19 @@ class RecallTests(TempFolder, unittest.TestCase):
         self.assertGreaterEqual(vectorfile.read_header(files)["ann_calibration"]["recall"], 0.95)
         self.assertEqual(self.load(layout).vector_search.method, "ann")
 
+    def test_a_header_whose_measurement_makes_no_sense_is_not_believed(self):
+        layout = self.make_store(isotropic(self.rng, 400))
+        files = vectorfile.Files.for_key(layout, "synthetic")
+        header = self.build(layout)
+        for change in ({"beam": 10**9}, {"beam": 0}, {"recall": 7.0}, {"recall": "high"}, {"target": 1.5}, {"beam": None}):
+            with self.subTest(change=change):
+                forged = json.loads(json.dumps(header))
+                forged["ann_calibration"].update(change)
+                write_json(files.header, forged)
+                index = self.load(layout)
+                self.assertEqual(index.ann.expansion, ann.beam_for(400))  # the rule for a graph no build measured
+                self.assertIsNone(index.vector_search.recall)
+
     def test_a_raised_target_is_not_promised_by_a_graph_measured_for_a_lower_one(self):
         layout = self.make_store(isotropic(self.rng, 400))
         files = vectorfile.Files.for_key(layout, "synthetic")
