@@ -46,6 +46,7 @@ from bastion_agent.core.layout import Layout  # noqa: E402
 from bastion_agent.commands.pipeline import run_sweep  # noqa: E402
 
 MODEL, DIM = "multilingual-e5-small", 384
+FUSION_DEPTH = 100  # searcher.FUSION_CANDIDATES: how deep each side goes into hybrid search
 RANKED_DOCS = 100
 
 
@@ -136,6 +137,7 @@ def main() -> None:
     parser.add_argument("--out", help="keep the swept store and query vectors here; a re-run reuses them")
     parser.add_argument("--windows", type=int, default=200, help="windows ranked per query (default 200)")
     parser.add_argument("--weights", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9", help="hybrid vector weights to tabulate")
+    parser.add_argument("--adapt", default="-1,-0.5,-0.25,0,0.25,0.5,1,2", help="fusion.ADAPT values to tabulate (0: the fixed weight)")
     parser.add_argument("--size-tokens", type=int, default=256)
     parser.add_argument("--overlap-tokens", type=int, default=32)
     args = parser.parse_args()
@@ -177,23 +179,36 @@ def main() -> None:
         by_keyword = keyword.top(index.db, text, depth, index.vocabulary())
         seen = {chunk for _, chunk in by_vector}
         others = index._cosines_of(vector, [hit.chunk_id for hit in by_keyword if hit.chunk_id not in seen])
-        sides[qid] = (by_vector, by_keyword, others, old_keyword(index.db, text, depth))
-    floor = index.cosine_floor()
+        # the floor the product uses: this query's median cosine with the store's sample windows
+        sides[qid] = (by_vector, by_keyword, others, old_keyword(index.db, text, depth), index.query_floor(vector))
+
+    def hybrid(qid, weight=None, adapt=None):
+        by_vector, by_keyword, others, _, floor = sides[qid]
+        if weight is None:  # read from the lists as deep as the product's (searcher.FUSION_CANDIDATES), not the bench's
+            weight = fusion.query_weight(by_vector[:FUSION_DEPTH], by_keyword[:FUSION_DEPTH], floor,
+                                         adapt=fusion.ADAPT if adapt is None else adapt)
+        return as_docs(item.chunk_id for item in fusion.fuse(by_vector, by_keyword, others, floor, depth, weight))
+
     modes = {
         "keyword, old (FTS5 OR of every word)": lambda qid: as_docs(sides[qid][3]),
         "keyword": lambda qid: as_docs(hit.chunk_id for hit in sides[qid][1]),
         "vector": lambda qid: as_docs(chunk for _, chunk in sides[qid][0]),
         "hybrid, old (RRF of vector and old keyword)": lambda qid: as_docs(
             reciprocal_rank_fusion([[chunk for _, chunk in sides[qid][0]], sides[qid][3]])),
-        f"hybrid (vector weight {fusion.VECTOR_WEIGHT})": lambda qid: as_docs(
-            item.chunk_id for item in fusion.fuse(*sides[qid][:3], floor, depth)),
+        f"hybrid, before (fixed vector weight {fusion.VECTOR_WEIGHT})": lambda qid: hybrid(qid, fusion.VECTOR_WEIGHT),
+        f"hybrid (adaptive, ADAPT {fusion.ADAPT})": lambda qid: hybrid(qid),
     }
     for name, rank in modes.items():
         results[name] = evaluate(lambda qid, _: rank(qid), queries, qrels, baseline)
     tuning = {}
     for weight in (float(w) for w in args.weights.split(",")):
-        tuning[str(weight)] = evaluate(lambda qid, _: as_docs(
-            item.chunk_id for item in fusion.fuse(*sides[qid][:3], floor, depth, weight)), queries, qrels, baseline)
+        tuning[str(weight)] = evaluate(lambda qid, _: hybrid(qid, weight), queries, qrels, baseline)
+    adapting = {}
+    for adapt in (float(a) for a in args.adapt.split(",")):
+        adapting[str(adapt)] = evaluate(lambda qid, _: hybrid(qid, adapt=adapt), queries, qrels, baseline)
+    weights = [fusion.query_weight(sides[qid][0][:FUSION_DEPTH], sides[qid][1][:FUSION_DEPTH], sides[qid][4])
+               for qid, _ in queries]
+    floor = index.cosine_floor()
     index.close()
     print(json.dumps({
         "collection": collection.name,
@@ -205,6 +220,9 @@ def main() -> None:
         "cosine_floor": round(floor, 4),
         "results": results,
         "hybrid_by_vector_weight": tuning,
+        "hybrid_by_adapt": adapting,
+        "adaptive_vector_weight": {"min": round(min(weights), 3), "median": round(sorted(weights)[len(weights) // 2], 3),
+                                   "max": round(max(weights), 3)},
     }, indent=2))
 
 

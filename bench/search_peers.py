@@ -93,8 +93,8 @@ K = 10
 RRF_K = 60
 RRF_DEPTH = 30
 BATCH = 5000
-EXPANSIONS = (128, 160, 192, 256, 512, 1024)  # bastion's ANN beside its default (ann.beam_for)
-FAISS_EFS = (16, 64, 128, 192, 256, 512, 1024)
+EXPANSIONS = (128, 192, 256, 384, 512, 1024)  # bastion's ANN beside its default (the beam its build measured)
+FAISS_EFS = (16, 64, 128, 192, 256, 384, 512, 1024)
 
 
 def load_rows(layout: Layout) -> tuple[list[str], list[str], np.ndarray]:

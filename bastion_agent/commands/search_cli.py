@@ -25,6 +25,9 @@ from bastion_agent.searching import searcher
 
 SNIPPET_CHARS = 400
 OPENERS = ("xdg-open", "open")  # the desktop's opener: freedesktop, macOS
+# What --json adds to each hit of a vector or hybrid search, beside the Hit's fields (serve's /search and MCP
+# say it once, in their envelope): vector_status.VectorSearch.hit_fields.
+HOW_FIELDS = ("vector_search", "vector_recall", "vector_beam")
 MAX_K = 1_000_000  # more hits than any store holds windows; beyond SQLite's integers a LIMIT raised OverflowError
 
 
@@ -64,6 +67,7 @@ def run_search(args: argparse.Namespace) -> int:
     within = dates.date_range(args.since, args.before)
     if args.remote and args.open:
         raise ConfigError("--open opens a file on this machine; a --remote hit's file is on its own bastion")
+    extra = {}  # what --json adds to each hit: how the vector side answered (local search)
     if args.remote:
         from bastion_agent.publishing import remote_search
 
@@ -78,13 +82,16 @@ def run_search(args: argparse.Namespace) -> int:
             print(f"bastion_agent search: {result.notice}", file=sys.stderr)
         if result.windows_pending or result.stale_since:
             print(f"bastion_agent search: {pending_line(result)}", file=sys.stderr)
+        if result.vector_search is not None and result.vector_search.notice:
+            print(f"bastion_agent search: {result.vector_search.notice}", file=sys.stderr)
         hits, mode = result.hits, result.mode
+        extra = result.vector_search.hit_fields() if result.vector_search is not None and mode != "keyword" else {}
     # recorded before anything is printed: a search the log cannot hold is not answered
     audit.record_search(layout, caller=audit.local_caller(), via="cli", mode=mode, k=args.k,
                         docs=[hit.doc for hit in hits], query=args.query if manifest.audit_queries else None,
                         retention=audit.Retention(manifest.serve_limits.audit_retention_days))
     if args.json:
-        print(json.dumps([asdict(hit) for hit in hits], ensure_ascii=False, indent=2))
+        print(json.dumps([{**asdict(hit), **extra} for hit in hits], ensure_ascii=False, indent=2))
     else:
         print(format_hits(hits, None if args.remote else manifest.source.root))
     if args.open:

@@ -44,7 +44,7 @@ ALLOWED_KEYS = {
                "ocr", "ocr_languages", "groups_from_permissions"},
     "embed": {"model", "dim", "chunk", "query_prefix", "passage_prefix"},
     "embed.chunk": {"size_tokens", "overlap_tokens"},
-    "search": {"mode"},
+    "search": {"mode", "ann_recall"},
     "publish": {"bastion"},
     "access": {"default", "rules", "local_groups"},
     "access.rules": {"paths", "groups"},
@@ -148,6 +148,7 @@ class Manifest:
     audit_queries: bool = False  # [serve] audit_queries: the audit log keeps each query's text (core/audit.py)
     serve_limits: "ServeLimits" = field(default_factory=lambda: ServeLimits())  # [serve]: per-token limits, retention
     watch: WatchSettings = field(default_factory=WatchSettings)  # [watch]: the watch command's timing
+    ann_recall: float = 0.95  # [search] ann_recall: the recall@10 the ANN graph is built to deliver (embedding/ann_recall.py)
 
     def section(self, name: str) -> dict[str, Any]:
         """A top-level table as parsed (empty when absent)."""
@@ -235,6 +236,7 @@ def validate(path: Path, data: dict[str, Any], status: signing.SignatureStatus) 
             debounce_seconds=float(_positive(where, watch, "debounce_seconds", DEFAULT_DEBOUNCE_SECONDS, "seconds",
                                              table="watch", zero=True)),
         ),
+        ann_recall=_ann_recall(where, search),
     )
 
 
@@ -405,6 +407,19 @@ def _search_mode(where: "_Where", search: dict) -> str | None:
     if mode is not None and mode not in SEARCH_MODES:
         where.fail("search", "mode", f"must be one of {', '.join(SEARCH_MODES)}; got {mode!r}")
     return mode
+
+
+ANN_RECALL_RANGE = (0.5, 0.999)
+
+
+def _ann_recall(where: "_Where", search: dict) -> float:
+    """``[search] ann_recall``: below 0.5 a graph answers worse than a coin; 1.0 is the exact scan (``--exact``)."""
+    value = search.get("ann_recall", 0.95)
+    low, high = ANN_RECALL_RANGE
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        where.fail("search", "ann_recall", f"must be a number from {low} to {high} (the recall@10 the ANN index "
+                                           f"must deliver; --exact scans every vector); got {value!r}")
+    return float(value)
 
 
 def _sanitize_settings(path: Path, raw: Any):

@@ -22,10 +22,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.extras import optional
 from bastion_agent.core.layout import write_json
+from bastion_agent.embedding import ann_recall
+from bastion_agent.embedding.ann_recall import DEFAULT_TARGET, Calibration
 from bastion_agent.embedding.vectorfile import (
     Files,
     RowFilter,
@@ -71,6 +74,13 @@ MIN_CANDIDATES = 32
 BEAM_ROWS = 120_000
 BEAM_AT_MILLION = 960
 STORAGE = "fp16"
+# The graph a store gets when no beam of ann_recall.BEAMS reaches its target on
+# the defaults' graph: more links and a wider construction beam (48 links
+# matched 32 at a higher cost a walk on real text, bench/ann_params.py; a
+# construction beam of 80 over float16 rows links each node to more than its
+# near copies).
+DENSER_CONNECTIVITY = 48
+DENSER_EXPANSION_ADD = 80
 # What the saved index was built with is recorded in the header ("ann_graph"):
 # an index built with other settings is rebuilt whole by the next embed (a
 # search never rebuilds it). Meanwhile a FAISS graph of other settings is
@@ -113,11 +123,16 @@ def path_of(files: Files, header: dict):
     return files.data(header["build"], "faiss")
 
 
-def update(files: Files, header: dict, view: VectorFile, limit: int | None = None) -> dict:
+def update(files: Files, header: dict, view: VectorFile, limit: int | None = None,
+           target: float = DEFAULT_TARGET) -> dict:
     """Add the rows the index lacks (at most ``limit`` of them; all when None); return the header.
 
     With a ``limit`` (a search's lazy update) it never waits for another
-    builder.
+    builder, and never measures a graph it only extended. Without one (the
+    embed stage) a graph built, grown by more than ``ann_recall.REGROWTH``,
+    or measured for another ``target`` is measured again (``ann_recall``):
+    the beam that reaches ``target`` is recorded in the header, and a graph
+    that no beam brings there is rebuilt denser once.
 
     Builds the index when it is missing and the file holds at least
     ``MIN_ROWS`` rows. One builder at a time (its own lock file, so searches
@@ -136,16 +151,47 @@ def update(files: Files, header: dict, view: VectorFile, limit: int | None = Non
             return latest if latest is not None and latest.get("build") == header["build"] else header
         if latest is None or latest.get("build") != header["build"]:
             return header  # rebuilt meanwhile: the next load sees the new build
-        readable = graph_of(latest) == GRAPH and _readable(faiss, files, latest, view)
+        graph = graph_of(latest)
+        readable = graph in known_graphs() and _readable(faiss, files, latest, view)
         covered = latest["ann_rows"] if readable else 0
         missing = view.rows - covered
-        if missing <= 0 or (limit is not None and missing > limit):
+        if limit is not None and missing > limit:
+            return latest
+        if missing <= 0:
+            if limit is None and readable and ann_recall.stale_for(Calibration.of(latest), graph, covered, target):
+                return _measured(faiss, files, header, _read(faiss, files, latest, mapped=True), view, target,
+                                 graph, None, saved=True)
             return latest
         index = _read(faiss, files, latest, mapped=False) if covered else None
         if index is None or index.ntotal != covered:
-            index, covered = new_graph(faiss, view.dim), 0
+            index, covered, graph = new_graph(faiss, view.dim), 0, GRAPH
+        started = time.perf_counter()
         add_rows(faiss, index, view, covered)
-        return _save(faiss, files, header, index, view.rows)
+        seconds = time.perf_counter() - started
+        if covered == 0 or (limit is None and ann_recall.stale_for(Calibration.of(latest), graph, view.rows, target)):
+            return _measured(faiss, files, header, index, view, target, graph, seconds if not covered else None)
+        return _save(faiss, files, header, index, view.rows, graph)
+
+
+def _measured(faiss, files: Files, header: dict, index, view: VectorFile, target: float, graph: str,
+              build_seconds: float | None, saved: bool = False) -> dict:
+    """Measure the graph's beam for ``target`` and save both; when no beam reaches it, build the denser graph once.
+
+    ``saved``: the graph is the saved file (only the header is written,
+    unless the denser graph replaces it). Of two graphs that both miss the
+    target the one with the higher recall is kept, and the header says it is
+    below target: search then answers by the exact scan.
+    """
+    calibration = ann_recall.measure(faiss, index, view, target, graph, build_seconds)
+    denser = graph_name(DENSER_CONNECTIVITY, DENSER_EXPANSION_ADD)
+    if not calibration.reached and graph != denser:
+        started = time.perf_counter()
+        other = new_graph(faiss, view.dim, DENSER_CONNECTIVITY, DENSER_EXPANSION_ADD)
+        add_rows(faiss, other, view, 0)
+        second = ann_recall.measure(faiss, other, view, target, denser, time.perf_counter() - started)
+        if second.reached or second.recall > calibration.recall:
+            index, calibration, graph, saved = other, second, denser, False
+    return _save(faiss, files, header, None if saved else index, view.rows, graph, calibration)
 
 
 def add_rows(faiss, index, view: VectorFile, first: int) -> None:
@@ -161,22 +207,33 @@ def add_rows(faiss, index, view: VectorFile, first: int) -> None:
         faiss.omp_set_num_threads(1)
 
 
-def _save(faiss, files: Files, header: dict, index, rows: int) -> dict:
-    """Write the index beside the vector file and name it in the header (last); the header as written."""
+def _save(faiss, files: Files, header: dict, index, rows: int, graph: str = "",
+          calibration: Calibration | None = None) -> dict:
+    """Write the index beside the vector file (None: it is already there) and name it in the header (last).
+
+    Returns the header as written. ``calibration`` replaces the recorded
+    measurement; without one the recorded one is kept (it names the graph
+    and the rows it measured).
+    """
     target = path_of(files, header)
     temporary = target.with_name(target.name + ".tmp")
-    with contextlib.suppress(FileNotFoundError):
-        temporary.unlink()  # left by a build that died: its mode is not ours to trust
-    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # private before FAISS writes a byte
-    faiss.write_index(index, str(temporary))  # fopen "wb" keeps the file's mode
+    if index is not None:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()  # left by a build that died: its mode is not ours to trust
+        os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # private before FAISS writes a byte
+        faiss.write_index(index, str(temporary))  # fopen "wb" keeps the file's mode
     with writer_lock(files):
         latest = read_header(files)
         if latest is None or latest.get("build") != header["build"]:
-            temporary.unlink()
+            if index is not None:
+                temporary.unlink()
             return header
-        os.replace(temporary, target)
-        latest["ann_rows"] = rows
-        latest["ann_graph"] = GRAPH
+        if index is not None:
+            os.replace(temporary, target)
+            latest["ann_rows"] = rows
+        latest["ann_graph"] = graph or GRAPH
+        if calibration is not None:
+            latest["ann_calibration"] = calibration.as_dict()
         write_json(files.header, latest)
     for kind in REPLACED_KINDS:
         with contextlib.suppress(FileNotFoundError):
@@ -191,10 +248,29 @@ def graph_of(header: dict) -> str:
     return header.get("ann_graph", "i8:16:128")
 
 
+def graph_name(links: int, construction: int) -> str:
+    return f"{GRAPH_PREFIX}{STORAGE}:{links}:{construction}"
+
+
+def known_graphs() -> set[str]:
+    """The settings this code builds: the defaults, and the denser graph a store may need for its target."""
+    return {GRAPH, graph_name(DENSER_CONNECTIVITY, DENSER_EXPANSION_ADD)}
+
+
+def calibration_of(header: dict) -> Calibration | None:
+    """The measurement of the saved graph (None when there is none, or it measured another graph)."""
+    calibration = Calibration.of(header)
+    return calibration if calibration is not None and calibration.graph == graph_of(header) else None
+
+
 def expansion_for(header: dict) -> int:
-    """The beam for the saved graph: the measured one for its size, and never under the widest first measured
+    """The beam for the saved graph: the one measured for it (``ann_recall``); else, for a graph measured by
+    no build (an older header), the one measured here for its size, and never under the widest first measured
     when the graph was built with other settings (which need a beam measured for them).
     """
+    calibration = calibration_of(header)
+    if calibration is not None:
+        return calibration.beam
     beam = beam_for(header.get("ann_rows", 0))
     return beam if graph_of(header) == GRAPH else max(beam, WIDEST_EXPANSION_SEARCH)
 
@@ -254,7 +330,16 @@ class AnnIndex:
         if self.index is None or self.index.ntotal < self.rows or self.index.d != view.dim:
             raise StoreError("the ANN index file is unreadable: it is rebuilt by the next embed or search")
         self.expansion = expansion_for(header)
+        self.calibration = calibration_of(header)  # None: no build measured this graph (an older header)
         self._faiss = faiss
+
+    def shortfall(self, target: float) -> str | None:
+        """Why this graph cannot promise recall@10 ``target`` (None when it can, or was never measured)."""
+        measured = self.calibration
+        if measured is None or measured.meets(target):
+            return None
+        return (f"the ANN index's measured recall@10 is {measured.recall:.3f} at beam {measured.beam}, below "
+                f"[search] ann_recall = {target:g}; answered by the exact scan until the next embed rebuilds it")
 
     def top(self, query, n: int, allowed: RowFilter | None = None) -> list[tuple[float, int]]:
         """About the ``n`` best current rows (of ``allowed`` when given) as ``(float64 cosine, position)``, best first.

@@ -311,4 +311,5 @@ def refresh_derived(layout: Layout, manifest) -> None:
         db.close()
     files = vectorfile.Files.for_key(layout, manifest.embed.vector_key)
     vectors = vectorfile.VectorFile(files, header)
-    ann.update(files, header, vectors)  # below ann.MIN_ROWS, or without numpy or FAISS, it does nothing
+    target = getattr(manifest, "ann_recall", None) or ann.DEFAULT_TARGET  # [search] ann_recall
+    ann.update(files, header, vectors, target=target)  # below ann.MIN_ROWS, or without numpy or FAISS, it does nothing

@@ -7,7 +7,14 @@ mode and lost them in hybrid to a window that shared "I", "do" and "the".
 So each side's score is first turned into evidence between 0 and 1 that
 means the same for every query, and the fused score is
 
-    score = VECTOR_WEIGHT * vector evidence + (1 - VECTOR_WEIGHT) * keyword evidence
+    score = w * vector evidence + (1 - w) * keyword evidence
+
+where ``w`` is the vector side's weight for this query (``query_weight``):
+the prior ``VECTOR_WEIGHT``, shifted toward the side whose list separates
+its first ten from the rest more. A fixed weight let hybrid fall below its
+better half on a collection where one side's scores barely separate (a
+hidden collection: 0.788 against vector's 0.796): that side's flat list
+still took 40 % of every score.
 
 - vector evidence: ``(cosine - floor) / (1 - floor)``, clipped to [0, 1],
   where ``floor`` is the median cosine between the query and windows of
@@ -41,8 +48,19 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-VECTOR_WEIGHT = 0.6  # the best nDCG@10 on Cranfield (docs/search.md)
+VECTOR_WEIGHT = 0.6  # the best nDCG@10 on Cranfield (docs/search.md): the prior, before each query's lists are read
 FLOOR_SAMPLE = 48  # windows whose pairwise cosines calibrate the vector evidence
+# How far each side's weight follows how well its list separates (``query_weight``): 0 keeps
+# VECTOR_WEIGHT for every query; 1 scales each side's prior by its separation; below 0 the
+# side whose list separates more gives up some weight. Each side's evidence already carries
+# its separation (a rare-word match scores near 1 on the keyword side), so weighting the
+# sharper side more counts it twice: on Cranfield every ADAPT above 0 lowered nDCG@10
+# (0.404 fixed, 0.398 at 1, 0.387 at 3), and -0.25 was the best measured on both shared
+# collections (Cranfield 0.406, SciFact sample 0.942 against 0.941 fixed: within noise,
+# never below). bench/quality.py, docs/search.md.
+ADAPT = -0.25
+HEAD = 10  # the hits a person reads: a list separates when these stand out from the rest of it
+WEIGHT_RANGE = (0.2, 0.9)  # neither side is ever ignored, nor trusted alone
 
 
 @dataclass(frozen=True)
@@ -90,14 +108,54 @@ def keyword_only(hits) -> list[Scored]:
             for rank, hit in enumerate(hits, start=1)]
 
 
+def separation(evidence: list[float], depth: int) -> float:
+    """How far the first ``HEAD`` of a ranked list stand out from the rest of its ``depth`` (0 to 1).
+
+    A list shorter than ``depth`` is padded with zeros: the windows a side
+    did not return have no evidence from it (a keyword query whose rare
+    words only a few windows hold separates well).
+    """
+    if depth <= HEAD or not evidence:
+        return 0.0
+    head = evidence[:HEAD] + [0.0] * max(0, HEAD - len(evidence))
+    tail = evidence[HEAD:depth]
+    return max(0.0, sum(head) / HEAD - sum(tail) / (depth - HEAD))
+
+
+def query_weight(by_vector: list[tuple[float, str]], by_keyword, floor: float, prior: float = VECTOR_WEIGHT,
+                 adapt: float = ADAPT) -> float:
+    """The vector side's weight for this query: its prior, shifted by how far each side's list separates.
+
+    A side whose best windows score much like its hundredth says little
+    about which windows matter; a side whose best windows stand out says a
+    lot, and already says it through its evidence (its first windows score
+    high). The weights are the priors scaled by each side's separation to
+    the power ``adapt`` (by default below 0: the sharper side gives up a
+    little, so that its scale does not count twice and a flat side is not
+    drowned), normalised, and kept within ``WEIGHT_RANGE``; a side with no
+    list leaves the prior unchanged.
+    """
+    depth = max(len(by_vector), len(by_keyword))
+    spread_v = separation([vector_evidence(cos, floor) for cos, _ in by_vector], depth)
+    spread_k = separation([hit.evidence for hit in by_keyword], depth)
+    if adapt == 0 or spread_v <= 0 or spread_k <= 0:
+        return prior
+    v, k = prior * spread_v ** adapt, (1 - prior) * spread_k ** adapt
+    low, high = WEIGHT_RANGE
+    return min(high, max(low, v / (v + k)))
+
+
 def fuse(by_vector: list[tuple[float, str]], by_keyword, other_cosines: dict[str, float], floor: float, n: int,
-         weight: float = VECTOR_WEIGHT) -> list[Scored]:
+         weight: float | None = None) -> list[Scored]:
     """The ``n`` best windows of both rankings by the convex combination of their evidence.
 
     ``by_vector`` is ``(cosine, chunk_id)`` best first; ``by_keyword`` is
     ``keyword.KeywordHit``s best first; ``other_cosines`` holds the cosine
-    of keyword hits the vector side did not return.
+    of keyword hits the vector side did not return. ``weight`` is the
+    vector side's (None: ``query_weight``, read from the two lists).
     """
+    if weight is None:
+        weight = query_weight(by_vector, by_keyword, floor)
     vector_rank = {chunk: rank for rank, (_, chunk) in enumerate(by_vector, start=1)}
     cosine_of = {chunk: cos for cos, chunk in by_vector}
     keyword_rank = {hit.chunk_id: rank for rank, hit in enumerate(by_keyword, start=1)}

@@ -44,6 +44,7 @@ class Answer:
     windows_pending: int = 0  # the caller's windows still without a vector (``SearchIndex.pending``)
     stale_since: str | None = None  # when embed last failed, while it has not finished since (``embed_health``)
     stale_error: str | None = None  # that failure's line
+    vector_search: object = None  # vector_status.VectorSearch: how the vector side answered (None in keyword mode)
 
 
 DEFAULT_MODE = "hybrid"  # the best of the three on Cranfield and SciFact (docs/search.md)
@@ -74,6 +75,13 @@ SQLITE_MAP_BYTES = 1 << 31
 ONE_OFF_ANN_ROWS = 1_000_000
 
 
+def recall_target(manifest) -> float:
+    """The manifest's ``[search] ann_recall``: the recall@10 the ANN graph must deliver, else the exact scan answers."""
+    from bastion_agent.embedding.ann_recall import DEFAULT_TARGET
+
+    return getattr(manifest, "ann_recall", None) or DEFAULT_TARGET
+
+
 def needs_vector(mode: str) -> bool:
     """Whether a search in ``mode`` needs the query's vector (keyword search does not)."""
     return mode != "keyword"
@@ -101,9 +109,11 @@ class SearchIndex:
     stale vectors) appear, whatever the mask says.
     """
 
-    def __init__(self, manifest, layout: Layout, vectors, ann_index, version: tuple):
+    def __init__(self, manifest, layout: Layout, vectors, ann_index, version: tuple, status=None):
         import sqlite3
         import threading
+
+        from bastion_agent.searching.vector_status import VectorSearch
 
         self.layout = layout
         self.key = manifest.embed.vector_key
@@ -111,6 +121,10 @@ class SearchIndex:
         self.default_mode = resolve_mode(manifest, None)
         self.vectors = vectors
         self.ann = ann_index
+        self.target = recall_target(manifest)
+        # how the vector side answers: the graph at its measured beam, or the scan (and why)
+        self.vector_search = status or (VectorSearch.of_graph(ann_index, self.target) if ann_index is not None
+                                        else VectorSearch.exact(self.target))
         self.version = version
         self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.lock = threading.RLock()  # re-entered: search holds it while it asks for the caller's filter
@@ -135,6 +149,7 @@ class SearchIndex:
         exact scan would cost more than loading FAISS.
         """
         from bastion_agent.embedding import ann, vectorfile
+        from bastion_agent.searching.vector_status import VectorSearch
 
         version = store_version(layout)
         db = vectorstore.connect(layout.vectors_db, create=False)
@@ -149,14 +164,17 @@ class SearchIndex:
             db.close()
         files = vectorfile.Files.for_key(layout, manifest.embed.vector_key)
         vectors = vectorfile.VectorFile(files, header, use_numpy)
-        ann_index = None
+        ann_index, status = None, None
         ann_from = max(ann.MIN_ROWS, ONE_OFF_ANN_ROWS) if one_off else ann.MIN_ROWS
         if use_ann and vectors.np is not None and vectors.current >= ann_from and ann.available():
-            ann_index = cls._open_ann(files, header, vectors)
-        return cls(manifest, layout, vectors, ann_index, version)
+            ann_index = cls._open_ann(files, header, vectors, recall_target(manifest))
+            shortfall = ann_index.shortfall(recall_target(manifest)) if ann_index is not None else None
+            if shortfall:  # the graph does not deliver the recall asked for: the scan does, and says so
+                ann_index, status = None, VectorSearch.exact(recall_target(manifest), shortfall)
+        return cls(manifest, layout, vectors, ann_index, version, status)
 
     @staticmethod
-    def _open_ann(files, header: dict, vectors):
+    def _open_ann(files, header: dict, vectors, target: float):
         """The ANN index, brought up to date when it lacks rows or does not open; None to scan exactly.
 
         An index that holds every row is opened once (a memory map that FAISS
@@ -166,7 +184,7 @@ class SearchIndex:
 
         for attempt in range(2):
             if attempt or header.get("ann_rows") != vectors.rows:
-                header = ann.update(files, header, vectors, limit=ann.LAZY_ROWS)
+                header = ann.update(files, header, vectors, limit=ann.LAZY_ROWS, target=target)
             if header.get("ann_rows"):
                 try:
                     return ann.AnnIndex(files, header, vectors)
@@ -617,7 +635,12 @@ def _answer(index: SearchIndex, manifest, query: str, k: int, client, mode: str,
         hits = [dataclasses.replace(hit, fallback=True)
                 for hit in index.search(query, None, k, "keyword", groups=groups, dates=dates)]
         return Answer(hits, "keyword", "keyword", fallback_notice(mode, exc))
-    return Answer(index.search(query, vector, k, mode, exact=exact, groups=groups, dates=dates), mode)
+    status = index.vector_search
+    if exact or (index.ann is not None and (dates is not None or (
+            groups is not None and index.visible_count(groups) < len(index)))):
+        status = dataclasses.replace(status, method="exact", recall=1.0, beam=None)  # the scan answered (ann.EXACT_SHARE)
+    return Answer(index.search(query, vector, k, mode, exact=exact, groups=groups, dates=dates), mode,
+                  vector_search=status)
 
 
 def cosine(query: Sequence[float], query_norm: float, vector: Sequence[float]) -> float:

@@ -11,6 +11,8 @@ the rules and the model-server handling are the same for both.
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 import threading
 import time
@@ -206,6 +208,8 @@ class SearchService:
             "fallback": None if self.model.reachable else "keyword",  # /search answers by keyword meanwhile
             "search_mode": self.default_mode,
             **self.staleness(self.pending(index, caller)),
+            # how vector search answers: the graph's measured recall@10 and beam, or the exact scan (and why)
+            "vector_search": vector_search_of(index, caller),
             "auth": "bearer" if self.settings.guarded else "none",
             "limits": {"max_k": self.settings.max_k, "max_query_chars": self.settings.max_query_chars},
             "version": __version__,
@@ -258,6 +262,8 @@ class SearchService:
             envelope["dates"] = dates.as_dict()
         if notice:
             envelope.update(fallback="keyword", notice=notice)
+        elif vectors and not self.remote:
+            envelope["vector_search"] = vector_search_of(index, caller, dated=dates is not None)  # as /healthz says
         envelope.update(self.staleness(pending))
         return envelope
 
@@ -343,3 +349,20 @@ def summary_stamp(layout) -> tuple | None:
     except FileNotFoundError:
         return None
     return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
+
+def vector_search_of(index, caller: tokens.Caller, dated: bool = False) -> dict | None:
+    """The index's ``vector_status.VectorSearch`` as JSON, as ``caller`` meets it (None for the central index).
+
+    The graph's beam and measured recall were chosen over every window, hidden
+    ones too, and a caller who cannot see every window is answered by the
+    exact scan anyway (``ann.EXACT_SHARE``): such a caller is told the scan,
+    and so is a search kept to a span of dates (``dated``), which scans too.
+    """
+    status = getattr(index, "vector_search", None)
+    if status is None:
+        return None
+    if status.method == "ann" and (dated or (caller.groups is not None
+                                             and index.visible_count(caller.groups) < len(index))):
+        status = dataclasses.replace(status, method="exact", recall=1.0, beam=None, notice=None)
+    return status.as_dict()

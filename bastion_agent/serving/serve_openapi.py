@@ -241,6 +241,8 @@ def _schemas(settings) -> dict:
                 "stale_since": {"type": ["string", "null"], "description": "Set while the last embed has not finished: "
                                                                           "when it first failed (ISO 8601 UTC)."},
                 "stale_error": {"type": ["string", "null"], "description": "That failure, in one line."},
+                "vector_search": {"type": "object", "description": "In vector and hybrid mode: how the vector side "
+                                                                   "answered, as /healthz's `vector_search` says."},
             },
         },
         "Health": {
@@ -265,6 +267,17 @@ def _schemas(settings) -> dict:
                 "fallback": {"type": ["string", "null"], "enum": ["keyword", None],
                              "description": "\"keyword\" while the model server is unreachable: /search answers by keyword."},
                 "search_mode": {"type": "string", "enum": list(SEARCH_MODES)},
+                "vector_search": {
+                    "type": ["object", "null"],
+                    "description": "How vector search answers: `method` `ann` (the graph, at `beam`, whose recall@10 "
+                                   "was measured as `recall` when it was built) or `exact` (every vector scanned: "
+                                   "recall 1.0), `target` ([search] ann_recall) and, when the graph's measured "
+                                   "recall is below it, the `notice` saying the scan answers instead. Null with "
+                                   "--remote.",
+                    "properties": {"method": {"type": "string", "enum": ["ann", "exact"]},
+                                   "recall": {"type": ["number", "null"]}, "beam": {"type": ["integer", "null"]},
+                                   "target": {"type": "number"}, "notice": {"type": ["string", "null"]}},
+                },
                 "auth": {"type": "string", "enum": ["none", "bearer"]},
                 "limits": {"type": "object"},
                 "version": {"type": "string"},

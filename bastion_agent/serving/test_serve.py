@@ -67,7 +67,12 @@ class SearchApiTests(StoreCase):
             code, out, err = run_cli("search", self.store.manifest_path, "flour water salt starter", "-k", "3",
                                      "--out", self.store.layout.root, "--json")
         self.assertEqual(code, 0, err)
-        self.assertEqual(answer["hits"], json.loads(out))
+        printed = json.loads(out)
+        how = {"vector_search": "exact", "vector_recall": 1.0, "vector_beam": None}  # the CLI's hits also say how
+        self.assertEqual([{key: hit.pop(key) for key in how} for hit in printed], [how] * 3)
+        self.assertEqual(answer["hits"], printed)
+        self.assertEqual(answer["vector_search"], {"method": "exact", "recall": 1.0, "beam": None, "target": 0.95,
+                                                   "notice": None})  # the envelope says it once
         self.assertEqual((answer["query"], answer["model"], answer["k"]), ("flour water salt starter", "stub-model", 3))
         self.assertEqual(answer["hits"][0]["doc"], self.store.ids[BREAD])
         self.assertEqual(answer["hits"][0]["paths"], ["copy/bread.txt", "kitchen/bread.txt"])

@@ -13,6 +13,7 @@ import unittest
 from pathlib import Path
 
 from bastion_agent.core.layout import Layout
+from bastion_agent.commands import search_cli
 from bastion_agent.serving import mcp_server
 from bastion_agent.testing.testsupport import TempFolder, clean_env, run_cli, write_manifest
 
@@ -70,7 +71,10 @@ class SweptFolder(TempFolder):
         with clean_env(EMBED_URL=self.stub.url):
             code, out, err = run_cli("search", self.manifest, query, "--out", self.out, "--json", "-k", k, "--mode", mode)
         self.assertEqual((code, err), (0, ""))
-        return json.loads(out)
+        hits = json.loads(out)
+        if mode != "keyword":  # the CLI also says how the vector side answered; the MCP hit is the Hit alone
+            self.assertTrue(all(set(search_cli.HOW_FIELDS) <= set(hit) for hit in hits))
+        return [{key: value for key, value in hit.items() if key not in search_cli.HOW_FIELDS} for hit in hits]
 
     def serve(self, body, embed_url: str | None = None) -> None:
         """Start ``mcp MANIFEST`` as an assistant would and run ``await body(session)`` against it."""

@@ -7,6 +7,6 @@ from types import SimpleNamespace
 DIM = 16
 
 
-def fake_manifest(key: str = "synthetic", dim: int = DIM, mode: str | None = None):
+def fake_manifest(key: str = "synthetic", dim: int = DIM, mode: str | None = None, ann_recall: float = 0.95):
     """What SearchIndex reads from a manifest."""
-    return SimpleNamespace(embed=SimpleNamespace(vector_key=key, dim=dim), search_mode=mode)
+    return SimpleNamespace(embed=SimpleNamespace(vector_key=key, dim=dim), search_mode=mode, ann_recall=ann_recall)

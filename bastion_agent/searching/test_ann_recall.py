@@ -1,0 +1,272 @@
+"""Recall as a setting: the graph's beam measured at build, below-target graphs never answer, the figures reported."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import unittest
+from unittest import mock
+
+from bastion_agent import embed
+from bastion_agent.config import manifest as manifest_module
+from bastion_agent.core.layout import Layout, ensure_private_dir, write_json
+from bastion_agent.core.records import DocumentRow, StoredChunk
+from bastion_agent.embedding import ann, ann_recall, vectorfile, vectorstore
+from bastion_agent.searching import searcher
+from bastion_agent.testing.search_manifest import fake_manifest
+from bastion_agent.testing.serve_store import Store, request, start
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import TempFolder, clean_env, run_cli, sha256_hex
+
+HAS_ANN = vectorfile.numpy_or_none() is not None and ann.available()
+SKIP = "the ANN index needs numpy and faiss (pip install 'bastion-agent[ann]')"
+DIM = 48
+# A sparse graph (4 links, construction beam 8): random vectors in 48 dimensions
+# then need a wide beam for a high recall, which a small store shows in milliseconds.
+SPARSE = {"CONNECTIVITY": 4, "EXPANSION_ADD": 8, "GRAPH": "faiss-hnsw-fp16:4:8"}
+
+
+def isotropic(rng: random.Random, n: int) -> list[list[float]]:
+    """Random directions in DIM dimensions: the hardest vectors for a graph (no structure to follow)."""
+    return [[rng.gauss(0, 1) for _ in range(DIM)] for _ in range(n)]
+
+
+def flat(rng: random.Random, n: int, spread: int = 3) -> list[list[float]]:
+    """Random directions within ``spread`` of the DIM dimensions: few directions to tell apart, an easy graph."""
+    return [[rng.gauss(0, 1) for _ in range(spread)] + [0.0] * (DIM - spread) for _ in range(n)]
+
+
+@unittest.skipUnless(HAS_ANN, SKIP)
+class RecallTests(TempFolder, unittest.TestCase):
+    """Stores written directly into vectors.db; the ANN threshold lowered so a few thousand rows get a graph."""
+
+    def setUp(self):
+        self.rng = random.Random()  # fresh values each run: the behaviour must hold for any of them
+        patcher = mock.patch.multiple(ann, MIN_ROWS=50, LAZY_ROWS=100_000)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def make_store(self, vectors: list[list[float]]) -> Layout:
+        layout = Layout(self.make_tmp() / "out")
+        ensure_private_dir(layout.root)
+        db = vectorstore.connect(layout.vectors_db, create=True)
+        self.addCleanup(db.close)
+        chunks = [StoredChunk(sha256_hex(f"chunk {i}"), sha256_hex(f"doc {i}"), 0, 0, 10, f"window {i}")
+                  for i in range(len(vectors))]
+        vectorstore.replace_chunks(db, chunks, [DocumentRow(c.doc, json.dumps([f"{i}.txt"])) for i, c in enumerate(chunks)])
+        vectorstore.add_vectors(db, "synthetic", DIM, [(c.chunk_id, vectorstore.pack(v)) for c, v in zip(chunks, vectors)],
+                                "2026-01-01T00:00:00+00:00")
+        self.db = db
+        return layout
+
+    def build(self, layout: Layout, target: float = 0.95) -> dict:
+        embed.refresh_derived(layout, fake_manifest(dim=DIM, ann_recall=target))
+        return vectorfile.read_header(vectorfile.Files.for_key(layout, "synthetic"))
+
+    def load(self, layout: Layout, target: float = 0.95) -> searcher.SearchIndex:
+        index = searcher.SearchIndex.load(fake_manifest(dim=DIM, ann_recall=target), layout)
+        self.addCleanup(index.close)
+        return index
+
+    def found_share(self, index, queries, k: int = 10) -> float:
+        """Recall@k of ``index`` against the contract's exact scan, over queries the store does not hold."""
+        found = 0
+        for query in queries:
+            exact = [row[0] for _, row in embed.top_k(query, vectorstore.searchable(self.db, "synthetic"), k)]
+            found += len(set(exact) & {hit.chunk_id for hit in index.search("", query, k, "vector")})
+        return found / (k * len(queries))
+
+    def test_a_store_whose_vectors_need_a_wider_beam_gets_one(self):
+        with mock.patch.multiple(ann, **SPARSE):
+            easy = self.build(self.make_store(flat(self.rng, 1500)))["ann_calibration"]
+            hard_layout = self.make_store(isotropic(self.rng, 1500))
+            hard = self.build(hard_layout)["ann_calibration"]
+            index = self.load(hard_layout)
+            share = self.found_share(index, isotropic(self.rng, 30))
+        self.assertEqual(easy["beam"], ann_recall.BEAMS[0])  # three directions: the narrowest beam finds them
+        self.assertGreater(hard["beam"], easy["beam"])
+        for measured in (easy, hard):
+            self.assertTrue(measured["reached"])
+            self.assertGreaterEqual(measured["recall"], 0.95 + ann_recall.MARGIN)
+            self.assertEqual(measured["queries"], ann_recall.SAMPLE_QUERIES)
+        self.assertEqual((index.ann.expansion, index.vector_search.beam), (hard["beam"], hard["beam"]))
+        self.assertEqual(index.vector_search.recall, hard["recall"])
+        self.assertGreaterEqual(share, 0.9)  # new queries, not the sample: the beam holds beyond what chose it
+
+    def test_a_higher_target_gets_a_wider_beam(self):
+        layout = self.make_store(isotropic(self.rng, 1500))
+        with mock.patch.multiple(ann, **SPARSE):
+            low = self.build(layout, 0.6)["ann_calibration"]
+            high = self.build(layout, 0.98)["ann_calibration"]  # another target: measured again, not rebuilt
+        self.assertEqual((low["target"], high["target"]), (0.6, 0.98))
+        self.assertLess(low["beam"], high["beam"])
+        self.assertTrue(high["reached"])
+        self.assertGreaterEqual(high["recall"], 0.98)
+
+    def test_when_no_beam_reaches_the_target_the_denser_graph_is_built(self):
+        layout = self.make_store(isotropic(self.rng, 1500))
+        with mock.patch.multiple(ann, **SPARSE), mock.patch.object(ann_recall, "BEAMS", (32,)):
+            header = self.build(layout, 0.9)
+            index = self.load(layout, 0.9)
+        denser = ann.graph_name(ann.DENSER_CONNECTIVITY, ann.DENSER_EXPANSION_ADD)
+        self.assertEqual((header["ann_graph"], header["ann_calibration"]["graph"]), (denser, denser))
+        self.assertTrue(header["ann_calibration"]["reached"])
+        self.assertEqual(index.ann.index.hnsw.nb_neighbors(0), 2 * ann.DENSER_CONNECTIVITY)
+        self.assertEqual(index.vector_search.method, "ann")
+
+    def test_a_graph_that_cannot_reach_the_target_is_not_used_and_search_says_so(self):
+        layout = self.make_store(isotropic(self.rng, 1500))
+        with mock.patch.multiple(ann, DENSER_CONNECTIVITY=5, DENSER_EXPANSION_ADD=8, **SPARSE), \
+                mock.patch.object(ann_recall, "BEAMS", (32,)):
+            header = self.build(layout, 0.99)
+            index = self.load(layout, 0.99)
+        self.assertFalse(header["ann_calibration"]["reached"])
+        self.assertLess(header["ann_calibration"]["recall"], 0.99)
+        self.assertIsNone(index.ann)
+        self.assertEqual((index.vector_search.method, index.vector_search.recall), ("exact", 1.0))
+        self.assertIn("below [search] ann_recall = 0.99", index.vector_search.notice)
+        self.assertEqual(self.found_share(index, isotropic(self.rng, 5)), 1.0)
+
+    def test_a_header_below_the_target_answers_exactly_until_embed_measures_it_again(self):
+        layout = self.make_store(isotropic(self.rng, 400))
+        files = vectorfile.Files.for_key(layout, "synthetic")
+        header = self.build(layout)
+        header["ann_calibration"]["recall"] = 0.8  # what a graph that lost recall would say
+        write_json(files.header, header)
+        with mock.patch.object(ann_recall, "measure", wraps=ann_recall.measure) as measure:
+            index = self.load(layout)
+            self.assertEqual(measure.call_count, 0)  # a search never measures: it answers by the scan
+            self.assertIsNone(index.ann)
+            self.assertIn("measured recall@10 is 0.800", index.vector_search.notice)
+            self.build(layout)
+            self.assertEqual(measure.call_count, 1)
+        self.assertGreaterEqual(vectorfile.read_header(files)["ann_calibration"]["recall"], 0.95)
+        self.assertEqual(self.load(layout).vector_search.method, "ann")
+
+    def test_a_header_whose_measurement_makes_no_sense_is_not_believed(self):
+        layout = self.make_store(isotropic(self.rng, 400))
+        files = vectorfile.Files.for_key(layout, "synthetic")
+        header = self.build(layout)
+        for change in ({"beam": 10**9}, {"beam": 0}, {"recall": 7.0}, {"recall": "high"}, {"target": 1.5}, {"beam": None}):
+            with self.subTest(change=change):
+                forged = json.loads(json.dumps(header))
+                forged["ann_calibration"].update(change)
+                write_json(files.header, forged)
+                index = self.load(layout)
+                self.assertEqual(index.ann.expansion, ann.beam_for(400))  # the rule for a graph no build measured
+                self.assertIsNone(index.vector_search.recall)
+
+    def test_a_raised_target_is_not_promised_by_a_graph_measured_for_a_lower_one(self):
+        layout = self.make_store(isotropic(self.rng, 400))
+        files = vectorfile.Files.for_key(layout, "synthetic")
+        header = self.build(layout, 0.9)
+        header["ann_calibration"]["recall"] = 0.93  # reached 0.9 (with its margin), short of 0.97
+        write_json(files.header, header)
+        self.assertEqual(self.load(layout, 0.9).vector_search.method, "ann")
+        self.assertEqual(self.load(layout, 0.97).vector_search.method, "exact")
+
+    def test_the_measurement_is_sampled_not_a_scan_of_every_row_per_beam(self):
+        layout = self.make_store(isotropic(self.rng, 1500))
+        with mock.patch.multiple(ann, **SPARSE), \
+                mock.patch.object(ann_recall, "thresholds", wraps=ann_recall.thresholds) as truth, \
+                mock.patch.object(ann_recall, "recall_at", wraps=ann_recall.recall_at) as walks:
+            measured = self.build(layout)["ann_calibration"]
+        self.assertEqual(truth.call_count, 1)  # one exact pass for the whole sample, whatever the beams tried
+        self.assertEqual(len(truth.call_args.args[2]), ann_recall.SAMPLE_QUERIES)
+        self.assertGreater(measured["beam"], ann_recall.BEAMS[0])
+        self.assertLessEqual(walks.call_count, (ann_recall.BEAMS.index(measured["beam"]) + 1) // 2 + 2)  # two rungs at a time
+        tried = sorted(call.args[6] for call in walks.call_args_list)
+        narrower = [beam for beam in tried if beam < measured["beam"]]
+        self.assertTrue(narrower)  # a narrower beam was tried and fell short
+        self.assertEqual(ann_recall.BEAMS[ann_recall.BEAMS.index(measured["beam"]) - 1], max(narrower))
+
+    def test_the_ladder_search_finds_the_narrowest_beam_that_reaches_the_goal(self):
+        beams = ann_recall.BEAMS
+        for _ in range(20):
+            cut = self.rng.randrange(len(beams) + 1)  # beams from index ``cut`` on reach the goal (none when past the end)
+            asked = []
+
+            def recall_of(beam):
+                asked.append(beam)
+                return 0.99 if beams.index(beam) >= cut else 0.5
+
+            beam, recall = ann_recall.smallest_beam(beams, 10**9, 0.96, recall_of)
+            self.assertEqual((beam, recall), (beams[min(cut, len(beams) - 1)], 0.99 if cut < len(beams) else 0.5))
+            self.assertEqual(len(asked), len(set(asked)))  # no beam walked twice
+            self.assertLessEqual(len(asked), (min(cut, len(beams) - 1) + 1) // 2 + 2)
+            self.assertLessEqual(max(asked), beams[min(cut + 1, len(beams) - 1)])  # never far above the answer
+
+    def test_an_unchanged_graph_is_not_measured_again_and_a_grown_one_is(self):
+        layout = self.make_store(isotropic(self.rng, 400))
+        self.build(layout)
+        with mock.patch.object(ann_recall, "measure", wraps=ann_recall.measure) as measure:
+            self.build(layout)
+            self.assertEqual(measure.call_count, 0)
+            more = isotropic(self.rng, 60)  # 15 % more rows
+            chunks = [(sha256_hex(f"more {i}"), vector) for i, vector in enumerate(more)]
+            vectorstore.add_vectors(self.db, "synthetic", DIM, [(c, vectorstore.pack(v)) for c, v in chunks],
+                                    "2026-01-01T00:00:00+00:00")
+            header = self.build(layout)
+            self.assertEqual(measure.call_count, 1)
+        self.assertEqual(header["ann_calibration"]["rows"], 460)
+
+
+@unittest.skipUnless(HAS_ANN, SKIP)
+class ReportTests(TempFolder, unittest.TestCase):
+    """The measured recall and beam, as ``search --json`` and ``/healthz`` show them."""
+
+    TEXT = "Window {i} speaks of topic {t}: engines, bread, violins, budgets and rivers in turn {i}."
+
+    def setUp(self):
+        self.stub = StubServer().__enter__()
+        self.addCleanup(self.stub.__exit__, None, None, None)
+        patcher = mock.patch.multiple(ann, MIN_ROWS=20, LAZY_ROWS=100_000)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        docs = {self.TEXT.format(i=i, t=i % 5): [f"d{i}.txt"] for i in range(60)}
+        self.store = Store(self.make_tmp(), self.stub, docs)
+
+    def test_search_json_reports_the_measured_recall_and_beam_and_stays_an_array(self):
+        header = vectorfile.read_header(vectorfile.Files.for_key(self.store.layout, self.store.manifest().embed.vector_key))
+        with clean_env(EMBED_URL=self.stub.url), mock.patch.object(searcher, "ONE_OFF_ANN_ROWS", 20):
+            code, out, err = run_cli("search", self.store.manifest_path, "bread", "--json", "-k", "3",
+                                     "--out", self.store.layout.root)
+            exact = json.loads(run_cli("search", self.store.manifest_path, "bread", "--json", "--exact",
+                                       "--out", self.store.layout.root)[1])
+            keyword = json.loads(run_cli("search", self.store.manifest_path, "bread", "--json", "--mode", "keyword",
+                                         "--out", self.store.layout.root)[1])
+        self.assertEqual((code, err), (0, ""))
+        hits = json.loads(out)
+        self.assertIsInstance(hits, list)
+        self.assertEqual(len(hits), 3)
+        measured = header["ann_calibration"]
+        for hit in hits:
+            self.assertEqual((hit["vector_search"], hit["vector_recall"], hit["vector_beam"]),
+                             ("ann", measured["recall"], measured["beam"]))
+        self.assertEqual({(h["vector_search"], h["vector_recall"], h["vector_beam"]) for h in exact}, {("exact", 1.0, None)})
+        self.assertNotIn("vector_search", keyword[0])  # keyword search has no vector side
+
+    def test_healthz_reports_the_measured_recall_and_beam(self):
+        server = start(self.store, self)
+        health = request(server.url, path="/healthz")[2]
+        header = vectorfile.read_header(vectorfile.Files.for_key(self.store.layout, self.store.manifest().embed.vector_key))
+        measured = header["ann_calibration"]
+        self.assertEqual(health["vector_search"], {"method": "ann", "recall": measured["recall"],
+                                                   "beam": measured["beam"], "target": 0.95, "notice": None})
+
+    def test_a_manifest_target_outside_its_range_is_refused_naming_the_key(self):
+        for value in ("0.2", "1.0", "true", '"high"'):
+            with self.subTest(value=value):
+                text = self.store.manifest_path.read_text() + f"\n[search]\nann_recall = {value}\n"
+                path = self.store.manifest_path.with_name("bad.toml")
+                path.write_text(text)
+                with self.assertRaises(manifest_module.ManifestError) as caught:
+                    manifest_module.load(path)
+                self.assertIn("[search] ann_recall must be a number from 0.5 to 0.999", str(caught.exception))
+        path.write_text(self.store.manifest_path.read_text() + "\n[search]\nann_recall = 0.99\n")
+        self.assertEqual(manifest_module.load(path).ann_recall, 0.99)
+
+
+if __name__ == "__main__":
+    unittest.main()
