@@ -182,10 +182,10 @@ CONFIG_WORDS = frozenset({"string", "str", "text", "int", "integer", "number", "
 
 def _config_word(value: str, strength: str) -> bool:
     """A letters-only config value that can be a password (``SMTP_PASSWORD=kxqmvbnrtwpzla``): a strong
-    key, four letters or more, not a type, a switch or a stand-in, and not itself the name of a
-    credential (``mySecret = clientSecret`` is code)."""
-    return (strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS
-            and credential_key(value) is None)
+    key, four letters or more, not a type, a switch or a stand-in, and not a camelCase name of a
+    credential (``mySecret = clientSecret`` is code; ``kxqpwdzl`` holds "pwd" by chance and goes)."""
+    named = any(ch.isupper() for ch in value[1:]) and credential_key(value) is not None
+    return strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS and not named
 
 
 def _directive_value(value: str) -> bool:
