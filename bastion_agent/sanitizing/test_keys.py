@@ -194,6 +194,7 @@ LITERALS = [
     'char *password = "{v}";',
     'password: "pass #{v} ?",',
     'password = "+{v}"',
+    '<add key="ClearTextPassword" value="TestSourcePassword{v}" />',
     "$p = ConvertTo-SecureString 'AttackerServicePassword{v}' -AsPlainText",
 ]
 
