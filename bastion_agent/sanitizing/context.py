@@ -182,10 +182,10 @@ CONFIG_WORDS = frozenset({"string", "str", "text", "int", "integer", "number", "
 
 def _config_word(value: str, strength: str) -> bool:
     """A letters-only config value that can be a password (``SMTP_PASSWORD=kxqmvbnrtwpzla``): a strong
-    key, four letters or more, not a type, a switch or a stand-in, and not itself the name of a
-    credential (``mySecret = clientSecret`` is code)."""
-    return (strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS
-            and credential_key(value) is None)
+    key, four letters or more, not a type, a switch or a stand-in, and not a camelCase name of a
+    credential (``mySecret = clientSecret`` is code; ``kxqpwdzl`` holds "pwd" by chance and goes)."""
+    named = any(ch.isupper() for ch in value[1:]) and credential_key(value) is not None
+    return strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS and not named
 
 
 def _directive_value(value: str) -> bool:
@@ -439,8 +439,9 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
         if code_values.is_code_reference(value):
             return None  # ``getPassword();``, ``credentials.password,``, ``string | null``: code, not a value
     if quoted and not by_position and (code_values.is_name_constant(value) or code_values.is_code_between_strings(value)
-                   or (code_values.is_camel_name(value) and credential_key(value) is not None)):
-        return None  # ``BLOB = "PKCS8_PRIVATEKEY"``, ``"KDFKeySecret"``, ``"&pw=" + f(x)``: a name, code
+                   or (code_values.is_camel_name(value) and credential_key(value) is not None
+                       and (text[end + 1:end + 2] == ";" or text.startswith(" ->", end + 1)))):
+        return None  # ``BLOB = "PKCS8_PRIVATEKEY"``, ``X = "KDFKeySecret";``, ``"&pw=" + f(x)``: a name, code
     if not value_ok(value, strength, quoted=quoted, label=label, config=config, phrase=phrase):
         return None
     lead = len(value) - len(value.lstrip())

@@ -77,6 +77,8 @@ KEYED = [
     ("Swedish key", "lösenord={v}\n", password, "användare=butik\n"),
     ("passphrase of words", "passphrase: {v}\n", words, "description: " + "the nightly job copies the reports"),
     ("letters-only config value", "SMTP_PASSWORD={v}\n", letters, "SMTP_PASSWORD=changeme\n"),
+    ("letters-only value holding pwd", "SMTP_PASSWORD={v}\n", lambda: letters(5) + "pwd" + letters(6),
+     "clientSecret = serverSecret\n"),
     ("wpa_supplicant psk", 'network={{\n  ssid="office"\n  psk="{v}"\n}}\n', password,
      'network={\n  ssid="office"\n  key_mgmt=NONE\n}\n'),
     ("UUID under a secret key", "client_secret: {v}\n", lambda: str(uuid.uuid4()),
@@ -192,6 +194,7 @@ LITERALS = [
     'char *password = "{v}";',
     'password: "pass #{v} ?",',
     'password = "+{v}"',
+    '<add key="ClearTextPassword" value="TestSourcePassword{v}" />',
     "$p = ConvertTo-SecureString 'AttackerServicePassword{v}' -AsPlainText",
 ]
 

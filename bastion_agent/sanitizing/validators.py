@@ -412,7 +412,8 @@ def check_assignment(match: re.Match, start: int, end: int):
     if quoted and code_values.is_name_constant(value, key):
         return False  # ``NCRYPT_PKCS8_PRIVATE_KEY_BLOB = "PKCS8_PRIVATEKEY"``: the name of a setting
     if quoted and (code_values.is_code_between_strings(value)
-                   or (code_values.is_camel_name(value) and key_strength(value) is not None)):
+                   or (code_values.is_camel_name(value) and key_strength(value) is not None
+                       and re.fullmatch(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+", key.rsplit(".", 1)[-1]))):
         return False  # ``"&pw=" + f("pw")``; ``NCRYPT_KDF_SECRET_VALUE = "KDFKeySecret"``: code, a name
     if quoted and strength == "weak" and re.fullmatch(r"[a-z]+(?:_[a-z0-9]+){2,}", value):
         return False  # ``"key": "benchmark_ml_job_2"``: a snake_case name under a map's key
