@@ -9,10 +9,15 @@ from bastion_agent.core.budget import REASON_TIME
 from bastion_agent.testing.limited_sweep import LimitedSweepCase
 
 
+BUDGET_SECONDS = 15
+
+
 class BacktrackingRuleTests(LimitedSweepCase):
     def test_custom_rule_that_backtracks_fails_its_document_closed_by_rule_id(self):
         (self.docs / "aaa.txt").write_text("a" * 40 + "b", encoding="utf-8")
-        text = self.manifest.read_text().replace('root = "docs"', 'root = "docs"\nbudget_seconds = 2')
+        # The pattern never ends on this text (2^40 ways to split the a's), so any budget stops it; one this
+        # wide (the honest note takes milliseconds) keeps a loaded machine's slow worker start from failing the note.
+        text = self.manifest.read_text().replace('root = "docs"', f'root = "docs"\nbudget_seconds = {BUDGET_SECONDS}')
         self.manifest.write_text(text + "\n[[sanitize.rules]]\nid = \"slow\"\npattern = '(a+)+$'\n")
         self.sweep("extract", "sanitize")
         sanitized = json.loads((self.out / "sanitize.summary.json").read_text())

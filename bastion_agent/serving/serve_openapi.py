@@ -207,6 +207,18 @@ def hit_schema() -> dict:
     return {**schema, "properties": {name: fields[name] for name in order}}
 
 
+def _freshness_schemas() -> dict:
+    """What a search answer and ``/healthz`` say of the caller's windows still waiting for vectors."""
+    return {
+        "windows_pending": {"type": ["integer", "null"],
+                            "description": "How many of this caller's windows still wait for vectors: keyword "
+                                           "search finds them, vector and hybrid search do not yet."},
+        "stale_since": {"type": ["string", "null"], "description": "Set while the last embed has not finished: "
+                                                                  "when it first failed (ISO 8601 UTC)."},
+        "stale_error": {"type": ["string", "null"], "description": "That failure, in one line."},
+    }
+
+
 def _schemas(settings) -> dict:
     return {
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
@@ -235,12 +247,7 @@ def _schemas(settings) -> dict:
                 "fallback": {"type": "string", "enum": ["keyword"],
                              "description": "Present when the model server was down and keyword search answered."},
                 "notice": {"type": "string", "description": "One line saying why, with the fallback."},
-                "windows_pending": {"type": ["integer", "null"],
-                                    "description": "How many of this caller's windows still wait for vectors: keyword "
-                                                   "search finds them, vector and hybrid search do not yet."},
-                "stale_since": {"type": ["string", "null"], "description": "Set while the last embed has not finished: "
-                                                                          "when it first failed (ISO 8601 UTC)."},
-                "stale_error": {"type": ["string", "null"], "description": "That failure, in one line."},
+                **_freshness_schemas(),
                 "vector_search": {"type": "object", "description": "In vector and hybrid mode: how the vector side "
                                                                    "answered, as /healthz's `vector_search` says."},
             },
@@ -281,12 +288,7 @@ def _schemas(settings) -> dict:
                 "auth": {"type": "string", "enum": ["none", "bearer"]},
                 "limits": {"type": "object"},
                 "version": {"type": "string"},
-                "windows_pending": {"type": ["integer", "null"],
-                                    "description": "How many of this caller's windows still wait for vectors: keyword "
-                                                   "search finds them, vector and hybrid search do not yet."},
-                "stale_since": {"type": ["string", "null"], "description": "Set while the last embed has not finished: "
-                                                                          "when it first failed (ISO 8601 UTC)."},
-                "stale_error": {"type": ["string", "null"], "description": "That failure, in one line."},
+                **_freshness_schemas(),
             },
         },
     }
