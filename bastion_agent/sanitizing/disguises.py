@@ -55,7 +55,8 @@ _CELL_GAP = r"(?:[ \t]*</t[dh]>[ \t]*<t[dh](?:[ \t][^<>\n]{0,64})?>[ \t]*|[ \t]*
 CELL_DIGITS = re.compile(r"[\d\-](?:" + _CELL_GAP + r"[\d\-](?![\w\-])){7,19}")
 CELL_GAP = re.compile(_CELL_GAP)
 # Base64 of at least fifteen bytes whose text may be ``key=value`` (``password=`` and six characters).
-BASE64 = re.compile(r"[A-Za-z0-9+/]{20,4096}={0,2}(?![A-Za-z0-9+/=])")
+BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{20,}+={0,2}+(?![A-Za-z0-9+/=])")  # possessive: no backtracking
+MAX_BASE64 = 4096
 # ``local (at) host (dot) tld`` and its bracketed and upper-case spellings.
 _DOT = r"[ \t]*(?:\((?:dot|DOT)\)|\[(?:dot|DOT)\]|\{(?:dot|DOT)\}|<(?:dot|DOT)>)[ \t]*| DOT | dot (?=[a-z]{2,6}\b)|\."
 # The "at" words, each pass led by a literal; the lower-case " at " only when the text also has " dot ".
@@ -181,7 +182,7 @@ def base64_texts(text: str, runs=None) -> list[Edit]:
     spans = runs if runs is not None else [(0, len(text))]
     for token in (token for start, end in spans for token in BASE64.finditer(text, start, end)):
         raw = token.group()
-        if len(raw) % 4 or not _free(text, token.start(), "+/=") or raw.islower() or raw.isupper():
+        if len(raw) % 4 or len(raw) > MAX_BASE64 or raw.islower() or raw.isupper():
             continue
         try:
             decoded = base64.b64decode(raw, validate=True).decode("ascii")
