@@ -31,6 +31,7 @@ columns costs time linear in the text.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import unicodedata
@@ -481,14 +482,22 @@ def _spaced_header(text: str, header: list[tuple[int, int]]) -> bool:
 
 
 def _aligned(header: list[tuple[int, int]], header_start: int, cells: list[tuple[int, int]], row_start: int,
-             rules: dict[int, str]) -> list[tuple[int, int, str]]:
-    """The cells of a space-aligned row that stand under a sensitive header cell (their columns overlap)."""
+             rules: dict[int, str], starts: list[int]) -> list[tuple[int, int, str, int]]:
+    """The cells of a space-aligned row that stand under a sensitive header cell (their columns overlap).
+
+    Header cells and row cells each never overlap among themselves, so the
+    walk over overlapping pairs costs at most the two counts together;
+    ``starts`` are the header cells' columns, computed once per table.
+    """
     found = []
-    for index, rule in rules.items():
-        left, right = header[index][0] - header_start, header[index][1] - header_start
-        for start, end in cells:
-            if start - row_start < right and end - row_start > left:
-                found.append((start, end, rule, index))
+    for start, end in cells:
+        left, right = start - row_start, end - row_start
+        index = bisect.bisect_left(starts, right) - 1  # the last header cell starting before this cell ends
+        while index >= 0 and header[index][1] - header_start > left:
+            if index in rules:
+                found.append((start, end, rules[index], index))
+                break
+            index -= 1
     return found
 
 
@@ -593,7 +602,7 @@ def _table_at(scanner: _Scanner, line_start: int, enabled) -> tuple[int, list] |
     if not rules:
         return None
     width = len(header)
-    first = True
+    first, starts = True, None
     found: list[tuple[int, int, str]] = []
     length = len(text)
     while position < length:
@@ -615,7 +624,9 @@ def _table_at(scanner: _Scanner, line_start: int, enabled) -> tuple[int, list] |
         if delimiter == SPACED:
             if len(cells) < 2 or first and not _spaced_header(text, header):
                 break
-            found.extend(_aligned(header, line_start, cells, position, rules))
+            if starts is None:
+                starts = [start - line_start for start, _ in header]  # once per table: the header's columns
+            found.extend(_aligned(header, line_start, cells, position, rules, starts))
         else:
             _take_cells(text, cells, rules, width, delimiter in ",;", found)
         first = False

@@ -55,13 +55,17 @@ _CELL_GAP = r"(?:[ \t]*</t[dh]>[ \t]*<t[dh](?:[ \t][^<>\n]{0,64})?>[ \t]*|[ \t]*
 CELL_DIGITS = re.compile(r"[\d\-](?:" + _CELL_GAP + r"[\d\-](?![\w\-])){7,19}")
 CELL_GAP = re.compile(_CELL_GAP)
 # Base64 of at least fifteen bytes whose text may be ``key=value`` (``password=`` and six characters).
-BASE64 = re.compile(r"[A-Za-z0-9+/]{20,4096}={0,2}(?![A-Za-z0-9+/=])")
+BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{20,}+={0,2}+(?![A-Za-z0-9+/=])")  # possessive: no backtracking
+MAX_BASE64 = 4096
 # ``local (at) host (dot) tld`` and its bracketed and upper-case spellings.
-_AT = r"[ \t]*(?:\((?:at|AT)\)|\[(?:at|AT)\]|\{(?:at|AT)\}|<(?:at|AT)>)[ \t]*| AT | at (?=[\w\-]{1,63} dot )"
 _DOT = r"[ \t]*(?:\((?:dot|DOT)\)|\[(?:dot|DOT)\]|\{(?:dot|DOT)\}|<(?:dot|DOT)>)[ \t]*| DOT | dot (?=[a-z]{2,6}\b)|\."
-OBFUSCATED_EMAIL = re.compile(r"[A-Za-z0-9][\w.+\-]{0,63}(?:" + _AT + r")[A-Za-z0-9][\w\-]{0,62}"
-                              r"(?:(?:" + _DOT + r")[A-Za-z0-9][\w\-]{0,62}){1,4}")
-AT_WORD = re.compile(_AT)
+# The "at" words, each pass led by a literal; the lower-case " at " only when the text also has " dot ".
+AT_LEADS = (re.compile(r"\((?:at|AT)\)"), re.compile(r"\[(?:at|AT)\]"), re.compile(r"\{(?:at|AT)\}"),
+            re.compile(r"<(?:at|AT)>"), re.compile(r" AT "), re.compile(r" at (?=[\w\-]{1,63} dot )"))
+LOCAL_PART = re.compile(r"[A-Za-z0-9][\w.+\-]{0,63}\Z")
+DOMAIN_PART = re.compile(r"[A-Za-z0-9][\w\-]{0,62}(?:(?:" + _DOT + r")[A-Za-z0-9][\w\-]{0,62}){1,4}")
+# Each led by a literal (the engine skips to it in C): whether the text can hold a bracketed or upper-case "at".
+AT_HINTS = (re.compile(r"at[)\]}>]"), re.compile(r"AT[ )\]}>]"))
 DOT_WORD = re.compile(r"[ \t]*(?:\((?:dot|DOT)\)|\[(?:dot|DOT)\]|\{(?:dot|DOT)\}|<(?:dot|DOT)>)[ \t]*| DOT | dot ")
 # Letter-spaced text: six or more single characters, one space between letters, two or three between words.
 LETTER_SPACED = re.compile(r"(?<!\S)\S(?: {1,3}\S(?!\S)){5,400}")  # only run in windows around a hint
@@ -178,7 +182,7 @@ def base64_texts(text: str, runs=None) -> list[Edit]:
     spans = runs if runs is not None else [(0, len(text))]
     for token in (token for start, end in spans for token in BASE64.finditer(text, start, end)):
         raw = token.group()
-        if len(raw) % 4 or not _free(text, token.start(), "+/=") or raw.islower() or raw.isupper():
+        if len(raw) % 4 or len(raw) > MAX_BASE64 or raw.islower() or raw.isupper():
             continue
         try:
             decoded = base64.b64decode(raw, validate=True).decode("ascii")
@@ -190,19 +194,24 @@ def base64_texts(text: str, runs=None) -> list[Edit]:
 
 
 def obfuscated_emails(text: str) -> list[Edit]:
-    if not any(hint in text for hint in ("(at)", "[at]", " AT ", "(AT)", "[AT]", "{at}", "<at>")) and (
-            " dot " not in text or " at " not in text):
+    """``local (at) host (dot) tld``: each "at" word found first (a literal), then the address read around it."""
+    words = " at " in text and " dot " in text
+    if AT_HINTS[0].search(text) is None and AT_HINTS[1].search(text) is None and not words:
         return []
     edits = []
-    for match in OBFUSCATED_EMAIL.finditer(text):
-        if not _free(text, match.start(), "_.+-"):
-            continue
-        value, base = match.group(), match.start()
-        at = AT_WORD.search(value)
-        if at is None:
-            continue
-        edits.append((base + at.start(), base + at.end(), "@"))
-        edits.extend((base + d.start(), base + d.end(), ".") for d in DOT_WORD.finditer(value, at.end()))
+    for at in (AT_LEADS if words else AT_LEADS[:-1]):
+        for match in at.finditer(text):
+            start, end = match.span()
+            while start > 0 and text[start - 1] in " \t" and match.start() - start < 4:
+                start -= 1  # "jane (at) corp": the spaces around the word go with it
+            while end < len(text) and text[end] in " \t" and end - match.end() < 4:
+                end += 1
+            local = LOCAL_PART.search(text, max(0, start - 64), start)
+            domain = DOMAIN_PART.match(text, end)
+            if local is None or domain is None or not _free(text, local.start(), "_.+-"):
+                continue
+            edits.append((start, end, "@"))
+            edits.extend((d.start(), d.end(), ".") for d in DOT_WORD.finditer(text, domain.start(), domain.end()))
     return edits
 
 
@@ -216,20 +225,30 @@ def letter_spaced_words(text: str) -> list[Edit]:
     return _letter_spaced(text, True)
 
 
+# The last text read and its letter-spaced runs, as one tuple (replaced whole, so a thread never reads one
+# text's runs for another): the two letter-spaced views read the same runs.
+_spaced_cache: tuple = (None, [])
+
+
+def _spaced_runs(text: str) -> list[tuple[int, str]]:
+    global _spaced_cache
+    cached = _spaced_cache
+    if cached[0] is text:
+        return cached[1]
+    runs = [(run.start(), run.group()) for run in _from_hints(text, LETTER_HINT, LETTER_SPACED, 12)] if " " in text else []
+    _spaced_cache = (text, runs)
+    return runs
+
+
 def _letter_spaced(text: str, split_digits: bool) -> list[Edit]:
-    if " " not in text:
-        return []
     edits = []
-    for run in _from_hints(text, LETTER_HINT, LETTER_SPACED, 12):
-        if run.start() and not text[run.start() - 1].isspace():
-            continue
-        value = run.group()
+    for start, value in _spaced_runs(text):
         for gap in re.finditer(r" {1,3}", value):
             before, after = value[gap.start() - 1], value[gap.end()]
             # One space between letters goes; between a letter and a digit it stays one ("S S N 5 0 5" is "SSN 505").
             word_break = gap.end() - gap.start() > 1 or split_digits and before.isalpha() != after.isalpha() \
                 and before.isalnum() and after.isalnum()
-            edits.append((run.start() + gap.start(), run.start() + gap.end(), " " if word_break else ""))
+            edits.append((start + gap.start(), start + gap.end(), " " if word_break else ""))
     return edits
 
 

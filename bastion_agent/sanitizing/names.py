@@ -448,7 +448,7 @@ def _display_names(text: str):
 # A chat line's speaker after its time ("[09:14] Ana Ruiz: ..."), a signature after "-- " on its own line,
 # an IRC line's nick ("<ana_r> ..."), each led by a literal the engine skips to.
 CHAT_SPEAKER = re.compile(r"\[(?:\d{4}-\d\d-\d\d[ T])?\d{1,2}:\d\d(?::\d\d)?(?:[ \t]?[AaPp][Mm])?\][ \t]+")
-SIGNATURE = re.compile(r"(?:--|—|–)[ \t]?(?:\r?\n)?(?=[^\W\d_])")
+SIGNATURES = tuple(re.compile(re.escape(dash) + r"[ \t]?(?:\r?\n)?(?=[^\W\d_])") for dash in ("--", "—", "–"))
 SIGNATURE_TAIL = re.compile(r"[ \t]*(?:\r?\n[ \t]*(?:\r?\n|$|.{0,80}(?:@|\+?\d[\d ()\-]{5}|https?://))|$)")
 IRC_NICK = re.compile(r"<[@+%~&]?([A-Za-z\[\]\\`_^{|}][\w\[\]\\`^{|}\-]{1,31})>[ \t]")
 IRC_STAMP = re.compile(r"[ \t]*\[?\d{1,2}:\d\d(?::\d\d)?\]?[ \t]+")
@@ -467,8 +467,8 @@ def _speakers(text: str):
             name = read_name(text, match.end(), limit)
             if name is not None and text.startswith(":", name[1]):
                 yield name[0], name[1], PERSON
-    if "--" in text or "—" in text or "–" in text:
-        for match in SIGNATURE.finditer(text):
+    for signature in SIGNATURES:
+        for match in signature.finditer(text):
             if match.start() and text[match.start() - 1] != "\n":
                 continue
             limit = _line_end(text, match.end())

@@ -50,6 +50,18 @@ class HostileDisguiseTests(unittest.TestCase):
                 # Each view is read in windows that never overlap: at most the view's length in all.
                 self.assertLessEqual(sum(calls), len(disguises.KINDS) * 2 * len(text))
 
+    def test_wide_tables_and_long_runs_are_read_once(self):
+        """A header of thousands of sensitive columns over many rows, a long run with an "=" inside: every cell is
+        looked at once (the row's cells meet the header's through one ordered walk), and the output is whole."""
+        from bastion_agent.sanitizing import columns
+
+        header = "  user  password  " * 4000 + "\n"
+        rows = "0  kim  x\n" * 4000
+        spans = columns.column_findings(header + rows, {"password-column": 0})
+        self.assertLessEqual(len(spans), 4000)  # one finding per row at most: a cell goes once
+        clean = Sanitizer().redact(("x" * 50_000 + "=d ") * 3)[0]
+        self.assertEqual(clean, ("x" * 50_000 + "=d ") * 3)
+
     def test_nothing_of_a_planted_value_survives_the_views_of_a_long_text(self):
         draw = Draw()
         key = draw.aws()
