@@ -31,7 +31,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -86,6 +86,11 @@ def _code_tail(tail: str) -> bool:
     return not any(ch.isalnum() for ch in QUOTED.sub("", tail))
 
 
+# A name as people write one (``CHAIN``'s shape): each part letters (and _ or $), digits only at its end
+# (``dbPassword2``, ``self->pw``).
+NAME_LIKE = re.compile(r"[!&*@$]{0,2}[A-Za-z_$][A-Za-z_$]*\d*(?:(?:\?\.|\.|::|->)[A-Za-z_$][A-Za-z_$]*\d*)*")
+
+
 def is_code_reference(value: str) -> bool:
     """Is this unquoted value code that names or computes a credential rather than holding one?"""
     value = value.strip()
@@ -109,6 +114,8 @@ def is_code_reference(value: str) -> bool:
         return False
     if quoted:
         return False
+    if CHAIN.fullmatch(expression) and not NAME_LIKE.fullmatch(expression):
+        return False  # ``S1kq6eFgV;``: digits between letters, a generated value ended by a ';', not a name
     if CHAIN.fullmatch(expression) or _typed(expression) or expression[:1] in OPENERS:
         return True
     return expression.isdigit() and value[len(expression):].lstrip().startswith(",") and len(expression) > 8

@@ -81,9 +81,16 @@ class Draw:
         return f"{country}{98 - int(moved) % 97:02d}{bban}"
 
     def bad_iban(self) -> str:
-        good = self.iban()
-        last = good[-1]
-        return good[:-1] + self.rng.choice([c for c in string.digits if c != last])  # one misread digit
+        """An IBAN with one misread digit, whose digits hold no card number either (a typed page keeps it whole)."""
+        from bastion_agent.sanitizing.validators import CARD_PREFIXES, luhn_ok
+
+        while True:
+            good = self.iban()
+            last = good[-1]
+            bad = good[:-1] + self.rng.choice([c for c in string.digits if c != last])  # one misread digit
+            runs = (bad[2:][start:start + size] for start in range(len(bad) - 2) for size in range(13, 20))
+            if not any(len(run) >= 13 and CARD_PREFIXES.match(run) and luhn_ok(run) for run in runs):
+                return bad
 
     def name(self) -> tuple[str, str]:
         first = self.rng.choice(["Marta", "Jonas", "Ilse", "Tomasz", "Giulia", "Rafael", "Ingrid", "Oskar", "Lena",
