@@ -49,18 +49,10 @@ from bastion_agent.core import audit  # noqa: E402
 from bastion_agent.core.layout import Layout, read_jsonl  # noqa: E402
 from bastion_agent.embedding.endpoint import EndpointConfig  # noqa: E402
 from bastion_agent.serving import mcp_server, tokens  # noqa: E402
+from bastion_agent.testing.labelled_docs import HR_PUBLIC_ACCESS as ACCESS  # noqa: E402
 from bastion_agent.testing.stub_server import StubServer  # noqa: E402
 from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest  # noqa: E402
 
-ACCESS = """
-[[access.rules]]
-paths = ["hr/**"]
-groups = ["hr"]
-
-[[access.rules]]
-paths = ["public/**"]
-groups = ["public"]
-"""
 SURNAMES = ["Hollis", "Quill", "Marsh", "Thorne", "Vance", "Pryce", "Lowell", "Ashby", "Carver", "Dunmore",
             "Fenwick", "Garrow", "Haldane", "Ingram", "Jessop", "Kendal", "Lytton", "Morrow", "Norcott", "Oakes"]
 FIRST = ["Margaret", "Eleanor", "Beatrice", "Josephine", "Harriet", "Florence", "Rosalind", "Winifred"]

@@ -23,17 +23,10 @@ from bastion_agent.commands import cli
 from bastion_agent.core.layout import Layout, ensure_private_dir, read_jsonl, write_jsonl, write_private
 from bastion_agent.sanitizing import copies
 from bastion_agent.sanitizing.copy_readers import CopySources, may_take_from
+from bastion_agent.testing.labelled_docs import HR_PUBLIC_ACCESS
 from bastion_agent.testing.testsupport import clean_env, sha256_hex, write_manifest
 
-ACCESS = """
-[[access.rules]]
-paths = ["hr/**"]
-groups = ["hr"]
-
-[[access.rules]]
-paths = ["public/**"]
-groups = ["public"]
-
+ACCESS = HR_PUBLIC_ACCESS + """
 [[access.rules]]
 paths = ["both/**"]
 groups = ["hr", "public"]

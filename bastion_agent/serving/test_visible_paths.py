@@ -22,18 +22,10 @@ from bastion_agent.core.access import visible_paths
 from bastion_agent.core.layout import Layout
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.serving import mcp_server, tokens
+from bastion_agent.testing.labelled_docs import HR_PUBLIC_ACCESS as ACCESS
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
 
-ACCESS = """
-[[access.rules]]
-paths = ["hr/**"]
-groups = ["hr"]
-
-[[access.rules]]
-paths = ["public/**"]
-groups = ["public"]
-"""
 MODES = ("vector", "keyword", "hybrid")
 
 

@@ -21,3 +21,15 @@ SHARED = {"Office hours and holidays for everyone: the office closes on public h
 GROUPS = {**{p: ["hr"] for paths in HR_DOCS.values() for p in paths},
           **{p: ["eng"] for paths in ENG_DOCS.values() for p in paths},
           "all/holidays.txt": ["eng", "hr"]}
+
+
+# The [access] rules of the hostile access tests and bench: hr/** for hr, public/** for public.
+HR_PUBLIC_ACCESS = """
+[[access.rules]]
+paths = ["hr/**"]
+groups = ["hr"]
+
+[[access.rules]]
+paths = ["public/**"]
+groups = ["public"]
+"""
