@@ -100,7 +100,10 @@ class RecallTests(TempFolder, unittest.TestCase):
             low = self.build(layout, 0.6)["ann_calibration"]
             high = self.build(layout, 0.98)["ann_calibration"]  # another target: measured again, not rebuilt
         self.assertEqual((low["target"], high["target"]), (0.6, 0.98))
-        self.assertLess(low["beam"], high["beam"])
+        if high["graph"] == low["graph"]:  # the same graph: only a wider beam finds more
+            self.assertLess(low["beam"], high["beam"])
+        else:  # no beam of the first graph reached 0.98: the denser one was built, and may need less
+            self.assertEqual(high["graph"], ann.graph_name(ann.DENSER_CONNECTIVITY, ann.DENSER_EXPANSION_ADD))
         self.assertTrue(high["reached"])
         self.assertGreaterEqual(high["recall"], 0.98)
 
