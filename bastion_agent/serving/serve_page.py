@@ -102,6 +102,7 @@ select { font: inherit; padding: .55rem .5rem; border: 1px solid var(--line); bo
 mark { background: var(--mark); color: var(--mark-text); border-radius: .15rem; padding: 0 .05em; }
 #more-box { text-align: center; margin-top: 1rem; }
 [hidden] { display: none !important; }
+#pending { border-left: 3px solid #d08a1e; padding-left: .6rem; color: var(--muted); }
 #doc-text { white-space: pre-wrap; overflow-wrap: anywhere; font: inherit; border-top: 1px solid var(--line); padding-top: 1rem; }
 #doc-text .page { display: block; color: var(--muted); font-size: .85rem; border-top: 1px dashed var(--line); margin: .6rem 0; }
 #doc-title { font-size: 1.15rem; overflow-wrap: anywhere; }
@@ -116,7 +117,7 @@ SCRIPT = r"""
   const form = $("search-form"), input = $("q"), button = $("go");
   const statusBox = $("status"), results = $("results"), moreBox = $("more-box"), more = $("more");
   const tokenBox = $("token-box"), tokenInput = $("token"), healthLine = $("health");
-  const sinceSelect = $("since");
+  const sinceSelect = $("since"), pendingBox = $("pending");
   const searchView = $("search-view"), docView = $("doc-view"), docBack = $("doc-back"), docTitle = $("doc-title");
   const docMeta = $("doc-meta"), docOcr = $("doc-ocr"), docText = $("doc-text");
   const modeSelect = $("mode"), noticeBox = $("notice"), shareBox = $("share"), keywordBox = $("keyword-box");
@@ -286,6 +287,11 @@ SCRIPT = r"""
     const pattern = wordPattern(terms(query));
     results.replaceChildren(...body.hits.map((hit, i) => renderHit(hit, i + 1, pattern, body.mode)));
     if (body.notice) { noticeBox.textContent = body.notice; noticeBox.hidden = false; }
+    // Windows still waiting for vectors (embed running, or failing since stale_since): say so, never silently.
+    pendingBox.hidden = !body.windows_pending;
+    pendingBox.textContent = body.windows_pending ? body.windows_pending + " of your passages still wait for vectors"
+      + (body.stale_since ? " (embedding has not finished since " + body.stale_since + ")" : "")
+      + ": keyword search finds them, search by meaning does not yet." : "";
     showShare(query, mode);
     const n = body.hits.length;
     setStatus(n === 0 ? "No results for \u201c" + query + "\u201d. Try other words." :
@@ -433,6 +439,7 @@ BODY = """
   </form>
   <p id="status" role="status" aria-live="polite"></p>
   <p id="notice" role="note" hidden></p>
+  <p id="pending" role="status" hidden></p>
   <div id="keyword-box" hidden><button type="button" class="secondary" id="keyword-instead">Search by keywords instead</button>
     <span class="hint">keyword search does not need the model server</span></div>
   <p id="share" hidden><a id="permalink" href="?">Link to this search</a> (puts the query in the address: bookmark it or share it)</p>

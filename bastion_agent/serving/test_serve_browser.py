@@ -439,3 +439,38 @@ class DatesAndDocumentFlowTests(DatedFolder):
         browser.wait_for("return document.getElementById('doc-view').hidden && !document.getElementById('search-view').hidden",
                          "the results again")
         self.assertEqual(browser.script("return document.querySelector('#results > li .text').textContent"), first_text)
+
+
+@unittest.skipUnless(CHROMIUM and CHROMEDRIVER, "needs chromium and chromedriver (apt-get install chromium chromium-driver)")
+class PendingBannerTests(unittest.TestCase):
+    """Never silently stale: while windows wait for vectors, the page says how many, and since when embed fails."""
+
+    def test_a_store_whose_embed_failed_shows_the_banner_beside_keyword_results(self):
+        from bastion_agent import embed
+        from bastion_agent.core.errors import ModelServerUnreachable
+        from bastion_agent.testing.testsupport import write_manifest, write_sanitized_store
+
+        holder = tempfile.TemporaryDirectory()
+        self.addCleanup(holder.cleanup)
+        root = Path(holder.name)
+        manifest_path = write_manifest(root, size=8, overlap=2)
+        layout = Layout(root / "out")
+        write_sanitized_store(layout, DOCS)
+        with clean_env(EMBED_URL=closed_port_url()):
+            manifest = manifest_module.load(manifest_path)
+            embed.run_chunk(manifest, layout)
+            with self.assertRaises(ModelServerUnreachable):
+                embed.run_embed(manifest, layout)
+        server = serve.build_server(manifest, layout, serve_settings.ServeSettings(port=0, reload_check_seconds=3600.0),
+                                    io.StringIO(), endpoint=EndpointConfig(url=closed_port_url()))
+        running = serve.RunningServer(server).__enter__()
+        self.addCleanup(running.__exit__, None, None, None)
+        browser = WebDriver(root / "profile")
+        self.addCleanup(browser.quit)
+        browser.open(running.url)
+        browser.script("document.getElementById('mode').value = 'keyword'")
+        browser.type("#q", "sourdough flour" + ENTER)
+        browser.wait_for(STATUS + ".match(/results? for/)", "the keyword results")
+        banner = browser.wait_for("const p = document.getElementById('pending'); return !p.hidden && p.textContent",
+                                  "the pending banner")
+        self.assertRegex(banner, r"^\d+ of your passages still wait for vectors \(embedding has not finished since ")
