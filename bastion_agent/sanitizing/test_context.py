@@ -7,19 +7,16 @@ values are random per run. Beside each, a look-alike that must stay.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import random
 import string
 import tempfile
 import unittest
 from pathlib import Path
 
-from bastion_agent.commands import cli
-from bastion_agent.core.layout import Layout, ensure_private_dir, read_jsonl, write_jsonl, write_private
+from bastion_agent.core.layout import Layout, read_jsonl
 from bastion_agent.sanitizing import context, copies
 from bastion_agent.sanitizing.scanner import Sanitizer, redact
-from bastion_agent.testing.testsupport import clean_env, sha256_hex, write_manifest
+from bastion_agent.testing.testsupport import sanitize_as_extracted, write_manifest
 
 LETTERS = string.ascii_letters + string.digits
 SYMBOLS = ";#&!$"
@@ -216,17 +213,8 @@ class SweepCopyTests(unittest.TestCase):
 
     def sweep(self, documents: dict[str, str]) -> None:
         """Write ``{path: text}`` as extract would, then run sanitize."""
-        ensure_private_dir(self.layout.extract_dir)
-        rows = []
-        for path, text in documents.items():
-            key = sha256_hex("raw bytes of " + text)
-            write_private(self.layout.doc_text_path(self.layout.extract_dir, key), text)
-            rows.append({"path": path, "key": key, "size": len(text), "kind": "text", "status": "extracted",
-                         "reason": None})
-        write_jsonl(self.layout.extract_listing, rows)
-        stdout, stderr = io.StringIO(), io.StringIO()
-        with clean_env(), contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            self.assertEqual(cli.main(["sanitize", str(self.manifest), "--out", str(self.out)]), 0, stderr.getvalue())
+        code, _, err = sanitize_as_extracted(self.layout, self.manifest, documents)
+        self.assertEqual(code, 0, err)
 
     def sanitized(self) -> str:
         return "".join(path.read_text(encoding="utf-8") for path in sorted(self.layout.sanitized_dir.glob("*.txt")))

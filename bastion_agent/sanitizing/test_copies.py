@@ -8,8 +8,6 @@ must stay.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import random
 import re
@@ -19,12 +17,11 @@ import unittest
 from pathlib import Path
 from urllib.parse import quote
 
-from bastion_agent.commands import cli
-from bastion_agent.core.layout import Layout, ensure_private_dir, read_jsonl, write_jsonl, write_private
+from bastion_agent.core.layout import Layout, read_jsonl
 from bastion_agent.sanitizing import copies
 from bastion_agent.sanitizing.copy_readers import CopySources, may_take_from
 from bastion_agent.testing.labelled_docs import HR_PUBLIC_ACCESS
-from bastion_agent.testing.testsupport import clean_env, sha256_hex, write_manifest
+from bastion_agent.testing.testsupport import sanitize_as_extracted, sha256_hex, write_manifest
 
 ACCESS = HR_PUBLIC_ACCESS + """
 [[access.rules]]
@@ -56,19 +53,9 @@ class Sweep:
         self.stdout = ""
 
     def run(self, documents: dict[str, str]) -> "Sweep":
-        ensure_private_dir(self.layout.extract_dir)
-        rows = []
-        for path, text in documents.items():
-            key = sha256_hex("raw bytes of " + text)
-            write_private(self.layout.doc_text_path(self.layout.extract_dir, key), text)
-            rows.append({"path": path, "key": key, "size": len(text), "kind": "text", "status": "extracted",
-                         "reason": None})
-        write_jsonl(self.layout.extract_listing, rows)
-        stdout, stderr = io.StringIO(), io.StringIO()
-        with clean_env(), contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            code = cli.main(["sanitize", str(self.manifest), "--out", str(self.out)])
-        self.case.assertEqual(code, 0, stderr.getvalue())
-        self.stdout = stdout.getvalue() + stderr.getvalue()
+        code, out, err = sanitize_as_extracted(self.layout, self.manifest, documents)
+        self.case.assertEqual(code, 0, err)
+        self.stdout = out + err
         return self
 
     def text_of(self, path: str) -> str:

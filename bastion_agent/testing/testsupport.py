@@ -65,6 +65,25 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def sanitize_as_extracted(layout: Layout, manifest: Path, documents: dict[str, str]) -> tuple[int, str, str]:
+    """Write ``{path: text}`` into the extract store as extract would (each text one raw file), then run
+    ``sanitize`` through the CLI; returns its exit status, stdout and stderr."""
+    from bastion_agent.commands import cli
+
+    ensure_private_dir(layout.extract_dir)
+    rows = []
+    for path, text in documents.items():
+        key = sha256_hex("raw bytes of " + text)
+        write_private(layout.doc_text_path(layout.extract_dir, key), text)
+        rows.append({"path": path, "key": key, "size": len(text), "kind": "text", "status": "extracted",
+                     "reason": None})
+    write_jsonl(layout.extract_listing, rows)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with clean_env(), contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = cli.main(["sanitize", str(manifest), "--out", str(layout.root)])
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
 def write_sanitized_store(layout: Layout, documents: dict[str, list[str]]) -> dict[str, str]:
     """Stand in for extract + sanitize: ``{text: [paths]}`` -> both listings and texts.
 
