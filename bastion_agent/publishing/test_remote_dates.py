@@ -21,15 +21,11 @@ from bastion_agent.core import dates
 from bastion_agent.core.errors import ConfigError
 from bastion_agent.publishing import publish_schema, remote_search
 from bastion_agent.testing import publish_case
+from bastion_agent.testing.labelled_docs import CENTRAL_ENG, CENTRAL_HR
 from bastion_agent.testing.publish_case import PublishCase, RoleSetup, query
 from bastion_agent.testing.testsupport import clean_env, run_cli
 
-HR = ["Salary review for the design team: each raise is approved by the board after the annual performance review.",
-      "The parental leave policy grants sixteen weeks; requests go to the people office before the review period.",
-      "Disciplinary hearing notes are kept by the people office and reviewed by the works council each quarter."]
-ENG = ["Rotate the backup encryption keys every month with the vault tool and record the rotation in the log.",
-       "Code review happens before every deploy; the release manager signs off after the tests pass.",
-       "The build server caches compiled artefacts for a week; clear the cache when the compiler changes."]
+HR, ENG = CENTRAL_HR, CENTRAL_ENG
 UNDATED = "The cafeteria serves soup on Mondays and bread baked in the iron oven, reviewed by the staff council."
 DOCS = ({text: [f"hr/{i}.txt", f"hr/copy-{i}.txt"] for i, text in enumerate(HR)}
         | {text: [f"eng/{i}.txt"] for i, text in enumerate(ENG)} | {UNDATED: ["all/cafeteria.txt"]})

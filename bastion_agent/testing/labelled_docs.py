@@ -33,3 +33,12 @@ groups = ["hr"]
 paths = ["public/**"]
 groups = ["public"]
 """
+
+
+# Two departments' windows of the central index's reader tests (publishing/test_readers, test_remote_dates).
+CENTRAL_HR = ["Salary review for the design team: each raise is approved by the board after the annual performance review.",
+              "The parental leave policy grants sixteen weeks; requests go to the people office before the review period.",
+              "Disciplinary hearing notes are kept by the people office and reviewed by the works council each quarter."]
+CENTRAL_ENG = ["Rotate the backup encryption keys every month with the vault tool and record the rotation in the log.",
+               "Code review happens before every deploy; the release manager signs off after the tests pass.",
+               "The build server caches compiled artefacts for a week; clear the cache when the compiler changes."]
