@@ -170,8 +170,8 @@ def run_chunk(manifest, layout: Layout) -> dict:
     ids: set[str] = set()
     tokens = characters = 0
     with Progress("chunk", len(documents), "docs") as progress:
-        for row in documents:
-            doc = row["doc"]
+        for document in documents:
+            doc = document.doc
             text = read_checked_text(sanitized, doc)
             spans, count = _windows(text, size, overlap)
             doc_json = json.dumps(doc, ensure_ascii=False)

@@ -24,7 +24,9 @@ import contextlib
 import hashlib
 import sys
 
-from bastion_agent.core.layout import Layout, read_jsonl
+from bastion_agent.core import catalogue
+from bastion_agent.core.errors import StoreError
+from bastion_agent.core.layout import Layout
 
 _announced: bool | None = None  # None: not inside a sweep, every stage says it
 
@@ -56,13 +58,13 @@ def once():
 def sanitized_store_is_legacy(layout: Layout) -> bool:
     """True when the sanitized listing names a document that is not the sha256 of its text."""
     try:
-        rows = read_jsonl(layout.sanitized_listing)
-    except (OSError, ValueError):
-        return False
-    for row in rows:
-        doc = row.get("doc") if isinstance(row, dict) else None
+        documents = catalogue.read_documents(layout)
+    except (OSError, StoreError):
+        return False  # no listing, or one the stage that reads it refuses in its own words
+    for document in documents:
+        doc = document.doc
         try:
-            data = layout.doc_text_path(layout.sanitized_dir, str(doc)).read_bytes()
+            data = layout.doc_text_path(layout.sanitized_dir, doc).read_bytes()
         except OSError:
             return True
         if hashlib.sha256(data).hexdigest() != doc:

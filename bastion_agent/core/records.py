@@ -7,8 +7,11 @@ writer follows by name:
 
 - ``ListingRow``: one line of ``extract/listing.jsonl``; extract writes it,
   sanitize and the extract report read it.
+- ``Document``: one sanitized document, a line of ``sanitized/listing.jsonl``;
+  sanitize merges it from the files whose text it is (``core/catalogue.py``,
+  by each field's declared rule), chunk and embed read it.
 - ``DocumentRow``: one row of vectors.db's ``documents``; embed makes it from
-  the sanitized listing, the vector store writes it, publish reads it.
+  a ``Document``, the vector store writes it, publish reads it.
 - ``ChunkRow``: one line of ``chunks.jsonl``; chunk writes it, embed reads it.
 - ``StoredChunk``: one row of vectors.db's ``chunks`` (a window and its
   sanitized text); embed makes it from ``chunks.jsonl``, the vector store
@@ -58,9 +61,10 @@ class ListingRow:
     @classmethod
     def from_line(cls, line: dict) -> "ListingRow":
         """A listing line read back, as its reader must take it: a line of an older agent names the key
-        ``doc``, and a missing field is empty (the reader then refuses what it cannot use)."""
-        return cls(path=str(line.get("path", "")), key=line.get("key") or line.get("doc"), size=line.get("size", 0),
-                   kind=str(line.get("kind", "")), status=str(line.get("status", "")), reason=line.get("reason"),
+        ``doc``, and a missing field is empty. Values are taken as they are: ``core/catalogue.py`` then
+        checks each against its type."""
+        return cls(path=line.get("path", ""), key=line.get("key") or line.get("doc"), size=line.get("size", 0),
+                   kind=line.get("kind", ""), status=line.get("status", ""), reason=line.get("reason"),
                    ocr_pages=line.get("ocr_pages"), modified=line.get("modified"))
 
     def listed(self) -> dict:
@@ -70,6 +74,64 @@ class ListingRow:
             if row[optional] is None:
                 del row[optional]
         return row
+
+
+# How the values of a document's files make the document's value (``catalogue.merge``): the rule is
+# declared beside each field of ``Document``, so a new per-document field is that one declaration.
+MERGE_RULES = ("same", "first", "union", "latest per path", "union per path")
+
+
+def _merged(rule: str, check: str = "", **schema) -> dict:
+    """A ``Document`` field's metadata: its merge rule, and the name of a fail-closed check
+    (``catalogue.CHECKS``) for a value read back that its type alone does not vouch for."""
+    assert rule in MERGE_RULES, rule
+    return {"merge": rule, "check": check, "schema": schema}
+
+
+@dataclass(frozen=True)
+class Document:
+    """What the agent knows of one sanitized document: a line of ``sanitized/listing.jsonl``.
+
+    Sanitize makes one per file whose text it sanitized (paths and per-path
+    values of one element) and merges those of one text into the document
+    (``catalogue.merge``), each field by the rule its metadata declares:
+
+    - ``same``: every file has the same value (the id);
+    - ``first``: the value of the first file, in the order given (sanitize gives raw-path order);
+    - ``union``: the sorted union (the paths, the groups);
+    - ``latest per path`` / ``union per path``: a list aligned with ``paths``, merged where two files
+      are listed under one path (two raw names can sanitize to one).
+
+    A field that is None is not written, so an older listing (without it)
+    and a newer one read alike. Every value here was computed from
+    sanitized text or from sanitized paths, never from raw bytes: the raw
+    size, key and OCR page numbers stay in the extract listing (``ListingRow``).
+    """
+
+    doc: str = field(metadata=_merged("same"))  # sha256 of the sanitized text
+    paths: list[str] = field(default_factory=list, metadata=_merged("union"))  # sanitized, escaped, sorted
+    kind: str = field(default="", metadata=_merged("first"))  # the kind of the first raw path
+    # One per path of ``paths``: that file's modification time (ISO 8601 UTC), None where unknown.
+    modified: list[str | None] = field(default_factory=list, metadata=_merged("latest per path", "times"))
+    # Who may read the document (None: the listing was written without labels, which reads as no group).
+    groups: list[str] | None = field(default=None, metadata=_merged("union", "groups"))
+    # One per path: who may see that path in a hit (None: no labels).
+    path_groups: list[list[str]] | None = field(default=None, metadata=_merged("union per path", "path_groups"))
+    # The page map of a PDF or an image (``sanitizing/pages.py``): None for a text without pages.
+    pages: list[list] | None = field(default=None, metadata=_merged("first", "page_map"))
+    size: int | None = field(default=None, metadata=_merged("first"))  # bytes of the sanitized text
+    # Why the document's text was not sanitized (over its budget), where a catalogue lists a skipped file.
+    skipped: str | None = field(default=None, metadata=_merged("first"))
+
+    @property
+    def latest_modified(self) -> str | None:
+        """The latest modification time of its paths (times in ISO 8601 UTC order as text)."""
+        return max((when for when in self.modified if when is not None), default=None)
+
+    @property
+    def text_source(self) -> str:
+        """Where the text came from: ``ocr`` when any page of it was recognised, else ``typed``."""
+        return "ocr" if any(entry[2] is True for entry in self.pages or ()) else "typed"
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,12 @@ from typing import Sequence
 
 from bastion_agent.chunking.chunker import chunk_id
 from bastion_agent.core.errors import ModelServerError, ModelServerUnreachable, StoreError
+from bastion_agent.core import catalogue
 from bastion_agent.core.layout import Layout, read_jsonl, write_summary
-from bastion_agent.core.dates import STAMP
-from bastion_agent.core.records import DocumentRow, StoredChunk
+from bastion_agent.core.records import Document, DocumentRow, StoredChunk
 from bastion_agent.embedding import vectorstore, window_fit
 from bastion_agent.embedding.client import EmbedClient
 from bastion_agent.embedding.endpoint import EndpointConfig
-from bastion_agent.sanitizing.pages import MAX_PAGES as PAGE_MAP_LIMIT
 from bastion_agent.sanitizing.sanitized_store import read_sanitized_text
 
 # --- embed -----------------------------------------------------------------
@@ -218,7 +217,7 @@ def current_windows(layout: Layout) -> tuple[list[StoredChunk], list[DocumentRow
     if not layout.chunks_path.exists():
         raise StoreError(f"no {layout.chunks_path.name} in {layout.root}: run chunk first")
     rows = read_jsonl(layout.chunks_path)
-    listing = {row["doc"]: row for row in read_jsonl(layout.sanitized_listing)} if layout.sanitized_listing.exists() else {}
+    listing = {document.doc: document for document in _documents(layout)}
     texts: dict[str, str] = {}
     chunk_rows = []
     for row in rows:
@@ -231,68 +230,31 @@ def current_windows(layout: Layout) -> tuple[list[StoredChunk], list[DocumentRow
         if chunk_id(doc, window) != row["chunk_id"]:
             raise StoreError("the sanitized store changed since chunk ran: run chunk again")
         chunk_rows.append(StoredChunk(row["chunk_id"], doc, row["idx"], row["start"], row["end"], window))
-    documents = [_document_row(doc, listing.get(doc, {})) for doc in sorted(texts)]
+    documents = [_document_row(listing.get(doc) or Document(doc)) for doc in sorted(texts)]
     return chunk_rows, documents
 
 
-def _document_row(doc: str, row: dict) -> DocumentRow:
-    """A sanitized listing row as vectors.db keeps it: paths, groups and per-path times as JSON text."""
-    paths = row.get("paths", [])
-    return DocumentRow(doc, paths=json.dumps(paths), groups=json.dumps(_groups(row)),
-                       modified=json.dumps(_modified(row, len(paths) if isinstance(paths, list) else 0)),
-                       path_groups=json.dumps(_path_groups(row)))
+def _documents(layout: Layout) -> list[Document]:
+    """The sanitized listing's documents ([] without a listing: a store chunked by hand stands alone)."""
+    return catalogue.read_documents(layout) if layout.sanitized_listing.exists() else []
 
 
-def _modified(row: dict, count: int) -> list[str | None]:
-    """A listing row's per-path modification times (ISO 8601 UTC), one per path; anything else is unknown (None)."""
-    times = row.get("modified")
-    if not isinstance(times, list) or len(times) != count:
-        return [None] * count
-    return [when if isinstance(when, str) and STAMP.fullmatch(when) else None for when in times]
+def _document_row(document: Document) -> DocumentRow:
+    """A document as vectors.db keeps it: paths, groups, per-path times and groups as JSON text
+    (no groups, or none valid, is [] and labels nothing: the catalogue fails closed on a bad label)."""
+    return DocumentRow(document.doc, paths=json.dumps(document.paths), groups=json.dumps(document.groups or []),
+                       modified=json.dumps(document.modified), path_groups=json.dumps(document.path_groups or []))
 
 
 def current_pages(layout: Layout, docs: set[str]) -> list[tuple[str, str]]:
     """``(doc, page map as JSON)`` of this sweep's paged documents, from the sanitized listing.
 
     The map was made by sanitize from the sanitized text (``sanitizing/pages.py``);
-    a malformed one is left out rather than trusted, and a document without one has no pages.
+    a malformed one is left out rather than trusted (the catalogue reads it as none),
+    and a document without one has no pages.
     """
-    if not layout.sanitized_listing.exists():
-        return []
-    rows = []
-    for row in read_jsonl(layout.sanitized_listing):
-        pages = row.get("pages")
-        if row.get("doc") in docs and _is_page_map(pages):
-            rows.append((row["doc"], json.dumps(pages, separators=(",", ":"))))
-    return sorted(rows)
-
-
-def _is_page_map(pages) -> bool:
-    return isinstance(pages, list) and len(pages) <= PAGE_MAP_LIMIT and all(
-        isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], int)
-        and (entry[1] is None or isinstance(entry[1], int)) and isinstance(entry[2], bool) for entry in pages)
-
-
-def _groups(row: dict) -> list[str]:
-    """A listing row's groups, sorted; a row without valid ones (an older listing, a hand edit) has none (fail closed)."""
-    from bastion_agent.core.access import is_group_name
-
-    groups = row.get("groups", [])
-    if not isinstance(groups, list) or not all(is_group_name(name) for name in groups):
-        return []
-    return sorted(set(groups))
-
-
-def _path_groups(row: dict) -> list[list[str]]:
-    """A listing row's groups per path (aligned with ``paths``), or [] when it has none that are valid."""
-    from bastion_agent.core.access import is_group_name
-
-    given, paths = row.get("path_groups"), row.get("paths", [])
-    if not isinstance(given, list) or not isinstance(paths, list) or len(given) != len(paths):
-        return []
-    if not all(isinstance(groups, list) and all(is_group_name(name) for name in groups) for groups in given):
-        return []
-    return [sorted(set(groups)) for groups in given]
+    return [(document.doc, json.dumps(document.pages, separators=(",", ":"))) for document in _documents(layout)
+            if document.doc in docs and document.pages is not None]
 
 
 def refresh_derived(layout: Layout, manifest) -> None:

@@ -47,6 +47,7 @@ from bastion_agent.core.budget import (
     WorkerPool,
     budget_of,
 )
+from bastion_agent.core import catalogue
 from bastion_agent.core.confine import SourceRoot
 from bastion_agent.core.errors import ManifestError, StoreError
 from bastion_agent.core.globs import GlobSet
@@ -54,10 +55,8 @@ from bastion_agent.core.layout import (
     Layout,
     claim_out_dir,
     ensure_private_dir,
-    read_jsonl,
     remove_stale_temps,
     sync_to_disk,
-    write_jsonl,
     write_private,
     write_figures,
     write_summary,
@@ -101,14 +100,13 @@ class _Previous:
         self.versions: dict[str, str] = {}
         self.ocr_pages: dict[str, list[int] | None] = {}
         try:
-            for row in read_jsonl(layout.extract_listing):
-                key = row.get("key") or row.get("doc")  # "doc": a listing written before the key was named so
-                if row.get("status") == STATUS_EXTRACTED and key:
-                    self.kinds[key] = row.get("kind")
-                    self.ocr_pages[key] = row.get("ocr_pages")
+            for row in catalogue.read_extract_listing(layout):  # an older agent's "doc" is read as the key
+                if row.status == STATUS_EXTRACTED and row.key:
+                    self.kinds[row.key] = row.kind
+                    self.ocr_pages[row.key] = row.ocr_pages
             summary = json.loads(layout.summary_path("extract").read_text(encoding="utf-8"))
             self.versions = dict(summary.get("readers") or {})
-        except (OSError, ValueError, TypeError, AttributeError):
+        except (OSError, ValueError, TypeError, AttributeError, StoreError):
             self.kinds, self.versions, self.ocr_pages = {}, {}, {}
 
     def reusable(self, key: str, kind: str, version: str | None, text_path: Path) -> bool:
@@ -215,7 +213,7 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
     sweep.costly.save()
     links.save(selection.links_seen)
     sync_to_disk()
-    write_jsonl(layout.extract_listing, [row.listed() for row in rows])
+    catalogue.write_extract_listing(layout, rows)
     counts, figures = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions)
     write_figures(layout, "extract", figures)
     counts["skipped_files"] = _skipped_files(rows, getattr(manifest, "sanitize", None))

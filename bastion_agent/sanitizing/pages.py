@@ -24,9 +24,12 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+# The catalogue refuses a longer map as forged; extract reads no PDF of more pages (pdf.MAX_PAGES),
+# nor recognises more than 500.
+from bastion_agent.core.catalogue import MAX_PAGES
+
 FORM_FEED = "\f"
 PAGE_BREAK = "\n\f\n"
-MAX_PAGES = 5_000  # extract reads no PDF of more pages (pdf.MAX_PAGES), nor recognises more than 500
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bastion_agent.core import catalogue
 from bastion_agent.core import layout as store
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.progress import Progress, escape_name
-from bastion_agent.core.records import ListingRow
+from bastion_agent.core.records import Document
 from bastion_agent.sanitizing import copies, skipped
 from bastion_agent.sanitizing.copy_readers import CopySources
 from bastion_agent.sanitizing.detection_version import sanitizer_fingerprint
@@ -217,7 +218,7 @@ def _write_listing_and_map(manifest, layout, sanitizer: Sanitizer, sweep: _Sweep
     """
     labeller = _labeller(manifest, sanitizer, sweep.sources)
     rows, paths_redacted = _listing_rows(sweep.documents, sanitizer, sweep.sources, labeller, layout)
-    store.write_jsonl(layout.sanitized_listing, rows)
+    catalogue.write_documents(layout, rows)
     # The erase list before the map: once the map is rewritten, nothing else remembers the old documents.
     write_erase_list(layout, (read_erase_list(layout) | sweep.superseded) - set(sweep.documents))
     store.write_jsonl(map_path(layout), [asdict(row) for row in sweep.mapped])
@@ -479,7 +480,7 @@ def _labeller(manifest, sanitizer: Sanitizer, sources: CopySources):
 
 
 def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, sources: CopySources | None = None,
-                  labeller=None, layout=None) -> tuple[list[dict], int]:
+                  labeller=None, layout=None) -> tuple[list[Document], int]:
     """``sanitized/listing.jsonl`` rows (doc, sanitized paths, kind of the first raw path, groups) and how many paths changed.
 
     A paged document (a PDF, an image) also gets its page map (``pages.py``), made from its
@@ -501,52 +502,42 @@ def _listing_rows(documents: dict[str, _Document], sanitizer: Sanitizer, sources
             source.close()
 
 
-def _rows(documents, sanitizer, sources: CopySources, labeller, source, layout) -> tuple[list[dict], int]:
+def _rows(documents, sanitizer, sources: CopySources, labeller, source, layout) -> tuple[list[Document], int]:
     rows, paths_redacted = [], 0
     for doc in sorted(documents):
         document = documents[doc]
-        groups, by_path = labeller.labelled(document.raw_paths, source) if labeller is not None else (None, {})
+        groups, by_path = labeller.labelled(document.raw_paths, source) if labeller is not None else (None, None)
         matcher = sources.matcher_for(frozenset(groups or ()))
         redacted = {path: _without_copies(sanitizer.redact_path(path), matcher) for path in document.raw_paths}
         paths_redacted += sum(1 for path, clean_path in redacted.items() if clean_path != path)
         shown = {path: escape_name(clean_path) for path, clean_path in redacted.items()}  # every output's form
-        first = min(document.raw_paths) if document.raw_paths else None
-        kind = document.kind_by_path.get(first, "") if first is not None else ""
-        paths = sorted(set(shown.values()))
-        row = {"doc": doc, "paths": paths, "kind": kind, "modified": _modified_per_path(document, shown, paths)}
-        if labeller is not None:
-            row["path_groups"] = _path_groups(paths, shown, by_path)
-        ocr_pages = document.ocr_pages_by_path.get(first) if first is not None else None
-        if ocr_pages is not None and layout is not None:
-            clean = layout.doc_text_path(layout.sanitized_dir, doc).read_bytes().decode("utf-8")
-            row["pages"] = page_map(clean, ocr_pages)
-        if groups is not None:
-            row["groups"] = groups
-        rows.append(row)
+        rows.append(catalogue.merge(_file_documents(doc, document, shown, by_path, layout)))
     return rows, paths_redacted
 
 
-def _modified_per_path(document: _Document, shown: dict[str, str], paths: list[str]) -> list[str | None]:
-    """The modification time of each listed path, in ``paths``' order: the latest of the raw paths shown
-    under that name (two raw names may sanitize to one), None where extract read no time (an older listing).
-
-    Kept per path, not per document, so that a caller who may read only some of a document's paths
-    is shown only their times (``documents.modified``, searching/searcher.py).
-    """
-    latest: dict[str, str] = {}
-    for raw, name in shown.items():
-        when = document.modified_by_path.get(raw)
-        if when is not None and when > latest.get(name, ""):
-            latest[name] = when
-    return [latest.get(path) for path in paths]
-
-
-def _path_groups(paths: list[str], shown: dict[str, str], by_path: dict[str, tuple]) -> list[list[str]]:
-    """Each listed path's groups, in the order of ``paths`` (raw paths shown alike: the union of theirs)."""
-    groups: dict[str, set] = {path: set() for path in paths}
-    for raw, clean in shown.items():
-        groups[clean].update(by_path.get(raw, ()))
-    return [sorted(groups[path]) for path in paths]
+def _file_documents(doc: str, document: _Document, shown: dict[str, str], by_path: dict[str, tuple] | None,
+                    layout) -> list[Document]:
+    """The document as each of its files makes it (one path each), in raw-path order, for ``catalogue.merge``:
+    its path as shown, its kind, its time and its own groups (kept per path, so that a caller who may read
+    only some of a document's paths is shown only their times), the text's size, and for the first file
+    the page map made from the sanitized text and the pages extract recognised by OCR in that file."""
+    labelled = by_path is not None
+    raw_paths = sorted(document.raw_paths)
+    size = pages = None
+    if layout is not None:
+        text_path = layout.doc_text_path(layout.sanitized_dir, doc)
+        size = text_path.stat().st_size
+        ocr_pages = document.ocr_pages_by_path.get(raw_paths[0]) if raw_paths else None
+        if ocr_pages is not None:
+            pages = page_map(text_path.read_bytes().decode("utf-8"), ocr_pages)
+    if not raw_paths:
+        return [Document(doc, groups=[] if labelled else None, path_groups=[] if labelled else None, size=size)]
+    return [Document(doc, paths=[shown[raw]], kind=document.kind_by_path.get(raw, ""),
+                     modified=[document.modified_by_path.get(raw)],
+                     groups=list(by_path.get(raw, ())) if labelled else None,
+                     path_groups=[list(by_path.get(raw, ()))] if labelled else None,
+                     size=size, pages=pages if index == 0 else None)
+            for index, raw in enumerate(raw_paths)]
 
 
 def _without_copies(text: str, matcher) -> str:
@@ -562,15 +553,14 @@ def _extracted_keys(layout) -> dict[str, _Extracted]:
     if not listing.is_file():
         raise StoreError(f"no extract store at {layout.extract_dir}: run extract first")
     try:
-        rows = store.read_jsonl(listing)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        rows = catalogue.read_extract_listing(layout)
+    except OSError as exc:
         raise StoreError(f"extract listing {listing} is unreadable ({exc.__class__.__name__}): run extract again") from None
     found: dict[str, list[tuple[str, str]]] = {}
     ocr_pages: dict[str, list[int] | None] = {}  # the same for every path of a key: they hold the same bytes
     modified: dict[str, dict[str, str]] = {}
-    for line in rows:
-        row = ListingRow.from_line(line) if isinstance(line, dict) else None
-        if row is None or row.status != "extracted":
+    for row in rows:
+        if row.status != "extracted":
             continue
         key = row.key
         if not isinstance(key, str) or not DOC_ID.fullmatch(key):

@@ -12,10 +12,12 @@ import hashlib
 import os
 
 from bastion_agent.core.errors import StoreError
-from bastion_agent.core.layout import Layout, read_jsonl
+from bastion_agent.core import catalogue
+from bastion_agent.core.layout import Layout
+from bastion_agent.core.records import Document
 
 
-def sanitized_documents(layout: Layout) -> list[dict]:
+def sanitized_documents(layout: Layout) -> list[Document]:
     """The sanitized listing, sorted by doc, after the sanitize-first guard.
 
     Chunk reads only sanitized text. It refuses to run when the sanitized
@@ -30,11 +32,11 @@ def sanitized_documents(layout: Layout) -> list[dict]:
 
     if not layout.sanitized_listing.exists():
         raise StoreError(f"no sanitized store at {layout.sanitized_dir}: run sanitize first (chunk reads only sanitized text)")
-    documents = sorted(read_jsonl(layout.sanitized_listing), key=lambda row: row["doc"])
+    documents = catalogue.read_documents(layout)
     if layout.extract_listing.exists():
-        sanitized = {row["doc"] for row in documents}
+        sanitized = {document.doc for document in documents}
         mapped = read_map(layout)
-        extracted = {row.get("key") for row in read_jsonl(layout.extract_listing) if row.get("status") == "extracted"}
+        extracted = {row.key for row in catalogue.read_extract_listing(layout) if row.status == "extracted"}
         handled = skipped.read_keys(layout)
         missing = [key for key in extracted
                    if key not in handled and (key not in mapped or mapped[key].doc not in sanitized)]

@@ -153,8 +153,9 @@ class LookalikeTests(unittest.TestCase):
 
 class ReportPathTests(unittest.TestCase):
     def test_extract_report_shows_sanitized_folder_names(self):
+        from bastion_agent.core.records import ListingRow
         from bastion_agent.extracting.extract import report_lines
-        rows = [{"path": f"{folder}/notes.txt", "status": "extracted", "reason": None, "kind": "text"}
+        rows = [ListingRow(f"{folder}/notes.txt", None, 0, "text", "extracted")
                 for folder in ("hr/alice.smith@corp-internal.com", "scans/scan_219-09-9999", "n/+41 44 668 18 11 calls")]
         report = "\n".join(report_lines(rows, {"files": 3}))
         for value in ("alice.smith@corp-internal.com", "219-09-9999", "+41 44 668 18 11"):

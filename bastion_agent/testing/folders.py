@@ -16,7 +16,8 @@ from types import SimpleNamespace
 
 from bastion_agent.config import signing
 from bastion_agent.config.manifest import SourceSettings
-from bastion_agent.core.layout import Layout, figures_path, read_jsonl
+from bastion_agent.core import catalogue
+from bastion_agent.core.layout import Layout, figures_path
 from bastion_agent.extracting import extract
 from bastion_agent.testing.testsupport import clean_env
 
@@ -51,7 +52,8 @@ class TempCase(unittest.TestCase):
             return extract.run(make_manifest(self.root, **source), layout or self.layout)
 
     def listing(self, layout: Layout | None = None) -> dict[str, dict]:
-        return {row["path"]: row for row in read_jsonl((layout or self.layout).extract_listing)}
+        """The extract listing by path, each row as its line on disk (``ListingRow.listed``)."""
+        return {row.path: row.listed() for row in catalogue.read_extract_listing(layout or self.layout)}
 
     def figures(self, layout: Layout | None = None) -> dict:
         """The private raw-side figures (extract/extract.figures.json)."""

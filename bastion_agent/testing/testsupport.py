@@ -11,8 +11,11 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from dataclasses import replace
 from pathlib import Path
 from unittest import mock
+
+from bastion_agent.core import catalogue
 
 from bastion_agent.core.layout import (
     Layout,
@@ -20,7 +23,7 @@ from bastion_agent.core.layout import (
     write_jsonl,
     write_private,
 )
-from bastion_agent.core.records import ListingRow
+from bastion_agent.core.records import Document, ListingRow
 
 ENV_PREFIXES = ("EMBED_", "BASTION_")
 PROJECT = Path(__file__).resolve().parents[2]
@@ -75,9 +78,8 @@ def sanitize_as_extracted(layout: Layout, manifest: Path, documents: dict[str, s
     for path, text in documents.items():
         key = sha256_hex("raw bytes of " + text)
         write_private(layout.doc_text_path(layout.extract_dir, key), text)
-        rows.append({"path": path, "key": key, "size": len(text), "kind": "text", "status": "extracted",
-                     "reason": None})
-    write_jsonl(layout.extract_listing, rows)
+        rows.append(ListingRow(path, key, len(text), "text", "extracted"))
+    catalogue.write_extract_listing(layout, rows)
     stdout, stderr = io.StringIO(), io.StringIO()
     with clean_env(), contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         code = cli.main(["sanitize", str(manifest), "--out", str(layout.root)])
@@ -99,23 +101,20 @@ def write_sanitized_store(layout: Layout, documents: dict[str, list[str]]) -> di
         doc, key = ids[text], sha256_hex("raw " + text)
         write_private(layout.doc_text_path(layout.sanitized_dir, doc), text)
         for path in paths:
-            extract_rows.append(ListingRow(path, key, len(text.encode()), "text", "extracted").listed())
-        sanitized_rows.append({"doc": doc, "paths": sorted(paths), "kind": "text"})
+            extract_rows.append(ListingRow(path, key, len(text.encode()), "text", "extracted"))
+        sanitized_rows.append(Document(doc, paths=sorted(paths), kind="text", modified=[None] * len(paths)))
         mapped.append({"key": key, "doc": doc, "sanitizer": "", "findings": {}, "bytes_in": len(text.encode())})
-    write_jsonl(layout.extract_listing, sorted(extract_rows, key=lambda row: row["path"]))
+    catalogue.write_extract_listing(layout, sorted(extract_rows, key=lambda row: row.path))
     write_jsonl(layout.extract_dir / "sanitized.jsonl", mapped)
-    write_jsonl(layout.sanitized_listing, sorted(sanitized_rows, key=lambda row: row["doc"]))
+    catalogue.write_documents(layout, sanitized_rows)
     return ids
 
 
 def label_documents(layout: Layout, groups_by_path: dict[str, list[str]]) -> None:
     """Stand in for sanitize's access labels: each listed document gets the union of its paths' groups."""
-    from bastion_agent.core.layout import read_jsonl
-
-    rows = read_jsonl(layout.sanitized_listing)
-    for row in rows:
-        row["groups"] = sorted({name for path in row["paths"] for name in groups_by_path.get(path, [])})
-    write_jsonl(layout.sanitized_listing, rows)
+    catalogue.write_documents(layout, [
+        replace(document, groups=sorted({name for path in document.paths for name in groups_by_path.get(path, [])}))
+        for document in catalogue.read_documents(layout)])
 
 
 def start_mcp_http(case: unittest.TestCase, manifest, out, env: dict, *extra: str, wait: float = 60.0) -> str:
