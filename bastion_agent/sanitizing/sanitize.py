@@ -18,7 +18,6 @@ sanitizer and settings, and so the stage knows which documents went stale.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field

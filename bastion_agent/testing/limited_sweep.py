@@ -14,6 +14,8 @@ import tempfile
 import unittest
 from pathlib import Path
 
+from bastion_agent.core import catalogue
+from bastion_agent.core.layout import Layout
 from bastion_agent.testing.testsupport import run_python_limited, write_manifest
 
 STAGE_MEMORY_LIMIT = 1536 << 20  # the whole stage, parent and workers, stays under 1.5 GiB of address space
@@ -48,4 +50,5 @@ class LimitedSweepCase(unittest.TestCase):
         return json.loads((self.out / "extract.summary.json").read_text())
 
     def listing(self) -> dict:
-        return {row["path"]: row for row in map(json.loads, (self.out / "extract" / "listing.jsonl").read_text().splitlines())}
+        """The extract listing by path, each row as its line on disk (``ListingRow.listed``)."""
+        return {row.path: row.listed() for row in catalogue.read_extract_listing(Layout(self.out))}
