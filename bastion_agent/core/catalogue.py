@@ -81,7 +81,7 @@ def document_line(document: Document) -> dict:
 
 
 def _as_items(document: Document):
-    return ((item.name, getattr(document, item.name)) for item in dataclasses.fields(Document))
+    return ((item.name, getattr(document, item.name)) for item in dataclasses.fields(document))
 
 
 def _lines(path: Path, remedy: str):
@@ -117,9 +117,10 @@ def _listing_row(line, path: Path, number: int) -> ListingRow:
     return row
 
 
-def document_from_line(line, path: Path | str = "sanitized listing", number: int = 0) -> Document:
-    """A sanitized listing line as a ``Document``: each field checked (strict by type, or its declared
-    fail-closed check), unknown keys ignored, missing ones defaulted."""
+def document_from_line(line, path: Path | str = "sanitized listing", number: int = 0,
+                       record: type = Document) -> Document:
+    """A sanitized listing line as a ``Document`` (or ``record``, a subclass): each field checked (strict by
+    type, or its declared fail-closed check), unknown keys ignored, missing ones defaulted."""
     if not isinstance(line, dict):
         raise StoreError(f"{path} line {number} is not a document: run sanitize again")
     doc = line.get("doc")
@@ -129,18 +130,18 @@ def document_from_line(line, path: Path | str = "sanitized listing", number: int
     if not _fits(paths, list[str]):
         raise StoreError(f"{path} line {number}: paths is not a list of names: run sanitize again")
     given = {}
-    for item in dataclasses.fields(Document):
+    for item in dataclasses.fields(record):
         if item.name not in line or item.name in ("doc", "paths"):
             continue
         value, check = line[item.name], item.metadata.get("check")
         if check:
             given[item.name] = CHECKS[check](value, paths)
-        elif _fits(value, _hints(Document)[item.name]):
+        elif _fits(value, _hints(record)[item.name]):
             given[item.name] = value
         else:
-            raise StoreError(f"{path} line {number}: {item.name} is not {_type_name(Document, item.name)}:"
+            raise StoreError(f"{path} line {number}: {item.name} is not {_type_name(record, item.name)}:"
                              " run sanitize again")
-    document = Document(doc=doc, paths=paths, **given)
+    document = record(doc=doc, paths=paths, **given)
     if "modified" not in given:
         document = dataclasses.replace(document, modified=[None] * len(paths))  # an older listing: unknown
     return document
@@ -225,17 +226,18 @@ def merge(parts: Iterable[Document]) -> Document:
     """One document from the documents of its files (one path each, or more), by each field's rule.
 
     ``parts`` come in the order ``first`` follows (sanitize gives its files in raw-path order);
-    a field whose parts are all None stays None.
+    a field whose parts are all None stays None. The result is of the parts' record (``Document``).
     """
     parts = list(parts)
     if not parts:
         raise ValueError("a document is merged from one file or more")
+    record = type(parts[0])
     paths = sorted({path for part in parts for path in part.paths})
     merged = {}
-    for item in dataclasses.fields(Document):
+    for item in dataclasses.fields(record):
         values = [getattr(part, item.name) for part in parts]
         merged[item.name] = _RULES[item.metadata["merge"]](values, parts, paths, item.name)
-    return Document(**merged)
+    return record(**merged)
 
 
 def _same(values, parts, paths, name):

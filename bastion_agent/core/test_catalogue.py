@@ -199,6 +199,22 @@ class MergeTests(unittest.TestCase):
         merged = catalogue.merge(bare)
         self.assertEqual((merged.groups, merged.path_groups), (None, None))
 
+    def test_a_new_field_is_one_declaration_read_checked_merged_and_written_without_another_change(self):
+        @dataclasses.dataclass(frozen=True)
+        class Wider(Document):
+            language: str | None = dataclasses.field(default=None, metadata=records._merged("first"))
+
+        doc, words = fresh_id(), secrets.choice(["en", "de", "fr"])
+        merged = catalogue.merge([Wider(doc, paths=["b"], modified=[None]),
+                                  Wider(doc, paths=["a"], modified=[None], language=words)])
+        self.assertEqual(merged.language, words)
+        line = catalogue.document_line(merged)
+        self.assertEqual(line["language"], words)
+        self.assertEqual(catalogue.document_from_line(json.loads(json.dumps(line)), record=Wider), merged)
+        with self.assertRaises(StoreError) as caught:
+            catalogue.document_from_line({**line, "language": 7}, record=Wider)
+        self.assertIn("language is not str | None", str(caught.exception))
+
     def test_files_of_different_documents_do_not_merge(self):
         with self.assertRaises(ValueError):
             catalogue.merge([Document(fresh_id()), Document(fresh_id())])
