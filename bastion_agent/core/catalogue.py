@@ -130,21 +130,28 @@ def document_from_line(line, path: Path | str = "sanitized listing", number: int
     if not _fits(paths, list[str]):
         raise StoreError(f"{path} line {number}: paths is not a list of names: run sanitize again")
     given = {}
-    for item in dataclasses.fields(record):
-        if item.name not in line or item.name in ("doc", "paths"):
+    for name, check, fits in _field_tests(record):
+        if name not in line:
             continue
-        value, check = line[item.name], item.metadata.get("check")
-        if check:
-            given[item.name] = CHECKS[check](value, paths)
-        elif _fits(value, _hints(record)[item.name]):
-            given[item.name] = value
+        value = line[name]
+        if check is not None:
+            given[name] = check(value, paths)
+        elif fits(value):
+            given[name] = value
         else:
-            raise StoreError(f"{path} line {number}: {item.name} is not {_type_name(record, item.name)}:"
-                             " run sanitize again")
+            raise StoreError(f"{path} line {number}: {name} is not {_type_name(record, name)}: run sanitize again")
     document = record(doc=doc, paths=paths, **given)
     if "modified" not in given:
         document = dataclasses.replace(document, modified=[None] * len(paths))  # an older listing: unknown
     return document
+
+
+@functools.cache
+def _field_tests(record: type) -> tuple:
+    """``(name, fail-closed check or None, type test)`` of each field but the id and paths, made once."""
+    return tuple((item.name, CHECKS[item.metadata["check"]] if item.metadata.get("check") else None,
+                  _predicate(_hints(record)[item.name]))
+                 for item in dataclasses.fields(record) if item.name not in ("doc", "paths"))
 
 
 # --- the fail-closed checks --------------------------------------------------
@@ -203,20 +210,28 @@ def _type_name(record: type, name: str) -> str:
 def _fits(value, annotation) -> bool:
     """Whether a JSON value is of the field's type (str, int, bool, float, list[X], X | None);
     an int is no bool and fits 64 bits, so a forged size cannot reach a column."""
+    return _predicate(annotation)(value)
+
+
+@functools.cache
+def _predicate(annotation):
+    """The test ``_fits`` makes for one type, built once per type (a listing has a line per file)."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, arg) for arg in args)
+        tests = tuple(_predicate(arg) for arg in args)
+        return lambda value: any(test(value) for test in tests)
     if annotation is type(None):
-        return value is None
+        return lambda value: value is None
     if origin is list:
-        return isinstance(value, list) and (not args or all(_fits(item, args[0]) for item in value))
+        item = _predicate(args[0]) if args else (lambda value: True)
+        return lambda value: type(value) is list and all(item(entry) for entry in value)
     if annotation is int:
-        return type(value) is int and -MAX_INT - 1 <= value <= MAX_INT
+        return lambda value: type(value) is int and -MAX_INT - 1 <= value <= MAX_INT
     if annotation is float:
-        return type(value) in (int, float)
+        return lambda value: type(value) in (int, float)
     if annotation in (str, bool):
-        return type(value) is annotation
-    return True
+        return lambda value: type(value) is annotation
+    return lambda value: True
 
 
 # --- merging -----------------------------------------------------------------
