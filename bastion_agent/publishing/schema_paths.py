@@ -35,11 +35,11 @@ group role (the owner, a search role) sees every path and the document's
 date, as before.
 
 A document whose map is NULL (published before, not yet republished):
-a group-limited reader is shown its path and date only when it has one path
-(its groups are then the document's, which the reader shares); a document
-of several paths shows it no path and no date until its bastion publishes
-again with this agent. The hit itself stays (its text is one the reader may
-read): fewer paths, never another group's.
+a group-limited reader is shown its paths and date only when it has one
+path (its groups are then the document's, which the reader shares) or the
+reader holds every group of the document; otherwise no path and no date,
+until its bastion publishes again with this agent. The hit itself stays
+(its text is one the reader may read): fewer paths, never another group's.
 
 ``EXPLAIN`` of a reader's call is unchanged: each function keeps its
 declared row count, and no reader gains a right on a table.
