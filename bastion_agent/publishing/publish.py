@@ -5,7 +5,8 @@ stores, and nothing else: the sanitized windows of ``vectors.db`` (text,
 ``doc``, ``idx``, offsets), their vectors for the manifest's model, the
 documents' sanitized paths and groups, and each document's date alone (the
 latest of its files' modification times; which file, and the others' times,
-stay here). The database (``BASTION_PUBLISH_DSN``, a libpq
+stay here), and, so that a reader is shown only the paths it may read, each
+path's own groups and time (``schema_paths``). The database (``BASTION_PUBLISH_DSN``, a libpq
 connection string, from the environment only) is one an organisation
 already runs, backs up and shards; ``docs/publish.md`` shows the set-up.
 

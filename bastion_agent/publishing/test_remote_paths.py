@@ -260,3 +260,45 @@ def publish_case_connection(dsn: str):
     import psycopg
 
     return psycopg.connect(dsn, autocommit=True)
+
+
+class UpgradeTests(RemotePathsCase):
+    def roll_back_to_10(self) -> None:
+        """The schema as migration 10 left it: 10's reader bodies, no map column, no function of migration 11."""
+        from psycopg import sql
+
+        from bastion_agent.publishing import schema_dates, schema_paths, schema_readers, schema_sql
+
+        with publish_case_connection(self.dsn) as conn, conn.transaction():
+            vec = sql.Identifier(schema_sql.vector_schema(conn)).as_string(conn)
+            for statement in (schema_readers.reader_functions_sql(vec) + [
+                    schema_dates._vector_sql(vec), schema_dates._vector_matches_sql(), schema_dates._keyword_sql(),
+                    schema_dates._hit_rows_sql(), schema_dates._count_sql()]
+                    + schema_dates.bastion_role_functions(schema_dates.PUBLISHER_FUNCTIONS_10)):
+                conn.execute(statement)
+            conn.execute("DROP TRIGGER forget_path_access ON bastion_agent.documents")
+            conn.execute("ALTER TABLE bastion_agent.documents DROP COLUMN path_access")
+            for function in (schema_paths.PUBLISHER_FUNCTIONS_11[len(schema_dates.PUBLISHER_FUNCTIONS_10):]
+                             + schema_paths.OWNER_HELPERS_11):
+                conn.execute(f"DROP FUNCTION bastion_agent.{function}")
+            conn.execute("DELETE FROM bastion_agent.migrations WHERE version >= 11")
+
+    def shared_paths(self, reader: str) -> list:
+        return [sorted(hit.paths) for hit in self.hits(reader, "hybrid") if hit.doc == self.shared]
+
+    def test_a_schema_10_index_is_upgraded_in_place_and_the_next_publish_sends_only_the_maps(self):
+        from bastion_agent.publishing import publish_schema
+
+        self.roll_back_to_10()
+        self.assertIn(sorted([PUBLIC, self.hidden]), self.shared_paths(self.public), "the gap schema 10 left")
+        windows_before = self.row_versions()
+        with publish_case_connection(self.dsn) as conn:
+            self.assertEqual(publish_schema.migrate(conn), publish_schema.LATEST)
+        self.assertEqual(self.row_versions(), windows_before, "no window or document rewritten by the migration")
+        shown = self.shared_paths(self.public)
+        self.assertTrue(shown, "the hit itself stays")
+        self.assertTrue(all(paths == [] for paths in shown), "a map not yet sent: no path, not every path")
+        summary = self.publish(self.dsn)
+        self.assertEqual((summary["documents_written"], summary["documents_paths_groups_updated"]), (0, 3))
+        self.assertTrue(all(paths == [PUBLIC] for paths in self.shared_paths(self.public)))
+        self.assertTrue(all(paths == sorted([PUBLIC, self.hidden]) for paths in self.shared_paths(self.hr)))
