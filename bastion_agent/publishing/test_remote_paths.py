@@ -20,12 +20,15 @@ import string
 import time
 import urllib.parse
 
+import io
+
 from bastion_agent.core import dates
 from bastion_agent.core.layout import Layout
-from bastion_agent.publishing import remote_search, test_serve_remote
+from bastion_agent.publishing import remote_search
 from bastion_agent.testing import publish_case
 from bastion_agent.testing.labelled_docs import HR_PUBLIC_ACCESS
 from bastion_agent.testing.publish_case import PublishCase, RoleSetup, query
+from bastion_agent.testing.serve_store import request
 from bastion_agent.testing.testsupport import clean_env, run_cli, write_manifest
 
 PUBLIC = "public/forms-exit-interview.txt"
@@ -47,11 +50,11 @@ def stamp(moment: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(moment)))
 
 
-class RemotePathsCase(test_serve_remote.ServeRemoteCase):
+class RemotePathsCase(PublishCase):
     """One bastion swept from real files (the shared form at a public and an HR path), readers of each group."""
 
     def setUp(self):
-        PublishCase.setUp(self)
+        super().setUp()
         self.hidden = hidden_name()
         now = time.time()
         self.old, self.recent = now - random.randint(400, 800) * 86400, now - random.randint(1, 30) * 86400
@@ -80,6 +83,39 @@ class RemotePathsCase(test_serve_remote.ServeRemoteCase):
         self.shared = query(self.dsn, "SELECT doc FROM bastion_agent.documents WHERE jsonb_array_length(paths) = 2")[0][0]
         self.index = remote_search.RemoteIndex(self.manifest_of(), self.gateway_dsn)
         self.addCleanup(self.index.close)
+
+    def admin(self, *args: str, stdin: str = "") -> None:
+        from unittest import mock
+
+        with clean_env(BASTION_ADMIN_DSN=self.super_dsn), mock.patch("sys.stdin", io.StringIO(stdin)):
+            code, _, err = run_cli("admin", *args)
+        self.assertEqual(code, 0, err)
+
+    def token(self, *args: str) -> str:
+        with clean_env(BASTION_SERVE_TOKENS=str(self.tokens_path)):
+            code, out, err = run_cli("token", *args)
+        self.assertEqual(code, 0, err)
+        return out.strip()
+
+    def start(self):
+        """serve --remote, with the gateway as BASTION_PUBLISH_DSN, on a free loopback port for the rest of the test."""
+        from bastion_agent.config.manifest import load
+        from bastion_agent.embedding.client import EndpointConfig
+        from bastion_agent.serving import serve, serve_settings
+
+        with clean_env(BASTION_PUBLISH_DSN=self.gateway_dsn):
+            manifest = load(self.manifest_path)
+            index = remote_search.open_index(manifest)
+        self.addCleanup(index.close)
+        settings = serve_settings.ServeSettings(port=0, reload_check_seconds=3600.0, tokens_file=self.tokens_path)
+        server = serve.build_server(manifest, self.layout, settings, io.StringIO(),
+                                    endpoint=EndpointConfig(url=self.stub.url), remote=index)
+        running = serve.RunningServer(server).__enter__()
+        self.addCleanup(running.__exit__, None, None, None)
+        return running
+
+    def get(self, running, path: str, token: str):
+        return request(running.url, path=path, headers={"Authorization": f"Bearer {token}"})
 
     def sweep_and_publish(self, dsn: str, stages=("sweep", "publish")) -> None:
         with clean_env(EMBED_URL=self.stub.url, BASTION_PUBLISH_DSN=dsn):
@@ -157,8 +193,6 @@ class RemotePathsTests(RemotePathsCase):
                 self.assertEqual(status, 200, body)
                 self.assertIn([PUBLIC], [hit["paths"] for hit in body["hits"] if hit["doc"] == self.shared])
                 self.assert_nothing_of_hr(json.dumps(body))
-                from bastion_agent.testing.serve_store import request
-
                 status, _, body = request(running.url, "POST", "/search", {"query": QUERY, "mode": mode, "k": 10},
                                           {"Authorization": f"Bearer {self.public_token}",
                                            "Content-Type": "application/json"})
