@@ -596,10 +596,13 @@ class OwnerWriter(Writer):
                             [(d.modified, self.bastion, self.model, d.doc) for d in documents])
 
     def update_access(self, documents: list[LocalDocument]) -> None:
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.executemany("UPDATE bastion_agent.documents SET path_access = %s::jsonb"
-                            " WHERE bastion = %s AND model = %s AND doc = %s AND path_access IS DISTINCT FROM %s::jsonb",
-                            [(d.access_json, self.bastion, self.model, d.doc, d.access_json) for d in documents])
+        # one statement for the batch (a bulk load writes every document's map); unchanged rows are not rewritten
+        with self.conn.transaction():
+            self.conn.execute("UPDATE bastion_agent.documents d SET path_access = u.a::jsonb"
+                              " FROM unnest(%s::text[], %s::text[]) AS u(doc, a)"
+                              " WHERE d.bastion = %s AND d.model = %s AND d.doc = u.doc"
+                              " AND d.path_access IS DISTINCT FROM u.a::jsonb",
+                              ([d.doc for d in documents], [d.access_json for d in documents], self.bastion, self.model))
 
     def delete(self, docs: list[str]) -> int:
         with self.conn.transaction():
