@@ -16,7 +16,7 @@ from bastion_agent.core.errors import ModelServerError, ModelServerUnreachable, 
 from bastion_agent.core.layout import Layout, read_jsonl, write_summary
 from bastion_agent.core.dates import STAMP
 from bastion_agent.core.records import DocumentRow, StoredChunk
-from bastion_agent.embedding import vectorstore, window_fit
+from bastion_agent.embedding import reader_sets, vectorstore, window_fit
 from bastion_agent.embedding.client import EmbedClient
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.sanitizing.pages import MAX_PAGES as PAGE_MAP_LIMIT
@@ -81,6 +81,7 @@ def _run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retr
     try:
         rebuilding = vectorstore.rekey_pending(db)  # a store of old, raw-file ids (legacy_ids.py)
         removed = vectorstore.replace_chunks(db, chunk_rows, documents, pages)
+        reader_sets.refresh(db)  # each reader set's keyword index, so no search process builds one
         if rebuilding:
             from bastion_agent.core import legacy_ids
 
@@ -127,7 +128,9 @@ def index_windows(layout: Layout, chunk_rows: list[StoredChunk], documents: list
     try:
         if vectorstore.rekey_pending(db):
             return
-        if vectorstore.replace_chunks(db, chunk_rows, documents, pages):
+        removed = vectorstore.replace_chunks(db, chunk_rows, documents, pages)
+        reader_sets.refresh(db)
+        if removed:
             vectorstore.scrub(db)
         vectorstore.checkpoint(db)
     finally:

@@ -64,20 +64,36 @@ class HiddenWordStores(TempFolder, unittest.TestCase):
         hidden = {f"Case {number} {rng.random():.6f}: {hidden_word} appears in the {hidden_word} file, "
                   f"again {hidden_word}_note and {hidden_word} for review.": [f"hr/case-{number}.txt"]
                   for number in range(HIDDEN_DOCS)}
-        docs = {**public, **hidden}
-        write_sanitized_store(layout, docs)
-        label_documents(layout, {path: (["hr"] if path.startswith("hr/") else ["public"])
-                                 for paths in docs.values() for path in paths})
+        manifest = self.sweep(path, layout, {**public, **hidden})
+        index = embed.SearchIndex.load(manifest, layout, use_ann=False)
+        self.addCleanup(index.close)
+        return manifest, layout, index
+
+    def sweep(self, path, layout: Layout, docs: dict, hidden_paths: tuple = ("hr/",)):
+        """Write ``docs`` (``{text: [paths]}``) as sanitize would, labelled, then chunk and embed them."""
         from bastion_agent.chunking import chunker
         from bastion_agent.embedding import embed_stage
 
+        write_sanitized_store(layout, docs)
+        label_documents(layout, {path: (["hr"] if path.startswith(hidden_paths) else ["public"])
+                                 for paths in docs.values() for path in paths})
         with clean_env(EMBED_URL=self.stub.url):
             manifest = manifest_module.load(path)
             chunker.run_chunk(manifest, layout)
             embed_stage.run_embed(manifest, layout)
-        index = embed.SearchIndex.load(manifest, layout, use_ann=False)
-        self.addCleanup(index.close)
-        return manifest, layout, index
+        return manifest
+
+    def unrefreshed(self, layout: Layout) -> None:
+        """Make the kept reader-set indexes disagree with the windows, as a store read between a write and
+        its refresh does (or one an older agent wrote): searches then build the sets themselves."""
+        from bastion_agent.embedding import vectorstore
+
+        db = vectorstore.connect(layout.vectors_db, create=False)
+        try:
+            db.execute("DELETE FROM keyword_set_rows WHERE (set_id, row) IN"
+                       " (SELECT set_id, min(row) FROM keyword_set_rows GROUP BY set_id)")
+        finally:
+            db.close()
 
     def vector(self, query: str):
         from bastion_agent.testing.stub_server import bag_of_words
@@ -121,7 +137,10 @@ class KeywordWorkTests(HiddenWordStores):
                         self.assertTrue(hits and all('"public/report.txt"' in hit for hit in hits), hits)
 
     def test_the_hidden_set_is_never_indexed_for_a_caller_who_cannot_see_it(self):
-        _, _, index = self.with_word
+        manifest, layout, _ = self.with_word
+        self.unrefreshed(layout)  # the fallback: sets built by the search process itself
+        index = embed.SearchIndex.load(manifest, layout, use_ann=False)
+        self.addCleanup(index.close)
         index.search(self.word, None, 3, "keyword", groups=PUBLIC)
         public_windows = index.visible(PUBLIC).windows
         self.assertGreater(public_windows, 0)
@@ -163,7 +182,10 @@ class KeywordWorkTests(HiddenWordStores):
         self.assertEqual(mine, index.search(query, None, 10, "keyword"))
 
     def test_a_reloaded_index_builds_the_sets_the_old_one_had_before_it_answers(self):
-        manifest, layout, index = self.with_word
+        manifest, layout, _ = self.with_word
+        self.unrefreshed(layout)  # sets the store does not keep current are built in the search process
+        index = embed.SearchIndex.load(manifest, layout, use_ann=False)
+        self.addCleanup(index.close)
         index.search(self.word, None, 3, "keyword", groups=PUBLIC)
         fresh = embed.SearchIndex.load(manifest, layout, use_ann=False)
         self.addCleanup(fresh.close)
