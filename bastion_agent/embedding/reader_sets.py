@@ -31,6 +31,10 @@ segments (the file's bytes, and the posting walk of its readers). Windows
 added to ``chunks`` between a write and its refresh are in no set index:
 a search then finds the set's membership differs and builds that set for
 itself, as it did before (never a stale index: ``keyword_sets``).
+
+A store with a single reader set (one group for everything, the default)
+keeps none: every caller then sees every window or none, and ``chunks_fts``
+answers the first.
 """
 
 from __future__ import annotations
@@ -78,6 +82,9 @@ def refresh(db: sqlite3.Connection) -> dict:
     with vectorstore.transaction(db):
         _create(db)
         wanted = _wanted(db)
+        if len(set(wanted.values())) < 2:
+            work["dropped"] = _drop_all(db)
+            return work
         ids = dict(db.execute(f"SELECT groups, set_id FROM {SETS}"))
         for groups in sorted(set(wanted.values()) - set(ids)):
             ids[groups] = _new_set(db, groups)
@@ -121,6 +128,20 @@ def merge(db: sqlite3.Connection) -> int:
         return 0
     with vectorstore.transaction(db):
         return merge_dirty(db)
+
+
+def _drop_all(db: sqlite3.Connection) -> int:
+    """Forget every set's index: with one reader set (or none) a caller sees every window or none, and
+    ``chunks_fts`` answers the first (a second copy of its postings would cost disk and embed time for
+    nothing). Returns how many sets were dropped; their freed pages are zeroed (``secure_delete``)."""
+    ids = [set_id for (set_id,) in db.execute(f"SELECT set_id FROM {SETS}")]
+    for set_id in ids:
+        table = table_name(set_id)
+        db.execute(f"DROP TRIGGER IF EXISTS main.{table}_ad")
+        db.execute(f"DROP TABLE IF EXISTS main.{table}")
+    db.execute(f"DELETE FROM {ROWS}")
+    db.execute(f"DELETE FROM {SETS}")
+    return len(ids)
 
 
 def _create(db: sqlite3.Connection) -> None:
