@@ -80,8 +80,8 @@ def _run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retr
     db = vectorstore.connect(layout.vectors_db, create=True)
     try:
         rebuilding = vectorstore.rekey_pending(db)  # a store of old, raw-file ids (legacy_ids.py)
-        removed = vectorstore.replace_chunks(db, chunk_rows, documents, pages)
-        reader_sets.refresh(db)  # each reader set's keyword index, so no search process builds one
+        # with each reader set's keyword index, in the same commit, so no search process builds one
+        removed = vectorstore.replace_chunks(db, chunk_rows, documents, pages, then=reader_sets.update)
         if rebuilding:
             from bastion_agent.core import legacy_ids
 
@@ -128,9 +128,7 @@ def index_windows(layout: Layout, chunk_rows: list[StoredChunk], documents: list
     try:
         if vectorstore.rekey_pending(db):
             return
-        removed = vectorstore.replace_chunks(db, chunk_rows, documents, pages)
-        reader_sets.refresh(db)
-        if removed:
+        if vectorstore.replace_chunks(db, chunk_rows, documents, pages, then=reader_sets.update):
             vectorstore.scrub(db)
         vectorstore.checkpoint(db)
     finally:

@@ -24,12 +24,13 @@ What is kept, beside ``chunks`` and ``chunks_fts``:
   set's index in the same statement, with the text it was indexed from, and
   marks the set ``dirty``.
 
-``refresh`` runs after the windows and documents are written: windows new
+``update`` runs in the transaction that writes the windows and documents
+(``vectorstore.replace_chunks``, which embed hands it to): windows new
 to a set are added, windows whose document changed groups move, and every
 set that lost a window is merged (``optimize``), so removed words leave its
 segments (the file's bytes, and the posting walk of its readers). Windows
-added to ``chunks`` between a write and its refresh are in no set index:
-a search then finds the set's membership differs and builds that set for
+added to ``chunks`` by a writer that does not hand it over (an older agent)
+are in no set index: a search then finds the set's membership differs and builds that set for
 itself, as it did before (never a stale index: ``keyword_sets``).
 
 A store with a single reader set (one group for everything, the default)
@@ -71,45 +72,53 @@ def members(db: sqlite3.Connection, groups: str) -> tuple[str, list[int]] | None
 
 
 def refresh(db: sqlite3.Connection) -> dict:
-    """Bring every reader set's index in step with ``chunks`` and ``documents``, in one transaction.
+    """``update`` in a transaction of its own."""
+    with vectorstore.transaction(db):
+        return update(db)
 
-    Returns the work done (``added``, ``removed`` windows, ``merged`` sets),
-    which tests read. A store without ``chunks_fts`` (no FTS5) keeps none.
+
+def update(db: sqlite3.Connection) -> dict:
+    """Bring every reader set's index in step with ``chunks`` and ``documents``, in the caller's transaction.
+
+    ``vectorstore.replace_chunks`` runs it in the transaction that writes
+    the windows and labels (embed hands it over), so a relabelled window
+    leaves its old set in the same commit. Returns the work done
+    (``added``, ``removed`` windows, ``merged`` sets), which tests read. A
+    store without ``chunks_fts`` (no FTS5) keeps none.
     """
     work = {"added": 0, "removed": 0, "merged": 0}
     if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_fts'").fetchone() is None:
         return work
-    with vectorstore.transaction(db):
-        _create(db)
-        wanted = _wanted(db)
-        if len(set(wanted.values())) < 2:
-            work["dropped"] = _drop_all(db)
-            return work
-        ids = dict(db.execute(f"SELECT groups, set_id FROM {SETS}"))
-        for groups in sorted(set(wanted.values()) - set(ids)):
-            ids[groups] = _new_set(db, groups)
-        stored = dict(db.execute(f"SELECT row, set_id FROM {ROWS}"))
-        leaving: dict[int, list[int]] = {}
-        for row, set_id in stored.items():
-            if wanted.get(row) is None or ids[wanted[row]] != set_id:
-                leaving.setdefault(set_id, []).append(row)
-        for set_id, rows in sorted(leaving.items()):
-            work["removed"] += _remove(db, set_id, sorted(rows))
-        stored = dict(db.execute(f"SELECT row, set_id FROM {ROWS}")) if leaving else stored
-        coming: dict[int, list[int]] = {}
-        for row, groups in wanted.items():
-            if stored.get(row) != ids[groups]:
-                coming.setdefault(ids[groups], []).append(row)
-        for set_id, rows in sorted(coming.items()):
-            work["added"] += _add(db, set_id, sorted(rows))
-        work["merged"] = merge_dirty(db)
+    _create(db)
+    wanted = _wanted(db)
+    if len(set(wanted.values())) < 2:
+        work["dropped"] = _drop_all(db)
+        return work
+    ids = dict(db.execute(f"SELECT groups, set_id FROM {SETS}"))
+    for groups in sorted(set(wanted.values()) - set(ids)):
+        ids[groups] = _new_set(db, groups)
+    stored = dict(db.execute(f"SELECT row, set_id FROM {ROWS}"))
+    leaving: dict[int, list[int]] = {}
+    for row, set_id in stored.items():
+        if wanted.get(row) is None or ids[wanted[row]] != set_id:
+            leaving.setdefault(set_id, []).append(row)
+    for set_id, rows in sorted(leaving.items()):
+        work["removed"] += _remove(db, set_id, sorted(rows))
+    stored = dict(db.execute(f"SELECT row, set_id FROM {ROWS}")) if leaving else stored
+    coming: dict[int, list[int]] = {}
+    for row, groups in wanted.items():
+        if stored.get(row) != ids[groups]:
+            coming.setdefault(ids[groups], []).append(row)
+    for set_id, rows in sorted(coming.items()):
+        work["added"] += _add(db, set_id, sorted(rows))
+    work["merged"] = merge_dirty(db)
     return work
 
 
 def merge_dirty(db: sqlite3.Connection) -> int:
     """Merge the index of every set that lost a window (its removed words leave the segments); how many.
 
-    Called inside the writer's transaction by ``refresh``, and by the erasing
+    Called inside the writer's transaction by ``update``, and by the erasing
     commands before ``vectorstore.scrub`` empties the WAL.
     """
     if not present(db):

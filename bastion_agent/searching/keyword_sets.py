@@ -15,8 +15,7 @@ stage that writes the windows keeps them in ``vectors.db``
 serve or MCP starting) reads them as they are: a set is used when the
 windows its kept index holds are exactly the set's windows now (checked on
 first use, over that set's rows only). A set that is not kept, or whose
-windows differ (a store written by an older agent, or read between a write
-and its refresh), is built here the first time a filtered caller who may
+windows differ (windows written by an older agent), is built here the first time a filtered caller who may
 see it searches by keyword, and kept while the loaded index lives. A
 caller's keyword search reads only the indexes of its own sets
 (``keyword_visible``): every posting, occurrence and length it reads is one
@@ -24,14 +23,15 @@ of its windows', so a hidden window, whatever words it holds, adds no work.
 A caller from whom nothing is hidden reads ``chunks_fts`` itself
 (``WholeIndex``), dated searches included: it needs no set index at all.
 
-The indexes built here live in the connection's ``temp`` schema (SQLite's private temp
-file, never beside the store) with the same tokenizer as ``chunks_fts``. They
-hold no text of their own: their content is ``main.chunks`` through a temp
-view (an external-content FTS5 table), so ``highlight()`` reads the window
-from the store. Building one costs about what ``chunks_fts`` cost for those
-windows at embed time; it is paid once per reader set and loaded index, by
-the first filtered caller who may see that set (docs/search.md), and only
-where the kept index could not be used; where serve reloads: the new index builds the sets the old one had built
+The indexes built here live in the connection's ``temp`` schema (SQLite's
+private temp file, never beside the store) with the same tokenizer as
+``chunks_fts``. They hold no text of their own: their content is
+``main.chunks`` through a temp view (an external-content FTS5 table), so
+``highlight()`` reads the window from the store. Building one costs about
+what ``chunks_fts`` cost for those windows at embed time; it is paid once
+per reader set and loaded index, by the first filtered caller who may see
+that set, and only where the kept index could not be used (docs/access.md).
+Where serve reloads, the new index builds the sets the old one had built
 before it replaces it (``SearchIndex.warm_keyword_like``), so requests
 never wait for them.
 """

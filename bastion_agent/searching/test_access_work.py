@@ -86,8 +86,8 @@ class HiddenWordStores(TempFolder, unittest.TestCase):
         return manifest
 
     def unrefreshed(self, layout: Layout) -> None:
-        """Make the kept reader-set indexes disagree with the windows, as a store read between a write and
-        its refresh does (or one an older agent wrote): searches then build the sets themselves."""
+        """Make the kept reader-set indexes disagree with the windows, as in a store whose windows an older
+        agent wrote: searches then build the sets themselves."""
         from bastion_agent.embedding import vectorstore
 
         db = vectorstore.connect(layout.vectors_db, create=False)
@@ -283,13 +283,13 @@ class KeptSetTests(HiddenWordStores):
         self.assertEqual(len(self.ranked(index, self.word)), 1)
         self.assertGreater(index.visible(PUBLIC).keyword.built_windows, 0)
 
-    def test_a_document_relabelled_but_not_yet_refreshed_is_never_shown_from_its_old_set(self):
+    def test_a_document_relabelled_without_the_sets_is_never_shown_from_its_old_set(self):
         from bastion_agent.embedding import vectorstore
 
         db = vectorstore.connect(self.with_word[1].vectors_db, create=False)
         self.addCleanup(db.close)
         self.assertTrue(self.ranked(self.fresh(self.with_word), self.word))
-        with vectorstore.transaction(db):  # what a sweep's write does before its refresh runs
+        with vectorstore.transaction(db):  # a relabel by a writer that does not update the sets (an older agent)
             db.execute("UPDATE documents SET groups = ?, path_groups = ? WHERE paths = ?",
                        (json.dumps(["hr"]), json.dumps([["hr"]]), json.dumps(["public/report.txt"])))
         index = self.fresh(self.with_word)
