@@ -65,7 +65,7 @@ class Visible:
         return self.statistics if self.statistics is not None else self
     sets: frozenset = frozenset()  # the reader sets (``Labels.sets`` numbers) the caller may see
     every_window: bool = False  # whether no window is hidden from it (keyword search may then read ``chunks_fts``)
-    keyword: ReaderSetIndexes | None = field(default=None, compare=False, repr=False)
+    keyword: ReaderSetIndexes | WholeIndex | None = field(default=None, compare=False, repr=False)
 
     @property
     def everything(self) -> bool:
