@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import unittest
+from pathlib import Path
 
 from bastion_agent.embedding import reader_sets, vectorstore
 from bastion_agent.testing.testsupport import TempFolder
@@ -86,6 +87,23 @@ class ReaderSetTests(ReaderSetStore):
         self.db.execute(f"CREATE VIRTUAL TABLE temp.terms USING fts5vocab(main, '{table}', 'row')")
         self.assertEqual(self.db.execute("SELECT count(*) FROM temp.terms WHERE term = ?", (gone,)).fetchone()[0], 0)
         self.kept()
+
+    def test_a_removed_windows_words_leave_the_files_bytes(self):
+        gone = self.word()
+        self.add_document(["hr"], [f"{self.word()} stays"])
+        doc = self.add_document(["public"], [f"{gone} goes", f"{self.word()} stays"])
+        reader_sets.refresh(self.db)
+        path = Path(self.db.execute("PRAGMA database_list").fetchone()[2])
+        vectorstore.checkpoint(self.db)
+        tail = gone[4:].encode()  # an index stores a term after the prefix it shares with the one before
+        self.assertIn(tail, path.read_bytes())
+        with vectorstore.transaction(self.db):
+            self.db.execute("DELETE FROM chunks WHERE doc = ? AND idx = 0", (doc,))
+        reader_sets.merge(self.db)  # what prune and an erased document do, before the WAL is emptied
+        vectorstore.scrub(self.db)
+        for name in (path, path.with_name(path.name + "-wal")):
+            if name.exists():
+                self.assertNotIn(tail, name.read_bytes(), name)
 
     def test_one_reader_set_keeps_no_index(self):
         self.add_document(["default"], [f"{self.word()} one"])
