@@ -16,7 +16,7 @@ from bastion_agent.core.errors import ModelServerError, ModelServerUnreachable, 
 from bastion_agent.core import catalogue
 from bastion_agent.core.layout import Layout, read_jsonl, write_summary
 from bastion_agent.core.records import Document, DocumentRow, StoredChunk
-from bastion_agent.embedding import vectorstore, window_fit
+from bastion_agent.embedding import reader_sets, vectorstore, window_fit
 from bastion_agent.embedding.client import EmbedClient
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.sanitizing.sanitized_store import read_sanitized_text
@@ -79,7 +79,8 @@ def _run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retr
     db = vectorstore.connect(layout.vectors_db, create=True)
     try:
         rebuilding = vectorstore.rekey_pending(db)  # a store of old, raw-file ids (legacy_ids.py)
-        removed = vectorstore.replace_chunks(db, chunk_rows, documents, pages)
+        # with each reader set's keyword index, in the same commit, so no search process builds one
+        removed = vectorstore.replace_chunks(db, chunk_rows, documents, pages, then=reader_sets.update)
         if rebuilding:
             from bastion_agent.core import legacy_ids
 
@@ -126,7 +127,7 @@ def index_windows(layout: Layout, chunk_rows: list[StoredChunk], documents: list
     try:
         if vectorstore.rekey_pending(db):
             return
-        if vectorstore.replace_chunks(db, chunk_rows, documents, pages):
+        if vectorstore.replace_chunks(db, chunk_rows, documents, pages, then=reader_sets.update):
             vectorstore.scrub(db)
         vectorstore.checkpoint(db)
     finally:

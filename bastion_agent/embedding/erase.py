@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from bastion_agent.core import audit
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.layout import Layout, read_jsonl
-from bastion_agent.embedding import vectorfile, vectorstore
+from bastion_agent.embedding import reader_sets, vectorfile, vectorstore
 from bastion_agent.sanitizing.sanitized_store import documents_erased, documents_to_erase
 
 
@@ -52,6 +52,7 @@ def erase_superseded(layout: Layout) -> int:
         db = vectorstore.connect(layout.vectors_db, create=False)
         try:
             vectorstore.erase_documents(db, docs)
+            reader_sets.merge(db)  # the erased windows' words leave their reader sets' indexes too
             vectorstore.scrub(db)
             refresh_every_key(db, layout)
         finally:
@@ -76,6 +77,7 @@ def prune(layout: Layout, model: str | None = None) -> Erased:
     try:
         result.stale_by_model = vectorstore.erase_stale(db, model, keep)
         result.stale_vectors = sum(result.stale_by_model.values())
+        reader_sets.merge(db)
         vectorstore.scrub(db)
         refresh_every_key(db, layout)
         result.kept_vectors = vectorstore.count(db, "SELECT COUNT(*) FROM vectors")

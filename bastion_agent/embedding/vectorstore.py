@@ -41,7 +41,7 @@ import sqlite3
 import sys
 from array import array
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from bastion_agent.config.model_names import canonical_name
 from bastion_agent.core import records
@@ -366,7 +366,7 @@ class transaction:
 
 
 def replace_chunks(db: sqlite3.Connection, chunks: Iterable[StoredChunk], documents: Iterable[DocumentRow],
-                   pages: Iterable[tuple] = ()) -> int:
+                   pages: Iterable[tuple] = (), then: Callable[[sqlite3.Connection], object] | None = None) -> int:
     """Make ``chunks``, ``documents`` and ``document_pages`` hold exactly this sweep's rows, atomically.
 
     A chunk id seen twice (a repeated window) keeps its first position. Both
@@ -378,6 +378,8 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[StoredChunk], docume
     keyword index (kept in step by triggers) and the derived search files
     redo only what changed. Returns how many windows left the table (their
     text then still sits in the keyword index's segments: see ``scrub``).
+    ``then(db)`` runs last, in the same transaction (embed brings the reader
+    sets' keyword indexes up to date there: ``reader_sets.update``).
     """
     with transaction(db):
         db.execute(f"CREATE TEMP TABLE IF NOT EXISTS new_chunks ({_NEW_CHUNKS_COLUMNS})")
@@ -395,6 +397,8 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[StoredChunk], docume
         if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'document_pages'").fetchone():  # not in an old store
             db.execute("DELETE FROM document_pages")
             db.executemany("INSERT OR REPLACE INTO document_pages (doc, pages) VALUES (?, ?)", pages)
+        if then is not None:
+            then(db)
     return deleted
 
 

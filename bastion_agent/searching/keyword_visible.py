@@ -91,8 +91,9 @@ def _best(db, scores: dict[int, float], n: int) -> list[tuple[str, float]]:
     return best[:n]
 
 
-def _tables(visible) -> list[str]:
-    """The keyword indexes of the caller's reader sets (built on first use).
+def _tables(visible) -> list:
+    """The keyword indexes of the caller's reader sets (``keyword_sets.KeywordTable``: kept, or built on first
+    use), or ``chunks_fts`` alone for a share from which nothing is hidden (``keyword_sets.WholeIndex``).
 
     A share narrowed for one search may carry the caller's whole share as
     ``statistics``; the indexes are that share's (``_candidates`` keeps to
@@ -113,18 +114,18 @@ def _frequency(db, visible, phrase: str) -> int:
     return found
 
 
-def _count(db, tables: list[str], expression: str, cap: int) -> int:
+def _count(db, tables: list, expression: str, cap: int) -> int:
     """The caller's windows matching ``expression``, counted up to ``cap`` (each set's index walked only that far)."""
     total = 0
     for table in tables:
         if total >= cap:
             break
-        total += db.execute(f"SELECT count(*) FROM (SELECT 1 FROM temp.{table} WHERE {table} MATCH ? LIMIT ?)",
+        total += db.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table.table} WHERE {table.name} MATCH ? LIMIT ?)",
                             (expression, cap - total)).fetchone()[0]
     return total
 
 
-def _candidates(db, tables: list[str], within: str, expression: str, bounded: bool) -> dict[int, int]:
+def _candidates(db, tables: list, within: str, expression: str, bounded: bool) -> dict[int, int]:
     """The caller's windows (those of the temp table ``within``) matching ``expression``, with their lengths
     in tokens (FTS5's own counts).
 
@@ -137,8 +138,9 @@ def _candidates(db, tables: list[str], within: str, expression: str, bounded: bo
     limit = BOUNDED_RANK if bounded else RANK_BUDGET + 1
     found: dict[int, int] = {}
     for table in tables:
-        sql = (f"SELECT f.rowid, d.sz FROM temp.{table} f CROSS JOIN temp.{within} w ON w.rowid = f.rowid"
-               f" CROSS JOIN temp.{table}_docsize d ON d.id = f.rowid WHERE {table} MATCH ? ORDER BY f.rowid LIMIT ?")
+        name = table.name
+        sql = (f"SELECT {name}.rowid, d.sz FROM {table.table} CROSS JOIN temp.{within} w ON w.rowid = {name}.rowid"
+               f" CROSS JOIN {table.docsize} d ON d.id = {name}.rowid WHERE {name} MATCH ? ORDER BY {name}.rowid LIMIT ?")
         found.update((rowid, _varint(size) if size else 0) for rowid, size in db.execute(sql, (expression, limit)))
     return {rowid: found[rowid] for rowid in sorted(found)[:limit]}
 
@@ -165,18 +167,18 @@ def _bm25(db, visible, searched: list[Term], lengths: dict[int, int], windows: i
     return scores
 
 
-def _token_counts(db, tables: list[str], token: str, wanted: set[int]) -> dict[int, int]:
+def _token_counts(db, tables: list, token: str, wanted: set[int]) -> dict[int, int]:
     """How often one token occurs in each wanted window, from the posting lists of the caller's set indexes."""
     found: dict[int, int] = {}
     for table in tables:
-        for rowid, count in db.execute(f"SELECT doc, count(*) FROM temp.{table}_instance WHERE term = ? GROUP BY doc",
+        for rowid, count in db.execute(f"SELECT doc, count(*) FROM {table.instance} WHERE term = ? GROUP BY doc",
                                        (token,)):
             if rowid in wanted:
                 found[rowid] = count
     return found
 
 
-def _occurrences(db, tables: list[str], phrase: str, candidates: list[int]) -> dict[int, int]:
+def _occurrences(db, tables: list, phrase: str, candidates: list[int]) -> dict[int, int]:
     """How often ``phrase`` occurs in each candidate window (FTS5 marks each occurrence)."""
     found: dict[int, int] = {}
     for table in tables:
@@ -184,7 +186,7 @@ def _occurrences(db, tables: list[str], phrase: str, candidates: list[int]) -> d
             part = candidates[first : first + 500]
             marks = ",".join("?" * len(part))
             for rowid, marked in db.execute(
-                    f"SELECT rowid, highlight({table}, 0, ?, ?) FROM temp.{table} WHERE {table} MATCH ?"
+                    f"SELECT rowid, highlight({table.name}, 0, ?, ?) FROM {table.table} WHERE {table.name} MATCH ?"
                     f" AND rowid IN ({marks})", (OPEN, CLOSE, phrase, *part)):
                 found[rowid] = (marked or "").count(OPEN)
     return found

@@ -46,6 +46,7 @@ class HiddenWordStores(TempFolder, unittest.TestCase):
     def setUp(self):
         rng = random.Random()
         self.word, self.other, self.control = fresh_word(rng), fresh_word(rng), fresh_word(rng)
+        self.swept: dict = {}  # each store's output folder -> (manifest path, its documents)
         self.stub = StubServer().start()
         self.addCleanup(self.stub.stop)
         public = {
@@ -64,20 +65,37 @@ class HiddenWordStores(TempFolder, unittest.TestCase):
         hidden = {f"Case {number} {rng.random():.6f}: {hidden_word} appears in the {hidden_word} file, "
                   f"again {hidden_word}_note and {hidden_word} for review.": [f"hr/case-{number}.txt"]
                   for number in range(HIDDEN_DOCS)}
-        docs = {**public, **hidden}
-        write_sanitized_store(layout, docs)
-        label_documents(layout, {path: (["hr"] if path.startswith("hr/") else ["public"])
-                                 for paths in docs.values() for path in paths})
+        manifest = self.sweep(path, layout, {**public, **hidden})
+        self.swept[layout.root] = (path, {**public, **hidden})
+        index = embed.SearchIndex.load(manifest, layout, use_ann=False)
+        self.addCleanup(index.close)
+        return manifest, layout, index
+
+    def sweep(self, path, layout: Layout, docs: dict, hidden_paths: tuple = ("hr/",)):
+        """Write ``docs`` (``{text: [paths]}``) as sanitize would, labelled, then chunk and embed them."""
         from bastion_agent.chunking import chunker
         from bastion_agent.embedding import embed_stage
 
+        write_sanitized_store(layout, docs)
+        label_documents(layout, {path: (["hr"] if path.startswith(hidden_paths) else ["public"])
+                                 for paths in docs.values() for path in paths})
         with clean_env(EMBED_URL=self.stub.url):
             manifest = manifest_module.load(path)
             chunker.run_chunk(manifest, layout)
             embed_stage.run_embed(manifest, layout)
-        index = embed.SearchIndex.load(manifest, layout, use_ann=False)
-        self.addCleanup(index.close)
-        return manifest, layout, index
+        return manifest
+
+    def unrefreshed(self, layout: Layout) -> None:
+        """Make the kept reader-set indexes disagree with the windows, as in a store whose windows an older
+        agent wrote: searches then build the sets themselves."""
+        from bastion_agent.embedding import vectorstore
+
+        db = vectorstore.connect(layout.vectors_db, create=False)
+        try:
+            db.execute("DELETE FROM keyword_set_rows WHERE (set_id, row) IN"
+                       " (SELECT set_id, min(row) FROM keyword_set_rows GROUP BY set_id)")
+        finally:
+            db.close()
 
     def vector(self, query: str):
         from bastion_agent.testing.stub_server import bag_of_words
@@ -121,7 +139,10 @@ class KeywordWorkTests(HiddenWordStores):
                         self.assertTrue(hits and all('"public/report.txt"' in hit for hit in hits), hits)
 
     def test_the_hidden_set_is_never_indexed_for_a_caller_who_cannot_see_it(self):
-        _, _, index = self.with_word
+        manifest, layout, _ = self.with_word
+        self.unrefreshed(layout)  # the fallback: sets built by the search process itself
+        index = embed.SearchIndex.load(manifest, layout, use_ann=False)
+        self.addCleanup(index.close)
         index.search(self.word, None, 3, "keyword", groups=PUBLIC)
         public_windows = index.visible(PUBLIC).windows
         self.assertGreater(public_windows, 0)
@@ -159,11 +180,15 @@ class KeywordWorkTests(HiddenWordStores):
         everyone = frozenset({"public", "hr"})
         query = f"{self.word} case report"
         mine = index.search(query, None, 10, "keyword", groups=everyone)
-        self.assertEqual(index.visible(everyone).keyword.built_windows, 0)
+        sets = index._labels_of().keyword
+        self.assertEqual((sets.built_windows, sets.kept_sets), (0, 0))  # no set index built, none read
         self.assertEqual(mine, index.search(query, None, 10, "keyword"))
 
     def test_a_reloaded_index_builds_the_sets_the_old_one_had_before_it_answers(self):
-        manifest, layout, index = self.with_word
+        manifest, layout, _ = self.with_word
+        self.unrefreshed(layout)  # sets the store does not keep current are built in the search process
+        index = embed.SearchIndex.load(manifest, layout, use_ann=False)
+        self.addCleanup(index.close)
         index.search(self.word, None, 3, "keyword", groups=PUBLIC)
         fresh = embed.SearchIndex.load(manifest, layout, use_ann=False)
         self.addCleanup(fresh.close)
@@ -178,6 +203,122 @@ class KeywordWorkTests(HiddenWordStores):
         self.addCleanup(untouched.close)
         untouched.warm_keyword_like(fresh)
         self.assertEqual(untouched._labels_of().keyword.built_windows, windows)  # hr was never built, so never carried
+
+
+class KeptSetTests(HiddenWordStores):
+    """The reader-set indexes embed keeps in ``vectors.db``: a new process builds nothing, and no change to the
+    windows (a sweep, a relabel, a deletion, a write not yet refreshed) lets a kept set show what it should not."""
+
+    def fresh(self, store):
+        manifest, layout, _ = store
+        index = embed.SearchIndex.load(manifest, layout, use_ann=False)
+        self.addCleanup(index.close)
+        return index
+
+    def ranked(self, index, query: str, groups=PUBLIC, **options) -> list[tuple[str, float, list]]:
+        return [(hit.chunk_id, round(hit.score, 9), hit.paths)
+                for hit in index.search(query, None, 50, "keyword", groups=groups, **options)]
+
+    def test_the_first_filtered_search_in_a_fresh_process_builds_nothing_and_hidden_windows_add_no_steps(self):
+        counted = []
+        for store in (self.with_word, self.without):
+            index = self.fresh(store)
+            index._labels_of()  # what loading reads (every window's set number), before the search is counted
+            counted.append(self.steps(index, lambda index=index: self.ranked(index, self.word)))
+            keyword = index.visible(PUBLIC).keyword
+            self.assertEqual(keyword.built_windows, 0)  # no index built in this process
+            self.assertEqual(keyword.kept_sets, 1)  # the public set, read as embed kept it; never hr's
+            self.assertEqual(index.db.execute("SELECT count(*) FROM sqlite_temp_master WHERE name LIKE 'kw_set_%'")
+                             .fetchone()[0], 0)
+        (steps, hits), (control_steps, control_hits) = counted
+        self.assertTrue(hits and all(paths == ["public/report.txt"] for _, _, paths in hits), hits)
+        self.assertEqual(hits, control_hits)
+        self.assertEqual(steps, control_steps)
+
+    def test_kept_sets_answer_as_sets_built_from_the_current_windows_after_an_incremental_sweep(self):
+        manifest, layout, _ = self.with_word
+        path, docs = self.swept[layout.root]
+        docs = dict(docs)
+        moved = next(text for text, paths in docs.items() if paths == ["public/report.txt"])
+        gone = next(text for text, paths in docs.items() if paths == ["hr/case-0.txt"])
+        del docs[gone]
+        added = f"A new {self.word} notice on the public board, {self.control} included."
+        docs[added] = ["public/notice.txt"]
+        self.sweep(path, layout, docs, hidden_paths=("hr/", "public/report.txt"))  # the report is hr's now
+        kept = self.fresh(self.with_word)
+        answer = self.ranked(kept, f"{self.word} {self.control}")
+        self.assertEqual(kept.visible(PUBLIC).keyword.built_windows, 0)
+        self.assertEqual({tuple(paths) for _, _, paths in answer}, {("public/notice.txt",)})
+        self.unrefreshed(layout)
+        built = self.fresh(self.with_word)
+        self.assertEqual(self.ranked(built, f"{self.word} {self.control}"), answer)  # same scores: same statistics
+        self.assertGreater(built.visible(PUBLIC).keyword.built_windows, 0)
+        hr = self.ranked(kept, f"{self.word} {self.control}", groups=frozenset({"hr"}))
+        self.assertIn(("public/report.txt",), {tuple(paths) for _, _, paths in hr})
+        self.assertNotIn(("hr/case-0.txt",), {tuple(paths) for _, _, paths in hr})
+        self.assertNotIn(moved, [text for (text,) in kept.db.execute(
+            "SELECT c.text FROM chunks c JOIN keyword_set_rows r ON r.row = c.rowid JOIN keyword_sets s"
+            " ON s.set_id = r.set_id WHERE s.groups = ?", (json.dumps(["public"]),))])
+
+    def test_a_deleted_window_leaves_its_kept_set_and_a_window_not_yet_refreshed_is_never_missed(self):
+        from bastion_agent.embedding import reader_sets, vectorstore
+
+        manifest, layout, _ = self.with_word
+        db = vectorstore.connect(layout.vectors_db, create=False)
+        self.addCleanup(db.close)
+        report = db.execute("SELECT doc FROM chunks WHERE text LIKE ?", (f"%{self.word} report%",)).fetchone()[0]
+        db.execute("DELETE FROM chunks WHERE doc = ?", (report,))  # as prune or an erased document deletes
+        index = self.fresh(self.with_word)
+        self.assertEqual(self.ranked(index, self.word), [])
+        self.assertGreater(index.visible(PUBLIC).keyword.built_windows, 0)  # not merged yet: built, not read
+        self.assertEqual(reader_sets.merge(db), 1)
+        index = self.fresh(self.with_word)
+        self.assertEqual(self.ranked(index, self.word), [])
+        self.assertEqual(index.visible(PUBLIC).keyword.built_windows, 0)
+        table = reader_sets.members(db, json.dumps(["public"]))[0]
+        db.execute(f"CREATE VIRTUAL TABLE temp.words USING fts5vocab(main, '{table}', 'row')")
+        self.assertEqual(db.execute("SELECT count(*) FROM temp.words WHERE term = ?", (self.word,)).fetchone()[0], 0)
+        db.execute("INSERT INTO chunks (chunk_id, doc, idx, start, \"end\", text) VALUES (?, ?, 0, 0, 9, ?)",
+                   ("%064x" % random.getrandbits(256), report, f"late {self.word} window"))  # no refresh yet
+        index = self.fresh(self.with_word)
+        self.assertEqual(len(self.ranked(index, self.word)), 1)
+        self.assertGreater(index.visible(PUBLIC).keyword.built_windows, 0)
+
+    def test_a_document_relabelled_without_the_sets_is_never_shown_from_its_old_set(self):
+        from bastion_agent.embedding import vectorstore
+
+        db = vectorstore.connect(self.with_word[1].vectors_db, create=False)
+        self.addCleanup(db.close)
+        self.assertTrue(self.ranked(self.fresh(self.with_word), self.word))
+        with vectorstore.transaction(db):  # a relabel by a writer that does not update the sets (an older agent)
+            db.execute("UPDATE documents SET groups = ?, path_groups = ? WHERE paths = ?",
+                       (json.dumps(["hr"]), json.dumps([["hr"]]), json.dumps(["public/report.txt"])))
+        index = self.fresh(self.with_word)
+        self.assertEqual(self.ranked(index, self.word), [])
+        self.assertGreater(index.visible(PUBLIC).keyword.built_windows, 0)  # the kept public set no longer matches
+
+    def test_a_dated_search_by_a_caller_with_every_group_builds_and_reads_no_set(self):
+        from bastion_agent.core import dates
+        from bastion_agent.embedding import vectorstore
+
+        db = vectorstore.connect(self.with_word[1].vectors_db, create=False)
+        with vectorstore.transaction(db):  # every document dated (the listing written here has no times)
+            db.execute("UPDATE documents SET modified = (SELECT json_group_array('2026-01-02T03:04:05Z')"
+                       " FROM json_each(documents.paths))")
+        db.close()
+        index = self.fresh(self.with_word)
+        every_date = dates.date_range("1970-01-01", None)
+        query = f"{self.word} case report"
+        whole = self.ranked(index, query, groups=None)
+        for groups in (None, frozenset({"public", "hr"})):
+            with self.subTest(groups=groups):
+                dated = self.ranked(index, query, groups=groups, dates=every_date)
+                labels = index._labels_of()
+                self.assertEqual((labels.keyword.built_windows, labels.keyword.kept_sets), (0, 0))
+                self.assertEqual([(chunk, paths) for chunk, _, paths in dated],
+                                 [(chunk, paths) for chunk, _, paths in whole])
+                for (_, score, _), (_, expected, _) in zip(dated, whole):
+                    self.assertAlmostEqual(score, expected, places=6)
 
 
 class FetchWorkTests(HiddenWordStores):

@@ -15,7 +15,8 @@ by:
   not see costs exactly what an absent one does;
 - ``sets`` and ``keyword``: the reader sets (distinct document group sets)
   the caller may see, and their keyword indexes (``keyword_sets``), which
-  keyword search reads instead of the index over every window;
+  keyword search reads instead of the index over every window (a caller
+  from whom nothing is hidden gets ``chunks_fts`` itself: ``WholeIndex``);
 - ``count``: how many windows the caller may search.
 
 Documents' groups are read once per loaded index (``Labels``), as one
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from bastion_agent.core.access import can_see, caller_key, visible_positions
 from bastion_agent.core.dates import latest
 from bastion_agent.embedding.vectorfile import RowFilter
-from bastion_agent.searching.keyword_sets import ReaderSetIndexes
+from bastion_agent.searching.keyword_sets import ReaderSetIndexes, WholeIndex
 from bastion_agent.searching.keyword_visible import average_length
 
 CACHED_CALLERS = 32  # distinct group sets kept per loaded index; each holds a row mask and a temp table
@@ -64,7 +65,7 @@ class Visible:
         return self.statistics if self.statistics is not None else self
     sets: frozenset = frozenset()  # the reader sets (``Labels.sets`` numbers) the caller may see
     every_window: bool = False  # whether no window is hidden from it (keyword search may then read ``chunks_fts``)
-    keyword: ReaderSetIndexes | None = field(default=None, compare=False, repr=False)
+    keyword: ReaderSetIndexes | WholeIndex | None = field(default=None, compare=False, repr=False)
 
     @property
     def everything(self) -> bool:
@@ -91,7 +92,8 @@ class Labels:
         members: dict[int, list[int]] = {}
         for rowid, number in self.chunk_sets:
             members.setdefault(number, []).append(rowid)
-        self.keyword = ReaderSetIndexes(db, members)
+        self.keyword = ReaderSetIndexes(db, members, {number: groups for groups, number in numbers.items()})
+        self.whole = WholeIndex(db)  # the keyword index of a share from which nothing is hidden: chunks_fts
         self.position_sets = self._positions(key, dim, doc_set) if vectors is not None else None
         self._cache: OrderedDict = OrderedDict()
 
@@ -170,9 +172,12 @@ class Labels:
                             ((rowid,) for rowid, number in self.chunk_sets if number in seen))
         windows = sum(1 for _, number in self.chunk_sets if number in seen)
         rows = self._row_filter(seen)
+        every_window = windows == len(self.chunk_sets)
+        # nothing hidden (every group, or a dated search's statistics for such a caller): chunks_fts, no set index
+        keyword = self.whole if every_window else self.keyword
         return Visible(groups, rows, table, rows.count if rows is not None else windows, windows,
-                       average_length(self.db, table), sets=frozenset(seen), keyword=self.keyword,
-                       every_window=windows == len(self.chunk_sets))
+                       average_length(self.db, table), sets=frozenset(seen), keyword=keyword,
+                       every_window=every_window)
 
     def dated(self, groups: frozenset | None, dates) -> Visible:
         """The caller's share of the documents modified within ``dates`` (``core.dates.DateRange``).
