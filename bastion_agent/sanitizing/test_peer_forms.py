@@ -148,6 +148,14 @@ class TokenFormatTests(unittest.TestCase):
                 self.assertEqual(sanitizer.redact(lookalike)[0], lookalike)
 
 
+    def test_a_documented_example_stays(self):
+        """A vendor shape that marks itself as an example (the word, a counting run) is left for the reader."""
+        sanitizer = Sanitizer()
+        for text in ("cfat_" + draw(ALNUM, 36) + "tokenexample", "nfp_" + draw(ALNUM, 29) + "EXAMPLE",
+                     "sbp_" + hex_digits(34) + "abcdef", "tvly-dev-" + draw(ALNUM, 26) + "012345"):
+            with self.subTest(text=text):
+                self.assertEqual(sanitizer.redact(text + "\n")[0], text + "\n")
+
 class SyntaxTests(unittest.TestCase):
     def test_each_form_goes_and_its_lookalikes_stay(self):
         sanitizer = Sanitizer()

@@ -774,6 +774,14 @@ def reads_as_secret(value: str) -> bool:
         or any(ch.isupper() for ch in value[1:]))
 
 
+# How a documented example of a key marks itself: the word, or a counting run where random characters would be.
+EXAMPLE_MARK = re.compile(r"(?i)example|012345|123456|abcdef")
+
+
+def check_vendor_token(match: re.Match, start: int, end: int):
+    """A vendor's token shape, unless it marks itself as an example (``…tokenexample``, ``sbp_…abcdef``)."""
+    return not EXAMPLE_MARK.search(match.string[start:end])
+
 def check_compared_secret(match: re.Match, start: int, end: int):
     """``if (password !== "X")``: a literal compared with a credential is one, when it reads as one.
 
@@ -825,6 +833,7 @@ CHECKS = {
     "cli_password": check_cli_password,
     "compared_secret": check_compared_secret,
     "flag_token": check_flag_token,
+    "vendor_token": check_vendor_token,
     "short_password": check_short_password,
     "flag_password": check_flag_password,
     "prose_secret": check_prose_secret,
