@@ -436,10 +436,11 @@ RULES: tuple[Rule, ...] = (
        r"(?:IDENTIFIED[ \t]+BY[ \t]+(?:PASSWORD[ \t]+)?|PASSWORD[ \t]+(?=['\"]))"
        r"(?P<secret>'(?:[^'\n]|'')+'|\"[^\"\n]+\"|[^\s;'\"]+)",
        keywords=("password", "identified"), validator="cli_password"),
-    # A password set by a macro: C's #define, an RPM spec's %define/%global (also JSON-escaped).
+    # A password set by a macro: C's #define, an RPM spec's %define/%global (also JSON-escaped; a bare
+    # value only when it ends the line, as in a spec file).
     Rule("macro-password", "assignment",
        r"(?i)(?:#define|%define|%global)(?:[ \t]+|\\t)+(?P<key>[\w.\-]{0,60}?(?:pass|pwd|secret|token)[\w.\-]{0,60}?)"
-       r"(?:[ \t]+|\\t)+(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,200}\\?\"|'[^'\n]{1,200}')",
+       r"(?:[ \t]+|\\t)+(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,200}\\?\"|'[^'\n]{1,200}'|[^\s\"'\\(){}]{1,200}(?=[ \t]*\r?(?:\n|$)))",
        keywords=("#define", "%define", "%global"), validator="assignment", anchor="keyword"),
     # A literal compared with a credential (``if (password !== "X")``) is the credential.
     Rule("compared-secret", "assignment",

@@ -86,6 +86,8 @@ TOKENS = [
 FORMS = [
     ("C #define", '#define DB_PASSWORD "{v}"\n', password, ["#define PASSWORD_MAX_LEN 64\n"]),
     ("RPM %global", '%global api_token "{v}"\n', password, ["%global debug_package %{nil}\n"]),
+    ("RPM %define, bare", "%define token {v}\nName: tool\n", lambda: hex_digits(64),
+     ["#define PASS_THROUGH 0x0004\n", "#define PASSWD_FILE _PATH_PASSWD\n", "#define TOKEN_EOF (-1)\n"]),
     ("#define JSON-escaped", '"#define\\tpassword\\t\\"{v}\\""', password, ['"#define\\tVERSION\\t\\"1.2.3\\""']),
     ("JS !== literal", 'if (password !== "{v}") {{\n', password,
      ['if (password !== confirmPassword) {\n', 'if (token === "Bearer") {\n']),
