@@ -144,7 +144,7 @@ RULES: tuple[Rule, ...] = (
        keywords=("ltai",), entropy=3.0, anchor="keyword"),
     Rule("digitalocean-token", "cloud", TOKEN_START + r"do[opr]_v1_[a-f0-9]{64}" + TOKEN_END, keywords=("_v1_",)),
     Rule("heroku-api-key", "cloud",
-       TOKEN_START + r"HRKU-AA[0-9A-Za-z_\-]{58}" + TOKEN_END + "|" +
+       TOKEN_START + r"HRKU-[0-9A-Za-z_\-]{36,}" + TOKEN_END + "|" +
        keyed("heroku", r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
        keywords=("hrku-", "heroku")),
     Rule("yandex-token", "cloud",
@@ -187,12 +187,12 @@ RULES: tuple[Rule, ...] = (
        TOKEN_START + r"gh[pousr]_[A-Za-z0-9]{36}" + TOKEN_END + "|" + TOKEN_START + r"github_pat_\w{60,}",
        keywords=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), entropy=3.0, anchor="keyword"),
     Rule("gitlab-token", "code-hosting",
-       TOKEN_START + r"(?:glpat|gldt|glrt|glcbt|glft|glsoat|glffct)-[\w\-]{20,}(?:\.[\w\-]{2,})?" + TOKEN_END + "|"
+       TOKEN_START + r"(?:glpat|gldt|glrtr|glrt|glcbt|glft|glsoat|glffct|glwt)-[\w\-]{20,}(?:\.[\w\-]{2,}){0,2}" + TOKEN_END + "|"
        + TOKEN_START + r"glptt-[\w\-]{40}" + TOKEN_END + "|" + TOKEN_START + r"glimt-[\w\-]{25,}" + TOKEN_END + "|"
        + TOKEN_START + r"glagent-[\w\-]{50,}" + TOKEN_END
        + "|" + TOKEN_START + r"gloas-[\w\-]{64,}" + TOKEN_END + "|" + TOKEN_START + r"GR1348941[\w\-]{20,}" + TOKEN_END
        + "|_gitlab_session=[0-9a-z]{32}",
-       keywords=("glpat-", "gldt-", "glrt-", "glcbt-", "glft-", "glsoat-", "glffct-", "glptt-", "glimt-",
+       keywords=("glpat-", "gldt-", "glrt-", "glrtr-", "glwt-", "glcbt-", "glft-", "glsoat-", "glffct-", "glptt-", "glimt-",
                  "glagent-", "gloas-", "gr1348941", "_gitlab_session="),
        entropy=3.0, anchor="keyword"),
     Rule("npm-token", "code-hosting", TOKEN_START + r"npm_[A-Za-z0-9]{36}" + TOKEN_END,
@@ -308,7 +308,7 @@ RULES: tuple[Rule, ...] = (
        keywords=("tfp_",), entropy=3.0, anchor="keyword"),
     Rule("onepassword-token", "saas",
        TOKEN_START + r"A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}" + TOKEN_END + "|"
-       + TOKEN_START + r"ops_eyJ[A-Za-z0-9+/]{200,}={0,3}",
+       + TOKEN_START + r"ops_eyJ[A-Za-z0-9+/_\-]{200,}={0,3}",
        keywords=("a3-", "ops_eyj"), entropy=3.0, anchor="keyword"),
     Rule("atlassian-token", "saas", TOKEN_START + r"ATATT3[A-Za-z0-9_\-=]{150,}",
        keywords=("atatt3",), entropy=3.0, anchor="keyword"),
@@ -320,7 +320,7 @@ RULES: tuple[Rule, ...] = (
        keywords=(".acc_", ".acc-")),
     Rule("clickhouse-secret", "saas", TOKEN_START + r"4b1d[A-Za-z0-9]{38}" + TOKEN_END,
        keywords=("4b1d",), entropy=3.0, anchor="keyword"),
-    Rule("defined-networking-token", "saas", TOKEN_START + r"dnkey-[a-z0-9=_\-]{26}-[a-z0-9=_\-]{52}" + TOKEN_END,
+    Rule("defined-networking-token", "saas", TOKEN_START + r"(?i:dnkey-[a-z0-9=_\-]{26}-[a-z0-9=_\-]{52})" + TOKEN_END,
        keywords=("dnkey-",), anchor="keyword"),
     Rule("dropbox-token", "saas", TOKEN_START + r"sl\.[A-Za-z0-9\-=_]{135}" + TOKEN_END, scope="run"),
     Rule("frameio-token", "saas", TOKEN_START + r"fio-u-[\w=\-]{64}" + TOKEN_END, keywords=("fio-u-",), anchor="keyword"),
@@ -336,6 +336,52 @@ RULES: tuple[Rule, ...] = (
        r"(?<![\w\-])eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}(?:\.[A-Za-z0-9_\-]*){0,3}|"
        r"(?<![\w\-])ZXlK[A-Za-z0-9+/]{60,}={0,2}",
        keywords=("eyj", "zxlk"), anchor="keyword"),
+    # --- more vendor formats, each by its documented prefix and body -------------------
+    Rule("figma-token", "saas", TOKEN_START + r"figd_[\w\-]{38,48}" + TOKEN_END,
+       keywords=("figd_",), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    # Google's OAuth client secret, access token and refresh token.
+    Rule("google-oauth-token", "cloud",
+       TOKEN_START + r"GOCSPX-[\w\-]{28}" + TOKEN_END + "|" + TOKEN_START + r"ya29\.[\w\-]{30,}" + TOKEN_END + "|"
+       + r"(?<![\w/])1//0[\w\-]{40,}" + TOKEN_END,
+       keywords=("gocspx-", "ya29.", "1//0"), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    Rule("cloudflare-scoped-token", "cloud", TOKEN_START + r"cf(?:at|ut|k)_[A-Za-z0-9]{40,60}" + TOKEN_END,
+       keywords=("cfat_", "cfut_", "cfk_"), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    Rule("netlify-token", "cloud", TOKEN_START + r"nfp_[A-Za-z0-9]{30,50}" + TOKEN_END,
+       keywords=("nfp_",), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    Rule("vercel-token", "cloud", TOKEN_START + r"vc[pikar]_[A-Za-z0-9]{40,70}" + TOKEN_END,
+       keywords=("vcp_", "vci_", "vck_", "vca_", "vcr_"), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    Rule("supabase-token", "cloud", TOKEN_START + r"sbp_(?:v0_)?[a-f0-9]{40}" + TOKEN_END,
+       keywords=("sbp_",), validator="vendor_token", anchor="keyword"),
+    # Not the API host name (akab-….luna.akamaiapis.net).
+    Rule("akamai-token", "cloud", TOKEN_START + r"akab-[a-z0-9]{16}-[a-z0-9]{16}" + TOKEN_END + r"(?!\.)",
+       keywords=("akab-",), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    # A Salesforce session id: the org id (00D...), "!", then the session part.
+    Rule("salesforce-token", "saas", TOKEN_START + r"00D[A-Za-z0-9]{12,15}![A-Za-z0-9._]{40,}",
+       keywords=("00d",), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    # PostHog's personal API key (the project key, phc_, is public by design and stays).
+    Rule("posthog-personal-key", "saas", TOKEN_START + r"phx_[A-Za-z0-9]{40,60}" + TOKEN_END,
+       keywords=("phx_",), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    Rule("postman-collection-token", "saas", TOKEN_START + r"PMAT-[A-Z0-9]{26}" + TOKEN_END,
+       keywords=("pmat-",), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    Rule("wundergraph-key", "saas", TOKEN_START + r"cosmo_[a-f0-9]{32}" + TOKEN_END,
+       keywords=("cosmo_",), validator="vendor_token", anchor="keyword"),
+    Rule("instagram-token", "saas", TOKEN_START + r"IGQV[\w\-]{100,}",
+       keywords=("igqv",), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    # A New Relic license key: 36 characters then NRAL (an EU one begins eu01x).
+    Rule("new-relic-license", "saas", TOKEN_START + r"[a-z0-9]{36}NRAL" + TOKEN_END,
+       keywords=("nral",), entropy=3.0, validator="vendor_token"),
+    # Mailgun's newer private keys: three hex groups (32, 8 and 8 digits).
+    Rule("mailgun-key", "saas", TOKEN_START + r"[a-f0-9]{32}-[a-f0-9]{8}-[a-f0-9]{8}" + TOKEN_END,
+       scope="run", validator="vendor_token"),
+    Rule("tavily-key", "ai", TOKEN_START + r"tvly-(?:dev-|prod-)?[A-Za-z0-9]{32}" + TOKEN_END,
+       keywords=("tvly-",), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    Rule("together-key", "ai", TOKEN_START + r"tgp_v1_[\w\-]{40,50}" + TOKEN_END,
+       keywords=("tgp_v1_",), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    Rule("llamacloud-key", "ai", TOKEN_START + r"llx-[A-Za-z0-9_\-]{40,60}" + TOKEN_END,
+       keywords=("llx-",), entropy=3.0, validator="vendor_token", anchor="keyword"),
+    # "sk-" and 32 hex digits: the keys of DeepSeek and of other OpenAI-compatible services.
+    Rule("sk-hex-key", "ai", TOKEN_START + r"sk-[a-f0-9]{32}" + TOKEN_END,
+       keywords=("sk-",), entropy=3.0, validator="vendor_token", anchor="keyword"),
     # --- credentials in URLs, headers, command lines, assignments --------------------
     Rule("url-credentials", "url-credentials",
        r"(?i)\b[a-z][a-z0-9+.\-]{1,30}://(?P<secret>[^\s:@/?#\"'<>]*:[^\s@/?#\"'<>]+)@[^\s/?#@\"'<>]",
@@ -378,7 +424,7 @@ RULES: tuple[Rule, ...] = (
        r"|(?:sqlcmd|osql|isql|bcp)(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+-P[ \t]*"
        r"|openssl(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+(?:-k[ \t]+|-pass(?:in|out)?[ \t]+pass:)"
        r"|(?:keytool|jarsigner)(?:[ \t]+[^\s|;&]+){0,16}?[ \t]+-(?:src|dest)?(?:store|key)pass[ \t]+"
-       r"|--(?:[a-z0-9]+-){0,3}password[ \t]+(?=[^\s\-]))"
+       r"|--(?:[a-z0-9]+-){0,3}pass(?:word|phrase)[ \t]+(?=[^\s\-]))"
        r"(?P<secret>'[^'\n]+'|\"[^\"\n]+\"|[^\s'\"|;&]+)",
        keywords=("redis-cli", "docker", "podman", "nerdctl", "buildah", "skopeo", "ldap", "sqlcmd", "osql", "isql",
                  "bcp", "openssl", "keytool", "jarsigner", "--"),
@@ -390,6 +436,37 @@ RULES: tuple[Rule, ...] = (
        r"(?:IDENTIFIED[ \t]+BY[ \t]+(?:PASSWORD[ \t]+)?|PASSWORD[ \t]+(?=['\"]))"
        r"(?P<secret>'(?:[^'\n]|'')+'|\"[^\"\n]+\"|[^\s;'\"]+)",
        keywords=("password", "identified"), validator="cli_password"),
+    # A password set by a macro: C's #define, an RPM spec's %define/%global (also JSON-escaped; a bare
+    # value only when it ends the line, as in a spec file).
+    Rule("macro-password", "assignment",
+       r"(?i)(?:#define|%define|%global)(?:[ \t]+|\\t)+(?P<key>[\w.\-]{0,60}?(?:pass|pwd|secret|token)[\w.\-]{0,60}?)"
+       r"(?:[ \t]+|\\t)+(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,200}\\?\"|'[^'\n]{1,200}'|[^\s\"'\\(){}]{1,200}(?=[ \t]*\r?(?:\n|$)))",
+       keywords=("#define", "%define", "%global"), validator="assignment", anchor="keyword"),
+    # A literal compared with a credential (``if (password !== "X")``) is the credential.
+    Rule("compared-secret", "assignment",
+       r"(?i)(?<![\w.\-])(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd)[\w.\-]{0,80}?)[ \t]*(?P<op>!==?|===?)[ \t]*"
+       r"(?P<value>\"(?:[^\"\\\n]|\\.){1,200}\"|'(?:[^'\\\n]|\\.){1,200}')",
+       keywords=("secret", "token", "pass", "pwd"), validator="compared_secret"),
+    # Shortened password keys (PSWD, PASWRD, PSSWORD, pw) beside a value: ``X3_PSWD=...``, ``user:admin pw:...``.
+    Rule("short-password-key", "assignment",
+       r"(?i)(?<![A-Za-z0-9])(?P<key>(?:[\w.]{0,40}[_.\-])?(?:p(?:s{1,2}w(?:o?r)?d|as(?:w(?:o?r)?d))|pw))"
+       r"(?P<kq>[\"']?)[ \t]*(?P<op>:=|=|:)[ \t]*(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|[^\s\"',;]{1,200})",
+       keywords=("pw", "psw", "pssw", "pasw"), validator="short_password"),
+    # libcurl's password options: the value, or the part after "user:" of USERPWD.
+    Rule("curl-option-password", "url-credentials",
+       r"CURLOPT_(?:PROXY)?(?:(?P<pair>USERPWD)|PASSWORD|KEYPASSWD|TLSAUTH_PASSWORD)[ \t]*,[ \t]*(?:L|u8|u|U)?(?P<q>[\"'])"
+       r"(?(pair)[^\"':\n]*:)(?P<secret>[^\"'\n]{1,200})(?P=q)",
+       keywords=("curlopt_",), validator="cli_password", anchor="keyword"),
+    # A command-line flag that names a token or secret, then its value (``--token X``, ``-secret X``).
+    Rule("cli-token", "url-credentials",
+       r"(?<![\w\-])--?(?i:(?:[a-z0-9]+[\-_]){0,3}(?:token|secret|bearer))[ \t]+"
+       r"(?P<secret>\"[^\"\n]+\"|'[^'\n]+'|[^\s'\"|;&]+)",
+       keywords=("token", "secret", "bearer"), validator="flag_token"),
+    # PowerShell turns a plain-text password into a SecureString: the plain text is the secret.
+    Rule("securestring-password", "url-credentials",
+       r"(?i)ConvertTo-SecureString(?:[ \t]+-(?:String|AsPlainText|Force)\b)*[ \t]+"
+       r"(?P<secret>\\?\"(?:[^\"\\\n]|\\[^\"\n])+\\?\"|'[^'\n]+'|[^\s\"'$(|;\-][^\s|;]*)",
+       keywords=("convertto-securestring",), validator="cli_password", anchor="keyword"),
     Rule("prose-password", "assignment",
        r"(?i)(?<![\w\-])(?:pass(?:word|phrase|code|wort)|pin(?:[ \-]?(?:code|number))?)"
        r"[ \t]+(?:is|was|will be|is now|is set to|ist|lautet)[ \t:]+[\"'\u201c\u2018]?(?P<secret>[^\s\"'\u201d\u2019]{4,64}?)[\"'\u201d\u2019]?"

@@ -20,7 +20,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 2
+DETECTION_VERSION = 3
 
 # --- entropy --------------------------------------------------------------
 
@@ -766,8 +766,75 @@ def check_de_tax_id(match: re.Match, start: int, end: int):
     return de_tax_id_ok(re.sub(r"\D", "", match.string[start:end]))
 
 
+
+def reads_as_secret(value: str) -> bool:
+    """A letter and a digit, a symbol or a capital after the first letter: not a word of prose."""
+    return any(ch.isalpha() for ch in value) and (
+        any(ch.isdigit() for ch in value) or any(not ch.isalnum() for ch in value)
+        or any(ch.isupper() for ch in value[1:]))
+
+
+# How a documented example of a key marks itself: the word, or a counting run where random characters would be.
+EXAMPLE_MARK = re.compile(r"(?i)example|012345|123456|abcdef")
+
+
+def check_vendor_token(match: re.Match, start: int, end: int):
+    """A vendor's token shape, unless it marks itself as an example (``…tokenexample``, ``sbp_…abcdef``)."""
+    return not EXAMPLE_MARK.search(match.string[start:end])
+
+def check_compared_secret(match: re.Match, start: int, end: int):
+    """``if (password !== "X")``: a literal compared with a credential is one, when it reads as one.
+
+    Code compares a credential with names of modes and states too
+    (``token === "Bearer"``), so the literal must not read as a word.
+    """
+    spans = check_assignment(match, start, end)
+    if not spans:
+        return False
+    (vstart, vend), = spans
+    return spans if reads_as_secret(match.string[vstart:vend]) else False
+
+
+def check_flag_token(match: re.Match, start: int, end: int):
+    """``--token X``, ``-secret X``: X is a token when it is eight characters or more with a letter and a digit.
+
+    Usage texts name the option's argument in capitals (``--api-token
+    API_TOKEN``) and prose names the option ("--token is read from"); a
+    token, unlike those, carries digits.
+    """
+    value, start, end, quoted = unquote(match.string[start:end], start)
+    if not quoted:
+        value = value.rstrip(".,;:!?)]")
+        end = start + len(value)
+    if len(value) < 8 or not plausible_secret(value) or value.startswith(("$", "%", "(", "{", "<", "[")):
+        return False
+    if _REFERENCE_LIKE.fullmatch(value) or not any(ch.isdigit() for ch in value):
+        return False
+    return [(start, end)] if any(ch.isalpha() for ch in value) else False
+
+def check_short_password(match: re.Match, start: int, end: int):
+    """``PSWD:=X``, ``user:admin pw:X``: a shortened password key, so the value must read as a secret.
+
+    These keys also abbreviate other words (``pw`` for power, a width), so
+    the value needs six characters, a letter and a digit or symbol or inner
+    capital, and must not be code, a reference or a template.
+    """
+    value, vstart, vend, quoted = unquote(match.group("value"), match.start("value"))
+    if not quoted:
+        value = value.rstrip(".,;:)")
+        vend = vstart + len(value)
+    if len(value) < 6 or not plausible_secret(value) or value.startswith(("$", "%", "(", "{", "<")):
+        return False
+    if "(" in value or (not quoted and looks_like_code(value, match.string[vend:vend + 1])):
+        return False
+    return [(vstart, vend)] if reads_as_secret(value) else False
+
 CHECKS = {
     "cli_password": check_cli_password,
+    "compared_secret": check_compared_secret,
+    "flag_token": check_flag_token,
+    "vendor_token": check_vendor_token,
+    "short_password": check_short_password,
     "flag_password": check_flag_password,
     "prose_secret": check_prose_secret,
     "uk_nino": check_uk_nino,
