@@ -360,6 +360,11 @@ def _terminator(text: str, start: int, opening: str, before: str, at_line_start:
     return "\n"  # INI, TOML, YAML, .properties, .env: the end of the line
 
 
+# what ends an unquoted value, by the terminator its syntax implies
+_STOPS = {terminator: re.compile(f"[{re.escape(stops)}]") for terminator, stops in
+          {" ": " \t", ";": ";", "&": "&# \t", ",": ", \t"}.items()}
+
+
 def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
                 label: bool, phrase: bool = False) -> tuple[int, int] | None:
     first = text[position:position + 1]
@@ -382,10 +387,10 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     if terminator == "\n":
         end = line_end
     else:
-        stops = {" ": " \t", ";": ";", "&": "&# \t", ",": ", \t"}.get(terminator, terminator)
-        end = position
-        while end < line_end and text[end] not in stops:
-            end += 1
+        limit = min(line_end, position + MAX_VALUE)  # never past a value's longest: repeated keys stay linear
+        stop = _STOPS.get(terminator) or re.compile(re.escape(terminator))
+        found = stop.search(text, position, limit)
+        end = found.start() if found else limit
     end = min(end, position + MAX_VALUE)
     while end > position and text[end - 1] in " \t\r":
         end -= 1
