@@ -327,6 +327,41 @@ class WorkerPool:
 _PASS = object()
 
 
+class KeptPool(WorkerPool):
+    """A pool whose workers outlive the stage that used it: the watcher keeps one between its cycles.
+
+    Starting a worker (a Python process that then imports the readers or
+    the sanitizer) was most of a watch cycle that read one changed file.
+    A stage uses this pool as any other (``with pool:``): leaving the block
+    normally keeps the workers, idle and blocked on their pipe; leaving it by
+    an exception ends them, since a job of theirs may still be running.
+    ``close()`` ends them too (the next job starts new ones). Each worker
+    keeps the memory limit it started with, so a pool serves one ``Budget``
+    only (``pool_for``).
+    """
+
+    def __init__(self, budget: Budget, workers: int | None = None):
+        super().__init__(budget, workers)
+        self.last_used = time.monotonic()
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self.last_used = time.monotonic()
+        if exc_type is not None:
+            self.close()
+
+    @property
+    def started(self) -> int:
+        """How many workers are alive now."""
+        return len(self._workers)
+
+
+def pool_for(budget: Budget, kept: "KeptPool | None" = None, workers: int | None = None) -> WorkerPool:
+    """``kept`` when it serves ``budget`` (and ``workers`` asks for no other size), else a pool of one run."""
+    if kept is not None and kept.budget == budget and (workers is None or max(1, workers) == kept.size):
+        return kept
+    return WorkerPool(budget, workers)
+
+
 # ---------------------------------------------------------------- the worker side
 
 def worker_main() -> None:
