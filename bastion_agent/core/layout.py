@@ -288,17 +288,17 @@ def sync_to_disk() -> None:
     """Flush every file written with ``durable=False``: each one and its folder when they are few
     (``SYNC_EACH_MAX``), else the whole file system (one ``os.sync()``)."""
     global _unsynced_overflow
-    with _unsynced_lock:
+    with _unsynced_lock:  # held while flushing: another thread's sync returns once these are on disk too
         paths, overflow = sorted(_unsynced), _unsynced_overflow
         _unsynced.clear()
         _unsynced_overflow = False
-    if overflow:
-        os.sync()
-        return
-    for path in paths:
-        _fsync_path(path, os.O_RDONLY)
-    for folder in sorted({os.path.dirname(path) for path in paths}):
-        _fsync_path(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        if overflow:
+            os.sync()
+            return
+        for path in paths:
+            _fsync_path(path, os.O_RDONLY)
+        for folder in sorted({os.path.dirname(path) for path in paths}):
+            _fsync_path(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
 
 
 def _fsync_path(path: str, flags: int) -> None:
