@@ -10,7 +10,8 @@ two ways in turn (so that a machine whose load drifts weighs on both alike):
 - ``sweep``: the cycle as a plain sweep (what a watch cycle was): every
   file read again, worker processes started for the cycle;
 - ``hinted``: the cycle as the watcher runs it now (``SweepHints``): extract
-  reads the changed file only, the workers kept from the cycle before.
+  reads the changed file only, the workers kept from the cycle before, the
+  paths sanitize redacted in earlier cycles remembered (``path_memo``).
 
 It prints, for each way, the median seconds of each stage and of the whole
 cycle, the files extract read, and the ratio of the two medians; with
@@ -31,7 +32,9 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
+from unittest import mock
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -40,6 +43,7 @@ from bastion_agent.commands.pipeline import SweepHints, run_sweep  # noqa: E402
 from bastion_agent.config import manifest as manifests  # noqa: E402
 from bastion_agent.core.budget import KeptPool, budget_of  # noqa: E402
 from bastion_agent.core.layout import Layout, figures_path  # noqa: E402
+from bastion_agent.sanitizing import path_memo  # noqa: E402
 from bastion_agent.testing.stub_server import StubServer  # noqa: E402
 
 SHARED = Path(os.environ.get("BASTION_SHARED_DATA") or REPO.parent / "shared" / "data")
@@ -98,7 +102,7 @@ def main() -> None:
     page = (CRANFIELD / "1.txt").read_text(encoding="utf-8")
     runs: dict[str, list[dict]] = {"sweep": [], "hinted": []}
     profiles: dict[str, list[str]] = {}
-    with tempfile.TemporaryDirectory() as tmp, StubServer() as stub:
+    with tempfile.TemporaryDirectory() as tmp, StubServer() as stub, path_memo.remembered():
         os.environ["EMBED_URL"] = stub.url
         manifest_path = make_folder(Path(tmp), args.files)
         manifest = manifests.load(manifest_path)
@@ -113,7 +117,9 @@ def main() -> None:
                 hints = SweepHints(pool=pool, reread={name}) if way == "hinted" else SweepHints()
                 last = number >= 2 * args.rounds
                 profiler = cProfile.Profile() if args.profile and last else None
-                figures = one_cycle(manifest, layout, hints, profiler)
+                plain = mock.patch.object(path_memo, "active", lambda: False) if way == "sweep" else nullcontext()
+                with plain:
+                    figures = one_cycle(manifest, layout, hints, profiler)
                 if profiler is not None:
                     profiles[way] = top(profiler)
                 elif number >= 2:  # the first of each way warms the kept pool and the caches

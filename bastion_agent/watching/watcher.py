@@ -52,7 +52,7 @@ from bastion_agent.core.budget import KeptPool, budget_of
 from bastion_agent.core.errors import BastionError, DatabaseError, ModelServerError, StoreError
 from bastion_agent.core.globs import GlobSet
 from bastion_agent.core.layout import Layout, claim_out_dir
-from bastion_agent.sanitizing import skipped
+from bastion_agent.sanitizing import path_memo, skipped
 from bastion_agent.watching import snapshot, sources
 from bastion_agent.watching.lock import WatchLock
 from bastion_agent.watching.state import Cycle, WatchState, iso
@@ -101,7 +101,8 @@ class Watcher:
         with WatchLock(self.layout.root):
             source = self._open_source(manifest)
             try:
-                self._loop(manifest, source)
+                with path_memo.remembered():  # each cycle lists every document's paths again
+                    self._loop(manifest, source)
             finally:
                 source.close()
                 self._end_pool()
