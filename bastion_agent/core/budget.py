@@ -209,6 +209,7 @@ class WorkerPool:
         self.budget = budget
         self.size = max(1, workers or os.cpu_count() or 1)
         self._workers: list[_Worker] = []
+        self.workers_started = 0  # processes started over the pool's life (a work count for tests)
 
     def __enter__(self) -> "WorkerPool":
         return self
@@ -273,6 +274,7 @@ class WorkerPool:
         if len(self._workers) < self.size:
             worker = _Worker(self.budget.memory_bytes)
             self._workers.append(worker)
+            self.workers_started += 1
             return worker
         return None
 
@@ -325,6 +327,36 @@ class WorkerPool:
 
 
 _PASS = object()
+
+
+class KeptPool(WorkerPool):
+    """A pool whose workers outlive the stage that used it: the watcher keeps one between its cycles.
+
+    Starting a worker (a Python process that then imports the readers or
+    the sanitizer) was most of a watch cycle that read one changed file.
+    A stage uses this pool as any other (``with pool:``): leaving the block
+    normally keeps the workers, idle and blocked on their pipe; leaving it by
+    an exception ends them, since a job of theirs may still be running.
+    ``close()`` ends them too (the next job starts new ones). Each worker
+    keeps the memory limit it started with, so a pool serves one ``Budget``
+    only (``pool_for``).
+    """
+
+    def __init__(self, budget: Budget, workers: int | None = None):
+        super().__init__(budget, workers)
+        self.last_used = time.monotonic()
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self.last_used = time.monotonic()
+        if exc_type is not None:
+            self.close()
+
+
+def pool_for(budget: Budget, kept: "KeptPool | None" = None, workers: int | None = None) -> WorkerPool:
+    """``kept`` when it serves ``budget`` (and ``workers`` asks for no other size), else a pool of one run."""
+    if kept is not None and kept.budget == budget and (workers is None or max(1, workers) == kept.size):
+        return kept
+    return WorkerPool(budget, workers)
 
 
 # ---------------------------------------------------------------- the worker side

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -238,6 +239,8 @@ def write_private(path: Path, data: bytes | str, *, durable: bool = True, mode: 
             if durable:
                 os.fsync(handle.fileno())
         os.replace(tmp, path)
+        if not durable:
+            _note_unsynced(path)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -263,9 +266,51 @@ def open_private_append(path: Path) -> int:
     return fd
 
 
+# Files written with ``durable=False`` since the last ``sync_to_disk``, while they are few: a watch cycle
+# writes a text or two, and ``os.sync()`` flushes every file system of the machine, whatever other
+# programs wrote (a tenth of a second on a busy machine, more than the rest of such a cycle's writes).
+SYNC_EACH_MAX = 64
+_unsynced: set[str] = set()
+_unsynced_overflow = False
+_unsynced_lock = threading.Lock()
+
+
+def _note_unsynced(path: Path) -> None:
+    global _unsynced_overflow
+    with _unsynced_lock:
+        if len(_unsynced) < SYNC_EACH_MAX:
+            _unsynced.add(str(path))
+        else:
+            _unsynced_overflow = True
+
+
 def sync_to_disk() -> None:
-    """Flush every file written with ``durable=False`` (the whole file system)."""
-    os.sync()
+    """Flush every file written with ``durable=False``: each one and its folder when they are few
+    (``SYNC_EACH_MAX``), else the whole file system (one ``os.sync()``)."""
+    global _unsynced_overflow
+    with _unsynced_lock:  # held while flushing: another thread's sync returns once these are on disk too
+        paths, overflow = sorted(_unsynced), _unsynced_overflow
+        _unsynced.clear()
+        _unsynced_overflow = False
+        if overflow:
+            os.sync()
+            return
+        for path in paths:
+            _fsync_path(path, os.O_RDONLY)
+        for folder in sorted({os.path.dirname(path) for path in paths}):
+            _fsync_path(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+
+
+def _fsync_path(path: str, flags: int) -> None:
+    """``fsync`` a file or folder by name; one removed since it was written needs nothing."""
+    try:
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json(path: Path, value: object) -> None:

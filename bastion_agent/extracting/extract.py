@@ -38,14 +38,16 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Collection
 
 from bastion_agent.core.budget import (
     COSTLY_REASONS,
     Budget,
     Call,
+    KeptPool,
     Task,
-    WorkerPool,
     budget_of,
+    pool_for,
 )
 from bastion_agent.core import catalogue
 from bastion_agent.core.confine import SourceRoot
@@ -99,15 +101,17 @@ class _Previous:
         self.kinds: dict[str, str] = {}
         self.versions: dict[str, str] = {}
         self.ocr_pages: dict[str, list[int] | None] = {}
+        self.by_path: dict[str, Row | None] = {}  # extracted rows by path; None where two rows share a shown path
         try:
             for row in catalogue.read_extract_listing(layout):  # an older agent's "doc" is read as the key
                 if row.status == STATUS_EXTRACTED and row.key:
                     self.kinds[row.key] = row.kind
                     self.ocr_pages[row.key] = row.ocr_pages
+                    self.by_path[row.path] = None if row.path in self.by_path else row
             summary = json.loads(layout.summary_path("extract").read_text(encoding="utf-8"))
             self.versions = dict(summary.get("readers") or {})
         except (OSError, ValueError, TypeError, AttributeError, StoreError):
-            self.kinds, self.versions, self.ocr_pages = {}, {}, {}
+            self.kinds, self.versions, self.ocr_pages, self.by_path = {}, {}, {}, {}
 
     def reusable(self, key: str, kind: str, version: str | None, text_path: Path) -> bool:
         return (
@@ -116,6 +120,14 @@ class _Previous:
             and self.versions.get(kind) == version
             and text_path.is_file()
         )
+
+    def unchanged_row(self, rel: str, versions: dict, store: Path) -> Row | None:
+        """The last run's row of a file its caller knows unchanged, when it can stand without reading the file:
+        a text extracted by the same reader version and still in the store (anything else is read again)."""
+        row = self.by_path.get(rel)
+        if row is None or not DOC_TEXT_NAME.fullmatch(f"{row.key}.txt"):
+            return None
+        return row if self.reusable(row.key, row.kind, versions.get(row.kind), Layout.doc_text_path(store, row.key)) else None
 
 
 COSTLY_FILE = "costly.json"
@@ -182,12 +194,20 @@ class _Links:
             _unlink(self.path)
 
 
-def run(manifest, layout: Layout, workers: int | None = None) -> dict:
+def run(manifest, layout: Layout, workers: int | None = None, pool: KeptPool | None = None,
+        reread: Collection[str] | None = None) -> dict:
     """Extract every selected file under ``manifest.source.root``; return the summary.
 
-    Files are read in ``workers`` budgeted processes (default: one per core);
-    their texts are written here, in path order, so the store and the
+    Files are read in ``workers`` budgeted processes (default: one per core),
+    or in ``pool`` when it serves this budget (the watcher keeps one between
+    cycles); their texts are written here, in path order, so the store and the
     listing do not depend on which worker finished first.
+
+    ``reread``: the files (their raw paths from the root, ``/``-joined) that
+    may have changed since the listing was written, when the caller knows
+    (the watcher, from its ``stat`` snapshots); every other file whose last
+    row says it was extracted, by the current reader, into a text still in
+    the store keeps that row without being opened. None: every file is read.
     """
     source = manifest.source
     claim_out_dir(layout.root)
@@ -203,7 +223,8 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
                        readers.versions(),
                        getattr(manifest, "sanitize", None))
         sweep.ocr_settings = scans
-        with Progress("extract", len(entries), "files") as progress, WorkerPool(budget, workers) as pool:
+        sweep.reread = None if reread is None else set(reread)
+        with Progress("extract", len(entries), "files") as progress, pool_for(budget, pool, workers) as pool:
             for job, answer in pool.ordered(sweep.jobs(entries, root, selection, source.max_file_bytes)):
                 sweep.settle(job, answer)
                 progress.advance()
@@ -214,7 +235,8 @@ def run(manifest, layout: Layout, workers: int | None = None) -> dict:
     links.save(selection.links_seen)
     sync_to_disk()
     catalogue.write_extract_listing(layout, rows)
-    counts, figures = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions)
+    counts, figures = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions,
+                              sweep.files_read)
     write_figures(layout, "extract", figures)
     counts["skipped_files"] = _skipped_files(rows, getattr(manifest, "sanitize", None))
     _note_missing_extra(counts)
@@ -242,7 +264,9 @@ class _Sweep:
         self.outcomes: dict[str, _Outcome] = {}
         self.jobs_done: list[_Job] = []
         self.bytes_read = 0
+        self.files_read = 0  # files opened and read (the rest were settled by the walk or kept unchanged)
         self.ocr_settings = None  # [source] ocr, ocr_languages, for the worker (formats/ocr.py)
+        self.reread: set[str] | None = None  # run(reread=...): only these may have changed
 
     def jobs(self, entries, root, selection, max_bytes):
         """``(job, call)`` per entry; the call is None when nothing needs reading."""
@@ -250,6 +274,13 @@ class _Sweep:
             if entry.row is not None:
                 yield _Job(entry.rel, row=entry.row), None
                 continue
+            kept = self._unchanged(entry)
+            if kept is not None:
+                self.outcomes[kept.key] = _Outcome(kept.kind, STATUS_EXTRACTED, None, reused=True,
+                                                   ocr_pages=kept.ocr_pages)
+                yield _Job(entry.rel, key=kept.key, size=kept.size, modified=kept.modified), None
+                continue
+            self.files_read += 1
             loaded = load(entry, root, selection, max_bytes)
             if loaded.row is not None:
                 yield _Job(entry.rel, row=loaded.row), None
@@ -268,6 +299,16 @@ class _Sweep:
                 self.outcomes[key] = _Outcome(kind, STATUS_SKIPPED, None)  # a place holder until the answer
                 job.kind = kind
                 yield job, decided
+
+    def _unchanged(self, entry) -> Row | None:
+        """The last row of a file the caller said is unchanged, when it can be kept without reading the file.
+
+        Only for a path whose names are text (``rel`` is its raw names): the watcher's globs and a listing's
+        shown path could take a name of other bytes otherwise, so such a file is read every time."""
+        raw = "/".join(entry.parts)
+        if self.reread is None or raw in self.reread or raw != entry.rel:
+            return None
+        return self.previous.unchanged_row(entry.rel, self.versions, self.store)
 
     def settle(self, job: _Job, answer) -> None:
         self.jobs_done.append(job)
@@ -351,7 +392,7 @@ def _skipped_files(rows, settings) -> list[dict]:
                          lambda name: scanner.sanitize_path(name, settings))
 
 
-def _counts(rows, outcomes, kept, removed, excluded, bytes_read, max_bytes, versions) -> tuple[dict, dict]:
+def _counts(rows, outcomes, kept, removed, excluded, bytes_read, max_bytes, versions, files_read) -> tuple[dict, dict]:
     """``(summary counts, private figures)``.
 
     The summary counts files (seen, read, skipped, by kind and reason) and
@@ -386,6 +427,7 @@ def _counts(rows, outcomes, kept, removed, excluded, bytes_read, max_bytes, vers
         "texts": len(kept),
         "reused": sum(1 for key in kept if outcomes[key].reused),
         "removed": removed,
+        "files_read": files_read,
     }
     return counts, figures
 

@@ -123,16 +123,18 @@ def run(manifest, layout, pool=None) -> dict:
     """Sanitize every extracted text into ``<out>/sanitized/<doc>.txt``; write the listing and summary.
 
     ``pool`` runs each text's scan under its budget (default: a ``WorkerPool`` of ``[source]``'s
-    budget); a test passes one whose costs are known, so "over budget" needs no real race.
+    budget; a ``KeptPool``, the watcher's, is used when it serves that budget); a test passes one
+    whose costs are known, so "over budget" needs no real race.
     """
     from bastion_agent.core import legacy_ids
-    from bastion_agent.core.budget import WorkerPool, budget_of
+    from bastion_agent.core.budget import KeptPool, budget_of, pool_for
 
     extracted = _extracted_keys(layout)
     settings = getattr(manifest, "sanitize", None) or SanitizeSettings()
     sanitizer = sanitizer_for(settings)
     _prepare_output(layout)
-    pool = pool if pool is not None else WorkerPool(budget_of(getattr(manifest, "source", None)))
+    if pool is None or isinstance(pool, KeptPool):
+        pool = pool_for(budget_of(getattr(manifest, "source", None)), pool)
     previous = read_map(layout)
     if not previous and legacy_ids.sanitized_store_is_legacy(layout):
         legacy_ids.announce("sanitize")

@@ -32,7 +32,7 @@ from typing import Iterable
 
 from bastion_agent.core.errors import ManifestError
 from bastion_agent.core.progress import escape_name
-from bastion_agent.sanitizing import columns, context, copies, disguises, names, recognised
+from bastion_agent.sanitizing import columns, context, copies, disguises, names, path_memo, recognised
 from bastion_agent.sanitizing.normalise import joined_view, junctions, lookalike_view
 from bastion_agent.sanitizing.pages import FORM_FEED
 from bastion_agent.sanitizing.rules import RULES, SCOPES, SECRET, Rule
@@ -122,6 +122,7 @@ class Sanitizer:
         self._allow = frozenset(self.settings.allow)
         self._allow_patterns = [re.compile(p) for p in self.settings.allow_patterns]
         self._context_order = next((a.order for a in self._by_scope["context"]), None)
+        self._path_key: bytes | None = None  # the digest path_memo keeps this sanitizer's paths under
 
     # The public API ------------------------------------------------------------
 
@@ -183,6 +184,18 @@ class Sanitizer:
             self._accept = accept
 
     def redact_path(self, path: str) -> str:
+        """A path name as users may see it (``_redact_path``), remembered while a watcher runs (``path_memo``)."""
+        if not path_memo.active():
+            return self._redact_path(path)
+        if self._path_key is None:
+            self._path_key = path_memo.key_of(self.settings, [active.rule for active in self.rules]) or b""
+        found = path_memo.recall(self._path_key or None, path)
+        if found is None:
+            found = self._redact_path(path)
+            path_memo.keep(self._path_key or None, path, found)
+        return found
+
+    def _redact_path(self, path: str) -> str:
         """A path name as users may see it (search hits, serve).
 
         In a path ``/ - _ .`` separate words as spaces do in text: besides

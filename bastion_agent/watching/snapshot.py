@@ -2,10 +2,17 @@
 
 The watcher never trusts an event for *what* changed: inotify drops events
 when its queue overflows, and polling has none. Both only say *when* to look;
-a look is a ``Snapshot`` (each selected file's size, modification time and
-inode, by its path relative to the root), and a cycle's counts come from the
-difference of two snapshots. A snapshot reads no file's bytes, so looking at
-10,000 files costs 10,000 ``stat`` calls and nothing else.
+a look is a ``Snapshot`` (each selected file's size, modification time,
+inode and change time, by its path relative to the root), and a cycle's
+counts come from the difference of two snapshots. A snapshot reads no file's
+bytes, so looking at 10,000 files costs 10,000 ``stat`` calls and nothing else.
+
+A cycle reads only the files whose entry changed (the others keep what
+extract made of them), so an entry must change whenever a read could give
+something else. The change time (``st_ctime_ns``) does: the kernel sets it
+on every write, and also on what leaves the bytes alone but not what a read
+gives (``chmod``, ``chown``), and no program can set it back, unlike the
+modification time (``touch -d``).
 
 Raw paths stay in memory: a snapshot is never written, since a file name
 can itself be personal data; the cycle line and the state file carry counts.
@@ -22,8 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bastion_agent.core.globs import GlobSet
-
-MAX_DEPTH = 64  # deeper folders are not looked at (extract skips them as "too deep" too)
+from bastion_agent.extracting.walk import MAX_DEPTH  # as deep as extract reads: a file it reads is watched
 
 
 class Entry(NamedTuple):
@@ -35,6 +41,7 @@ class Entry(NamedTuple):
     size: int
     mtime_ns: int
     inode: int
+    ctime_ns: int = 0  # any change of the file or of who may read it; not part of a rename's identity
 
 
 @dataclass
@@ -143,7 +150,7 @@ def _look(item: os.DirEntry, path: str, depth: int, selection: Selection, out_id
             info = target if stat.S_ISREG(target.st_mode) else info
         except OSError:
             pass
-    snapshot[path] = Entry(info.st_size, info.st_mtime_ns, info.st_ino)
+    snapshot[path] = Entry(info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns)
 
 
 def _identity(folder: Path | None):

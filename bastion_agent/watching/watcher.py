@@ -3,11 +3,20 @@
 One cycle is the sweep itself (extract, sanitize, chunk, embed, then publish
 when ``[publish]`` is set): every stage already skips what its store holds
 (extract reuses unchanged files' texts, sanitize unchanged texts, embed every
-window that has a vector), so a cycle costs what changed, a renamed file
-embeds nothing (same text, same ids), and a removed file's windows leave
-search in the cycle that sees it gone. Running the same stages as ``sweep``
-is also what makes a watcher killed at any moment converge on restart: its
-first cycle is a sweep.
+window that has a vector), so a renamed file embeds nothing (same text, same
+ids), and a removed file's windows leave search in the cycle that sees it
+gone. Running the same stages as ``sweep`` is also what makes a watcher
+killed at any moment converge on restart: its first cycle is a sweep.
+
+What the watcher knows makes a cycle cost what changed (``SweepHints``):
+extract opens only the files whose ``stat`` changed between two snapshots
+(the rest keep their listing rows), and the worker processes that read
+files and run the sanitizer are kept between cycles (``KeptPool``; ended
+after ``POOL_REST_SECONDS`` without a cycle, so a watcher at rest holds
+none). The watcher vouches for the unchanged files only from one snapshot to
+the next of its own: its first cycle, a cycle after the manifest was
+loaded again, and one after a cycle that ended before extract did, read
+every file.
 
 What the loop adds:
 
@@ -38,11 +47,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from bastion_agent.commands.pipeline import run_sweep
+from bastion_agent.commands.pipeline import NO_HINTS, SweepHints, run_sweep
+from bastion_agent.core.budget import KeptPool, budget_of
 from bastion_agent.core.errors import BastionError, DatabaseError, ModelServerError, StoreError
 from bastion_agent.core.globs import GlobSet
 from bastion_agent.core.layout import Layout, claim_out_dir
-from bastion_agent.sanitizing import skipped
+from bastion_agent.sanitizing import path_memo, skipped
 from bastion_agent.watching import snapshot, sources
 from bastion_agent.watching.lock import WatchLock
 from bastion_agent.watching.state import Cycle, WatchState, iso
@@ -52,11 +62,16 @@ RETRY_FIRST = 5.0
 RETRY_MAX = 300.0
 RELOAD_GRACE = 5.0  # seconds a refused manifest has to change again (its signature written after it) before the stop
 SETTLE_ROUNDS = 30  # a file written for longer than 30 debounce delays is read anyway; the next cycle sees the rest
+POOL_REST_SECONDS = 300.0  # the kept workers end after this long without a cycle (memory back at rest)
 
 
-def sweep_cycle(manifest, layout: Layout, on_stage: Callable[[str, dict], None]) -> dict[str, dict]:
-    """The default cycle: the sweep's stages (and publish), each summary handed to ``on_stage`` as it ends."""
-    return run_sweep(manifest, layout, on_stage=on_stage)
+def sweep_cycle(manifest, layout: Layout, on_stage: Callable[[str, dict], None],
+                hints: SweepHints = NO_HINTS) -> dict[str, dict]:
+    """The default cycle: the sweep's stages (and publish), each summary handed to ``on_stage`` as it ends.
+
+    The watcher hands this cycle (and no other) its ``hints``; a cycle given by a caller (a test's
+    failing one) takes the first three arguments only."""
+    return run_sweep(manifest, layout, on_stage=on_stage, hints=hints)
 
 
 @dataclass
@@ -76,6 +91,8 @@ class Watcher:
     retry_delay: float = RETRY_FIRST
     _selection: snapshot.Selection | None = field(default=None, repr=False)
     _selection_of: object = field(default=None, repr=False)
+    _pool: KeptPool | None = field(default=None, repr=False)
+    _vouched: bool = field(default=False, repr=False)  # extract's listing is the last snapshot's: only changes need reading
 
     def run(self) -> int:
         """Watch until stopped; 0 when stopped cleanly (a failure that stops it raises its ``BastionError``)."""
@@ -84,9 +101,11 @@ class Watcher:
         with WatchLock(self.layout.root):
             source = self._open_source(manifest)
             try:
-                self._loop(manifest, source)
+                with path_memo.remembered():  # each cycle lists every document's paths again
+                    self._loop(manifest, source)
             finally:
                 source.close()
+                self._end_pool()
         return 0
 
     def _open_source(self, manifest):
@@ -116,11 +135,13 @@ class Watcher:
             edited = _stamp(manifest.path) != stamp
             due = retry_at is not None and self.monotonic() >= retry_at
             if not (first or edited or due or now != before):
+                self._rest_pool()
                 continue
             now = self._settle(manifest, now)
             if edited:
                 manifest, stamp = self._reload(manifest, source)
                 source = self._reopen_if_moved(manifest, source)
+                self._vouched = False  # other globs, limits or settings: every file is read again
             failed = self._run_cycle(manifest, now.diff(before))
             before, first = now, False
             retry_at = self._next_retry(failed)
@@ -193,15 +214,47 @@ class Watcher:
         started = self.monotonic()
         ended: dict[str, dict] = {}
         error = None
+        on_stage = ended.__setitem__
+        hints = self._hints(manifest, changes)
+        self._vouched = False  # until this cycle's extract has ended
         try:
-            self.cycle(manifest, self.layout, lambda name, summary: ended.__setitem__(name, summary))
+            if self.cycle is sweep_cycle:
+                self.cycle(manifest, self.layout, on_stage, hints)
+            else:
+                self.cycle(manifest, self.layout, on_stage)
         except RETRYABLE as exc:
             error = exc
         except OSError as exc:
             raise _disk_error(exc) from None
+        except BaseException:
+            self._end_pool()  # a job may still be running in it
+            raise
+        self._vouched = "extract" in ended
         record = self._record(changes, ended, error, round(self.monotonic() - started, 3))
         self.say(cycle_line(self.state.cycles, record, self.retry_delay if error else None))
         return error is not None
+
+    def _hints(self, manifest, changes: snapshot.Changes) -> SweepHints:
+        """The kept pool (started for this manifest's budget) and, when the watcher can vouch for the
+        rest, the files that changed since the last cycle's extract."""
+        budget = budget_of(manifest.source)
+        if self._pool is None or self._pool.budget != budget:
+            self._end_pool()
+            self._pool = KeptPool(budget)
+        reread = None
+        if self._vouched:
+            reread = frozenset(changes.added + changes.changed + [new for _, new in changes.renamed])
+        return SweepHints(pool=self._pool, reread=reread)
+
+    def _rest_pool(self) -> None:
+        """End the kept workers once the folder has been quiet for ``POOL_REST_SECONDS``."""
+        if self._pool is not None and time.monotonic() - self._pool.last_used >= POOL_REST_SECONDS:
+            self._end_pool()
+
+    def _end_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def _record(self, changes: snapshot.Changes, ended: dict, error, seconds: float) -> Cycle:
         files = [row for stage in ("extract", "sanitize") for row in ended.get(stage, {}).get("skipped_files", [])]
