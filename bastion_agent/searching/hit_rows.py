@@ -14,6 +14,7 @@ outlive the database's own text. The store is bounded (``KEPT``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from dataclasses import dataclass
@@ -91,9 +92,8 @@ class HitRows:
         shown = self.shown(doc, paths, modified, doc_groups, path_groups, pages, groups)
         visible_start = start + len(text) - len(text.lstrip())
         where = page_maps.where(shown.page_map, visible_start)
-        return records.build(Hit, item, doc=doc, idx=idx, chunk_id=chunk_id, start=start, end=end, text=text,
-                             paths=list(shown.paths), mode=mode, modified=shown.modified,
-                             ocr=where.ocr, page=where.page)
+        return new_hit(item, doc=doc, idx=idx, chunk_id=chunk_id, start=start, end=end, text=text,
+                       paths=list(shown.paths), mode=mode, modified=shown.modified, ocr=where.ocr, page=where.page)
 
     def shown(self, doc: str, paths, modified, doc_groups, path_groups, pages, groups) -> Shown:
         """What ``groups`` is shown of a document, from its columns as read now (kept, by those values)."""
@@ -106,6 +106,39 @@ class HitRows:
                 self._shown.clear()
             found = self._shown[key] = shown_of(paths, modified, doc_groups, path_groups, pages, groups)
         return found
+
+
+_HIT_FIELDS = dataclasses.fields(Hit)
+_HIT_NAMES = frozenset(field.name for field in _HIT_FIELDS)
+_HIT_DEFAULTS = {field.name: field.default for field in _HIT_FIELDS if field.default is not dataclasses.MISSING}
+_HIT_REQUIRED = _HIT_NAMES - _HIT_DEFAULTS.keys()
+# Whether a hit can be made by filling its fields' dict: a frozen dataclass without
+# slots, factories or a __post_init__ is exactly that once its __init__ has run.
+_HIT_PLAIN = (not hasattr(Hit, "__slots__") and not hasattr(Hit, "__post_init__")
+              and all(field.default_factory is dataclasses.MISSING for field in _HIT_FIELDS))
+
+
+def new_hit(item, **given) -> Hit:
+    """``records.build(Hit, item, **given)``, the same record, made in a fifth of the time.
+
+    Hit's generated ``__init__`` sets its 21 fields one ``object.__setattr__``
+    at a time (it is frozen); ten hits a query cost 0.1-0.3 ms that way,
+    a tenth of a walk. So the fields' dict is filled at once: the defaults,
+    the ranking's fields, then ``given``. Anything else (a ranking with a
+    field Hit lacks, a missing field, a Hit that gains slots, factories or
+    a ``__post_init__``) goes through ``records.build`` as before.
+    """
+    held = getattr(item, "__dict__", None)
+    if not _HIT_PLAIN or held is None or not held.keys() <= _HIT_NAMES or not given.keys() <= _HIT_NAMES:
+        return records.build(Hit, item, **given)
+    fields = dict(_HIT_DEFAULTS)
+    fields.update(held)
+    fields.update(given)
+    if not _HIT_REQUIRED <= fields.keys():
+        return records.build(Hit, item, **given)
+    hit = object.__new__(Hit)
+    hit.__dict__.update(fields)
+    return hit
 
 
 def shown_of(paths, modified, doc_groups, path_groups, pages, groups) -> Shown:

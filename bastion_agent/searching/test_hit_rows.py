@@ -122,6 +122,38 @@ class HitRowsTests(HitRowsCase):
         self.assertIsNone(self.form(self.load()).page)
 
 
+class NewHitTests(unittest.TestCase):
+    def test_the_same_record_as_build_and_build_for_what_it_cannot_fill(self):
+        from dataclasses import dataclass
+
+        from bastion_agent.core import records
+        from bastion_agent.core.records import Hit
+        from bastion_agent.searching.fusion import Scored
+
+        score = random.random()
+        given = dict(doc="d" * 64, idx=3, chunk_id="c" * 64, start=1, end=9, text=fresh("text "), paths=["a/b.txt"],
+                     mode="hybrid", modified=None, ocr=False, page=None)
+        ranked = Scored(score, "c" * 64, 40, keyword_score=2.5, keyword_rank=1, keyword_relevance=40)
+        made = hit_rows.new_hit(ranked, **given)
+        self.assertIs(type(made), Hit)
+        self.assertEqual(made, records.build(Hit, ranked, **given))
+        self.assertEqual(made.as_dict(), records.build(Hit, ranked, **given).as_dict())
+        with self.assertRaises(AttributeError):  # still frozen
+            made.score = 0.0
+
+        @dataclass(frozen=True)
+        class Wider:  # a ranking with a field a hit lacks: left out, as records.build leaves it out
+            score: float
+            chunk_id: str
+            secret: str
+
+        with mock.patch.object(hit_rows.records, "build", wraps=hit_rows.records.build) as built:
+            wider = hit_rows.new_hit(Wider(score, "c" * 64, "not a hit field"), **given)
+        self.assertEqual(built.call_count, 1)
+        self.assertNotIn("not a hit field", json.dumps(wider.as_dict()))
+        self.assertEqual(wider.score, score)
+
+
 if __name__ == "__main__":
     with clean_env():
         unittest.main()
