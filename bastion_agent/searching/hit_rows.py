@@ -73,7 +73,7 @@ class HitRows:
         except sqlite3.OperationalError:
             if not self._with_pages:
                 raise
-            self._with_pages = False  # the page maps' table went away under a loaded index: read without it
+            self._with_pages = None  # look again: the page maps' table may have gone (a busy database raises again)
             found = self.db.execute(self.statement(len(chunk_ids)), chunk_ids).fetchall()
         return {row[0]: row for row in found}
 

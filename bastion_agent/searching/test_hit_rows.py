@@ -121,6 +121,27 @@ class HitRowsTests(HitRowsCase):
         self.assertIsNone(self.form(self.index).page)
         self.assertIsNone(self.form(self.load()).page)
 
+    def test_a_passing_error_does_not_lose_the_page_maps(self):
+        doc = self.form(self.index).doc
+        with self.db() as db:
+            db.execute("INSERT OR REPLACE INTO document_pages (doc, pages) VALUES (?, ?)", (doc, "[[0, 4, false]]"))
+        rows = self.index._hit_rows
+
+        class Busy:  # the joined statement fails once, as a locked database makes it
+            def __init__(self, db):
+                self.db, self.failures = db, 1
+
+            def execute(self, sql, *args):
+                if self.failures and "document_pages p" in sql:
+                    self.failures -= 1
+                    raise sqlite3.OperationalError("database is locked")
+                return self.db.execute(sql, *args)
+
+        rows.db = Busy(rows.db)
+        self.assertEqual(self.form(self.index).page, 4)
+        self.assertEqual(rows.db.failures, 0)
+        self.assertEqual(self.form(self.index).page, 4)
+
 
 class NewHitTests(unittest.TestCase):
     def test_the_same_record_as_build_and_build_for_what_it_cannot_fill(self):
