@@ -17,12 +17,15 @@ Systems (each in process, warm, top 10):
   (the ANN graph memory-mapped), in its four modes (``vector``: the ANN
   path at its default beam; ``exact``; ``keyword``; ``hybrid``), and the
   ANN path at other beams (``vector_efN``: search beam N), to compare with
-  FAISS at equal recall.
+  FAISS at equal recall; and ``walk``, the graph's walk alone at the
+  default beam (no re-rank, no hits), so ``vector`` minus ``walk`` is what
+  surrounds the walk.
 - ``numpy``: ``M @ q`` over the normalised float32 matrix, top 10 by
   ``argpartition`` (the exact floor a user would write first).
 - ``faiss-hnsw``: ``IndexHNSWFlat`` (M 32, inner product on normalised
-  vectors), at ``efSearch`` 16 (its default), 64, 128, 192, 256, 512 and 1024 (to compare at equal
-  recall: a million windows need a wider beam).
+  vectors), at ``efSearch`` 16 (its default) and 64 to 1024 (to compare at equal
+  recall: a million windows need a wider beam; ``ratios`` names the narrowest
+  beam that finds at least what bastion's default finds).
 - ``chroma``: a persistent collection (HNSW, cosine).
 - ``lancedb``: an IVF-PQ vector index, its full-text index, and hybrid
   through its RRF reranker.
@@ -54,8 +57,10 @@ from whichever system answered next (bastion's ANN path measured 43 ms p50
 beside them, 1-3 ms alone), and one query gains nothing from a pool.
 
 A peer that is not installed is left out of the table, and says so.
-Prints JSON: one row per system and mode (p50, p95, recall@10), and the
-ratios the search issue sets targets on.
+Prints JSON: one row per system and mode (p50, p95, recall@10, and the
+p50 and p95 of the querying thread's CPU time: on a loaded machine the run
+queue stretches wall time by whole time slices, CPU time much less), and
+the ratios the search issue sets targets on.
 """
 
 from __future__ import annotations
@@ -94,7 +99,7 @@ RRF_K = 60
 RRF_DEPTH = 30
 BATCH = 5000
 EXPANSIONS = (128, 192, 256, 384, 512, 1024)  # bastion's ANN beside its default (the beam its build measured)
-FAISS_EFS = (16, 64, 128, 192, 256, 384, 512, 1024)
+FAISS_EFS = (16, 64, 128, 192, 256, 320, 384, 448, 512, 640, 768, 1024, 1536, 2048)
 
 
 def load_rows(layout: Layout) -> tuple[list[str], list[str], np.ndarray]:
@@ -142,6 +147,8 @@ class Bastion:
         if self.index.ann is not None:  # the ANN path at other beam widths, to compare with FAISS at equal recall
             for expansion in EXPANSIONS:
                 self.modes[f"vector_ef{expansion}"] = self._at_expansion(expansion)
+            # the graph's walk alone at the default beam (no re-rank, no hits): what surrounds it is vector - walk
+            self.modes["walk"] = lambda q: (self.index.ann.neighbours(q.unit[None, :], 32), [])[1]
 
     def _at_expansion(self, expansion: int):
         def search(q):
@@ -312,6 +319,7 @@ def measure(systems: list, queries: list[Question], exact: list[list[int]]) -> l
         for question in queries[:10]:
             function(question)
     walls = {(name, mode): [] for name, mode, _ in runs}
+    cpus = {(name, mode): [] for name, mode, _ in runs}  # the thread's CPU time: what the run queue does not stretch
     recalls = {(name, mode): [] for name, mode, _ in runs}
     for number, question in enumerate(queries):
         # A seeded shuffle per question, not a rotation: the modes of one system walk the same graph nodes
@@ -320,16 +328,20 @@ def measure(systems: list, queries: list[Question], exact: list[list[int]]) -> l
         order = list(runs)
         random.Random(number).shuffle(order)
         for name, mode, function in order:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.thread_time()
             rows = function(question)
             walls[(name, mode)].append(time.perf_counter() - started)
-            if not mode.startswith(("keyword", "hybrid")):
+            cpus[(name, mode)].append(time.thread_time() - cpu)
+            if not mode.startswith(("keyword", "hybrid", "walk")):
                 recalls[(name, mode)].append(len(set(rows) & set(exact[number])) / K)
     table = []
     for name, mode, _ in runs:
         samples = sorted(walls[(name, mode)])
         row = {"system": name, "mode": mode, "p50_ms": round(1000 * statistics.median(samples), 3),
                "p95_ms": round(1000 * samples[int(0.95 * (len(samples) - 1))], 3)}
+        spent = sorted(cpus[(name, mode)])
+        row["cpu_p50_ms"] = round(1000 * statistics.median(spent), 3)
+        row["cpu_p95_ms"] = round(1000 * spent[int(0.95 * (len(spent) - 1))], 3)
         if recalls[(name, mode)]:
             row["recall@10"] = round(statistics.mean(recalls[(name, mode)]), 3)
         table.append(row)
@@ -343,16 +355,43 @@ def ratios(table: list[dict]) -> dict:
     for faiss_mode in (f"vector_ef{ef}" for ef in FAISS_EFS):
         if ("faiss-hnsw", faiss_mode) in p50:
             found[f"bastion_vector_over_faiss_{faiss_mode}"] = round(p50[("bastion", "vector")] / p50[("faiss-hnsw", faiss_mode)], 2)
-            for expansion in EXPANSIONS:
-                if ("bastion", f"vector_ef{expansion}") in p50:
-                    found[f"bastion_vector_ef{expansion}_over_faiss_{faiss_mode}"] = round(
-                        p50[("bastion", f"vector_ef{expansion}")] / p50[("faiss-hnsw", faiss_mode)], 2)
+            if ("bastion", faiss_mode) in p50:  # the same beam on both graphs
+                found[f"bastion_{faiss_mode}_over_faiss_{faiss_mode}"] = round(
+                    p50[("bastion", faiss_mode)] / p50[("faiss-hnsw", faiss_mode)], 2)
+    found.update(at_equal_recall(table))
     if ("numpy", "vector") in p50:
         found["bastion_exact_over_numpy"] = round(p50[("bastion", "exact")] / p50[("numpy", "vector")], 2)
     for peer in ("lancedb", "qmd-style"):
         for mode in ("keyword", "hybrid"):
             if (peer, mode) in p50:
                 found[f"bastion_{mode}_over_{peer}"] = round(p50[("bastion", mode)] / p50[(peer, mode)], 3)
+    return found
+
+
+def at_equal_recall(table: list[dict]) -> dict:
+    """bastion's vector p50 over FAISS HNSW's at the narrowest ``efSearch`` whose recall@10 is at least bastion's.
+
+    FAISS at a beam that finds less would flatter it; the next narrower beam
+    (which finds less than bastion) is reported beside it, so the ratio at
+    exactly equal recall lies between the two.
+    """
+    rows = {(row["system"], row["mode"]): row for row in table}
+    ours = rows.get(("bastion", "vector"))
+    faiss = sorted((row for row in table if row["system"] == "faiss-hnsw"), key=lambda row: int(row["mode"][9:]))
+    if ours is None or not faiss:
+        return {}
+    reached = [row for row in faiss if row["recall@10"] >= ours["recall@10"]]
+    below = [row for row in faiss if row["recall@10"] < ours["recall@10"]]
+    found = {}
+    if reached:
+        found["faiss_ef_at_equal_recall"] = reached[0]["mode"]
+        found["bastion_vector_over_faiss_at_equal_recall"] = round(ours["p50_ms"] / reached[0]["p50_ms"], 2)
+        found["bastion_vector_p95_over_faiss_at_equal_recall"] = round(ours["p95_ms"] / reached[0]["p95_ms"], 2)
+        found["bastion_vector_cpu_over_faiss_at_equal_recall"] = round(ours["cpu_p50_ms"] / reached[0]["cpu_p50_ms"], 2)
+    if below:
+        found["faiss_ef_just_below"] = below[-1]["mode"]
+        found["bastion_vector_over_faiss_just_below"] = round(ours["p50_ms"] / below[-1]["p50_ms"], 2)
+        found["bastion_vector_cpu_over_faiss_just_below"] = round(ours["cpu_p50_ms"] / below[-1]["cpu_p50_ms"], 2)
     return found
 
 

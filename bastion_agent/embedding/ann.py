@@ -332,6 +332,7 @@ class AnnIndex:
         self.expansion = expansion_for(header)
         self.calibration = calibration_of(header)  # None: no build measured this graph (an older header)
         self._faiss = faiss
+        self._params: dict = {}  # beam -> FAISS's search parameters (``neighbours``)
 
     def shortfall(self, target: float) -> str | None:
         """Why this graph cannot promise recall@10 ``target`` (None when it can, or was never measured)."""
@@ -382,9 +383,16 @@ class AnnIndex:
         The beam is passed with each search, not set on the shared index, so
         serve's threads never see one another's settings; one OpenMP thread,
         because a pool sized to the cores would spin after the walk and take
-        them from the next request (bench/search_peers.py found that).
+        them from the next request (bench/search_peers.py found that). The
+        thread count is set only when it is not one already, and the search
+        parameters are made once per beam (FAISS only reads them, so threads
+        share them): doing both per walk cost about 5 us a query.
         """
         faiss = self._faiss
-        faiss.omp_set_num_threads(1)
-        _, keys = self.index.search(query32, count, params=faiss.SearchParametersHNSW(efSearch=self.expansion))
+        if faiss.omp_get_max_threads() != 1:  # per thread: a build on this thread sets it back to one
+            faiss.omp_set_num_threads(1)
+        params = self._params.get(self.expansion)
+        if params is None:
+            params = self._params[self.expansion] = faiss.SearchParametersHNSW(efSearch=self.expansion)
+        _, keys = self.index.search(query32, count, params=params)
         return keys[0]

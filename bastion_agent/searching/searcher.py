@@ -19,12 +19,11 @@ from typing import Iterable, Sequence
 from bastion_agent.config.manifest import SEARCH_MODES
 from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
 from bastion_agent.core.layout import Layout
-from bastion_agent.core.progress import escape_name
-from bastion_agent.core import dates, records
 from bastion_agent.core.records import Hit
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.client import EmbedClient
 from bastion_agent.embedding.endpoint import EndpointConfig
+from bastion_agent.searching.hit_rows import HitRows
 from bastion_agent.sanitizing import pages as page_maps
 
 DEFAULT_K = 5
@@ -135,6 +134,7 @@ class SearchIndex:
         self.db = sqlite3.connect(layout.vectors_db, timeout=vectorstore.BUSY_TIMEOUT_MS / 1000,
                                   isolation_level=None, check_same_thread=False)
         self.db.execute(f"PRAGMA mmap_size = {SQLITE_MAP_BYTES}")
+        self._hit_rows = HitRows(self.db)
 
     @classmethod
     def load(cls, manifest, layout: Layout, *, use_numpy: bool | None = None, use_ann: bool = True,
@@ -489,47 +489,22 @@ class SearchIndex:
     def _hits(self, ranked: list, mode: str, k: int | None = None, groups: frozenset | None = None) -> list[Hit]:
         """The first ``k`` of ``fusion.Scored`` rows whose window is in ``chunks``, as hits.
 
-        Text and paths are read in one query (``chunks`` joined with
-        ``documents``) for the first ``k``, and the page maps of their
-        documents in one more; a window that left the sweep since the index
-        was loaded has no row and the next one takes its place (another
-        query, only then). A hit lists only the paths ``groups`` may see
+        Text, paths and page maps are read in one statement (``chunks`` joined
+        with ``documents`` and ``document_pages``) for the first ``k``
+        (``hit_rows``); a window that left the sweep since the index was
+        loaded has no row and the next one takes its place (another
+        statement, only then). A hit lists only the paths ``groups`` may see
         (``access.visible_paths``), here, once, for every front end.
         """
-        import sqlite3
-
         k = len(ranked) if k is None else k
         hits: list[Hit] = []
         position = 0
-        cursor = self.db.cursor()
-        cursor.row_factory = sqlite3.Row  # the columns by name: each fills the Hit field it is named after
         while len(hits) < k and position < len(ranked):
             part = ranked[position : position + k - len(hits)]
             position += len(part)
-            marks = ",".join("?" * len(part))
-            rows = {row["chunk_id"]: row for row in cursor.execute(
-                f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, d.paths, d.modified,'
-                " d.groups AS doc_groups, d.path_groups FROM chunks c"
-                f" LEFT JOIN documents d ON d.doc = c.doc WHERE c.chunk_id IN ({marks})",
-                [item.chunk_id for item in part])}
-            maps = vectorstore.document_pages(self.db, (row["doc"] for row in rows.values()))
-            hits += [hit_of(item, rows[item.chunk_id], mode, maps, groups) for item in part if item.chunk_id in rows]
+            rows = self._hit_rows.rows([item.chunk_id for item in part])
+            hits += self._hit_rows.hits(part, rows, mode, groups)
         return hits
-
-
-def hit_of(item, row, mode: str, maps: dict, groups: frozenset | None = None) -> Hit:
-    """The hit of a ranked window (``fusion.Scored``: its scores) and its row (``chunks`` and ``documents``
-    by column name), with the mode that answered, the page its text starts on, and the paths ``groups`` may see."""
-    import json
-
-    from bastion_agent.core.access import visible_positions
-
-    named = json.loads(row["paths"] or "[]")
-    shown = visible_positions(groups, named, json.loads(row["path_groups"] or "[]"), json.loads(row["doc_groups"] or "[]"))
-    paths = [escape_name(named[position]) for position in shown]
-    return records.build(Hit, item, row, paths=paths, mode=mode,
-                         modified=dates.latest(row["modified"], len(named), shown=shown),
-                         **page_of(maps.get(row["doc"]), row["start"], row["text"]))
 
 
 def page_of(page_map, start: int, text: str) -> dict:
