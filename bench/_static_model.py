@@ -3,7 +3,7 @@
 Why it was made: the benchmarks at a million windows cannot wait for a
 neural model (the embedded e5 embeds about 17 windows of 32 tokens a
 second here: sixteen hours for a million). Why it is not used there:
-``bench/vector_difficulty.py`` shows it is easier for a graph index than
+``bench/search/vector_difficulty.py`` shows it is easier for a graph index than
 both real e5 vectors and the stub's bag of words, and agrees with e5's
 top 10 on almost none of it, so it would flatter the index. It stays as
 that script's third kind, the measured reason.

@@ -83,7 +83,7 @@ def _windows(text: str, size: int, overlap: int) -> tuple[list[tuple[int, int, i
     plus ``overlap % step``. So the text is cut into pieces of at most
     ``PIECE_TOKENS`` tokens with boundaries there, one regular-expression
     match per step: the same spans as walking every token, without a Python
-    object per token (bench/chunk_speed.py). A group takes fewer tokens than
+    object per token (bench/embed/chunk_speed.py). A group takes fewer tokens than
     its piece only where the text ends, so only the last is counted.
     """
     if not 0 <= overlap < size:

@@ -38,7 +38,7 @@ EMBEDDED_CONTEXT = 512  # modelserver.E5_CONTEXT
 # Model tokens per regex token that a window is sized for: about the largest
 # ratio measured with multilingual-e5-small on 256-token windows of real text
 # (/usr/share/doc 2.03, /usr/share/common-licenses 1.85; means 1.23 and 1.18,
-# 95th percentiles 1.58 and 1.39: bench/token_ratio.py, docs/embedding.md).
+# 95th percentiles 1.58 and 1.39: bench/embed/token_ratio.py, docs/embedding.md).
 # The rare window above it is still counted by the embed stage.
 INIT_RATIO = 2.0
 SPECIAL_TOKENS = 2  # [CLS] and [SEP], or BOS and EOS

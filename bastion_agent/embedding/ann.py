@@ -38,13 +38,13 @@ from bastion_agent.embedding.vectorfile import (
 )
 
 # Below this many current rows the exact scan is used: numpy scans 100k x 384
-# float32 in a few milliseconds (bench/search_latency.py), and exact has
+# float32 in a few milliseconds (bench/search/search_latency.py), and exact has
 # perfect recall.
 MIN_ROWS = 100_000
 # A search (or serve's reload) adds at most this many rows to the index
 # itself; more is the embed stage's refresh_derived, which builds it whole.
 LAZY_ROWS = 20_000
-# Chosen on real text (bench/ann_params.py: 120,000 windows of real prose, the
+# Chosen on real text (bench/search/ann_params.py: 120,000 windows of real prose, the
 # stub's bag-of-words vectors, 200 real questions; docs/search.md). Rows are
 # stored as float16, with 32 links a node and FAISS's default construction
 # beam of 40. Recall@10 after the exact re-rank, on two builds of the same
@@ -66,7 +66,7 @@ EXPANSION_ADD = 40
 EXPANSION_SEARCH = 208
 MIN_CANDIDATES = 32
 # A larger graph needs a wider beam for the same recall. On a million windows
-# of the same prose (the same settings, bench/ann_params.py) the beam of 208
+# of the same prose (the same settings, bench/search/ann_params.py) the beam of 208
 # found 0.862; 448 0.925, 896 0.949, 960 0.956, 1152 0.963. So the beam grows
 # with the rows the graph holds: EXPANSION_SEARCH up to BEAM_ROWS, and from
 # there geometrically through the beam measured at a million (about the 0.72th
@@ -76,7 +76,7 @@ BEAM_AT_MILLION = 960
 STORAGE = "fp16"
 # The graph a store gets when no beam of ann_recall.BEAMS reaches its target on
 # the defaults' graph: more links and a wider construction beam (48 links
-# matched 32 at a higher cost a walk on real text, bench/ann_params.py; a
+# matched 32 at a higher cost a walk on real text, bench/search/ann_params.py; a
 # construction beam of 80 over float16 rows links each node to more than its
 # near copies).
 DENSER_CONNECTIVITY = 48
@@ -97,7 +97,7 @@ REPLACED_KINDS = ("usearch",)
 # The graph is one for all callers, so a walk for a filtered caller passes
 # through windows it may not see, and which of its own neighbours the walk
 # finds depends on them: an answer that a hidden document could change. On
-# speed alone the two would cross near a quarter (bench/access_filter.py,
+# speed alone the two would cross near a quarter (bench/access/access_filter.py,
 # 100k windows: the widened ANN search took 3.0x the scan's time at 2 %
 # visible and 1.7x at 10 %, the scan 1.9x the ANN's at 90 %); the promise
 # that no answer depends on a hidden window comes first.
@@ -383,7 +383,7 @@ class AnnIndex:
         The beam is passed with each search, not set on the shared index, so
         serve's threads never see one another's settings; one OpenMP thread,
         because a pool sized to the cores would spin after the walk and take
-        them from the next request (bench/search_peers.py found that). The
+        them from the next request (bench/search/search_peers.py found that). The
         thread count is set only when it is not one already, and the search
         parameters are made once per beam (FAISS only reads them, so threads
         share them): doing both per walk cost about 5 us a query.

@@ -23,7 +23,7 @@ matrix in blocks (about as many multiply-adds as scanning for that many
 queries), and each beam tried is that many walks. Building a graph makes
 every row walk a construction beam, so the measurement is a small share of
 a build: it is recorded beside the build's time in the header
-(``seconds`` and ``build_seconds``) and ``bench/ann_recall.py`` reports the
+(``seconds`` and ``build_seconds``) and ``bench/search/ann_recall.py`` reports the
 ratio.
 """
 

@@ -523,7 +523,7 @@ class VectorFile:
         np = self.np
         q = np.asarray(query, dtype=np.float32)
         # einsum, not "@": a matrix-vector product through a threaded BLAS waits for
-        # its worker threads, which costs milliseconds on a busy machine (bench/search_latency.py)
+        # its worker threads, which costs milliseconds on a busy machine (bench/search/search_latency.py)
         scores = np.einsum("ij,j->i", self.matrix[first:], q)
         scores *= self.weights[first:]
         if self.stale is not None:

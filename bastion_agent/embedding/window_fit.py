@@ -26,7 +26,7 @@ from bastion_agent.embedding.wire_formats import WireFormat, wire_format
 # Model tokens per regex token when nothing better is known: the 95th
 # percentile measured with multilingual-e5-small's tokenizer on 256-token
 # windows of /usr/share/doc (1.58; /usr/share/common-licenses 1.39, means
-# 1.23 and 1.18: bench/token_ratio.py, docs/embedding.md).
+# 1.23 and 1.18: bench/embed/token_ratio.py, docs/embedding.md).
 DEFAULT_RATIO = 1.6
 MAX_COUNTED = 20000  # windows counted by the server in one run; the rest is estimated from those counts
 FIT_MARGIN = 0.95  # the suggested size_tokens leaves 5 % of the context free

@@ -457,7 +457,7 @@ class RemoteIndex:
         return ranked[:n]
 
     def vector_query(self, query_vector, n: int, exact: bool = False) -> tuple[list, object]:
-        """The settings and the statement of a vector search (``bench/publish.py`` explains the same one)."""
+        """The settings and the statement of a vector search (``bench/publish/publish.py`` explains the same one)."""
         from psycopg import sql
 
         literal = "[" + ",".join(repr(float(x)) for x in query_vector) + "]"

@@ -1,7 +1,7 @@
 """Key formats and syntaxes that the peers' own test suites label as credentials and we kept.
 
 Scoring bastion on CredSweeper's and detect-secrets' sample files
-(``bench/peer_suites.py``) showed vendor token formats with no rule here and
+(``bench/sanitize/peer_suites.py``) showed vendor token formats with no rule here and
 a few syntaxes of code and command lines. Each is tested with values drawn
 fresh each run, never the peers' sample strings, beside a look-alike that
 must come out byte for byte unchanged. The hostile tests come first: the new

@@ -20,7 +20,7 @@ from bastion_agent.sanitizing.scanner import Sanitizer, merge
 LABELS = Path(__file__).with_name("testdata") / "real_findings.tsv"
 SHARE = Path("/usr/share")
 MINIMUM_ROWS = 50
-TEST_MAX_CHARS = 400_000  # the unit test leaves the few big files (nodejs' all.json) to bench/sanitize.py
+TEST_MAX_CHARS = 400_000  # the unit test leaves the few big files (nodejs' all.json) to bench/sanitize/sanitize.py
 
 
 def unescape(value: str) -> str:

@@ -2,7 +2,7 @@
 
 The secrets below are generated here from a fixed seed in the shapes each
 provider uses; none is a real credential and none comes from the benchmark
-corpus in ../shared/data/secrets (that one is read by bench/sanitize.py).
+corpus in ../shared/data/secrets (that one is read by bench/sanitize/sanitize.py).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ FLOOR_SAMPLE = 48  # windows whose pairwise cosines calibrate the vector evidenc
 # sharper side more counts it twice: on Cranfield every ADAPT above 0 lowered nDCG@10
 # (0.404 fixed, 0.398 at 1, 0.387 at 3), and -0.25 was the best measured on both shared
 # collections (Cranfield 0.406, SciFact sample 0.942 against 0.941 fixed: within noise,
-# never below). bench/quality.py, docs/search.md.
+# never below). bench/search/quality.py, docs/search.md.
 ADAPT = -0.25
 HEAD = 10  # the hits a person reads: a list separates when these stand out from the rest of it
 WEIGHT_RANGE = (0.2, 0.9)  # neither side is ever ignored, nor trusted alone

@@ -102,7 +102,7 @@ def query_words(text: str) -> list[str]:
 def fts_query(text: str) -> str:
     """The OR of every word of ``text`` as quoted phrases ("" when it has no word): the old, unpruned query.
 
-    Kept for ``bench/search_latency.py``, which measures it as the baseline.
+    Kept for ``bench/search/search_latency.py``, which measures it as the baseline.
     """
     terms = []
     for word in WORD_RE.findall(text.lower()):

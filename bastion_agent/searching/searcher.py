@@ -66,7 +66,7 @@ RESCORE_MARGIN = 16  # extra candidates re-scored in float64, so float32 near-ti
 SQLITE_MAP_BYTES = 1 << 31
 # A one-off search (the CLI) below this many current vectors scans them all
 # instead of walking the ANN graph: importing FAISS costs about 0.2 s of CPU
-# (bench/search_peers.py --cold: a cold hybrid search 0.40 -> 0.61 s at
+# (bench/search/search_peers.py --cold: a cold hybrid search 0.40 -> 0.61 s at
 # 120,000 windows), and numpy scans 120,000 rows in 14 ms, a million in
 # 0.12-0.25 s. So until about a million rows the scan is the cheaper answer
 # for one question, and an exact one; serve, MCP and the graph's build are

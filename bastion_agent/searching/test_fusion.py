@@ -39,7 +39,7 @@ class AdaptiveWeightTests(unittest.TestCase):
                 self.assertEqual(keyword_sharper < fusion.VECTOR_WEIGHT, toward_sharper)
                 for weight in (vector_sharper, keyword_sharper):
                     self.assertTrue(low <= weight <= high)
-        self.assertLess(fusion.ADAPT, 0)  # the default: the sharper side gives up a little (bench/quality.py)
+        self.assertLess(fusion.ADAPT, 0)  # the default: the sharper side gives up a little (bench/search/quality.py)
 
     def test_equal_separation_keeps_the_prior_and_no_adaptation_is_the_fixed_weight(self):
         spread = self.rng.uniform(0.2, 0.6)

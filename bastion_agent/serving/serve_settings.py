@@ -103,7 +103,7 @@ def limit_math_threads(environ=None) -> None:
 
     Concurrency comes from the request threads; a matrix-vector product is
     memory-bound, and BLAS threads spinning against the request threads made
-    a 10k-chunk search 15x slower on 2 CPUs (bench/serve_latency.py).
+    a 10k-chunk search 15x slower on 2 CPUs (bench/serve/serve_latency.py).
     """
     env = os.environ if environ is None else environ
     for name in MATH_THREAD_VARIABLES:

@@ -8,7 +8,7 @@ reader undoes the disguise by eye: ``survives`` compares both with every
 character that is not a letter or a digit (spaces, hyphens, combining marks,
 cell delimiters) taken out, lowercased.
 
-The bench (``bench/sanitize_forms.py``) prints the counts per class; the
+The bench (``bench/sanitize/sanitize_forms.py``) prints the counts per class; the
 tests (``sanitizing/test_forms.py``) assert each case.
 """
 
