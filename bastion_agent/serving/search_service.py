@@ -130,6 +130,8 @@ class SearchService:
         self._seen_version: tuple | None = None
         self._seen_since = 0.0
         self._stop = threading.Event()
+        self._next_change = threading.Event()  # reload_on_next_change
+        self._reload_lock = threading.Lock()
         self._watcher = threading.Thread(target=self._watch, name="bastion-serve-watcher", daemon=True)
 
     def start(self) -> None:
@@ -151,9 +153,12 @@ class SearchService:
 
         Settled means embed has written a new summary since the index was
         loaded (embed writes it when a run ends), or nothing has changed for
-        ``reload_quiet_seconds`` (a store replaced some other way). Until
-        then the old index keeps answering, so a store that an embed run is
-        still filling is not loaded while it keeps changing.
+        ``reload_quiet_seconds`` (a store replaced some other way), or
+        ``reload_on_next_change`` asked for the next change whatever it is
+        (``serve --watch``, once a cycle's windows are chunked: embed's first
+        commit holds them all, so keyword search finds them while they wait
+        for vectors). Until then the old index keeps answering, so a store
+        that an embed run is still filling is not loaded while it keeps changing.
         """
         if self.index.is_current():
             self._seen_version = None
@@ -163,25 +168,41 @@ class SearchService:
         if version != self._seen_version:
             self._seen_version, self._seen_since = version, now
         quiet = now - self._seen_since >= self.settings.reload_quiet_seconds
-        summary = summary_stamp(self.layout)
-        if summary == self.summary_seen and not quiet:
+        if summary_stamp(self.layout) == self.summary_seen and not quiet and not self._next_change.is_set():
             return False
-        try:
-            fresh = searcher.SearchIndex.load(self.manifest, self.layout)
-            fresh.warm_keyword_like(self.index)  # the filtered callers' keyword indexes, before anyone waits for them
-        except Exception as exc:  # keep answering from the old index; say why once
-            message = f"could not reload the index ({exc}); still answering from the one loaded at {self.index.loaded_at}"
-            if message != self._reload_failure:
-                self.log(f"bastion_agent serve: {message}")  # the operator's log may name local paths
-            self._reload_failure = message
-            # /healthz needs no token: it says what failed, never where on this machine.
-            self.index_error = (f"could not reload the index ({without_paths(str(exc))}); still answering from the one "
-                                f"loaded at {self.index.loaded_at}")
-            return False
-        # The old index is not closed here: requests may still be using it; it closes when the last one drops it.
-        self.index, self.index_error, self.summary_seen, self._reload_failure = fresh, None, summary, None
-        self.log(f"bastion_agent serve: reloaded the index: {len(fresh)} chunks")
-        return True
+        self._next_change.clear()
+        return self.reload_now()
+
+    def reload_on_next_change(self) -> None:
+        """Load the index at the next change of ``vectors.db`` (one SQLite commit: whole batches only)."""
+        self._next_change.set()
+
+    def reload_now(self) -> bool:
+        """Load the index now, when ``vectors.db`` changed since it was loaded; True if swapped.
+
+        Serialised: the reload thread and ``serve --watch``'s cycles may both
+        ask, and two loads of one store would do the same work twice.
+        """
+        with self._reload_lock:
+            if self.index.is_current():
+                return False
+            summary = summary_stamp(self.layout)  # before the load: a later summary means a later sweep
+            try:
+                fresh = searcher.SearchIndex.load(self.manifest, self.layout)
+                fresh.warm_keyword_like(self.index)  # the filtered callers' keyword indexes, before anyone waits for them
+            except Exception as exc:  # keep answering from the old index; say why once
+                message = f"could not reload the index ({exc}); still answering from the one loaded at {self.index.loaded_at}"
+                if message != self._reload_failure:
+                    self.log(f"bastion_agent serve: {message}")  # the operator's log may name local paths
+                self._reload_failure = message
+                # /healthz needs no token: it says what failed, never where on this machine.
+                self.index_error = (f"could not reload the index ({without_paths(str(exc))}); still answering from "
+                                    f"the one loaded at {self.index.loaded_at}")
+                return False
+            # The old index is not closed here: requests may still be using it; it closes when the last one drops it.
+            self.index, self.index_error, self.summary_seen, self._reload_failure = fresh, None, summary, None
+            self.log(f"bastion_agent serve: reloaded the index: {len(fresh)} chunks")
+            return True
 
     def health(self, caller: tokens.Caller | None) -> dict:
         """The server's state as ``caller`` may see it; without a caller (no token) only ``status``.
