@@ -343,7 +343,9 @@ class SearchIndex:
         """
         from bastion_agent.searching import keyword, keyword_visible
 
-        if visible is not None and not visible.every_window:
+        # "no window hidden" was true of the store as loaded; once an embed has committed since, chunks_fts may
+        # hold a window the caller may not read, and its statistics must not count it: the caller's own share.
+        if visible is not None and not (visible.every_window and self.is_current()):
             return keyword_visible.caller_top(self.db, query, n, self.vocabulary(), visible)
         return keyword.top(self.db, query, n, self.vocabulary())
 
@@ -513,8 +515,33 @@ class SearchIndex:
                 f" LEFT JOIN documents d ON d.doc = c.doc WHERE c.chunk_id IN ({marks})",
                 [item.chunk_id for item in part])}
             maps = vectorstore.document_pages(self.db, (row["doc"] for row in rows.values()))
-            hits += [hit_of(item, rows[item.chunk_id], mode, maps, groups) for item in part if item.chunk_id in rows]
+            hits += [hit_of(item, rows[item.chunk_id], mode, maps, groups) for item in part
+                     if item.chunk_id in rows and may_read(groups, rows[item.chunk_id]["doc_groups"])]
         return hits
+
+
+def may_read(groups: frozenset | None, document_groups: str | None) -> bool:
+    """Whether a caller may read a window's document as ``vectors.db`` labels it now (unreadable: no group).
+
+    The last check before a hit's text is shown. The caller's share
+    (``visible``) was read when the index was loaded, and the index's SQLite
+    connection sees every later commit: between an embed's first commit and
+    the next reload (``serve`` beside ``watch``, or ``serve --watch``), a new
+    document's windows, or a window whose rowid a new one reused, are in
+    ``chunks`` but not in the share as it was read. Such a window is shown
+    only when its document's current groups let the caller read it.
+    """
+    import json
+
+    from bastion_agent.core.access import can_see
+
+    if groups is None:
+        return True
+    try:
+        names = json.loads(document_groups or "[]")
+    except (TypeError, ValueError):
+        return False
+    return isinstance(names, list) and can_see(groups, [name for name in names if isinstance(name, str)])
 
 
 def hit_of(item, row, mode: str, maps: dict, groups: frozenset | None = None) -> Hit:
