@@ -130,6 +130,7 @@ class SearchIndex:
         self.lock = threading.RLock()  # re-entered: search holds it while it asks for the caller's filter
         self._vocabulary = None
         self._labels = None
+        self._labels_version: int | None = None
         self._floor: float | None = None
         self._floor_sample: dict = {}  # count -> the unit rows whose cosines with a query give its floor (numpy)
         self.db = sqlite3.connect(layout.vectors_db, timeout=vectorstore.BUSY_TIMEOUT_MS / 1000,
@@ -211,8 +212,18 @@ class SearchIndex:
         from bastion_agent.searching.visible import Labels
 
         if self._labels is None:
+            self._labels_version = self._data_version()  # before the read: a commit during it counts as later
             self._labels = Labels(self.db, self.vectors, self.key, self.dim)
         return self._labels
+
+    def _data_version(self) -> int:
+        """SQLite's count of other connections' commits, as this connection sees it (``PRAGMA data_version``)."""
+        return int(self.db.execute("PRAGMA data_version").fetchone()[0])
+
+    def labels_current(self) -> bool:
+        """Whether nothing has been committed to ``vectors.db`` since the labels (each caller's share) were read."""
+        with self.lock:
+            return self._labels is not None and self._data_version() == self._labels_version
 
     def warm_keyword_like(self, other: "SearchIndex") -> None:
         """Build the reader-set keyword indexes ``other`` had built, before this index answers anyone.
@@ -345,7 +356,7 @@ class SearchIndex:
 
         # "no window hidden" was true of the store as loaded; once an embed has committed since, chunks_fts may
         # hold a window the caller may not read, and its statistics must not count it: the caller's own share.
-        if visible is not None and not (visible.every_window and self.is_current()):
+        if visible is not None and not (visible.every_window and self.labels_current()):
             return keyword_visible.caller_top(self.db, query, n, self.vocabulary(), visible)
         return keyword.top(self.db, query, n, self.vocabulary())
 
