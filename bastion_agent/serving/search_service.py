@@ -178,13 +178,17 @@ class SearchService:
         self._next_change.set()
 
     def reload_now(self) -> bool:
-        """Load the index now, when ``vectors.db`` changed since it was loaded; True if swapped.
+        """Load the index now, when a writer has committed to ``vectors.db`` since it was loaded; True if swapped.
 
         Serialised: the reload thread and ``serve --watch``'s cycles may both
         ask, and two loads of one store would do the same work twice.
         """
         with self._reload_lock:
             if self.index.is_current():
+                return False
+            unchanged = getattr(self.index, "unchanged", None)
+            if unchanged is not None and unchanged():  # a checkpoint, not a commit: the same store
+                self.index.version = searcher.store_version(self.layout)
                 return False
             summary = summary_stamp(self.layout)  # before the load: a later summary means a later sweep
             try:

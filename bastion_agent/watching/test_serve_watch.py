@@ -181,6 +181,32 @@ class ChangeTests(ServeWatchCase):
                         server.lines)
 
 
+class ReloadWorkTests(ServeWatchCase):
+    def test_a_cycle_that_changed_nothing_loads_nothing_and_one_that_did_loads_once_or_twice(self):
+        self.put("a.txt", "the lantern hangs by the harbour door")
+        with StubServer() as stub:
+            server = self.serve(stub)
+            until(lambda: server.cycles() >= 1, "the first cycle", server.lines)
+            loads = self.loads(server)
+            self.assertIn(loads, (1, 2))
+            same = self.docs / "a.txt"  # the same bytes and time under a new inode: a cycle that finds nothing new
+            stamp = same.stat()
+            copy = self.docs / ".a.txt.new"
+            copy.write_bytes(same.read_bytes())
+            os.utime(copy, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+            os.replace(copy, same)
+            until(lambda: server.cycles() >= 2, "the second cycle", server.lines)
+            self.assertEqual(self.loads(server), loads, server.lines)
+            self.put("b.txt", "the kettle sings on the copper stove")
+            until(lambda: server.cycles() >= 3, "the third cycle", server.lines)
+            self.assertIn(self.loads(server) - loads, (1, 2), server.lines)
+            self.assertEqual(server.stop(), 0, server.lines)
+
+    @staticmethod
+    def loads(server: ServeWatch) -> int:
+        return sum(1 for line in list(server.lines) if "reloaded the index" in line)
+
+
 class StopTests(ServeWatchCase):
     def test_sigterm_finishes_the_cycle_and_exits_zero(self):
         self.put("a.txt", "the lantern hangs by the door")
