@@ -201,6 +201,9 @@ class SearchIndex:
         connection making the WAL file, does not count: ``serve --watch`` asks
         after every cycle, and a cycle that changed nothing then loads nothing.
         """
+        file_now, file_then = store_version(self.layout)[0], self.version[0]
+        if file_now is None or file_then is None or file_now[2] != file_then[2]:
+            return False  # another file in its place (a copy, a restore): this connection still reads the old one
         with self.lock:
             return commits_seen(self.db) == self.commits_seen
 

@@ -171,23 +171,26 @@ class SearchService:
         if summary_stamp(self.layout) == self.summary_seen and not quiet and not self._next_change.is_set():
             return False
         self._next_change.clear()
-        return self.reload_now()
+        return self.reload_now(when_committed=False)
 
     def reload_on_next_change(self) -> None:
         """Load the index at the next change of ``vectors.db`` (one SQLite commit: whole batches only)."""
         self._next_change.set()
 
-    def reload_now(self) -> bool:
-        """Load the index now, when a writer has committed to ``vectors.db`` since it was loaded; True if swapped.
+    def reload_now(self, when_committed: bool = True) -> bool:
+        """Load the index now, when ``vectors.db`` changed since it was loaded; True if swapped.
 
-        Serialised: the reload thread and ``serve --watch``'s cycles may both
-        ask, and two loads of one store would do the same work twice.
+        ``when_committed`` (``serve --watch`` after a cycle): only when a
+        writer has committed since (``SearchIndex.unchanged``), not when the
+        files' stamps merely moved. Serialised: the reload thread and the
+        cycles may both ask, and two loads of one store would do the same
+        work twice.
         """
         with self._reload_lock:
             if self.index.is_current():
                 return False
-            unchanged = getattr(self.index, "unchanged", None)
-            if unchanged is not None and unchanged():  # a checkpoint, not a commit: the same store
+            unchanged = getattr(self.index, "unchanged", None) if when_committed else None
+            if unchanged is not None and unchanged():  # no commit since the load: the same store
                 self.index.version = searcher.store_version(self.layout)
                 return False
             summary = summary_stamp(self.layout)  # before the load: a later summary means a later sweep
