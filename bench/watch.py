@@ -1,7 +1,7 @@
 """How current `watch` keeps a folder, on real text: prints JSON figures.
 
     python3 bench/watch.py [--files 100] [--changes 10] [--idle-files 10000] [--idle-seconds 30] [--rate 20]
-                           [--only first|change|change-model|eta|idle]
+                           [--only first|change|change-model|change-serve|eta|idle]
 
 Real prose: the Cranfield collection (../shared/data/ir/cranfield/docs, read
 in place; the bench's folders are temporary copies, never in the repo).
@@ -19,6 +19,8 @@ takes and "searchable before the last vector" means something.
   (``model-server``, multilingual-e5-small: the ``model`` extra, as ``demo``
   starts it) instead of the slowed stub, so the vector figure is a real
   model's;
+- ``change_to_searchable_serve_watch``: the same file written while
+  ``serve --watch`` runs (stub), until ``GET /search`` finds it by keyword;
 - ``eta``: during an embed, the range `Progress` would show once 5% of the
   windows are done (``progress.eta_range`` over the moving and the overall
   rate, sampled from vectors.db's committed batches), the actual end, and
@@ -188,6 +190,42 @@ def change_to_searchable(base: Path, files: int, changes: int, rate: float, embe
             "vector_p50": round(statistics.median(vector), 2), "vector_p95": round(_p95(vector), 2)}
 
 
+def change_over_http(base: Path, files: int, changes: int, rate: float) -> dict:
+    """The same one-page file, written while ``serve --watch`` runs: until its keyword answer comes over HTTP."""
+    import urllib.parse
+    import urllib.request
+
+    manifest_path = make_folder(base, files)
+    manifest = manifests.load(manifest_path)
+    page = (CRANFIELD / "1.txt").read_text()
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    keyword = []
+    with SlowStub(rate) as stub:
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
+        env.update(EMBED_URL=stub.url, PYTHONPATH=str(REPO), EMBED_BATCH="8")
+        process = subprocess.Popen([sys.executable, "-m", "bastion_agent", "serve", str(manifest_path), "--watch",
+                                    "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                   cwd=REPO)
+        url = process.stdout.readline().split()[2]
+        wait_line(process, "watch: cycle 1")
+
+        def found(word: str) -> bool:
+            query = urllib.parse.urlencode({"q": word, "mode": "keyword", "k": 3})
+            with opener.open(f"{url}search?{query}", timeout=30) as answer:
+                return any(word in hit["text"] for hit in json.load(answer)["hits"])
+
+        for number in range(changes):
+            word = f"zq{number}x{os.getpid()}"
+            started = time.monotonic()
+            (base / "docs" / f"new{number}.txt").write_text(f"{word} {page}", encoding="utf-8")
+            keyword.append(until(lambda: found(word), step=0.05))
+            wait_line(process, "watch: cycle")
+        stop(process)
+    return {"changes": changes, "debounce_seconds": manifest.watch.debounce_seconds,
+            "model": f"stub at {rate:g} windows/s", "keyword_over_http_p50": round(statistics.median(keyword), 2),
+            "keyword_over_http_p95": round(_p95(keyword), 2)}
+
+
 def _p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
@@ -300,9 +338,10 @@ def main() -> None:
     parser.add_argument("--idle-files", type=int, default=10000)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--rate", type=float, default=20.0, help="windows per second the slowed stub embeds")
-    parser.add_argument("--only", choices=("first", "change", "change-model", "eta", "idle"), action="append")
+    parser.add_argument("--only", choices=("first", "change", "change-model", "change-serve", "eta", "idle"),
+                        action="append")
     args = parser.parse_args()
-    only = set(args.only or ("first", "change", "change-model", "eta", "idle"))
+    only = set(args.only or ("first", "change", "change-model", "change-serve", "eta", "idle"))
     result = {"rate_windows_per_second": args.rate}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
@@ -310,6 +349,9 @@ def main() -> None:
             result["first_keyword"] = first_keyword(base / "first", args.files, args.rate)
         if "change" in only:
             result["change_to_searchable"] = change_to_searchable(base / "change", args.files, args.changes, args.rate)
+        if "change-serve" in only:
+            result["change_to_searchable_serve_watch"] = change_over_http(base / "change-serve", args.files,
+                                                                          args.changes, args.rate)
         if "change-model" in only:
             result["change_to_searchable_model"] = change_to_searchable(base / "change-model", args.files,
                                                                         args.changes, args.rate, embedded=True)

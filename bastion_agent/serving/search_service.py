@@ -99,6 +99,9 @@ class ModelLink:
         return vector
 
 
+ARMED_CHECK_SECONDS = 0.1  # serve --watch, between a cycle's chunk and embed's first commit: keyword answers sooner
+
+
 class SearchService:
     """What every request thread shares: the warm index, the model link, their health.
 
@@ -143,7 +146,7 @@ class SearchService:
             self._watcher.join()
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.settings.reload_check_seconds):
+        while not self._stop.wait(self._check_every()):
             self.check_reload()
             if not self.model.reachable and self.model.probe_due():
                 self.model.probe()
@@ -173,6 +176,12 @@ class SearchService:
         self._next_change.clear()
         return self.reload_now(when_committed=False)
 
+    def _check_every(self) -> float:
+        """Seconds to the next look: ``ARMED_CHECK_SECONDS`` while a reload waits for the next commit (two stats)."""
+        if self._next_change.is_set():
+            return min(ARMED_CHECK_SECONDS, self.settings.reload_check_seconds)
+        return self.settings.reload_check_seconds
+
     def reload_on_next_change(self) -> None:
         """Load the index at the next change of ``vectors.db`` (one SQLite commit: whole batches only)."""
         self._next_change.set()
@@ -182,10 +191,13 @@ class SearchService:
 
         ``when_committed`` (``serve --watch`` after a cycle): only when a
         writer has committed since (``SearchIndex.unchanged``), not when the
-        files' stamps merely moved. Serialised: the reload thread and the
-        cycles may both ask, and two loads of one store would do the same
-        work twice.
+        files' stamps merely moved; and the cycle is over, so no reload waits
+        for a next commit any more (``reload_on_next_change``). Serialised:
+        the reload thread and the cycles may both ask, and two loads of one
+        store would do the same work twice.
         """
+        if when_committed:
+            self._next_change.clear()
         with self._reload_lock:
             if self.index.is_current():
                 return False
