@@ -98,7 +98,7 @@ EXTRA_COMMANDS = [
     ("search", "commands.search_cli", "answer a query by meaning from vectors.db"),
     ("sign", "commands.signing_cli", "sign a manifest with your SSH key (writes MANIFEST.sig)"),
     ("verify", "commands.signing_cli", "check MANIFEST.sig against BASTION_ALLOWED_SIGNERS; print who signed it"),
-    ("serve", "serving.serve", "answer search over HTTP (loopback by default)"),
+    ("serve", "watching.serve_watch", "answer search over HTTP (loopback by default); --watch also keeps the index current as files change"),
     ("publish", "publishing.publish", "send this bastion's sanitized windows and vectors to PostgreSQL (BASTION_PUBLISH_DSN)"),
     ("admin", "publishing.admin", "set up the central PostgreSQL: add-bastion (--own-graph), set-bastion, remove-bastion, add-searcher (--groups: a reader), add-gateway, add-model, migrate (BASTION_ADMIN_DSN)"),
     ("model-server", "model.modelserver", "serve the embedded model (multilingual-e5-small) on loopback, Ollama and OpenAI style"),

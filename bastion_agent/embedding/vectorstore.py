@@ -287,7 +287,22 @@ def scrub(db: sqlite3.Connection) -> None:
 
 
 def checkpoint(db: sqlite3.Connection) -> None:
-    """Copy the WAL into the database and truncate it to nothing."""
+    """Copy the WAL into the database and truncate it to nothing (nothing to do when it is empty).
+
+    Why not always: a checkpoint moves every other connection's
+    ``PRAGMA data_version``, as a commit does, and serve's loaded index asks
+    that to know whether a reload would find anything new; a sweep that
+    wrote nothing leaves the WAL empty and so leaves it alone.
+    """
+    import os
+
+    name = next((row[2] for row in db.execute("PRAGMA database_list") if row[1] == "main"), "")
+    if name:
+        try:
+            if os.stat(name + "-wal").st_size == 0:
+                return
+        except FileNotFoundError:
+            return
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
 
@@ -389,17 +404,33 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[StoredChunk], docume
         deleted = db.execute("DELETE FROM chunks WHERE chunk_id NOT IN (SELECT chunk_id FROM temp.new_chunks)").rowcount
         db.execute(_UPSERT_CHUNKS)
         db.execute("DELETE FROM temp.new_chunks")
-        db.execute("DELETE FROM documents")
         # a store not yet migrated this far (only tests write one) lacks the newer columns: those are left out
         columns = [name for name in records.column_names(DocumentRow) if _has_column(db, "documents", name)]
-        db.executemany(records.insert_sql("documents", DocumentRow, only=columns),
-                       map(records.values(DocumentRow, only=columns), documents))
+        rows = list(map(records.values(DocumentRow, only=columns), documents))
+        quoted = ", ".join(f'"{name}"' for name in columns)
+        if _differ(db, f"SELECT {quoted} FROM documents", rows):  # unchanged: no write (a reader sees no commit)
+            db.execute("DELETE FROM documents")
+            db.executemany(records.insert_sql("documents", DocumentRow, only=columns), rows)
         if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'document_pages'").fetchone():  # not in an old store
-            db.execute("DELETE FROM document_pages")
-            db.executemany("INSERT OR REPLACE INTO document_pages (doc, pages) VALUES (?, ?)", pages)
+            pages = list(dict((doc, map_) for doc, map_ in pages).items())  # INSERT OR REPLACE's last one wins
+            if _differ(db, "SELECT doc, pages FROM document_pages", pages):
+                db.execute("DELETE FROM document_pages")
+                db.executemany("INSERT OR REPLACE INTO document_pages (doc, pages) VALUES (?, ?)", pages)
         if then is not None:
             then(db)
     return deleted
+
+
+def _differ(db: sqlite3.Connection, select: str, rows: list[tuple]) -> bool:
+    """Whether a table's rows (``select``) differ from ``rows``, as multisets.
+
+    A sweep that changed nothing then writes nothing, so serve's loaded index
+    sees no commit (``PRAGMA data_version``) and a watch cycle that found
+    nothing new makes serve load nothing.
+    """
+    import collections
+
+    return collections.Counter(map(tuple, db.execute(select))) != collections.Counter(map(tuple, rows))
 
 
 def _chunk_columns() -> tuple[str, str]:

@@ -20,7 +20,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from bastion_agent.core import dates, records
-from bastion_agent.core.access import visible_positions
+from bastion_agent.core.access import can_see, visible_positions
 from bastion_agent.core.progress import escape_name
 from bastion_agent.core.records import Hit
 from bastion_agent.sanitizing import pages as page_maps
@@ -82,7 +82,7 @@ class HitRows:
         hits = []
         for item in ranked:
             row = rows.get(item.chunk_id)
-            if row is not None:
+            if row is not None and may_read(groups, row[8]):
                 hits.append(self.hit(item, row, mode, groups))
         return hits
 
@@ -154,3 +154,23 @@ def shown_of(paths, modified, doc_groups, path_groups, pages, groups) -> Shown:
             page_map = None
     return Shown(tuple(escape_name(named[position]) for position in positions),
                  dates.latest(modified, len(named), shown=positions), page_map)
+
+
+def may_read(groups: frozenset | None, document_groups: str | None) -> bool:
+    """Whether a caller may read a window's document as ``vectors.db`` labels it now (unreadable: no group).
+
+    The last check before a hit's text is shown. The caller's share
+    (``visible``) was read when the index was loaded, and the index's SQLite
+    connection sees every later commit: between an embed's first commit and
+    the next reload (``serve`` beside ``watch``, or ``serve --watch``), a new
+    document's windows, or a window whose rowid a new one reused, are in
+    ``chunks`` but not in the share as it was read. Such a window is shown
+    only when its document's current groups let the caller read it.
+    """
+    if groups is None:
+        return True
+    try:
+        names = json.loads(document_groups or "[]")
+    except (TypeError, ValueError):
+        return False
+    return isinstance(names, list) and can_see(groups, [name for name in names if isinstance(name, str)])

@@ -108,7 +108,7 @@ class SearchIndex:
     stale vectors) appear, whatever the mask says.
     """
 
-    def __init__(self, manifest, layout: Layout, vectors, ann_index, version: tuple, status=None):
+    def __init__(self, manifest, layout: Layout, vectors, ann_index, version: tuple, status=None, db=None):
         import sqlite3
         import threading
 
@@ -129,11 +129,12 @@ class SearchIndex:
         self.lock = threading.RLock()  # re-entered: search holds it while it asks for the caller's filter
         self._vocabulary = None
         self._labels = None
+        self._labels_version: int | None = None
         self._floor: float | None = None
         self._floor_sample: dict = {}  # count -> the unit rows whose cosines with a query give its floor (numpy)
-        self.db = sqlite3.connect(layout.vectors_db, timeout=vectorstore.BUSY_TIMEOUT_MS / 1000,
-                                  isolation_level=None, check_same_thread=False)
-        self.db.execute(f"PRAGMA mmap_size = {SQLITE_MAP_BYTES}")
+        self.db = db if db is not None else open_reader(layout)
+        # what no commit since moves (a checkpoint does not): taken by load() before the derived files are read
+        self.commits_seen = commits_seen(self.db)
         self._hit_rows = HitRows(self.db)
 
     @classmethod
@@ -148,17 +149,31 @@ class SearchIndex:
         ANN index only from ``ONE_OFF_ANN_ROWS`` current vectors, where the
         exact scan would cost more than loading FAISS.
         """
+        version = store_version(layout)
+        db = vectorstore.connect(layout.vectors_db, create=False)
+        try:
+            reader = open_reader(layout)  # the index's own connection, opened first: a commit from now on is a change
+        except BaseException:
+            db.close()
+            raise
+        try:
+            return cls._load(manifest, layout, db, reader, version, use_numpy, use_ann, vectors, one_off)
+        except BaseException:
+            reader.close()
+            raise
+
+    @classmethod
+    def _load(cls, manifest, layout, db, reader, version, use_numpy, use_ann, vectors, one_off) -> "SearchIndex":
         from bastion_agent.embedding import ann, vectorfile
         from bastion_agent.searching.vector_status import VectorSearch
 
-        version = store_version(layout)
-        db = vectorstore.connect(layout.vectors_db, create=False)
+        baseline = commits_seen(reader)
         try:
             if vectorstore.rekey_pending(db):
                 raise StoreError("this output folder was written with document ids taken from the raw files: "
                                  "run sweep (or chunk and embed) to rebuild it")
             if not vectors:
-                return cls(manifest, layout, None, None, version)
+                return cls._made(manifest, layout, None, None, version, None, reader, baseline)
             header = vectorfile.refresh(db, layout, manifest.embed.vector_key, manifest.embed.dim)
         finally:
             db.close()
@@ -171,7 +186,26 @@ class SearchIndex:
             shortfall = ann_index.shortfall(recall_target(manifest)) if ann_index is not None else None
             if shortfall:  # the graph does not deliver the recall asked for: the scan does, and says so
                 ann_index, status = None, VectorSearch.exact(recall_target(manifest), shortfall)
-        return cls(manifest, layout, vectors, ann_index, version, status)
+        return cls._made(manifest, layout, vectors, ann_index, version, status, reader, baseline)
+
+    @classmethod
+    def _made(cls, manifest, layout, vectors, ann_index, version, status, reader, baseline) -> "SearchIndex":
+        index = cls(manifest, layout, vectors, ann_index, version, status, db=reader)
+        index.commits_seen = baseline
+        return index
+
+    def unchanged(self) -> bool:
+        """Whether no writer has committed to ``vectors.db`` since this index was loaded (a reload would find the same).
+
+        Unlike ``is_current`` (the files' stamps), a WAL checkpoint, or this
+        connection making the WAL file, does not count: ``serve --watch`` asks
+        after every cycle, and a cycle that changed nothing then loads nothing.
+        """
+        file_now, file_then = store_version(self.layout)[0], self.version[0]
+        if file_now is None or file_then is None or file_now[2] != file_then[2]:
+            return False  # another file in its place (a copy, a restore): this connection still reads the old one
+        with self.lock:
+            return commits_seen(self.db) == self.commits_seen
 
     @staticmethod
     def _open_ann(files, header: dict, vectors, target: float):
@@ -211,8 +245,14 @@ class SearchIndex:
         from bastion_agent.searching.visible import Labels
 
         if self._labels is None:
+            self._labels_version = commits_seen(self.db)  # before the read: a commit during it counts as later
             self._labels = Labels(self.db, self.vectors, self.key, self.dim)
         return self._labels
+
+    def labels_current(self) -> bool:
+        """Whether nothing has been committed to ``vectors.db`` since the labels (each caller's share) were read."""
+        with self.lock:
+            return self._labels is not None and commits_seen(self.db) == self._labels_version
 
     def warm_keyword_like(self, other: "SearchIndex") -> None:
         """Build the reader-set keyword indexes ``other`` had built, before this index answers anyone.
@@ -343,7 +383,9 @@ class SearchIndex:
         """
         from bastion_agent.searching import keyword, keyword_visible
 
-        if visible is not None and not visible.every_window:
+        # "no window hidden" was true of the store as loaded; once an embed has committed since, chunks_fts may
+        # hold a window the caller may not read, and its statistics must not count it: the caller's own share.
+        if visible is not None and not (visible.every_window and self.labels_current()):
             return keyword_visible.caller_top(self.db, query, n, self.vocabulary(), visible)
         return keyword.top(self.db, query, n, self.vocabulary())
 
@@ -523,6 +565,21 @@ def cosines(query: Sequence[float], blobs: list[bytes], dim: int, np=None) -> li
     norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix)) * math.sqrt(float(q @ q))
     dots = np.einsum("ij,j->i", matrix, q)
     return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0).tolist()
+
+
+def open_reader(layout: Layout):
+    """A search index's connection to ``vectors.db``: autocommit, shared by the request threads under its lock."""
+    import sqlite3
+
+    db = sqlite3.connect(layout.vectors_db, timeout=vectorstore.BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                         check_same_thread=False)
+    db.execute(f"PRAGMA mmap_size = {SQLITE_MAP_BYTES}")
+    return db
+
+
+def commits_seen(db) -> int:
+    """SQLite's count of other connections' commits, as ``db`` sees it (``PRAGMA data_version``)."""
+    return int(db.execute("PRAGMA data_version").fetchone()[0])
 
 
 def store_version(layout: Layout) -> tuple:

@@ -317,5 +317,35 @@ class FilteredScanTests(TempFolder, unittest.TestCase):
             index.close()
 
 
+class CommittedAfterLoadTests(LabelledStore):
+    """A loaded index (serve's) whose store an embed changes before the index is loaded again."""
+
+    docs = {**ENG_DOCS, **SHARED}  # at load, the engineering caller may read every window
+
+    def test_a_hidden_document_committed_after_the_load_never_reaches_a_filtered_caller(self):
+        from bastion_agent.searching import searcher
+
+        index = searcher.SearchIndex.load(self.manifest(), self.layout)
+        self.addCleanup(index.close)
+        self.assertTrue(index.visible(ENG).every_window)  # the shortcut that read the live keyword index
+        before = index.search("compiler", None, 20, "keyword", groups=ENG)
+        self.assertTrue(before)
+        self.restock({**HR_DOCS, **ENG_DOCS, **SHARED})
+        label_documents(self.layout, GROUPS)
+        self.chunk()
+        self.embed_with(self.stub)  # committed: the old index's connection sees the HR windows in chunks_fts
+        self.assertFalse(index.is_current())
+        for query in (AIMED_AT_HR, "salary", "salaries payroll severance"):
+            for groups in (ENG, frozenset({"nobody"})):
+                with self.subTest(query=query, groups=groups):
+                    hits = index.search(query, None, 20, "keyword", groups=groups)
+                    self.assertFalse([hit.text for hit in hits if "alar" in hit.text or "everance" in hit.text])
+                    self.assertTrue(self.docs_of(hits) <= {"eng", "all"}, self.docs_of(hits))
+        fresh = searcher.SearchIndex.load(self.manifest(), self.layout)  # serve's reload: each caller's new share
+        self.addCleanup(fresh.close)
+        self.assertTrue(any("alar" in hit.text for hit in fresh.search("salary", None, 20, "keyword", groups=HR)))
+        self.assertFalse(any("alar" in hit.text for hit in fresh.search("salary", None, 20, "keyword", groups=ENG)))
+
+
 if __name__ == "__main__":
     unittest.main()

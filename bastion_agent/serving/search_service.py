@@ -99,6 +99,9 @@ class ModelLink:
         return vector
 
 
+ARMED_CHECK_SECONDS = 0.1  # serve --watch, between a cycle's chunk and embed's first commit: keyword answers sooner
+
+
 class SearchService:
     """What every request thread shares: the warm index, the model link, their health.
 
@@ -130,6 +133,8 @@ class SearchService:
         self._seen_version: tuple | None = None
         self._seen_since = 0.0
         self._stop = threading.Event()
+        self._next_change = threading.Event()  # reload_on_next_change
+        self._reload_lock = threading.Lock()
         self._watcher = threading.Thread(target=self._watch, name="bastion-serve-watcher", daemon=True)
 
     def start(self) -> None:
@@ -141,7 +146,7 @@ class SearchService:
             self._watcher.join()
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.settings.reload_check_seconds):
+        while not self._stop.wait(self._check_every()):
             self.check_reload()
             if not self.model.reachable and self.model.probe_due():
                 self.model.probe()
@@ -151,9 +156,12 @@ class SearchService:
 
         Settled means embed has written a new summary since the index was
         loaded (embed writes it when a run ends), or nothing has changed for
-        ``reload_quiet_seconds`` (a store replaced some other way). Until
-        then the old index keeps answering, so a store that an embed run is
-        still filling is not loaded while it keeps changing.
+        ``reload_quiet_seconds`` (a store replaced some other way), or
+        ``reload_on_next_change`` asked for the next change whatever it is
+        (``serve --watch``, once a cycle's windows are chunked: embed's first
+        commit holds them all, so keyword search finds them while they wait
+        for vectors). Until then the old index keeps answering, so a store
+        that an embed run is still filling is not loaded while it keeps changing.
         """
         if self.index.is_current():
             self._seen_version = None
@@ -163,25 +171,57 @@ class SearchService:
         if version != self._seen_version:
             self._seen_version, self._seen_since = version, now
         quiet = now - self._seen_since >= self.settings.reload_quiet_seconds
-        summary = summary_stamp(self.layout)
-        if summary == self.summary_seen and not quiet:
+        if summary_stamp(self.layout) == self.summary_seen and not quiet and not self._next_change.is_set():
             return False
-        try:
-            fresh = searcher.SearchIndex.load(self.manifest, self.layout)
-            fresh.warm_keyword_like(self.index)  # the filtered callers' keyword indexes, before anyone waits for them
-        except Exception as exc:  # keep answering from the old index; say why once
-            message = f"could not reload the index ({exc}); still answering from the one loaded at {self.index.loaded_at}"
-            if message != self._reload_failure:
-                self.log(f"bastion_agent serve: {message}")  # the operator's log may name local paths
-            self._reload_failure = message
-            # /healthz needs no token: it says what failed, never where on this machine.
-            self.index_error = (f"could not reload the index ({without_paths(str(exc))}); still answering from the one "
-                                f"loaded at {self.index.loaded_at}")
-            return False
-        # The old index is not closed here: requests may still be using it; it closes when the last one drops it.
-        self.index, self.index_error, self.summary_seen, self._reload_failure = fresh, None, summary, None
-        self.log(f"bastion_agent serve: reloaded the index: {len(fresh)} chunks")
-        return True
+        self._next_change.clear()
+        return self.reload_now(when_committed=False)
+
+    def _check_every(self) -> float:
+        """Seconds to the next look: ``ARMED_CHECK_SECONDS`` while a reload waits for the next commit (two stats)."""
+        if self._next_change.is_set():
+            return min(ARMED_CHECK_SECONDS, self.settings.reload_check_seconds)
+        return self.settings.reload_check_seconds
+
+    def reload_on_next_change(self) -> None:
+        """Load the index at the next change of ``vectors.db`` (one SQLite commit: whole batches only)."""
+        self._next_change.set()
+
+    def reload_now(self, when_committed: bool = True) -> bool:
+        """Load the index now, when ``vectors.db`` changed since it was loaded; True if swapped.
+
+        ``when_committed`` (``serve --watch`` after a cycle): only when a
+        writer has committed since (``SearchIndex.unchanged``), not when the
+        files' stamps merely moved; and the cycle is over, so no reload waits
+        for a next commit any more (``reload_on_next_change``). Serialised:
+        the reload thread and the cycles may both ask, and two loads of one
+        store would do the same work twice.
+        """
+        if when_committed:
+            self._next_change.clear()
+        with self._reload_lock:
+            if self.index.is_current():
+                return False
+            unchanged = getattr(self.index, "unchanged", None) if when_committed else None
+            if unchanged is not None and unchanged():  # no commit since the load: the same store
+                self.index.version = searcher.store_version(self.layout)
+                return False
+            summary = summary_stamp(self.layout)  # before the load: a later summary means a later sweep
+            try:
+                fresh = searcher.SearchIndex.load(self.manifest, self.layout)
+                fresh.warm_keyword_like(self.index)  # the filtered callers' keyword indexes, before anyone waits for them
+            except Exception as exc:  # keep answering from the old index; say why once
+                message = f"could not reload the index ({exc}); still answering from the one loaded at {self.index.loaded_at}"
+                if message != self._reload_failure:
+                    self.log(f"bastion_agent serve: {message}")  # the operator's log may name local paths
+                self._reload_failure = message
+                # /healthz needs no token: it says what failed, never where on this machine.
+                self.index_error = (f"could not reload the index ({without_paths(str(exc))}); still answering from "
+                                    f"the one loaded at {self.index.loaded_at}")
+                return False
+            # The old index is not closed here: requests may still be using it; it closes when the last one drops it.
+            self.index, self.index_error, self.summary_seen, self._reload_failure = fresh, None, summary, None
+            self.log(f"bastion_agent serve: reloaded the index: {len(fresh)} chunks")
+            return True
 
     def health(self, caller: tokens.Caller | None) -> dict:
         """The server's state as ``caller`` may see it; without a caller (no token) only ``status``.

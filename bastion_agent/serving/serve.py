@@ -135,7 +135,15 @@ def listen_error(host: str, port: int, exc: OSError) -> BastionError:
     return BastionError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}")
 
 
-def run_serve(args: argparse.Namespace) -> int:
+def run_serve(args: argparse.Namespace, companion=None) -> int:
+    """Serve until SIGTERM or Ctrl-C; ``companion`` runs beside the server (``serve --watch``'s watcher).
+
+    A companion is given the manifest and output folder before the index is
+    loaded (``prepare``), the built server once it is bound (``start``), and
+    is closed after the server has drained (``close``: it may finish its own
+    work first, and raise the error that stopped it, which is then the
+    command's). It lives above this module (``watching``), so it is passed in.
+    """
     from bastion_agent.config.arguments import load_manifest_and_layout
 
     http_stack()  # without the serve extra: one line, before anything is loaded
@@ -145,6 +153,8 @@ def run_serve(args: argparse.Namespace) -> int:
     remote = None
     if args.bastion and not args.remote:
         raise ConfigError("--bastion filters a --remote search; add --remote")
+    if companion is not None:
+        companion.prepare(manifest, layout)
     if args.remote:
         from bastion_agent.publishing import remote_search
 
@@ -159,14 +169,20 @@ def run_serve(args: argparse.Namespace) -> int:
           "Ctrl-C stops)", flush=True)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
+        if companion is not None:
+            companion.start(server)
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
-        server.server_close()
-        if remote is not None:
-            remote.close()
+        try:
+            if companion is not None:
+                companion.close()
+        finally:
+            server.server_close()
+            if remote is not None:
+                remote.close()
     return 0
 
 

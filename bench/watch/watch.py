@@ -1,6 +1,7 @@
 """How current `watch` keeps a folder, on real text: prints JSON figures.
 
     python3 bench/watch/watch.py [--files 100] [--changes 10] [--idle-files 10000] [--idle-seconds 30] [--rate 20]
+                           [--only first|change|change-model|change-serve|eta|idle]
 
 Real prose: the Cranfield collection (../shared/data/ir/cranfield/docs, read
 in place; the bench's folders are temporary copies, never in the repo).
@@ -14,13 +15,20 @@ takes and "searchable before the last vector" means something.
 - ``change_to_searchable``: a one-page file written while `watch` runs
   (inotify, default debounce), seconds until keyword search finds its
   unique word, and until vector search does; p50 and p95 of ``--changes``;
+- ``change_to_searchable_model``: the same with the embedded model
+  (``model-server``, multilingual-e5-small: the ``model`` extra, as ``demo``
+  starts it) instead of the slowed stub, so the vector figure is a real
+  model's;
+- ``change_to_searchable_serve_watch``: the same file written while
+  ``serve --watch`` runs (stub), until ``GET /search`` finds it by keyword;
 - ``eta``: during an embed, the range `Progress` would show once 5% of the
   windows are done (``progress.eta_range`` over the moving and the overall
   rate, sampled from vectors.db's committed batches), the actual end, and
   whether it fell inside;
 - ``idle``: CPU (% of one core) and resident memory of an idle watcher over
   ``--idle-files`` files, through inotify and through polling at the default
-  interval, over ``--idle-seconds``.
+  interval, over ``--idle-seconds``; resident memory at its start and end
+  (bounded: the end is not above the start by more than noise).
 """
 
 from __future__ import annotations
@@ -55,6 +63,10 @@ SHARED = Path(os.environ.get("BASTION_SHARED_DATA") or next(
 CRANFIELD = SHARED / "ir" / "cranfield" / "docs"
 MANIFEST = ('[source]\nroot = "docs"\n[embed]\nmodel = "stub-model"\ndim = 64\n'
             '[embed.chunk]\nsize_tokens = 128\noverlap_tokens = 16\n')
+# the embedded model, with the prefixes its examples/sample.toml gives it
+MODEL_MANIFEST = ('[source]\nroot = "docs"\n[embed]\nmodel = "multilingual-e5-small"\ndim = 384\n'
+                  'query_prefix = "query: "\npassage_prefix = "passage: "\n'
+                  '[embed.chunk]\nsize_tokens = 128\noverlap_tokens = 16\n')
 
 
 class SlowStub(StubServer):
@@ -69,13 +81,13 @@ class SlowStub(StubServer):
         time.sleep(len(self.by_path[path].texts(body)) / self.rate)
 
 
-def make_folder(base: Path, files: int, extra: str = "") -> Path:
+def make_folder(base: Path, files: int, extra: str = "", manifest: str = MANIFEST) -> Path:
     docs = base / "docs"
     docs.mkdir(parents=True)
     sources = sorted(CRANFIELD.glob("*.txt"), key=lambda p: int(p.stem))
     for number in range(files):
         shutil.copyfile(sources[number % len(sources)], docs / f"{number}.txt")
-    (base / "bastion.toml").write_text(MANIFEST + extra, encoding="utf-8")
+    (base / "bastion.toml").write_text(manifest + extra, encoding="utf-8")
     return base / "bastion.toml"
 
 
@@ -144,13 +156,24 @@ def first_keyword(base: Path, files: int, rate: float) -> dict:
             "ratio": round(keyword / whole, 3)}
 
 
-def change_to_searchable(base: Path, files: int, changes: int, rate: float) -> dict:
-    manifest_path = make_folder(base, files)
+def change_to_searchable(base: Path, files: int, changes: int, rate: float, embedded: bool = False) -> dict:
+    """A one-page file written while `watch` runs: until keyword search finds it, and until it has a vector.
+
+    ``embedded``: the embedded model server (the ``model`` extra) instead of
+    the slowed stub.
+    """
+    manifest_path = make_folder(base, files, manifest=MODEL_MANIFEST if embedded else MANIFEST)
     manifest = manifests.load(manifest_path)
     layout = Layout.for_manifest(manifest_path, None)
     page = (CRANFIELD / "1.txt").read_text()
     keyword, vector = [], []
-    with SlowStub(rate) as stub:
+    if embedded:
+        from bastion_agent.commands.demo import BackgroundModelServer
+
+        server = BackgroundModelServer(manifest.embed.model)
+    else:
+        server = SlowStub(rate)
+    with server as stub:
         process = start_watch(manifest_path, stub.url)
         wait_line(process, "watch: cycle 1")
         for number in range(changes):
@@ -162,8 +185,45 @@ def change_to_searchable(base: Path, files: int, changes: int, rate: float) -> d
             wait_line(process, "watch: cycle")
         stop(process)
     return {"changes": changes, "debounce_seconds": manifest.watch.debounce_seconds,
+            "model": manifest.embed.model if embedded else f"stub at {rate:g} windows/s",
             "keyword_p50": round(statistics.median(keyword), 2), "keyword_p95": round(_p95(keyword), 2),
             "vector_p50": round(statistics.median(vector), 2), "vector_p95": round(_p95(vector), 2)}
+
+
+def change_over_http(base: Path, files: int, changes: int, rate: float) -> dict:
+    """The same one-page file, written while ``serve --watch`` runs: until its keyword answer comes over HTTP."""
+    import urllib.parse
+    import urllib.request
+
+    manifest_path = make_folder(base, files)
+    manifest = manifests.load(manifest_path)
+    page = (CRANFIELD / "1.txt").read_text()
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    keyword = []
+    with SlowStub(rate) as stub:
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
+        env.update(EMBED_URL=stub.url, PYTHONPATH=str(REPO), EMBED_BATCH="8")
+        process = subprocess.Popen([sys.executable, "-m", "bastion_agent", "serve", str(manifest_path), "--watch",
+                                    "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                   cwd=REPO)
+        url = process.stdout.readline().split()[2]
+        wait_line(process, "watch: cycle 1")
+
+        def found(word: str) -> bool:
+            query = urllib.parse.urlencode({"q": word, "mode": "keyword", "k": 3})
+            with opener.open(f"{url}search?{query}", timeout=30) as answer:
+                return any(word in hit["text"] for hit in json.load(answer)["hits"])
+
+        for number in range(changes):
+            word = f"zq{number}x{os.getpid()}"
+            started = time.monotonic()
+            (base / "docs" / f"new{number}.txt").write_text(f"{word} {page}", encoding="utf-8")
+            keyword.append(until(lambda: found(word), step=0.05))
+            wait_line(process, "watch: cycle")
+        stop(process)
+    return {"changes": changes, "debounce_seconds": manifest.watch.debounce_seconds,
+            "model": f"stub at {rate:g} windows/s", "keyword_over_http_p50": round(statistics.median(keyword), 2),
+            "keyword_over_http_p95": round(_p95(keyword), 2)}
 
 
 def _p95(values: list[float]) -> float:
@@ -245,14 +305,17 @@ def idle(base: Path, files: int, seconds: float, polling: bool) -> dict:
         process = start_watch(manifest_path, stub.url, *(["--polling"] if polling else []))
         wait_line(process, "watch: cycle 1")
         time.sleep(2)
-        cpu0, wall0 = _cpu(process.pid), time.monotonic()
-        time.sleep(seconds)
+        cpu0, wall0, rss0 = _cpu(process.pid), time.monotonic(), _rss_mb(process.pid)
+        peak = rss0
+        while time.monotonic() - wall0 < seconds:  # a look at /proc every 10 s: the bench's own cost, not the watcher's
+            time.sleep(min(10.0, max(0.0, seconds - (time.monotonic() - wall0))))
+            peak = max(peak, _rss_mb(process.pid))
         cpu1, wall1 = _cpu(process.pid), time.monotonic()
         rss = _rss_mb(process.pid)
         stop(process)
     return {"files": files, "source": "polling (default interval)" if polling else "inotify",
             "seconds": seconds, "cpu_percent_of_one_core": round(100 * (cpu1 - cpu0) / (wall1 - wall0), 2),
-            "rss_mb": rss}
+            "rss_mb_start": rss0, "rss_mb": rss, "rss_mb_peak": peak}
 
 
 def _cpu(pid: int) -> float:
@@ -275,9 +338,10 @@ def main() -> None:
     parser.add_argument("--idle-files", type=int, default=10000)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--rate", type=float, default=20.0, help="windows per second the slowed stub embeds")
-    parser.add_argument("--only", choices=("first", "change", "eta", "idle"), action="append")
+    parser.add_argument("--only", choices=("first", "change", "change-model", "change-serve", "eta", "idle"),
+                        action="append")
     args = parser.parse_args()
-    only = set(args.only or ("first", "change", "eta", "idle"))
+    only = set(args.only or ("first", "change", "change-model", "change-serve", "eta", "idle"))
     result = {"rate_windows_per_second": args.rate}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
@@ -285,6 +349,12 @@ def main() -> None:
             result["first_keyword"] = first_keyword(base / "first", args.files, args.rate)
         if "change" in only:
             result["change_to_searchable"] = change_to_searchable(base / "change", args.files, args.changes, args.rate)
+        if "change-serve" in only:
+            result["change_to_searchable_serve_watch"] = change_over_http(base / "change-serve", args.files,
+                                                                          args.changes, args.rate)
+        if "change-model" in only:
+            result["change_to_searchable_model"] = change_to_searchable(base / "change-model", args.files,
+                                                                        args.changes, args.rate, embedded=True)
         if "eta" in only:
             result["eta"] = eta(base / "eta", args.eta_files, args.rate)
         if "idle" in only:
