@@ -144,6 +144,8 @@ def _drop_all(db: sqlite3.Connection) -> int:
     ``chunks_fts`` answers the first (a second copy of its postings would cost disk and embed time for
     nothing). Returns how many sets were dropped; their freed pages are zeroed (``secure_delete``)."""
     ids = [set_id for (set_id,) in db.execute(f"SELECT set_id FROM {SETS}")]
+    if not ids and db.execute(f"SELECT 1 FROM {ROWS} LIMIT 1").fetchone() is None:
+        return 0  # nothing to forget: write nothing, so a reader sees no commit (``serve --watch`` reloads on one)
     for set_id in ids:
         table = table_name(set_id)
         db.execute(f"DROP TRIGGER IF EXISTS main.{table}_ad")
