@@ -53,26 +53,70 @@ def read_extract_listing(layout) -> list[ListingRow]:
     """``extract/listing.jsonl`` as records, in file order. A missing file raises ``FileNotFoundError``
     (the caller says which stage to run); a line that is no listing row raises one ``StoreError``."""
     path = Path(layout.extract_listing)
-    return [_listing_row(line, path, number) for number, line in _lines(path, "run extract again")]
+    return _remembered(path, lambda: [_listing_row(line, path, number)
+                                      for number, line in _lines(path, "run extract again")])
 
 
 def write_extract_listing(layout, rows: Iterable[ListingRow]) -> None:
     """Write the extract listing (privately, whole or not at all), a line per row as ``ListingRow.listed``."""
+    rows = list(rows)
     write_jsonl(layout.extract_listing, [row.listed() for row in rows])
+    _remember(Path(layout.extract_listing), rows)
 
 
 def read_documents(layout) -> list[Document]:
     """``sanitized/listing.jsonl`` as records, sorted by doc. A missing file raises ``FileNotFoundError``;
     a line that is no document raises one ``StoreError`` naming the line."""
     path = Path(layout.sanitized_listing)
-    documents = [document_from_line(line, path, number) for number, line in _lines(path, "run sanitize again")]
-    return sorted(documents, key=lambda document: document.doc)
+    return _remembered(path, lambda: sorted((document_from_line(line, path, number) for number, line
+                                             in _lines(path, "run sanitize again")), key=lambda document: document.doc))
 
 
 def write_documents(layout, documents: Iterable[Document]) -> None:
     """Write the sanitized listing (privately, whole or not at all), a line per document, sorted by doc."""
-    write_jsonl(layout.sanitized_listing, [document_line(document) for document in
-                                           sorted(documents, key=lambda document: document.doc)])
+    documents = sorted(documents, key=lambda document: document.doc)
+    write_jsonl(layout.sanitized_listing, [document_line(document) for document in documents])
+    _remember(Path(layout.sanitized_listing), documents)
+
+
+# The records last read or written of each listing, by the file's identity then: a sweep's stages (and a
+# watcher's cycles) parse a listing once, not once a stage. Records are frozen, so sharing them is safe; a
+# listing replaced since (every write is a new file, renamed in) has a new identity and is read again.
+_KEPT: dict[str, tuple[tuple, tuple]] = {}
+KEPT_LISTINGS = 4  # the two listings of an output folder, and of one more: a process rarely serves more
+
+
+def forget() -> None:
+    """Drop every kept listing: the next read parses the file (tests of parsing itself use it)."""
+    _KEPT.clear()
+
+
+def _identity(path: Path) -> tuple | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
+def _remembered(path: Path, read) -> list:
+    """The records of ``path``: those kept when it is the file they came from, else ``read()`` (then kept)."""
+    identity = _identity(path)
+    kept = _KEPT.get(str(path))
+    if identity is not None and kept is not None and kept[0] == identity:
+        return list(kept[1])
+    records = read()
+    _remember(path, records, identity)
+    return records
+
+
+def _remember(path: Path, records: list, identity: tuple | None = None) -> None:
+    identity = identity or _identity(path)
+    if identity is not None:
+        _KEPT.pop(str(path), None)
+        _KEPT[str(path)] = (identity, tuple(records))
+        while len(_KEPT) > KEPT_LISTINGS:  # the oldest first: a long-lived process keeps a bounded few
+            del _KEPT[next(iter(_KEPT))]
 
 
 def document_line(document: Document) -> dict:

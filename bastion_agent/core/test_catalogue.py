@@ -4,6 +4,8 @@ import dataclasses
 import json
 import secrets
 import unittest
+from pathlib import Path
+from unittest import mock
 
 from bastion_agent.core import catalogue, records
 from bastion_agent.core.errors import StoreError
@@ -120,6 +122,7 @@ class RoundTripTests(TempFolder, unittest.TestCase):
             Document(second, paths=[fresh_name()], kind="text", modified=[None]),
         ]
         catalogue.write_documents(self.layout, documents)
+        catalogue.forget()  # parse the file, not the records kept from the write
         self.assertEqual(catalogue.read_documents(self.layout), sorted(documents, key=lambda d: d.doc))
         plain = json.loads(self.layout.sanitized_listing.read_text().splitlines()[0 if second < first else 1])
         self.assertEqual(set(plain), {"doc", "paths", "kind", "modified"})
@@ -129,6 +132,7 @@ class RoundTripTests(TempFolder, unittest.TestCase):
                            ocr_pages=[1, 3], modified="2026-11-30T08:00:00Z"),
                 ListingRow(fresh_name(), None, 0, "binary", "skipped", reason="unsupported")]
         catalogue.write_extract_listing(self.layout, rows)
+        catalogue.forget()
         self.assertEqual(catalogue.read_extract_listing(self.layout), rows)
         self.assertNotIn("ocr_pages", self.layout.extract_listing.read_text().splitlines()[1])
 
@@ -157,6 +161,57 @@ class RoundTripTests(TempFolder, unittest.TestCase):
         self.assertIsNone(document.pages)
         for times in (["2026-12-01T09:00:00Z"], "2026-12-01T09:00:00Z"):
             self.assertEqual(catalogue.CHECKS["times"](times, ["a", "b"]), [None, None])
+
+
+class KeptListingTests(TempFolder, unittest.TestCase):
+    """A sweep's stages parse each listing once, and a listing replaced since is never answered from memory."""
+
+    def setUp(self):
+        self.tmp = self.make_tmp()
+        self.manifest = write_manifest(self.tmp)
+        for number in range(3):
+            (self.tmp / "docs" / f"note-{number}-{secrets.token_hex(4)}.txt").write_text(f"note {number}: {secrets.token_hex(8)}\n")
+        self.layout = Layout(self.tmp / "out")
+
+    def stages(self) -> dict[str, int]:
+        """Run extract, sanitize and chunk in this process; how many times each listing file was parsed."""
+        parsed: dict[str, int] = {}
+        real = catalogue._lines
+
+        def counting(path, remedy):
+            lines = real(path, remedy)  # a listing not there yet (a first run) is no parse
+            name = f"{Path(path).parent.name}/{Path(path).name}"
+            parsed[name] = parsed.get(name, 0) + 1
+            return lines
+
+        with mock.patch.object(catalogue, "_lines", counting):
+            for stage in ("extract", "sanitize", "chunk"):
+                code, _, err = run_cli(stage, self.manifest, "--out", self.layout.root)
+                self.assertEqual(code, 0, err)
+        return parsed
+
+    def test_the_stages_of_a_sweep_parse_each_listing_at_most_once(self):
+        catalogue.forget()
+        self.assertEqual(self.stages(), {})  # each stage reads what the one before wrote: kept, not parsed
+        catalogue.forget()  # a new process over the same store
+        self.assertEqual(set(self.stages().values()), {1})
+
+    def test_a_listing_replaced_after_it_was_kept_is_read_again(self):
+        self.stages()
+        kept = catalogue.read_documents(self.layout)
+        self.assertTrue(kept)
+        planted = "sk-" + secrets.token_hex(16)
+        write_private(self.layout.sanitized_listing, json.dumps({"doc": planted, "paths": []}) + "\n")
+        with self.assertRaises(StoreError) as caught:
+            catalogue.read_documents(self.layout)
+        self.assertNotIn(planted, str(caught.exception))
+
+    def test_a_long_lived_process_keeps_a_bounded_few(self):
+        for _ in range(catalogue.KEPT_LISTINGS * 3):
+            layout = Layout(self.make_tmp() / "out")
+            ensure_private_dir(layout.sanitized_dir)
+            catalogue.write_documents(layout, [Document(fresh_id(), paths=[fresh_name()])])
+        self.assertLessEqual(len(catalogue._KEPT), catalogue.KEPT_LISTINGS)
 
 
 class MergeTests(unittest.TestCase):
