@@ -146,6 +146,8 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
         return False
     if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("/", "./", "~/", "../", "<")):
         return False  # a URL (its user-info is the URL rule's) or a path
+    if code_values.VERSION.fullmatch(value):
+        return False  # ``credentials-binding:1.17``: a plugin's version
     if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
         return False
     words = value.split()
@@ -306,7 +308,7 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         return _accept(text, position, close, strength, quoted=True, label=False)
     while position < line_end and text[position] in SPACE:
         position += 1
-    if kind == "," and text[position:position + 1] not in QUOTES:
+    if kind == "," and (position >= line_end or text[position] not in QUOTES):  # ("" is in every string)
         return None  # ``("password", variable)``: a name handed to code
     if kind == ",":
         close = _closing(text, position, line_end) if text[position:position + 1] in QUOTES else None
@@ -379,8 +381,8 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
         close = _closing(text, position, line_end)
         if close is None:
             return _accept(text, position + 1, line_end, strength, quoted=False, label=label)
-        if FORMATTED.match(text, close + 1):
-            return None  # ``'{0}:{1}'.format(user, pw)``, ``"%s" % pw``: a format string of code
+        if FORMATTED.match(text, close + 1) or text.startswith(code_values.API_LISTING, close + 1):
+            return None  # ``'{0}:{1}'.format(user, pw)``, ``"%s" % pw``: a format string of code; an API listing
         return _accept(text, position + 1, close, strength, quoted=True, label=False, key=key)
     if terminator in QUOTES:
         form = FORM_FIELD.search(text, position, line_end)  # ``"token=abc&secret=xyz"``: a form body in a string
@@ -453,7 +455,7 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
             return None
         if code_values.is_code_reference(value):
             return None  # ``getPassword();``, ``credentials.password,``, ``string | null``: code, not a value
-    if quoted and not by_position and (code_values.is_name_constant(value) or code_values.is_code_between_strings(value)
+    if quoted and not by_position and (code_values.is_name_constant(value, key) or code_values.is_code_between_strings(value)
                    or (code_values.is_camel_name(value) and credential_key(value) is not None
                        and (text[end + 1:end + 2] == ";" or text.startswith(" ->", end + 1)))):
         return None  # ``BLOB = "PKCS8_PRIVATEKEY"``, ``X = "KDFKeySecret";``, ``"&pw=" + f(x)``: a name, code

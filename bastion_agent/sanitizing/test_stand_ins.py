@@ -81,6 +81,14 @@ class HostileStandInTests(unittest.TestCase):
         value = credential()
         self.assert_gone(f"alias deploy='run-deploy'\nexport DEPLOY_PASSWORD='{value}'\n", value)
 
+    def test_a_value_that_only_shares_some_words_with_its_key_stays_redacted(self):
+        value = "reset-" + credential(10) + "-token"
+        self.assert_gone(f"var resetPasswordToken = '{value}';\n", value)
+
+    def test_a_list_ending_with_a_credential_key_does_not_crash_the_scan(self):
+        self.assertEqual(self.sanitizer.redact("Fields: 'ResetPassword',")[0], "Fields: 'ResetPassword',")
+        self.assertEqual(self.sanitizer.redact("('password',")[0], "('password',")
+
     def test_a_backtick_literal_without_a_command_stays_redacted(self):
         value = credential()
         self.assert_gone(f"Passwd=`{value}`\n", value)
@@ -144,6 +152,22 @@ class StandInTests(unittest.TestCase):
     def test_an_ldap_wildcard_search_stays(self):
         letters = "".join(RNG.choice(string.ascii_uppercase) for _ in range(RNG.randint(1, 3)))
         self.assert_kept(f"(&(sn=admin)(password={letters}*)) : OK\n")
+
+    def test_a_value_that_names_its_own_key_stays(self):
+        self.assert_kept("var resetPasswordToken = 'password-reset-token';\n")
+        self.assert_kept(">>> consumer_key = 'consumer key'\n")
+        self.assert_kept("ResetPassword: 'ResetPassword',\n")
+
+    def test_a_sentence_and_a_path_like_name_stay(self):
+        noun = lower_word(6).title()
+        self.assert_kept(f"user.password = 'Open-Source Full-Stack {noun} for Teams';\n")
+        self.assert_kept('user_credentials="path_to_creds_file",\n')
+
+    def test_an_api_listing_a_scheme_and_a_version_stay(self):
+        name = lower_word(5).upper()
+        self.assert_kept(f'const Lib.Crypt.KeyFunctions.KDF_{name} = "{name}" -> string\n')
+        self.assert_kept("default_pass_scheme = SHA512-CRYPT\n")
+        self.assert_kept(f"  - credentials-binding:1.{RNG.randint(10, 99)}\n")
 
     def test_a_public_key_token_and_a_package_commit_stay(self):
         token = "".join(RNG.choice("0123456789abcdef") for _ in range(16))

@@ -273,6 +273,7 @@ NON_SECRET_SUFFIX = frozenset({
     "config", "settings", "option", "options", "id_", "ttl", "lock", "mask", "masked", "visible", "hidden",
     "changed", "updated", "created", "valid", "invalid", "check", "input", "prompt", "dialog", "modal",
     "commit", "branch",  # ``pkg_passwd_commit = master``: a revision of a package named after passwords
+    "scheme", "placement", "realm",  # ``default_pass_scheme = SHA512-CRYPT``: how a credential is kept or sent
 })
 # ``public``: a public key, a .NET ``PublicKeyToken``, a publishable token are meant to be shared.
 NON_SECRET_PREFIX = frozenset({"max", "min", "num", "count", "is", "has", "show", "hide", "enable", "disable",
@@ -423,6 +424,8 @@ def check_assignment(match: re.Match, start: int, end: int):
                    or (code_values.is_camel_name(value) and key_strength(value) is not None
                        and re.fullmatch(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+", key.rsplit(".", 1)[-1]))):
         return False  # ``"&pw=" + f("pw")``; ``NCRYPT_KDF_SECRET_VALUE = "KDFKeySecret"``: code, a name
+    if quoted and match.string.startswith(code_values.API_LISTING, vend + 1):
+        return False  # ``Type.FIELD = "HMAC" -> string``: a .NET public-API listing, not an assignment
     if code_values.is_stand_in(value, key, backtick=raw.startswith("`")):
         return False  # ``"access_token": "fake-token"``, ``"Enter password: "``: a stand-in, a prompt
     if quoted and strength == "weak" and re.fullmatch(r"[a-z]+(?:_[a-z0-9]+){2,}", value):
