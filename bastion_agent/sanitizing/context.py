@@ -62,7 +62,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 2
+DETECTION_VERSION = 3
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier",
          # the password words of de, nl, pt, es, pl, sv, no/da (fr "mot de passe" and de "Passwort" hold "pass")
@@ -146,6 +146,8 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
         return False
     if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("/", "./", "~/", "../", "<")):
         return False  # a URL (its user-info is the URL rule's) or a path
+    if code_values.VERSION.fullmatch(value):
+        return False  # ``credentials-binding:1.17``: a plugin's version
     if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
         return False
     words = value.split()
@@ -264,6 +266,8 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     name = text[start:end].strip(".-")
     if not name or len(name) > 100:
         return None
+    if text[max(0, start - 6):start] == "alias ":
+        return None  # ``alias wpwd='wp widget delete'``: a shell alias names a command
     strength = credential_key(name)
     if strength is None or name.lower() == "key":
         return None  # a bare ``key`` names a map's key (XML key="...", YAML key: ...), not a credential
@@ -304,7 +308,7 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         return _accept(text, position, close, strength, quoted=True, label=False)
     while position < line_end and text[position] in SPACE:
         position += 1
-    if kind == "," and text[position:position + 1] not in QUOTES:
+    if kind == "," and (position >= line_end or text[position] not in QUOTES):  # ("" is in every string)
         return None  # ``("password", variable)``: a name handed to code
     if kind == ",":
         close = _closing(text, position, line_end) if text[position:position + 1] in QUOTES else None
@@ -316,7 +320,10 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     else:
         label = kind == ":" and not at_line_start and not key_quoted
     terminator = _terminator(text, start, "" if key_quoted else opening, before, at_line_start, label)
-    return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower())
+    if opening == "(" and kind == "=" and LDAP_WILDCARD.match(text, position):
+        return None  # ``(password=MA*)``: an LDAP filter's substring search, a guess being tried
+    return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
+                       key=name)
 
 
 def _operator(text: str, position: int, line_end: int) -> tuple[str, int] | None:
@@ -360,24 +367,33 @@ def _terminator(text: str, start: int, opening: str, before: str, at_line_start:
     return "\n"  # INI, TOML, YAML, .properties, .env: the end of the line
 
 
-# what ends an unquoted value, by the terminator its syntax implies
+# what ends an unquoted value, by the terminator its syntax implies (a quote ends a URL's query value:
+# inside a URL it would be percent-encoded)
 _STOPS = {terminator: re.compile(f"[{re.escape(stops)}]") for terminator, stops in
-          {" ": " \t", ";": ";", "&": "&# \t", ",": ", \t"}.items()}
+          {" ": " \t", ";": ";", "&": "&# \t\"'`", ",": ", \t"}.items()}
 
 
 def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
-                label: bool, phrase: bool = False) -> tuple[int, int] | None:
+                label: bool, phrase: bool = False, key: str = "") -> tuple[int, int] | None:
     first = text[position:position + 1]
+    entity = ENTITY_QUOTE.match(text, position)
+    if entity:  # ``&#34;value&#34;``: code shown in a web page, its quotes written as entities
+        close = text.find(entity.group(0), entity.end(), line_end)
+        return _accept(text, entity.end(), close, strength, quoted=True, label=False, key=key) if close != -1 else None
     if first == "\\" and text[position + 1:position + 2] == '"':
         close = text.find('\\"', position + 2, line_end)
-        return _accept(text, position + 2, close, strength, quoted=True, label=False) if close != -1 else None
+        return _accept(text, position + 2, close, strength, quoted=True, label=False, key=key) if close != -1 else None
     if first and first in QUOTES and first != terminator:
         close = _closing(text, position, line_end)
         if close is None:
             return _accept(text, position + 1, line_end, strength, quoted=False, label=label)
-        if FORMATTED.match(text, close + 1):
-            return None  # ``'{0}:{1}'.format(user, pw)``, ``"%s" % pw``: a format string of code
-        return _accept(text, position + 1, close, strength, quoted=True, label=False)
+        if FORMATTED.match(text, close + 1) or text.startswith(code_values.API_LISTING, close + 1):
+            return None  # ``'{0}:{1}'.format(user, pw)``, ``"%s" % pw``: a format string of code; an API listing
+        return _accept(text, position + 1, close, strength, quoted=True, label=False, key=key)
+    if terminator in QUOTES:
+        form = FORM_FIELD.search(text, position, line_end)  # ``"token=abc&secret=xyz"``: a form body in a string
+        if form is not None and text.find(terminator, position, form.start()) == -1:
+            line_end = form.start()
     if first == "[" and strength == "strong":
         return _list_value(text, position, line_end)
     if first == "{" and terminator == ";":
@@ -398,7 +414,7 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
         while end > position and text[end - 1] in ".,;:!?)\"'":
             end -= 1
     return _accept(text, position, end, strength, quoted=False, label=label, config=terminator == "\n" and not label,
-                   phrase=phrase)
+                   phrase=phrase, key=key)
 
 
 def _list_value(text: str, position: int, line_end: int) -> tuple[int, int] | None:
@@ -429,9 +445,10 @@ def _closing(text: str, position: int, line_end: int) -> int | None:
 
 
 def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, label: bool, config: bool = False,
-            phrase: bool = False, by_position: bool = False) -> tuple[int, int] | None:
+            phrase: bool = False, by_position: bool = False, key: str = "") -> tuple[int, int] | None:
     """The span of an accepted value. ``by_position``: a signature's argument (``ConvertTo-SecureString
-    'PlainTextPassword'``), which is a credential even when it reads like a name."""
+    'PlainTextPassword'``), which is a credential even when it reads like a name. ``key``: the name the
+    value is assigned to, when it has one (a token's key says the value is generated)."""
     if end <= start:
         return None
     value = text[start:end]
@@ -443,10 +460,12 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
             return None
         if code_values.is_code_reference(value):
             return None  # ``getPassword();``, ``credentials.password,``, ``string | null``: code, not a value
-    if quoted and not by_position and (code_values.is_name_constant(value) or code_values.is_code_between_strings(value)
+    if quoted and not by_position and (code_values.is_name_constant(value, key) or code_values.is_code_between_strings(value)
                    or (code_values.is_camel_name(value) and credential_key(value) is not None
                        and (text[end + 1:end + 2] == ";" or text.startswith(" ->", end + 1)))):
         return None  # ``BLOB = "PKCS8_PRIVATEKEY"``, ``X = "KDFKeySecret";``, ``"&pw=" + f(x)``: a name, code
+    if not by_position and code_values.is_stand_in(value, key, backtick=quoted and text[start - 1:start] == "`"):
+        return None  # ``token=different-token``, ``"Enter password: "``: a stand-in, a prompt, a path
     if not value_ok(value, strength, quoted=quoted, label=label, config=config, phrase=phrase):
         return None
     lead = len(value) - len(value.lstrip())
@@ -492,6 +511,10 @@ def _pin(text: str, start: int, end: int, line_end: int) -> tuple[int, int] | No
     return match.span("pin")
 
 
+ENTITY_QUOTE = re.compile(r"&#34;|&quot;|&#39;|&apos;")
+FORM_FIELD = re.compile(r"&[A-Za-z_][\w.\-]*=")  # the next field of ``a=1&b=2``
+# ``(password=MA*)``: in an LDAP filter a value ending in ``*`` asks for a prefix.
+LDAP_WILDCARD = re.compile(r"[^()\s]*\*\)")
 PROSE_VERB = re.compile(r"(?i)(?:is|was|will be|is now|is set to|has been changed to|changed to|ist|lautet)[ \t]+"
                         r"(?:now[ \t]+|still[ \t]+)?[:\u201c\u2018\"']?")
 

@@ -20,7 +20,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 3
+DETECTION_VERSION = 4
 
 # --- entropy --------------------------------------------------------------
 
@@ -63,7 +63,7 @@ PLACEHOLDER_WORDS = frozenset(
     yes no on off undefined empty todo fixme tbd test testing string str int bool boolean
     required optional value your_password your_token your_api_key mypassword mysecret
     secretpassword notasecret not_a_secret insert_here replace_me replaceme foo bar foobar
-    bearer basic xxx pass
+    bearer basic xxx pass abc123
     """.split()
 )
 
@@ -81,9 +81,13 @@ REFERENCE = re.compile(
 )
 
 
+# A quote written as an HTML entity (``&#34;password&#34;`` in a page that shows code): still a quote.
+ENTITY_QUOTES = re.compile(r"^(?:&#34;|&quot;|&#39;|&apos;)|(?:&#34;|&quot;|&#39;|&apos;)$")
+
+
 def is_placeholder(value: str) -> bool:
     """An obvious stand-in rather than a real value."""
-    stripped = value.strip().strip("\"'`")
+    stripped = ENTITY_QUOTES.sub("", value.strip()).strip("\"'`")
     lowered = stripped.lower()
     if not stripped or lowered in PLACEHOLDER_WORDS:
         return True
@@ -268,9 +272,12 @@ NON_SECRET_SUFFIX = frozenset({
     "callback", "request", "response", "spec", "store", "service", "handler", "helper", "util", "utils",
     "config", "settings", "option", "options", "id_", "ttl", "lock", "mask", "masked", "visible", "hidden",
     "changed", "updated", "created", "valid", "invalid", "check", "input", "prompt", "dialog", "modal",
+    "commit", "branch",  # ``pkg_passwd_commit = master``: a revision of a package named after passwords
+    "scheme", "placement", "realm",  # ``default_pass_scheme = SHA512-CRYPT``: how a credential is kept or sent
 })
+# ``public``: a public key, a .NET ``PublicKeyToken``, a publishable token are meant to be shared.
 NON_SECRET_PREFIX = frozenset({"max", "min", "num", "count", "is", "has", "show", "hide", "enable", "disable",
-                               "require", "allow", "forgot", "len", "no", "skip", "validate", "check"})
+                               "require", "allow", "forgot", "len", "no", "skip", "validate", "check", "public"})
 BOOLEANISH = frozenset({"true", "false", "yes", "no", "on", "off", "null", "none", "nil", "undefined"})
 
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
@@ -396,6 +403,8 @@ def check_assignment(match: re.Match, start: int, end: int):
     strength = key_strength(key)
     if strength is None:
         return False
+    if match.string[max(0, match.start("key") - 6):match.start("key")] == "alias ":
+        return False  # ``alias wpwd='wp widget delete'``: a shell alias names a command
     groups = match.groupdict()
     if key.lower() in ATTRIBUTE_NAMES and groups.get("op") == "=" and _inside_tag(match.string, match.start("key")):
         return False  # <entry key="jetbrains.mps.v8_elimination" value="..."/>: key= names the setting
@@ -415,6 +424,10 @@ def check_assignment(match: re.Match, start: int, end: int):
                    or (code_values.is_camel_name(value) and key_strength(value) is not None
                        and re.fullmatch(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+", key.rsplit(".", 1)[-1]))):
         return False  # ``"&pw=" + f("pw")``; ``NCRYPT_KDF_SECRET_VALUE = "KDFKeySecret"``: code, a name
+    if quoted and match.string.startswith(code_values.API_LISTING, vend + 1):
+        return False  # ``Type.FIELD = "HMAC" -> string``: a .NET public-API listing, not an assignment
+    if code_values.is_stand_in(value, key, backtick=raw.startswith("`")):
+        return False  # ``"access_token": "fake-token"``, ``"Enter password: "``: a stand-in, a prompt
     if quoted and strength == "weak" and re.fullmatch(r"[a-z]+(?:_[a-z0-9]+){2,}", value):
         return False  # ``"key": "benchmark_ml_job_2"``: a snake_case name under a map's key
     if not quoted:

@@ -17,7 +17,8 @@ counts; this script follows it:
   finding on, or the sanitizer changes, one of its lines;
 - figures: recall of T, recall of T without the rows whose only categories
   are ``UUID`` / ``AWS S3 Bucket``, the false-flag rate on F, the rate on X,
-  precision (detected T / (detected T + flagged F)) and F1.
+  precision (detected T / (detected T + flagged F)) and F1; ``side_by_side``
+  repeats the ones the targets name, one line per tool.
 
 The peers run from a bench-only venv, never a project dependency:
 ``python3 -m venv /work/bench-venv && /work/bench-venv/bin/pip install
@@ -282,6 +283,18 @@ def peer_report(rows: dict[str, list[dict]], data: Path, venv: Path) -> dict:
     return report
 
 
+SUMMARY = ("recall_without_uuid_s3", "false_flags", "precision", "f1")
+
+
+def side_by_side(report: dict) -> dict:
+    """One line per tool and rule, the figures the targets name, to read the three tools at a glance."""
+    lines = {f"bastion ({rule})": report["bastion"][f"{rule}_rule"] for rule in ("span", "line")}
+    for tool in ("credsweeper", "detect_secrets"):
+        if "line_rule" in report.get(tool, {}):
+            lines[f"{tool} (line)"] = report[tool]["line_rule"]
+    return {name: " ".join(f"{key}={figures[key]}" for key in SUMMARY) for name, figures in lines.items()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--code", help="a checkout whose bastion_agent to measure (default: this one)")
@@ -299,6 +312,7 @@ def main(argv=None) -> int:
               "bastion": bastion_report(rows, data, args.misses)}
     if not args.no_peers:
         report.update(peer_report(rows, data, Path(args.peer_venv)))
+    report["side_by_side"] = side_by_side(report)
     print(json.dumps(report, indent=2))
     return 0
 
