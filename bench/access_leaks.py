@@ -21,10 +21,17 @@ loopback stub model server):
 - ``paths``: the same form at ``public/forms-exit-interview.txt`` and at an
   ``hr/dismissals/...`` path; a ``public`` caller searches (vector, keyword,
   hybrid) and MCP-fetches the hit. Printed: the hidden paths it saw.
+- ``remote_paths``: the same two files, published to a throw-away
+  PostgreSQL (``testing/pgtest``); a reader of ``public`` that logs in runs
+  ``search --remote --json`` (vector, keyword, hybrid). Printed: the hidden
+  paths and the hidden file's date it saw, ``before`` (the reader function
+  ``hit_rows`` as schema migration 10 made it: every path, the document's
+  date) and ``after`` (migration 11's), on the same rows in the same run.
+  Skipped (with the reason) when no PostgreSQL with pgvector is at hand.
 
 Targets: 0 recovered, no match in the audit log, 0 hidden paths.
 
-Usage: python3 bench/access_leaks.py [--guesses 40]   (about a minute; prints JSON)
+Usage: python3 bench/access_leaks.py [--guesses 40] [--only remote_paths]   (about a minute; prints JSON)
 """
 
 from __future__ import annotations
@@ -180,12 +187,85 @@ def paths_attack(stub) -> dict:
     return {"paths_seen": len(seen), "hidden_paths_seen": sum(1 for path in seen if path.startswith("hr/"))}
 
 
+def remote_paths_attack(stub) -> dict:
+    """``search --remote`` as a ``public`` reader, with migration 10's ``hit_rows`` and with migration 11's."""
+    import os
+
+    from bastion_agent.publishing import schema_dates, schema_paths
+    from bastion_agent.testing import pgtest
+
+    reason = pgtest.unavailable_for_tests()
+    if reason:
+        return {"skipped": reason}
+    hidden = "hr/dismissals/" + "".join(random.choice(string.ascii_lowercase) for _ in range(10)) + "-layoffs.txt"
+    form = "Exit interview form: reason for leaving, notice period, equipment returned, final pay confirmed.\n"
+    server = pgtest.server_for_tests()
+    database, reader = f"leaks_{os.getpid()}", f"leaks_public_{os.getpid()}"
+    try:
+        _sql(server.dsn(), f'CREATE DATABASE "{database}"')
+        owner_dsn = server.dsn(dbname=database)
+        _sql(owner_dsn, "CREATE EXTENSION IF NOT EXISTS vector")
+        with tempfile.TemporaryDirectory() as folder:
+            now = time.time()
+            files = {"public/forms-exit-interview.txt": form, hidden: form}
+            layout, _, _ = sweep(Path(folder), files, stub, extra=ACCESS + '\n[publish]\nbastion = "fs-01"\n',
+                                 stages=("sweep",))
+            recent = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(now)))  # the HR file is the recent one
+            older = now - random.randint(400, 800) * 86400
+            os.utime(Path(folder) / "docs" / "public/forms-exit-interview.txt", (older, older))
+            with clean_env(EMBED_URL=stub.url, BASTION_PUBLISH_DSN=owner_dsn):
+                for stage in ("sweep", "publish"):
+                    code, _, err = run_cli(stage, Path(folder) / "manifest.toml", "--out", layout.root)
+                    assert code == 0, err
+            with clean_env(BASTION_ADMIN_DSN=owner_dsn):
+                from unittest import mock
+                import io
+
+                with mock.patch("sys.stdin", io.StringIO("leaks-password\n")):
+                    code, _, err = run_cli("admin", "add-searcher", reader, "--groups", "public", "--login")
+                assert code == 0, err
+            reader_dsn = server.dsn(user=reader, password="leaks-password", dbname=database)
+            result = {}
+            for phase, statement in (("before", schema_dates._hit_rows_sql()),
+                                     ("after", schema_paths._rows_sql("hit_rows", True))):
+                _sql(owner_dsn, statement)
+                seen, dated = [], 0
+                for mode in ("vector", "keyword", "hybrid"):
+                    with clean_env(EMBED_URL=stub.url, BASTION_PUBLISH_DSN=reader_dsn):
+                        code, out, err = run_cli("search", Path(folder) / "manifest.toml", "exit interview form notice",
+                                                 "--remote", "--json", "--mode", mode)
+                    assert code == 0, err
+                    hits = json.loads(out)
+                    seen += [path for hit in hits for path in hit["paths"]]
+                    dated += sum(1 for hit in hits if (hit.get("modified") or "")[:10] == recent[:10])
+                result[phase] = {"paths_seen": len(seen), "hidden_paths_seen": sum(1 for p in seen if p.startswith("hr/")),
+                                 "hits_dated_by_the_hidden_file": dated}
+            return result
+    finally:
+        _sql(server.dsn(), f'DROP DATABASE IF EXISTS "{database}"')
+        _sql(server.dsn(), f'DROP ROLE IF EXISTS "{reader}"')
+        server.stop()
+
+
+def _sql(dsn: str, statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+ATTACKS = ("copies", "audit", "paths", "remote_paths")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--guesses", type=int, default=40)
+    parser.add_argument("--only", choices=ATTACKS, help="run this attack alone")
     args = parser.parse_args()
+    attacks = {"copies": lambda stub: copies_attack(args.guesses, stub), "audit": audit_attack,
+               "paths": paths_attack, "remote_paths": remote_paths_attack}
     with StubServer() as stub:
-        result = {"copies": copies_attack(args.guesses, stub), "audit": audit_attack(stub), "paths": paths_attack(stub)}
+        result = {name: attack(stub) for name, attack in attacks.items() if args.only in (None, name)}
     print(json.dumps(result, indent=2))
     return 0
 

@@ -5,7 +5,8 @@ stores, and nothing else: the sanitized windows of ``vectors.db`` (text,
 ``doc``, ``idx``, offsets), their vectors for the manifest's model, the
 documents' sanitized paths and groups, and each document's date alone (the
 latest of its files' modification times; which file, and the others' times,
-stay here). The database (``BASTION_PUBLISH_DSN``, a libpq
+stay here), and, so that a reader is shown only the paths it may read, each
+path's own groups and time (``schema_paths``). The database (``BASTION_PUBLISH_DSN``, a libpq
 connection string, from the environment only) is one an organisation
 already runs, backs up and shards; ``docs/publish.md`` shows the set-up.
 
@@ -96,6 +97,9 @@ class LocalDocument:
     groups: list[str] = field(default_factory=list)  # who may read it (vectors.db's documents.groups)
     # the latest modification time of its files (core.dates.latest): the date alone leaves the bastion
     modified: str | None = None
+    # each path's own groups and date ({path: {"groups": [...], "modified": ...}}), so the central index shows
+    # a reader only the paths it may read; None: not known here (a store embedded before paths had groups)
+    access: dict | None = None
 
     @property
     def chunks_fingerprint(self) -> str:
@@ -110,6 +114,10 @@ class LocalDocument:
     @property
     def groups_json(self) -> str:
         return json.dumps(sorted(set(self.groups)))
+
+    @property
+    def access_json(self) -> str | None:
+        return None if self.access is None else json.dumps(self.access, sort_keys=True, ensure_ascii=False)
 
 
 def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
@@ -135,6 +143,7 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
         vectors = dict(db.execute("SELECT chunk_id, vec FROM vectors WHERE model = ? AND dim = ?", (key, dim)))
         groups = document_groups(db)
         modified = document_dates(db)
+        per_path = path_access(db, groups)
     finally:
         db.close()
     if stored != {row.chunk_id for row in chunk_rows}:
@@ -143,7 +152,11 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
     if missing:
         raise StoreError(f"{missing} window(s) have no vector for model {key!r} (dim {dim}): run embed first")
     result = {row.doc: LocalDocument(row.doc, json.loads(row.paths), groups=groups.get(row.doc, []),
-                                     modified=modified.get(row.doc)) for row in documents}
+                                     modified=modified.get(row.doc), access=per_path.get(row.doc))
+              for row in documents}
+    for document in result.values():
+        if document.access is not None and set(document.access) != set(document.paths):
+            document.access = None  # another listing of paths than the store's: not known
     seen: set[str] = set()
     for row in chunk_rows:
         if row.chunk_id in seen:  # a repeated window keeps its first position, as in vectors.db
@@ -191,6 +204,41 @@ def document_dates(db) -> dict[str, str]:
         latest = dates.latest(times, count)
         if latest is not None:
             result[doc] = latest
+    return result
+
+
+def path_access(db, groups: dict[str, list[str]]) -> dict[str, dict]:
+    """doc -> {path: {"groups": its groups, "modified": its time or None}}, from vectors.db's ``path_groups``
+    and ``modified`` (JSON lists aligned with ``paths``), where every path has its groups.
+
+    A document is left out (the server then knows none of its paths'
+    groups, and shows a group-limited reader no path of several) when the
+    lists are not aligned, or when its paths' groups together are not its
+    groups: the server refuses such a map rather than guess.
+    """
+    columns = {row[1] for row in db.execute("PRAGMA table_info(documents)")}
+    if "path_groups" not in columns:
+        return {}
+    times = "modified" if "modified" in columns else "NULL"
+    result = {}
+    for doc, paths, path_groups, modified in db.execute(f"SELECT doc, paths, path_groups, {times} FROM documents"):
+        try:
+            paths, path_groups = json.loads(paths or "[]"), json.loads(path_groups or "[]")
+            stamps = json.loads(modified or "[]")
+        except ValueError:
+            continue
+        if not (isinstance(paths, list) and isinstance(path_groups, list) and len(path_groups) == len(paths)
+                and len(set(paths)) == len(paths)):
+            continue
+        if not all(isinstance(names, list) and all(access.is_group_name(n) for n in names) for names in path_groups):
+            continue
+        if sorted({name for names in path_groups for name in names}) != groups.get(doc, []):
+            continue
+        if not isinstance(stamps, list) or len(stamps) != len(paths):
+            stamps = [None] * len(paths)
+        result[doc] = {path: {"groups": sorted(set(names)),
+                              "modified": when if isinstance(when, str) and dates.STAMP.fullmatch(when) else None}
+                       for path, names, when in zip(paths, path_groups, stamps)}
     return result
 
 
@@ -247,14 +295,17 @@ class Plan:
     unchanged: int
     groups_only: list[LocalDocument] = field(default_factory=list)  # same windows, other groups
     dates_only: list[LocalDocument] = field(default_factory=list)  # same windows, another date
+    access_only: list[LocalDocument] = field(default_factory=list)  # same windows, another map of paths' groups
 
 
 def plan(local: dict[str, LocalDocument], remote: dict[str, tuple[str, str, int]],
-         remote_groups: dict[str, str] | None = None, remote_dates: dict[str, str | None] | None = None) -> Plan:
+         remote_groups: dict[str, str] | None = None, remote_dates: dict[str, str | None] | None = None,
+         remote_access: dict[str, str | None] | None = None) -> Plan:
     """Compare the bastion's documents with the server's (doc -> fingerprint, paths, windows; doc -> groups
-    as a JSON list; doc -> date). A written document carries its groups and date; a kept one whose groups
-    differ is relabelled, one whose date differs is re-dated."""
-    write, paths_only, groups_only, dates_only, unchanged = [], [], [], [], 0
+    as a JSON list; doc -> date; doc -> map of its paths' groups, as JSON). A written document carries its
+    groups, date and map; a kept one whose groups differ is relabelled, one whose date differs is re-dated,
+    and its map is sent again after any of these (the server forgets a map when what it describes changes)."""
+    write, paths_only, groups_only, dates_only, access_only, unchanged = [], [], [], [], [], 0
     for doc in sorted(local):
         document = local[doc]
         held = remote.get(doc)
@@ -267,12 +318,22 @@ def plan(local: dict[str, LocalDocument], remote: dict[str, tuple[str, str, int]
         redate = remote_dates is not None and remote_dates.get(doc) != document.modified
         if redate:
             dates_only.append(document)
-        if held[1] != document.paths_json:
+        moved = held[1] != document.paths_json
+        if moved:
             paths_only.append(document)
-        elif not relabel and not redate:
+        held_map = None if remote_access is None or relabel or redate or moved else _loaded(remote_access.get(doc))
+        remap = remote_access is not None and held_map != document.access
+        if remap:
+            access_only.append(document)
+        if not moved and not relabel and not redate and not remap:
             unchanged += 1
     delete = sorted(doc for doc in remote if doc not in local)
-    return Plan(write, paths_only, delete, unchanged, groups_only, dates_only)
+    return Plan(write, paths_only, delete, unchanged, groups_only, dates_only, access_only)
+
+
+def _loaded(text: str | None):
+    """A JSON value the server returned (jsonb re-serialises), loaded for comparing; None stays None."""
+    return None if text is None else json.loads(text)
 
 
 def batches(documents: list[LocalDocument], limit: int) -> Iterator[list[LocalDocument]]:
@@ -359,17 +420,20 @@ class Writer:
         return {doc: (fingerprint, paths, windows) for doc, fingerprint, paths, windows in self.conn.execute(
             "SELECT * FROM bastion_agent.published_documents(%s, %s, %s)", (self.bastion, self.model, self.dim))}
 
-    def published_state(self) -> tuple[dict[str, tuple[str, str, int]], dict[str, str], dict[str, str | None]]:
-        """``published()``, doc -> its groups on the server (a sorted JSON list) and doc -> its date, in one
-        statement."""
+    def published_state(self) -> tuple[dict[str, tuple[str, str, int]], dict[str, str], dict[str, str | None],
+                                       dict[str, str | None]]:
+        """``published()``, doc -> its groups on the server (a sorted JSON list), doc -> its date and doc -> its
+        map of paths' groups (JSON), in one statement."""
         rows = self.conn.execute(
-            "SELECT p.doc, p.chunks_fingerprint, p.paths, p.windows, g.groups, t.modified"
+            "SELECT p.doc, p.chunks_fingerprint, p.paths, p.windows, g.groups, t.modified, a.access"
             " FROM bastion_agent.published_documents(%s, %s, %s) p"
             " LEFT JOIN bastion_agent.published_groups(%s, %s) g ON g.doc = p.doc"
-            " LEFT JOIN bastion_agent.published_dates(%s, %s) t ON t.doc = p.doc",
-            (self.bastion, self.model, self.dim, self.bastion, self.model, self.bastion, self.model)).fetchall()
+            " LEFT JOIN bastion_agent.published_dates(%s, %s) t ON t.doc = p.doc"
+            " LEFT JOIN bastion_agent.published_access(%s, %s) a ON a.doc = p.doc",
+            (self.bastion, self.model, self.dim, self.bastion, self.model, self.bastion, self.model,
+             self.bastion, self.model)).fetchall()
         return ({row[0]: row[1:4] for row in rows}, {row[0]: row[4] or "[]" for row in rows},
-                {row[0]: row[5] for row in rows})
+                {row[0]: row[5] for row in rows}, {row[0]: row[6] for row in rows})
 
     LOCK_SQL = "SELECT bastion_agent.lock_bastion(%s)"
 
@@ -410,10 +474,11 @@ class Writer:
         with self.conn.transaction():
             with self.conn.cursor() as cur:
                 copy_into(cur, f"pg_temp.{STAGING}", copy_rows(None, None, batch), STAGING_COLUMNS, pause)
-                cur.execute("SELECT bastion_agent.write_documents(%s, %s, %s, %s, %s, %s, %s, %s)",
+                cur.execute("SELECT bastion_agent.write_documents(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                             (self.bastion, self.model, [d.doc for d in batch], [d.chunks_fingerprint for d in batch],
                              [d.paths_json for d in batch], [len(d.windows) for d in batch],
-                             [d.groups_json for d in batch], [d.modified for d in batch]))
+                             [d.groups_json for d in batch], [d.modified for d in batch],
+                             [d.access_json for d in batch]))
                 return cur.fetchone()[0]
 
     def update_paths(self, documents: list[LocalDocument]) -> None:
@@ -429,6 +494,11 @@ class Writer:
         """New dates on documents the server holds: only their rows of ``documents`` change, no vector is sent."""
         self.conn.execute("SELECT bastion_agent.update_dates(%s, %s, %s, %s)",
                           (self.bastion, self.model, [d.doc for d in documents], [d.modified for d in documents]))
+
+    def update_access(self, documents: list[LocalDocument]) -> None:
+        """New maps of paths' groups and dates on documents the server holds: no vector is sent."""
+        self.conn.execute("SELECT bastion_agent.update_access(%s, %s, %s, %s)",
+                          (self.bastion, self.model, [d.doc for d in documents], [d.access_json for d in documents]))
 
     def delete(self, docs: list[str]) -> int:
         return self.conn.execute("SELECT bastion_agent.delete_documents(%s, %s, %s)",
@@ -472,11 +542,13 @@ class OwnerWriter(Writer):
             "SELECT doc, chunks_fingerprint, paths::text, windows FROM bastion_agent.documents"
             " WHERE bastion = %s AND model = %s", (self.bastion, self.model))}
 
-    def published_state(self) -> tuple[dict[str, tuple[str, str, int]], dict[str, str], dict[str, str | None]]:
+    def published_state(self) -> tuple[dict[str, tuple[str, str, int]], dict[str, str], dict[str, str | None],
+                                       dict[str, str | None]]:
         rows = self.conn.execute("SELECT doc, chunks_fingerprint, paths::text, windows, to_jsonb(groups)::text,"
-                                 " modified FROM bastion_agent.documents WHERE bastion = %s AND model = %s",
-                                 (self.bastion, self.model)).fetchall()
-        return {row[0]: row[1:4] for row in rows}, {row[0]: row[4] for row in rows}, {row[0]: row[5] for row in rows}
+                                 " modified, path_access::text FROM bastion_agent.documents"
+                                 " WHERE bastion = %s AND model = %s", (self.bastion, self.model)).fetchall()
+        return ({row[0]: row[1:4] for row in rows}, {row[0]: row[4] for row in rows}, {row[0]: row[5] for row in rows},
+                {row[0]: row[6] for row in rows})
 
     @contextlib.contextmanager
     def lock(self, wait: float | None = None):
@@ -497,9 +569,9 @@ class OwnerWriter(Writer):
                 rows = [PublishedDocument(self.bastion, self.model, d.doc, d.chunks_fingerprint, d.paths_json,
                                           len(d.windows), d.modified) for d in batch]
                 cur.executemany(self.DOCUMENTS_SQL, list(map(records.values(PublishedDocument), rows)))
-            labelled = [d for d in batch if d.groups]  # COPY wrote none: the labelled ones' rows, in this transaction
-            if labelled:
-                self.update_groups(labelled)
+            # COPY wrote no groups: every document's, in this transaction (an unchanged one costs no write)
+            self.update_groups(batch)
+            self.update_access(batch)  # after the groups, which the map's CHECK compares with
             return deleted
 
     def update_paths(self, documents: list[LocalDocument]) -> None:
@@ -523,6 +595,15 @@ class OwnerWriter(Writer):
                             " WHERE bastion = %s AND model = %s AND doc = %s",
                             [(d.modified, self.bastion, self.model, d.doc) for d in documents])
 
+    def update_access(self, documents: list[LocalDocument]) -> None:
+        # one statement for the batch (a bulk load writes every document's map); unchanged rows are not rewritten
+        with self.conn.transaction():
+            self.conn.execute("UPDATE bastion_agent.documents d SET path_access = u.a::jsonb"
+                              " FROM unnest(%s::text[], %s::text[]) AS u(doc, a)"
+                              " WHERE d.bastion = %s AND d.model = %s AND d.doc = u.doc"
+                              " AND d.path_access IS DISTINCT FROM u.a::jsonb",
+                              ([d.doc for d in documents], [d.access_json for d in documents], self.bastion, self.model))
+
     def delete(self, docs: list[str]) -> int:
         with self.conn.transaction():
             deleted = self.conn.execute(
@@ -538,10 +619,11 @@ def canonical(remote: dict[str, tuple[str, str, int]]) -> dict[str, tuple[str, s
     return {doc: (f, json.dumps(sorted(json.loads(p)), ensure_ascii=False), n) for doc, (f, p, n) in remote.items()}
 
 
-def published(writer: Writer) -> tuple[dict[str, tuple[str, str, int]], dict[str, str], dict[str, str | None]]:
-    """The server's documents (canonical paths), their groups and their dates."""
-    remote, groups, modified = writer.published_state()
-    return canonical(remote), groups, modified
+def published(writer: Writer) -> tuple[dict[str, tuple[str, str, int]], dict[str, str], dict[str, str | None],
+                                       dict[str, str | None]]:
+    """The server's documents (canonical paths), their groups, their dates and their maps of paths' groups."""
+    remote, groups, modified, access_maps = writer.published_state()
+    return canonical(remote), groups, modified, access_maps
 
 
 def publish_documents(writer: Writer, local: dict[str, LocalDocument]) -> dict:
@@ -555,9 +637,9 @@ def publish_documents(writer: Writer, local: dict[str, LocalDocument]) -> dict:
     todo = plan(local, *published(writer))
     counts = {"documents": len(local), "documents_written": 0, "documents_deleted": 0,
               "documents_unchanged": todo.unchanged, "documents_paths_updated": 0, "documents_groups_updated": 0,
-              "documents_dates_updated": 0,
+              "documents_dates_updated": 0, "documents_paths_groups_updated": 0,
               "windows": sum(len(d.windows) for d in local.values()), "inserted": 0, "deleted": 0}
-    if todo.write or todo.paths_only or todo.groups_only or todo.dates_only or todo.delete:
+    if todo.write or todo.paths_only or todo.groups_only or todo.dates_only or todo.access_only or todo.delete:
         with writer.lock():
             todo = plan(local, *published(writer))
             counts["documents_unchanged"] = todo.unchanged
@@ -586,6 +668,9 @@ def apply_plan(writer: Writer, todo: Plan, counts: dict) -> None:
     if todo.dates_only:
         writer.update_dates(todo.dates_only)
         counts["documents_dates_updated"] = len(todo.dates_only)
+    if todo.access_only:  # last: the updates above make the server forget the maps they touch
+        writer.update_access(todo.access_only)
+        counts["documents_paths_groups_updated"] = len(todo.access_only)
     for first in range(0, len(todo.delete), 1000):
         part = todo.delete[first : first + 1000]
         counts["deleted"] += writer.delete(part)

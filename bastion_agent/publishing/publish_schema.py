@@ -16,7 +16,8 @@ Everything lives in the schema ``bastion_agent``:
   sanitized text (``to_tsvector('english', text)``) with a GIN index;
 - ``documents(bastion, doc, model, chunks_fingerprint, paths, windows,
   published_at)``: what publish compares against, and each hit's paths;
-  since migration 10 also ``modified``, the document's date (``schema_dates``);
+  since migration 10 also ``modified``, the document's date (``schema_dates``), and since migration 11
+  ``path_access``, each path's own groups and date (``schema_paths``);
 - ``models(model PK, dim, kind, index_name)``: one partial HNSW index per
   model on ``(embedding::vector(dim))`` with cosine distance (``halfvec`` above
   2000 dimensions, pgvector's limit for ``vector``), ``WHERE model = '…'``; a
@@ -456,9 +457,25 @@ def _m010_document_dates(conn) -> None:
         conn.execute(statement)
 
 
+# --- migration 11: each path's groups and date; a reader is shown only the paths it may read ----
+#
+# The statements and the reasons are in schema_paths.py.
+
+def _m011_path_access(conn) -> None:
+    """``documents.path_access`` (NULL for the rows of before, until their bastion publishes again), the functions
+    that write it for a publisher's own bastion, and the reader functions' new bodies, which show a reader only the
+    paths (and the date) it may read."""
+    from psycopg import sql
+
+    from bastion_agent.publishing.schema_paths import paths_sql
+
+    for statement in paths_sql(sql.Identifier(vector_schema(conn)).as_string(conn)):
+        conn.execute(statement)
+
+
 MIGRATIONS = [_m001_tables, _m002_row_security, _m003_ensure_model, _m004_hnsw_build, _m005_hnsw_build,
               _m006_least_privilege, _m007_reader_groups, _m008_bastion_graphs, _m009_sealed_readers,
-              _m010_document_dates]
+              _m010_document_dates, _m011_path_access]
 LATEST = len(MIGRATIONS)
 
 

@@ -38,6 +38,11 @@ then a gateway that may only become readers; ``reader_groups`` tells serve which
 token is never mapped to a reader that reads more than the token may.
 The query vector comes from the local model server, as for local search.
 
+**Paths** (schema 11, ``schema_paths``): a reader's hit names only the
+paths whose own groups it shares, and is dated by those alone; the owner's
+functions choose them, so nothing here (nor in an agent of before) sees the
+others.
+
 **Dates** (schema 10, ``schema_dates``): each hit carries its document's
 ``modified``, the date its bastion published. A search with ``dates`` (a
 ``core.dates.DateRange``) keeps to documents dated within it, as a condition
