@@ -19,8 +19,7 @@ from typing import Iterable, Sequence
 from bastion_agent.config.manifest import SEARCH_MODES
 from bastion_agent.core.errors import ConfigError, ModelServerError, StoreError
 from bastion_agent.core.layout import Layout
-from bastion_agent.core.progress import escape_name
-from bastion_agent.core import dates, records
+from bastion_agent.core import document_hits, records
 from bastion_agent.core.records import Hit
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.client import EmbedClient
@@ -508,9 +507,8 @@ class SearchIndex:
             position += len(part)
             marks = ",".join("?" * len(part))
             rows = {row["chunk_id"]: row for row in cursor.execute(
-                f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, d.paths, d.modified,'
-                " d.groups AS doc_groups, d.path_groups FROM chunks c"
-                f" LEFT JOIN documents d ON d.doc = c.doc WHERE c.chunk_id IN ({marks})",
+                f'SELECT c.chunk_id, c.doc, c.idx, c.start, c."end", c.text, {document_hits.select_list("d")}'
+                f" FROM chunks c LEFT JOIN documents d ON d.doc = c.doc WHERE c.chunk_id IN ({marks})",
                 [item.chunk_id for item in part])}
             maps = vectorstore.document_pages(self.db, (row["doc"] for row in rows.values()))
             hits += [hit_of(item, rows[item.chunk_id], mode, maps, groups) for item in part if item.chunk_id in rows]
@@ -518,17 +516,10 @@ class SearchIndex:
 
 
 def hit_of(item, row, mode: str, maps: dict, groups: frozenset | None = None) -> Hit:
-    """The hit of a ranked window (``fusion.Scored``: its scores) and its row (``chunks`` and ``documents``
-    by column name), with the mode that answered, the page its text starts on, and the paths ``groups`` may see."""
-    import json
-
-    from bastion_agent.core.access import visible_positions
-
-    named = json.loads(row["paths"] or "[]")
-    shown = visible_positions(groups, named, json.loads(row["path_groups"] or "[]"), json.loads(row["doc_groups"] or "[]"))
-    paths = [escape_name(named[position]) for position in shown]
-    return records.build(Hit, item, row, paths=paths, mode=mode,
-                         modified=dates.latest(row["modified"], len(named), shown=shown),
+    """The hit of a ranked window (``fusion.Scored``: its scores) and its row (``chunks`` by column name,
+    ``documents`` as ``document_hits.select_list`` names it), with the mode that answered, the page its
+    text starts on, and the document's fields as ``groups`` may see them (``document_hits.hit_values``)."""
+    return records.build(records.hit_record(), item, row, mode=mode, **document_hits.hit_values(row, groups),
                          **page_of(maps.get(row["doc"]), row["start"], row["text"]))
 
 
