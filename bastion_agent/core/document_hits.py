@@ -21,6 +21,7 @@ are never shown themselves.
 from __future__ import annotations
 
 import json
+import typing
 
 from bastion_agent.core import dates, records
 from bastion_agent.core.access import visible_positions
@@ -75,3 +76,29 @@ def _list(value) -> list:
         except ValueError:
             return []
     return value if isinstance(value, list) else []
+
+
+def meta_values(meta, record: type | None = None) -> dict:
+    """The hit's fields from a document's ``meta`` in the central index (remote search): each published
+    field of the record, under its name, where the object has a value of the field's type (another
+    bastion's agent may publish keys this one does not declare, or another type: those are left out)."""
+    record = record or records.document_record()
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            return {}
+    if not isinstance(meta, dict):
+        return {}
+    values = {}
+    for item in records.published_fields(record):
+        value = meta.get(item.name)
+        if value is not None and _fits_scalar(value, records.scalar_type(typing.get_type_hints(record)[item.name])):
+            values[item.name] = value
+    return values
+
+
+def _fits_scalar(value, kind: type) -> bool:
+    if kind is float:
+        return type(value) in (int, float)
+    return type(value) is kind

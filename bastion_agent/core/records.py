@@ -10,8 +10,10 @@ writer follows by name:
 - ``Document``: one sanitized document, a line of ``sanitized/listing.jsonl``;
   sanitize merges it from the files whose text it is (``core/catalogue.py``,
   by each field's declared rule), chunk and embed read it.
-- ``DocumentRow``: one row of vectors.db's ``documents``; embed makes it from
-  a ``Document``, the vector store writes it, publish reads it.
+- ``DocumentRow``: one row of vectors.db's ``documents``, made from the
+  fields of ``Document`` that declare a column (``stored_row``); embed makes
+  it from a ``Document`` (``document_row``), the vector store writes it (and
+  adds a declared column it lacks), publish reads it.
 - ``ChunkRow``: one line of ``chunks.jsonl``; chunk writes it, embed reads it.
 - ``StoredChunk``: one row of vectors.db's ``chunks`` (a window and its
   sanitized text); embed makes it from ``chunks.jsonl``, the vector store
@@ -25,6 +27,12 @@ The SQL that stores a record names its columns from the record's fields
 that leaves through an API is made from its fields (``json_schema``): a
 field's ``metadata["schema"]`` adds its description and bounds. Standard
 library only.
+
+A per-document field is declared once, on ``Document``: its merge rule,
+and whether vectors.db keeps it (``column``), a hit shows it (``hit``:
+``core/document_hits.py``) and publish sends it to the central index
+(``published``: a key of the document's ``meta``). docs/architecture.md,
+"The catalogue", has the steps.
 """
 
 from __future__ import annotations
@@ -92,14 +100,17 @@ COLUMN_KINDS = ("", "value", "json")
 HIT_RULES = ("", "as is", "shown paths", "latest shown")
 
 
-def _merged(rule: str, check: str = "", column: str = "", hit: str = "", **schema) -> dict:
+def _merged(rule: str, check: str = "", column: str = "", hit: str = "", published: bool = False, **schema) -> dict:
     """A ``Document`` field's metadata: its merge rule, the name of a fail-closed check
     (``catalogue.CHECKS``) for a value read back that its type alone does not vouch for, how
-    vectors.db keeps it (``COLUMN_KINDS``) and how a hit shows it (``HIT_RULES``)."""
+    vectors.db keeps it (``COLUMN_KINDS``), how a hit shows it (``HIT_RULES``) and whether publish
+    sends it to the central index (``published``: a key of the document's ``meta``, a scalar kept as
+    its value; docs/publish.md)."""
     assert rule in MERGE_RULES, rule
     assert column in COLUMN_KINDS and hit in HIT_RULES, (column, hit)
     assert column or not hit, "a hit is filled from a column"
-    return {"merge": rule, "check": check, "column": column, "hit": hit, "schema": schema}
+    assert not published or (column == "value" and hit == "as is"), "a published field is a value a hit shows"
+    return {"merge": rule, "check": check, "column": column, "hit": hit, "published": published, "schema": schema}
 
 
 @dataclass(frozen=True)
@@ -168,15 +179,20 @@ def stored_fields(record: type) -> tuple:
     return tuple(item for item in dataclasses.fields(record) if item.metadata.get("column"))
 
 
+def published_fields(record: type) -> tuple:
+    """The fields of a document record that publish sends in the document's ``meta`` (metadata ``published``)."""
+    return tuple(item for item in dataclasses.fields(record) if item.metadata.get("published"))
+
+
 def column_sql(record: type, name: str) -> str:
     """The column's declaration for ``ALTER TABLE ... ADD COLUMN``: its type and default from the field."""
     item = next(item for item in stored_fields(record) if item.name == name)
     if item.metadata["column"] == "json":
         return "TEXT NOT NULL DEFAULT '[]'"
-    return _SQL_TYPES[_scalar(typing.get_type_hints(record)[name])]
+    return _SQL_TYPES[scalar_type(typing.get_type_hints(record)[name])]
 
 
-def _scalar(annotation) -> type:
+def scalar_type(annotation) -> type:
     """``X`` of a field typed ``X`` or ``X | None`` (a column kept as its value holds one scalar)."""
     args = [arg for arg in typing.get_args(annotation) if arg is not type(None)] or [annotation]
     assert len(args) == 1 and args[0] in _SQL_TYPES, f"a value column holds one scalar, not {annotation}"
@@ -195,7 +211,7 @@ def stored_row(record: type) -> type:
         elif item.metadata["column"] == "json":
             specs.append((item.name, str, field(default="[]")))
         else:
-            specs.append((item.name, _scalar(hints[item.name]) | None, field(default=None)))
+            specs.append((item.name, scalar_type(hints[item.name]) | None, field(default=None)))
     row = dataclasses.make_dataclass(f"{record.__name__}Row", specs, frozen=True)
     row.__module__ = __name__
     row.document_record = record  # not a field: which record's columns the row's table takes (vectorstore)
