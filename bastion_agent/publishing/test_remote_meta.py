@@ -177,8 +177,6 @@ class HostileMetaTests(MetaCase):
                 conn.execute("SELECT meta FROM bastion_agent.documents")
         self.assertEqual(rows, [])
         self.assertIn(f"rows={FUNCTION_ROWS} ", plan[0][0])
-        self.assertEqual(query(self.dsn, "SELECT has_function_privilege(%s, %s, 'EXECUTE')",
-                               (hr, f"bastion_agent.{schema_meta.HIT_ROWS}"))[0][0], True, "the grant survived")
 
     def test_a_value_the_central_index_would_refuse_stops_publish_in_one_line_before_anything_is_sent(self):
         doc = self.fs.ids[ENG[0]]
@@ -221,6 +219,47 @@ class PublishedMetaTests(MetaCase):
         self.assertEqual((summary["documents_meta_updated"], summary["documents_written"], summary["inserted"]),
                          (1, 0, 0))
         self.assertEqual({row[2] for row in before - self.row_versions()}, {doc}, "only that document's row")
+
+
+class UpgradeTests(MetaCase):
+    def roll_back_to_11(self) -> None:
+        """The schema as migration 11 left it: no meta column, none of migration 12's functions, 11's hit_rows."""
+        from bastion_agent.publishing import schema_paths, schema_sql
+
+        with psycopg_connect(self.dsn) as conn, conn.transaction():
+            conn.execute(schema_sql.keeping_grants(schema_meta.HIT_ROWS, schema_paths._rows_sql("hit_rows", True)))
+            conn.execute("ALTER TABLE bastion_agent.documents DROP COLUMN meta")
+            for function in (schema_meta.PUBLISHER_FUNCTIONS_12[len(schema_paths.PUBLISHER_FUNCTIONS_11):]
+                             + schema_meta.OWNER_HELPERS_12):
+                conn.execute(f"DROP FUNCTION bastion_agent.{function}")
+            for statement in schema_paths.bastion_role_functions(schema_paths.PUBLISHER_FUNCTIONS_11):
+                conn.execute(statement)
+            conn.execute("DELETE FROM bastion_agent.migrations WHERE version >= 12")
+
+    def test_a_schema_11_index_is_upgraded_in_place_its_readers_keep_hit_rows_and_the_next_publish_sends_meta_alone(self):
+        hr, _, gateway_dsn = self.readers()
+        self.roll_back_to_11()
+        before = self.row_versions()
+        self.assertEqual({hit.language for hit in self.search(self.index(gateway_dsn), "hybrid", hr)}, {None})
+        with psycopg_connect(self.dsn) as conn:
+            self.assertEqual(publish_schema.migrate(conn), publish_schema.LATEST)
+        self.assertEqual(self.row_versions(), before, "no window or document rewritten by the migration")
+        self.assertEqual(set(self.stored_meta().values()), {None})
+        for role in (hr, self.who.searcher):
+            with self.subTest(role=role[:6]):
+                self.assertTrue(query(self.dsn, "SELECT has_function_privilege(%s, %s, 'EXECUTE')",
+                                      (role, f"bastion_agent.{schema_meta.HIT_ROWS}"))[0][0])
+        self.assertFalse(query(self.dsn, "SELECT has_function_privilege('public', %s, 'EXECUTE')",
+                               (f"bastion_agent.{schema_meta.HIT_ROWS}",))[0][0])
+        code, _, err = self.fs.publish(self.who.publish_dsn)
+        self.assertEqual(code, 0, err)
+        summary = self.fs.summary()
+        self.assertEqual((summary["documents_meta_updated"], summary["documents_written"], summary["inserted"]),
+                         (len(DOCS), 0, 0))
+        allowed = {self.languages[self.fs.ids[text]] for text in HR}
+        found = {hit.language for hit in self.search(self.index(gateway_dsn), "hybrid", hr)}
+        self.assertTrue(found)
+        self.assertLessEqual(found, allowed)
 
 
 if __name__ == "__main__":
