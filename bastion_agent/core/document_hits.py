@@ -20,6 +20,7 @@ are never shown themselves.
 
 from __future__ import annotations
 
+import functools
 import json
 import typing
 
@@ -41,15 +42,17 @@ def hit_values(row, groups: frozenset | None, record: type | None = None) -> dic
     """The hit's fields from a row holding ``select_list``'s columns (a mapping: ``sqlite3.Row``, a dict),
     as a caller with ``groups`` (None: every group) may see them. A row without a document (a left join
     that found none) shows no path."""
-    record = record or records.document_record()
     named = _list(row[PREFIX + "paths"])
     shown = visible_positions(groups, named, _list(row[PREFIX + "path_groups"]), _list(row[PREFIX + "groups"]))
-    values = {}
-    for item in records.stored_fields(record):
-        rule = item.metadata.get("hit")
-        if rule:
-            values[item.name] = _RULES[rule](row[PREFIX + item.name], item.metadata["column"], named, shown)
-    return values
+    return {name: rule(row[column], kind, named, shown)
+            for name, column, kind, rule in _mapping(record or records.document_record())}
+
+
+@functools.cache
+def _mapping(record: type) -> tuple:
+    """``(hit field, selected column, column kind, rule)`` of each field a hit shows, made once per record."""
+    return tuple((item.name, PREFIX + item.name, item.metadata["column"], _RULES[item.metadata["hit"]])
+                 for item in records.stored_fields(record) if item.metadata.get("hit"))
 
 
 def _shown_paths(value, kind: str, named: list, shown: list[int]) -> list[str]:

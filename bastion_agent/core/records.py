@@ -174,11 +174,13 @@ def document_record() -> type:
     return Document
 
 
+@functools.cache
 def stored_fields(record: type) -> tuple:
     """The fields of a document record that vectors.db's ``documents`` keeps (metadata ``column``)."""
     return tuple(item for item in dataclasses.fields(record) if item.metadata.get("column"))
 
 
+@functools.cache
 def published_fields(record: type) -> tuple:
     """The fields of a document record that publish sends in the document's ``meta`` (metadata ``published``)."""
     return tuple(item for item in dataclasses.fields(record) if item.metadata.get("published"))
