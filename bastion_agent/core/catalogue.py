@@ -36,6 +36,7 @@ from bastion_agent.core.access import is_group_name
 from bastion_agent.core.dates import STAMP
 from bastion_agent.core.errors import StoreError
 from bastion_agent.core.layout import write_jsonl
+from bastion_agent.core import records
 from bastion_agent.core.records import Document, ListingRow
 
 DOC_ID = re.compile(r"[0-9a-f]{64}")
@@ -65,10 +66,11 @@ def write_extract_listing(layout, rows: Iterable[ListingRow]) -> None:
 
 
 def read_documents(layout) -> list[Document]:
-    """``sanitized/listing.jsonl`` as records, sorted by doc. A missing file raises ``FileNotFoundError``;
-    a line that is no document raises one ``StoreError`` naming the line."""
+    """``sanitized/listing.jsonl`` as records (``records.document_record``), sorted by doc. A missing file
+    raises ``FileNotFoundError``; a line that is no document raises one ``StoreError`` naming the line."""
     path = Path(layout.sanitized_listing)
-    return _remembered(path, lambda: sorted((document_from_line(line, path, number) for number, line
+    record = records.document_record()
+    return _remembered(path, lambda: sorted((document_from_line(line, path, number, record) for number, line
                                              in _lines(path, "run sanitize again")), key=lambda document: document.doc))
 
 

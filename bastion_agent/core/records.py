@@ -10,8 +10,10 @@ writer follows by name:
 - ``Document``: one sanitized document, a line of ``sanitized/listing.jsonl``;
   sanitize merges it from the files whose text it is (``core/catalogue.py``,
   by each field's declared rule), chunk and embed read it.
-- ``DocumentRow``: one row of vectors.db's ``documents``; embed makes it from
-  a ``Document``, the vector store writes it, publish reads it.
+- ``DocumentRow``: one row of vectors.db's ``documents``, made from the
+  fields of ``Document`` that declare a column (``stored_row``); embed makes
+  it from a ``Document`` (``document_row``), the vector store writes it (and
+  adds a declared column it lacks), publish reads it.
 - ``ChunkRow``: one line of ``chunks.jsonl``; chunk writes it, embed reads it.
 - ``StoredChunk``: one row of vectors.db's ``chunks`` (a window and its
   sanitized text); embed makes it from ``chunks.jsonl``, the vector store
@@ -25,12 +27,19 @@ The SQL that stores a record names its columns from the record's fields
 that leaves through an API is made from its fields (``json_schema``): a
 field's ``metadata["schema"]`` adds its description and bounds. Standard
 library only.
+
+A per-document field is declared once, on ``Document``: its merge rule,
+and whether vectors.db keeps it (``column``), a hit shows it (``hit``:
+``core/document_hits.py``) and publish sends it to the central index
+(``published``: a key of the document's ``meta``). docs/architecture.md,
+"The catalogue", has the steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import operator
 import typing
 from dataclasses import dataclass, field
@@ -81,11 +90,27 @@ class ListingRow:
 MERGE_RULES = ("same", "first", "union", "latest per path", "union per path")
 
 
-def _merged(rule: str, check: str = "", **schema) -> dict:
-    """A ``Document`` field's metadata: its merge rule, and the name of a fail-closed check
-    (``catalogue.CHECKS``) for a value read back that its type alone does not vouch for."""
+# How vectors.db's ``documents`` keeps a field (``Document`` metadata ``column``): not at all (""), as
+# its value ("value": a nullable column of the field's SQL type), or as a JSON list in text ("json": None
+# is stored as ``[]``, the column's default). The table's columns and its row record follow the fields.
+COLUMN_KINDS = ("", "value", "json")
+# How a hit gets a field from its document's columns (``Document`` metadata ``hit``, the rules in
+# ``core/document_hits.py``): "" not at all, "as is" (a field of ``Hit`` of the same name), "shown paths"
+# (the paths the caller may see), "latest shown" (the latest time of those paths).
+HIT_RULES = ("", "as is", "shown paths", "latest shown")
+
+
+def _merged(rule: str, check: str = "", column: str = "", hit: str = "", published: bool = False, **schema) -> dict:
+    """A ``Document`` field's metadata: its merge rule, the name of a fail-closed check
+    (``catalogue.CHECKS``) for a value read back that its type alone does not vouch for, how
+    vectors.db keeps it (``COLUMN_KINDS``), how a hit shows it (``HIT_RULES``) and whether publish
+    sends it to the central index (``published``: a key of the document's ``meta``, a scalar kept as
+    its value; docs/publish.md)."""
     assert rule in MERGE_RULES, rule
-    return {"merge": rule, "check": check, "schema": schema}
+    assert column in COLUMN_KINDS and hit in HIT_RULES, (column, hit)
+    assert column or not hit, "a hit is filled from a column"
+    assert not published or (column == "value" and hit == "as is"), "a published field is a value a hit shows"
+    return {"merge": rule, "check": check, "column": column, "hit": hit, "published": published, "schema": schema}
 
 
 @dataclass(frozen=True)
@@ -108,15 +133,18 @@ class Document:
     size, key and OCR page numbers stay in the extract listing (``ListingRow``).
     """
 
-    doc: str = field(metadata=_merged("same"))  # sha256 of the sanitized text
-    paths: list[str] = field(default_factory=list, metadata=_merged("union"))  # sanitized, escaped, sorted
+    doc: str = field(metadata=_merged("same", column="value"))  # sha256 of the sanitized text
+    # sanitized, escaped, sorted
+    paths: list[str] = field(default_factory=list, metadata=_merged("union", column="json", hit="shown paths"))
     kind: str = field(default="", metadata=_merged("first"))  # the kind of the first raw path
     # One per path of ``paths``: that file's modification time (ISO 8601 UTC), None where unknown.
-    modified: list[str | None] = field(default_factory=list, metadata=_merged("latest per path", "times"))
+    modified: list[str | None] = field(default_factory=list, metadata=_merged(
+        "latest per path", "times", column="json", hit="latest shown"))
     # Who may read the document (None: the listing was written without labels, which reads as no group).
-    groups: list[str] | None = field(default=None, metadata=_merged("union", "groups"))
+    groups: list[str] | None = field(default=None, metadata=_merged("union", "groups", column="json"))
     # One per path: who may see that path in a hit (None: no labels).
-    path_groups: list[list[str]] | None = field(default=None, metadata=_merged("union per path", "path_groups"))
+    path_groups: list[list[str]] | None = field(default=None, metadata=_merged(
+        "union per path", "path_groups", column="json"))
     # The page map of a PDF or an image (``sanitizing/pages.py``): None for a text without pages.
     pages: list[list] | None = field(default=None, metadata=_merged("first", "page_map"))
     size: int | None = field(default=None, metadata=_merged("first"))  # bytes of the sanitized text
@@ -134,23 +162,81 @@ class Document:
         return "ocr" if any(entry[2] is True for entry in self.pages or ()) else "typed"
 
 
-@dataclass(frozen=True)
-class DocumentRow:
-    """One sanitized document as vectors.db's ``documents`` holds it: where it comes from and who may read it.
+# --- vectors.db's documents, made from the document record ---------------------
 
-    Embed makes it from the sanitized listing (``embed_stage.current_windows``),
-    ``vectorstore.replace_chunks`` writes it, and publish reads it back to
-    send each document with its paths and groups. Both lists are stored as
-    JSON text, which is what the columns hold.
-    """
+# The SQL type of a field vectors.db keeps as its value (a nullable column: an older row reads as NULL).
+_SQL_TYPES = {str: "TEXT", int: "INTEGER", float: "REAL", bool: "INTEGER"}
 
-    doc: str  # sha256 of the sanitized text
-    paths: str  # JSON list of the document's sanitized source paths
-    groups: str = "[]"  # JSON sorted list of the access groups that may read it ([]: only an every-group caller)
-    modified: str = "[]"  # JSON list, one per path of ``paths``: that file's modification time (``core.dates``) or null
-    # JSON list, aligned with ``paths``, of each path's own groups: who may see that path in a hit
-    # (``access.visible_paths``); [] when the listing had none (the document's groups stand for each).
-    path_groups: str = "[]"
+
+def document_record() -> type:
+    """The document record the stages use, looked up when called: ``Document`` (a test may stand a
+    subclass in its place to show that a field declared there travels on its own)."""
+    return Document
+
+
+@functools.cache
+def stored_fields(record: type) -> tuple:
+    """The fields of a document record that vectors.db's ``documents`` keeps (metadata ``column``)."""
+    return tuple(item for item in dataclasses.fields(record) if item.metadata.get("column"))
+
+
+@functools.cache
+def published_fields(record: type) -> tuple:
+    """The fields of a document record that publish sends in the document's ``meta`` (metadata ``published``)."""
+    return tuple(item for item in dataclasses.fields(record) if item.metadata.get("published"))
+
+
+def column_sql(record: type, name: str) -> str:
+    """The column's declaration for ``ALTER TABLE ... ADD COLUMN``: its type and default from the field."""
+    item = next(item for item in stored_fields(record) if item.name == name)
+    if item.metadata["column"] == "json":
+        return "TEXT NOT NULL DEFAULT '[]'"
+    return _SQL_TYPES[scalar_type(typing.get_type_hints(record)[name])]
+
+
+def scalar_type(annotation) -> type:
+    """``X`` of a field typed ``X`` or ``X | None`` (a column kept as its value holds one scalar)."""
+    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)] or [annotation]
+    assert len(args) == 1 and args[0] in _SQL_TYPES, f"a value column holds one scalar, not {annotation}"
+    return args[0]
+
+
+@functools.cache
+def stored_row(record: type) -> type:
+    """The record of one row of vectors.db's ``documents`` for a document record: its stored fields, in
+    order, a JSON list as text (default ``[]``) or the value (default None). Made once per record."""
+    hints = typing.get_type_hints(record)
+    specs: list = []
+    for item in stored_fields(record):
+        if item.name == "doc":
+            specs.append(("doc", str))
+        elif item.metadata["column"] == "json":
+            specs.append((item.name, str, field(default="[]")))
+        else:
+            specs.append((item.name, scalar_type(hints[item.name]) | None, field(default=None)))
+    row = dataclasses.make_dataclass(f"{record.__name__}Row", specs, frozen=True)
+    row.__module__ = __name__
+    row.document_record = record  # not a field: which record's columns the row's table takes (vectorstore)
+    row.__doc__ = (f"One row of vectors.db's ``documents``: the fields of ``{record.__name__}`` it keeps"
+                   " (``records.stored_row``); embed makes it (``document_row``), the vector store writes it.")
+    return row
+
+
+def document_row(document) -> object:
+    """A document as vectors.db keeps it (``stored_row`` of its record), each stored field by name: a
+    JSON list as text (None is ``[]``, which labels nothing: the catalogue fails closed on a bad label)."""
+    given = {}
+    for item in stored_fields(type(document)):
+        value = getattr(document, item.name)
+        if item.metadata["column"] == "json":
+            value = json.dumps(value if value is not None else [])
+        given[item.name] = value
+    return stored_row(type(document))(**given)
+
+
+# One row of vectors.db's ``documents`` (doc, paths, modified, groups, path_groups: JSON text): embed
+# makes it from a ``Document`` (``document_row``), ``vectorstore.replace_chunks`` writes it, publish reads it.
+DocumentRow = stored_row(Document)
 
 
 @dataclass(frozen=True)
@@ -236,6 +322,12 @@ class Hit:
     def as_dict(self) -> dict:
         """The fields by name (a subclass's too), for JSON: ``dataclasses.asdict`` without its deep copy of every value."""
         return {name.name: getattr(self, name.name) for name in dataclasses.fields(self)}
+
+
+def hit_record() -> type:
+    """The hit record local search builds, looked up when called: ``Hit`` (a test may stand a subclass with
+    a new per-document field in its place, beside ``document_record``'s)."""
+    return Hit
 
 
 # --- SQL by column name ------------------------------------------------------

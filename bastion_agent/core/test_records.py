@@ -43,11 +43,11 @@ class SqlByNameTests(unittest.TestCase):
             try:
                 first = StoredChunk("a" * 64, "d" * 64, 0, 0, 3, "one")
                 again = dataclasses.replace(first, idx=7)
-                vectorstore.replace_chunks(db, [first, again], [DocumentRow("d" * 64, '["x.txt"]', '["hr"]')])
+                vectorstore.replace_chunks(db, [first, again], [DocumentRow("d" * 64, '["x.txt"]', groups='["hr"]')])
                 got = db.execute(records.select_sql("chunks", StoredChunk)).fetchall()
                 self.assertEqual([StoredChunk(*row) for row in got], [first])
                 self.assertEqual(db.execute(records.select_sql("documents", DocumentRow)).fetchall(),
-                                 [("d" * 64, '["x.txt"]', '["hr"]', "[]", "[]")])
+                                 [("d" * 64, '["x.txt"]', "[]", '["hr"]', "[]")])  # Document's field order
             finally:
                 db.close()
 

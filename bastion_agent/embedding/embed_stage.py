@@ -13,7 +13,7 @@ from typing import Sequence
 
 from bastion_agent.chunking.chunker import chunk_id
 from bastion_agent.core.errors import ModelServerError, ModelServerUnreachable, StoreError
-from bastion_agent.core import catalogue
+from bastion_agent.core import catalogue, records
 from bastion_agent.core.layout import Layout, read_jsonl, write_summary
 from bastion_agent.core.records import Document, DocumentRow, StoredChunk
 from bastion_agent.embedding import reader_sets, vectorstore, window_fit
@@ -231,20 +231,14 @@ def current_windows(layout: Layout) -> tuple[list[StoredChunk], list[DocumentRow
         if chunk_id(doc, window) != row["chunk_id"]:
             raise StoreError("the sanitized store changed since chunk ran: run chunk again")
         chunk_rows.append(StoredChunk(row["chunk_id"], doc, row["idx"], row["start"], row["end"], window))
-    documents = [_document_row(listing.get(doc) or Document(doc)) for doc in sorted(texts)]
+    record = records.document_record()
+    documents = [records.document_row(listing.get(doc) or record(doc)) for doc in sorted(texts)]
     return chunk_rows, documents
 
 
 def _documents(layout: Layout) -> list[Document]:
     """The sanitized listing's documents ([] without a listing: a store chunked by hand stands alone)."""
     return catalogue.read_documents(layout) if layout.sanitized_listing.exists() else []
-
-
-def _document_row(document: Document) -> DocumentRow:
-    """A document as vectors.db keeps it: paths, groups, per-path times and groups as JSON text
-    (no groups, or none valid, is [] and labels nothing: the catalogue fails closed on a bad label)."""
-    return DocumentRow(document.doc, paths=json.dumps(document.paths), groups=json.dumps(document.groups or []),
-                       modified=json.dumps(document.modified), path_groups=json.dumps(document.path_groups or []))
 
 
 def current_pages(layout: Layout, docs: set[str]) -> list[tuple[str, str]]:

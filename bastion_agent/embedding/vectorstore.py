@@ -253,6 +253,21 @@ MIGRATIONS = [_m001_create_tables, _m002_embed_failures, _m003_search_state, _m0
               _m008_document_pages, _m009_path_groups, _m010_document_modified]
 
 
+def missing_document_columns(db: sqlite3.Connection, record: type) -> list[str]:
+    """The columns of ``documents`` that the document record declares (``records.stored_fields``) and the table lacks."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(documents)")}
+    return [item.name for item in records.stored_fields(record) if item.name not in have]
+
+
+def add_document_columns(db: sqlite3.Connection, record: type) -> None:
+    """The step after the numbered migrations: add each column of ``documents`` the record declares and the
+    table lacks, its type and default from the field (``records.column_sql``). So a new nullable field
+    of ``Document`` needs no migration written by hand; the numbered ones stay, for stores made before
+    them. Idempotent; the caller holds the write transaction."""
+    for name in missing_document_columns(db, record):
+        db.execute(f'ALTER TABLE documents ADD COLUMN "{name}" {records.column_sql(record, name)}')
+
+
 def rekey_pending(db: sqlite3.Connection) -> bool:
     """Whether this store held old ids (``_m004_sanitized_ids``) and no embed has rebuilt it yet."""
     return db.execute("SELECT 1 FROM search_state WHERE name = 'rekey_pending'").fetchone() is not None
@@ -359,6 +374,9 @@ def migrate(db: sqlite3.Connection) -> None:
                 MIGRATIONS[version](db)
                 version += 1
                 db.execute(f"PRAGMA user_version = {version}")
+    if missing_document_columns(db, records.document_record()):  # read first: a reader takes no write lock
+        with transaction(db):
+            add_document_columns(db, records.document_record())
 
 
 class transaction:
@@ -389,6 +407,9 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[StoredChunk], docume
     (``records.insert_sql``), so a field added to ``StoredChunk`` or
     ``DocumentRow`` needs only its column (a migration) here.
 
+    ``documents`` holds the rows' record (``records.stored_row``): a column
+    it declares and the table lacks is added first (``add_document_columns``).
+
     Only the difference is written: an unchanged chunk keeps its row, so the
     keyword index (kept in step by triggers) and the derived search files
     redo only what changed. Returns how many windows left the table (their
@@ -396,7 +417,11 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[StoredChunk], docume
     ``then(db)`` runs last, in the same transaction (embed brings the reader
     sets' keyword indexes up to date there: ``reader_sets.update``).
     """
+    documents = list(documents)
+    row = type(documents[0]) if documents else DocumentRow
     with transaction(db):
+        if documents and db.execute("PRAGMA user_version").fetchone()[0] >= len(MIGRATIONS):  # not an old store
+            add_document_columns(db, row.document_record)
         db.execute(f"CREATE TEMP TABLE IF NOT EXISTS new_chunks ({_NEW_CHUNKS_COLUMNS})")
         db.execute("DELETE FROM temp.new_chunks")
         db.executemany(records.insert_sql("temp.new_chunks", StoredChunk, "INSERT OR IGNORE"),
@@ -405,12 +430,12 @@ def replace_chunks(db: sqlite3.Connection, chunks: Iterable[StoredChunk], docume
         db.execute(_UPSERT_CHUNKS)
         db.execute("DELETE FROM temp.new_chunks")
         # a store not yet migrated this far (only tests write one) lacks the newer columns: those are left out
-        columns = [name for name in records.column_names(DocumentRow) if _has_column(db, "documents", name)]
-        rows = list(map(records.values(DocumentRow, only=columns), documents))
+        columns = [name for name in records.column_names(row) if _has_column(db, "documents", name)]
+        rows = list(map(records.values(row, only=columns), documents))
         quoted = ", ".join(f'"{name}"' for name in columns)
         if _differ(db, f"SELECT {quoted} FROM documents", rows):  # unchanged: no write (a reader sees no commit)
             db.execute("DELETE FROM documents")
-            db.executemany(records.insert_sql("documents", DocumentRow, only=columns), rows)
+            db.executemany(records.insert_sql("documents", row, only=columns), rows)
         if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'document_pages'").fetchone():  # not in an old store
             pages = list(dict((doc, map_) for doc, map_ in pages).items())  # INSERT OR REPLACE's last one wins
             if _differ(db, "SELECT doc, pages FROM document_pages", pages):

@@ -31,6 +31,7 @@ model), so there is never a duplicate. Schema in ``publish_schema``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -100,6 +101,8 @@ class LocalDocument:
     # each path's own groups and date ({path: {"groups": [...], "modified": ...}}), so the central index shows
     # a reader only the paths it may read; None: not known here (a store embedded before paths had groups)
     access: dict | None = None
+    # its published fields by name (``document_meta``); None: the record publishes none, or none has a value
+    meta: dict | None = None
 
     @property
     def chunks_fingerprint(self) -> str:
@@ -118,6 +121,29 @@ class LocalDocument:
     @property
     def access_json(self) -> str | None:
         return None if self.access is None else json.dumps(self.access, sort_keys=True, ensure_ascii=False)
+
+    @property
+    def meta_json(self) -> str | None:
+        return None if self.meta is None else json.dumps(self.meta, sort_keys=True, ensure_ascii=False)
+
+
+MAX_META_STRING = 200  # characters of a published string: the central CHECK (schema_meta) holds the same bound
+
+
+def document_meta(row) -> dict | None:
+    """A document's published fields (``records.published_fields`` of its row's record), by name, those that
+    have a value; None when none has. The keys are the record's, so no other name leaves the bastion; a
+    value the central index would refuse (a string over ``MAX_META_STRING``) is one ``StoreError`` here."""
+    meta = {}
+    for item in records.published_fields(type(row).document_record):
+        value = getattr(row, item.name)
+        if value is None:
+            continue
+        if isinstance(value, str) and len(value) > MAX_META_STRING:
+            raise StoreError(f"document {row.doc[:12]}: {item.name} is longer than {MAX_META_STRING} characters,"
+                             " which the central index does not take")
+        meta[item.name] = value
+    return meta or None
 
 
 def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
@@ -152,7 +178,8 @@ def local_documents(manifest, layout: Layout) -> dict[str, LocalDocument]:
     if missing:
         raise StoreError(f"{missing} window(s) have no vector for model {key!r} (dim {dim}): run embed first")
     result = {row.doc: LocalDocument(row.doc, json.loads(row.paths), groups=groups.get(row.doc, []),
-                                     modified=modified.get(row.doc), access=per_path.get(row.doc))
+                                     modified=modified.get(row.doc), access=per_path.get(row.doc),
+                                     meta=document_meta(row))
               for row in documents}
     for document in result.values():
         if document.access is not None and set(document.access) != set(document.paths):
@@ -296,39 +323,44 @@ class Plan:
     groups_only: list[LocalDocument] = field(default_factory=list)  # same windows, other groups
     dates_only: list[LocalDocument] = field(default_factory=list)  # same windows, another date
     access_only: list[LocalDocument] = field(default_factory=list)  # same windows, another map of paths' groups
+    meta_only: list[LocalDocument] = field(default_factory=list)  # same windows, other published fields
 
 
-def plan(local: dict[str, LocalDocument], remote: dict[str, tuple[str, str, int]],
-         remote_groups: dict[str, str] | None = None, remote_dates: dict[str, str | None] | None = None,
-         remote_access: dict[str, str | None] | None = None) -> Plan:
-    """Compare the bastion's documents with the server's (doc -> fingerprint, paths, windows; doc -> groups
-    as a JSON list; doc -> date; doc -> map of its paths' groups, as JSON). A written document carries its
-    groups, date and map; a kept one whose groups differ is relabelled, one whose date differs is re-dated,
-    and its map is sent again after any of these (the server forgets a map when what it describes changes)."""
-    write, paths_only, groups_only, dates_only, access_only, unchanged = [], [], [], [], [], 0
+@dataclass(frozen=True)
+class RemoteDocument:
+    """What the server holds of one of this bastion's documents, as publish compares it (``published_state``)."""
+
+    chunks_fingerprint: str
+    paths: str  # the sorted paths as a JSON list, in our canonical form (``canonical``)
+    windows: int
+    groups: str = "[]"  # a sorted JSON list
+    modified: str | None = None
+    access: str | None = None  # the map of its paths' groups and dates, as the server writes it (JSON)
+    meta: str | None = None  # its published fields, as the server writes them (JSON)
+
+
+def plan(local: dict[str, LocalDocument], remote: dict[str, RemoteDocument]) -> Plan:
+    """Compare the bastion's documents with the server's. A written document carries its groups, date, map and
+    published fields; a kept one whose groups differ is relabelled, one whose date differs is re-dated, one
+    whose published fields differ gets them alone, and its map is sent again after any of the first three (the
+    server forgets a map when what it describes changes)."""
+    todo = Plan([], [], [], 0)
     for doc in sorted(local):
-        document = local[doc]
-        held = remote.get(doc)
-        if held is None or held[0] != document.chunks_fingerprint:
-            write.append(document)
+        document, held = local[doc], remote.get(doc)
+        if held is None or held.chunks_fingerprint != document.chunks_fingerprint:
+            todo.write.append(document)
             continue
-        relabel = remote_groups is not None and remote_groups.get(doc, "[]") != document.groups_json
-        if relabel:
-            groups_only.append(document)
-        redate = remote_dates is not None and remote_dates.get(doc) != document.modified
-        if redate:
-            dates_only.append(document)
-        moved = held[1] != document.paths_json
-        if moved:
-            paths_only.append(document)
-        held_map = None if remote_access is None or relabel or redate or moved else _loaded(remote_access.get(doc))
-        remap = remote_access is not None and held_map != document.access
-        if remap:
-            access_only.append(document)
-        if not moved and not relabel and not redate and not remap:
-            unchanged += 1
-    delete = sorted(doc for doc in remote if doc not in local)
-    return Plan(write, paths_only, delete, unchanged, groups_only, dates_only, access_only)
+        relabel, redate = held.groups != document.groups_json, held.modified != document.modified
+        moved = held.paths != document.paths_json
+        remap = (None if relabel or redate or moved else _loaded(held.access)) != document.access
+        remeta = _loaded(held.meta) != document.meta
+        for changed, where in ((relabel, todo.groups_only), (redate, todo.dates_only), (moved, todo.paths_only),
+                               (remap, todo.access_only), (remeta, todo.meta_only)):
+            if changed:
+                where.append(document)
+        todo.unchanged += not (moved or relabel or redate or remap or remeta)
+    todo.delete.extend(sorted(doc for doc in remote if doc not in local))
+    return todo
 
 
 def _loaded(text: str | None):
@@ -415,25 +447,21 @@ class Writer:
         self.conn, self.dsn, self.bastion, self.model, self.dim = conn, dsn, bastion, model, dim
         self.staging_open = False
 
-    def published(self) -> dict[str, tuple[str, str, int]]:
-        """doc -> (fingerprint, paths, windows) of this bastion and model on the server."""
-        return {doc: (fingerprint, paths, windows) for doc, fingerprint, paths, windows in self.conn.execute(
-            "SELECT * FROM bastion_agent.published_documents(%s, %s, %s)", (self.bastion, self.model, self.dim))}
+    def published_state(self) -> dict[str, RemoteDocument]:
+        """doc -> what the server holds of it (``RemoteDocument``: fingerprint, paths, windows, groups, date,
+        map of paths' groups, published fields), in one statement, each column by its field's name."""
+        from psycopg.rows import dict_row
 
-    def published_state(self) -> tuple[dict[str, tuple[str, str, int]], dict[str, str], dict[str, str | None],
-                                       dict[str, str | None]]:
-        """``published()``, doc -> its groups on the server (a sorted JSON list), doc -> its date and doc -> its
-        map of paths' groups (JSON), in one statement."""
-        rows = self.conn.execute(
-            "SELECT p.doc, p.chunks_fingerprint, p.paths, p.windows, g.groups, t.modified, a.access"
+        rows = self.conn.cursor(row_factory=dict_row).execute(
+            "SELECT p.doc, p.chunks_fingerprint, p.paths, p.windows, coalesce(g.groups, '[]') AS groups,"
+            " t.modified, a.access, m.meta"
             " FROM bastion_agent.published_documents(%s, %s, %s) p"
             " LEFT JOIN bastion_agent.published_groups(%s, %s) g ON g.doc = p.doc"
             " LEFT JOIN bastion_agent.published_dates(%s, %s) t ON t.doc = p.doc"
-            " LEFT JOIN bastion_agent.published_access(%s, %s) a ON a.doc = p.doc",
-            (self.bastion, self.model, self.dim, self.bastion, self.model, self.bastion, self.model,
-             self.bastion, self.model)).fetchall()
-        return ({row[0]: row[1:4] for row in rows}, {row[0]: row[4] or "[]" for row in rows},
-                {row[0]: row[5] for row in rows}, {row[0]: row[6] for row in rows})
+            " LEFT JOIN bastion_agent.published_access(%s, %s) a ON a.doc = p.doc"
+            " LEFT JOIN bastion_agent.published_meta(%s, %s) m ON m.doc = p.doc",
+            (self.bastion, self.model, self.dim) + (self.bastion, self.model) * 4).fetchall()
+        return {row["doc"]: records.build(RemoteDocument, row) for row in rows}
 
     LOCK_SQL = "SELECT bastion_agent.lock_bastion(%s)"
 
@@ -474,11 +502,11 @@ class Writer:
         with self.conn.transaction():
             with self.conn.cursor() as cur:
                 copy_into(cur, f"pg_temp.{STAGING}", copy_rows(None, None, batch), STAGING_COLUMNS, pause)
-                cur.execute("SELECT bastion_agent.write_documents(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                cur.execute("SELECT bastion_agent.write_documents(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                             (self.bastion, self.model, [d.doc for d in batch], [d.chunks_fingerprint for d in batch],
                              [d.paths_json for d in batch], [len(d.windows) for d in batch],
                              [d.groups_json for d in batch], [d.modified for d in batch],
-                             [d.access_json for d in batch]))
+                             [d.access_json for d in batch], [d.meta_json for d in batch]))
                 return cur.fetchone()[0]
 
     def update_paths(self, documents: list[LocalDocument]) -> None:
@@ -499,6 +527,11 @@ class Writer:
         """New maps of paths' groups and dates on documents the server holds: no vector is sent."""
         self.conn.execute("SELECT bastion_agent.update_access(%s, %s, %s, %s)",
                           (self.bastion, self.model, [d.doc for d in documents], [d.access_json for d in documents]))
+
+    def update_meta(self, documents: list[LocalDocument]) -> None:
+        """New published fields on documents the server holds: only their rows of ``documents`` change."""
+        self.conn.execute("SELECT bastion_agent.update_meta(%s, %s, %s, %s)",
+                          (self.bastion, self.model, [d.doc for d in documents], [d.meta_json for d in documents]))
 
     def delete(self, docs: list[str]) -> int:
         return self.conn.execute("SELECT bastion_agent.delete_documents(%s, %s, %s)",
@@ -521,6 +554,7 @@ class PublishedDocument:
     paths: str  # the sorted paths as a JSON list (the column is jsonb)
     windows: int
     modified: str | None = None  # LocalDocument.modified: the document's date alone
+    meta: str | None = None  # LocalDocument.meta_json: its published fields (the column is jsonb)
 
 
 def _owner_documents_sql() -> str:
@@ -537,18 +571,14 @@ class OwnerWriter(Writer):
 
     LOCK_SQL = "SELECT bastion FROM bastion_agent.bastions WHERE bastion = %s FOR UPDATE NOWAIT"
 
-    def published(self) -> dict[str, tuple[str, str, int]]:
-        return {doc: (fingerprint, paths, windows) for doc, fingerprint, paths, windows in self.conn.execute(
-            "SELECT doc, chunks_fingerprint, paths::text, windows FROM bastion_agent.documents"
-            " WHERE bastion = %s AND model = %s", (self.bastion, self.model))}
+    def published_state(self) -> dict[str, RemoteDocument]:
+        from psycopg.rows import dict_row
 
-    def published_state(self) -> tuple[dict[str, tuple[str, str, int]], dict[str, str], dict[str, str | None],
-                                       dict[str, str | None]]:
-        rows = self.conn.execute("SELECT doc, chunks_fingerprint, paths::text, windows, to_jsonb(groups)::text,"
-                                 " modified, path_access::text FROM bastion_agent.documents"
-                                 " WHERE bastion = %s AND model = %s", (self.bastion, self.model)).fetchall()
-        return ({row[0]: row[1:4] for row in rows}, {row[0]: row[4] for row in rows}, {row[0]: row[5] for row in rows},
-                {row[0]: row[6] for row in rows})
+        rows = self.conn.cursor(row_factory=dict_row).execute(
+            "SELECT doc, chunks_fingerprint, paths::text AS paths, windows, to_jsonb(groups)::text AS groups,"
+            " modified, path_access::text AS access, meta::text AS meta FROM bastion_agent.documents"
+            " WHERE bastion = %s AND model = %s", (self.bastion, self.model)).fetchall()
+        return {row["doc"]: records.build(RemoteDocument, row) for row in rows}
 
     @contextlib.contextmanager
     def lock(self, wait: float | None = None):
@@ -567,7 +597,7 @@ class OwnerWriter(Writer):
                 copy_into(cur, "bastion_agent.windows", copy_rows(self.bastion, self.model, batch), COPY_COLUMNS,
                           pause)
                 rows = [PublishedDocument(self.bastion, self.model, d.doc, d.chunks_fingerprint, d.paths_json,
-                                          len(d.windows), d.modified) for d in batch]
+                                          len(d.windows), d.modified, d.meta_json) for d in batch]
                 cur.executemany(self.DOCUMENTS_SQL, list(map(records.values(PublishedDocument), rows)))
             # COPY wrote no groups: every document's, in this transaction (an unchanged one costs no write)
             self.update_groups(batch)
@@ -604,6 +634,12 @@ class OwnerWriter(Writer):
                               " AND d.path_access IS DISTINCT FROM u.a::jsonb",
                               ([d.doc for d in documents], [d.access_json for d in documents], self.bastion, self.model))
 
+    def update_meta(self, documents: list[LocalDocument]) -> None:
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.executemany("UPDATE bastion_agent.documents SET meta = %s::jsonb, published_at = now()"
+                            " WHERE bastion = %s AND model = %s AND doc = %s",
+                            [(d.meta_json, self.bastion, self.model, d.doc) for d in documents])
+
     def delete(self, docs: list[str]) -> int:
         with self.conn.transaction():
             deleted = self.conn.execute(
@@ -614,16 +650,15 @@ class OwnerWriter(Writer):
         return deleted
 
 
-def canonical(remote: dict[str, tuple[str, str, int]]) -> dict[str, tuple[str, str, int]]:
+def canonical(remote: dict[str, RemoteDocument]) -> dict[str, RemoteDocument]:
     """jsonb re-serialises: the server's paths in the same canonical form as ours."""
-    return {doc: (f, json.dumps(sorted(json.loads(p)), ensure_ascii=False), n) for doc, (f, p, n) in remote.items()}
+    return {doc: dataclasses.replace(held, paths=json.dumps(sorted(json.loads(held.paths)), ensure_ascii=False))
+            for doc, held in remote.items()}
 
 
-def published(writer: Writer) -> tuple[dict[str, tuple[str, str, int]], dict[str, str], dict[str, str | None],
-                                       dict[str, str | None]]:
-    """The server's documents (canonical paths), their groups, their dates and their maps of paths' groups."""
-    remote, groups, modified, access_maps = writer.published_state()
-    return canonical(remote), groups, modified, access_maps
+def published(writer: Writer) -> dict[str, RemoteDocument]:
+    """The server's documents (canonical paths) with their groups, dates, maps of paths' groups and published fields."""
+    return canonical(writer.published_state())
 
 
 def publish_documents(writer: Writer, local: dict[str, LocalDocument]) -> dict:
@@ -634,14 +669,15 @@ def publish_documents(writer: Writer, local: dict[str, LocalDocument]) -> dict:
     fingerprints read again under the lock, since a publish that held it
     may have written meanwhile.
     """
-    todo = plan(local, *published(writer))
+    todo = plan(local, published(writer))
     counts = {"documents": len(local), "documents_written": 0, "documents_deleted": 0,
               "documents_unchanged": todo.unchanged, "documents_paths_updated": 0, "documents_groups_updated": 0,
-              "documents_dates_updated": 0, "documents_paths_groups_updated": 0,
+              "documents_dates_updated": 0, "documents_paths_groups_updated": 0, "documents_meta_updated": 0,
               "windows": sum(len(d.windows) for d in local.values()), "inserted": 0, "deleted": 0}
-    if todo.write or todo.paths_only or todo.groups_only or todo.dates_only or todo.access_only or todo.delete:
+    if (todo.write or todo.paths_only or todo.groups_only or todo.dates_only or todo.access_only or todo.meta_only
+            or todo.delete):
         with writer.lock():
-            todo = plan(local, *published(writer))
+            todo = plan(local, published(writer))
             counts["documents_unchanged"] = todo.unchanged
             apply_plan(writer, todo, counts)
     written = {document.doc for document in todo.write}
@@ -668,6 +704,9 @@ def apply_plan(writer: Writer, todo: Plan, counts: dict) -> None:
     if todo.dates_only:
         writer.update_dates(todo.dates_only)
         counts["documents_dates_updated"] = len(todo.dates_only)
+    if todo.meta_only:
+        writer.update_meta(todo.meta_only)
+        counts["documents_meta_updated"] = len(todo.meta_only)
     if todo.access_only:  # last: the updates above make the server forget the maps they touch
         writer.update_access(todo.access_only)
         counts["documents_paths_groups_updated"] = len(todo.access_only)

@@ -17,7 +17,8 @@ Everything lives in the schema ``bastion_agent``:
 - ``documents(bastion, doc, model, chunks_fingerprint, paths, windows,
   published_at)``: what publish compares against, and each hit's paths;
   since migration 10 also ``modified``, the document's date (``schema_dates``), and since migration 11
-  ``path_access``, each path's own groups and date (``schema_paths``);
+  ``path_access``, each path's own groups and date (``schema_paths``), and since migration 12 ``meta``,
+  the document's published fields as one checked object (``schema_meta``);
 - ``models(model PK, dim, kind, index_name)``: one partial HNSW index per
   model on ``(embedding::vector(dim))`` with cosine distance (``halfvec`` above
   2000 dimensions, pgvector's limit for ``vector``), ``WHERE model = '…'``; a
@@ -473,9 +474,22 @@ def _m011_path_access(conn) -> None:
         conn.execute(statement)
 
 
+# --- migration 12: each document's published fields in one checked jsonb object ----
+#
+# The statements and the reasons are in schema_meta.py.
+
+def _m012_document_meta(conn) -> None:
+    """``documents.meta`` (NULL for the rows of before), the functions that write it for a publisher's own bastion,
+    and ``hit_rows`` returning it to whoever may read the window: from here a new per-document field is a key."""
+    from bastion_agent.publishing.schema_meta import meta_sql
+
+    for statement in meta_sql():
+        conn.execute(statement)
+
+
 MIGRATIONS = [_m001_tables, _m002_row_security, _m003_ensure_model, _m004_hnsw_build, _m005_hnsw_build,
               _m006_least_privilege, _m007_reader_groups, _m008_bastion_graphs, _m009_sealed_readers,
-              _m010_document_dates, _m011_path_access]
+              _m010_document_dates, _m011_path_access, _m012_document_meta]
 LATEST = len(MIGRATIONS)
 
 

@@ -65,7 +65,7 @@ from datetime import datetime, timezone
 from typing import Sequence
 
 from bastion_agent.config.manifest import SEARCH_MODES
-from bastion_agent.core import records
+from bastion_agent.core import document_hits, records
 from bastion_agent.core.errors import ConfigError, DatabaseError, ModelServerError
 from bastion_agent.publishing import connection
 from bastion_agent.searching import searcher
@@ -570,9 +570,10 @@ class RemoteIndex:
         else:
             rows = self._window_rows(pairs)
         found = {_key(row["bastion"], row["chunk_id"]): row for row in rows}
-        # each column fills the hit's field of its name (records.build), as the local search's rows do
+        # each column fills the hit's field of its name (records.build), as the local search's rows do, and the
+        # document's published fields (schema 12's meta) those the record declares (document_hits.meta_values)
         return [records.build(RemoteHit, found[key], score=score, relevance=relevance,
-                              paths=list(found[key]["paths"] or []))
+                              paths=list(found[key]["paths"] or []), **document_hits.meta_values(found[key].get("meta")))
                 for score, key, relevance in ranked if key in found]
 
     def _window_rows(self, pairs: list) -> list[dict]:
@@ -580,6 +581,7 @@ class RemoteIndex:
         from psycopg.rows import dict_row
 
         dated = ", d.modified" if self.version >= 10 else ""
+        dated += ", d.meta" if self.version >= 12 else ""
         return self.conn.cursor(row_factory=dict_row).execute(
             f'SELECT w.bastion, w.chunk_id, w.doc, w.idx, w.start, w."end", w.text, d.paths{dated}'
             " FROM bastion_agent.windows w JOIN unnest(%s::text[], %s::text[]) AS k(bastion, chunk_id)"

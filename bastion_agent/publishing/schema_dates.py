@@ -29,7 +29,7 @@ from __future__ import annotations
 from bastion_agent.publishing.schema_access import _CALLER_CHECK, PUBLISHER_FUNCTIONS_7, bastion_role_functions
 from bastion_agent.publishing.schema_readers import (FUNCTION_ROWS, KEYWORD_FUNCTION, READER_FUNCTIONS_9, _SCOPE,
                                                      _VISIBLE, reader_roles_sql_9, regrant_readers_sql)
-from bastion_agent.publishing.schema_sql import SCHEMA, definer
+from bastion_agent.publishing.schema_sql import SCHEMA, definer, keeping_grants
 
 STAMP_SQL = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"  # core.dates.STAMP, as a POSIX regex
 PUBLISHER_FUNCTIONS_10 = PUBLISHER_FUNCTIONS_7 + (
@@ -192,9 +192,10 @@ def _count_sql() -> str:
 
 
 def _hit_rows_sql() -> str:
-    """``window_rows`` and each hit's date (its document's, as published)."""
+    """``window_rows`` and each hit's date (its document's, as published); made again keeping its grants
+    (``keeping_grants``), as a later migration changes its columns."""
     s = SCHEMA
-    return definer("hit_rows(p_model text, p_bastions text[], p_chunks text[], p_role name)",
+    return keeping_grants("hit_rows(text, text[], text[], name)", definer("hit_rows(p_model text, p_bastions text[], p_chunks text[], p_role name)",
                    'TABLE (bastion text, chunk_id text, doc text, idx integer, start integer, "end" integer,'
                    ' text text, paths jsonb, modified text)', f"""
         DECLARE{_SCOPE}
@@ -206,4 +207,4 @@ def _hit_rows_sql() -> str:
                 LEFT JOIN {s}.documents d ON d.bastion = w.bastion AND d.doc = w.doc AND d.model = w.model
                 WHERE w.model = $3 AND ($4 IS NULL OR w.bastion = ANY ($4)) AND ($5 IS NULL OR w.groups && $5)'
                 USING p_bastions, p_chunks, p_model, v_readable, v_groups;
-        END""", f"STABLE ROWS {FUNCTION_ROWS}")
+        END""", f"STABLE ROWS {FUNCTION_ROWS}"))

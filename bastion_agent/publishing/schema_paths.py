@@ -51,7 +51,7 @@ from bastion_agent.publishing.schema_access import _CALLER_CHECK, bastion_role_f
 from bastion_agent.publishing.schema_dates import (PUBLISHER_FUNCTIONS_10, STAMP_SQL, _RANGE_CHECK,
                                                    _regrant_publishers_sql)
 from bastion_agent.publishing.schema_readers import FUNCTION_ROWS, _SCOPE, _VISIBLE
-from bastion_agent.publishing.schema_sql import SCHEMA, definer
+from bastion_agent.publishing.schema_sql import SCHEMA, definer, keeping_grants
 
 PATHS_VERSION = 11  # from this version the central index holds each path's groups and date
 PUBLISHER_FUNCTIONS_11 = PUBLISHER_FUNCTIONS_10 + (
@@ -183,12 +183,14 @@ def _publisher_sql() -> list[str]:
     ]
 
 
-def _rows_sql(name: str, dated: bool) -> str:
-    """``window_rows`` (migration 9) or ``hit_rows`` (10, with the date), showing the reader only its paths."""
+def _rows_sql(name: str, dated: bool, meta: bool = False) -> str:
+    """``window_rows`` (migration 9) or ``hit_rows`` (10, with the date; 12, with ``meta``: ``schema_meta``),
+    showing the reader only its paths."""
     s = SCHEMA
     returns = ('TABLE (bastion text, chunk_id text, doc text, idx integer, start integer, "end" integer, text text,'
-               ' paths jsonb' + (", modified text)" if dated else ")"))
+               ' paths jsonb' + (", modified text" if dated else "") + (", meta jsonb" if meta else "") + ")")
     date = f", {s}.visible_modified(d.paths, d.path_access, d.groups, d.modified, $5)" if dated else ""
+    date += ", d.meta" if meta else ""
     return definer(f"{name}(p_model text, p_bastions text[], p_chunks text[], p_role name)", returns, f"""
         DECLARE{_SCOPE}
         BEGIN
@@ -217,7 +219,8 @@ def _reader_sql(vec: str) -> list[str]:
                      + in_range.format(date=date_of.format(groups="v_groups")) + ")")
     visible = _VISIBLE.format(t="d")
     return [
-        _rows_sql("window_rows", False), _rows_sql("hit_rows", True),
+        _rows_sql("window_rows", False),
+        keeping_grants("hit_rows(text, text[], text[], name)", _rows_sql("hit_rows", True)),  # 12 changes its columns
         definer("vector_sql(p_model text, p_query text, p_readable text[], p_groups text[], p_bastions text[],"
                 " p_limit integer, p_since text, p_before text)", "text", f"""
         DECLARE v_sql text := {s}.vector_sql(p_model, p_query, p_readable, p_groups, p_bastions, p_limit);

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from dataclasses import dataclass, field
 
-from bastion_agent.core import access, dates
-from bastion_agent.core.progress import escape_name
+from bastion_agent.core import access, document_hits
 from bastion_agent.sanitizing.pages import where
 
 DOC_ID = re.compile(r"[0-9a-f]{64}")
 MAX_VIEW_CHARS = 4 * 1024 * 1024  # a longer document is cut here, and says so
-DOCUMENT_ROW = "SELECT d.paths, d.groups, d.modified, d.path_groups FROM documents d WHERE d.doc = ?"
 
 
 @dataclass(frozen=True)
@@ -70,17 +69,17 @@ def document_view(db, doc: str, groups: frozenset | None) -> DocumentView | None
     """The view of ``doc`` for a caller with ``groups`` (None: every group); None when absent or hidden alike."""
     if not DOC_ID.fullmatch(doc):
         return None
-    row = db.execute(DOCUMENT_ROW, (doc,)).fetchone()
+    cursor = db.cursor()
+    cursor.row_factory = sqlite3.Row  # the document's columns by the names ``document_hits`` reads
+    row = cursor.execute(f"SELECT {document_hits.select_list('d')} FROM documents d WHERE d.doc = ?", (doc,)).fetchone()
     windows = db.execute('SELECT chunk_id, idx, start, "end", text FROM chunks WHERE doc = ? ORDER BY start, idx',
                          (doc,)).fetchall()
-    if row is None or not windows or not _visible(row[1], groups):
+    if row is None or not windows or not _visible(row[document_hits.PREFIX + "groups"], groups):
         return None
-    named = _list(row[0])
-    shown = access.visible_positions(groups, named, _list(row[3]), _list(row[1]))  # the caller's paths only
+    shown = document_hits.hit_values(row, groups)  # the caller's paths only, and their latest date
     text, placed, truncated = _merged(windows)
     pages = _pages(db, doc, len(text))
-    return DocumentView(doc, [escape_name(str(named[position])) for position in shown],
-                        dates.latest(row[2], len(named), shown=shown), text, placed, pages, truncated)
+    return DocumentView(doc, shown["paths"], shown["modified"], text, placed, pages, truncated)
 
 
 def _visible(stored_groups: str | None, groups: frozenset | None) -> bool:

@@ -19,9 +19,8 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
-from bastion_agent.core import dates, records
-from bastion_agent.core.access import can_see, visible_positions
-from bastion_agent.core.progress import escape_name
+from bastion_agent.core import document_hits, records
+from bastion_agent.core.access import can_see
 from bastion_agent.core.records import Hit
 from bastion_agent.sanitizing import pages as page_maps
 
@@ -32,17 +31,18 @@ from bastion_agent.sanitizing import pages as page_maps
 KEPT = 1024
 LONG_MAP = 2048
 
-# The window's columns (``chunks``) each hit is built from, then the document's (``documents``, ``document_pages``).
+# The window's columns (``chunks``) each hit is built from; then come the document's, as the document
+# record declares them (``document_hits.select_list``), and its page map (``document_pages``).
 _WINDOW = 'c.chunk_id, c.doc, c.idx, c.start, c."end", c.text'
-_DOCUMENT = "d.paths, d.modified, d.groups, d.path_groups"
+_WINDOW_COLUMNS = 6
 
 
 @dataclass(frozen=True)
 class Shown:
-    """What one caller is shown of one document: its paths (escaped), their latest date, and its page map."""
+    """What one caller is shown of one document: the hit's per-document fields (``document_hits.hit_values``:
+    its paths escaped, their latest date, ...), and its page map."""
 
-    paths: tuple[str, ...]
-    modified: str | None
+    values: tuple[tuple[str, object], ...]  # (hit field, value): a list value is copied into each hit
     page_map: object  # the parsed ``document_pages.pages`` (None: the document has no pages)
 
 
@@ -60,10 +60,11 @@ class HitRows:
             self._with_pages = self.db.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'document_pages'").fetchone() is not None
         marks = ",".join("?" * count)
+        document = document_hits.select_list("d")
         if self._with_pages:
-            return (f"SELECT {_WINDOW}, {_DOCUMENT}, p.pages FROM chunks c LEFT JOIN documents d ON d.doc = c.doc"
+            return (f"SELECT {_WINDOW}, {document}, p.pages FROM chunks c LEFT JOIN documents d ON d.doc = c.doc"
                     f" LEFT JOIN document_pages p ON p.doc = c.doc WHERE c.chunk_id IN ({marks})")
-        return (f"SELECT {_WINDOW}, {_DOCUMENT}, NULL FROM chunks c LEFT JOIN documents d ON d.doc = c.doc"
+        return (f"SELECT {_WINDOW}, {document}, NULL FROM chunks c LEFT JOIN documents d ON d.doc = c.doc"
                 f" WHERE c.chunk_id IN ({marks})")
 
     def rows(self, chunk_ids: list[str]) -> dict[str, tuple]:
@@ -78,33 +79,37 @@ class HitRows:
         return {row[0]: row for row in found}
 
     def hits(self, ranked: list, rows: dict[str, tuple], mode: str, groups: frozenset | None) -> list[Hit]:
-        """The hit of each ranked window (``fusion.Scored``) that has a row, in ranked order."""
+        """The hit of each ranked window (``fusion.Scored``) that has a row and whose document the caller may
+        read as it is labelled now (``may_read``), in ranked order."""
+        names = document_hits.selected_names()
+        labels = names.index(document_hits.PREFIX + "groups") + _WINDOW_COLUMNS
         hits = []
         for item in ranked:
             row = rows.get(item.chunk_id)
-            if row is not None and may_read(groups, row[8]):
-                hits.append(self.hit(item, row, mode, groups))
+            if row is not None and may_read(groups, row[labels]):
+                hits.append(self.hit(item, row, mode, groups, names))
         return hits
 
-    def hit(self, item, row: tuple, mode: str, groups: frozenset | None) -> Hit:
+    def hit(self, item, row: tuple, mode: str, groups: frozenset | None, names: tuple[str, ...]) -> Hit:
         """One hit: the ranking's fields by name, the window's columns, and what ``groups`` is shown of its document."""
-        chunk_id, doc, idx, start, end, text, paths, modified, doc_groups, path_groups, pages = row
-        shown = self.shown(doc, paths, modified, doc_groups, path_groups, pages, groups)
+        chunk_id, doc, idx, start, end, text = row[:_WINDOW_COLUMNS]
+        shown = self.shown(doc, names, row[_WINDOW_COLUMNS:-1], row[-1], groups)
         visible_start = start + len(text) - len(text.lstrip())
         where = page_maps.where(shown.page_map, visible_start)
+        values = {name: list(value) if isinstance(value, list) else value for name, value in shown.values}
         return new_hit(item, doc=doc, idx=idx, chunk_id=chunk_id, start=start, end=end, text=text,
-                       paths=list(shown.paths), mode=mode, modified=shown.modified, ocr=where.ocr, page=where.page)
+                       mode=mode, **values, ocr=where.ocr, page=where.page)
 
-    def shown(self, doc: str, paths, modified, doc_groups, path_groups, pages, groups) -> Shown:
+    def shown(self, doc: str, names: tuple[str, ...], document: tuple, pages, groups) -> Shown:
         """What ``groups`` is shown of a document, from its columns as read now (kept, by those values)."""
         if pages is not None and len(pages) > LONG_MAP:
-            return shown_of(paths, modified, doc_groups, path_groups, pages, groups)
-        key = (doc, paths, modified, doc_groups, path_groups, pages, groups)
+            return shown_of(names, document, pages, groups)
+        key = (doc, names, document, pages, groups)
         found = self._shown.get(key)
         if found is None:
             if len(self._shown) >= KEPT:
                 self._shown.clear()
-            found = self._shown[key] = shown_of(paths, modified, doc_groups, path_groups, pages, groups)
+            found = self._shown[key] = shown_of(names, document, pages, groups)
         return found
 
 
@@ -128,6 +133,9 @@ def new_hit(item, **given) -> Hit:
     field Hit lacks, a missing field, a Hit that gains slots, factories or
     a ``__post_init__``) goes through ``records.build`` as before.
     """
+    record = records.hit_record()
+    if record is not Hit:  # a test's subclass with a field of its own: built the general way
+        return records.build(record, item, **given)
     held = getattr(item, "__dict__", None)
     if not _HIT_PLAIN or held is None or not held.keys() <= _HIT_NAMES or not given.keys() <= _HIT_NAMES:
         return records.build(Hit, item, **given)
@@ -141,19 +149,17 @@ def new_hit(item, **given) -> Hit:
     return hit
 
 
-def shown_of(paths, modified, doc_groups, path_groups, pages, groups) -> Shown:
-    """``Shown`` from a document's columns: the paths ``groups`` may see (``access.visible_positions``), escaped,
-    the latest of their dates (``dates.latest``), and the page map (none when it does not parse)."""
-    named = json.loads(paths or "[]")
-    positions = visible_positions(groups, named, json.loads(path_groups or "[]"), json.loads(doc_groups or "[]"))
+def shown_of(names: tuple[str, ...], document: tuple, pages, groups) -> Shown:
+    """``Shown`` from a document's columns (selected under ``names``): the hit's fields as ``groups`` may
+    see them (``document_hits.hit_values``) and the page map (none when it does not parse)."""
     page_map = None
     if pages is not None:
         try:
             page_map = json.loads(pages)
         except ValueError:
             page_map = None
-    return Shown(tuple(escape_name(named[position]) for position in positions),
-                 dates.latest(modified, len(named), shown=positions), page_map)
+    values = document_hits.hit_values(dict(zip(names, document)), groups)
+    return Shown(tuple(values.items()), page_map)
 
 
 def may_read(groups: frozenset | None, document_groups: str | None) -> bool:

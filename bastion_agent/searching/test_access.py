@@ -260,7 +260,7 @@ class FilteredScanTests(TempFolder, unittest.TestCase):
             share = (i // 4) % 10  # a tenth of the documents are HR's, the rest engineering's
             docs[doc] = json.dumps(["hr"] if share == 0 else ["eng"])
         vectorstore.replace_chunks(self.db, [StoredChunk(*c) for c in chunks],
-                                   [DocumentRow(doc, json.dumps(["x.txt"]), groups) for doc, groups in docs.items()])
+                                   [DocumentRow(doc, json.dumps(["x.txt"]), groups=groups) for doc, groups in docs.items()])
         vectorstore.add_vectors(self.db, "synthetic", self.DIM, vectors, "2026-01-01T00:00:00+00:00")
         self.hr_ids = {c[0] for c in chunks if docs[c[1]] == '["hr"]'}
         self.queries = [[rng.gauss(0, 1) for _ in range(self.DIM)] for _ in range(10)]
