@@ -54,7 +54,7 @@ def read_extract_listing(layout) -> list[ListingRow]:
     """``extract/listing.jsonl`` as records, in file order. A missing file raises ``FileNotFoundError``
     (the caller says which stage to run); a line that is no listing row raises one ``StoreError``."""
     path = Path(layout.extract_listing)
-    return _remembered(path, lambda: [_listing_row(line, path, number)
+    return _remembered(path, ListingRow, lambda: [_listing_row(line, path, number)
                                       for number, line in _lines(path, "run extract again")])
 
 
@@ -62,7 +62,7 @@ def write_extract_listing(layout, rows: Iterable[ListingRow]) -> None:
     """Write the extract listing (privately, whole or not at all), a line per row as ``ListingRow.listed``."""
     rows = list(rows)
     write_jsonl(layout.extract_listing, [row.listed() for row in rows])
-    _remember(Path(layout.extract_listing), rows)
+    _remember(Path(layout.extract_listing), ListingRow, rows)
 
 
 def read_documents(layout) -> list[Document]:
@@ -70,7 +70,7 @@ def read_documents(layout) -> list[Document]:
     raises ``FileNotFoundError``; a line that is no document raises one ``StoreError`` naming the line."""
     path = Path(layout.sanitized_listing)
     record = records.document_record()
-    return _remembered(path, lambda: sorted((document_from_line(line, path, number, record) for number, line
+    return _remembered(path, record, lambda: sorted((document_from_line(line, path, number, record) for number, line
                                              in _lines(path, "run sanitize again")), key=lambda document: document.doc))
 
 
@@ -78,13 +78,15 @@ def write_documents(layout, documents: Iterable[Document]) -> None:
     """Write the sanitized listing (privately, whole or not at all), a line per document, sorted by doc."""
     documents = sorted(documents, key=lambda document: document.doc)
     write_jsonl(layout.sanitized_listing, [document_line(document) for document in documents])
-    _remember(Path(layout.sanitized_listing), documents)
+    _remember(Path(layout.sanitized_listing), type(documents[0]) if documents else records.document_record(),
+              documents)
 
 
-# The records last read or written of each listing, by the file's identity then: a sweep's stages (and a
-# watcher's cycles) parse a listing once, not once a stage. Records are frozen, so sharing them is safe; a
-# listing replaced since (every write is a new file, renamed in) has a new identity and is read again.
-_KEPT: dict[str, tuple[tuple, tuple]] = {}
+# The records last read or written of each listing, by path and record type, with the file's identity then:
+# a sweep's stages (and a watcher's cycles) parse a listing once, not once a stage. Records are frozen, so
+# sharing them is safe; a listing replaced since (every write is a new file, renamed in) has a new identity
+# and is read again, and a reader of another record type (a wider ``Document``) parses it for itself.
+_KEPT: dict[tuple[str, type], tuple[tuple, tuple]] = {}
 KEPT_LISTINGS = 4  # the two listings of an output folder, and of one more: a process rarely serves more
 
 
@@ -101,22 +103,22 @@ def _identity(path: Path) -> tuple | None:
     return stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size
 
 
-def _remembered(path: Path, read) -> list:
-    """The records of ``path``: those kept when it is the file they came from, else ``read()`` (then kept)."""
+def _remembered(path: Path, record: type, read) -> list:
+    """The ``record``s of ``path``: those kept when it is the file they came from, else ``read()`` (then kept)."""
     identity = _identity(path)
-    kept = _KEPT.get(str(path))
+    kept = _KEPT.get((str(path), record))
     if identity is not None and kept is not None and kept[0] == identity:
         return list(kept[1])
-    records = read()
-    _remember(path, records, identity)
-    return records
+    rows = read()
+    _remember(path, record, rows, identity)
+    return rows
 
 
-def _remember(path: Path, records: list, identity: tuple | None = None) -> None:
+def _remember(path: Path, record: type, rows: list, identity: tuple | None = None) -> None:
     identity = identity or _identity(path)
     if identity is not None:
-        _KEPT.pop(str(path), None)
-        _KEPT[str(path)] = (identity, tuple(records))
+        _KEPT.pop((str(path), record), None)
+        _KEPT[(str(path), record)] = (identity, tuple(rows))
         while len(_KEPT) > KEPT_LISTINGS:  # the oldest first: a long-lived process keeps a bounded few
             del _KEPT[next(iter(_KEPT))]
 

@@ -115,7 +115,7 @@ class HitRowsTests(HitRowsCase):
                 with self.db() as db:
                     db.execute("INSERT OR REPLACE INTO document_pages (doc, pages) VALUES (?, ?)", (doc, pages))
                 self.assertEqual(self.form(self.index).page, page)
-        self.assertFalse(any(len(key[5] or "") > hit_rows.LONG_MAP for key in self.index._hit_rows._shown))
+        self.assertFalse(any(len(key[3] or "") > hit_rows.LONG_MAP for key in self.index._hit_rows._shown))
         with self.db() as db:
             db.execute("DROP TABLE document_pages")  # an old store's, under a loaded index
         self.assertIsNone(self.form(self.index).page)
