@@ -21,24 +21,11 @@ import unittest
 from dataclasses import dataclass
 from pathlib import Path
 
+from bastion_agent.core.layers import LAYERS  # lowest first: a part imports its own layer or below
+
 PACKAGE = "bastion_agent"
 ROOT = Path(__file__).resolve().parent
 
-# Lowest first. A part may import the parts at its own layer index or below.
-LAYERS = (
-    ("core",),
-    ("sanitizing",),
-    ("config",),
-    ("extracting", "chunking"),
-    ("embedding",),
-    ("searching",),
-    ("publishing",),
-    ("embed",),  # the stage contract's facade (docs/contract.md): chunk, embed and search names in one place
-    ("serving", "model"),
-    ("commands", "watching"),  # watch runs the sweep's stages (commands/pipeline.py); status reads watch's files
-    ("__main__",),
-    ("testing",),
-)
 # bastion_agent/__init__.py holds the version only: everything may import it.
 BASE_MODULE = PACKAGE
 # Production code names where a thing lives; only tests, their fixtures and users use the facade.

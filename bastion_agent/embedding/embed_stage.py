@@ -19,7 +19,7 @@ from bastion_agent.core.records import Document, DocumentRow, StoredChunk
 from bastion_agent.embedding import reader_sets, vectorstore, window_fit
 from bastion_agent.embedding.client import EmbedClient
 from bastion_agent.embedding.endpoint import EndpointConfig
-from bastion_agent.sanitizing.sanitized_store import read_sanitized_text
+from bastion_agent.sanitizing.sanitized_store import read_checked_text
 
 # --- embed -----------------------------------------------------------------
 
@@ -60,8 +60,11 @@ def _run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retr
     started = time.monotonic()
     # First, and whatever the model server does: windows sanitize superseded must not outlive the fix.
     erased = erase_superseded(layout)
-    chunk_rows, documents = current_windows(layout)
-    pages = current_pages(layout, {row.doc for row in chunk_rows})
+    # The listing is read once, here, for the windows' documents and their pages: the stage goes down to it
+    # once rather than once for each (docs/architecture.md, "The walk of a sweep").
+    listed = catalogue.read_documents(layout) if layout.sanitized_listing.exists() else []
+    chunk_rows, documents = current_windows(layout, listed)
+    pages = _pages(listed, {row.doc for row in chunk_rows})
     client = client or EmbedClient(EndpointConfig.from_env(), manifest.embed.model)
     key = manifest.embed.vector_key
     probed = not all_embedded(layout, key, manifest.embed.dim, chunk_rows)
@@ -209,16 +212,18 @@ def embed_missing(db, client: EmbedClient, manifest, missing: Sequence[tuple[str
     return stats.batches
 
 
-def current_windows(layout: Layout) -> tuple[list[StoredChunk], list[DocumentRow]]:
+def current_windows(layout: Layout, listed: list[Document] | None = None) -> tuple[list[StoredChunk], list[DocumentRow]]:
     """This sweep's windows with their text, and its documents with their paths and groups, as vectors.db keeps them.
 
     Each window's text is cut from the sanitized store and its id checked
     again, so a sanitized store changed since ``chunk`` is caught here.
+    ``listed``: the sanitized listing's documents when the caller has read them (else read here).
     """
     if not layout.chunks_path.exists():
         raise StoreError(f"no {layout.chunks_path.name} in {layout.root}: run chunk first")
     rows = read_jsonl(layout.chunks_path)
-    listing = {document.doc: document for document in _documents(layout)}
+    listing = {document.doc: document for document in (_documents(layout) if listed is None else listed)}
+    folder = str(layout.sanitized_dir)
     texts: dict[str, str] = {}
     chunk_rows = []
     for row in rows:
@@ -226,7 +231,7 @@ def current_windows(layout: Layout) -> tuple[list[StoredChunk], list[DocumentRow
         if doc not in texts:
             if listing and doc not in listing:
                 raise StoreError(f"{layout.chunks_path.name} names a document the sanitized store does not have: run chunk again")
-            texts[doc] = read_sanitized_text(layout, doc)
+            texts[doc] = read_checked_text(folder, doc)
         window = texts[doc][row["start"] : row["end"]]
         if chunk_id(doc, window) != row["chunk_id"]:
             raise StoreError("the sanitized store changed since chunk ran: run chunk again")
@@ -248,7 +253,12 @@ def current_pages(layout: Layout, docs: set[str]) -> list[tuple[str, str]]:
     a malformed one is left out rather than trusted (the catalogue reads it as none),
     and a document without one has no pages.
     """
-    return [(document.doc, json.dumps(document.pages, separators=(",", ":"))) for document in _documents(layout)
+    return _pages(_documents(layout), docs)
+
+
+def _pages(listed: list[Document], docs: set[str]) -> list[tuple[str, str]]:
+    """``current_pages`` of documents already read."""
+    return [(document.doc, json.dumps(document.pages, separators=(",", ":"))) for document in listed
             if document.doc in docs and document.pages is not None]
 
 

@@ -219,7 +219,8 @@ def run(manifest, layout: Layout, workers: int | None = None, pool: KeptPool | N
         selection = Selection(root.real, GlobSet(source.include), GlobSet(source.exclude), layout.root, links.known)
         entries, excluded = walk(root, selection)
         store = ensure_private_dir(layout.extract_dir)
-        sweep = _Sweep(store, _Previous(layout), _Costly(layout, budget),
+        costly = _Costly(layout, budget)  # before the listing is read: the walk goes down once, not back up
+        sweep = _Sweep(store, _Previous(layout), costly,
                        readers.versions(),
                        getattr(manifest, "sanitize", None))
         sweep.ocr_settings = scans
@@ -230,7 +231,7 @@ def run(manifest, layout: Layout, workers: int | None = None, pool: KeptPool | N
                 progress.advance()
     outcomes, rows, bytes_read, versions = sweep.outcomes, sweep.rows(), sweep.bytes_read, sweep.versions
     kept = {key for key, outcome in outcomes.items() if outcome.status == STATUS_EXTRACTED}
-    removed = _drop_stale(layout, kept)
+    removed = _drop_stale(store, kept)
     sweep.costly.save()
     links.save(selection.links_seen)
     sync_to_disk()
@@ -360,14 +361,13 @@ def _stored(key: str, kind: str, answer, store: Path, costly: _Costly) -> _Outco
     return _Outcome(kind, STATUS_EXTRACTED, None, ocr_pages=pages if isinstance(pages, list) else None)
 
 
-def _drop_stale(layout: Layout, kept: set[str]) -> int:
-    """Remove the texts of contents no longer extracted from the extract store; return how many.
+def _drop_stale(store: Path, kept: set[str]) -> int:
+    """Remove the texts of contents no longer extracted from the extract ``store``; return how many.
 
     The sanitized store is keyed by the sanitized text, which only the
     sanitize stage knows: it removes its own stale documents.
     """
     removed = 0
-    store = layout.extract_dir
     for name in os.listdir(store):
         if DOC_TEXT_NAME.fullmatch(name) and name[:-4] not in kept:
             _unlink(store / name)
