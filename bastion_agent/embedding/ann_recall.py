@@ -57,6 +57,8 @@ CANDIDATES = 33
 REGROWTH = 0.10
 BLOCK_ROWS = 65_536
 TIE = 1e-6  # float32 cosines within this of the K-th best count as ties
+FLOOR_ROWS = 4096  # rows whose K-th best bounds the exact pass's from below (about K * rows / 4096 kept a query)
+SLACK = 1e-4  # far above float32 rounding of a cosine, far below any gap that matters
 # A held-out row is no stand-in for a question: windows overlap, so a row has near
 # copies, and the graph finds them at once (120,000 windows of real prose: 0.98 at
 # beam 32 for held-out rows, 0.72 for 200 real questions). A question lands far
@@ -205,9 +207,16 @@ def questions_near(view, positions, seed: int, noise: float | None = None):
 
 
 def thresholds(view, queries, positions, k: int = K):
-    """Each query's ``k``-th best cosine over the current rows, its own row left out (one pass in blocks)."""
+    """Each query's ``k``-th best cosine over the current rows, its own row left out (one pass in blocks).
+
+    Only the scores at or above a floor every answer clears are kept (the
+    ``k``-th best over FLOOR_ROWS rows drawn at random, less SLACK for the
+    rounding of another product order): a few hundred a query, not a
+    partition of every block.
+    """
     np = view.np
-    best = np.full((len(positions), k), -np.inf, dtype=np.float32)
+    low = lower_bounds(view, queries, positions, k) - SLACK
+    kept: list[list] = [[] for _ in range(len(positions))]
     for start in range(0, view.rows, BLOCK_ROWS):
         stop = min(start + BLOCK_ROWS, view.rows)
         scores = queries @ view.matrix[start:stop].T  # (queries, rows of the block): the rows as stored,
@@ -216,9 +225,27 @@ def thresholds(view, queries, positions, k: int = K):
             scores[:, view.stale[start:stop]] = -np.inf
         inside = (positions >= start) & (positions < stop)
         scores[np.flatnonzero(inside), positions[inside] - start] = -np.inf  # held out: not its own neighbour
-        merged = np.concatenate([best, scores], axis=1)
-        best = -np.partition(-merged, k - 1, axis=1)[:, :k]
-    return best.min(axis=1)
+        rows, columns = np.nonzero(scores >= low[:, None])
+        parts = np.split(scores[rows, columns], np.cumsum(np.bincount(rows, minlength=len(positions)))[:-1])
+        for at, part in enumerate(parts):
+            kept[at].append(part)
+    floor = np.full(len(positions), -np.inf, dtype=np.float32)
+    for at, parts in enumerate(kept):
+        values = np.concatenate(parts)
+        if len(values) >= k:
+            floor[at] = np.partition(values, len(values) - k)[len(values) - k]
+    return floor
+
+
+def lower_bounds(view, queries, positions, k: int = K):
+    """Each query's ``k``-th best cosine over FLOOR_ROWS current rows drawn at random: at most its true one."""
+    np = view.np
+    drawn = sample(view, FLOOR_ROWS, seed=view.rows + 2)
+    if len(drawn) <= k:
+        return np.full(len(positions), -np.inf, dtype=np.float32)
+    scores = queries @ unit_rows(view, drawn).T
+    scores[drawn[None, :] == positions[:, None]] = -np.inf
+    return np.partition(scores, len(drawn) - k, axis=1)[:, len(drawn) - k]
 
 
 def recall_at(faiss, index, view, queries, positions, floor, beam: int, k: int = K, goal: float | None = None) -> float:
