@@ -317,6 +317,23 @@ class SampleTests(unittest.TestCase):
         units = view.matrix[:300] * view.inverse[:300, None]
         self.assertAlmostEqual(background, float(np.mean(units[drawn] @ units.T)), places=4)
 
+    def test_the_exact_pass_finds_each_querys_kth_best_over_current_rows_but_its_own(self):
+        import numpy as np
+
+        rows = self.rng.randrange(5000, 9000)
+        stale = [self.rng.random() < 0.2 for _ in range(rows)]
+        view = memory_view(isotropic(self.rng, rows), stale)
+        positions = ann_recall.sample(view, ann_recall.SAMPLE_QUERIES, seed=self.rng.randrange(10**6))
+        queries = ann_recall.questions_near(view, positions, seed=self.rng.randrange(10**6), noise=1.0)
+        with mock.patch.object(ann_recall, "BLOCK_ROWS", 1024):  # several blocks
+            floor = ann_recall.thresholds(view, queries, positions)
+        scores = queries @ (view.matrix * view.inverse[:, None]).T
+        scores[:, view.stale] = -np.inf
+        scores[np.arange(len(positions)), positions] = -np.inf
+        exact = -np.sort(-scores, axis=1)[:, ann_recall.K - 1]
+        self.assertLess(float(np.max(np.abs(floor - exact))), 1e-5)
+        self.assertGreater(len(set(np.round(floor, 4))), len(positions) // 2)  # a floor a query, not one for all
+
     def test_a_beam_short_of_the_goal_stops_early_and_a_kept_one_walks_every_query(self):
         import faiss
 
