@@ -65,13 +65,16 @@ SLACK = 1e-4  # far above float32 rounding of a cosine, far below any gap that m
 # from every window. So each query is a held-out row plus isotropic noise, as far
 # from its row as a question is from its nearest window *relative to the store*:
 # every two windows of one store already share a background cosine (the mean over
-# all pairs: 0.16 on one store of real prose, 0.19 on another, about 0 for random
+# all pairs: 0.137 and 0.146 on two stores of real prose, about 0 for random
 # vectors), so the noise is set for the query's cosine with its own row to stand
 # REACH of the way from that background to 1. A fixed noise (2.5 x the row's
 # length) matched real questions on the first store and was much harder than them
-# on the second (beam 1536 chosen where real questions reach 0.957 at 384).
+# on the second (beam 1536 chosen where real questions reach 0.957 at 384). With
+# boilerplate left out (below) it was 0.02-0.03 harder than real questions on both;
+# a reach of 0.32 (noise 2.2 x on both) tracks them within 0.008 from beam 192 to
+# 448 on both (docs/search.md, Recall as a setting).
 REACH = 0.32
-NOISE = 2.5  # the noise when the background cannot be measured (no current rows)
+NOISE = 2.5  # questions_near's noise when none is given: the fixed one before REACH (bench/ann_recall.py compares)
 # Boilerplate: a row with more than BOILERPLATE near copies (cosine above NEAR_COPY)
 # is a text repeated across documents (licences, generated tables): a uniform
 # sample of windows draws it once per copy, and a query near it asks for the exact
