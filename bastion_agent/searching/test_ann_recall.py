@@ -185,6 +185,18 @@ class RecallTests(TempFolder, unittest.TestCase):
         self.assertTrue(narrower)  # a narrower beam was tried and fell short
         self.assertEqual(ann_recall.BEAMS[ann_recall.BEAMS.index(measured["beam"]) - 1], max(narrower))
 
+    def test_the_build_measures_on_questions_not_boilerplate(self):
+        text = [self.rng.gauss(0, 1) for _ in range(DIM)]
+        plain = self.rng.randrange(1500, 2000)
+        vectors = isotropic(self.rng, plain) + [[x + self.rng.gauss(0, 0.2) for x in text] for _ in range(400)]
+        layout = self.make_store(vectors)
+        with mock.patch.object(ann_recall, "thresholds", wraps=ann_recall.thresholds) as truth:
+            measured = self.build(layout)["ann_calibration"]
+        positions = list(truth.call_args.args[2])
+        self.assertEqual(len(positions), ann_recall.SAMPLE_QUERIES)
+        self.assertEqual(measured["queries"], ann_recall.SAMPLE_QUERIES)
+        self.assertFalse([p for p in positions if p >= plain])  # rows are stored in order: the copies come last
+
     def test_the_ladder_search_finds_the_narrowest_beam_that_reaches_the_goal(self):
         beams = ann_recall.BEAMS
         for _ in range(20):
