@@ -91,6 +91,10 @@ BACKGROUND_ROWS = 4096  # the rows a sampled row's mean cosine is taken over (a 
 # (the beam is then counted as short; a beam that is kept is always walked in full).
 STEP = 50
 STOP_ERRORS = 3.0
+# The way the queries are drawn, recorded with each measurement: 1 was held-out rows
+# with the fixed noise, boilerplate in; 2 leaves boilerplate out and takes the noise
+# from the background. A graph measured another way is measured again by the next embed.
+SAMPLE_METHOD = 2
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,7 @@ class Calibration:
     queries: int
     seconds: float  # the measurement's time
     build_seconds: float | None  # the build's (None: the graph was measured again without being built)
+    sample: int = SAMPLE_METHOD  # how the queries were drawn (headers before this field: 1)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -114,12 +119,14 @@ class Calibration:
     def of(cls, header: dict) -> "Calibration | None":
         """The calibration the header records, or None (an older header, or one not readable as such)."""
         value = header.get("ann_calibration")
-        if not isinstance(value, dict) or set(value) != {field.name for field in fields(cls)}:
+        names = {field.name for field in fields(cls)}
+        if not isinstance(value, dict) or set(value) not in (names, names - {"sample"}):
             return None
         try:
             found = cls(float(value["target"]), int(value["beam"]), float(value["recall"]), bool(value["reached"]),
                         str(value["graph"]), int(value["rows"]), int(value["queries"]), float(value["seconds"]),
-                        None if value["build_seconds"] is None else float(value["build_seconds"]))
+                        None if value["build_seconds"] is None else float(value["build_seconds"]),
+                        int(value.get("sample", 1)))
         except (TypeError, ValueError, OverflowError):
             return None
         # a beam no measurement chooses (a header edited by hand) would make every walk visit the whole graph
@@ -136,6 +143,8 @@ def stale_for(calibration: Calibration | None, graph: str, rows: int, target: fl
     target, or grown since."""
     if calibration is None or calibration.graph != graph or calibration.target != target:
         return True
+    if calibration.sample != SAMPLE_METHOD:
+        return True  # measured on another sample (the first one's beams were up to 3 x wider than needed)
     if not calibration.meets(target):
         return True  # below its target (a graph that lost recall): measured again, and rebuilt denser if need be
     return rows > calibration.rows * (1 + REGROWTH)
@@ -335,7 +344,7 @@ def measure(faiss, index, view, target: float, graph: str, build_seconds: float 
     positions = sample(view, 2 * SAMPLE_QUERIES, seed=view.rows)
     if len(positions) <= K:  # too few rows to hold a query out and still have K neighbours: any walk finds them all
         return Calibration(target, beams[0], 1.0, True, graph, index.ntotal, 0, time.perf_counter() - started,
-                           build_seconds)
+                           build_seconds, SAMPLE_METHOD)
     faiss.omp_set_num_threads(os.cpu_count() or 1)  # the embed stage's time: every core, as the build
     try:
         positions, queries = held_out(faiss, index, view, positions)
@@ -347,4 +356,4 @@ def measure(faiss, index, view, target: float, graph: str, build_seconds: float 
         faiss.omp_set_num_threads(1)
     reached = recall >= target + MARGIN or (beam >= index.ntotal and recall >= target)
     return Calibration(target, beam, round(recall, 4), reached, graph, index.ntotal, len(positions),
-                       round(time.perf_counter() - started, 4), build_seconds)
+                       round(time.perf_counter() - started, 4), build_seconds, SAMPLE_METHOD)

@@ -161,6 +161,23 @@ class RecallTests(TempFolder, unittest.TestCase):
                 self.assertEqual(index.ann.expansion, ann.beam_for(400))  # the rule for a graph no build measured
                 self.assertIsNone(index.vector_search.recall)
 
+    def test_a_graph_measured_on_the_earlier_sample_answers_with_its_beam_until_embed_measures_it_again(self):
+        layout = self.make_store(isotropic(self.rng, 400))
+        files = vectorfile.Files.for_key(layout, "synthetic")
+        header = self.build(layout)
+        self.assertEqual(header["ann_calibration"]["sample"], ann_recall.SAMPLE_METHOD)
+        old_beam = ann_recall.BEAMS[self.rng.randrange(len(ann_recall.BEAMS))]
+        del header["ann_calibration"]["sample"]  # what a header of the earlier measurement holds
+        header["ann_calibration"]["beam"] = old_beam
+        write_json(files.header, header)
+        self.assertEqual(self.load(layout).ann.expansion, old_beam)  # believed: searches use it meanwhile
+        with mock.patch.object(ann_recall, "measure", wraps=ann_recall.measure) as measure:
+            again = self.build(layout)
+            self.assertEqual(measure.call_count, 1)
+            self.build(layout)
+            self.assertEqual(measure.call_count, 1)  # measured once, then current
+        self.assertEqual(again["ann_calibration"]["sample"], ann_recall.SAMPLE_METHOD)
+
     def test_a_raised_target_is_not_promised_by_a_graph_measured_for_a_lower_one(self):
         layout = self.make_store(isotropic(self.rng, 400))
         files = vectorfile.Files.for_key(layout, "synthetic")
