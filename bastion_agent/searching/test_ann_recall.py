@@ -6,6 +6,7 @@ import json
 import math
 import random
 import unittest
+from types import SimpleNamespace
 from unittest import mock
 
 from bastion_agent import embed
@@ -160,6 +161,23 @@ class RecallTests(TempFolder, unittest.TestCase):
                 self.assertEqual(index.ann.expansion, ann.beam_for(400))  # the rule for a graph no build measured
                 self.assertIsNone(index.vector_search.recall)
 
+    def test_a_graph_measured_on_the_earlier_sample_answers_with_its_beam_until_embed_measures_it_again(self):
+        layout = self.make_store(isotropic(self.rng, 400))
+        files = vectorfile.Files.for_key(layout, "synthetic")
+        header = self.build(layout)
+        self.assertEqual(header["ann_calibration"]["sample"], ann_recall.SAMPLE_METHOD)
+        old_beam = ann_recall.BEAMS[self.rng.randrange(len(ann_recall.BEAMS))]
+        del header["ann_calibration"]["sample"]  # what a header of the earlier measurement holds
+        header["ann_calibration"]["beam"] = old_beam
+        write_json(files.header, header)
+        self.assertEqual(self.load(layout).ann.expansion, old_beam)  # believed: searches use it meanwhile
+        with mock.patch.object(ann_recall, "measure", wraps=ann_recall.measure) as measure:
+            again = self.build(layout)
+            self.assertEqual(measure.call_count, 1)
+            self.build(layout)
+            self.assertEqual(measure.call_count, 1)  # measured once, then current
+        self.assertEqual(again["ann_calibration"]["sample"], ann_recall.SAMPLE_METHOD)
+
     def test_a_raised_target_is_not_promised_by_a_graph_measured_for_a_lower_one(self):
         layout = self.make_store(isotropic(self.rng, 400))
         files = vectorfile.Files.for_key(layout, "synthetic")
@@ -183,6 +201,18 @@ class RecallTests(TempFolder, unittest.TestCase):
         narrower = [beam for beam in tried if beam < measured["beam"]]
         self.assertTrue(narrower)  # a narrower beam was tried and fell short
         self.assertEqual(ann_recall.BEAMS[ann_recall.BEAMS.index(measured["beam"]) - 1], max(narrower))
+
+    def test_the_build_measures_on_questions_not_boilerplate(self):
+        text = [self.rng.gauss(0, 1) for _ in range(DIM)]
+        plain = self.rng.randrange(1500, 2000)
+        vectors = isotropic(self.rng, plain) + [[x + self.rng.gauss(0, 0.2) for x in text] for _ in range(400)]
+        layout = self.make_store(vectors)
+        with mock.patch.object(ann_recall, "thresholds", wraps=ann_recall.thresholds) as truth:
+            measured = self.build(layout)["ann_calibration"]
+        positions = list(truth.call_args.args[2])
+        self.assertEqual(len(positions), ann_recall.SAMPLE_QUERIES)
+        self.assertEqual(measured["queries"], ann_recall.SAMPLE_QUERIES)
+        self.assertFalse([p for p in positions if p >= plain])  # rows are stored in order: the copies come last
 
     def test_the_ladder_search_finds_the_narrowest_beam_that_reaches_the_goal(self):
         beams = ann_recall.BEAMS
@@ -213,6 +243,144 @@ class RecallTests(TempFolder, unittest.TestCase):
             header = self.build(layout)
             self.assertEqual(measure.call_count, 1)
         self.assertEqual(header["ann_calibration"]["rows"], 460)
+
+
+def memory_view(vectors, stale=None):
+    """A vector file's view over rows held in memory: what the measurement reads of a store."""
+    import numpy as np
+
+    matrix = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1)
+    return SimpleNamespace(np=np, matrix=matrix, rows=len(matrix), inverse=(1 / np.maximum(norms, 1e-12)).astype(np.float32),
+                           stale=None if stale is None else np.asarray(stale, dtype=bool))
+
+
+def graph_over(view, links: int = 4, construction: int = 8):
+    """A sparse graph over ``view``'s rows, built on one thread."""
+    import faiss
+
+    graph = ann.new_graph(faiss, DIM, links, construction)
+    with mock.patch.object(ann, "PARALLEL_ADD_ROWS", 10**9):
+        ann.add_rows(faiss, graph, view, 0)
+    return graph
+
+
+class CountingGraph:
+    """A graph that counts the queries walked through it."""
+
+    def __init__(self, index):
+        self.index, self.ntotal, self.walked = index, index.ntotal, 0
+
+    def search(self, queries, count, params=None):
+        self.walked += len(queries)
+        return self.index.search(queries, count, params=params)
+
+
+@unittest.skipUnless(HAS_ANN, SKIP)
+class SampleTests(unittest.TestCase):
+    """What the measurement's queries stand for: questions, not boilerplate, as far from their rows as the store says."""
+
+    def setUp(self):
+        self.rng = random.Random()
+
+    def boilerplate_store(self, plain: int, copies: int):
+        """``plain`` random rows, then ``copies`` near copies of one text (a licence repeated across documents)."""
+        text = [self.rng.gauss(0, 1) for _ in range(DIM)]
+        repeated = [[x + self.rng.gauss(0, 0.2) for x in text] for _ in range(copies)]  # cosine about 0.98
+        return isotropic(self.rng, plain) + repeated
+
+    def test_boilerplate_is_left_out_of_the_sample_while_other_rows_suffice(self):
+        plain = self.rng.randrange(1500, 2500)  # enough that the draw holds more than the sample's worth of them
+        view = memory_view(self.boilerplate_store(plain, 600))
+        drawn = ann_recall.sample(view, 2 * ann_recall.SAMPLE_QUERIES, seed=view.rows)
+        import faiss
+
+        graph = graph_over(view, 16, 64)
+        copies, _ = ann_recall.survey(faiss, graph, view, drawn)
+        self.assertEqual([int(c > ann_recall.BOILERPLATE) for c in copies], [int(p >= plain) for p in drawn])
+        self.assertTrue(any(p >= plain for p in drawn))  # the draw held boilerplate ...
+        positions, queries = ann_recall.held_out(faiss, graph, view, drawn)
+        self.assertEqual(len(positions), ann_recall.SAMPLE_QUERIES)
+        self.assertFalse(any(p >= plain for p in positions))  # ... and the sample none
+        self.assertEqual(queries.shape, (ann_recall.SAMPLE_QUERIES, DIM))
+
+    def test_a_store_of_little_but_boilerplate_tops_the_sample_up_with_it(self):
+        import faiss
+
+        plain = self.rng.randrange(20, 60)
+        view = memory_view(self.boilerplate_store(plain, 900))
+        drawn = ann_recall.sample(view, 2 * ann_recall.SAMPLE_QUERIES, seed=view.rows)
+        positions, _ = ann_recall.held_out(faiss, graph_over(view, 16, 64), view, drawn)
+        self.assertEqual(len(positions), ann_recall.SAMPLE_QUERIES)
+        self.assertEqual(sum(p < plain for p in positions), sum(p < plain for p in drawn))  # every plain row drawn is kept
+
+    def test_the_noise_puts_a_query_as_far_from_its_row_as_the_background_calls_for(self):
+        import faiss
+        import numpy as np
+
+        shift = [abs(self.rng.gauss(3, 1)) for _ in range(DIM)]  # rows sharing one direction: a background cosine
+        for vectors in (isotropic(self.rng, 800), [[x + s for x, s in zip(row, shift)] for row in isotropic(self.rng, 800)]):
+            view = memory_view(vectors)
+            drawn = ann_recall.sample(view, 2 * ann_recall.SAMPLE_QUERIES, seed=view.rows)
+            graph = graph_over(view)
+            copies, background = ann_recall.survey(faiss, graph, view, drawn)
+            units = view.matrix * view.inverse[:, None]
+            self.assertAlmostEqual(background, float(np.mean(units[drawn] @ units.T)), places=4)
+            positions, queries = ann_recall.held_out(faiss, graph, view, drawn)
+            own = np.sum(queries * units[positions], axis=1)
+            wanted = background + ann_recall.REACH * (1 - background)
+            self.assertLess(abs(float(np.median(own)) - wanted), 0.05)  # in 48 dimensions the noise is nearly orthogonal
+        self.assertGreater(ann_recall.noise_for(0.0), ann_recall.noise_for(0.5))  # a tighter store: less noise
+
+    def test_stale_rows_are_neither_copies_nor_background(self):
+        import faiss
+        import numpy as np
+
+        vectors = self.boilerplate_store(300, 300)
+        stale = [False] * 300 + [True] * 300  # the boilerplate was deleted since
+        view = memory_view(vectors, stale)
+        drawn = ann_recall.sample(view, 2 * ann_recall.SAMPLE_QUERIES, seed=view.rows)
+        copies, background = ann_recall.survey(faiss, graph_over(view, 16, 64), view, drawn)
+        self.assertTrue(all(p < 300 for p in drawn))
+        self.assertLessEqual(int(copies.max()), ann_recall.BOILERPLATE)
+        units = view.matrix[:300] * view.inverse[:300, None]
+        self.assertAlmostEqual(background, float(np.mean(units[drawn] @ units.T)), places=4)
+
+    def test_the_exact_pass_finds_each_querys_kth_best_over_current_rows_but_its_own(self):
+        import numpy as np
+
+        rows = self.rng.randrange(5000, 9000)
+        stale = [self.rng.random() < 0.2 for _ in range(rows)]
+        view = memory_view(isotropic(self.rng, rows), stale)
+        positions = ann_recall.sample(view, ann_recall.SAMPLE_QUERIES, seed=self.rng.randrange(10**6))
+        queries = ann_recall.questions_near(view, positions, seed=self.rng.randrange(10**6), noise=1.0)
+        with mock.patch.object(ann_recall, "BLOCK_ROWS", 1024):  # several blocks
+            floor = ann_recall.thresholds(view, queries, positions)
+        scores = queries @ (view.matrix * view.inverse[:, None]).T
+        scores[:, view.stale] = -np.inf
+        scores[np.arange(len(positions)), positions] = -np.inf
+        exact = -np.sort(-scores, axis=1)[:, ann_recall.K - 1]
+        self.assertLess(float(np.max(np.abs(floor - exact))), 1e-5)
+        self.assertGreater(len(set(np.round(floor, 4))), len(positions) // 2)  # a floor a query, not one for all
+
+    def test_a_beam_short_of_the_goal_stops_early_and_a_kept_one_walks_every_query(self):
+        import faiss
+
+        view = memory_view(isotropic(self.rng, 1500))
+        graph = graph_over(view)
+        positions, queries = ann_recall.held_out(faiss, graph, view, ann_recall.sample(view, 2 * ann_recall.SAMPLE_QUERIES, view.rows))
+        floor = ann_recall.thresholds(view, queries, positions)
+        full = ann_recall.recall_at(faiss, graph, view, queries, positions, floor, 8)
+        counting = CountingGraph(graph)
+        short = ann_recall.recall_at(faiss, counting, view, queries, positions, floor, 8, goal=0.999)
+        self.assertLess(full, 0.9)
+        self.assertLess(short, 0.999)
+        self.assertLess(counting.walked, len(positions))  # stopped: the goal was out of reach
+        self.assertEqual(counting.walked % ann_recall.STEP, 0)
+        counting = CountingGraph(graph)
+        kept = ann_recall.recall_at(faiss, counting, view, queries, positions, floor, 1500, goal=0.5)
+        self.assertEqual((counting.walked, kept), (len(positions), ann_recall.recall_at(
+            faiss, graph, view, queries, positions, floor, 1500)))  # reached: walked in full, the same figure
 
 
 @unittest.skipUnless(HAS_ANN, SKIP)

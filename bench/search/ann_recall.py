@@ -78,8 +78,8 @@ def main() -> None:
     raw = [np.asarray(bag_of_words(text, _realtext.DIM), dtype=np.float32) for text in questions(args.queries)]
     real = np.stack([q / (np.linalg.norm(q) or 1.0) for q in raw]).astype(np.float32)
     real_floor = real_thresholds(view, real)
-    positions = ann_recall.sample(view, ann_recall.SAMPLE_QUERIES, seed=view.rows)
-    sample = ann_recall.questions_near(view, positions, seed=view.rows)
+    copies, background = ann_recall.survey(faiss, index, view, ann_recall.sample(view, 2 * ann_recall.SAMPLE_QUERIES, seed=view.rows))
+    positions, sample = ann_recall.held_out(faiss, index, view, ann_recall.sample(view, 2 * ann_recall.SAMPLE_QUERIES, seed=view.rows))
     started = time.perf_counter()
     sample_floor = ann_recall.thresholds(view, sample, positions)
     truth_s = time.perf_counter() - started
@@ -104,6 +104,8 @@ def main() -> None:
         "measurement_over_build_same_run": round(calibration.seconds / build_s, 4) if build_s else None,
         "store_build_s": built.get("derived_s"), "exact_truth_of_sample_s": round(truth_s, 3),
         "real_questions": len(real), "by_beam": table,
+        "background_cosine": round(background, 4), "noise": round(ann_recall.noise_for(background), 3),
+        "boilerplate_in_draw": int(np.count_nonzero(copies > ann_recall.BOILERPLATE)),
         "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
     }, indent=2))
 
