@@ -39,8 +39,6 @@ LONG_MODULES_ALLOWED: dict[str, str] = {
     "bastion_agent/searching/searcher.py": "under edit in another branch this round; split after it lands",
     "bastion_agent/publishing/publish.py": "not split yet",
     "bastion_agent/publishing/remote_search.py": "not split yet",
-    "bastion_agent/publishing/publish_schema.py": "not split yet",
-    "bastion_agent/publishing/schema_access.py": "not split yet",
     "bastion_agent/embedding/vectorstore.py": "not split yet",
     "bastion_agent/embedding/vectorfile.py": "not split yet",
 }
