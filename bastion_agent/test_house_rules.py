@@ -40,7 +40,6 @@ LONG_MODULES_ALLOWED: dict[str, str] = {
     "bastion_agent/publishing/publish.py": "not split yet",
     "bastion_agent/publishing/remote_search.py": "not split yet",
     "bastion_agent/embedding/vectorstore.py": "not split yet",
-    "bastion_agent/embedding/vectorfile.py": "not split yet",
 }
 
 # the word issue or item followed by a number (a hash allowed before an issue's); a bare "issues" is fine
