@@ -7,7 +7,7 @@ vector key gets, under ``<out>/index/``:
 - ``<name>.json``: the header, the only file a reader trusts first. It names
   the build, how many rows the data files hold, and the database state they
   were built from (``store_id``, the two generation counters and
-  ``max(rowid)`` of ``vectors``, see ``vectorstore._m003_search_state``);
+  ``max(rowid)`` of ``vectors``, see ``vectorstore_schema._m003_search_state``);
 - ``<name>.<build>.f32``: every vector of the key, in ``vectors.rowid``
   order, as little-endian float32 rows (the BLOBs as they are);
 - ``<name>.<build>.rowid`` (int64) and ``.inv`` (float32 1/norm, 0 for a
