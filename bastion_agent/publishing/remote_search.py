@@ -610,11 +610,11 @@ class _DatabaseErrors:
 
 def open_index(manifest, bastions: Sequence[str] = (), reader: str | None = None) -> RemoteIndex:
     """The central index at ``BASTION_PUBLISH_DSN`` for the manifest's model (searched as ``reader``, if given)."""
-    from bastion_agent.publishing import publish
+    from bastion_agent.config.manifest import validate_bastion_name
 
     for name in bastions:
         try:
-            publish.validate_bastion_name(name)
+            validate_bastion_name(name)
         except ValueError as exc:
             raise ConfigError(f"--bastion {exc}") from None
     return RemoteIndex(manifest, connection.dsn_from_env(), bastions, reader)
