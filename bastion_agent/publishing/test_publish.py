@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 
 from bastion_agent.core.errors import DatabaseError
-from bastion_agent.publishing import central_writers, connection, publish, publish_schema
+from bastion_agent.publishing import central_writers, connection, publish, publish_schema, remote_vectors
 from bastion_agent.serving import serve_settings
 from bastion_agent.testing import pgtest, publish_case
 from bastion_agent.testing.publish_case import DOCS_V1, REPO, Bastion, PublishCase, RoleSetup, query, run_block
@@ -246,7 +246,7 @@ class RemoteSearchTests(PublishCase):
         self.addCleanup(small.close)
         self.addCleanup(everything.close)
         share = small.windows / small.all_windows
-        self.assertEqual(small.scans_exactly(), share <= remote_search.EXACT_SHARE)
+        self.assertEqual(small.scans_exactly(), share <= remote_vectors.EXACT_SHARE)
         self.assertFalse(everything.scans_exactly())
         both = remote_search.RemoteIndex(manifest, self.dsn, ["hr-02", "fs-01"])
         self.addCleanup(both.close)
