@@ -465,7 +465,7 @@ class LeastPrivilegeTests(PublishCase):
         holder.execute("SELECT bastion_agent.lock_bastion('fs-01')")
         self.fs.restock({CHANGED: ["ops/keys.txt"]})
         self.fs.embed(self.stub)
-        with clean_env(BASTION_PUBLISH_DSN=self.who.publish_dsn), mock.patch.object(publish, "LOCK_WAIT_SECONDS", 1.0):
+        with clean_env(BASTION_PUBLISH_DSN=self.who.publish_dsn), mock.patch.object(central_writers, "LOCK_WAIT_SECONDS", 1.0):
             manifest = load(self.fs.manifest_path)
             with self.assertRaises(DatabaseError) as caught:
                 publish.run(manifest, self.fs.layout)
