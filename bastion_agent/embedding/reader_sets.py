@@ -43,6 +43,7 @@ from __future__ import annotations
 import sqlite3
 
 from bastion_agent.embedding import vectorstore
+from bastion_agent.embedding.vectorstore_schema import FTS_TOKENIZER
 
 SETS = "keyword_sets"
 ROWS = "keyword_set_rows"
@@ -173,7 +174,7 @@ def _new_set(db: sqlite3.Connection, groups: str) -> int:
     set_id = db.execute(f"INSERT INTO {SETS} (groups) VALUES (?)", (groups,)).lastrowid
     table = table_name(set_id)
     db.execute(f"CREATE VIRTUAL TABLE main.{table} USING fts5(text, content='chunks', content_rowid='rowid',"
-               f" tokenize='{vectorstore.FTS_TOKENIZER}')")
+               f" tokenize='{FTS_TOKENIZER}')")
     db.execute(f"CREATE TRIGGER main.{table}_ad AFTER DELETE ON chunks"
                f" WHEN EXISTS (SELECT 1 FROM {ROWS} WHERE set_id = {set_id} AND row = old.rowid) BEGIN"
                f" INSERT INTO {table}({table}, rowid, text) VALUES ('delete', old.rowid, old.text);"

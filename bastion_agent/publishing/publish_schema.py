@@ -1,10 +1,12 @@
 """The central schema: its numbered migrations, run in order, and one HNSW index per model.
 
-The statements that decide who may do what (migrations 6 and 7: the
-roles, the functions they call, the read policy) are written in
-``schema_access``, and migration 9's (a reader reads through functions,
-never a table) in ``schema_readers``; this module runs them in their
-migration's order.
+The statements of migrations 3 to 8 are files that are read
+(``sql/``, through ``schema_files``): a migration that has run never
+changes. Who may do what (migrations 6 and 7: the roles, the functions
+they call, the read policy) is explained in ``schema_access``, and
+migration 9's (a reader reads through functions, never a table) is
+written in ``schema_readers``; this module runs them in their migration's
+order.
 
 Everything lives in the schema ``bastion_agent``:
 
@@ -51,16 +53,15 @@ from bastion_agent.publishing.schema_access import (
     PUBLISHER_FUNCTIONS,
     PUBLISHER_FUNCTIONS_7,
     SEARCHER_FUNCTIONS_7,
-    bastion_role_functions,
     grantees,
-    labelled_writes_sql,
     least_privilege_sql,
-    reader_admin_sql,
     reader_policy,
+    reader_roles_sql,
     reader_scope_sql,
 )
+from bastion_agent.publishing.schema_files import statements
 from bastion_agent.publishing.schema_readers import reader_functions_sql, sealed_readers_sql
-from bastion_agent.publishing.schema_sql import SCHEMA, definer, vector_schema
+from bastion_agent.publishing.schema_sql import SCHEMA, vector_schema
 
 MIGRATION_LOCK = 0x62617374  # the advisory key migrations 3 to 5 used (migration 6 takes none)
 HALFVEC_ABOVE = 2000  # pgvector indexes vector up to 2000 dimensions, halfvec up to 4000
@@ -133,88 +134,23 @@ def _m002_row_security(conn) -> None:
         conn.execute(f"CREATE POLICY {table}_delete ON {SCHEMA}.{table} FOR DELETE USING ({own})")
 
 
-def _ensure_model_function(build: dict | None, vec: str | None = None) -> str:
-    """The ``ensure_model`` function's SQL; ``build``: the HNSW ``WITH`` options it creates and records.
+def _ensure_model_function(version: int) -> str:
+    """The ``ensure_model`` function as migration ``version`` (3 to 5) made it (``sql/m00N_ensure_model.sql``).
 
     Migration 3 made it without options (pgvector's defaults, m 16 and
-    ef_construction 64); migration 4 replaces it with ``M004_BUILD``,
-    migration 5 with ``HNSW_BUILD``. Migration 6 (``vec``: pgvector's
-    schema) qualifies every name (its search_path is pg_catalog, pg_temp),
-    answers a known model without any lock, and serialises registrations
-    with a lock on ``models`` instead of an advisory key any role can take.
+    ef_construction 64); migration 4 replaced it with ``M004_BUILD``,
+    migration 5 with ``HNSW_BUILD``. Migration 6 qualifies every name (its
+    search_path is pg_catalog, pg_temp), answers a known model without any
+    lock, and serialises registrations with a lock on ``models`` instead of
+    an advisory key any role can take: that one is in migration 6's file.
     """
-    if vec is not None:
-        return f"""
-        CREATE OR REPLACE FUNCTION {SCHEMA}.ensure_model(p_model text, p_dim integer) RETURNS text
-        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-        DECLARE
-            known {SCHEMA}.models;
-            v_kind text := CASE WHEN p_dim > {HALFVEC_ABOVE} THEN 'halfvec' ELSE 'vector' END;
-            v_index text := 'windows_hnsw_' || substr(md5(p_model), 1, 16);
-        BEGIN
-            IF p_dim IS NULL OR p_dim < 1 OR p_dim > 4000 THEN
-                RAISE EXCEPTION 'dimension % is outside 1..4000', p_dim;
-            END IF;
-            IF p_model IS NULL OR length(p_model) = 0 OR length(p_model) > 500 THEN
-                RAISE EXCEPTION 'a model name must be 1..500 characters';
-            END IF;
-            FOR attempt IN 1..2 LOOP
-                SELECT * INTO known FROM {SCHEMA}.models WHERE model = p_model;
-                IF FOUND THEN
-                    IF known.dim <> p_dim THEN
-                        RAISE EXCEPTION 'model % is published with dim %, not %', p_model, known.dim, p_dim;
-                    END IF;
-                    RETURN known.index_name;
-                END IF;
-                EXIT WHEN attempt = 2;
-                LOCK TABLE {SCHEMA}.models IN SHARE ROW EXCLUSIVE MODE;  -- one registration at a time
-            END LOOP;
-            EXECUTE format('CREATE INDEX %I ON {SCHEMA}.windows USING hnsw ((embedding::{vec}.%s(%s)) {vec}.%s_cosine_ops)'
-                           ' WITH (m = %s, ef_construction = %s) WHERE model = %L',
-                           v_index, v_kind, p_dim, v_kind, {build['m']}, {build['ef_construction']}, p_model);
-            INSERT INTO {SCHEMA}.models VALUES (p_model, p_dim, v_kind, v_index, {build['m']}, {build['ef_construction']});
-            RETURN v_index;
-        END
-        $fn$"""
-    with_clause = insert = ""
-    if build:
-        with_clause = " WITH (m = %s, ef_construction = %s)"
-        insert = f", {build['m']}, {build['ef_construction']}"
-    arguments = f"v_index, v_kind, p_dim, v_kind, {build['m']}, {build['ef_construction']}, p_model" if build else \
-        "v_index, v_kind, p_dim, v_kind, p_model"
-    return f"""
-        CREATE OR REPLACE FUNCTION {SCHEMA}.ensure_model(p_model text, p_dim integer) RETURNS text
-        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$
-        DECLARE
-            known {SCHEMA}.models;
-            v_kind text := CASE WHEN p_dim > {HALFVEC_ABOVE} THEN 'halfvec' ELSE 'vector' END;
-            v_index text := 'windows_hnsw_' || substr(md5(p_model), 1, 16);
-        BEGIN
-            IF p_dim IS NULL OR p_dim < 1 OR p_dim > 4000 THEN
-                RAISE EXCEPTION 'dimension % is outside 1..4000', p_dim;
-            END IF;
-            IF p_model IS NULL OR length(p_model) = 0 OR length(p_model) > 500 THEN
-                RAISE EXCEPTION 'a model name must be 1..500 characters';
-            END IF;
-            PERFORM pg_advisory_xact_lock({MIGRATION_LOCK});
-            SELECT * INTO known FROM {SCHEMA}.models WHERE model = p_model;
-            IF FOUND THEN
-                IF known.dim <> p_dim THEN
-                    RAISE EXCEPTION 'model % is published with dim %, not %', p_model, known.dim, p_dim;
-                END IF;
-                RETURN known.index_name;
-            END IF;
-            EXECUTE format('CREATE INDEX %I ON {SCHEMA}.windows USING hnsw ((embedding::%s(%s)) %s_cosine_ops)'
-                           '{with_clause} WHERE model = %L', {arguments});
-            INSERT INTO {SCHEMA}.models VALUES (p_model, p_dim, v_kind, v_index{insert});
-            RETURN v_index;
-        END
-        $fn$"""
+    (statement,) = statements(f"m{version:03d}_ensure_model")
+    return statement
 
 
 def _m003_ensure_model(conn) -> None:
     """``ensure_model(model, dim)``: register a model and create its partial HNSW index, as the owner."""
-    conn.execute(_ensure_model_function(None))
+    conn.execute(_ensure_model_function(3))
     # functions are executable by PUBLIC by default: only the roles docs/publish.md grants it to
     conn.execute(f"REVOKE EXECUTE ON FUNCTION {SCHEMA}.ensure_model(text, integer) FROM PUBLIC")
 
@@ -236,17 +172,17 @@ def _m004_hnsw_build(conn) -> None:
                  ("m", "ef_construction"))
     conn.execute(f"ALTER TABLE {SCHEMA}.models ALTER COLUMN hnsw_m SET NOT NULL,"
                  " ALTER COLUMN hnsw_ef_construction SET NOT NULL")
-    conn.execute(_ensure_model_function(M004_BUILD))  # CREATE OR REPLACE keeps its owner and its grants
+    conn.execute(_ensure_model_function(4))  # CREATE OR REPLACE keeps its owner and its grants
 
 
 def _m005_hnsw_build(conn) -> None:
     """A new model's HNSW index is built with ``HNSW_BUILD``; the indexes made before are kept, as recorded."""
-    conn.execute(_ensure_model_function(HNSW_BUILD))
+    conn.execute(_ensure_model_function(5))
 
 
 # --- migration 6: least privilege by construction ---------------------------
 #
-# The statements and the reasons are in schema_access.py; here, the order they run in.
+# The reasons are in schema_access.py, the statements in sql/; here, the order they run in.
 
 def _m006_least_privilege(conn) -> None:
     """No role but the owner holds a right on a table; publishers write through functions, searchers read
@@ -260,7 +196,7 @@ def _m006_least_privilege(conn) -> None:
     for kind, name, role in held:
         conn.execute(sql.SQL(f"REVOKE ALL ON {kind} {name} FROM {{}}").format(sql.Identifier(role)))
     vec = sql.Identifier(vector_schema(conn)).as_string(conn)
-    for statement in least_privilege_sql(vec, _ensure_model_function(HNSW_BUILD, vec)):
+    for statement in least_privilege_sql(vec):
         conn.execute(statement)
     for role, bastion in conn.execute(f"SELECT role_name, bastion FROM {SCHEMA}.bastions WHERE role IS NOT NULL"):
         conn.execute(f"SELECT {SCHEMA}.add_bastion(%s, %s)", (bastion, role))
@@ -271,7 +207,7 @@ def _m006_least_privilege(conn) -> None:
 
 # --- migration 7: readers limited to groups ----------------------------------
 #
-# The statements and the reasons are in schema_access.py; here, the order they run in.
+# The reasons are in schema_access.py, the statements in sql/; here, the order they run in.
 
 def _m007_reader_groups(conn) -> None:
     """Groups on published rows; readers that row-level security limits to their groups; gateways that read
@@ -293,7 +229,7 @@ def _m007_reader_groups(conn) -> None:
     for table in ("windows", "documents"):
         conn.execute(f"DROP POLICY {table}_read ON {s}.{table}")
         conn.execute(reader_policy(table))
-    for statement in labelled_writes_sql(vec) + bastion_role_functions(PUBLISHER_FUNCTIONS_7) + reader_admin_sql():
+    for statement in reader_roles_sql(vec):
         conn.execute(statement)
     for function in PUBLISHER_FUNCTIONS_7[len(PUBLISHER_FUNCTIONS):] + SEARCHER_FUNCTIONS_7 + OWNER_FUNCTIONS_7:
         conn.execute(f"REVOKE ALL ON FUNCTION {s}.{function} FROM PUBLIC")
@@ -338,84 +274,7 @@ def bastion_graph_name(model: str, bastion: str) -> str:
 
 def _bastion_graphs_sql(vec: str) -> list[str]:
     """The opt-in column, the owner's functions that build and drop the graphs, and the triggers that call them."""
-    s = SCHEMA
-    name = (f"'{BASTION_GRAPH_PREFIX}' || substr(md5(p_model), 1, 16) || '_' || substr(md5(p_bastion), 1, 16)")
-    return [
-        f"ALTER TABLE {s}.bastions ADD COLUMN own_graph boolean NOT NULL DEFAULT false",
-        f"""CREATE FUNCTION {s}.bastion_graph_name(p_model text, p_bastion text) RETURNS text LANGUAGE sql IMMUTABLE
-            SET search_path = pg_catalog AS $fn$ SELECT {name} $fn$""",
-        definer("build_bastion_graph(p_model text, p_bastion text)", "text", f"""
-        DECLARE known {s}.models; v_index text := {s}.bastion_graph_name(p_model, p_bastion);
-        BEGIN
-            SELECT * INTO known FROM {s}.models m WHERE m.model = p_model;
-            IF NOT FOUND OR NOT EXISTS (SELECT 1 FROM {s}.bastions b WHERE b.bastion = p_bastion) THEN
-                RAISE EXCEPTION 'no registered model % and bastion % to build a graph for', p_model, p_bastion;
-            END IF;
-            -- IF NOT EXISTS: a graph an administrator built beforehand (CONCURRENTLY, same name) is kept
-            EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON {s}.windows USING hnsw'
-                           ' ((embedding::{vec}.%s(%s)) {vec}.%s_cosine_ops) WITH (m = %s, ef_construction = %s)'
-                           ' WHERE model = %L AND bastion = %L',
-                           v_index, known.kind, known.dim, known.kind, known.hnsw_m, known.hnsw_ef_construction,
-                           p_model, p_bastion);
-            RETURN v_index;
-        END"""),
-        definer("drop_bastion_graphs(p_bastion text)", "integer", f"""
-        DECLARE v_model text; v_count integer := 0;
-        BEGIN
-            FOR v_model IN SELECT m.model FROM {s}.models m LOOP
-                IF to_regclass(format('{s}.%I', {s}.bastion_graph_name(v_model, p_bastion))) IS NOT NULL THEN
-                    EXECUTE format('DROP INDEX {s}.%I', {s}.bastion_graph_name(v_model, p_bastion));
-                    v_count := v_count + 1;
-                END IF;
-            END LOOP;
-            RETURN v_count;
-        END"""),
-        definer("build_bastion_graphs()", "integer", f"""
-        DECLARE v_pair record; v_count integer := 0;
-        BEGIN
-            -- every (model, opted-in bastion) pair: for the owner after a bulk load
-            FOR v_pair IN SELECT m.model, b.bastion FROM {s}.models m CROSS JOIN {s}.bastions b
-                    WHERE b.own_graph ORDER BY m.model, b.bastion LOOP
-                PERFORM {s}.build_bastion_graph(v_pair.model, v_pair.bastion);
-                v_count := v_count + 1;
-            END LOOP;
-            RETURN v_count;
-        END"""),
-        definer("set_own_graph(p_bastion text, p_on boolean)", "void", f"""
-        BEGIN
-            UPDATE {s}.bastions b SET own_graph = p_on WHERE b.bastion = p_bastion;
-            IF NOT FOUND THEN
-                RAISE EXCEPTION 'bastion % is not registered', p_bastion
-                    USING HINT = 'bastion-agent admin add-bastion NAME first';
-            END IF;
-        END"""),
-        definer("bastion_graphs_on_change()", "trigger", f"""
-        DECLARE v_model text; v_bastion text;
-        BEGIN
-            -- nested, not one condition: NEW of a models row has no own_graph field to evaluate
-            IF TG_TABLE_NAME = 'models' THEN
-                FOR v_bastion IN SELECT b.bastion FROM {s}.bastions b WHERE b.own_graph ORDER BY b.bastion LOOP
-                    PERFORM {s}.build_bastion_graph(NEW.model, v_bastion);
-                END LOOP;
-            ELSIF TG_OP = 'DELETE' THEN
-                PERFORM {s}.drop_bastion_graphs(OLD.bastion);
-            ELSIF NEW.own_graph THEN
-                FOR v_model IN SELECT m.model FROM {s}.models m ORDER BY m.model LOOP
-                    PERFORM {s}.build_bastion_graph(v_model, NEW.bastion);
-                END LOOP;
-            ELSIF TG_OP = 'UPDATE' THEN
-                PERFORM {s}.drop_bastion_graphs(OLD.bastion);
-            END IF;
-            RETURN NULL;
-        END"""),
-        f"CREATE TRIGGER bastion_graphs AFTER INSERT OR DELETE OR UPDATE OF own_graph ON {s}.bastions"
-        f" FOR EACH ROW EXECUTE FUNCTION {s}.bastion_graphs_on_change()",
-        f"CREATE TRIGGER bastion_graphs AFTER INSERT ON {s}.models"
-        f" FOR EACH ROW EXECUTE FUNCTION {s}.bastion_graphs_on_change()",
-        f"REVOKE ALL ON FUNCTION {s}.build_bastion_graph(text, text), {s}.drop_bastion_graphs(text),"
-        f" {s}.build_bastion_graphs(), {s}.set_own_graph(text, boolean), {s}.bastion_graphs_on_change()"
-        f" FROM PUBLIC",
-    ]
+    return statements("m008_bastion_graphs", vec=vec)
 
 
 def _m008_bastion_graphs(conn) -> None:

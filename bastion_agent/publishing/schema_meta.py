@@ -14,7 +14,7 @@ with new bodies. This migration does that once more, for the last time:
   keys named like a field (``^[a-z][a-z0-9_]{0,39}$``), each value a
   string of at most ``MAX_META_STRING`` characters, a number, a boolean or
   null, ``MAX_META_BYTES`` bytes at most in all. Which keys a bastion sends
-  is checked on its side against its record (``publish.document_meta``).
+  is checked on its side against its record (``bastion_documents.document_meta``).
 - Publishers write it through the owner's functions, for their own bastion
   only: ``write_documents`` with a tenth argument (the 9-argument form of
   migration 11 stays for agents of before, and leaves ``meta`` alone),

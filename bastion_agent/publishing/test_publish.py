@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 
 from bastion_agent.core.errors import DatabaseError
-from bastion_agent.publishing import connection, publish, publish_schema
+from bastion_agent.publishing import central_writers, connection, publish, publish_schema, remote_vectors
 from bastion_agent.serving import serve_settings
 from bastion_agent.testing import pgtest, publish_case
 from bastion_agent.testing.publish_case import DOCS_V1, REPO, Bastion, PublishCase, RoleSetup, query, run_block
@@ -246,7 +246,7 @@ class RemoteSearchTests(PublishCase):
         self.addCleanup(small.close)
         self.addCleanup(everything.close)
         share = small.windows / small.all_windows
-        self.assertEqual(small.scans_exactly(), share <= remote_search.EXACT_SHARE)
+        self.assertEqual(small.scans_exactly(), share <= remote_vectors.EXACT_SHARE)
         self.assertFalse(everything.scans_exactly())
         both = remote_search.RemoteIndex(manifest, self.dsn, ["hr-02", "fs-01"])
         self.addCleanup(both.close)
@@ -452,7 +452,7 @@ class LeastPrivilegeTests(PublishCase):
         started = time.monotonic()
         code, _, err = self.hr.publish(self.dsn)
         self.assertEqual(code, 0, err)
-        self.assertLess(time.monotonic() - started, publish.LOCK_WAIT_SECONDS, "the publish waited for a lock")
+        self.assertLess(time.monotonic() - started, central_writers.LOCK_WAIT_SECONDS, "the publish waited for a lock")
         self.assertEqual(self.server_windows("hr-02"), self.hr.local_windows())
 
     def test_one_bastion_publishes_at_a_time_and_nobody_else_can_take_its_lock(self):
@@ -465,7 +465,7 @@ class LeastPrivilegeTests(PublishCase):
         holder.execute("SELECT bastion_agent.lock_bastion('fs-01')")
         self.fs.restock({CHANGED: ["ops/keys.txt"]})
         self.fs.embed(self.stub)
-        with clean_env(BASTION_PUBLISH_DSN=self.who.publish_dsn), mock.patch.object(publish, "LOCK_WAIT_SECONDS", 1.0):
+        with clean_env(BASTION_PUBLISH_DSN=self.who.publish_dsn), mock.patch.object(central_writers, "LOCK_WAIT_SECONDS", 1.0):
             manifest = load(self.fs.manifest_path)
             with self.assertRaises(DatabaseError) as caught:
                 publish.run(manifest, self.fs.layout)

@@ -2,7 +2,7 @@
 
 Embeddings blur exact strings: a part number, an error code or a surname
 is often nowhere near the top of a vector ranking. ``chunks_fts``
-(``vectorstore._m003_search_state``) indexes this sweep's windows with
+(``vectorstore_schema._m003_search_state``) indexes this sweep's windows with
 Porter stemming over Unicode words, and triggers keep it in step with the
 ``chunks`` table, so only current windows can match.
 
@@ -153,7 +153,7 @@ class Vocabulary:
     """
 
     def __init__(self, db: sqlite3.Connection):
-        from bastion_agent.embedding.vectorstore import FTS_TOKENIZER
+        from bastion_agent.embedding.vectorstore_schema import FTS_TOKENIZER
 
         self.db = db
         self.lock = threading.Lock()

@@ -120,7 +120,7 @@ class ReaderSetIndexes:
         return _vocab(self.db, "main", kept[0])
 
     def _build(self, number: int) -> KeywordTable:
-        from bastion_agent.embedding.vectorstore import FTS_TOKENIZER
+        from bastion_agent.embedding.vectorstore_schema import FTS_TOKENIZER
 
         rowids = self.members[number]
         table = f"kw_set_{next(_NUMBERS)}"

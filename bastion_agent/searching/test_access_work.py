@@ -155,7 +155,7 @@ class KeywordWorkTests(HiddenWordStores):
     def test_scores_are_fts5s_bm25_over_the_callers_windows_only(self):
         import sqlite3
 
-        from bastion_agent.embedding.vectorstore import FTS_TOKENIZER
+        from bastion_agent.embedding.vectorstore_schema import FTS_TOKENIZER
         from bastion_agent.searching import keyword_visible
 
         _, _, index = self.with_word

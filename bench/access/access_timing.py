@@ -123,7 +123,7 @@ def surface(db, term: str) -> str:
     import re
     import sqlite3
 
-    from bastion_agent.embedding.vectorstore import FTS_TOKENIZER
+    from bastion_agent.embedding.vectorstore_schema import FTS_TOKENIZER
 
     (text,) = db.execute("SELECT c.text FROM chunks c JOIN temp.bench_inst i ON i.doc = c.rowid WHERE i.term = ?"
                          " LIMIT 1", (term,)).fetchone()

@@ -59,7 +59,9 @@ import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 
 from bastion_agent import embed
-from bastion_agent.publishing import connection, publish, publish_schema, remote_search  # noqa: E402
+from bastion_agent.publishing import (  # noqa: E402
+    bastion_documents, binary_copy, central_writers, connection, publish, publish_schema, remote_search,
+)
 from bastion_agent.testing.pgtest import ThrowawayPostgres  # noqa: E402
 
 DIM = 384
@@ -137,17 +139,17 @@ def load_data(cache: Path, n: int):
     return windows, np.load(cache / "vectors.npy", mmap_mode="r")[: len(windows)]
 
 
-def documents(windows, vectors, first: int, count: int) -> dict[str, publish.LocalDocument]:
+def documents(windows, vectors, first: int, count: int) -> dict[str, bastion_documents.LocalDocument]:
     """Windows ``first .. first+count`` grouped into documents of ``WINDOWS_PER_DOC`` (doc ids opaque)."""
     result = {}
     for start in range(first, first + count, WINDOWS_PER_DOC):
         part = range(start, min(start + WINDOWS_PER_DOC, first + count))
         doc = hashlib.sha256("\n".join(windows[i] for i in part).encode()).hexdigest()
-        document = publish.LocalDocument(doc, [f"bench/{start}.txt"])
+        document = bastion_documents.LocalDocument(doc, [f"bench/{start}.txt"])
         offset = 0
         for idx, i in enumerate(part):
             text = windows[i]
-            document.windows.append(publish.PublishedWindow(embed.chunk_id(doc, text), idx, offset,
+            document.windows.append(bastion_documents.PublishedWindow(embed.chunk_id(doc, text), idx, offset,
                                                             offset + len(text), text, vectors[i].tobytes()))
             offset += len(text) + 1
         result[doc] = document
@@ -191,7 +193,7 @@ def load(cache: Path, pg: ThrowawayPostgres, n: int, with_twin: bool = False) ->
         started = time.monotonic()
         for b in range(BASTIONS):
             local = documents(windows, vectors, b * per, per)
-            writer = publish.OwnerWriter(conn, pg.dsn(), f"bastion-{b:02d}", MODEL, DIM)  # the owner: a bulk load
+            writer = central_writers.OwnerWriter(conn, pg.dsn(), f"bastion-{b:02d}", MODEL, DIM)  # the owner: a bulk load
             publish.publish_documents(writer, local)
             log(f"loaded bastion {b}")
         result["load_1m_s"] = round(time.monotonic() - started, 1)
@@ -555,7 +557,7 @@ def bare_copy(conn, table: str, local) -> float:
     conn.execute(f"CREATE TABLE public.{table} (LIKE bastion_agent.windows INCLUDING ALL)")
     started = time.monotonic()
     with conn.transaction(), conn.cursor() as cur:
-        publish.copy_into(cur, f"public.{table}", publish.copy_rows("bench", MODEL, local.values()))
+        binary_copy.copy_into(cur, f"public.{table}", binary_copy.copy_rows("bench", MODEL, local.values()))
     return time.monotonic() - started
 
 
@@ -589,7 +591,7 @@ def publish_throughput(cache: Path, pg: ThrowawayPostgres, n: int, hnsw: bool) -
     conn.execute("SELECT bastion_agent.add_bastion('bench', 'bench_publisher')")
     role_dsn = pg.dsn(user="bench_publisher", password="bench-publisher", dbname="bench_publish")
     publisher = connection.connect(role_dsn)
-    writer = publish.Writer(publisher, role_dsn, "bench", MODEL, DIM)
+    writer = central_writers.Writer(publisher, role_dsn, "bench", MODEL, DIM)
     started = time.monotonic()
     counts = publish.publish_documents(writer, local)
     published = time.monotonic() - started

@@ -52,7 +52,7 @@ sys.path.insert(0, str(REPO))
 
 import psycopg  # noqa: E402
 
-from bastion_agent.publishing import publish, publish_schema, remote_search  # noqa: E402
+from bastion_agent.publishing import central_writers, publish, publish_schema, remote_search  # noqa: E402
 from bastion_agent.testing.pgtest import ThrowawayPostgres  # noqa: E402
 
 spec = importlib.util.spec_from_file_location("publish_bench", REPO / "bench" / "publish" / "publish.py")
@@ -86,7 +86,7 @@ def load(pg: ThrowawayPostgres, cache: Path, n: int) -> dict:
             for document in local.values():
                 document.groups = [GROUPS[position % len(GROUPS)]]
                 position += 1
-            writer = publish.OwnerWriter(conn, pg.dsn(), f"bastion-{b:02d}", publish_bench.MODEL, publish_bench.DIM)
+            writer = central_writers.OwnerWriter(conn, pg.dsn(), f"bastion-{b:02d}", publish_bench.MODEL, publish_bench.DIM)
             publish.publish_documents(writer, local)
         result["load_s"] = round(time.monotonic() - started, 1)
         conn.execute("VACUUM FULL bastion_agent.windows")  # the labels' UPDATE left a dead copy of each row
@@ -218,7 +218,7 @@ def fill(conn, dsn: str, only: str | None, windows, vectors) -> int:
             document.groups = [GROUPS[position % len(GROUPS)]]
             position += 1
         local = {doc: d for doc, d in local.items() if only is None or d.groups == [only]}
-        writer = publish.OwnerWriter(conn, dsn, f"bastion-{b:02d}", publish_bench.MODEL,
+        writer = central_writers.OwnerWriter(conn, dsn, f"bastion-{b:02d}", publish_bench.MODEL,
                                      publish_bench.DIM)
         publish.publish_documents(writer, local)
     conn.execute("VACUUM FULL bastion_agent.windows")

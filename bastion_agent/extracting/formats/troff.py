@@ -24,9 +24,13 @@ A file named like a man page that is not troff (a rotated log,
 from __future__ import annotations
 
 import re
-import unicodedata
 
 from bastion_agent.extracting.formats.base import decode_text, spend_output, tidy_lines
+from bastion_agent.extracting.formats.troff_escapes import Escapes, split_arguments, strip_comment
+from bastion_agent.extracting.formats.troff_mdoc import MdocLine
+from bastion_agent.extracting.formats.troff_tables import (
+    FONT_ALTERNATING, FONT_JOINED, IGNORED, MDOC_CALLABLE, PARAGRAPH,
+)
 
 # Names of man pages: section 1-9 and a short suffix (.3pm, .1ssl, .3perl), or the troff names.
 _PAGE_SUFFIX = re.compile(r"\.(?:[1-9][a-z]{0,8}|man|mdoc|roff|troff)\Z", re.IGNORECASE)
@@ -37,7 +41,6 @@ _TROFF_LINE = re.compile(r"^[.'][ \t]*(?:\\\"|TH|SH|Sh|Dd|Dt|PP|LP|TP|IP|Nm|so|d
 _SNIFF = 8192
 
 STRING_LIMIT = 4096  # characters a string or register keeps: interpolation never grows past it
-_NAME_LIMIT = 256  # characters of a bracketed escape name, \[...] or \*[...]
 NESTING_LIMIT = 16  # conditionals nested on one line (real pages: 3); deeper ones are dropped
 
 
@@ -59,214 +62,12 @@ def read_troff(data: bytes) -> str:
     return tidy_lines(_Page(text).render())
 
 
-# ----------------------------------------------------------------- escapes
-
-_SPECIAL = {
-    "aq": "'", "dq": '"', "em": "\u2014", "en": "\u2013", "hy": "-", "bu": "\u2022", "lq": "\u201c",
-    "rq": "\u201d", "oq": "\u2018", "cq": "\u2019", "co": "\u00a9", "rg": "\u00ae", "tm": "\u2122",
-    "mu": "\u00d7", "di": "\u00f7", "de": "\u00b0", "->": "\u2192", "<-": "\u2190", "<=": "\u2264",
-    ">=": "\u2265", "!=": "\u2260", "==": "\u2261", "ti": "~", "ha": "^", "rs": "\\", "sl": "/",
-    "ba": "|", "bv": "|", "br": "|", "pl": "+", "mi": "\u2212", "eq": "=", "lB": "[", "rB": "]",
-    "lC": "{", "rC": "}", "la": "\u27e8", "ra": "\u27e9", "Fo": "\u00ab", "Fc": "\u00bb",
-    "fo": "\u2039", "fc": "\u203a", "sc": "\u00a7", "ps": "\u00b6", "ct": "\u00a2", "Eu": "\u20ac",
-    "eu": "\u20ac", "Po": "\u00a3", "Ye": "\u00a5", "ss": "\u00df", "12": "\u00bd", "14": "\u00bc",
-    "34": "\u00be", "ga": "`", "aa": "\u00b4", "at": "@", "sh": "#", "Do": "$", "dg": "\u2020",
-    "dd": "\u2021", "pc": "\u00b7", "md": "\u22c5", "+-": "\u00b1", "no": "\u00ac", "if": "\u221e",
-    "ul": "_", "ru": "_", "rn": "\u203e", "ci": "\u25cb", "sq": "\u25a1", "OK": "\u2713",
-    "rh": "\u261e", "lh": "\u261c", "ae": "\u00e6", "AE": "\u00c6", "o/": "\u00f8", "O/": "\u00d8",
-    "tf": "\u2234", "ap": "~", "Bq": "\u201e", "bq": "\u201a", "r!": "\u00a1",
-    "r?": "\u00bf", "hA": "\u21d4", "rA": "\u21d2", "lA": "\u21d0",
-}
-_ACCENTS = {":": "\u0308", "'": "\u0301", "`": "\u0300", "^": "\u0302", "~": "\u0303", ",": "\u0327",
-            "o": "\u030a", "v": "\u030c"}
-_GREEK = dict(zip("abgdezyhiklmncoprstufxqw", "\u03b1\u03b2\u03b3\u03b4\u03b5\u03b6\u03b7\u03b8\u03b9\u03ba"
-                  "\u03bb\u03bc\u03bd\u03be\u03bf\u03c0\u03c1\u03c3\u03c4\u03c5\u03c6\u03c7\u03c8\u03c9"))
-# Escapes whose argument is delimited by the character after them and yields no text.
-_DELIMITED = frozenset("bhvlLDoxXZRABSHwC")
-# Escapes followed by a name (one character, (xx or [name]) that yield no text here.
-_NAMED_SILENT = frozenset("fFgkmMVY$")
-_SIMPLE = {"&": "", "^": "", "|": "", "%": "", ":": "", ",": "", "/": "", ")": "", "{": "", "}": "",
-           "a": "", "d": "", "u": "", "r": "", "p": "", "z": "", "c": "", "E": "\\", "e": "\\",
-           "\\": "\\", "-": "-", " ": " ", "~": " ", "0": " ", "t": "\t", "'": "\u00b4", "`": "`",
-           ".": ".", "!": "", "?": "", "\n": ""}
-
-
-def _special(name: str) -> str:
-    """Text of a special character: ``em``, ``:a``, ``*a``, ``u00E9``, ``char65``."""
-    if name in _SPECIAL:
-        return _SPECIAL[name]
-    if len(name) == 2 and name[0] in _ACCENTS and name[1].isalpha():
-        return unicodedata.normalize("NFC", name[1] + _ACCENTS[name[0]])
-    if len(name) == 2 and name[0] == "*" and name[1].lower() in _GREEK:
-        letter = _GREEK[name[1].lower()]
-        return letter.upper() if name[1].isupper() else letter
-    match = re.fullmatch(r"u([0-9A-Fa-f]{4,6})(?:_([0-9A-Fa-f]{4,6}))*", name)
-    if match:
-        try:
-            return unicodedata.normalize("NFC", "".join(chr(int(code, 16)) for code in name[1:].split("_")))
-        except (ValueError, OverflowError):
-            return ""
-    match = re.fullmatch(r"char(\d{1,3})", name)
-    if match and int(match.group(1)) < 256:
-        return chr(int(match.group(1)))
-    return ""
-
-
-def _safe_char(code: str) -> str:
-    try:
-        number = int(code)
-    except ValueError:
-        return ""
-    if 32 <= number < 0x110000 and not 0xD800 <= number < 0xE000:
-        return chr(number)
-    return ""
-
-
-_SIZE = re.compile(r"[+-]?(?:\d{1,2}|\(\d\d|\[[^\]]{0,32}\]|'[^']{0,32}')")
-
-
-class _Escapes:
-    """Renders the escapes of one piece of text in one left-to-right pass."""
-
-    def __init__(self) -> None:
-        self.strings: dict[str, str] = {}
-        self.registers: dict[str, str] = {}
-
-    def _name(self, text: str, at: int) -> tuple[str, int]:
-        """The name starting at ``at`` (x, (xx or [name]) and the index after it."""
-        if at >= len(text):
-            return "", at
-        first = text[at]
-        if first == "(":
-            return text[at + 1:at + 3], at + 3
-        if first == "[":
-            end = text.find("]", at + 1, at + 2 + _NAME_LIMIT)
-            if end < 0:
-                return "", at + 1
-            return text[at + 1:end], end + 1
-        return first, at + 1
-
-    def render(self, text: str) -> str:
-        if "\\" not in text:
-            return text
-        out: list[str] = []
-        at, size = 0, len(text)
-        while at < size:
-            slash = text.find("\\", at)
-            if slash < 0:
-                out.append(text[at:])
-                break
-            out.append(text[at:slash])
-            if slash + 1 >= size:
-                break
-            kind = text[slash + 1]
-            at = slash + 2
-            if kind == "(" or kind == "[":
-                name, at = self._name(text, slash + 1)
-                out.append(_special(name))
-            elif kind == "*":
-                name, at = self._name(text, at)
-                value = self.strings.get(name.split(" ", 1)[0], "")
-                spend_output(len(value))  # a line of interpolations is counted as it grows
-                out.append(value)
-            elif kind == "n":
-                if at < size and text[at] in "+-":
-                    at += 1
-                name, at = self._name(text, at)
-                out.append(self.registers.get(name, ""))
-            elif kind == "s":
-                match = _SIZE.match(text, at)
-                at = match.end() if match else at
-            elif kind == "N":
-                argument, at = self._delimited(text, at)
-                out.append(_safe_char(argument))
-            elif kind in _DELIMITED:
-                argument, at = self._delimited(text, at)
-                if kind == "C":
-                    out.append(_special(argument))
-            elif kind in _NAMED_SILENT:
-                _, at = self._name(text, at)
-            elif kind in _SIMPLE:
-                out.append(_SIMPLE[kind])
-            elif kind == '"' or kind == "#":  # a comment: the rest is not text
-                break
-            else:
-                out.append(kind)  # as troff does: an unknown escape prints its character
-        return "".join(out)
-
-    @staticmethod
-    def _delimited(text: str, at: int) -> tuple[str, int]:
-        if at >= len(text):
-            return "", at
-        delimiter = text[at]
-        end = text.find(delimiter, at + 1)
-        if end < 0:
-            return "", len(text)
-        return text[at + 1:end], end + 1
-
-
-_COMMENT = re.compile(r'\\(?:["#]|.)', re.DOTALL)
-
-
-def strip_comment(line: str) -> str:
-    """The line without its ``\\"`` or ``\\#`` comment (escaped backslashes respected)."""
-    if '\\"' not in line and "\\#" not in line:
-        return line
-    for match in _COMMENT.finditer(line):
-        if match.group() in ('\\"', "\\#"):
-            return line[:match.start()]
-    return line
-
-
-_ARGUMENT = re.compile(r'"((?:[^"]|"")*)"?|((?:\\.|[^ \t\\]|\\\Z)+)')
-
-
-def split_arguments(text: str) -> list[str]:
-    """Macro arguments: separated by blanks, ``"quoted with spaces"``, ``""`` a quote inside quotes."""
-    arguments = []
-    for match in _ARGUMENT.finditer(text):
-        if match.group(1) is not None:
-            arguments.append(match.group(1).replace('""', '"'))
-        elif match.group(2):
-            arguments.append(match.group(2))
-    return arguments
-
-
-# ----------------------------------------------------------------- the page
-
-# Requests and macros that break the line (a new paragraph) and show nothing themselves.
-_PARAGRAPH = frozenset("PP LP P sp Pp Lp HP br ne bp Sp".split())
-_IGNORED = frozenset(
-    "ad na hy nh ft ps vs ll lt in ti ta ce ul cu ev cc c2 ec eo lf pl po pn ns rs rm rn als chop tr "
-    "IX PD RS RE Os UC AT DT Bl El Ed Ek Bk Ud Dx hw pc ss cs bd fp fam nop mso mk rt fl ab tm tm1 tmc "
-    "nx ch it wh dt em vpt cp do kern lg sty fschar fchar char schar rchar return shift substring "
-    "length asciify unformat backtrace pnr pev pm ptr blm lsm rj hcode hla hlm hpf hpfa hym hys shc "
-    "linetabs warn warnscale defcolor gcolor fcolor ME UE MT UR".split()
-)
-_FONT_ALTERNATING = frozenset("BI IB RB BR IR RI".split())
-_FONT_JOINED = frozenset("B I SM SB".split())
-# mdoc macros that may be called inside another's arguments; their names are not text.
-_MDOC_CALLABLE = frozenset(
-    "Ad An Ar At Bsx Bx Cd Cm Dv Dx Em Er Ev Fa Fl Fn Fr Ft Fx Ic Li Lk Ms Mt Nm No Ns Nx Ox Pa Pf "
-    "Sx Sy Tn Ux Va Vt Xr Ao Ac Aq Bo Bc Bq Bro Brc Brq Do Dc Dq Eo Ec Oo Oc Op Po Pc Pq Qo Qc Ql Qq "
-    "So Sc Sq Ta Eq St Lb In Fd Ot Bf Ef".split()
-)
-_MDOC_QUOTES = {"Aq": ("\u27e8", "\u27e9"), "Bq": ("[", "]"), "Brq": ("{", "}"), "Dq": ("\u201c", "\u201d"),
-                "Op": ("[", "]"), "Pq": ("(", ")"), "Qq": ('"', '"'), "Sq": ("\u2018", "\u2019"),
-                "Ql": ("\u2018", "\u2019")}
-_MDOC_OPEN = {"Ao": "\u27e8", "Bo": "[", "Bro": "{", "Do": "\u201c", "Oo": "[", "Po": "(", "Qo": '"', "So": "\u2018"}
-_MDOC_CLOSE = {"Ac": "\u27e9", "Bc": "]", "Brc": "}", "Dc": "\u201d", "Oc": "]", "Pc": ")", "Qc": '"', "Sc": "\u2019"}
-_PUNCTUATION = frozenset(". , : ; ) ] ? ! ".split())
-_MDOC_STANDARDS = {"-p1003.1": "IEEE Std 1003.1 (\u201cPOSIX.1\u201d)", "-ansiC": "ANSI X3.159-1989 (\u201cANSI C89\u201d)",
-                   "-isoC": "ISO/IEC 9899:1990 (\u201cISO C90\u201d)", "-isoC-99": "ISO/IEC 9899:1999 (\u201cISO C99\u201d)"}
-
-
 class _Page:
     """One pass over the lines of a page; ``render`` gives its text."""
 
     def __init__(self, text: str) -> None:
         self.lines = text.split("\n")
-        self.escapes = _Escapes()
+        self.escapes = Escapes()
         self.out: list[str] = []  # finished lines
         self.words: list[str] = []  # the filled line being built
         self.fill = True
@@ -399,15 +200,15 @@ class _Page:
         handler = _HANDLERS.get(name)
         if handler is not None:
             handler(self, rest)
-        elif name in _PARAGRAPH:
+        elif name in PARAGRAPH:
             self.paragraph()
-        elif name in _FONT_ALTERNATING:
+        elif name in FONT_ALTERNATING:
             self._font(rest, joined=False)
-        elif name in _FONT_JOINED:
+        elif name in FONT_JOINED:
             self._font(rest, joined=True)
-        elif name in _MDOC_CALLABLE:
+        elif name in MDOC_CALLABLE:
             self._mdoc(name + " " + rest)
-        elif name in _IGNORED:
+        elif name in IGNORED:
             pass
         # any other request or user macro: not expanded, not shown
 
@@ -598,7 +399,7 @@ class _Page:
 
     def _mdoc_name(self, rest: str) -> None:
         arguments = split_arguments(rest)
-        if arguments and not self.mdoc_name and arguments[0] not in _MDOC_CALLABLE:
+        if arguments and not self.mdoc_name and arguments[0] not in MDOC_CALLABLE:
             self.mdoc_name = self.escapes.render(arguments[0])
         if self.section == "SYNOPSIS":
             self.flush()  # each synopsis form starts its own line
@@ -606,105 +407,13 @@ class _Page:
 
     def _mdoc(self, line: str) -> None:
         """A line of callable mdoc macros and words: ``Op Fl v Ar file`` is ``[-v file]``."""
-        words = _MdocLine(self.escapes, self.mdoc_name)
+        words = MdocLine(self.escapes, self.mdoc_name)
         for token in split_arguments(line):
             words.token(token)
         self.text(words.finish())
 
 
-class _MdocLine:
-    """The words of one mdoc line as they are built: flags, quotes that close at the end, punctuation."""
-
-    def __init__(self, escapes: _Escapes, name: str) -> None:
-        self.escapes, self.name = escapes, name
-        self.pieces: list[str] = []
-        self.closers: list[str] = []
-        self.punctuation = ""  # trailing punctuation, held until it is known to be inside or after the quotes
-        self.glue = False  # the next word joins the previous one
-        self.flag = False  # the next word is a flag (Fl)
-        self.xref: list[str] | None = None
-        self.wants = ""  # the macro whose default shows when no word follows it (Ar, Nm)
-
-    def word(self, word: str) -> None:
-        if self.punctuation:
-            self._attach(self.punctuation)
-            self.punctuation = ""
-        if self.flag:
-            word, self.flag = "-" + word, False
-        if self.glue and self.pieces:
-            self.pieces[-1] += word
-        else:
-            self.pieces.append(word)
-        self.glue = False
-
-    def _attach(self, text: str) -> None:
-        if self.pieces:
-            self.pieces[-1] += text
-        else:
-            self.pieces.append(text)
-
-    def _defaults(self) -> None:
-        if self.wants == "Ar":
-            self.word("file ...")
-        elif self.wants == "Nm" and self.name:
-            self.word(self.name)
-        self.wants = ""
-
-    def token(self, token: str) -> None:
-        if token in _MDOC_CALLABLE:
-            self._defaults()
-            self._macro(token)
-            return
-        if token in _PUNCTUATION:
-            self.punctuation += token
-            return
-        self.wants = ""
-        word = self.escapes.render(token)
-        word = _MDOC_STANDARDS.get(word, word)
-        if self.xref is not None:
-            self.xref.append(word)
-            if len(self.xref) < 2:
-                return
-            word, self.xref = f"{self.xref[0]}({self.xref[1]})", None
-        self.word(word)
-
-    def _macro(self, token: str) -> None:
-        if self.flag:
-            self.word("")
-        if token == "Fl":
-            self.flag = True
-        elif token == "Ns":
-            self.glue = True
-        elif token in _MDOC_QUOTES:
-            opening, closing = _MDOC_QUOTES[token]
-            self.word(opening)
-            self.glue = True
-            self.closers.append(closing)
-        elif token in _MDOC_OPEN:
-            self.word(_MDOC_OPEN[token])
-            self.glue = True
-        elif token in _MDOC_CLOSE:
-            self._attach(self.punctuation + _MDOC_CLOSE[token])
-            self.punctuation = ""
-        elif token == "Xr":
-            self.xref = []
-        elif token == "Ta":
-            self._attach("\t")
-            self.glue = True
-        elif token in ("Ar", "Nm"):
-            self.wants = token
-
-    def finish(self) -> str:
-        self._defaults()
-        if self.flag:
-            self.word("")
-        if self.xref:
-            self.word(self.xref[0])
-        text = " ".join(piece for piece in self.pieces)
-        return text + "".join(reversed(self.closers)) + self.punctuation
-
-
-def _condition(rest: str, escapes: _Escapes) -> tuple[bool, str]:
+def _condition(rest: str, escapes: Escapes) -> tuple[bool, str]:
     """A conditional's truth as ``man`` (nroff) sees it, and the rest of the line."""
     rest = rest.lstrip(" \t")
     negate = rest.startswith("!")
