@@ -50,36 +50,36 @@ MAX_INT = 2**63 - 1
 # --- reading and writing -----------------------------------------------------
 
 
-def read_extract_listing(layout) -> list[ListingRow]:
+def read_extract_listing(path: Path) -> list[ListingRow]:
     """``extract/listing.jsonl`` as records, in file order. A missing file raises ``FileNotFoundError``
     (the caller says which stage to run); a line that is no listing row raises one ``StoreError``."""
-    path = Path(layout.extract_listing)
+    path = Path(path)
     return _remembered(path, ListingRow, lambda: [_listing_row(line, path, number)
-                                      for number, line in _lines(path, "run extract again")])
+                                                  for number, line in _lines(path, "run extract again")])
 
 
-def write_extract_listing(layout, rows: Iterable[ListingRow]) -> None:
+def write_extract_listing(path: Path, rows: Iterable[ListingRow]) -> None:
     """Write the extract listing (privately, whole or not at all), a line per row as ``ListingRow.listed``."""
     rows = list(rows)
-    write_jsonl(layout.extract_listing, [row.listed() for row in rows])
-    _remember(Path(layout.extract_listing), ListingRow, rows)
+    write_jsonl(Path(path), [row.listed() for row in rows])
+    _remember(Path(path), ListingRow, rows)
 
 
-def read_documents(layout) -> list[Document]:
+def read_documents(path: Path) -> list[Document]:
     """``sanitized/listing.jsonl`` as records (``records.document_record``), sorted by doc. A missing file
     raises ``FileNotFoundError``; a line that is no document raises one ``StoreError`` naming the line."""
-    path = Path(layout.sanitized_listing)
+    path = Path(path)
     record = records.document_record()
-    return _remembered(path, record, lambda: sorted((document_from_line(line, path, number, record) for number, line
-                                             in _lines(path, "run sanitize again")), key=lambda document: document.doc))
+    return _remembered(path, record, lambda: sorted(
+        (document_from_line(line, path, number, record) for number, line in _lines(path, "run sanitize again")),
+        key=lambda document: document.doc))
 
 
-def write_documents(layout, documents: Iterable[Document]) -> None:
+def write_documents(path: Path, documents: Iterable[Document]) -> None:
     """Write the sanitized listing (privately, whole or not at all), a line per document, sorted by doc."""
     documents = sorted(documents, key=lambda document: document.doc)
-    write_jsonl(layout.sanitized_listing, [document_line(document) for document in documents])
-    _remember(Path(layout.sanitized_listing), type(documents[0]) if documents else records.document_record(),
-              documents)
+    write_jsonl(Path(path), [document_line(document) for document in documents])
+    _remember(Path(path), type(documents[0]) if documents else records.document_record(), documents)
 
 
 # The records last read or written of each listing, by path and record type, with the file's identity then:

@@ -58,7 +58,7 @@ def once():
 def sanitized_store_is_legacy(layout: Layout) -> bool:
     """True when the sanitized listing names a document that is not the sha256 of its text."""
     try:
-        documents = catalogue.read_documents(layout)
+        documents = catalogue.read_documents(layout.sanitized_listing)
     except (OSError, StoreError):
         return False  # no listing, or one the stage that reads it refuses in its own words
     for document in documents:

@@ -55,7 +55,7 @@ class HostileListingTests(TempFolder, unittest.TestCase):
             with self.subTest(hostile=str(hostile)[:60]):
                 self.write_listing(self.layout.sanitized_listing, [good, json.dumps(hostile)])
                 with self.assertRaises(StoreError) as caught:
-                    catalogue.read_documents(self.layout)
+                    catalogue.read_documents(self.layout.sanitized_listing)
                 message = str(caught.exception)
                 self.assertIn("line 2", message)
                 self.assertNotIn(self.planted, message)
@@ -68,7 +68,7 @@ class HostileListingTests(TempFolder, unittest.TestCase):
                 ensure_private_dir(self.layout.sanitized_dir)
                 write_private(self.layout.sanitized_listing, data)
                 with self.assertRaises(StoreError) as caught:
-                    catalogue.read_documents(self.layout)
+                    catalogue.read_documents(self.layout.sanitized_listing)
                 self.assertNotIn(self.planted, str(caught.exception))
 
     def test_chunk_refuses_a_hostile_sanitized_listing_in_one_line_and_writes_nothing(self):
@@ -103,7 +103,7 @@ class HostileListingTests(TempFolder, unittest.TestCase):
                 row = {**ListingRow(fresh_name(), fresh_id(), 3, "text", "extracted").listed(), field: value}
                 self.write_listing(self.layout.extract_listing, [json.dumps(row)])
                 with self.assertRaises(StoreError) as caught:
-                    catalogue.read_extract_listing(self.layout)
+                    catalogue.read_extract_listing(self.layout.extract_listing)
                 self.assertIn(f"line 1: {field} is not", str(caught.exception))
 
 
@@ -121,9 +121,9 @@ class RoundTripTests(TempFolder, unittest.TestCase):
                      pages=[[0, 1, True], [40, 2, False]], size=secrets.randbelow(10**9)),
             Document(second, paths=[fresh_name()], kind="text", modified=[None]),
         ]
-        catalogue.write_documents(self.layout, documents)
+        catalogue.write_documents(self.layout.sanitized_listing, documents)
         catalogue.forget()  # parse the file, not the records kept from the write
-        self.assertEqual(catalogue.read_documents(self.layout), sorted(documents, key=lambda d: d.doc))
+        self.assertEqual(catalogue.read_documents(self.layout.sanitized_listing), sorted(documents, key=lambda d: d.doc))
         plain = json.loads(self.layout.sanitized_listing.read_text().splitlines()[0 if second < first else 1])
         self.assertEqual(set(plain), {"doc", "paths", "kind", "modified"})
 
@@ -131,9 +131,9 @@ class RoundTripTests(TempFolder, unittest.TestCase):
         rows = [ListingRow(fresh_name(), fresh_id(), secrets.randbelow(10**6), "pdf", "extracted",
                            ocr_pages=[1, 3], modified="2026-11-30T08:00:00Z"),
                 ListingRow(fresh_name(), None, 0, "binary", "skipped", reason="unsupported")]
-        catalogue.write_extract_listing(self.layout, rows)
+        catalogue.write_extract_listing(self.layout.extract_listing, rows)
         catalogue.forget()
-        self.assertEqual(catalogue.read_extract_listing(self.layout), rows)
+        self.assertEqual(catalogue.read_extract_listing(self.layout.extract_listing), rows)
         self.assertNotIn("ocr_pages", self.layout.extract_listing.read_text().splitlines()[1])
 
     def test_an_older_listing_without_newer_keys_and_with_unknown_ones_reads(self):
@@ -142,11 +142,11 @@ class RoundTripTests(TempFolder, unittest.TestCase):
                       json.dumps({"doc": doc, "paths": [path, "b"], "kind": "text", "from_the_future": 1}) + "\n")
         write_private(self.layout.extract_listing,
                       json.dumps({"path": path, "doc": key, "kind": "text", "status": "extracted"}) + "\n")
-        (document,) = catalogue.read_documents(self.layout)
+        (document,) = catalogue.read_documents(self.layout.sanitized_listing)
         self.assertEqual(document, Document(doc, paths=[path, "b"], kind="text", modified=[None, None]))
         self.assertIsNone(document.latest_modified)
         self.assertEqual(document.text_source, "typed")
-        (row,) = catalogue.read_extract_listing(self.layout)
+        (row,) = catalogue.read_extract_listing(self.layout.extract_listing)
         self.assertEqual((row.key, row.size, row.reason, row.ocr_pages), (key, 0, None, None))
 
     def test_labels_and_maps_that_are_not_valid_fail_closed_rather_than_stop(self):
@@ -154,7 +154,7 @@ class RoundTripTests(TempFolder, unittest.TestCase):
         line = {"doc": doc, "paths": ["a", "b"], "groups": ["eng", "Not A Group"], "path_groups": [["eng"]],
                 "modified": ["yesterday", "2026-12-01T09:00:00Z"], "pages": [[0, "1", True]]}
         write_private(self.layout.sanitized_listing, json.dumps(line) + "\n")
-        (document,) = catalogue.read_documents(self.layout)
+        (document,) = catalogue.read_documents(self.layout.sanitized_listing)
         self.assertEqual(document.groups, [])  # labels nothing: fail closed
         self.assertIsNone(document.path_groups)
         self.assertEqual(document.modified, [None, "2026-12-01T09:00:00Z"])
@@ -198,19 +198,19 @@ class KeptListingTests(TempFolder, unittest.TestCase):
 
     def test_a_listing_replaced_after_it_was_kept_is_read_again(self):
         self.stages()
-        kept = catalogue.read_documents(self.layout)
+        kept = catalogue.read_documents(self.layout.sanitized_listing)
         self.assertTrue(kept)
         planted = "sk-" + secrets.token_hex(16)
         write_private(self.layout.sanitized_listing, json.dumps({"doc": planted, "paths": []}) + "\n")
         with self.assertRaises(StoreError) as caught:
-            catalogue.read_documents(self.layout)
+            catalogue.read_documents(self.layout.sanitized_listing)
         self.assertNotIn(planted, str(caught.exception))
 
     def test_a_long_lived_process_keeps_a_bounded_few(self):
         for _ in range(catalogue.KEPT_LISTINGS * 3):
             layout = Layout(self.make_tmp() / "out")
             ensure_private_dir(layout.sanitized_dir)
-            catalogue.write_documents(layout, [Document(fresh_id(), paths=[fresh_name()])])
+            catalogue.write_documents(layout.sanitized_listing, [Document(fresh_id(), paths=[fresh_name()])])
         self.assertLessEqual(len(catalogue._KEPT), catalogue.KEPT_LISTINGS)
 
 

@@ -62,7 +62,7 @@ def _run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retr
     erased = erase_superseded(layout)
     # The listing is read once, here, for the windows' documents and their pages: the stage goes down to it
     # once rather than once for each (docs/architecture.md, "The walk of a sweep").
-    listed = catalogue.read_documents(layout) if layout.sanitized_listing.exists() else []
+    listed = catalogue.read_documents(layout.sanitized_listing) if layout.sanitized_listing.exists() else []
     chunk_rows, documents = current_windows(layout, listed)
     pages = _pages(listed, {row.doc for row in chunk_rows})
     client = client or EmbedClient(EndpointConfig.from_env(), manifest.embed.model)
@@ -243,7 +243,7 @@ def current_windows(layout: Layout, listed: list[Document] | None = None) -> tup
 
 def _documents(layout: Layout) -> list[Document]:
     """The sanitized listing's documents ([] without a listing: a store chunked by hand stands alone)."""
-    return catalogue.read_documents(layout) if layout.sanitized_listing.exists() else []
+    return catalogue.read_documents(layout.sanitized_listing) if layout.sanitized_listing.exists() else []
 
 
 def current_pages(layout: Layout, docs: set[str]) -> list[tuple[str, str]]:

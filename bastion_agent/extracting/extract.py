@@ -103,7 +103,7 @@ class _Previous:
         self.ocr_pages: dict[str, list[int] | None] = {}
         self.by_path: dict[str, Row | None] = {}  # extracted rows by path; None where two rows share a shown path
         try:
-            for row in catalogue.read_extract_listing(layout):  # an older agent's "doc" is read as the key
+            for row in catalogue.read_extract_listing(layout.extract_listing):  # an older agent's "doc" is read as the key
                 if row.status == STATUS_EXTRACTED and row.key:
                     self.kinds[row.key] = row.kind
                     self.ocr_pages[row.key] = row.ocr_pages
@@ -235,7 +235,7 @@ def run(manifest, layout: Layout, workers: int | None = None, pool: KeptPool | N
     sweep.costly.save()
     links.save(selection.links_seen)
     sync_to_disk()
-    catalogue.write_extract_listing(layout, rows)
+    catalogue.write_extract_listing(layout.extract_listing, rows)
     counts, figures = _counts(rows, outcomes, kept, removed, excluded, bytes_read, source.max_file_bytes, versions,
                               sweep.files_read)
     write_figures(layout, "extract", figures)

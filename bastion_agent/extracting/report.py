@@ -28,7 +28,7 @@ def print_report(layout: Layout, stream=None, settings=None, files: bool = False
     with the manifest's ``settings``: a folder or file name can itself be personal data."""
     stream = stream if stream is not None else sys.stdout
     try:
-        rows = catalogue.read_extract_listing(layout)
+        rows = catalogue.read_extract_listing(layout.extract_listing)
         summary = json.loads(layout.summary_path("extract").read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise StoreError(f"no extract listing in {layout.root}: run extract first") from None

@@ -82,9 +82,9 @@ class MetaCase(PublishCase):
 
     def relist(self, languages: dict[str, str]) -> None:
         """The sanitized listing with each document's ``language``, as sanitize would write it for ``Wider``."""
-        catalogue.write_documents(self.fs.layout, [
+        catalogue.write_documents(self.fs.layout.sanitized_listing, [
             Wider(**{item.name: getattr(document, item.name) for item in dataclasses.fields(Document)},
-                  language=languages.get(document.doc)) for document in catalogue.read_documents(self.fs.layout)])
+                  language=languages.get(document.doc)) for document in catalogue.read_documents(self.fs.layout.sanitized_listing)])
 
     def stored_meta(self) -> dict:
         return {doc: meta for doc, meta in query(self.dsn, "SELECT doc, meta FROM bastion_agent.documents")}

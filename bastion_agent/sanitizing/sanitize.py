@@ -219,7 +219,7 @@ def _write_listing_and_map(manifest, layout, sanitizer: Sanitizer, sweep: _Sweep
     """
     labeller = _labeller(manifest, sanitizer, sweep.sources)
     rows, paths_redacted = _listing_rows(sweep.documents, sanitizer, sweep.sources, labeller, layout)
-    catalogue.write_documents(layout, rows)
+    catalogue.write_documents(layout.sanitized_listing, rows)
     # The erase list before the map: once the map is rewritten, nothing else remembers the old documents.
     write_erase_list(layout, (read_erase_list(layout) | sweep.superseded) - set(sweep.documents))
     store.write_jsonl(map_path(layout), [asdict(row) for row in sweep.mapped])
@@ -554,7 +554,7 @@ def _extracted_keys(layout) -> dict[str, _Extracted]:
     if not listing.is_file():
         raise StoreError(f"no extract store at {layout.extract_dir}: run extract first")
     try:
-        rows = catalogue.read_extract_listing(layout)
+        rows = catalogue.read_extract_listing(layout.extract_listing)
     except OSError as exc:
         raise StoreError(f"extract listing {listing} is unreadable ({exc.__class__.__name__}): run extract again") from None
     found: dict[str, list[tuple[str, str]]] = {}

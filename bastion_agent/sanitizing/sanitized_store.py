@@ -32,11 +32,11 @@ def sanitized_documents(layout: Layout) -> list[Document]:
 
     if not layout.sanitized_listing.exists():
         raise StoreError(f"no sanitized store at {layout.sanitized_dir}: run sanitize first (chunk reads only sanitized text)")
-    documents = catalogue.read_documents(layout)
+    documents = catalogue.read_documents(layout.sanitized_listing)
     if layout.extract_listing.exists():
         sanitized = {document.doc for document in documents}
         mapped = read_map(layout)
-        extracted = {row.key for row in catalogue.read_extract_listing(layout) if row.status == "extracted"}
+        extracted = {row.key for row in catalogue.read_extract_listing(layout.extract_listing) if row.status == "extracted"}
         handled = skipped.read_keys(layout)
         missing = [key for key in extracted
                    if key not in handled and (key not in mapped or mapped[key].doc not in sanitized)]

@@ -61,7 +61,7 @@ class DeclaredFieldCase(SanitizedStoreCase):
         self.addCleanup(self.stub.stop)
 
     def relist(self, language) -> None:
-        documents = catalogue.read_documents(self.layout)
+        documents = catalogue.read_documents(self.layout.sanitized_listing)
         lines = [{**catalogue.document_line(document), "language": language(document)} for document in documents]
         self.layout.sanitized_listing.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 

@@ -53,7 +53,7 @@ class TempCase(unittest.TestCase):
 
     def listing(self, layout: Layout | None = None) -> dict[str, dict]:
         """The extract listing by path, each row as its line on disk (``ListingRow.listed``)."""
-        return {row.path: row.listed() for row in catalogue.read_extract_listing(layout or self.layout)}
+        return {row.path: row.listed() for row in catalogue.read_extract_listing((layout or self.layout).extract_listing)}
 
     def figures(self, layout: Layout | None = None) -> dict:
         """The private raw-side figures (extract/extract.figures.json)."""

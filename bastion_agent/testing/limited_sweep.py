@@ -51,4 +51,4 @@ class LimitedSweepCase(unittest.TestCase):
 
     def listing(self) -> dict:
         """The extract listing by path, each row as its line on disk (``ListingRow.listed``)."""
-        return {row.path: row.listed() for row in catalogue.read_extract_listing(Layout(self.out))}
+        return {row.path: row.listed() for row in catalogue.read_extract_listing(Layout(self.out).extract_listing)}

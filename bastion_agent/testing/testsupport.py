@@ -79,7 +79,7 @@ def sanitize_as_extracted(layout: Layout, manifest: Path, documents: dict[str, s
         key = sha256_hex("raw bytes of " + text)
         write_private(layout.doc_text_path(layout.extract_dir, key), text)
         rows.append(ListingRow(path, key, len(text), "text", "extracted"))
-    catalogue.write_extract_listing(layout, rows)
+    catalogue.write_extract_listing(layout.extract_listing, rows)
     stdout, stderr = io.StringIO(), io.StringIO()
     with clean_env(), contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         code = cli.main(["sanitize", str(manifest), "--out", str(layout.root)])
@@ -104,17 +104,17 @@ def write_sanitized_store(layout: Layout, documents: dict[str, list[str]]) -> di
             extract_rows.append(ListingRow(path, key, len(text.encode()), "text", "extracted"))
         sanitized_rows.append(Document(doc, paths=sorted(paths), kind="text", modified=[None] * len(paths)))
         mapped.append({"key": key, "doc": doc, "sanitizer": "", "findings": {}, "bytes_in": len(text.encode())})
-    catalogue.write_extract_listing(layout, sorted(extract_rows, key=lambda row: row.path))
+    catalogue.write_extract_listing(layout.extract_listing, sorted(extract_rows, key=lambda row: row.path))
     write_jsonl(layout.extract_dir / "sanitized.jsonl", mapped)
-    catalogue.write_documents(layout, sanitized_rows)
+    catalogue.write_documents(layout.sanitized_listing, sanitized_rows)
     return ids
 
 
 def label_documents(layout: Layout, groups_by_path: dict[str, list[str]]) -> None:
     """Stand in for sanitize's access labels: each listed document gets the union of its paths' groups."""
-    catalogue.write_documents(layout, [
+    catalogue.write_documents(layout.sanitized_listing, [
         replace(document, groups=sorted({name for path in document.paths for name in groups_by_path.get(path, [])}))
-        for document in catalogue.read_documents(layout)])
+        for document in catalogue.read_documents(layout.sanitized_listing)])
 
 
 def start_mcp_http(case: unittest.TestCase, manifest, out, env: dict, *extra: str, wait: float = 60.0) -> str:
