@@ -18,7 +18,7 @@ number of windows:
 2. Each word's document frequency is counted, but never past
    ``RANK_BUDGET + 1`` windows (a capped count walks the posting list
    without scoring it: about 0.04 microseconds a window), and cached per
-   index. A word in no window is dropped; so is a word in more than half of
+   index until the next commit to the store (``Vocabulary.follow``). A word in no window is dropped; so is a word in more than half of
    the windows (``MAX_DF_SHARE``), which BM25 itself gives no weight.
 3. The rarest words are kept while the windows they match add up to at most
    ``RANK_BUDGET``, and FTS5 ranks the OR of those (its BM25, about 3
