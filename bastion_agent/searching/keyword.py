@@ -18,7 +18,7 @@ number of windows:
 2. Each word's document frequency is counted, but never past
    ``RANK_BUDGET + 1`` windows (a capped count walks the posting list
    without scoring it: about 0.04 microseconds a window), and cached per
-   index. A word in no window is dropped; so is a word in more than half of
+   index until the next commit to the store (``Vocabulary.follow``). A word in no window is dropped; so is a word in more than half of
    the windows (``MAX_DF_SHARE``), which BM25 itself gives no weight.
 3. The rarest words are kept while the windows they match add up to at most
    ``RANK_BUDGET``, and FTS5 ranks the OR of those (its BM25, about 3
@@ -148,8 +148,13 @@ class Vocabulary:
 
     It holds an in-memory FTS5 table with the same tokenizer, to find which
     query words share a stem, the window count, and the capped document
-    frequency of each word asked so far. ``embed.SearchIndex`` keeps one per
-    loaded store (it is dropped with the index when ``vectors.db`` changes).
+    frequency of each word asked so far. ``searcher.SearchIndex`` keeps one
+    per loaded store and answers from what is committed: before each query
+    it hands ``follow`` the store's commit count (``PRAGMA data_version``),
+    and the counts are forgotten when a writer has committed since they were
+    taken. Otherwise a word first written after the load (a new file under
+    ``serve --watch``) would stay "in no window" until the index was loaded
+    again. The stems depend on the tokenizer alone and are kept.
     """
 
     def __init__(self, db: sqlite3.Connection):
@@ -162,6 +167,24 @@ class Vocabulary:
         self.stems.execute("CREATE VIRTUAL TABLE word_terms USING fts5vocab(words, instance)")
         self.windows = window_count(db)
         self.frequencies: dict[str, int] = {}
+        self.version: int | None = None  # the commit count the statistics were taken at (None: not known)
+        self.recounts = 0  # how often ``follow`` forgot the statistics (tests count it)
+
+    def follow(self, version: int) -> None:
+        """Forget the window count and the frequencies when ``version`` (``PRAGMA data_version``) moved.
+
+        The caller reads ``version`` inside the read transaction the query
+        runs in, so the statistics taken now and the postings ranked next
+        are of the same commit.
+        """
+        with self.lock:
+            if version == self.version:
+                return
+            if self.version is not None:
+                self.recounts += 1
+            self.frequencies.clear()
+            self.windows = window_count(self.db)
+            self.version = version
 
     def close(self) -> None:
         self.stems.close()

@@ -8,6 +8,7 @@ and FAISS when installed).
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import operator
@@ -383,14 +384,20 @@ class SearchIndex:
         """
         from bastion_agent.searching import keyword, keyword_visible
 
-        # "no window hidden" was true of the store as loaded; once an embed has committed since, chunks_fts may
-        # hold a window the caller may not read, and its statistics must not count it: the caller's own share.
-        if visible is not None and not (visible.every_window and self.labels_current()):
-            return keyword_visible.caller_top(self.db, query, n, self.vocabulary(), visible)
-        return keyword.top(self.db, query, n, self.vocabulary())
+        if visible is None or visible.every_window:
+            with read_snapshot(self.db) as version:  # one commit for the check, the statistics and the postings
+                # "no window hidden" was true of the store as loaded; once an embed has committed since,
+                # chunks_fts may hold a window the caller may not read, and its statistics must not count it:
+                # the caller's own share answers (below). A caller with every group reads what is committed.
+                if visible is None or (self._labels is not None and version == self._labels_version):
+                    vocabulary = self.vocabulary()
+                    if vocabulary is not None:
+                        vocabulary.follow(version)
+                    return keyword.top(self.db, query, n, vocabulary)
+        return keyword_visible.caller_top(self.db, query, n, self.vocabulary(), visible)
 
     def vocabulary(self):
-        """The keyword side's cache for this store (made on first use; the index is dropped when the store changes)."""
+        """The keyword side's cache for this store (made on first use; it forgets its counts at each commit)."""
         from bastion_agent.searching import keyword
 
         if self._vocabulary is None:
@@ -575,6 +582,26 @@ def open_reader(layout: Layout):
                          check_same_thread=False)
     db.execute(f"PRAGMA mmap_size = {SQLITE_MAP_BYTES}")
     return db
+
+
+@contextlib.contextmanager
+def read_snapshot(db):
+    """A read transaction on ``db`` (autocommit) for a query's statements; yields its ``PRAGMA data_version``.
+
+    In WAL mode every statement inside sees the same commit, and the commit
+    count read inside it is that commit's: a batch committed meanwhile is
+    seen by the next query, never by half of this one. Within a transaction
+    already open, that one is used.
+    """
+    if db.in_transaction:
+        yield commits_seen(db)
+        return
+    db.execute("BEGIN")
+    try:
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone()  # takes the snapshot, before the count is read
+        yield commits_seen(db)
+    finally:
+        db.execute("COMMIT")
 
 
 def commits_seen(db) -> int:

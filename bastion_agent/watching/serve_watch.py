@@ -105,9 +105,15 @@ class WatchCompanion:
             self.error = exc
             server.shutdown()
 
-    def cycle(self, manifest, layout, on_stage) -> dict:
-        """One sweep cycle, telling the service when to load the index (see the module's docstring)."""
-        from bastion_agent.watching.watcher import sweep_cycle
+    def cycle(self, manifest, layout, on_stage, hints=None) -> dict:
+        """One sweep cycle, telling the service when to load the index (see the module's docstring).
+
+        It takes the watcher's ``hints`` (``takes_hints``) as ``watch``'s own cycle does: the files
+        that changed and the kept worker pool. Without them every cycle of ``serve --watch`` opened
+        every file again and started its workers afresh, and a new file's words came a whole-folder
+        cycle later than under ``watch``.
+        """
+        from bastion_agent.watching.watcher import NO_HINTS, sweep_cycle
 
         self._check_model(manifest)
 
@@ -117,9 +123,11 @@ class WatchCompanion:
                 self.service.reload_on_next_change()
 
         try:
-            return sweep_cycle(manifest, layout, staged)
+            return sweep_cycle(manifest, layout, staged, hints or NO_HINTS)
         finally:
             self.service.reload_now()
+
+    cycle.takes_hints = True
 
     def _check_model(self, manifest) -> None:
         """A manifest reloaded with another model or dimension: the server still answers with the first, so stop."""

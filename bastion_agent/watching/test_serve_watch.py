@@ -181,6 +181,30 @@ class ChangeTests(ServeWatchCase):
                         server.lines)
 
 
+class CycleWorkTests(ServeWatchCase):
+    def test_a_cycle_after_the_first_opens_only_the_file_that_changed(self):
+        word = f"zq{secrets.token_hex(4)}"
+        for number in range(4):
+            self.put(f"n{number}.txt", f"note {number}: the ferry leaves the pier at dawn")
+        with StubServer() as stub:
+            server = self.serve(stub)
+            until(lambda: server.cycles() >= 1, "the first cycle", server.lines)
+            self.assertEqual(self.files_read(), 4)  # the first cycle vouches for nothing: every file
+            self.put("new.txt", f"the lighthouse keeper logs {word} each night")
+            until(lambda: server.cycles() >= 2, "the second cycle", server.lines)
+            self.assertEqual(self.files_read(), 1, server.lines)  # as under `watch`: the new file alone
+            self.assertTrue(any(word in text for text in self.texts(server, word)))
+            self.assertEqual(server.stop(), 0, server.lines)
+
+    def files_read(self) -> int:
+        """Extract's private work count of the last cycle: how many files it opened."""
+        import json
+
+        from bastion_agent.core.layout import Layout, figures_path
+
+        return json.loads(figures_path(Layout(self.out), "extract").read_text(encoding="utf-8"))["files_read"]
+
+
 class ReloadWorkTests(ServeWatchCase):
     def test_a_cycle_that_changed_nothing_loads_nothing_and_one_that_did_loads_once_or_twice(self):
         self.put("a.txt", "the lantern hangs by the harbour door")

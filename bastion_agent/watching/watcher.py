@@ -69,8 +69,9 @@ def sweep_cycle(manifest, layout: Layout, on_stage: Callable[[str, dict], None],
                 hints: SweepHints = NO_HINTS) -> dict[str, dict]:
     """The default cycle: the sweep's stages (and publish), each summary handed to ``on_stage`` as it ends.
 
-    The watcher hands this cycle (and no other) its ``hints``; a cycle given by a caller (a test's
-    failing one) takes the first three arguments only."""
+    The watcher hands its ``hints`` to this cycle and to a cycle marked ``takes_hints`` (serve
+    --watch's, which wraps this one); any other cycle given by a caller (a test's failing one)
+    takes the first three arguments only."""
     return run_sweep(manifest, layout, on_stage=on_stage, hints=hints)
 
 
@@ -218,7 +219,7 @@ class Watcher:
         hints = self._hints(manifest, changes)
         self._vouched = False  # until this cycle's extract has ended
         try:
-            if self.cycle is sweep_cycle:
+            if self.cycle is sweep_cycle or getattr(self.cycle, "takes_hints", False):
                 self.cycle(manifest, self.layout, on_stage, hints)
             else:
                 self.cycle(manifest, self.layout, on_stage)
