@@ -394,7 +394,10 @@ class SearchIndex:
                     if vocabulary is not None:
                         vocabulary.follow(version)
                     return keyword.top(self.db, query, n, vocabulary)
-        return keyword_visible.caller_top(self.db, query, n, self.vocabulary(), visible)
+        with read_snapshot(self.db) as version:
+            if self._labels is not None and version != self._labels_version:
+                visible = self._labels.as_loaded(visible)  # never chunks_fts once it may hold a hidden window
+            return keyword_visible.caller_top(self.db, query, n, self.vocabulary(), visible)
 
     def vocabulary(self):
         """The keyword side's cache for this store (made on first use; it forgets its counts at each commit)."""

@@ -10,6 +10,7 @@ window nor a changed score, until its own share is read again at a reload.
 from __future__ import annotations
 
 import random
+import secrets
 import sqlite3
 import string
 import unittest
@@ -62,6 +63,17 @@ class CommittedStore(SanitizedStoreCase):
 
 class HiddenCommitTests(CommittedStore):
     docs = {**ENG_DOCS, **SHARED}  # at load, the engineering caller may read every window
+
+    def test_a_filtered_callers_scores_do_not_move_with_a_hidden_window_committed_after_the_load(self):
+        before = self.scores(ENG)
+        self.assertTrue(before)  # the words are in engineering's windows: there are scores to compare
+        self.commit(f"Payroll memo {secrets.token_hex(3)}: compiler review of the pay band, review, review.",
+                    f"hr/memo-{secrets.token_hex(3)}.txt", ["hr"])
+        self.assertEqual(self.scores(ENG), before)  # from ENG's reader sets as loaded, not chunks_fts
+
+    def scores(self, groups) -> list:
+        hits = self.index.search("compiler review", None, 10, "keyword", groups=groups)
+        return [(hit.chunk_id, round(hit.score, 9), hit.relevance) for hit in hits]  # summed in another order
 
     def test_a_filtered_caller_learns_nothing_of_a_hidden_window_committed_after_the_load(self):
         self.assertTrue(self.index.visible(ENG).every_window)  # at load ENG may read every window: the shortcut

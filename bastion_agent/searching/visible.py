@@ -30,7 +30,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bastion_agent.core.access import can_see, caller_key, visible_positions
 from bastion_agent.core.dates import latest
@@ -178,6 +178,23 @@ class Labels:
         return Visible(groups, rows, table, rows.count if rows is not None else windows, windows,
                        average_length(self.db, table), sets=frozenset(seen), keyword=keyword,
                        every_window=every_window)
+
+    def as_loaded(self, share: Visible) -> Visible:
+        """``share`` ranked from its reader sets' own indexes where it would read ``chunks_fts``.
+
+        A share from which nothing was hidden when the labels were read (or a
+        dated search's statistics for one) reads ``chunks_fts``; once an embed
+        has committed since, ``chunks_fts`` may hold windows hidden from it,
+        and its statistics (a word's frequency, the scores) would move with
+        them. Its reader sets as they were read hold exactly its windows.
+        """
+        statistics = share.statistics
+        if statistics is not None and statistics.keyword is self.whole:
+            statistics = replace(statistics, keyword=self.keyword)
+        keyword = self.keyword if share.keyword is self.whole else share.keyword
+        if keyword is share.keyword and statistics is share.statistics:
+            return share
+        return replace(share, keyword=keyword, statistics=statistics)
 
     def dated(self, groups: frozenset | None, dates) -> Visible:
         """The caller's share of the documents modified within ``dates`` (``core.dates.DateRange``).
