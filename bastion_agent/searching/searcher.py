@@ -131,6 +131,8 @@ class SearchIndex:
         self._vocabulary = None
         self._labels = None
         self._labels_version: int | None = None
+        self._windows: int | None = None  # the store's windows when it was loaded (``pending``)
+        self._pending: dict = {}  # (commit count, groups) -> windows waiting for vectors, since a commit
         self._floor: float | None = None
         self._floor_sample: dict = {}  # count -> the unit rows whose cosines with a query give its floor (numpy)
         self.db = db if db is not None else open_reader(layout)
@@ -292,11 +294,31 @@ class SearchIndex:
         nothing about documents the caller may not read.
         """
         with self.lock:
-            visible = self.visible(groups) if groups is not None else None
-            where = f" AND c.rowid IN (SELECT rowid FROM temp.{visible.table})" if visible and visible.table else ""
-            sql = ("SELECT COUNT(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM vectors v WHERE"
-                   " v.chunk_id = c.chunk_id AND v.model = ? AND v.dim = ?)" + where)
-            return int(self.db.execute(sql, (self.key, self.dim)).fetchone()[0])
+            version = commits_seen(self.db)
+            if self.vectors is not None and version == self.commits_seen:
+                # nothing committed since the load: the counts taken then answer, no scan of the store (a scan
+                # of every window against the vectors cost seconds a request at a million windows)
+                if groups is None:
+                    return max(0, self._windows_at_load() - self.vectors.current)
+                visible = self.visible(groups)
+                return max(0, visible.windows - visible.count)
+            key = (version, groups)
+            if key not in self._pending:
+                self._pending = {key: self._pending_counted(groups)}  # once a commit: kept until the next
+            return self._pending[key]
+
+    def _windows_at_load(self) -> int:
+        if self._windows is None:
+            self._windows = int(self.db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+        return self._windows
+
+    def _pending_counted(self, groups: frozenset | None) -> int:
+        """The caller's windows without a vector, counted in the store as committed now."""
+        visible = self.visible(groups) if groups is not None else None
+        where = f" AND c.rowid IN (SELECT rowid FROM temp.{visible.table})" if visible and visible.table else ""
+        sql = ("SELECT COUNT(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM vectors v WHERE"
+               " v.chunk_id = c.chunk_id AND v.model = ? AND v.dim = ?)" + where)
+        return int(self.db.execute(sql, (self.key, self.dim)).fetchone()[0])
 
     def is_current(self) -> bool:
         """False once ``vectors.db`` has changed since this index was loaded."""

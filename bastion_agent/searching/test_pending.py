@@ -96,3 +96,28 @@ class PendingTests(PendingCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PendingAtLoadTests(PendingCase):
+    """A loaded index counts pending windows from what it loaded: no scan of the store a request."""
+
+    def test_the_count_without_a_commit_since_the_load_is_the_scans_and_scans_nothing(self):
+        from unittest import mock
+
+        from bastion_agent.searching import searcher
+
+        stub = StubServer().start()
+        self.addCleanup(stub.stop)
+        self.embed_with(stub)
+        self.restock({**self.docs, **MORE_ENG})  # engineering's new notes: chunked, not embedded
+        label_documents(self.layout, {**GROUPS, **{path: ["eng"] for paths in MORE_ENG.values() for path in paths}})
+        self.chunk()
+        self.embed_unreachable()  # their windows reach vectors.db (keyword search finds them), with no vector
+        index = searcher.SearchIndex.load(self.manifest(), self.layout)
+        self.addCleanup(index.close)
+        callers = (None, HR, ENG)
+        with mock.patch.object(index, "_pending_counted", side_effect=AssertionError("the store was scanned")):
+            at_load = {groups: index.pending(groups) for groups in callers}
+        self.assertEqual(at_load, {groups: index._pending_counted(groups) for groups in callers})
+        self.assertGreater(at_load[ENG], 0)
+        self.assertEqual(at_load[HR], 0)  # engineering's new windows count for engineering only
