@@ -384,8 +384,10 @@ RULES: tuple[Rule, ...] = (
        keywords=("sk-",), entropy=3.0, validator="vendor_token", anchor="keyword"),
     # --- credentials in URLs, headers, command lines, assignments --------------------
     Rule("url-credentials", "url-credentials",
-       # a "#" left raw in the password (it should be %23) does not end the URL before its "@"
-       r"(?i)\b[a-z][a-z0-9+.\-]{1,30}://(?P<secret>[^\s:@/?#\"'<>]*:[^\s@/?\"'<>]+)@[^\s/?#@\"'<>]",
+       # a "#" left raw inside the password (it should be %23) does not end the URL before its "@";
+       # a "#" with nothing after it (``http://host:80#@evil/``, an open-redirect payload) still does
+       r"(?i)\b[a-z][a-z0-9+.\-]{1,30}://(?P<secret>[^\s:@/?#\"'<>]*:[^\s@/?#\"'<>]+(?:#[^\s@/?#\"'<>\\]+)*)"
+       r"@[^\s/?#@\"'<>]",
        keywords=("://",), validator="url_credentials"),
     Rule("auth-header", "url-credentials",
        r"(?i)(?<![\w\-])(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?"

@@ -158,6 +158,9 @@ class KeptTests(unittest.TestCase):
     def test_a_url_user_name_is_no_address(self):
         self.assert_kept(f"wget -m ftp://xxx:xxx@{word()}.com/xxx\n")
 
+    def test_a_port_then_an_empty_fragment_is_no_password(self):
+        self.assert_kept(f"http://{word()}.com:{RNG.randrange(80, 9000)}#@www.{word()}.tld/\n")
+
     def test_a_secrets_name_and_its_copies_stay(self):
         name = f"{word()}-cert"
         self.assert_kept(f"# create the secret: {name}\n$ kubectl create secret tls {name} --key=tls.key\n")
