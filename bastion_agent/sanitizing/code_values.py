@@ -281,7 +281,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     - under a key or token's name, characters in counting order or a hex word (``1234567890abcdef``,
       ``0xdeadbeef``): a machine draws keys at random, a person types these in their place;
     - ``eyJ`` and a word (``eyJrefresh``): a JWT's first letters standing in for one; a list of
-      command-line options (`` --timeout= --socket=``): a program's usage.
+      command-line options (`` --timeout= --socket=``): a program's usage; a format verb alone
+      (``Token: %#x``): the program fills it in.
 
     Otherwise digits, capitals inside a word or symbols are a credential's shape: such a value is never a
     stand-in here (``Fk9-tq2Zp``, ``s3cr3t!Pw``)."""
@@ -294,7 +295,7 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return True
     if " " in value and (PROMPT.fullmatch(value) or PRINTF_VERB.search(value)):
         return True
-    if JWT_STUB.fullmatch(value) or OPTION_LIST.fullmatch(value):
+    if JWT_STUB.fullmatch(value) or OPTION_LIST.fullmatch(value) or PRINTF_VERB.fullmatch(value.rstrip("})]")):
         return True
     if OBJECT_NAME.fullmatch(value) and value.rsplit("-", 1)[-1] in OBJECT_KINDS:
         return True

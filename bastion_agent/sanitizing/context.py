@@ -372,6 +372,9 @@ def _terminator(text: str, start: int, opening: str, before: str, at_line_start:
 # what ends an unquoted value, by the terminator its syntax implies (a quote ends a URL's query value:
 # inside a URL it would be percent-encoded); in a word-delimited value the full-width comma, semicolon
 # and full stops of Chinese and Japanese prose end it as their ASCII forms do
+# A template's field in braces (``str.format``, docs): lower-case words or an index. Not after ``;``,
+# where ODBC quotes a password in braces (``Pwd={a;b}``).
+TEMPLATE_FIELD = re.compile(r"[a-z_][a-z0-9_]*(?: [a-z0-9_]+){0,4}|\d+")
 _WIDE_STOPS = "\uff0c\uff1b\u3001\u3002"
 _STOPS = {terminator: re.compile(f"[{re.escape(stops)}]") for terminator, stops in
           {" ": " \t" + _WIDE_STOPS, ";": ";", "&": "&# \t\"'`", ",": ", \t" + _WIDE_STOPS}.items()}
@@ -400,6 +403,10 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
             line_end = form.start()
     if first == "[" and strength == "strong":
         return _list_value(text, position, line_end)
+    if first == "{" and terminator != ";":
+        close = text.find("}", position, line_end)
+        if close != -1 and TEMPLATE_FIELD.fullmatch(text, position + 1, close):
+            return None  # ``{your token}``, ``{resp}``, ``{0}``: a template's field, filled in later
     if first == "{" and terminator == ";":
         close = text.find("}", position, line_end)  # ODBC: Pwd={a;b}
         if close != -1:

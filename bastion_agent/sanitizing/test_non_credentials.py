@@ -114,6 +114,12 @@ class HostileTests(unittest.TestCase):
             out, _ = self.sanitizer.redact(f"{key}: {head}{tail}\n")
             self.assertNotIn(head, out)
 
+    def test_a_braced_value_of_a_credentials_shape_or_an_odbc_password_goes(self):
+        value = credential()
+        self.assert_gone(f"token: {{{value}}}\n", value)
+        value = word(9)
+        self.assert_gone(f"Driver={{ODBC}};Server=db;Uid=sa;Pwd={{{value}}};\n", value)
+
     def test_a_value_before_a_wide_comma_goes_and_the_prose_after_it_stays(self):
         value, prose = credential(), "以便后面挂载"
         out, _ = self.sanitizer.redact(f"## 创建 secret: {value}，{prose}\n")
@@ -164,6 +170,11 @@ class KeptTests(unittest.TestCase):
     def test_a_secrets_name_and_its_copies_stay(self):
         name = f"{word()}-cert"
         self.assert_kept(f"# create the secret: {name}\n$ kubectl create secret tls {name} --key=tls.key\n")
+
+    def test_a_template_field_and_a_format_verb_stay(self):
+        self.assert_kept(f"docker run -e GITHUB_TOKEN={{your token}} {word()}/{word()}\n")
+        self.assert_kept(f'"no token: {{{word()}}}".format({word()}=token), token\n')
+        self.assert_kept('logger.Debugf("%s &wire.NewTokenFrame{Token: %#x}", dir, f.Token)\n')
 
     def test_a_sentence_addressed_to_the_reader_stays(self):
         self.assert_kept(f"S3_SECRET_ACCESS_KEY: Your {word(2).upper()}{RNG.randrange(2, 9)} access key password\n")
