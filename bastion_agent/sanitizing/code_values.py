@@ -31,7 +31,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 3
+DETECTION_VERSION = 4
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -215,6 +215,50 @@ PROMPT = re.compile(r"[A-Za-z][A-Za-z ]*:[ \t]*")  # "Enter password: "
 PRINTF_VERB = re.compile(r"%[-+# 0-9.]*[qvsdwx]")
 FILE_PATH = re.compile(r"[\w.\-]+(?:/[\w.\-]+)*\.(?:pem|key|crt|cer|der|p12|pfx|jks|keystore|pub|json|ya?ml|conf|cfg|ini)")
 COMMAND = re.compile(r"[a-z][\w\-]*[ \t]")  # ``awk '{print $2}' list``: a command's words
+# A key or a token is drawn at random by a machine; a run in counting order (``123456789``,
+# ``1234567890abcdef``, ``abcdef123456``) or a hex word (``0xdeadbeef``) is what a person types in
+# its place. A password keeps them: people do choose ``12345678``.
+RANDOM_KEY = re.compile(r"(?i)(?:token|key|verifier|nonce)$")
+COUNTING = ("0123456789", "1234567890", "abcdefghijklmnopqrstuvwxyz")
+HEX_WORDS = frozenset("deadbeef cafebabe feedface deadc0de badc0ffee c0ffee 8badf00d".split())
+# What a stored credential's name ends with (``traefik-cert``, ``jenkins-secrets``, ``db-creds``):
+# lower-case words joined by hyphens, as Kubernetes and vaults name the objects that hold secrets.
+# Not ``-password`` nor ``-token``: people do choose ``rally-password`` as the password itself.
+OBJECT_NAME = re.compile(r"[a-z]+(?:-[a-z]+){1,3}")
+OBJECT_KINDS = frozenset("""
+    cert certs certificate certificates tls secret secrets key keys cred creds credentials
+    """.split())
+# ``Your S3 access key password``: a sentence telling the reader what goes there.
+DESCRIPTION = re.compile(r"(?i)your(?:[ \t]+[\w\-]+){2,8}\.?")
+# An LDAP extensible-match filter (RFC 4515): ``userPassword:2.5.13.18:=\xx``, ``cn:dn:=x``. The
+# attribute and a matching rule's id or ``dn`` before ``:=``: a search assertion, a guess being tried.
+LDAP_EXTENSIBLE = re.compile(r":(?:dn:(?:\d+(?:\.\d+)+:)?|\d+(?:\.\d+)+:|[A-Za-z]\w*Match:)=")
+# ``eyJrefresh``: the first letters every JWT shares, then a word: a token's stand-in (a real one is
+# base64 with two dots).
+JWT_STUB = re.compile(r"eyJ[a-z]{1,16}")
+# `` --timeout= --socket= --no-timeout``: a program's options listed (shell completion, usage text).
+OPTION_LIST = re.compile(r"\s*(?:--?[A-Za-z][\w\-]*=?|--)(?:\s+(?:--?[A-Za-z][\w\-]*=?|--))+\s*")
+
+
+def is_counting(value: str) -> bool:
+    """Characters in counting order, in at most three runs of three or more (``1234567890abcdef``,
+    ``abcdef123456``, ``123456789``), six at least; or a hex word (``0xdeadbeef``)."""
+    lowered = value.lower()
+    if lowered.startswith("0x"):
+        lowered = lowered[2:]
+    if lowered in HEX_WORDS:
+        return True
+    if len(lowered) < 6 or not lowered.isascii() or not lowered.isalnum():
+        return False
+    runs, run = [], lowered[0]
+    for previous, current in zip(lowered, lowered[1:]):
+        if any(previous + current in order for order in COUNTING):
+            run += current
+        else:
+            runs.append(run)
+            run = current
+    runs.append(run)
+    return len(runs) <= 3 and all(len(piece) >= 3 for piece in runs)
 
 
 def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
@@ -230,9 +274,17 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     - a relative path to a file of keys or settings (``certs/client.key``, ``admin-key.pem``);
     - the words of its own key again, in any order (``resetPasswordToken = 'password-reset-token'``,
       ``client_key = 'client key'``): the value names the setting;
-    - ``backtick``: a shell command substitution (`` `awk '{print $2}' list` ``), a program's output.
+    - the name of a stored credential (``traefik-cert``, ``jenkins-secrets``: lower-case words joined
+      by hyphens, the last a kind of credential), as Kubernetes and vaults name the objects that
+      hold secrets; a sentence addressed to the reader (``Your S3 access key password``);
+    - ``backtick``: a shell command substitution (`` `awk '{print $2}' list` ``), a program's output;
+    - under a key or token's name, characters in counting order or a hex word (``1234567890abcdef``,
+      ``0xdeadbeef``): a machine draws keys at random, a person types these in their place;
+    - ``eyJ`` and a word (``eyJrefresh``): a JWT's first letters standing in for one; a list of
+      command-line options (`` --timeout= --socket=``): a program's usage; a format verb alone
+      (``Token: %#x``): the program fills it in.
 
-    Digits, capitals inside a word or symbols are a credential's shape: such a value is never a
+    Otherwise digits, capitals inside a word or symbols are a credential's shape: such a value is never a
     stand-in here (``Fk9-tq2Zp``, ``s3cr3t!Pw``)."""
     value = value.strip()
     if not value or len(value) > 80:
@@ -243,10 +295,19 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return True
     if " " in value and (PROMPT.fullmatch(value) or PRINTF_VERB.search(value)):
         return True
-    key_words = sorted(word.lower() for word in KEY_WORD.findall(key.rsplit(".", 1)[-1]))
-    if key_words and sorted(word.lower() for word in KEY_WORD.findall(value)) == key_words and value.isascii() and all(
-            ch.isalpha() or ch in "-_ ." for ch in value):
+    if JWT_STUB.fullmatch(value) or OPTION_LIST.fullmatch(value) or PRINTF_VERB.fullmatch(value.rstrip("})]")):
         return True
+    if OBJECT_NAME.fullmatch(value) and value.rsplit("-", 1)[-1] in OBJECT_KINDS:
+        return True
+    if DESCRIPTION.fullmatch(value) and any(word.lower() in CREDENTIAL_WORDS for word in value.split()[1:]):
+        return True
+    if RANDOM_KEY.search(key.strip("\"'`[] ")) and is_counting(value):
+        return True
+    key_words = sorted(word.lower() for word in KEY_WORD.findall(key.rsplit(".", 1)[-1]))
+    if key_words and value.isascii() and all(ch.isalpha() or ch in "-_ ." for ch in value):
+        value_words = [word.lower() for word in KEY_WORD.findall(value)]
+        if sorted(value_words) == key_words:
+            return True
     words = [word for word in WORD_SEPARATORS.split(value) if word]
     if not words or not all(word.isalpha() and word.isascii() and (word.islower() or word.istitle())
                             for word in words):

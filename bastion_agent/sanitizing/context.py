@@ -62,7 +62,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 3
+DETECTION_VERSION = 4
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier",
          # the password words of de, nl, pt, es, pl, sv, no/da (fr "mot de passe" and de "Passwort" hold "pass")
@@ -293,6 +293,8 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     if operator is None:
         return _unmarked(text, start, end, position, line_end, strength, before, opening, key_quoted, at_line_start)
     kind, width = operator
+    if kind == ":" and code_values.LDAP_EXTENSIBLE.match(text, position):
+        return None  # ``userPassword:2.5.13.18:=\xx``: an LDAP filter's assertion, a guess being tried
     if kind == "," and not key_quoted:
         return None  # ``token, rest = ...``: a tuple, not a pair
     if kind == ">" and opening != "<":
@@ -368,9 +370,14 @@ def _terminator(text: str, start: int, opening: str, before: str, at_line_start:
 
 
 # what ends an unquoted value, by the terminator its syntax implies (a quote ends a URL's query value:
-# inside a URL it would be percent-encoded)
+# inside a URL it would be percent-encoded); in a word-delimited value the full-width comma, semicolon
+# and full stops of Chinese and Japanese prose end it as their ASCII forms do
+# A template's field in braces (``str.format``, docs): lower-case words or an index. Not after ``;``,
+# where ODBC quotes a password in braces (``Pwd={a;b}``).
+TEMPLATE_FIELD = re.compile(r"[a-z_][a-z0-9_]*(?: [a-z0-9_]+){0,4}|\d+")
+_WIDE_STOPS = "\uff0c\uff1b\u3001\u3002"
 _STOPS = {terminator: re.compile(f"[{re.escape(stops)}]") for terminator, stops in
-          {" ": " \t", ";": ";", "&": "&# \t\"'`", ",": ", \t"}.items()}
+          {" ": " \t" + _WIDE_STOPS, ";": ";", "&": "&# \t\"'`", ",": ", \t" + _WIDE_STOPS}.items()}
 
 
 def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
@@ -396,6 +403,10 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
             line_end = form.start()
     if first == "[" and strength == "strong":
         return _list_value(text, position, line_end)
+    if first == "{" and terminator != ";":
+        close = text.find("}", position, line_end)
+        if close != -1 and TEMPLATE_FIELD.fullmatch(text, position + 1, close):
+            return None  # ``{your token}``, ``{resp}``, ``{0}``: a template's field, filled in later
     if first == "{" and terminator == ";":
         close = text.find("}", position, line_end)  # ODBC: Pwd={a;b}
         if close != -1:

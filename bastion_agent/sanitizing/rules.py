@@ -335,7 +335,7 @@ RULES: tuple[Rule, ...] = (
     Rule("jwt", "jwt",
        r"(?<![\w\-])eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}(?:\.[A-Za-z0-9_\-]*){0,3}|"
        r"(?<![\w\-])ZXlK[A-Za-z0-9+/]{60,}={0,2}",
-       keywords=("eyj", "zxlk"), anchor="keyword"),
+       keywords=("eyj", "zxlk"), validator="jwt", anchor="keyword"),
     # --- more vendor formats, each by its documented prefix and body -------------------
     Rule("figma-token", "saas", TOKEN_START + r"figd_[\w\-]{38,48}" + TOKEN_END,
        keywords=("figd_",), entropy=3.0, validator="vendor_token", anchor="keyword"),
@@ -384,7 +384,10 @@ RULES: tuple[Rule, ...] = (
        keywords=("sk-",), entropy=3.0, validator="vendor_token", anchor="keyword"),
     # --- credentials in URLs, headers, command lines, assignments --------------------
     Rule("url-credentials", "url-credentials",
-       r"(?i)\b[a-z][a-z0-9+.\-]{1,30}://(?P<secret>[^\s:@/?#\"'<>]*:[^\s@/?#\"'<>]+)@[^\s/?#@\"'<>]",
+       # a "#" left raw inside the password (it should be %23) does not end the URL before its "@";
+       # a "#" with nothing after it (``http://host:80#@evil/``, an open-redirect payload) still does
+       r"(?i)\b[a-z][a-z0-9+.\-]{1,30}://(?P<secret>[^\s:@/?#\"'<>]*:[^\s@/?#\"'<>]+(?:#[^\s@/?#\"'<>\\]+)*)"
+       r"@[^\s/?#@\"'<>]",
        keywords=("://",), validator="url_credentials"),
     Rule("auth-header", "url-credentials",
        r"(?i)(?<![\w\-])(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?"
@@ -493,7 +496,7 @@ RULES: tuple[Rule, ...] = (
        r"(?:[ \t]*(?P<op>:{1,3}=|=>|[?.+]?=|==|:|,)[ \t]*|(?P<xop>>)\s*)"
        r"(?:!!\w+[ \t]+)?(?:(?:bearer|basic|token)[ \t]+)?"
        r"(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,1000}\\?\"|'(?:[^'\\\n]|\\.){1,1000}'|`[^`\n]{1,1000}`"
-       r"|(?:[^\s\"'`,;&<>(){}\[\]\\|]|\\(?![nrt\\\"']))+)",
+       r"|(?:[^\s\"'`,;&<>(){}\[\]\\|\uff0c\uff1b\u3001\u3002]|\\(?![nrt\\\"']))+)",
        keywords=("secret", "token", "pass", "pwd", "auth", "cred", "key"), validator="assignment"),
     Rule("secret-block", "assignment",
        r"(?im)^(?P<indent>[ \t]*)(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd)[\w.\-]{0,80}?)[ \t]*[:=][ \t]*(?:[|>][\-+]?)?[ \t]*\r?\n"

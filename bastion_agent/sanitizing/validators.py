@@ -10,7 +10,9 @@ detect-secrets' filters. Every function here is pure and cheap.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
+import json
 import math
 import re
 from collections import Counter
@@ -20,7 +22,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 4
+DETECTION_VERSION = 5
 
 # --- entropy --------------------------------------------------------------
 
@@ -403,6 +405,8 @@ def check_assignment(match: re.Match, start: int, end: int):
     strength = key_strength(key)
     if strength is None:
         return False
+    if code_values.LDAP_EXTENSIBLE.match(match.string, match.end("key")):
+        return False  # ``userPassword:2.5.13.18:=\xx``: an LDAP filter's assertion, a guess being tried
     if match.string[max(0, match.start("key") - 6):match.start("key")] == "alias ":
         return False  # ``alias wpwd='wp widget delete'``: a shell alias names a command
     groups = match.groupdict()
@@ -555,6 +559,8 @@ def check_high_entropy(match: re.Match, start: int, end: int):
         return False
     if value.count("/") >= 2 and re.fullmatch(r"[a-z]+", value.split("/", 1)[0]):
         return False  # tools/javac/lambda/T8129740/CaptureInCtorChainingTest: a path
+    if value.startswith("eyJ") and is_jwt_header(value):
+        return False  # the first part of a JWT: the jwt rule judges the token it starts
     if SEQUENCES.search(value) or value.startswith(NOT_A_KEY_PREFIXES):
         # Bare hex strings are digests: commit hashes, checksums, key fingerprints (a hex
         # secret behind ``secret =`` is secret-assignment's; a quoted one still counts).
@@ -566,8 +572,53 @@ FILE_EXTENSIONS = frozenset("txt md pdf doc docx odt rtf csv tsv xls xlsx ods js
                             "png jpg jpeg gif svg webp zip gz tar log ini cfg conf".split())
 
 
+def _json_part(part: str):
+    """A JWT part decoded (base64url, padding restored) and parsed as JSON, or None."""
+    try:
+        return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+# The fields of a JWT's (JOSE) header: what algorithm signs it, which key, which type.
+JWT_HEADER_FIELDS = frozenset("alg typ kid cty jku jwk x5u x5c x5t x5t#S256 crit enc zip b64".split())
+
+
+def is_jwt_header(part: str) -> bool:
+    """Does ``part`` decode to a JWT header (a JSON object of header fields only, ``alg`` among them)?
+    A header says how a token is signed and holds no secret; any other encoded JSON may."""
+    header = _json_part(part)
+    return isinstance(header, dict) and "alg" in header and set(header) <= JWT_HEADER_FIELDS
+
+
+def check_jwt(match: re.Match, start: int, end: int):
+    """A signed JWT is a bearer credential; an unsigned one is not: without a signature, or with
+    ``"alg": "none"`` (RFC 7519's unsecured JWT), anyone may write the same token, so it proves
+    nothing. Such a token stays when its header and claims decode to JSON and hold no ``@`` (no
+    address hidden in base64); anything else that looks like a token goes."""
+    value = match.string[start:end]
+    if not value.startswith("eyJ"):
+        return True
+    parts = value.split(".")
+    header, claims = _json_part(parts[0]), _json_part(parts[1]) if len(parts) > 1 else None
+    if not isinstance(header, dict) or not isinstance(claims, dict):
+        return True
+    unsigned = len(parts) < 3 or not parts[2] or str(header.get("alg", "")).lower() == "none"
+    return not (unsigned and "@" not in json.dumps(claims, ensure_ascii=False))
+
+
+# The URL's scheme and user information up to the match: ``ftp://name:`` before ``pw@host``.
+URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s/@?#\"'<>]*:$")
+
+
 def check_email(match: re.Match, start: int, end: int):
-    """An address; in a file name the extension after it (``.pdf``, ``.txt``) stays."""
+    """An address; in a file name the extension after it (``.pdf``, ``.txt``) stays.
+
+    In ``scheme://user:password@host`` the text before ``@`` is a URL's user name or password, not
+    the local part of an address: the URL credential rules judge it (a placeholder such as
+    ``ftp://xxx:xxx@xxx.com`` stays, a real password goes under their name)."""
+    if URL_USERINFO.search(match.string, max(0, start - 300), start):
+        return False
     value = match.string[start:end]
     head, _, extension = value.rpartition(".")
     if extension.lower() in FILE_EXTENSIONS and "." in head.rsplit("@", 1)[-1]:
@@ -708,9 +759,16 @@ def check_has_digit(match: re.Match, start: int, end: int):
     return any(ch.isdigit() for ch in value) and any(ch.isalpha() for ch in value)
 
 
+# Inside the quotes, the host language's string closed, a variable joined and the string opened
+# again (``'` + newpw + `'``, ``'" . $pw . "'``, ``'" || pw || "'``): the value is a reference.
+CONCATENATED = re.compile(r"""\s*([`"'])\s*(?:\+|\.|\|\|)\s*[A-Za-z_$][\w.$\[\]()]*\s*(?:\+|\.|\|\|)\s*\1\s*""")
+
+
 def check_cli_password(match: re.Match, start: int, end: int):
     """``mysql -pX`` / ``sshpass -p 'X'``: the value without its quotes, unless a placeholder."""
     value, start, end, _ = unquote(match.string[start:end], start)
+    if CONCATENATED.fullmatch(value):
+        return False  # ``PASSWORD '` + newpw + `'``: the string closed, a variable joined in
     return [(start, end)] if plausible_secret(value) and not value.startswith(("$", "%")) else False
 
 
@@ -864,6 +922,7 @@ CHECKS = {
     "cli_user": check_cli_user,
     "high_entropy": check_high_entropy,
     "email": check_email,
+    "jwt": check_jwt,
     "phone": check_phone,
     "phone_labelled": check_phone_labelled,
     "card": check_card,

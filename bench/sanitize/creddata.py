@@ -18,7 +18,13 @@ counts; this script follows it:
 - figures: recall of T, recall of T without the rows whose only categories
   are ``UUID`` / ``AWS S3 Bucket``, the false-flag rate on F, the rate on X,
   precision (detected T / (detected T + flagged F)) and F1; ``side_by_side``
-  repeats the ones the targets name, one line per tool.
+  repeats the ones the targets name, one line per tool;
+- **by design** (bastion, span rule): an F row changed only by findings of
+  the rules that remove a class on purpose (``BY_DESIGN``: e-mail addresses
+  are personal data, password hashes allow offline cracking) is counted
+  apart, as ``by_design``, and ``false_flags_without_by_design`` is the rate
+  on the other F rows. The raw ``false_flags`` counts every changed F row and
+  stays the figure the targets name.
 
 The peers run from a bench-only venv, never a project dependency:
 ``python3 -m venv /work/bench-venv && /work/bench-venv/bin/pip install
@@ -59,6 +65,8 @@ DATA = Path(os.environ.get("BASTION_CREDDATA") or next(
 PEER_VENV = Path(os.environ.get("BASTION_PEER_VENV", "/work/bench-venv"))
 PIECE = 8
 GUID_ONLY = {"UUID", "AWS S3 Bucket"}
+# Rules whose removals are a policy, not a misreading: personal data and password hashes.
+BY_DESIGN = frozenset({"email", "password-hash"})
 PEM_HEADER = re.compile(r"^\s*(?:-----|[A-Za-z][\w\-]*:\s)")
 
 
@@ -133,8 +141,9 @@ def survives(positions: list[int], redacted: bytearray) -> bool:
     return False
 
 
-def bastion_masks(rows: dict[str, list[dict]], data: Path) -> tuple[dict[str, bytearray], float]:
-    """file -> a mask of the characters the sanitizer replaced, and the seconds it took."""
+def bastion_masks(rows: dict[str, list[dict]], data: Path) -> tuple[dict[str, bytearray], dict[str, bytearray], float]:
+    """file -> a mask of the characters the sanitizer replaced; file -> the mask of those replaced by
+    a rule outside ``BY_DESIGN``; and the seconds it took."""
     captured: list = []
     original = scanner.replace_findings
 
@@ -144,7 +153,7 @@ def bastion_masks(rows: dict[str, list[dict]], data: Path) -> tuple[dict[str, by
 
     scanner.replace_findings = capture
     sanitizer = scanner.Sanitizer()
-    masks, seconds = {}, 0.0
+    masks, others, seconds = {}, {}, 0.0
     try:
         for name in rows:
             text = read_text(data / name)
@@ -152,14 +161,16 @@ def bastion_masks(rows: dict[str, list[dict]], data: Path) -> tuple[dict[str, by
             started = time.perf_counter()
             sanitizer.redact_found(text)
             seconds += time.perf_counter() - started
-            mask = bytearray(len(text))
+            mask, other = bytearray(len(text)), bytearray(len(text))
             for findings in captured:
                 for finding in findings:
                     mask[finding.start:finding.end] = b"\1" * (finding.end - finding.start)
-            masks[name] = mask
+                    if finding.rule not in BY_DESIGN:
+                        other[finding.start:finding.end] = b"\1" * (finding.end - finding.start)
+            masks[name], others[name] = mask, other
     finally:
         scanner.replace_findings = original
-    return masks, seconds
+    return masks, others, seconds
 
 
 def lines_of_mask(text: str, mask: bytearray, starts: list[int]) -> set[int]:
@@ -232,8 +243,23 @@ def figures(counts: collections.Counter) -> dict:
                        "F": f"{counts['F+']}/{counts['F']}", "X": f"{counts['X+']}/{counts['X']}"}}
 
 
+def without_by_design(rows: dict[str, list[dict]], span_hit, by_design) -> dict:
+    """The F rows changed only by ``BY_DESIGN`` rules, counted apart, and the false-flag rate on the rest."""
+    counts = collections.Counter()
+    for file_rows in rows.values():
+        for row in file_rows:
+            if row["truth"] == "F":
+                counts["F"] += 1
+                if span_hit(row):
+                    counts["by_design" if by_design(row) else "flagged"] += 1
+    rest = counts["F"] - counts["by_design"]
+    return {"by_design": {"rules": sorted(BY_DESIGN), "F_rows": counts["by_design"]},
+            "false_flags_without_by_design": round(counts["flagged"] / rest, 4) if rest else None,
+            "F_without_by_design": f"{counts['flagged']}/{rest}"}
+
+
 def bastion_report(rows: dict[str, list[dict]], data: Path, misses: int) -> dict:
-    masks, seconds = bastion_masks(rows, data)
+    masks, others, seconds = bastion_masks(rows, data)
     texts = {name: read_text(data / name) for name in rows}
     starts = {name: line_starts(text) for name, text in texts.items()}
     changed = {name: lines_of_mask(texts[name], masks[name], starts[name]) for name in rows}
@@ -248,8 +274,13 @@ def bastion_report(rows: dict[str, list[dict]], data: Path, misses: int) -> dict
     def line_hit(row):
         return any(n in changed[row["file"]] for n in range(row["line"], row["line_end"] + 1))
 
-    report = {"span_rule": score(rows, span_hit), "line_rule": score(rows, line_hit),
-              "seconds": round(seconds, 2)}
+    def by_design(row):
+        positions = value_positions(row, texts[row["file"]], starts[row["file"]])
+        return span_hit(row) and not any(others[row["file"]][p] for p in positions)
+
+    span = score(rows, span_hit)
+    span.update(without_by_design(rows, span_hit, by_design))
+    report = {"span_rule": span, "line_rule": score(rows, line_hit), "seconds": round(seconds, 2)}
     if misses:
         report["misses"] = examples(rows, texts, starts, span_hit, misses)
     return report
@@ -283,7 +314,7 @@ def peer_report(rows: dict[str, list[dict]], data: Path, venv: Path) -> dict:
     return report
 
 
-SUMMARY = ("recall_without_uuid_s3", "false_flags", "precision", "f1")
+SUMMARY = ("recall_without_uuid_s3", "false_flags", "false_flags_without_by_design", "precision", "f1")
 
 
 def side_by_side(report: dict) -> dict:
@@ -292,7 +323,8 @@ def side_by_side(report: dict) -> dict:
     for tool in ("credsweeper", "detect_secrets"):
         if "line_rule" in report.get(tool, {}):
             lines[f"{tool} (line)"] = report[tool]["line_rule"]
-    return {name: " ".join(f"{key}={figures[key]}" for key in SUMMARY) for name, figures in lines.items()}
+    return {name: " ".join(f"{key}={figures[key]}" for key in SUMMARY if key in figures)
+            for name, figures in lines.items()}
 
 
 def main(argv=None) -> int:
