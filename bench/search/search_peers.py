@@ -25,7 +25,10 @@ Systems (each in process, warm, top 10):
 - ``faiss-hnsw``: ``IndexHNSWFlat`` (M 32, inner product on normalised
   vectors), at ``efSearch`` 16 (its default) and 64 to 1024 (to compare at equal
   recall: a million windows need a wider beam; ``ratios`` names the narrowest
-  beam that finds at least what bastion's default finds).
+  beam that finds at least what bastion's default finds), and up to 4096
+  beside a measured beam that wide.
+- ``faiss-flat``: ``IndexFlatIP`` on the normalised vectors (FAISS's exact
+  scan, the other exact floor beside numpy's).
 - ``chroma``: a persistent collection (HNSW, cosine).
 - ``lancedb``: an IVF-PQ vector index, its full-text index, and hybrid
   through its RRF reranker.
@@ -35,7 +38,10 @@ Systems (each in process, warm, top 10):
   extensions.
 
 Recall@10 of every vector path is measured against the exact top 10
-(numpy).
+(numpy). The output also carries what the build recorded in the ANN header
+(``calibration``: the beam it chose, the recall it measured on its held-out
+sample, and the measurement's seconds beside the graph build's) and the
+store's build times, so one run reports both.
 
 ``--cold N`` also times a cold start: ``python3 -m bastion_agent search`` in
 a new process per mode (the stub embeds the query), interleaved with
@@ -98,8 +104,8 @@ K = 10
 RRF_K = 60
 RRF_DEPTH = 30
 BATCH = 5000
-EXPANSIONS = (128, 192, 256, 384, 512, 1024)  # bastion's ANN beside its default (the beam its build measured)
-FAISS_EFS = (16, 64, 128, 192, 256, 320, 384, 448, 512, 640, 768, 1024, 1536, 2048)
+EXPANSIONS = (128, 192, 256, 384, 512, 1024, 2048)  # bastion's ANN beside its default (the beam its build measured)
+FAISS_EFS = (16, 64, 128, 192, 256, 320, 384, 448, 512, 640, 768, 1024, 1536, 2048, 3072, 4096)
 
 
 def load_rows(layout: Layout) -> tuple[list[str], list[str], np.ndarray]:
@@ -198,6 +204,21 @@ class FaissHnsw:
         return search
 
 
+class FaissFlat:
+    name = "faiss-flat"
+
+    def __init__(self, unit: np.ndarray):
+        import faiss
+
+        self.index = faiss.IndexFlatIP(unit.shape[1])
+        self.index.add(unit)
+        self.modes = {"vector": self._vector}
+
+    def _vector(self, q):
+        _, found = self.index.search(q.unit[None, :], K)
+        return [int(i) for i in found[0] if i >= 0]
+
+
 class Chroma:
     name = "chroma"
 
@@ -294,6 +315,7 @@ def build_peers(names: set[str], unit, texts, folder: Path, log, faiss_index: Pa
     makers = {
         "numpy": lambda: Numpy(unit),
         "faiss-hnsw": lambda: FaissHnsw(unit, faiss_index),
+        "faiss-flat": lambda: FaissFlat(unit),
         "chroma": lambda: Chroma(unit, folder),
         "lancedb": lambda: Lance(unit, texts, folder),
         "qmd-style": lambda: QmdStyle(unit, texts, folder),
@@ -361,6 +383,9 @@ def ratios(table: list[dict]) -> dict:
     found.update(at_equal_recall(table))
     if ("numpy", "vector") in p50:
         found["bastion_exact_over_numpy"] = round(p50[("bastion", "exact")] / p50[("numpy", "vector")], 2)
+    if ("faiss-flat", "vector") in p50:
+        found["bastion_exact_over_faiss_flat"] = round(p50[("bastion", "exact")] / p50[("faiss-flat", "vector")], 2)
+        found["bastion_vector_over_faiss_flat"] = round(p50[("bastion", "vector")] / p50[("faiss-flat", "vector")], 3)
     for peer in ("lancedb", "qmd-style"):
         for mode in ("keyword", "hybrid"):
             if (peer, mode) in p50:
@@ -433,7 +458,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, required=True, help="build the store in DIR/SIZE (outside the repository) and reuse it")
     parser.add_argument("--windows", type=int, default=188_678)
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--peers", default="numpy,faiss-hnsw,chroma,lancedb,qmd-style")
+    parser.add_argument("--peers", default="numpy,faiss-hnsw,faiss-flat,chroma,lancedb,qmd-style")
     parser.add_argument("--threads-default", action="store_true",
                         help="leave OpenMP and BLAS their default thread counts (they then spin between queries)")
     parser.add_argument("--faiss-index", type=Path, help="keep FAISS's graph in this file and reuse it (same vectors)")
@@ -452,6 +477,8 @@ def main() -> None:
     queries = [Question(text) for text in questions(args.queries)]
     exact = [top_rows(unit @ q.unit) for q in queries]
     systems: list = [Bastion(layout, {chunk: row for row, chunk in enumerate(chunk_ids)})]
+    graph = systems[0].index.ann
+    calibration = graph.calibration.as_dict() if graph is not None and graph.calibration is not None else None
     with tempfile.TemporaryDirectory(prefix="bastion-peers-") as scratch:
         peers, left_out = build_peers(set(args.peers.split(",")), unit, texts, Path(scratch), log, args.faiss_index)
         table = measure(systems + peers, queries, exact)
@@ -460,6 +487,8 @@ def main() -> None:
     print(json.dumps({"windows": built["windows"], "dim": _realtext.DIM, "queries": len(queries), "k": K,
                       "cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],
                       "load_after": [round(x, 2) for x in os.getloadavg()], "left_out": left_out,
+                      "store_build": built, "calibration": calibration,
+                      "default_beam": graph.expansion if graph else None,
                       "table": table, "ratios": ratios(table), "cold_start": cold}, indent=2))
 
 
