@@ -85,6 +85,17 @@ SPOT_CHECKS = 8
 FETCH_ROWS = 16_384
 
 
+def current_rows(db, layout: Layout, key: str) -> int | None:
+    """How many current vectors of ``key`` the derived files hold, when their header is in step with ``db``
+    (else None): what a keyword-only load reads instead of counting the store's vectors."""
+    with vectorstore.transaction(db, write=False):
+        header = read_header(Files.for_key(layout, key))
+        if header is None or header.get("state") != read_state(db).as_dict():
+            return None
+        current = header.get("current")
+        return current if isinstance(current, int) and current >= 0 else None
+
+
 def refresh(db, layout: Layout, key: str, dim: int) -> dict:
     """Bring ``key``'s derived files in step with ``db``; return the header to read them by.
 

@@ -42,7 +42,7 @@ import functools
 import re
 import unicodedata
 
-from bastion_agent.sanitizing import code_values, keyed_values, signatures
+from bastion_agent.sanitizing import code_values, command_lines, keyed_values, signatures
 from bastion_agent.sanitizing.validators import (
     BOOLEANISH,
     MESSAGE_WORD,
@@ -237,11 +237,10 @@ def scan(text: str, lowered: str | None = None) -> list[tuple[int, int]]:
         span = _accept(text, start, end, "strong", quoted=True, label=False)
         if span is not None:
             spans.append(span)
-    if "net " in lowered or "net\t" in lowered:
-        spans.extend(_net_use(text))
-    if _tools_possible(text, lowered) and any(trigger in lowered for trigger in TOOL_TRIGGERS) \
-            and TOOL_NAME.search(text):
-        spans.extend(_tools(text))
+    for start, end, bare in command_lines.candidates(text, lowered):
+        span = _accept(text, start, end, "strong", quoted=not bare, label=bare)
+        if span is not None:
+            spans.append(span)
     return spans
 
 
@@ -543,68 +542,3 @@ def _attribute_pair(text: str, position: int, strength: str) -> tuple[int, int] 
 
 
 # --- positional passwords on command lines ----------------------------------------------
-
-
-def _net_use(text: str) -> list[tuple[int, int]]:
-    """``net use Z: \\\\srv\\share PASS /user:DOMAIN\\name`` (either order): the one bare word."""
-    spans = []
-    for line in NET_USE.finditer(text):
-        has_user = False
-        words = list(re.finditer(r'"[^"\n]*"|\S+', line.group("args")))
-        candidates = []
-        for index, word in enumerate(words):
-            token = word.group(0)
-            if token.lower().startswith("/user:") or token.lower().startswith("/u:"):
-                has_user = True
-            elif not token.startswith(("/", "\\\\")) and not re.fullmatch(r"[A-Za-z]:|\*", token):
-                candidates.append(word)
-        if has_user or line.group("verb").lower() == "user":
-            for word in candidates[1:] if line.group("verb").lower() == "user" else candidates:
-                span = _accept(text, line.start("args") + word.start(), line.start("args") + word.end(), "strong",
-                               quoted=False, label=True)
-                if span is not None:
-                    spans.append(span)
-    return spans
-
-
-NET_USE = re.compile(r"(?im)(?<![\w\-])net[ \t]+(?P<verb>use|user)[ \t]+(?P<args>[^\r\n]*)")
-TOOL_PASSWORDS = (
-    re.compile(r"(?im)(?<![\w\-])htpasswd(?:[ \t]+-[a-zA-Z]+)*[ \t]+-[a-zA-Z]*b[a-zA-Z]*(?:[ \t]+-[a-zA-Z]+)*"
-               r"[ \t]+\S+[ \t]+\S+[ \t]+(?P<secret>\S+)"),
-    re.compile(r"(?im)(?<![\w\-])(?:smbclient|rpcclient|smbmap|mount\.cifs)[^\r\n]*?[ \t](?:-U|--user(?:name)?=?)[ \t]*"
-               r"[\"']?[^\s%\"']+%(?P<secret>[^\s\"']+)"),
-    re.compile(r"(?im)(?<![\w\-])(?:sqlplus|expdp|impdp|rman)[ \t]+(?:-[sSL][ \t]+)*[\"']?[\w$#]+/(?P<secret>[^\s@\"']+)@"),
-)
-
-
-def _tools_possible(text: str, lowered: str) -> bool:
-    """False when no pattern of TOOL_PASSWORDS can match: a few short searches instead of nine.
-
-    What each pattern cannot match without: ``htpasswd`` its letters
-    "htpa"; the smbclient family a literal ``%`` and "mbcl", "mbma",
-    "rpccl" or "mount.c"; sqlplus and Oracle's tools a literal ``@`` and
-    "qlplu", "xpdp", "mpdp" or "rman". The pieces leave out "s" and "i",
-    which the patterns' case-blind matching also reads as "ſ", "ı" and "İ"
-    (letters whose lower case is not "s" or "i"); every other letter here
-    matches only itself and its capital, so ``lowered`` holds the piece.
-    """
-    return ("htpa" in lowered
-            or ("%" in text and ("mbcl" in lowered or "mbma" in lowered or "rpccl" in lowered or "mount.c" in lowered))
-            or ("@" in text and ("qlplu" in lowered or "xpdp" in lowered or "mpdp" in lowered or "rman" in lowered)))
-
-
-def _tools(text: str) -> list[tuple[int, int]]:
-    spans = []
-    for pattern in TOOL_PASSWORDS:
-        for match in pattern.finditer(text):
-            span = _accept(text, match.start("secret"), match.end("secret"), "strong", quoted=True, label=False)
-            if span is not None:
-                spans.append(span)
-    return spans
-
-
-TOOL_TRIGGERS = ("htpasswd", "smbclient", "rpcclient", "smbmap", "mount.cifs", "sqlplus", "expdp", "impdp", "rman")
-# The tools' names as the patterns of TOOL_PASSWORDS start (a word of its own, any case). The literals
-# above are substrings of ordinary words ("performance" holds "rman"): this second, exact gate keeps such
-# a text from paying the three command-line patterns.
-TOOL_NAME = re.compile(r"(?i)(?<![\w\-])(?:htpasswd|smbclient|rpcclient|smbmap|mount\.cifs|sqlplus|expdp|impdp|rman)")

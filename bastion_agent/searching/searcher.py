@@ -132,6 +132,9 @@ class SearchIndex:
         self._labels = None
         self._labels_version: int | None = None
         self._windows: int | None = None  # the store's windows when it was loaded (``pending``)
+        # a keyword-only load's count of current vector rows, from the vector file's header when it matched
+        # the store (``vectorfile.current_rows``; None: unknown, and ``pending`` counts in the store)
+        self._current_rows: int | None = None
         self._pending: dict = {}  # (commit count, groups) -> windows waiting for vectors, since a commit
         self._floor: float | None = None
         self._floor_sample: dict = {}  # count -> the unit rows whose cosines with a query give its floor (numpy)
@@ -176,7 +179,9 @@ class SearchIndex:
                 raise StoreError("this output folder was written with document ids taken from the raw files: "
                                  "run sweep (or chunk and embed) to rebuild it")
             if not vectors:
-                return cls._made(manifest, layout, None, None, version, None, reader, baseline)
+                index = cls._made(manifest, layout, None, None, version, None, reader, baseline)
+                index._current_rows = vectorfile.current_rows(db, layout, manifest.embed.vector_key)
+                return index
             header = vectorfile.refresh(db, layout, manifest.embed.vector_key, manifest.embed.dim)
         finally:
             db.close()
@@ -295,13 +300,15 @@ class SearchIndex:
         """
         with self.lock:
             version = commits_seen(self.db)
-            if self.vectors is not None and version == self.commits_seen:
+            if version == self.commits_seen and (self.vectors is not None or groups is None):
                 # nothing committed since the load: the counts taken then answer, no scan of the store (a scan
                 # of every window against the vectors cost seconds a request at a million windows)
-                if groups is None:
-                    return max(0, self._windows_at_load() - self.vectors.current)
-                visible = self.visible(groups)
-                return max(0, visible.windows - visible.count)
+                current = self.vectors.current if self.vectors is not None else self._current_rows
+                if groups is None and current is not None:
+                    return max(0, self._windows_at_load() - current)
+                if groups is not None:
+                    visible = self.visible(groups)
+                    return max(0, visible.windows - visible.count)
             key = (version, groups)
             if key not in self._pending:
                 self._pending = {key: self._pending_counted(groups)}  # once a commit: kept until the next

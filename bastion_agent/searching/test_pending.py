@@ -116,8 +116,12 @@ class PendingAtLoadTests(PendingCase):
         index = searcher.SearchIndex.load(self.manifest(), self.layout)
         self.addCleanup(index.close)
         callers = (None, HR, ENG)
-        with mock.patch.object(index, "_pending_counted", side_effect=AssertionError("the store was scanned")):
+        keyword_only = searcher.SearchIndex.load(self.manifest(), self.layout, vectors=False)  # a one-off keyword CLI
+        self.addCleanup(keyword_only.close)
+        with mock.patch.object(index, "_pending_counted", side_effect=AssertionError("the store was scanned")), \
+                mock.patch.object(keyword_only, "_pending_counted", side_effect=AssertionError("scanned")):
             at_load = {groups: index.pending(groups) for groups in callers}
+            self.assertEqual(keyword_only.pending(None), at_load[None])
         self.assertEqual(at_load, {groups: index._pending_counted(groups) for groups in callers})
         self.assertGreater(at_load[ENG], 0)
         self.assertEqual(at_load[HR], 0)  # engineering's new windows count for engineering only
