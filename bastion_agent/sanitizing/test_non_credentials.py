@@ -13,23 +13,11 @@ from __future__ import annotations
 
 import base64
 import json
-import random
-import string
 import unittest
 
 from bastion_agent.sanitizing import code_values, validators
 from bastion_agent.sanitizing.scanner import Sanitizer
-
-RNG = random.SystemRandom()
-B62 = string.ascii_letters + string.digits
-
-
-def credential(length: int = 14) -> str:
-    """Letters of both cases, digits and a symbol: never a word, a name or a counting run."""
-    while True:
-        body = "".join(RNG.choice(B62) for _ in range(length - 2)) + RNG.choice("#%!") + RNG.choice(string.digits)
-        if any(ch.isupper() for ch in body) and any(ch.islower() for ch in body):
-            return body
+from bastion_agent.testing.fresh_values import B62, RNG, credential
 
 
 # Letters that spell no credential's word by chance (no p, k, t, s, e, w: no "pw", "key", "token").

@@ -11,23 +11,12 @@ tests come first and draw fresh values each run.
 
 from __future__ import annotations
 
-import random
 import string
 import unittest
 
 from bastion_agent.sanitizing import code_values
 from bastion_agent.sanitizing.scanner import Sanitizer
-
-RNG = random.SystemRandom()
-B62 = string.ascii_letters + string.digits
-
-
-def credential(length: int = 14) -> str:
-    """A value with a credential's shape: letters of both cases, digits and a symbol, never a word."""
-    while True:
-        body = "".join(RNG.choice(B62) for _ in range(length - 2)) + RNG.choice("#%!") + RNG.choice(string.digits)
-        if any(ch.isupper() for ch in body) and any(ch.islower() for ch in body):
-            return body
+from bastion_agent.testing.fresh_values import RNG, credential
 
 
 def lower_word(length: int) -> str:

@@ -13,11 +13,10 @@ from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.layout import Layout, ensure_private_dir
 from bastion_agent.core.records import DocumentRow, StoredChunk
 from bastion_agent.embedding import ann, vectorfile, vectorstore
-from bastion_agent.testing.labelled_docs import ENG_DOCS, GROUPS, HR_DOCS, SHARED
+from bastion_agent.testing.labelled_docs import ENG_DOCS, GROUPS, HR_DOCS, SHARED, LabelledStore
 from bastion_agent.testing.search_manifest import fake_manifest
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import (
-    SanitizedStoreCase,
     TempFolder,
     clean_env,
     label_documents,
@@ -29,28 +28,6 @@ HR, ENG = frozenset({"hr"}), frozenset({"eng"})
 MODES = ("vector", "keyword", "hybrid")
 
 AIMED_AT_HR = "salary review of Dana Quill pay band appraisal"
-
-
-class LabelledStore(SanitizedStoreCase):
-    """HR's, engineering's and a shared document, chunked, labelled and embedded through the stub."""
-
-    size, overlap = 8, 2
-    docs = {**HR_DOCS, **ENG_DOCS, **SHARED}
-
-    def setUp(self):
-        super().setUp()
-        label_documents(self.layout, GROUPS)
-        self.stub = StubServer().start()
-        self.addCleanup(self.stub.stop)
-        self.chunk()
-        self.embed_with(self.stub)
-
-    def answer(self, query: str, groups, mode: str, k: int = 3, exact: bool = False):
-        with clean_env(EMBED_URL=self.stub.url):
-            return embed.answer(self.manifest(), self.layout, query, k, mode=mode, exact=exact, groups=groups)
-
-    def docs_of(self, hits) -> set[str]:
-        return {path.split("/")[0] for hit in hits for path in hit.paths}
 
 
 class DisjointCallersTests(LabelledStore):

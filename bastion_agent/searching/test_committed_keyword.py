@@ -16,9 +16,8 @@ import string
 import unittest
 
 from bastion_agent.searching import searcher
-from bastion_agent.testing.labelled_docs import ENG_DOCS, GROUPS, HR_DOCS, SHARED
-from bastion_agent.testing.stub_server import StubServer
-from bastion_agent.testing.testsupport import SanitizedStoreCase, label_documents
+from bastion_agent.testing.labelled_docs import ENG_DOCS, GROUPS, HR_DOCS, SHARED, LabelledStore
+from bastion_agent.testing.testsupport import label_documents
 
 HR, ENG = frozenset({"hr"}), frozenset({"eng"})
 AIMED_AT_HR = "salary review of Dana Quill pay band appraisal"
@@ -29,19 +28,11 @@ def fresh_word() -> str:
     return "quor" + "".join(random.choice(string.ascii_lowercase) for _ in range(8))
 
 
-class CommittedStore(SanitizedStoreCase):
+class CommittedStore(LabelledStore):
     """HR's, engineering's and a shared document, chunked, labelled, embedded through the stub, and loaded."""
-
-    size, overlap = 8, 2
-    docs = {**HR_DOCS, **ENG_DOCS, **SHARED}
 
     def setUp(self):
         super().setUp()
-        label_documents(self.layout, GROUPS)
-        self.stub = StubServer().start()
-        self.addCleanup(self.stub.stop)
-        self.chunk()
-        self.embed_with(self.stub)
         self.word = fresh_word()
         self.index = searcher.SearchIndex.load(self.manifest(), self.layout)
         self.addCleanup(self.index.close)
@@ -52,10 +43,6 @@ class CommittedStore(SanitizedStoreCase):
         label_documents(self.layout, {**GROUPS, path: groups})
         self.chunk()
         self.embed_with(self.stub)
-
-    @staticmethod
-    def docs_of(hits) -> set[str]:
-        return {path.split("/")[0] for hit in hits for path in hit.paths}
 
     def found(self, groups, query: str | None = None, k: int = 20) -> list:
         return self.index.search(query or self.word, None, k, "keyword", groups=groups)

@@ -6,6 +6,10 @@ documents: does a caller of one group ever learn of the other's?
 
 from __future__ import annotations
 
+from bastion_agent import embed
+from bastion_agent.testing.stub_server import StubServer
+from bastion_agent.testing.testsupport import SanitizedStoreCase, clean_env, label_documents
+
 HR_DOCS = {
     "The salary review of Dana Quill raised her pay band after the annual appraisal.": ["hr/quill-review.txt"],
     "Severance terms for the restructuring: notice periods and salary continuation.": ["hr/severance.txt"],
@@ -42,3 +46,27 @@ CENTRAL_HR = ["Salary review for the design team: each raise is approved by the 
 CENTRAL_ENG = ["Rotate the backup encryption keys every month with the vault tool and record the rotation in the log.",
                "Code review happens before every deploy; the release manager signs off after the tests pass.",
                "The build server caches compiled artefacts for a week; clear the cache when the compiler changes."]
+
+
+class LabelledStore(SanitizedStoreCase):
+    """HR's, engineering's and a shared document, chunked, labelled and embedded through the stub."""
+
+    size, overlap = 8, 2
+    docs = {**HR_DOCS, **ENG_DOCS, **SHARED}
+
+    def setUp(self):
+        super().setUp()
+        label_documents(self.layout, GROUPS)
+        self.stub = StubServer().start()
+        self.addCleanup(self.stub.stop)
+        self.chunk()
+        self.embed_with(self.stub)
+
+    def answer(self, query: str, groups, mode: str, k: int = 3, exact: bool = False):
+        with clean_env(EMBED_URL=self.stub.url):
+            return embed.answer(self.manifest(), self.layout, query, k, mode=mode, exact=exact, groups=groups)
+
+    @staticmethod
+    def docs_of(hits) -> set[str]:
+        """The departments (top folders) of the paths the hits show."""
+        return {path.split("/")[0] for hit in hits for path in hit.paths}
