@@ -62,9 +62,9 @@ def _run_embed(manifest, layout: Layout, client: EmbedClient | None = None, retr
     erased = erase_superseded(layout)
     # The listing is read once, here, for the windows' documents and their pages: the stage goes down to it
     # once rather than once for each (docs/architecture.md, "The walk of a sweep").
-    listed = catalogue.read_documents(layout.sanitized_listing) if layout.sanitized_listing.exists() else []
+    listed = _documents(layout)
     chunk_rows, documents = current_windows(layout, listed)
-    pages = _pages(listed, {row.doc for row in chunk_rows})
+    pages = current_pages(layout, {row.doc for row in chunk_rows}, listed)
     client = client or EmbedClient(EndpointConfig.from_env(), manifest.embed.model)
     key = manifest.embed.vector_key
     probed = not all_embedded(layout, key, manifest.embed.dim, chunk_rows)
@@ -246,19 +246,16 @@ def _documents(layout: Layout) -> list[Document]:
     return catalogue.read_documents(layout.sanitized_listing) if layout.sanitized_listing.exists() else []
 
 
-def current_pages(layout: Layout, docs: set[str]) -> list[tuple[str, str]]:
+def current_pages(layout: Layout, docs: set[str], listed: list[Document] | None = None) -> list[tuple[str, str]]:
     """``(doc, page map as JSON)`` of this sweep's paged documents, from the sanitized listing.
 
     The map was made by sanitize from the sanitized text (``sanitizing/pages.py``);
     a malformed one is left out rather than trusted (the catalogue reads it as none),
-    and a document without one has no pages.
+    and a document without one has no pages. ``listed``: the listing's documents when
+    the caller has read them (else read here).
     """
-    return _pages(_documents(layout), docs)
-
-
-def _pages(listed: list[Document], docs: set[str]) -> list[tuple[str, str]]:
-    """``current_pages`` of documents already read."""
-    return [(document.doc, json.dumps(document.pages, separators=(",", ":"))) for document in listed
+    return [(document.doc, json.dumps(document.pages, separators=(",", ":")))
+            for document in (_documents(layout) if listed is None else listed)
             if document.doc in docs and document.pages is not None]
 
 

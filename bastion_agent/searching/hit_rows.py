@@ -94,11 +94,9 @@ class HitRows:
         """One hit: the ranking's fields by name, the window's columns, and what ``groups`` is shown of its document."""
         chunk_id, doc, idx, start, end, text = row[:_WINDOW_COLUMNS]
         shown = self.shown(doc, names, row[_WINDOW_COLUMNS:-1], row[-1], groups)
-        visible_start = start + len(text) - len(text.lstrip())
-        where = page_maps.where(shown.page_map, visible_start)
         values = {name: list(value) if isinstance(value, list) else value for name, value in shown.values}
         return new_hit(item, doc=doc, idx=idx, chunk_id=chunk_id, start=start, end=end, text=text,
-                       mode=mode, **values, ocr=where.ocr, page=where.page)
+                       mode=mode, **values, **page_of(shown.page_map, start, text))
 
     def shown(self, doc: str, names: tuple[str, ...], document: tuple, pages, groups) -> Shown:
         """What ``groups`` is shown of a document, from its columns as read now (kept, by those values)."""
@@ -147,6 +145,12 @@ def new_hit(item, **given) -> Hit:
     hit = object.__new__(Hit)
     hit.__dict__.update(fields)
     return hit
+
+
+def page_of(page_map, start: int, text: str) -> dict:
+    """``ocr`` and ``page`` of a window: those of the page its first visible character is on."""
+    where = page_maps.where(page_map, start + len(text) - len(text.lstrip()))
+    return {"ocr": where.ocr, "page": where.page}
 
 
 def shown_of(names: tuple[str, ...], document: tuple, pages, groups) -> Shown:

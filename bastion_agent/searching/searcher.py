@@ -25,7 +25,6 @@ from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.client import EmbedClient
 from bastion_agent.embedding.endpoint import EndpointConfig
 from bastion_agent.searching.hit_rows import HitRows
-from bastion_agent.sanitizing import pages as page_maps
 
 DEFAULT_K = 5
 
@@ -110,7 +109,6 @@ class SearchIndex:
     """
 
     def __init__(self, manifest, layout: Layout, vectors, ann_index, version: tuple, status=None, db=None):
-        import sqlite3
         import threading
 
         from bastion_agent.searching.vector_status import VectorSearch
@@ -393,7 +391,7 @@ class SearchIndex:
         return hits
 
     def _hybrid(self, query: str, query_vector, k: int, exact: bool, visible=None) -> list:
-        from bastion_agent.searching import fusion, keyword
+        from bastion_agent.searching import fusion
 
         depth = max(FUSION_CANDIDATES, k)
         by_vector = self._vector_top(query_vector, depth, exact, visible)
@@ -590,12 +588,6 @@ class SearchIndex:
             rows = self._hit_rows.rows([item.chunk_id for item in part])
             hits += self._hit_rows.hits(part, rows, mode, groups)
         return hits
-
-
-def page_of(page_map, start: int, text: str) -> dict:
-    """``ocr`` and ``page`` of a window: those of the page its first visible character is on."""
-    where = page_maps.where(page_map, start + len(text) - len(text.lstrip()))
-    return {"ocr": where.ocr, "page": where.page}
 
 
 def cosines(query: Sequence[float], blobs: list[bytes], dim: int, np=None) -> list[float]:

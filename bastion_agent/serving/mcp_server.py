@@ -39,7 +39,7 @@ from bastion_agent.config.manifest import SEARCH_MODES
 from bastion_agent.core import access, dates, records
 from bastion_agent.core.errors import BastionError, ConfigError
 from bastion_agent.embedding import vectorstore
-from bastion_agent.searching import searcher
+from bastion_agent.searching import hit_rows, searcher
 from bastion_agent.serving import tokens
 from bastion_agent.serving.query_params import MAX_DATE_CHARS, Query, query_from_values
 from bastion_agent.serving.serve_settings import address_family
@@ -195,7 +195,7 @@ class BastionTools:
             "text": text,
             "truncated": truncated,
             "windows": [{"chunk_id": row[0], "idx": row[1], "start": row[2], "end": row[3]} for row in rows],
-            **searcher.page_of(page_map, rows[0][2], rows[0][4]),
+            **hit_rows.page_of(page_map, rows[0][2], rows[0][4]),
         }
 
     def fetch_arguments(self, arguments: dict) -> tuple[str, int]:
