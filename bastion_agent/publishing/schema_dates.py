@@ -156,8 +156,9 @@ def _vector_matches_sql() -> str:
         END""", f"STABLE ROWS {FUNCTION_ROWS}")
 
 
-def _keyword_sql() -> str:
-    """The keyword pass of migration 7 with the range among its conditions, before the pool's ``LIMIT``."""
+def _keyword_sql(in_range: str = _IN_RANGE) -> str:
+    """The keyword pass of migration 7 with the range among its conditions, before the pool's ``LIMIT``
+    (``in_range``: whether window w's document lies in the range; migration 11 dates it by the visible paths)."""
     s = SCHEMA
     return definer(
         "keyword_matches(p_query text, p_model text, p_bastions text[], p_pool integer, p_n integer, p_role name,"
@@ -171,7 +172,7 @@ def _keyword_sql() -> str:
                        AND (v_readable IS NULL OR w.bastion = ANY (v_readable))
                        AND (v_groups IS NULL OR w.groups && v_groups)
                        AND (p_bastions IS NULL OR w.bastion = ANY (p_bastions))
-                       AND {_IN_RANGE}
+                       AND {in_range}
                      LIMIT p_pool)
             SELECT m.bastion, m.chunk_id, ts_rank(m.tsv, q.q, 32) FROM m, q
                 ORDER BY 3 DESC, 1, 2 LIMIT p_n;

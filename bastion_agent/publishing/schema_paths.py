@@ -48,7 +48,7 @@ declared row count, and no reader gains a right on a table.
 from __future__ import annotations
 
 from bastion_agent.publishing.schema_access import _CALLER_CHECK, bastion_role_functions
-from bastion_agent.publishing.schema_dates import (PUBLISHER_FUNCTIONS_10, STAMP_SQL, _RANGE_CHECK,
+from bastion_agent.publishing.schema_dates import (PUBLISHER_FUNCTIONS_10, STAMP_SQL, _RANGE_CHECK, _keyword_sql,
                                                    _regrant_publishers_sql)
 from bastion_agent.publishing.schema_readers import FUNCTION_ROWS, _SCOPE, _VISIBLE
 from bastion_agent.publishing.schema_sql import SCHEMA, definer, keeping_grants
@@ -236,22 +236,7 @@ def _reader_sql(vec: str) -> list[str]:
                 CASE WHEN p_since IS NULL THEN '' ELSE format(' AND %s >= %L', v_date, p_since) END,
                 CASE WHEN p_before IS NULL THEN '' ELSE format(' AND %s < %L', v_date, p_before) END));
         END""", "STABLE"),
-        definer("keyword_matches(p_query text, p_model text, p_bastions text[], p_pool integer, p_n integer,"
-                " p_role name, p_since text, p_before text)", "TABLE (bastion text, chunk_id text, r real)", f"""
-        DECLARE{_SCOPE}
-        BEGIN{_RANGE_CHECK}
-            RETURN QUERY
-            WITH q AS (SELECT to_tsquery('english'::regconfig, p_query) AS q),
-                 m AS MATERIALIZED (SELECT w.bastion, w.chunk_id, w.tsv FROM {s}.windows w, q
-                     WHERE w.model = p_model AND w.tsv @@ q.q
-                       AND (v_readable IS NULL OR w.bastion = ANY (v_readable))
-                       AND (v_groups IS NULL OR w.groups && v_groups)
-                       AND (p_bastions IS NULL OR w.bastion = ANY (p_bastions))
-                       AND {keyword_range}
-                     LIMIT p_pool)
-            SELECT m.bastion, m.chunk_id, ts_rank(m.tsv, q.q, 32) FROM m, q
-                ORDER BY 3 DESC, 1, 2 LIMIT p_n;
-        END""", f"STABLE ROWS {FUNCTION_ROWS}"),
+        _keyword_sql(keyword_range),
         definer("window_count(p_model text, p_bastions text[], p_role name, p_since text, p_before text)",
                 "bigint", f"""
         DECLARE{_SCOPE}
