@@ -27,12 +27,12 @@ from bastion_agent.core.errors import ManifestError, SignatureError, StoreError
 from bastion_agent.core.layout import Layout
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import TempFolder, clean_env, closed_port_url, run_cli, write_manifest
+from bastion_agent.testing.watch_thread import WAIT, run_watcher
 from bastion_agent.watching import lock
 from bastion_agent.watching.state import load_state
 from bastion_agent.watching.watcher import Watcher, sweep_cycle
 
 PLANTED_KEY = "AKIA" + "".join(secrets.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567") for _ in range(16))
-WAIT = 120  # seconds a test waits for a cycle line before it fails (never a measured figure)
 
 
 class Ticking:
@@ -62,20 +62,7 @@ class WatchCase(TempFolder, unittest.TestCase):
         watcher = Watcher(load=lambda: manifests.load(self.manifest, require_signed=signed), layout=Layout(self.out),
                           say=self.lines.put, polling=True, **options)
         self.errors: list[BaseException] = []
-
-        def run():
-            try:
-                watcher.run()
-            except BaseException as exc:  # handed to the test
-                self.errors.append(exc)
-            finally:
-                self.lines.put(None)
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        self.addCleanup(thread.join, WAIT)
-        self.addCleanup(watcher.stop.set)
-        return watcher, thread
+        return watcher, run_watcher(self, watcher, self.lines, self.errors)
 
     def next_cycle(self) -> str:
         """The next cycle line (other lines go to ``self.said``)."""

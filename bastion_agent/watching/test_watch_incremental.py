@@ -17,7 +17,6 @@ import queue
 import secrets
 import sqlite3
 import string
-import threading
 import unittest
 from pathlib import Path
 
@@ -26,9 +25,9 @@ from bastion_agent.core.layout import Layout, figures_path, read_jsonl
 from bastion_agent.testing.labelled_docs import HR_PUBLIC_ACCESS
 from bastion_agent.testing.stub_server import StubServer
 from bastion_agent.testing.testsupport import TempFolder, clean_env, run_cli, write_manifest
+from bastion_agent.testing.watch_thread import WAIT, run_watcher
 from bastion_agent.watching.watcher import Watcher
 
-WAIT = 120  # seconds a test waits for a cycle line before it fails (never a measured figure)
 ACCESS = HR_PUBLIC_ACCESS + '\n[[access.rules]]\npaths = ["both/**"]\ngroups = ["hr", "public"]\n'
 
 
@@ -80,19 +79,7 @@ class IncrementalCase(TempFolder, unittest.TestCase):
         self.addCleanup(env.__exit__, None, None, None)
         watcher = Watcher(load=lambda: manifests.load(self.manifest), layout=Layout(self.out), say=self.lines.put,
                           polling=True)
-
-        def run():
-            try:
-                watcher.run()
-            except BaseException as exc:  # handed to the test
-                self.errors.append(exc)
-            finally:
-                self.lines.put(None)
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        self.addCleanup(thread.join, WAIT)
-        self.addCleanup(watcher.stop.set)
+        run_watcher(self, watcher, self.lines, self.errors)
         return watcher
 
     def next_cycle(self) -> str:
