@@ -183,21 +183,16 @@ def apply_plan(writer: Writer, todo: Plan, counts: dict) -> None:
         counts["deleted"] += writer.write(batch, pause)
         counts["documents_written"] += len(batch)
         counts["inserted"] += sum(len(document.windows) for document in batch)
-    if todo.paths_only:
-        writer.update_paths(todo.paths_only)
-        counts["documents_paths_updated"] = len(todo.paths_only)
-    if todo.groups_only:
-        writer.update_groups(todo.groups_only)
-        counts["documents_groups_updated"] = len(todo.groups_only)
-    if todo.dates_only:
-        writer.update_dates(todo.dates_only)
-        counts["documents_dates_updated"] = len(todo.dates_only)
-    if todo.meta_only:
-        writer.update_meta(todo.meta_only)
-        counts["documents_meta_updated"] = len(todo.meta_only)
-    if todo.access_only:  # last: the updates above make the server forget the maps they touch
-        writer.update_access(todo.access_only)
-        counts["documents_paths_groups_updated"] = len(todo.access_only)
+    # the documents whose windows stand but one column moved, in this order: the path maps last, since the
+    # updates before them make the server forget the maps they touch
+    for changed, update, counted in ((todo.paths_only, writer.update_paths, "documents_paths_updated"),
+                                     (todo.groups_only, writer.update_groups, "documents_groups_updated"),
+                                     (todo.dates_only, writer.update_dates, "documents_dates_updated"),
+                                     (todo.meta_only, writer.update_meta, "documents_meta_updated"),
+                                     (todo.access_only, writer.update_access, "documents_paths_groups_updated")):
+        if changed:
+            update(changed)
+            counts[counted] = len(changed)
     for first in range(0, len(todo.delete), 1000):
         part = todo.delete[first : first + 1000]
         counts["deleted"] += writer.delete(part)
