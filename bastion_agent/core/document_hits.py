@@ -33,7 +33,12 @@ PREFIX = "document_"  # a document column selected as ``document_<field>``: no w
 
 def select_list(alias: str = "d", record: type | None = None) -> str:
     """``d."paths" AS "document_paths", ...``: the document's stored columns (but its id), for a SELECT."""
-    record = record or records.document_record()
+    return _select_list(alias, record or records.document_record())
+
+
+@functools.cache
+def _select_list(alias: str, record: type) -> str:
+    """Made once per record (a search asks for it every query)."""
     return ", ".join(f'{alias}."{item.name}" AS "{PREFIX}{item.name}"'
                      for item in records.stored_fields(record) if item.name != "doc")
 
