@@ -45,7 +45,6 @@ and ``keyword_relevance``; ``score`` stays the ranking value.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 VECTOR_WEIGHT = 0.6  # the best nDCG@10 on Cranfield (docs/search.md): the prior, before each query's lists are read
@@ -91,7 +90,15 @@ def percent(evidence: float) -> int:
 
 def cosine_floor(cosines: list[float]) -> float:
     """The median of cosines between windows taken at random (0 when there are none)."""
-    return statistics.median(cosines) if cosines else 0.0
+    return median(cosines) if cosines else 0.0
+
+
+def median(values: list[float]) -> float:
+    """The middle value, or the mean of the two middle ones: ``statistics.median``'s arithmetic, without
+    importing ``statistics`` (and ``fractions``, ``decimal``) into every cold vector search."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def vector_only(ranked: list[tuple[float, str]], floor: float) -> list[Scored]:

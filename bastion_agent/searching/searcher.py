@@ -129,9 +129,9 @@ class SearchIndex:
         self._vocabulary = None
         self._labels = None
         self._labels_version: int | None = None
-        self._windows: int | None = None  # the store's windows when it was loaded (``pending``)
-        # a keyword-only load's count of current vector rows, from the vector file's header when it matched
-        # the store (``vectorfile.current_rows``; None: unknown, and ``pending`` counts in the store)
+        # the store's windows when it was loaded, and a keyword-only load's current vector rows, from the vector
+        # file's header when it matched the store (``vectorfile.counts_in_step``; None: ``pending`` counts them)
+        self._windows: int | None = None
         self._current_rows: int | None = None
         self._pending: dict = {}  # (commit count, groups) -> windows waiting for vectors, since a commit
         self._floor: float | None = None
@@ -178,7 +178,7 @@ class SearchIndex:
                                  "run sweep (or chunk and embed) to rebuild it")
             if not vectors:
                 index = cls._made(manifest, layout, None, None, version, None, reader, baseline)
-                index._current_rows = vectorfile.current_rows(db, layout, manifest.embed.vector_key)
+                index._current_rows, index._windows = vectorfile.counts_in_step(db, layout, manifest.embed.vector_key)
                 return index
             header = vectorfile.refresh(db, layout, manifest.embed.vector_key, manifest.embed.dim)
         finally:
@@ -192,12 +192,12 @@ class SearchIndex:
             shortfall = ann_index.shortfall(recall_target(manifest)) if ann_index is not None else None
             if shortfall:  # the graph does not deliver the recall asked for: the scan does, and says so
                 ann_index, status = None, VectorSearch.exact(recall_target(manifest), shortfall)
-        return cls._made(manifest, layout, vectors, ann_index, version, status, reader, baseline)
+        return cls._made(manifest, layout, vectors, ann_index, version, status, reader, baseline, vectorfile.windows_of(header))
 
     @classmethod
-    def _made(cls, manifest, layout, vectors, ann_index, version, status, reader, baseline) -> "SearchIndex":
+    def _made(cls, manifest, layout, vectors, ann_index, version, status, reader, baseline, windows=None) -> "SearchIndex":
         index = cls(manifest, layout, vectors, ann_index, version, status, db=reader)
-        index.commits_seen = baseline
+        index.commits_seen, index._windows = baseline, windows  # windows: the header's, in step with the store
         return index
 
     def unchanged(self) -> bool:
