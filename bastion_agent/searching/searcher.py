@@ -377,9 +377,8 @@ class SearchIndex:
     def _vector_hits(self, query_vector, k: int, exact: bool, visible=None, groups=None) -> list[Hit]:
         """Vector mode's hits: the rows of the first ``k`` windows are built, the spare ones only when one is gone.
 
-        A spare window stands in for one that left the sweep after the index
-        was loaded, which is rare; building every spare row for every query
-        cost more than ranking them.
+        A spare window stands in for one that left the sweep after the index was loaded, which is rare;
+        building every spare row for every query cost more than ranking them.
         """
         from bastion_agent.searching import fusion
 
@@ -549,12 +548,11 @@ class SearchIndex:
     def _vector_top(self, query_vector, n: int, exact: bool, visible=None, spare: int = 0) -> list[tuple[float, str]]:
         """``(cosine, chunk_id)`` of the ``n`` nearest current windows (of ``visible``; and up to ``spare`` more).
 
-        The float64 cosine is computed from the vector file's float32 rows (the
-        database's BLOBs byte for byte, checked when the file was loaded), each
-        candidate's row read once, and its chunk id comes from the ids file:
-        no page of the database is read here. Ties by chunk id. The spare ones
-        stand in for a window that left the sweep after the index was loaded
-        (``_hits``). A filtered caller's candidates are its own rows only.
+        The float64 cosine is computed from the vector file's float32 rows (the database's BLOBs byte for
+        byte, checked when the file was loaded), each candidate's row read once, and its chunk id comes from
+        the ids file: no page of the database is read here. Ties by chunk id. The spare ones stand in for a
+        window that left the sweep after the index was loaded (``_hits``). A filtered caller's candidates are
+        its own rows only.
         """
         if query_vector is None or not len(self):
             return []
@@ -565,8 +563,10 @@ class SearchIndex:
         else:
             candidates = self.vectors.ranked(
                 query_vector, [p for _, p in self.vectors.top(query_vector, want, allowed=allowed)])
-        chunk_ids = self.vectors.chunk_ids_of([position for _, position in candidates])
-        scored = sorted(zip((score for score, _ in candidates), chunk_ids), key=lambda item: (-item[0], item[1]))
+        scores = [score for score, _ in candidates]  # best first: sorted again only where two tie (by chunk id)
+        scored = list(zip(scores, self.vectors.chunk_ids_of([position for _, position in candidates])))
+        if any(map(operator.le, scores, scores[1:])):
+            scored.sort(key=lambda item: (-item[0], item[1]))
         return scored[: n + spare]
 
     def _hits(self, ranked: list, mode: str, k: int | None = None, groups: frozenset | None = None) -> list[Hit]:
