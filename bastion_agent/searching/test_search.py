@@ -939,7 +939,7 @@ class VectorTiesTests(SanitizedStoreCase):
         self.docs = {f"{self.shared} tail{n} {'x' * (n + 1)} end": [f"doc{n}.txt"] for n in range(6)}
         super().setUp()
 
-    def test_tied_windows_rank_by_chunk_id_in_the_graphs_and_the_scans_order_alike(self):
+    def test_tied_windows_rank_by_chunk_id_whatever_their_rows_order(self):
         from bastion_agent.testing.stub_server import bag_of_words
 
         self.chunk()
@@ -947,7 +947,7 @@ class VectorTiesTests(SanitizedStoreCase):
             self.embed_with(stub)
         index = embed.SearchIndex.load(self.manifest(), self.layout)
         self.addCleanup(index.close)
-        for exact in (False, True):
+        for exact in (False, True):  # both scan a store this small; the graph's candidates reach the same sort
             hits = index.search(self.shared, bag_of_words(self.shared, index.dim), 6, "vector", exact=exact)
             self.assertEqual(len({hit.score for hit in hits}), 1)  # one score: six ties
             self.assertEqual([hit.text for hit in hits], [self.shared] * 6)
