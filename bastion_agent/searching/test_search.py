@@ -953,5 +953,6 @@ class VectorTiesTests(SanitizedStoreCase):
             self.assertEqual([hit.text for hit in hits], [self.shared] * 6)
             self.assertEqual([hit.chunk_id for hit in hits], sorted(hit.chunk_id for hit in hits))
 
+
 if __name__ == "__main__":
     unittest.main()
