@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import subprocess
 import sys
 import textwrap
-import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -131,6 +128,10 @@ def open_hit(hits: list[Hit], number: int, root: Path) -> None:
     found = local_file(hits[number - 1], root)
     if found is None:
         raise ConfigError(f"--open {number}: the hit names no file under {root} (a name sanitize changed, or gone)")
+    import shutil  # these three here, not at the top: only --open needs them, and every search loads this module
+    import subprocess
+    import threading
+
     opener = next((shutil.which(name) for name in OPENERS if shutil.which(name)), None)
     if opener is None:
         raise ConfigError(f"--open: no desktop opener ({', '.join(OPENERS)}) on this machine; the file is {found}")

@@ -25,8 +25,6 @@ import contextlib
 import hashlib
 import os
 import struct
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -206,6 +204,8 @@ def sign_file(manifest: Path, raw: bytes, key: Path) -> tuple[Path, SignatureInf
     """
     if not key.is_file():
         raise SignatureError(f"signing key {key}: no such file (make one with `ssh-keygen -t ed25519 -f {key}`)")
+    import tempfile  # here, not at the top: a search that checks no signature never loads it
+
     with tempfile.TemporaryDirectory(prefix="bastion-sign-") as tmp:
         copy = Path(tmp) / "manifest"
         copy.write_bytes(raw)
@@ -236,6 +236,8 @@ def ssh_keygen_path() -> str | None:
 @contextlib.contextmanager
 def _private_copy(signature: bytes):
     """The signature as a file in a fresh 0700 folder, for ssh-keygen's ``-s``."""
+    import tempfile  # here, not at the top: a search that checks no signature never loads it
+
     try:
         tmp = tempfile.TemporaryDirectory(prefix="bastion-sig-")
         sig_copy = Path(tmp.name) / "manifest.sig"
@@ -352,6 +354,8 @@ def _run(args: list[str], *, data: bytes | None, timeout: float, env: dict | Non
             f"ssh-keygen not found in {', '.join(SYSTEM_BIN_DIRS)}: install the OpenSSH client "
             "(e.g. `apt-get install openssh-client`) to sign or verify manifests"
         )
+    import subprocess  # here, not at the top: a search that checks no signature never starts ssh-keygen
+
     try:
         return subprocess.run(
             [exe, *args],

@@ -230,7 +230,7 @@ class RefusalTest(SigningTestCase):
     def test_hanging_ssh_keygen_is_a_clear_error(self):
         ssh_sign(self.manifest, self.alice)
         timeout = subprocess.TimeoutExpired(SSH_KEYGEN, signing.VERIFY_TIMEOUT_S)
-        with mock.patch.object(signing.subprocess, "run", side_effect=timeout) as run:
+        with mock.patch.object(subprocess, "run", side_effect=timeout) as run:  # signing imports it when it runs ssh-keygen
             self.assertRefused("did not finish within 30 s")
         self.assertEqual(run.call_args.kwargs["timeout"], signing.VERIFY_TIMEOUT_S)
         self.assertNotIn("shell", run.call_args.kwargs)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,6 +223,8 @@ def write_private(path: Path, data: bytes | str, *, durable: bool = True, mode: 
     the listing that makes those texts count (one fsync per file was most of
     extract's time on a folder of small files).
     """
+    import tempfile  # here, not at the top: a one-off search, which writes no file this way, never loads it
+
     if isinstance(data, str):
         data = data.encode("utf-8")
     try:

@@ -215,6 +215,8 @@ class VectorFile:
         q = np.asarray(query, dtype=np.float64)
         norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix)) * math.sqrt(float(q @ q))
         dots = np.einsum("ij,j->i", matrix, q)
+        if norms.all():  # no zero vector (the rule): the same quotients, without the mask and its array
+            return dots / norms
         return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
 
     def ranked(self, query, positions, limit: int | None = None) -> list[tuple[float, int]]:

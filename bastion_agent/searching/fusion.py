@@ -45,7 +45,6 @@ and ``keyword_relevance``; ``score`` stays the ranking value.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 VECTOR_WEIGHT = 0.6  # the best nDCG@10 on Cranfield (docs/search.md): the prior, before each query's lists are read
@@ -78,6 +77,25 @@ class Scored:
     keyword_relevance: int | None = None  # the keyword side's
 
 
+def scored(score: float, chunk_id: str, relevance: int, vector_score: float | None = None,
+           vector_rank: int | None = None, keyword_score: float | None = None, keyword_rank: int | None = None,
+           vector_relevance: int | None = None, keyword_relevance: int | None = None) -> Scored:
+    """``Scored(...)``, the same record, made by filling its fields at once.
+
+    ``Scored`` is frozen, so its generated ``__init__`` sets its nine fields
+    one ``object.__setattr__`` at a time: a microsecond a window, ten to a
+    hundred windows a query. A frozen dataclass without slots, factories or
+    ``__post_init__`` is exactly its fields' dict once that ``__init__`` has
+    run, so this writes the dict (``test_fusion`` holds the parameters to
+    the record's fields, in order, with their defaults).
+    """
+    made = object.__new__(Scored)
+    made.__dict__.update(score=score, chunk_id=chunk_id, relevance=relevance, vector_score=vector_score,
+                         vector_rank=vector_rank, keyword_score=keyword_score, keyword_rank=keyword_rank,
+                         vector_relevance=vector_relevance, keyword_relevance=keyword_relevance)
+    return made
+
+
 def vector_evidence(cosine: float, floor: float) -> float:
     """How far a cosine stands above what an unrelated window scores, from 0 to 1."""
     if floor >= 1.0:
@@ -91,19 +109,27 @@ def percent(evidence: float) -> int:
 
 def cosine_floor(cosines: list[float]) -> float:
     """The median of cosines between windows taken at random (0 when there are none)."""
-    return statistics.median(cosines) if cosines else 0.0
+    return median(cosines) if cosines else 0.0
+
+
+def median(values: list[float]) -> float:
+    """The middle value, or the mean of the two middle ones: ``statistics.median``'s arithmetic, without
+    importing ``statistics`` (and ``fractions``, ``decimal``) into every cold vector search."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def vector_only(ranked: list[tuple[float, str]], floor: float) -> list[Scored]:
-    scored = []
+    found = []
     for rank, (cos, chunk) in enumerate(ranked, start=1):
         relevance = percent(vector_evidence(cos, floor))
-        scored.append(Scored(cos, chunk, relevance, cos, rank, vector_relevance=relevance))
-    return scored
+        found.append(scored(cos, chunk, relevance, cos, rank, vector_relevance=relevance))
+    return found
 
 
 def keyword_only(hits) -> list[Scored]:
-    return [Scored(hit.bm25, hit.chunk_id, percent(hit.evidence), keyword_score=hit.bm25, keyword_rank=rank,
+    return [scored(hit.bm25, hit.chunk_id, percent(hit.evidence), keyword_score=hit.bm25, keyword_rank=rank,
                    keyword_relevance=percent(hit.evidence))
             for rank, hit in enumerate(hits, start=1)]
 
@@ -168,7 +194,7 @@ def fuse(by_vector: list[tuple[float, str]], by_keyword, other_cosines: dict[str
         k = hit.evidence if hit else 0.0
         fused_of.append((weight * v + (1 - weight) * k, chunk, cos, v, hit, k))
     fused_of.sort(key=lambda item: (-item[0], item[1]))
-    return [Scored(fused, chunk, percent(fused), cosine_of.get(chunk), vector_rank.get(chunk),
+    return [scored(fused, chunk, percent(fused), cosine_of.get(chunk), vector_rank.get(chunk),
                    hit.bm25 if hit else None, keyword_rank.get(chunk),
                    percent(v) if cos is not None else None, percent(k))
             for fused, chunk, cos, v, hit, k in fused_of[:n]]  # only the hits returned become rows

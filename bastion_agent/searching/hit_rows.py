@@ -86,17 +86,25 @@ class HitRows:
         hits = []
         for item in ranked:
             row = rows.get(item.chunk_id)
-            if row is not None and may_read(groups, row[labels]):
+            if row is not None and (groups is None or may_read(groups, row[labels])):
                 hits.append(self.hit(item, row, mode, groups, names))
         return hits
 
     def hit(self, item, row: tuple, mode: str, groups: frozenset | None, names: tuple[str, ...]) -> Hit:
-        """One hit: the ranking's fields by name, the window's columns, and what ``groups`` is shown of its document."""
+        """One hit: the ranking's fields by name, the window's columns, and what ``groups`` is shown of its document.
+
+        A document without a page map is on no page (``pages.where``'s
+        answer for it, made once here rather than once a hit).
+        """
         chunk_id, doc, idx, start, end, text = row[:_WINDOW_COLUMNS]
         shown = self.shown(doc, names, row[_WINDOW_COLUMNS:-1], row[-1], groups)
-        values = {name: list(value) if isinstance(value, list) else value for name, value in shown.values}
-        return new_hit(item, doc=doc, idx=idx, chunk_id=chunk_id, start=start, end=end, text=text,
-                       mode=mode, **values, **page_of(shown.page_map, start, text))
+        where = _NO_PAGE if not shown.page_map else page_maps.where(
+            shown.page_map, start + len(text) - len(text.lstrip()))
+        given = {"doc": doc, "idx": idx, "chunk_id": chunk_id, "start": start, "end": end, "text": text,
+                 "mode": mode, "ocr": where.ocr, "page": where.page}
+        for name, value in shown.values:
+            given[name] = list(value) if isinstance(value, list) else value  # each hit its own list
+        return _filled(item, given)
 
     def shown(self, doc: str, names: tuple[str, ...], document: tuple, pages, groups) -> Shown:
         """What ``groups`` is shown of a document, from its columns as read now (kept, by those values)."""
@@ -131,6 +139,11 @@ def new_hit(item, **given) -> Hit:
     field Hit lacks, a missing field, a Hit that gains slots, factories or
     a ``__post_init__``) goes through ``records.build`` as before.
     """
+    return _filled(item, given)
+
+
+def _filled(item, given: dict) -> Hit:
+    """``new_hit`` with ``given`` as a dict (the hits of a query pass theirs without unpacking it)."""
     record = records.hit_record()
     if record is not Hit:  # a test's subclass with a field of its own: built the general way
         return records.build(record, item, **given)
@@ -145,6 +158,9 @@ def new_hit(item, **given) -> Hit:
     hit = object.__new__(Hit)
     hit.__dict__.update(fields)
     return hit
+
+
+_NO_PAGE = page_maps.where(None, 0)  # what a window of a document without a page map says of its page
 
 
 def page_of(page_map, start: int, text: str) -> dict:

@@ -129,9 +129,9 @@ class SearchIndex:
         self._vocabulary = None
         self._labels = None
         self._labels_version: int | None = None
-        self._windows: int | None = None  # the store's windows when it was loaded (``pending``)
-        # a keyword-only load's count of current vector rows, from the vector file's header when it matched
-        # the store (``vectorfile.current_rows``; None: unknown, and ``pending`` counts in the store)
+        # the store's windows when it was loaded, and a keyword-only load's current vector rows, from the vector
+        # file's header when it matched the store (``vectorfile.counts_in_step``; None: ``pending`` counts them)
+        self._windows: int | None = None
         self._current_rows: int | None = None
         self._pending: dict = {}  # (commit count, groups) -> windows waiting for vectors, since a commit
         self._floor: float | None = None
@@ -178,7 +178,7 @@ class SearchIndex:
                                  "run sweep (or chunk and embed) to rebuild it")
             if not vectors:
                 index = cls._made(manifest, layout, None, None, version, None, reader, baseline)
-                index._current_rows = vectorfile.current_rows(db, layout, manifest.embed.vector_key)
+                index._current_rows, index._windows = vectorfile.counts_in_step(db, layout, manifest.embed.vector_key)
                 return index
             header = vectorfile.refresh(db, layout, manifest.embed.vector_key, manifest.embed.dim)
         finally:
@@ -192,12 +192,12 @@ class SearchIndex:
             shortfall = ann_index.shortfall(recall_target(manifest)) if ann_index is not None else None
             if shortfall:  # the graph does not deliver the recall asked for: the scan does, and says so
                 ann_index, status = None, VectorSearch.exact(recall_target(manifest), shortfall)
-        return cls._made(manifest, layout, vectors, ann_index, version, status, reader, baseline)
+        return cls._made(manifest, layout, vectors, ann_index, version, status, reader, baseline, vectorfile.windows_of(header))
 
     @classmethod
-    def _made(cls, manifest, layout, vectors, ann_index, version, status, reader, baseline) -> "SearchIndex":
+    def _made(cls, manifest, layout, vectors, ann_index, version, status, reader, baseline, windows=None) -> "SearchIndex":
         index = cls(manifest, layout, vectors, ann_index, version, status, db=reader)
-        index.commits_seen = baseline
+        index.commits_seen, index._windows = baseline, windows  # windows: the header's, in step with the store
         return index
 
     def unchanged(self) -> bool:
@@ -377,9 +377,8 @@ class SearchIndex:
     def _vector_hits(self, query_vector, k: int, exact: bool, visible=None, groups=None) -> list[Hit]:
         """Vector mode's hits: the rows of the first ``k`` windows are built, the spare ones only when one is gone.
 
-        A spare window stands in for one that left the sweep after the index
-        was loaded, which is rare; building every spare row for every query
-        cost more than ranking them.
+        A spare window stands in for one that left the sweep after the index was loaded, which is rare;
+        building every spare row for every query cost more than ranking them.
         """
         from bastion_agent.searching import fusion
 
@@ -549,12 +548,11 @@ class SearchIndex:
     def _vector_top(self, query_vector, n: int, exact: bool, visible=None, spare: int = 0) -> list[tuple[float, str]]:
         """``(cosine, chunk_id)`` of the ``n`` nearest current windows (of ``visible``; and up to ``spare`` more).
 
-        The float64 cosine is computed from the vector file's float32 rows (the
-        database's BLOBs byte for byte, checked when the file was loaded), each
-        candidate's row read once, and its chunk id comes from the ids file:
-        no page of the database is read here. Ties by chunk id. The spare ones
-        stand in for a window that left the sweep after the index was loaded
-        (``_hits``). A filtered caller's candidates are its own rows only.
+        The float64 cosine is computed from the vector file's float32 rows (the database's BLOBs byte for
+        byte, checked when the file was loaded), each candidate's row read once, and its chunk id comes from
+        the ids file: no page of the database is read here. Ties by chunk id. The spare ones stand in for a
+        window that left the sweep after the index was loaded (``_hits``). A filtered caller's candidates are
+        its own rows only.
         """
         if query_vector is None or not len(self):
             return []
@@ -565,8 +563,10 @@ class SearchIndex:
         else:
             candidates = self.vectors.ranked(
                 query_vector, [p for _, p in self.vectors.top(query_vector, want, allowed=allowed)])
-        chunk_ids = self.vectors.chunk_ids_of([position for _, position in candidates])
-        scored = sorted(zip((score for score, _ in candidates), chunk_ids), key=lambda item: (-item[0], item[1]))
+        scores = [score for score, _ in candidates]  # best first: sorted again only where two tie (by chunk id)
+        scored = list(zip(scores, self.vectors.chunk_ids_of([position for _, position in candidates])))
+        if any(map(operator.le, scores, scores[1:])):
+            scored.sort(key=lambda item: (-item[0], item[1]))
         return scored[: n + spare]
 
     def _hits(self, ranked: list, mode: str, k: int | None = None, groups: frozenset | None = None) -> list[Hit]:

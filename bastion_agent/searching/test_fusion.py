@@ -85,3 +85,31 @@ class AdaptiveWeightTests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ScoredRecordTests(unittest.TestCase):
+    """``fusion.scored`` fills a ``Scored``'s dict at once: it must make exactly the record ``Scored(...)`` makes."""
+
+    def test_its_parameters_are_the_records_fields_in_order_with_their_defaults(self):
+        import dataclasses
+        import inspect
+
+        fields = [(item.name, item.default) for item in dataclasses.fields(fusion.Scored)]
+        parameters = [(name, inspect.Parameter.empty if item.default is inspect.Parameter.empty else item.default)
+                      for name, item in inspect.signature(fusion.scored).parameters.items()]
+        self.assertEqual(parameters, [(name, inspect.Parameter.empty if default is dataclasses.MISSING else default)
+                                      for name, default in fields])
+        self.assertFalse(hasattr(fusion.Scored, "__post_init__") or hasattr(fusion.Scored, "__slots__"))
+
+    def test_the_record_is_equal_hashes_alike_and_stays_frozen(self):
+        chance = random.Random()
+        for _ in range(50):
+            values = [chance.random(), f"{chance.getrandbits(256):064x}", chance.randrange(101)]
+            values += [chance.choice([None, chance.random(), chance.randrange(1, 200)]) for _ in range(6)]
+            made, reference = fusion.scored(*values), fusion.Scored(*values)
+            self.assertIs(type(made), fusion.Scored)
+            self.assertEqual((made, hash(made), repr(made)), (reference, hash(reference), repr(reference)))
+            self.assertEqual(list(vars(made).items()), list(vars(reference).items()))
+            with self.assertRaises(Exception):
+                made.score = 0.0
+        self.assertEqual(fusion.scored(1.0, "c", 5, keyword_rank=2), fusion.Scored(1.0, "c", 5, keyword_rank=2))

@@ -125,3 +125,57 @@ class PendingAtLoadTests(PendingCase):
         self.assertEqual(at_load, {groups: index._pending_counted(groups) for groups in callers})
         self.assertGreater(at_load[ENG], 0)
         self.assertEqual(at_load[HR], 0)  # engineering's new windows count for engineering only
+
+    def test_the_windows_at_load_are_the_vector_files_headers_and_no_count_of_the_store(self):
+        from bastion_agent.embedding import vectorfile
+        from bastion_agent.searching import searcher
+
+        stub = StubServer().start()
+        self.addCleanup(stub.stop)
+        self.embed_with(stub)
+        self.restock({**self.docs, **MORE_ENG})
+        self.chunk()
+        self.embed_unreachable()  # windows without a vector: the count has something to say
+        with sqlite3.connect(self.layout.vectors_db) as db:
+            windows = db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        for vectors in (True, False):  # a vector or hybrid load reads the header refresh returns; a keyword one reads it
+            with self.subTest(vectors=vectors):
+                index = searcher.SearchIndex.load(self.manifest(), self.layout, vectors=vectors)
+                self.addCleanup(index.close)
+                statements: list[str] = []
+                index.db.set_trace_callback(statements.append)
+                pending = index.pending(None)
+                index.db.set_trace_callback(None)
+                self.assertEqual([sql for sql in statements if "FROM chunks" in sql], [])
+                self.assertEqual(pending, index._pending_counted(None))
+                self.assertGreater(pending, 0)
+        header = vectorfile.read_header(vectorfile.Files.for_key(self.layout, self.manifest().embed.vector_key))
+        self.assertEqual(header["windows"], windows)
+
+    def test_a_header_from_before_the_window_count_is_counted_in_the_store(self):
+        from bastion_agent.core.layout import write_json
+        from bastion_agent.embedding import vectorfile
+        from bastion_agent.searching import searcher
+
+        stub = StubServer().start()
+        self.addCleanup(stub.stop)
+        self.embed_with(stub)
+        self.restock({**self.docs, **MORE_ENG})
+        self.chunk()
+        self.embed_unreachable()
+        searcher.SearchIndex.load(self.manifest(), self.layout).close()  # the header in step with the store
+        files = vectorfile.Files.for_key(self.layout, self.manifest().embed.vector_key)
+        header = vectorfile.read_header(files)
+        header.pop("windows")
+        write_json(files.header, header)  # as an older refresh left it
+        for vectors in (True, False):
+            with self.subTest(vectors=vectors):
+                index = searcher.SearchIndex.load(self.manifest(), self.layout, vectors=vectors)
+                self.addCleanup(index.close)
+                statements: list[str] = []
+                index.db.set_trace_callback(statements.append)
+                pending = index.pending(None)
+                index.db.set_trace_callback(None)
+                self.assertEqual([sql for sql in statements if "COUNT(*) FROM chunks" in sql], ["SELECT COUNT(*) FROM chunks"])
+                self.assertEqual(pending, index._pending_counted(None))
+                self.assertGreater(pending, 0)

@@ -930,5 +930,29 @@ class QueryFloorTests(SyntheticStore):
         self.assertAlmostEqual(fast.query_floor(self.vector), pure.query_floor(self.vector), places=9)
 
 
+class VectorTiesTests(SanitizedStoreCase):
+    """Windows whose vectors are the same score the same: they rank by chunk id, not by where their rows lie."""
+
+    def setUp(self):
+        chance = random.Random()  # fresh words each run: fresh chunk ids, so the rows' order is not theirs
+        self.shared = " ".join("".join(chance.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(9)) for _ in range(8))
+        self.docs = {f"{self.shared} tail{n} {'x' * (n + 1)} end": [f"doc{n}.txt"] for n in range(6)}
+        super().setUp()
+
+    def test_tied_windows_rank_by_chunk_id_whatever_their_rows_order(self):
+        from bastion_agent.testing.stub_server import bag_of_words
+
+        self.chunk()
+        with StubServer() as stub:
+            self.embed_with(stub)
+        index = embed.SearchIndex.load(self.manifest(), self.layout)
+        self.addCleanup(index.close)
+        for exact in (False, True):  # both scan a store this small; the graph's candidates reach the same sort
+            hits = index.search(self.shared, bag_of_words(self.shared, index.dim), 6, "vector", exact=exact)
+            self.assertEqual(len({hit.score for hit in hits}), 1)  # one score: six ties
+            self.assertEqual([hit.text for hit in hits], [self.shared] * 6)
+            self.assertEqual([hit.chunk_id for hit in hits], sorted(hit.chunk_id for hit in hits))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -6,10 +6,12 @@ test collections, the licence texts, ``/usr/share/doc``; the loopback stub's
 bag-of-words vectors, 384 dimensions). Every system below is loaded with
 exactly those windows and vectors, and answers the same real questions
 (SciFact's and Cranfield's, alternately). Queries are interleaved: for each
-question every system and mode answers in turn, in an order shuffled per
-question (seeded), so load on this shared machine stretches every system
-alike and no mode is more often the first to touch a question's pages. The machine's
-load average is printed at the start and the end.
+question every system and mode answers in turn, in a seeded order balanced
+over the questions (``balanced_orders``: rows of Williams squares), so load on
+this shared machine stretches every system alike, and every mode is as often
+the first to touch a question's pages, and as often the one that runs right
+after a full scan (numpy's, FAISS flat's, bastion's exact), as every other
+(each row's ``after_full_scan`` is the share of questions where it did). The machine's load average is printed at the start and the end.
 
 Systems (each in process, warm, top 10):
 
@@ -105,6 +107,8 @@ RRF_K = 60
 RRF_DEPTH = 30
 BATCH = 5000
 EXPANSIONS = (128, 192, 256, 384, 512, 1024, 2048)  # bastion's ANN beside its default (the beam its build measured)
+# The modes that read every vector: whichever query runs next finds its caches evicted.
+FULL_SCANS = {("bastion", "exact"), ("numpy", "vector"), ("faiss-flat", "vector")}
 FAISS_EFS = (16, 64, 128, 192, 256, 320, 384, 448, 512, 640, 768, 1024, 1536, 2048, 3072, 4096)
 
 
@@ -335,7 +339,7 @@ def build_peers(names: set[str], unit, texts, folder: Path, log, faiss_index: Pa
 
 
 def measure(systems: list, queries: list[Question], exact: list[list[int]]) -> list[dict]:
-    """p50 / p95 and recall@10 of every system and mode, queries interleaved in a shuffled order."""
+    """p50 / p95 and recall@10 of every system and mode, queries interleaved in balanced orders."""
     runs = [(system.name, mode, function) for system in systems for mode, function in system.modes.items()]
     for _, _, function in runs:  # warm up: pages mapped, caches filled, as a serving process would be
         for question in queries[:10]:
@@ -343,13 +347,11 @@ def measure(systems: list, queries: list[Question], exact: list[list[int]]) -> l
     walls = {(name, mode): [] for name, mode, _ in runs}
     cpus = {(name, mode): [] for name, mode, _ in runs}  # the thread's CPU time: what the run queue does not stretch
     recalls = {(name, mode): [] for name, mode, _ in runs}
-    for number, question in enumerate(queries):
-        # A seeded shuffle per question, not a rotation: the modes of one system walk the same graph nodes
-        # and rows, so whichever answers a question first pays its cache misses for the others; a rotation
-        # put the same mode first three times in four, a shuffle makes every mode first as often.
-        order = list(runs)
-        random.Random(number).shuffle(order)
-        for name, mode, function in order:
+    after_scan = {(name, mode): 0 for name, mode, _ in runs}  # questions it answered right after a full scan
+    for number, (question, order) in enumerate(zip(queries, balanced_orders(runs, len(queries)))):
+        for place, (name, mode, function) in enumerate(order):
+            if place and (order[place - 1][0], order[place - 1][1]) in FULL_SCANS:
+                after_scan[(name, mode)] += 1
             started, cpu = time.perf_counter(), time.thread_time()
             rows = function(question)
             walls[(name, mode)].append(time.perf_counter() - started)
@@ -366,8 +368,37 @@ def measure(systems: list, queries: list[Question], exact: list[list[int]]) -> l
         row["cpu_p95_ms"] = round(1000 * spent[int(0.95 * (len(spent) - 1))], 3)
         if recalls[(name, mode)]:
             row["recall@10"] = round(statistics.mean(recalls[(name, mode)]), 3)
+        row["after_full_scan"] = round(after_scan[(name, mode)] / len(queries), 3)
         table.append(row)
     return table
+
+
+def balanced_orders(runs: list, count: int, seed: int = 0) -> list[list]:
+    """``count`` orders of ``runs``, one per question, in which every run follows every other equally often.
+
+    The modes of one system walk the same graph nodes and rows, so whichever
+    answers a question first pays its cache misses for the others, and a full
+    scan evicts the caches of whichever runs right after it. A rotation put
+    the same mode first three times in four; a shuffle per question left it
+    to chance (over 200 questions it put bastion's vector mode right after a
+    full scan 12 % of the time and FAISS's ef 384 7.5 %). So the orders are
+    the rows of Williams squares: over each square's rows (as many as runs;
+    twice that for an odd number) every run comes first once and right after
+    each other run once. Each square's runs and rows are shuffled (seeded);
+    ``after_full_scan`` in the output shows the balance reached.
+    """
+    n = len(runs)
+    first = [0] + [(step + 1) // 2 if step % 2 else n - step // 2 for step in range(1, n)]
+    square = [[(value + shift) % n for value in first] for shift in range(n)]
+    if n % 2:
+        square += [list(reversed(row)) for row in square]
+    chance, orders = random.Random(seed), []
+    while len(orders) < count:
+        names, rows = list(runs), list(square)
+        chance.shuffle(names)
+        chance.shuffle(rows)
+        orders += [[names[value] for value in row] for row in rows]
+    return orders[:count]
 
 
 def ratios(table: list[dict]) -> dict:
