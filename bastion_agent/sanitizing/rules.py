@@ -497,8 +497,7 @@ RULES: tuple[Rule, ...] = (
        r"(?i)(?<![\w.\-])(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd|auth|cred|key)[\w.\-]{0,80}?)"
        r"(?P<kq>[\"'`]?\]?)"
        r"(?:[ \t]*:?[ \t]*(?:string|str|String|const|final|char\s*\*|bytes)\b)?"
-       # ``token - 'value'``: a note's dash between a name and a quoted value
-       r"(?:[ \t]*(?P<op>:{1,3}=|=>|[?.+]?=|==|:|,|(?<=[ \t])-(?=[ \t]+['\"]))[ \t]*|(?P<xop>>)\s*)"
+       r"(?:[ \t]*(?P<op>:{1,3}=|=>|[?.+]?=|==|:|,)[ \t]*|(?P<xop>>)\s*)"
        r"(?:!!\w+[ \t]+)?(?:(?:bearer|basic|token)[ \t]+)?"
        r"(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,1000}\\?\"|'(?:[^'\\\n]|\\.){1,1000}'|`[^`\n]{1,1000}`"
        r"|(?:[^\s\"'`,;&<>(){}\[\]\\|\uff0c\uff1b\u3001\u3002]|\\(?![nrt\\\"']))+)",

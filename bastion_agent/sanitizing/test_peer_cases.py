@@ -208,14 +208,6 @@ class CredentialTests(unittest.TestCase):
         self.assert_gone(f"key sk-ant-api03-{body}AA\n", body)
         self.assert_kept(f"key sk-ant-api03-{body}BB\n")
 
-    def test_a_dash_between_a_name_and_a_quoted_value(self):
-        value = draw(ALNUM, 24)
-        self.assert_gone(f"{draw(string.ascii_lowercase + string.digits, 7)} token - '{value}'\n", value)
-        self.assert_gone(f"password - '{value[:10]}!'\n", value[:10])
-        self.assert_kept("session token - 'fitbit'\n")  # one word under a token's name: a label
-        self.assert_kept(f"total - '{value}'\n")  # no credential's name
-        self.assert_kept(f"token -'{value}' ok\n")  # a dash glued to the value: an option or arithmetic
-
     def test_documented_example_keys_stay(self):
         self.assert_kept(f"the key AIzaSy{'abcdefghijklmnopqrstuvwxyz'}{digits(7)} in the guide\n")
         key = "AIzaSy" + draw(ALNUM + "_-", 33)
