@@ -208,6 +208,16 @@ class CredentialTests(unittest.TestCase):
         self.assert_gone(f"key sk-ant-api03-{body}AA\n", body)
         self.assert_kept(f"key sk-ant-api03-{body}BB\n")
 
+    def test_a_constant_named_after_its_key_and_a_re_exported_name_stay(self):
+        words = ["".join(RNG.choice(string.ascii_lowercase) for _ in range(5)).capitalize() for _ in range(3)]
+        name = "-".join(words) + "Key"
+        self.assert_kept(f'const SN_{"_".join(words)}Key = "{name}"\n')
+        member = "".join(words) + "Key"
+        self.assert_kept(f"{member} = Ed{digits(5)}.{member}\n")
+        value = draw(ALNUM, 24)
+        self.assert_gone(f'const SN_{"_".join(words)}Key = "{value}"\n', value)  # a literal of its own
+        self.assert_gone(f'db_password = "{value[:6]}-{value[6:]}"\n', value[6:])
+
     def test_documented_example_keys_stay(self):
         self.assert_kept(f"the key AIzaSy{'abcdefghijklmnopqrstuvwxyz'}{digits(7)} in the guide\n")
         key = "AIzaSy" + draw(ALNUM + "_-", 33)

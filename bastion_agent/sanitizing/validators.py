@@ -437,6 +437,8 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``"access_token": "fake-token"``, ``"Enter password: "``: a stand-in, a prompt
     if quoted and strength == "weak" and re.fullmatch(r"[a-z]+(?:_[a-z0-9]+){2,}", value):
         return False  # ``"key": "benchmark_ml_job_2"``: a snake_case name under a map's key
+    if not quoted and code_values.is_same_name_member(value, key):
+        return False  # ``Signatures = Ed25519.Signatures``: a name re-exported from another module
     if not quoted:
         line_end = match.string.find("\n", vend, vend + 1024)
         if code_values.is_code_reference(match.string[vstart:line_end if line_end != -1 else vend + 1024]):
