@@ -265,8 +265,7 @@ RULES: tuple[Rule, ...] = (
        TOKEN_START + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{16,}T3BlbkFJ[A-Za-z0-9_\-]{16,}" + TOKEN_END + "|"
        + TOKEN_START + r"sk-(?:proj|svcacct|admin)-[A-Za-z0-9_\-]{40,}" + TOKEN_END,
        keywords=("t3blbkfj", "sk-proj-", "sk-svcacct-", "sk-admin-")),
-    # Anthropic's keys end in ``AA``; another ending is a mistyped or made-up key
-    Rule("anthropic-api-key", "ai", TOKEN_START + r"sk-ant-(?:api|admin|sid)\d{2}-[\w\-]{78,}AA(?![\w\-])",
+    Rule("anthropic-api-key", "ai", TOKEN_START + r"sk-ant-(?:api|admin|sid)\d{2}-[\w\-]{80,}",
        keywords=("sk-ant-",), anchor="keyword"),
     Rule("huggingface-token", "ai",
        r"(?<![A-Za-z0-9])hf_[A-Za-z]{34}(?![A-Za-z0-9])|" + TOKEN_START + r"api_org_[A-Za-z]{34}(?![A-Za-z0-9])",
