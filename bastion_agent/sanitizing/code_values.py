@@ -31,7 +31,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 4
+DETECTION_VERSION = 5
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -168,7 +168,20 @@ def is_name_constant(value: str, key: str = "") -> bool:
     if MODULE_PATH.fullmatch(value) and not any(ch.isdigit() for ch in value):
         return True
     folded = value.lower().replace("_", "").replace("-", "")
-    return bool(key) and folded == key.lower().replace("_", "").replace("-", "").rsplit(".", 1)[-1]
+    folded_key = key.lower().replace("_", "").replace("-", "").rsplit(".", 1)[-1]
+    if bool(key) and folded == folded_key:
+        return True
+    # the key's name behind a short namespace prefix (``SN_id_Gost_KeyMeshing = "id-Gost-KeyMeshing"``,
+    # ``NID_x``): a constant table maps names to the names they stand for
+    return (len(value) >= 10 and bool(re.search(r"[-_]|[a-z][A-Z]", value)) and folded_key.endswith(folded)
+            and 0 < len(folded_key) - len(folded) <= 4)
+
+
+def is_same_name_member(value: str, key: str) -> bool:
+    """``BlindKeySignatures = Ed25519.BlindKeySignatures``: an unquoted member access that ends in the key's
+    own name re-exports a name from another module; no literal is assigned."""
+    head, _, last = value.strip().rstrip(";,").rpartition(".")
+    return bool(head) and bool(re.fullmatch(r"[A-Za-z_][\w.]*", head)) and last == key.rsplit(".", 1)[-1]
 
 
 # ``"&password=" + mydomval("password")`` read as the quoted value ``+ mydomval(``: the quotes closed

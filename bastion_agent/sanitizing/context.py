@@ -62,7 +62,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 4
+DETECTION_VERSION = 5
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier",
          # the password words of de, nl, pt, es, pl, sv, no/da (fr "mot de passe" and de "Passwort" hold "pass")
@@ -468,8 +468,8 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
         value = stripped
         if value.endswith(";") and CODE_EXPRESSION.fullmatch(value[:-1].strip() or "x"):
             return None
-        if code_values.is_code_reference(value):
-            return None  # ``getPassword();``, ``credentials.password,``, ``string | null``: code, not a value
+        if code_values.is_code_reference(value) or (key and code_values.is_same_name_member(value, key)):
+            return None  # ``getPassword();``, ``credentials.password,``, ``X = pkg.X``: code, not a value
     if quoted and not by_position and (code_values.is_name_constant(value, key) or code_values.is_code_between_strings(value)
                    or (code_values.is_camel_name(value) and credential_key(value) is not None
                        and (text[end + 1:end + 2] == ";" or text.startswith(" ->", end + 1)))):

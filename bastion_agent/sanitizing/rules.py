@@ -134,7 +134,8 @@ RULES: tuple[Rule, ...] = (
     Rule("aws-bedrock-key", "cloud",
        r"ABSK[A-Za-z0-9+/]{100,}={0,2}|bedrock-api-key-[A-Za-z0-9+/]{20,}={0,2}",
        keywords=("absk", "bedrock-api-key-"), entropy=3.0, anchor="keyword"),
-    Rule("gcp-api-key", "cloud", TOKEN_START + r"AIza[\w\-]{35}" + TOKEN_END, keywords=("aiza",), entropy=3.0, anchor="keyword"),
+    Rule("gcp-api-key", "cloud", TOKEN_START + r"AIza[\w\-]{35}" + TOKEN_END, keywords=("aiza",), entropy=3.0,
+       validator="vendor_token", anchor="keyword"),
     Rule("azure-ad-client-secret", "cloud",
        r"(?<![\w~.\-])[A-Za-z0-9_~.\-]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}(?![\w~.\-])",
        keywords=("q~",), entropy=3.0),
@@ -176,7 +177,9 @@ RULES: tuple[Rule, ...] = (
     Rule("cloudflare-api-key", "cloud",
        TOKEN_START + r"v1\.0-[a-f0-9]{24}-[a-f0-9]{146}" + TOKEN_END + "|" + keyed("cloudflare", r"[\w\-]{40}|[a-f0-9]{37}"),
        keywords=("v1.0-", "cloudflare"), entropy=3.0),
-    Rule("sumologic-key", "cloud", keyed("sumo", r"su[a-zA-Z0-9]{12}|[a-zA-Z0-9]{64}"), keywords=("sumo",), entropy=3.0,
+    # the vendor's name as a word (SUMO_, sumologic, SumoLogic), not the start of ``sumOfValues``
+    Rule("sumologic-key", "cloud", keyed(r"(?-i:sumo|Sumo|SUMO)(?:logic|Logic|LOGIC)?(?![a-z])",
+                                         r"su[a-zA-Z0-9]{12}|[a-zA-Z0-9]{64}"), keywords=("sumo",), entropy=3.0,
        validator="has_digit"),
     Rule("kubernetes-secret", "cloud",
        r"(?m)^(?P<indent>[ \t]*)(?:data|stringData):[ \t]*\r?\n(?P<block>(?:(?P=indent)[ \t]+[^\n]*(?:\n|$))+)",
@@ -513,7 +516,7 @@ RULES: tuple[Rule, ...] = (
     Rule("email", "email",
        # the local part in any script (RFC 6531: josé.garcía@...), "_" inside it (li_wei@), the domain in ASCII
        r"(?<![\w.%+\-])[^\W_](?:[\w.%+\-]{0,62}[\w%+\-])?@"
-       r"(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w\-]|\.[A-Za-z0-9])",
+       r"(?:[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?\.)+(?:[A-Za-z]{2,24}|xn--[A-Za-z0-9\-]{2,59})(?![\w\-]|\.[A-Za-z0-9])",
        keywords=("@",), validator="email"),
     Rule("phone", "phone",
        r"(?:"
@@ -534,11 +537,13 @@ RULES: tuple[Rule, ...] = (
        validator="card", scope="number"),
     Rule("iban", "iban", r"(?i:[A-Z][A-Z]\d\d(?: ?[A-Z0-9]){11,30})(?![A-Za-z0-9])", validator="iban"),
     Rule("uk-national-insurance", "national-id",
-       r"(?<![A-Za-z0-9])[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z](?P<sep>[ \-]?)\d{2}(?P=sep)\d{2}(?P=sep)\d{2}(?P=sep)[A-D](?![A-Za-z0-9])",
+       # grouped in pairs, or the six digits whole with a space after the letters (``PR 123612C``); in one case
+       r"(?i)(?<![A-Za-z0-9])[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z]"
+       r"(?:(?P<sep>[ \-]?)\d{2}(?P=sep)\d{2}(?P=sep)\d{2}(?P=sep)|[ ]?\d{6}[ ]?)[A-D](?![A-Za-z0-9])",
        validator="uk_nino"),
     Rule("de-tax-id", "national-id", r"(?<![\d.,\-/])[1-9]\d(?P<sep>[ ]?)\d{3}(?P=sep)\d{3}(?P=sep)\d{3}(?![\d\-/]|[.,]\d)",
        validator="de_tax_id", scope="number"),
-    Rule("us-ssn", "ssn", r"\d{3}([\- ])\d{2}\1\d{4}(?![\w\-])", validator="ssn", scope="number"),
+    Rule("us-ssn", "ssn", r"\d{3}([\- .])\d{2}\1\d{4}(?![\w\-]|\.\d)", validator="ssn", scope="number"),
     Rule("us-ssn-labelled", "ssn",
        r"(?i:\b(?:ssn|social security(?: number| no\.?)?)\b[^\n\d]{0,20})(?P<secret>\d{9})(?!\d)",
        keywords=("ssn", "social security"), validator="ssn", anchor="keyword"),
@@ -546,7 +551,7 @@ RULES: tuple[Rule, ...] = (
        r"\.\d{1,3}\.\d{1,3}\.\d{1,3}(?![\w]|\.\d)",  # from the first dot; the check takes back the first number
        validator="public_ip"),
     Rule("ipv6", "ip",
-       r":[0-9A-Fa-f]{0,4}:[0-9A-Fa-f:]*(?:\d{1,3}(?:\.\d{1,3}){3})?(?![\w:.])",
+       r":[0-9A-Fa-f]{0,4}:[0-9A-Fa-f:]*(?:\d{1,3}(?:\.\d{1,3}){3})?(?![\w:]|\.[\w.])",  # a full stop may end the sentence
        validator="public_ipv6"),
 )
 

@@ -22,7 +22,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 5
+DETECTION_VERSION = 6
 
 # --- entropy --------------------------------------------------------------
 
@@ -230,7 +230,8 @@ def personal_email(value: str) -> bool:
         return False
     # icon@2x.png (retina assets) is a file name, not an address
     tld = domain.rsplit(".", 1)[-1]
-    return tld.isalpha() and not re.fullmatch(r"\d+(?:\.\d+)?x", domain.split(".")[0])
+    punycode = tld.startswith("xn--") and tld[4:].replace("-", "").isalnum()  # an IDN top-level domain (.рф)
+    return (tld.isalpha() or punycode) and not re.fullmatch(r"\d+(?:\.\d+)?x", domain.split(".")[0])
 
 
 def digit_count(value: str) -> int:
@@ -257,7 +258,7 @@ NOT_SECRET_WORDS = frozenset({
     "keymap", "keypress", "keydown", "keyup", "keycode", "hotkey", "keystore", "keytab", "keyring", "passenger",
     "passengers", "passage", "compass", "bypass", "passport", "surpass", "secretary", "secretion", "secreted",
     "author", "authors", "authority", "authored", "authoring", "keyed", "keystroke", "keyset", "passive",
-    "passed", "passes", "passing", "encrypted", "turnkey", "credit", "credits",
+    "passed", "passes", "passing", "encrypted", "turnkey", "credit", "credits", "pubkey", "publickey",
 })
 NON_SECRET_SUFFIX = frozenset({
     "id", "ids", "url", "uri", "urls", "endpoint", "host", "hostname", "port", "path", "paths", "file", "filename",
@@ -279,7 +280,9 @@ NON_SECRET_SUFFIX = frozenset({
 })
 # ``public``: a public key, a .NET ``PublicKeyToken``, a publishable token are meant to be shared.
 NON_SECRET_PREFIX = frozenset({"max", "min", "num", "count", "is", "has", "show", "hide", "enable", "disable",
-                               "require", "allow", "forgot", "len", "no", "skip", "validate", "check", "public"})
+                               "require", "allow", "forgot", "len", "no", "skip", "validate", "check", "public",
+                               # anti-forgery tokens: a nonce bound to one page's session, no credential
+                               "csrf", "xsrf", "authenticity"})
 BOOLEANISH = frozenset({"true", "false", "yes", "no", "on", "off", "null", "none", "nil", "undefined"})
 
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
@@ -434,6 +437,8 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``"access_token": "fake-token"``, ``"Enter password: "``: a stand-in, a prompt
     if quoted and strength == "weak" and re.fullmatch(r"[a-z]+(?:_[a-z0-9]+){2,}", value):
         return False  # ``"key": "benchmark_ml_job_2"``: a snake_case name under a map's key
+    if not quoted and code_values.is_same_name_member(value, key):
+        return False  # ``Signatures = Ed25519.Signatures``: a name re-exported from another module
     if not quoted:
         line_end = match.string.find("\n", vend, vend + 1024)
         if code_values.is_code_reference(match.string[vstart:line_end if line_end != -1 else vend + 1024]):
@@ -551,9 +556,30 @@ DIGEST_LENGTHS = frozenset({40, 56, 64, 96, 128})  # hex SHA-1, SHA-224, SHA-256
 NOT_A_KEY_PREFIXES = ("sha256-", "sha384-", "sha512-", "_Z")  # integrity hashes, C++ mangled names
 
 
+# The name a value is assigned to, just before it on its line: ``public_key = "``, ``"publicToken": "``.
+NAME_BEFORE = re.compile(r"([A-Za-z_][\w.\-]{0,80})[\"'`]?\s*(?::=|=>|[:=])\s*[\"'`]?$")
+
+
+# Names of values that are random and no credential: a public key or a publishable token is shared by
+# design; an anti-forgery token is a nonce bound to one page's session.
+HARMLESS_NAME_WORDS = frozenset({"public", "pubkey", "publickey", "publishable", "csrf", "xsrf", "authenticity"})
+
+
+def named_harmless(text: str, start: int) -> bool:
+    """Is the value at ``start`` assigned to a name that says it is no credential (``public_key``,
+    ``csrf-token``, ``name="authenticity_token" value="``)?"""
+    line_start = text.rfind("\n", max(0, start - 200), start) + 1
+    head = text[max(line_start, start - 160):start]
+    attribute = re.search(r"""name=["']([\w.\-]{1,80})["'][^<>]{0,40}value=["']$""", head)
+    name = attribute or NAME_BEFORE.search(head)
+    return bool(name) and any(word in HARMLESS_NAME_WORDS for word in key_words(name.group(1)))
+
+
 def check_high_entropy(match: re.Match, start: int, end: int):
     value = match.string[start:end].rstrip("=")
     text = match.string
+    if named_harmless(text, start):
+        return False
     quoted = start > 0 and text[start - 1] in "\"'`" and text[end:end + 1] == text[start - 1]
     if is_hex(value) and (len(value) < 32 or not quoted or len(value) in DIGEST_LENGTHS):
         return False
@@ -641,9 +667,15 @@ def left_ok(text: str, start: int, extra: str = "") -> bool:
     return not (before.isalnum() or before == "_" or before in extra)
 
 
+# An IBAN's head and the groups of four after it, up to the match: ``BE71 0961 `` before ``2345 6760``.
+IBAN_HEAD = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: [A-Z0-9]{4})* $")
+
+
 def check_phone(match: re.Match, start: int, end: int):
     if not left_ok(match.string, start, "+-./~:"):
         return False
+    if IBAN_HEAD.search(match.string, max(0, start - 48), start):
+        return False  # the digit groups of an IBAN-shaped value: the iban rule judges it (its checksum)
     value = match.string[start:end]
     digits = digit_count(value)
     if re.fullmatch(r"\+?\d+\.\d+", value):
@@ -669,11 +701,22 @@ CARD_PREFIXES = re.compile(
 )
 
 
+# A card named just before the number (``my credit card:``, ``Kreditkarte Nr.``): any issuer's prefix counts.
+CARD_LABEL = re.compile(r"(?i)\b(?:credit|debit|payment)[ _\-]?card\b[^\n\d]{0,24}$|\bkreditkarte[^\n\d]{0,24}$")
+
+
 def check_card(match: re.Match, start: int, end: int):
+    """Luhn and an issuer's prefix (UATP's 15 digits from 1 among them); under a card's label, Luhn alone."""
     if not left_ok(match.string, start, "-."):
         return False
     digits = re.sub(r"\D", "", match.string[start:end])
-    return 13 <= len(digits) <= 19 and bool(CARD_PREFIXES.match(digits)) and luhn_ok(digits)
+    if not (13 <= len(digits) <= 19 and luhn_ok(digits)):
+        return False
+    if IBAN_HEAD.search(match.string, max(0, start - 48), start):
+        return False  # the digit groups of an IBAN-shaped value (``RS35 2600 0560 …``): the iban rule judges it
+    if CARD_PREFIXES.match(digits) or (len(digits) == 15 and digits[0] == "1"):
+        return True
+    return bool(CARD_LABEL.search(match.string, max(0, start - 48), start))
 
 
 def check_iban(match: re.Match, start: int, end: int):
@@ -690,12 +733,15 @@ def check_iban(match: re.Match, start: int, end: int):
         index += 1
     if taken != expected or (index < len(text) and text[index] != " "):
         return False
+    letters = [ch for ch in text[:index] if ch.isalpha()]
+    if not (all(ch.isupper() for ch in letters) or all(ch.islower() for ch in letters)):
+        return False  # ``LV80 bANK …``: an IBAN is written in one case
     return [(start, start + index)] if iban_ok(text[:index]) else False
 
 
 def check_ssn(match: re.Match, start: int, end: int):
-    if not left_ok(match.string, start, "-"):
-        return False
+    if not left_ok(match.string, start, "-." if "." in match.string[start:end] else "-"):
+        return False  # 1.078.05.1123 is a version or an address, not an SSN written with dots
     digits = re.sub(r"\D", "", match.string[start:end])
     return len(digits) == 9 and not digits.startswith(("000", "666", "9")) and digits[3:5] != "00" and digits[5:] != "0000"
 
@@ -747,7 +793,9 @@ def check_public_ipv6(match: re.Match, start: int, end: int):
     if not left_ok(text, first, ":."):
         return False
     value = text[first:end]
-    if "::" not in value and value.count(":") < 7 or sum(1 for group in value.split(":") if group) < 3:
+    embedded = "." in value  # a trailing IPv4 part (``::ffff:129.144.52.38``) fills two groups
+    if ("::" not in value and value.count(":") < 7 - embedded
+            or sum(1 for group in value.split(":") if group) + embedded < 3):
         return False  # slices such as [1::2] are not addresses
     if not any(len(group) >= 3 for group in value.split(":")):
         return False  # 2:4:6:8:10:12:14:16 or 0:1:2:3:4:5:6:7 is a list of numbers
@@ -812,8 +860,12 @@ NINO_BAD_PREFIXES = frozenset({"BG", "GB", "NK", "KN", "TN", "NT", "ZZ"})
 
 
 def check_uk_nino(match: re.Match, start: int, end: int):
-    """A UK National Insurance number: two letters (not the unused pairs), six digits, A-D."""
-    return match.string[start:start + 2] not in NINO_BAD_PREFIXES
+    """A UK National Insurance number: two letters (not the unused pairs), six digits, A-D, its
+    letters in one case (``tw987654a`` as typed in a form; ``Ab123456c`` is no number)."""
+    letters = [ch for ch in match.string[start:end] if ch.isalpha()]
+    if not (all(ch.isupper() for ch in letters) or all(ch.islower() for ch in letters)):
+        return False
+    return match.string[start:start + 2].upper() not in NINO_BAD_PREFIXES
 
 
 def de_tax_id_ok(digits: str) -> bool:
@@ -825,6 +877,13 @@ def de_tax_id_ok(digits: str) -> bool:
     repeated = [d for d, n in counts.items() if n > 1]
     if len(repeated) != 1 or counts[repeated[0]] > 3 or repeated[0] * 3 in digits[:10]:
         return False
+    return de_tax_check_digit_ok(digits)
+
+
+def de_tax_check_digit_ok(digits: str) -> bool:
+    """The ISO 7064 MOD 11,10 check digit of an 11-digit German tax id."""
+    if len(digits) != 11 or digits[0] == "0":
+        return False
     product = 10
     for ch in digits[:10]:
         total = (int(ch) + product) % 10 or 10
@@ -833,8 +892,18 @@ def de_tax_id_ok(digits: str) -> bool:
     return check == int(digits[10])
 
 
+# The tax id named just before the number: ``Steuer-ID:``, ``IdNr.``, ``Identifikationsnummer``.
+DE_TAX_LABEL = re.compile(r"(?i)\b(?:steuer[ \-]?id|steuer[ \-]?identifikationsnummer|identifikationsnummer|idnr)\b"
+                          r"[^\n\d]{0,20}$")
+
+
 def check_de_tax_id(match: re.Match, start: int, end: int):
-    return de_tax_id_ok(re.sub(r"\D", "", match.string[start:end]))
+    """The full structure check; under the id's own label, the check digit alone (a number written
+    where the form asks for the tax id is one, even if its digits break the repetition rule)."""
+    digits = re.sub(r"\D", "", match.string[start:end])
+    if de_tax_id_ok(digits):
+        return True
+    return de_tax_check_digit_ok(digits) and bool(DE_TAX_LABEL.search(match.string, max(0, start - 48), start))
 
 
 
