@@ -46,23 +46,30 @@ MIN_ROWS = 100_000
 LAZY_ROWS = 20_000
 # Chosen on real text (bench/search/ann_params.py: 120,000 windows of real prose, the
 # stub's bag-of-words vectors, 200 real questions; docs/search.md). Rows are
-# stored as float16, with 32 links a node and FAISS's default construction
-# beam of 40. Recall@10 after the exact re-rank, on two builds of the same
-# rows (a build on several threads is not the same graph twice): 0.935-0.941
-# at a search beam of 160, 0.953-0.961 at 192, 0.957-0.966 at 208 and
-# 0.966-0.968 at 224; 208 is the smallest beam measured clear of 0.95 on
-# both. Over 8-bit rows the same graph reached 0.950 at 192 (their coarse
-# distances build a worse graph, and decoding them cost more time a walk);
-# over float32 rows a walk took 1.4 x as long for the same recall. 16 links
-# reached 0.80 at 192, a construction beam of 24 0.92, and 48 links matched
-# 32 at a higher cost (and a construction beam of 80, over 8-bit rows,
-# reached 0.90: these windows overlap, and a wider construction beam links a
-# node to its near copies). Recall did not move between 20, 52 and 200
-# neighbours asked for at any beam (the beam decides), so a search asks for
-# what it keeps and at least MIN_CANDIDATES: each is a float32 row read for
-# the exact re-rank.
+# stored as float16 with 32 links a node. Over 8-bit rows the graph was worse
+# (coarse distances build a worse graph, and decoding them cost more time a
+# walk); over float32 rows a walk took 1.4 x as long for the same recall. 16
+# links reached 0.80 at a search beam of 192, and 48 links matched 32 at a
+# higher cost a walk. Recall did not move between 20, 52 and 200 neighbours
+# asked for at any beam (the beam decides), so a search asks for what it keeps
+# and at least MIN_CANDIDATES: each is a float32 row read for the exact re-rank.
+#
+# The construction beam (how many candidates a row's insertion walks before
+# its links are chosen) is 200, not FAISS's default of 40, which is narrower
+# than the 64 links a node holds on the bottom layer. Measured side by side
+# (bench/search/ann_construction.py: recall@10 of the real questions against
+# the walk's CPU, per search beam, each graph built in the same run), a beam
+# of 200 found as much as 40 at about 0.6-0.75 x the walk's CPU: 0.970 at
+# search beam 256 on 120,000 windows where 40 found 0.969 at 384, and 0.979
+# at 448 on 188,678 windows where 40 found 0.969 at 448 (FAISS's own float32
+# graph, built with 40: 0.971 at 384 and 0.963 at 448). 128 and 160 were
+# between; 80 found less than 40 at every beam up to 1024 on 120,000 windows
+# (its walks cheaper, its links fewer); 48 and 24 links with 128-200 were no
+# better than 32. The build costs 3-5 x as long (measured under load; it is
+# one pass at embed time, beside the model's own time for each window), and
+# the graph is the same size.
 CONNECTIVITY = 32
-EXPANSION_ADD = 40
+EXPANSION_ADD = 200
 EXPANSION_SEARCH = 208
 MIN_CANDIDATES = 32
 # A larger graph needs a wider beam for the same recall. On a million windows
@@ -71,16 +78,16 @@ MIN_CANDIDATES = 32
 # with the rows the graph holds: EXPANSION_SEARCH up to BEAM_ROWS, and from
 # there geometrically through the beam measured at a million (about the 0.72th
 # power of the rows; beyond a million that slope is extrapolated, not measured).
+# Both were measured on graphs of construction beam 40, and serve only headers
+# no build measured (ann_recall), which hold such graphs.
 BEAM_ROWS = 120_000
 BEAM_AT_MILLION = 960
 STORAGE = "fp16"
 # The graph a store gets when no beam of ann_recall.BEAMS reaches its target on
-# the defaults' graph: more links and a wider construction beam (48 links
-# matched 32 at a higher cost a walk on real text, bench/search/ann_params.py; a
-# construction beam of 80 over float16 rows links each node to more than its
-# near copies).
+# the defaults' graph: more links (48 matched 32 at a higher cost a walk on
+# real text, bench/search/ann_params.py), with the same construction beam.
 DENSER_CONNECTIVITY = 48
-DENSER_EXPANSION_ADD = 80
+DENSER_EXPANSION_ADD = EXPANSION_ADD
 # What the saved index was built with is recorded in the header ("ann_graph"):
 # an index built with other settings is rebuilt whole by the next embed (a
 # search never rebuilds it). Meanwhile a FAISS graph of other settings is

@@ -12,7 +12,7 @@ from bastion_agent import embed
 from bastion_agent.config import manifest as manifest_module
 from bastion_agent.core.layout import Layout, ensure_private_dir
 from bastion_agent.core.records import DocumentRow, StoredChunk
-from bastion_agent.embedding import ann, vectorfile, vectorstore
+from bastion_agent.embedding import ann, ann_recall, vectorfile, vectorstore
 from bastion_agent.testing.labelled_docs import ENG_DOCS, GROUPS, HR_DOCS, SHARED, LabelledStore
 from bastion_agent.testing.search_manifest import fake_manifest
 from bastion_agent.testing.stub_server import StubServer
@@ -268,7 +268,9 @@ class FilteredScanTests(TempFolder, unittest.TestCase):
 
     @unittest.skipUnless(vectorfile.numpy_or_none() is not None and ann.available(), "the ANN index needs numpy and faiss")
     def test_ann_path_widens_or_scans_and_keeps_to_the_visible_rows(self):
-        with mock.patch.multiple(ann, MIN_ROWS=50, LAZY_ROWS=100_000):
+        # A beam as wide as the graph: the walk reaches every row, so the answer must be the scan's and what is
+        # under test is the widening and the filter (what a narrower beam misses at rank 100 depends on the graph).
+        with mock.patch.multiple(ann, MIN_ROWS=50, LAZY_ROWS=100_000), mock.patch.object(ann_recall, "BEAMS", (512,)):
             for exact_share in (0.0, 1.0):  # 0: always widen the ANN search; 1: always scan the visible rows
                 with self.subTest(exact_share=exact_share), mock.patch.object(ann, "EXACT_SHARE", exact_share):
                     index = self.load()

@@ -459,6 +459,27 @@ class AnnTests(SyntheticStore):
             self.assertEqual(index.ann.rows, 400)
             self.assertEqual(self.ids(index.search("", query, 5, "vector")), self.reference(query, 5))
 
+    def test_a_graph_of_the_earlier_construction_beam_is_rebuilt_whole_with_the_current_one(self):
+        files = vectorfile.Files.for_key(self.layout, "synthetic")
+        earlier = ann.graph_name(ann.CONNECTIVITY, 40)  # FAISS's default construction beam, the graphs built before
+        self.assertNotEqual(earlier, ann.GRAPH)
+        with mock.patch.multiple(ann, EXPANSION_ADD=40, GRAPH=earlier):
+            self.load()
+        header = vectorfile.read_header(files)
+        self.assertEqual((header["ann_graph"], header["ann_calibration"]["graph"]), (earlier, earlier))
+        with mock.patch.object(ann, "LAZY_ROWS", 0):  # until the next embed, a search walks it (never rebuilds it)
+            self.assertEqual(self.load().ann.index.hnsw.efConstruction, 40)
+        query = self.query()
+        embed.refresh_derived(self.layout, fake_manifest())
+        header = vectorfile.read_header(files)
+        self.assertEqual(header["ann_graph"], ann.graph_name(ann.CONNECTIVITY, ann.EXPANSION_ADD))
+        self.assertEqual((header["ann_calibration"]["graph"], header["ann_rows"]), (ann.GRAPH, 400))
+        self.assertIsNotNone(header["ann_calibration"]["build_seconds"])  # built, not only measured again
+        index = self.load()
+        self.assertEqual(index.ann.index.hnsw.efConstruction, ann.EXPANSION_ADD)
+        self.assertGreaterEqual(ann.EXPANSION_ADD, 2 * ann.CONNECTIVITY)  # the beam fills a bottom-layer node's links
+        self.assertEqual(self.ids(index.search("", query, 5, "vector")), self.reference(query, 5))
+
     def test_a_graph_of_the_earlier_library_is_scanned_exactly_until_embed_replaces_it(self):
         self.load()
         files = vectorfile.Files.for_key(self.layout, "synthetic")

@@ -11,7 +11,12 @@ saved graph the real questions of ``bench/search/search_latency.py`` at the chos
 beam and at the beams around it, each beside the sample's own recall at that
 beam: whether the sample predicts what real questions get.
 
+``--reaches`` adds the sample's recall at each beam for other values of
+``ann_recall.REACH`` (how far a query is moved from its row), on the same
+rows and graph, to see which one tracks real questions.
+
 Usage: python3 bench/search/ann_recall.py --keep DIR [--windows 120000] [--queries 200] [--target 0.95]
+       [--reaches 0.28,0.25]
 Prints JSON on stdout (progress on stderr).
 """
 
@@ -52,6 +57,7 @@ def main() -> None:
     parser.add_argument("--build", action="store_true",
                         help="build the graph again in this run (as embed does), so the measurement's cost is a ratio "
                              "to a build timed in the same run")
+    parser.add_argument("--reaches", default="", help="other values of ann_recall.REACH to draw the sample with")
     args = parser.parse_args()
 
     def log(line: str) -> None:
@@ -87,8 +93,14 @@ def main() -> None:
     rows_floor = ann_recall.thresholds(view, rows, positions)  # held-out rows as they are, without noise
     nobody = np.full(len(real), -1, dtype=np.int64)
     chosen = ann_recall.BEAMS.index(calibration.beam) if calibration.beam in ann_recall.BEAMS else 0
-    beams = ann_recall.BEAMS[max(0, chosen - 4): chosen + 3]
+    beams = ann_recall.BEAMS[max(0, chosen - 4): chosen + 4]
     faiss.omp_set_num_threads(1)
+    others = {}
+    for reach in (float(x) for x in args.reaches.split(",") if x):
+        floor_reach = min(max(background, 0.0), 0.9)
+        own = floor_reach + reach * (1.0 - floor_reach)  # as ann_recall.noise_for, at another reach
+        queries = ann_recall.questions_near(view, positions, seed=view.rows, noise=(1.0 / (own * own) - 1.0) ** 0.5)
+        others[reach] = (queries, ann_recall.thresholds(view, queries, positions))
     table = []
     for beam in beams:
         table.append({
@@ -96,6 +108,9 @@ def main() -> None:
             "sample_recall@10": round(ann_recall.recall_at(faiss, index, view, sample, positions, sample_floor, beam), 4),
             "held_out_rows_recall@10": round(ann_recall.recall_at(faiss, index, view, rows, positions, rows_floor, beam), 4),
             "real_questions_recall@10": round(ann_recall.recall_at(faiss, index, view, real, nobody, real_floor, beam), 4),
+            **{f"sample_reach_{reach:g}_recall@10": round(ann_recall.recall_at(faiss, index, view, queries, positions,
+                                                                                 floor, beam), 4)
+               for reach, (queries, floor) in others.items()},
         })
     print(json.dumps({
         "windows": view.rows, "graph": ann.graph_of(header), "target": args.target,
