@@ -31,7 +31,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 4
+DETECTION_VERSION = 5
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -91,6 +91,23 @@ def _code_tail(tail: str) -> bool:
 NAME_LIKE = re.compile(r"[!&*@$]{0,2}[A-Za-z_$][A-Za-z_$]*\d*(?:(?:\?\.|\.|::|->)[A-Za-z_$][A-Za-z_$]*\d*)*")
 
 
+# One word of a camelCase or PascalCase name: letters, then the digits that close it (``S3``, ``sha256``,
+# ``Base64``); ``S1kq6eFgV`` has a digit inside a word and is no name.
+NAME_PIECE = re.compile(r"(?:[A-Z]?[a-z]+|[A-Z]+)\d*")
+
+
+def is_worded_name(expression: str) -> bool:
+    """``awsS3Config``, ``sha256Digest``, ``this.base64Key``: each camelCase word letters then digits, one word
+    of three lower-case letters or more: a programmer's name, not a generated value."""
+    worded = False
+    for part in re.split(r"\?\.|\.|::|->", expression.lstrip("!&*@$")):
+        pieces = re.findall(r"[A-Z]*[^A-Z]*", part.replace("_", ""))
+        if not all(NAME_PIECE.fullmatch(piece) for piece in pieces if piece):
+            return False
+        worded = worded or any(sum(ch.islower() for ch in piece) >= 3 for piece in pieces)
+    return worded
+
+
 def is_code_reference(value: str) -> bool:
     """Is this unquoted value code that names or computes a credential rather than holding one?"""
     value = value.strip()
@@ -105,6 +122,8 @@ def is_code_reference(value: str) -> bool:
         return True
     if lowered.startswith(OPERATOR_LEAD) or (punctuated and lowered.startswith(WEAK_LEAD)) or CMDLET.match(value):
         return True
+    if COMPARED_CALL.search(expression):
+        return True  # ``0!=b.indexOf("gme-")?"InvalidClientId":null``: a comparison of a call's result
     if CONNECTIVE.match(expression):
         return True  # ``token or {}``, ``refresh_token or self.token.get(...)``
     quoted = any(ch in expression for ch in "\"'`")
@@ -114,7 +133,7 @@ def is_code_reference(value: str) -> bool:
         return False
     if quoted:
         return False
-    if CHAIN.fullmatch(expression) and not NAME_LIKE.fullmatch(expression):
+    if CHAIN.fullmatch(expression) and not NAME_LIKE.fullmatch(expression) and not is_worded_name(expression):
         return False  # ``S1kq6eFgV;``: digits between letters, a generated value ended by a ';', not a name
     if CHAIN.fullmatch(expression) or _typed(expression) or expression[:1] in OPENERS:
         return True
@@ -139,6 +158,8 @@ def _call_or_type(expression: str) -> bool:
     return True
 
 
+# A comparison with a call on one side (``0!=b.indexOf(x)``, ``s.find(x) == -1``): an expression.
+COMPARED_CALL = re.compile(r"[!=]==?[ \t]*[\w.$]+\(|\w\([^()\n]*\)[ \t]*[!=]==?")
 PARAMETERS = re.compile(r"\([A-Za-z_$][\w$]*[ \t]*(?:[,:)]|$)")
 CONNECTIVE = re.compile(r"[A-Za-z_$][\w$.]*[ \t]+(?:or|and|if|\|\||&&|\?\?|\?)[ \t]")
 
@@ -152,6 +173,9 @@ def _typed(expression: str) -> bool:
 NAME_CONSTANT = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Z]{10,64}")
 # ``allauth.account.forms.SetPasswordForm``: a module or class path (three dotted identifiers or more).
 MODULE_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}")
+# ``passwordMock.newPassword``: a camelCase identifier, a dot, another (an object's property, bound by a template).
+PROPERTY_PATH = re.compile(r"[a-z][a-z]*(?:[A-Z][a-z]+)*(?:\.[a-z][a-z]*(?:[A-Z][a-z]+)*)+")
+NAMED_CREDENTIALS = frozenset({"password", "passwd", "pwd", "secret", "token", "passphrase", "credential", "credentials"})
 VERSION = re.compile(r"[~^=v]?\d+(?:\.\d+){1,3}(?:[\-+.][\w.]+)?")
 ARN = re.compile(r"arn:aws[\w\-]*:[\w\-]+:[\w\-]*:\d*:\S+")
 
@@ -167,6 +191,9 @@ def is_name_constant(value: str, key: str = "") -> bool:
         return True
     if MODULE_PATH.fullmatch(value) and not any(ch.isdigit() for ch in value):
         return True
+    if PROPERTY_PATH.fullmatch(value) and any(word.lower() in NAMED_CREDENTIALS
+                                              for word in KEY_WORD.findall(value.rsplit(".", 1)[-1])):
+        return True  # ``ng-model="passwordMock.newPassword"``: a property path to the field that holds one
     folded = value.lower().replace("_", "").replace("-", "")
     return bool(key) and folded == key.lower().replace("_", "").replace("-", "").rsplit(".", 1)[-1]
 
@@ -203,7 +230,7 @@ STAND_IN_WORDS = frozenset("""
 CREDENTIAL_WORDS = frozenset("""
     password passwd pass pwd pw secret token key api access refresh auth session client verifier credential
     credentials cred creds oauth bearer private signing encryption consumer code user username login admin new
-    my test super
+    my test super hash
     """.split())
 # Words of a sentence that describes what to put there: "the-password-to-your-cluster".
 FUNCTION_WORDS = frozenset("the a an to your from for of with here into".split())
@@ -211,6 +238,7 @@ KEY_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 WORD_SEPARATORS = re.compile(r"[-_ .]+")
 # A token or a verifier is generated by a machine: never a dictionary word, as a password may be.
 GENERATED_KEY = re.compile(r"(?i)(?:token|verifier)$")  # the key names the token itself
+CALL_CHAIN = re.compile(r"[A-Za-z_]\w*\([\w ,]*\)(?:\.[A-Za-z_]\w*\([\w ,]*\))*")
 PROMPT = re.compile(r"[A-Za-z][A-Za-z ]*:[ \t]*")  # "Enter password: "
 PRINTF_VERB = re.compile(r"%[-+# 0-9.]*[qvsdwx]")
 FILE_PATH = re.compile(r"[\w.\-]+(?:/[\w.\-]+)*\.(?:pem|key|crt|cer|der|p12|pfx|jks|keystore|pub|json|ya?ml|conf|cfg|ini)")
@@ -228,6 +256,11 @@ OBJECT_NAME = re.compile(r"[a-z]+(?:-[a-z]+){1,3}")
 OBJECT_KINDS = frozenset("""
     cert certs certificate certificates tls secret secrets key keys cred creds credentials
     """.split())
+# Lower-case words joined by ``-``, ``_`` or ``.``, perhaps a small index last (``etcd-cluster-0``,
+# ``session.app``): under a key or a token's name that shares one of its words, the name of a thing.
+DERIVED_NAME = re.compile(r"[a-z]+(?:[-_.][a-z]+)*[-_.](?:[a-z]+|\d{1,3})")
+# ``Token: (empty), ``: a label, its colon and a space, at the start of a message.
+MESSAGE_LABEL = re.compile(r"[A-Za-z][A-Za-z ]{0,30}:[ \t]")
 # ``Your S3 access key password``: a sentence telling the reader what goes there.
 DESCRIPTION = re.compile(r"(?i)your(?:[ \t]+[\w\-]+){2,8}\.?")
 # An LDAP extensible-match filter (RFC 4515): ``userPassword:2.5.13.18:=\xx``, ``cn:dn:=x``. The
@@ -291,6 +324,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return False
     if backtick and COMMAND.match(value) and ("$" in value or "|" in value):
         return True
+    if backtick and CALL_CHAIN.fullmatch(value):
+        return True  # `` `Base64(Header).Base64(Data)` ``: an expression in inline code, how a value is made
     if FILE_PATH.fullmatch(value):
         return True
     if " " in value and (PROMPT.fullmatch(value) or PRINTF_VERB.search(value)):
@@ -307,7 +342,15 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     if key_words and value.isascii() and all(ch.isalpha() or ch in "-_ ." for ch in value):
         value_words = [word.lower() for word in KEY_WORD.findall(value)]
         if sorted(value_words) == key_words:
-            return True
+            return True  # ``resetPasswordToken = 'password-reset-token'``: the setting's name
+        if value_words and set(value_words) < {word for word in key_words if len(word) > 1 and word.isalpha()}:
+            return True  # ``authKey: auth``, ``oauth_token=token``: one of the setting's own words
+    if key_words and RANDOM_KEY.search(key.strip("\"'`[] ")) and DERIVED_NAME.fullmatch(value):
+        value_words = set(WORD_SEPARATORS.split(value))
+        if key_words[-1:] and KEY_WORD.findall(key)[-1].lower() not in value_words and value_words & set(key_words):
+            return True  # ``--initial-cluster-token=etcd-cluster-0``, ``sessionKey: "session.app"``: a name, not drawn
+    if key_words and MESSAGE_LABEL.match(value) and value.split(":", 1)[0].strip().lower() in key_words:
+        return True  # ``token = "Token: (empty), "``: a message that labels the value it prints
     words = [word for word in WORD_SEPARATORS.split(value) if word]
     if not words or not all(word.isalpha() and word.isascii() and (word.islower() or word.istitle())
                             for word in words):

@@ -62,9 +62,9 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 4
+DETECTION_VERSION = 5
 
-STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier",
+STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          # the password words of de, nl, pt, es, pl, sv, no/da (fr "mot de passe" and de "Passwort" hold "pass")
          "kennw", "wachtw", "senha", "contrase", "hasl", "hasł", "senord", "geheim")
 # Letters of the key names of European languages count too (``contraseña``, ``lösenord``, ``hasło``).
@@ -168,8 +168,8 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
         if label and not _telling(value):
             return False  # "Password: see the vault": a label and prose
     if strength == "weak":
-        compact = value.replace("-", "")
-        return len(value) >= 16 and " " not in value and looks_random(compact, base64_bits=3.5)
+        compact = TEMPLATE_PARTS.sub("", value).replace("-", "")  # ``neo4j/[password]``: the placeholder is no part of it
+        return len(compact) >= 16 and " " not in value and looks_random(compact, base64_bits=3.5)
     return len(value) >= 4
 
 
@@ -273,6 +273,7 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     if SOURCE_FILE_KEY.fullmatch(name):
         return None  # ``src/chpasswd.c: s/exit/...``: a change log names a file, not a key
     opening = text[start - 1] if start > 0 else ""
+    flag = text[start] == "-"  # ``--password=X``: an option on a command line, whose value is one word
     after = end
     key_quoted = opening in QUOTES and text[end:end + 1] == opening
     if key_quoted:
@@ -320,11 +321,14 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         label = True  # ``Password: ...`` at the start of a line: a form label in prose
     else:
         label = kind == ":" and not at_line_start and not key_quoted
-    terminator = _terminator(text, start, "" if key_quoted else opening, before, at_line_start, label)
+    terminator = _terminator(text, start, "" if key_quoted else ("-" if flag and not opening.strip() else opening),
+                             before, at_line_start, label)
+    if flag and text[position:position + 1] == "-":
+        return None  # ``--password=-``, ``(-p+ --password=-)``: standard input, or an option's usage
     if opening == "(" and kind == "=" and LDAP_WILDCARD.match(text, position):
         return None  # ``(password=MA*)``: an LDAP filter's substring search, a guess being tried
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
-                       key=name)
+                       key=name, data=flag and kind == "=")
 
 
 def _operator(text: str, position: int, line_end: int) -> tuple[str, int] | None:
@@ -346,7 +350,7 @@ def _line_start(before: str, opening: str) -> bool:
     stripped = before.strip()
     if opening in QUOTES + "$":
         stripped = stripped[:-1] if stripped.endswith(opening) else stripped
-    return stripped in ("", "-", "export", "set", "setx", "declare -x", "ENV", "-D", "readonly", "local", "$",
+    return stripped in ("", "-", "export", "set", "\\set", "setx", "declare -x", "ENV", "-D", "readonly", "local", "$",
                         "var", "let", "const", "my", "our", "static")
 
 
@@ -355,10 +359,10 @@ def _terminator(text: str, start: int, opening: str, before: str, at_line_start:
     if opening in "\"'`" and opening:
         return opening  # ``putenv("PW=...")``, ``"--password=..."``: the string's own quote ends it
     previous = before.rstrip()[-1:] if before.rstrip() else ""
+    if opening in ("?", "&"):
+        return "&"  # a URL query or a form body: ``&`` right before the key says so, whatever came earlier
     if opening == ";" or previous == ";" or (";" in before and "=" in before):
         return ";"  # a connection string: Server=...;Password=...;
-    if opening in ("?", "&"):
-        return "&"  # a URL query
     if opening == "," or previous == ",":
         return ","  # mount -o user=x,password=y
     if opening in ("-", "/") or before.strip().startswith("export ") or before.strip() == "export":
@@ -380,7 +384,11 @@ _STOPS = {terminator: re.compile(f"[{re.escape(stops)}]") for terminator, stops 
 
 
 def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
-                label: bool, phrase: bool = False, key: str = "") -> tuple[int, int] | None:
+                label: bool, phrase: bool = False, key: str = "", data: bool = False) -> tuple[int, int] | None:
+    """``data``: an option's ``--name=value`` on a command line, where no code is: a bare word is the value."""
+    literal = _literal_in_code(text, position, line_end, strength)
+    if literal is not None:
+        return literal if literal[1] > literal[0] else None
     first = text[position:position + 1]
     entity = ENTITY_QUOTE.match(text, position)
     if entity:  # ``&#34;value&#34;``: code shown in a web page, its quotes written as entities
@@ -402,6 +410,9 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
             line_end = form.start()
     if first == "[" and strength == "strong":
         return _list_value(text, position, line_end)
+    if first == "{" and text[position + 1:position + 2] in "\"'" and terminator != ";" and not any(
+            len(item) >= 16 and looks_random(item) for item in JSON_STRING.findall(text, position, line_end)):
+        return None  # ``signingKey: {"kty": "oct", "k": "--"}``: an object holding no key material
     if first == "{" and terminator != ";":
         close = text.find("}", position, line_end)
         if close != -1 and TEMPLATE_FIELD.fullmatch(text, position + 1, close):
@@ -420,11 +431,47 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     end = min(end, position + MAX_VALUE)
     while end > position and text[end - 1] in " \t\r":
         end -= 1
+    if terminator in QUOTES:
+        while end > position and text[end - 1] == "&":
+            end -= 1  # ``"oauth_token=abc&" "oauth_token_secret=…"``: a form body continued in the next string
     if terminator == " " and label:
         while end > position and text[end - 1] in ".,;:!?)\"'":
             end -= 1
-    return _accept(text, position, end, strength, quoted=False, label=label, config=terminator == "\n" and not label,
-                   phrase=phrase, key=key)
+    return _accept(text, position, end, strength, quoted=False, label=label,
+                   config=(terminator == "\n" and not label) or data, phrase=phrase, key=key)
+
+
+JSON_STRING = re.compile(r"\"([^\"\n]{1,1024})\"")
+# A byte array written out (``[]byte{0xaf, 0xbf, …}``, ``new byte[]{(byte) 0x1f, …}``,
+# ``StatelessResetToken{0x00, …}``): eight bytes or more, the key's value even in code.
+BYTE_ARRAY = re.compile(r"(?:new[ \t]+\w+[ \t]*\[\][ \t]*|\[\][\w.]*|[\w.]{1,80})?[ \t]*[{\[(][ \t]*"
+                        r"(?P<bytes>(?:(?:\(byte\)[ \t]*)?0[xX][0-9a-fA-F]{1,2}[ \t]*,[ \t]*){7,}"
+                        r"(?:\(byte\)[ \t]*)?0[xX][0-9a-fA-F]{1,2})")
+# SQL's ``SET password = PASSWORD('x')``: the hashing function's argument is the password itself.
+HASHED = re.compile(r"(?i)(?:old_)?password\([ \t]*(?P<q>['\"])(?P<literal>[^'\"\n]{1,200})(?P=q)[ \t]*\)")
+# A literal handed to a decoding call (``splitHexString("9ac3…")``, ``bytes.fromhex('…')``,
+# ``Base64.decode("…")``): the call only changes the secret's form.
+DECODED = re.compile(r"[\w.]{1,60}\([ \t]*(?P<q>[\"'])(?P<literal>[A-Za-z0-9+/=_\- ]{16,512})(?P=q)[ \t]*\)")
+
+
+def _literal_in_code(text: str, position: int, line_end: int, strength: str) -> tuple[int, int] | None:
+    """A secret written as code's data: a byte array, or a random literal in a decoding call; ``(p, p)``
+    when the value is such code but holds nothing secret; None when it is neither."""
+    if strength == "pin":
+        return None
+    found = BYTE_ARRAY.match(text, position, line_end)
+    if found is not None:
+        numbers = re.findall(r"0[xX]([0-9a-fA-F]{1,2})", found.group("bytes"))
+        return found.span("bytes") if len({n.lower().zfill(2) for n in numbers}) >= 6 else (position, position)
+    found = HASHED.match(text, position, line_end) if strength == "strong" else None
+    if found is not None:
+        return _accept(text, *found.span("literal"), strength, quoted=True, label=False) or (position, position)
+    found = DECODED.match(text, position, line_end)
+    if found is not None:
+        compact = found.group("literal").replace(" ", "").replace("-", "")
+        if len(compact) >= 16 and looks_random(compact) and not code_values.NAME_CONSTANT.fullmatch(compact):
+            return found.span("literal")
+    return None
 
 
 def _list_value(text: str, position: int, line_end: int) -> tuple[int, int] | None:
@@ -496,8 +543,9 @@ def _unmarked(text, start, end, position, line_end, strength, before, opening, k
         # ``bindpw Tp4!Zx8c``, ``requirepass ...``, netrc ``password X``: a directive and one word
         rest = text[position:line_end].rstrip()
         last = key_words(name)[-1] if key_words(name) else ""
-        if (rest and " " not in rest and "\t" not in rest and name.islower() and rest[0] not in QUOTES + "<"
-                and ("pass" in last or last.endswith("pw")) and _directive_value(rest)):
+        setter = before.strip() in ("set", "\\set")  # psql ``\set PGPASS X``, a console's ``set SMBPass X``
+        if (rest and " " not in rest and "\t" not in rest and (name.islower() or setter) and rest[0] not in QUOTES + "<"
+                and rest[0] != "(" and ("pass" in last or last.endswith("pw")) and _directive_value(rest)):
             return _accept(text, position, position + len(rest), strength, quoted=False, label=False)
         return None
     words = key_words(name)

@@ -22,7 +22,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 5
+DETECTION_VERSION = 6
 
 # --- entropy --------------------------------------------------------------
 
@@ -72,7 +72,7 @@ PLACEHOLDER_WORDS = frozenset(
 # Whole-value templates: ${VAR}, {{ var }}, <placeholder>, %(name)s, $VAR, %VAR%, [PASSWORD]
 TEMPLATE_PARTS = re.compile(
     r"\$\{[^{}\s]*\}|\{\{[^{}]*\}\}|\{%[^{}]*%\}|<[^<>]*>|%\(\w+\)[sd]|%[sd]|\$\(?[A-Za-z_]\w*\)?|%[A-Za-z_]\w*%|"
-    r"\[[A-Z_ ]+\]|\{[A-Za-z_][A-Za-z_.]*\d?\}|\{\d*\}|\$\d"
+    r"\[[A-Z_ ]+\]|\[[a-z][a-z_ ]{2,40}\]|\{[A-Za-z_][A-Za-z_.]*\d?\}|\{\d*\}|\$\d"
 )
 
 # An indirect reference to where the secret really lives.
@@ -258,6 +258,7 @@ NOT_SECRET_WORDS = frozenset({
     "passengers", "passage", "compass", "bypass", "passport", "surpass", "secretary", "secretion", "secreted",
     "author", "authors", "authority", "authored", "authoring", "keyed", "keystroke", "keyset", "passive",
     "passed", "passes", "passing", "encrypted", "turnkey", "credit", "credits",
+    "passwdqc", "pwquality",  # PAM's password-quality checkers, named after what they check
 })
 NON_SECRET_SUFFIX = frozenset({
     "id", "ids", "url", "uri", "urls", "endpoint", "host", "hostname", "port", "path", "paths", "file", "filename",
@@ -276,11 +277,17 @@ NON_SECRET_SUFFIX = frozenset({
     "changed", "updated", "created", "valid", "invalid", "check", "input", "prompt", "dialog", "modal",
     "commit", "branch",  # ``pkg_passwd_commit = master``: a revision of a package named after passwords
     "scheme", "placement", "realm",  # ``default_pass_scheme = SHA512-CRYPT``: how a credential is kept or sent
+    "here",  # ``GENERATED_PASSWORD_HERE``: a stand-in saying where a password goes, not a key holding one
+    # ``secretProperty``, ``passwordAttr``: a slot of an object or a form, named after what it will hold
+    "property", "properties", "prop", "props", "attribute", "attributes", "attr", "attrs",
 })
 # ``public``: a public key, a .NET ``PublicKeyToken``, a publishable token are meant to be shared.
 NON_SECRET_PREFIX = frozenset({"max", "min", "num", "count", "is", "has", "show", "hide", "enable", "disable",
                                "require", "allow", "forgot", "len", "no", "skip", "validate", "check", "public"})
 BOOLEANISH = frozenset({"true", "false", "yes", "no", "on", "off", "null", "none", "nil", "undefined"})
+# The random inputs of a keyed hash or a cipher: a configured salt or nonce keys a hash as a secret does
+# (a weak word: its value must look random, so ``salt_rounds = 10`` stays).
+RANDOM_INPUTS = frozenset({"salt", "nonce"})
 
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
@@ -317,6 +324,8 @@ def classify_key_words(words: list[str], *, pins: bool = False, strong_word=None
             strength, last = "strong", index
         elif word.endswith("key") or word.startswith("auth") or "cred" in word:
             strength, last = strength or "weak", index
+        elif word in RANDOM_INPUTS and strength is None:
+            strength, last = "weak", index  # ``OCELOT_SALT``; after a credential word it describes one
     if strength is None:
         return None
     if any(word in NON_SECRET_SUFFIX or word in NAME_SUFFIX for word in words[last + 1:]):
@@ -398,6 +407,10 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
 SOURCE_FILE_KEY = re.compile(r"(?i).+\.(?:[ch]|cc|cpp|hh|hpp|py|js|ts|go|rs|java|rb|pl|pm|sh|el|md|txt|in|am|ac|[1-9])")
 
 
+# ``cond ? "Create credential" :``: the ``:`` after a string that follows ``?`` is a conditional's, not a key's.
+TERNARY = re.compile(r"\?[ \t]*[\"'][^\"'\n]*\Z")
+
+
 def check_assignment(match: re.Match, start: int, end: int):
     key = match.group("key")
     if SOURCE_FILE_KEY.fullmatch(key):
@@ -410,6 +423,11 @@ def check_assignment(match: re.Match, start: int, end: int):
     if match.string[max(0, match.start("key") - 6):match.start("key")] == "alias ":
         return False  # ``alias wpwd='wp widget delete'``: a shell alias names a command
     groups = match.groupdict()
+    if key.lower() == "key" and groups.get("op") == ":" and not groups.get("kq"):
+        return False  # ``key: "heads-$CI_USER-2"``: a bare ``key`` names a map's or a cache's key
+    if groups.get("op") == ":" and groups.get("kq") and TERNARY.search(
+            match.string, max(0, match.start("key") - 200), match.start("key")):
+        return False  # ``x ? "Create credential" : "Save credential"``: a conditional's two strings
     if key.lower() in ATTRIBUTE_NAMES and groups.get("op") == "=" and _inside_tag(match.string, match.start("key")):
         return False  # <entry key="jetbrains.mps.v8_elimination" value="..."/>: key= names the setting
     if groups.get("op") == ",":
@@ -551,12 +569,18 @@ DIGEST_LENGTHS = frozenset({40, 56, 64, 96, 128})  # hex SHA-1, SHA-224, SHA-256
 NOT_A_KEY_PREFIXES = ("sha256-", "sha384-", "sha512-", "_Z")  # integrity hashes, C++ mangled names
 
 
+# A key that names an identifier (``KeyId``, ``request_id``, ``"kid"``) right before a value.
+ID_KEY = re.compile(r"(?:(?<=[a-z])Id|(?<![A-Za-z])[Ii]d|ID|[_\-.]id|(?<![A-Za-z])kid)[\"']?[ \t]*[:=][ \t]*[\"']?\Z")
+
+
 def check_high_entropy(match: re.Match, start: int, end: int):
     value = match.string[start:end].rstrip("=")
     text = match.string
     quoted = start > 0 and text[start - 1] in "\"'`" and text[end:end + 1] == text[start - 1]
     if is_hex(value) and (len(value) < 32 or not quoted or len(value) in DIGEST_LENGTHS):
         return False
+    if is_hex(value) and ID_KEY.search(text, max(0, start - 40), start):
+        return False  # ``"KeyId": "6962…"``, ``trace_id``: the name of a key or a record, not its secret
     if value.count("/") >= 2 and re.fullmatch(r"[a-z]+", value.split("/", 1)[0]):
         return False  # tools/javac/lambda/T8129740/CaptureInCtorChainingTest: a path
     if value.startswith("eyJ") and is_jwt_header(value):
@@ -785,6 +809,8 @@ def check_flag_password(match: re.Match, start: int, end: int):
         end = start + len(value)
     if not plausible_secret(value) or value.startswith(("$", "%", "(")):
         return False
+    if not quoted and value[:1] == "-" and value[1:2].isalpha():
+        return False  # ``ldapsearch -w -b dc=…``: the option had no value, the next option follows
     telling = any(ch.isdigit() for ch in value) or any(not ch.isalnum() for ch in value) or any(
         ch.isupper() for ch in value[1:])
     return [(start, end)] if telling else False
