@@ -411,7 +411,7 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     if first == "[" and strength == "strong":
         return _list_value(text, position, line_end)
     if first == "{" and text[position + 1:position + 2] in "\"'" and terminator != ";" and not any(
-            len(item) >= 16 and looks_random(item) for item in JSON_STRING.findall(text, position, line_end)):
+            len(item) >= 16 and looks_random(item, base64_bits=3.5) for item in JSON_STRING.findall(text, position, line_end)):
         return None  # ``signingKey: {"kty": "oct", "k": "--"}``: an object holding no key material
     if first == "{" and terminator != ";":
         close = text.find("}", position, line_end)
