@@ -96,6 +96,22 @@ class HostileSyntaxTests(SanitizerCase):
         self.assert_gone(f'password: "{value}"\n', value)
 
 
+class MaskedValueTests(SanitizerCase):
+    """A value partly masked still shows the rest of a credential; a mask over nearly all of it is a stand-in."""
+
+    def test_a_partly_masked_token_with_a_long_random_rest_goes(self):
+        head, tail = credential(18), credential(8)
+        value = f"{head}XXXXXXXX{tail}"
+        self.assert_gone(f'-H "Authorization: Bearer {value}"\n', head)
+        self.assert_gone(f'    "SecretAccessKey" : "{head}xxxxxxxx{tail}",\n', head)
+
+    def test_a_mask_over_most_of_the_value_stays(self):
+        self.assert_kept('token = "ghp_' + "x" * 36 + '"\n')
+        self.assert_kept("resetPassword: 'd-d-" + "*" * 36 + "',\n")
+        middle = ''.join(RNG.choice(string.ascii_uppercase) for _ in range(3))
+        self.assert_kept(f"verification_token: '{'X' * 15}{middle}{'X' * 15}'\n")
+
+
 class KeptLookAlikeTests(SanitizerCase):
     """What names a credential, or describes one, by its syntax stays whole."""
 

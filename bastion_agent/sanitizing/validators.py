@@ -87,20 +87,29 @@ REFERENCE = re.compile(
 ENTITY_QUOTES = re.compile(r"^(?:&#34;|&quot;|&#39;|&apos;)|(?:&#34;|&quot;|&#39;|&apos;)$")
 
 
+MASKED_RUN = re.compile(r"x{4,}|X{4,}|\*{3,}|\.{3,}|#{4,}")
+
+
 def is_placeholder(value: str) -> bool:
     """An obvious stand-in rather than a real value."""
     stripped = ENTITY_QUOTES.sub("", value.strip()).strip("\"'`")
     lowered = stripped.lower()
     if not stripped or lowered in PLACEHOLDER_WORDS:
         return True
-    if re.fullmatch(r"[xX*#._\-0]+|(.)\1+", stripped) or re.search(r"x{6,}|X{6,}|\*{6,}|#{6,}|\.{6,}|0{8,}", stripped):
+    if re.fullmatch(r"[xX*#._\-0]+|(.)\1+", stripped):
         return True
+    # A value partly masked still shows the rest of a real credential (``ya29.c.EmKeBq9XI09_1HK1XXXXXXXXT0rJSA``):
+    # when twelve characters or more of a random shape are left unmasked, it is no stand-in.
+    unmasked = MASKED_RUN.sub("", stripped)
+    if unmasked == stripped or len(unmasked) < 12 or not looks_random(unmasked, base64_bits=3.5):
+        if re.search(r"x{6,}|X{6,}|\*{6,}|#{6,}|\.{6,}|0{8,}", stripped):
+            return True
+        # Runs of x/X/* stand for elided characters: ghp_xxxxxxxx..., sha256~XXXX_PUT_YOUR_TOKEN_HERE
+        elided = sum(len(run) for run in re.findall(r"x{4,}|X{4,}|\*{3,}|\.{3,}|#{4,}", stripped))
+        if elided and elided * 2 >= len(stripped):
+            return True
     counts = Counter(lowered)
     if len(stripped) >= 8 and counts.most_common(1)[0][1] / len(stripped) > 0.6:
-        return True
-    # Runs of x/X/* stand for elided characters: ghp_xxxxxxxx..., sha256~XXXX_PUT_YOUR_TOKEN_HERE
-    elided = sum(len(run) for run in re.findall(r"x{4,}|X{4,}|\*{3,}|\.{3,}|#{4,}", stripped))
-    if elided and elided * 2 >= len(stripped):
         return True
     if re.search(r"(?i)your[_\- ]?(?:own[_\- ]?)?(?:api[_\- ]?)?(?:key|token|secret|password|pass)|put[_\- ]your|"
                  r"_here\b|here_?$|\benter[_\- ]your|replace[_\- ]?(?:me|with)|<[^>]*>", stripped):
@@ -423,8 +432,9 @@ def check_assignment(match: re.Match, start: int, end: int):
     if match.string[max(0, match.start("key") - 6):match.start("key")] == "alias ":
         return False  # ``alias wpwd='wp widget delete'``: a shell alias names a command
     groups = match.groupdict()
-    if key.lower() == "key" and groups.get("op") == ":" and not groups.get("kq"):
-        return False  # ``key: "heads-$CI_USER-2"``: a bare ``key`` names a map's or a cache's key
+    if key.lower() == "key" and groups.get("op") == ":" and not groups.get("kq") and _starts_entry(
+            match.string, match.start("key")):
+        return False  # ``key: "heads-$CI_USER-2"``: a bare ``key`` entry names a map's or a cache's key
     if groups.get("op") == ":" and groups.get("kq") and TERNARY.search(
             match.string, max(0, match.start("key") - 200), match.start("key")):
         return False  # ``x ? "Create credential" : "Save credential"``: a conditional's two strings
@@ -459,6 +469,13 @@ def check_assignment(match: re.Match, start: int, end: int):
     if not assignment_value_ok(value, strength, quoted, following):
         return False
     return [(vstart, vend)]
+
+
+def _starts_entry(text: str, position: int) -> bool:
+    """Only indentation, a list dash or an opening ``{``/``,`` before ``position`` on its line: a mapping's entry
+    (``access key: X`` in prose has a word before it)."""
+    before = text[text.rfind("\n", 0, position) + 1:position].strip()
+    return before in ("", "-") or before.endswith(("{", ","))
 
 
 def _inside_tag(text: str, position: int) -> bool:
