@@ -108,6 +108,8 @@ class MaskedValueTests(SanitizerCase):
     def test_a_mask_over_most_of_the_value_stays(self):
         self.assert_kept('token = "ghp_' + "x" * 36 + '"\n')
         self.assert_kept("resetPassword: 'd-d-" + "*" * 36 + "',\n")
+        ids = "-".join(str(RNG.randint(10 ** 11, 10 ** 12 - 1)) for _ in range(3))
+        self.assert_kept(f'"token4": "xoxp-{ids}-' + "#" * 20 + '"\n')  # ids in the clear, the secret masked
         middle = ''.join(RNG.choice(string.ascii_uppercase) for _ in range(3))
         self.assert_kept(f"verification_token: '{'X' * 15}{middle}{'X' * 15}'\n")
 

@@ -87,6 +87,10 @@ REFERENCE = re.compile(
 ENTITY_QUOTES = re.compile(r"^(?:&#34;|&quot;|&#39;|&apos;)|(?:&#34;|&quot;|&#39;|&apos;)$")
 
 
+def _mixed(value: str) -> bool:
+    return any(ch.isupper() for ch in value) and any(ch.islower() for ch in value) and any(ch.isdigit() for ch in value)
+
+
 MASKED_RUN = re.compile(r"x{4,}|X{4,}|\*{3,}|\.{3,}|#{4,}")
 
 
@@ -99,9 +103,10 @@ def is_placeholder(value: str) -> bool:
     if re.fullmatch(r"[xX*#._\-0]+|(.)\1+", stripped):
         return True
     # A value partly masked still shows the rest of a real credential (``ya29.c.EmKeBq9XI09_1HK1XXXXXXXXT0rJSA``):
-    # when twelve characters or more of a random shape are left unmasked, it is no stand-in.
+    # when twelve characters or more of a random shape (both cases and digits) are left unmasked, it is no
+    # stand-in. ``xoxp-5723…-####`` keeps only ids in the clear: its secret part is the masked one.
     unmasked = MASKED_RUN.sub("", stripped)
-    if unmasked == stripped or len(unmasked) < 12 or not looks_random(unmasked, base64_bits=3.5):
+    if unmasked == stripped or len(unmasked) < 12 or not _mixed(unmasked) or not looks_random(unmasked, base64_bits=3.5):
         if re.search(r"x{6,}|X{6,}|\*{6,}|#{6,}|\.{6,}|0{8,}", stripped):
             return True
         # Runs of x/X/* stand for elided characters: ghp_xxxxxxxx..., sha256~XXXX_PUT_YOUR_TOKEN_HERE
