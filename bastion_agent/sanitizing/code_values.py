@@ -363,3 +363,32 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return True
     return (len(words) >= 3 and any(word in CREDENTIAL_WORDS for word in lowered)
             and any(word in FUNCTION_WORDS for word in lowered))
+
+
+# --- secrets written as code's data ---------------------------------------------------------
+
+JSON_STRING = re.compile(r"\"([^\"\n]{1,1024})\"")
+# A byte array written out (``[]byte{0xaf, 0xbf, …}``, ``new byte[]{(byte) 0x1f, …}``,
+# ``StatelessResetToken{0x00, …}``): eight bytes or more, the key's value even in code.
+BYTE_ARRAY = re.compile(r"(?:new[ \t]+\w+[ \t]*\[\][ \t]*|\[\][\w.]*|[\w.]{1,80})?[ \t]*[{\[(][ \t]*"
+                        r"(?P<bytes>(?:(?:\(byte\)[ \t]*)?0[xX][0-9a-fA-F]{1,2}[ \t]*,[ \t]*){7,}"
+                        r"(?:\(byte\)[ \t]*)?0[xX][0-9a-fA-F]{1,2})")
+# A lookup, then ``or``/``||``/``??`` and a quoted literal: the fallback a program runs with when the lookup is
+# empty (``os.getenv("DB_PASS") or "X"``, ``process.env.TOKEN ?? 'X'``, ``ENV["PW"] || "X"``).
+DEFAULTED = re.compile(r"""[\w.$]{1,120}(?:\([^()\n]{0,120}\)|\[[^\[\]\n]{0,120}\])?(?:[ \t]*(?:\|\||\?\?)[ \t]*|[ \t]+or[ \t]+)"""
+                       r"""(?P<q>["'])(?P<literal>[^"'\n]{1,1024})(?P=q)""")
+# SQL's ``SET password = PASSWORD('x')``: the hashing function's argument is the password itself.
+HASHED = re.compile(r"(?i)(?:old_)?password\([ \t]*(?P<q>['\"])(?P<literal>[^'\"\n]{1,200})(?P=q)[ \t]*\)")
+# A literal handed to a decoding call (``splitHexString("9ac3…")``, ``bytes.fromhex('…')``,
+# ``Base64.decode("…")``): the call only changes the secret's form.
+DECODED = re.compile(r"[\w.]{1,60}\([ \t]*(?P<q>[\"'])(?P<literal>[A-Za-z0-9+/=_\- ]{16,512})(?P=q)[ \t]*\)")
+
+
+def byte_array(text: str, position: int, line_end: int) -> tuple[int, int] | None:
+    """The span of the bytes of a byte array written at ``position`` (six of them different at least);
+    ``(position, position)`` for one of fewer different bytes (``{0x00, 0x00, …}``); None for no byte array."""
+    found = BYTE_ARRAY.match(text, position, line_end)
+    if found is None:
+        return None
+    numbers = re.findall(r"0[xX]([0-9a-fA-F]{1,2})", found.group("bytes"))
+    return found.span("bytes") if len({n.lower().zfill(2) for n in numbers}) >= 6 else (position, position)

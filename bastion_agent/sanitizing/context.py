@@ -65,6 +65,7 @@ from bastion_agent.sanitizing.validators import (
 DETECTION_VERSION = 5
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
+         "secert", "sercet", "secrect", "seed",
          # the password words of de, nl, pt, es, pl, sv, no/da (fr "mot de passe" and de "Passwort" hold "pass")
          "kennw", "wachtw", "senha", "contrase", "hasl", "hasł", "senord", "geheim")
 # Letters of the key names of European languages count too (``contraseña``, ``lösenord``, ``hasło``).
@@ -106,7 +107,9 @@ def credential_key(name: str) -> str | None:
 # ``contraseña_db``, ``mot_de_passe``, ``hasło``, ``lösenord``; and words of other credentials.
 FOREIGN_WORDS = frozenset({"passwort", "kennwort", "wachtwoord", "senha", "contrasena", "contrasenya", "passe",
                            "motdepasse", "haslo", "hasla", "losenord", "passord", "geheim", "geheimnis",
-                           "psk", "verifier"})
+                           "psk", "verifier",
+                           # the common misspellings of secret: a key is read as its author meant it
+                           "secert", "sercet", "secrect"})
 FOLD = str.maketrans("łŁøØæÆß", "lLoOaAs")
 
 
@@ -389,6 +392,9 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     literal = _literal_in_code(text, position, line_end, strength)
     if literal is not None:
         return literal if literal[1] > literal[0] else None
+    default = code_values.DEFAULTED.match(text, position, line_end)
+    if default is not None:  # ``os.getenv("PW") or "X"``, ``process.env.PW || "X"``: the literal is used when unset
+        return _accept(text, *default.span("literal"), strength, quoted=True, label=False, key=key)
     first = text[position:position + 1]
     entity = ENTITY_QUOTE.match(text, position)
     if entity:  # ``&#34;value&#34;``: code shown in a web page, its quotes written as entities
@@ -403,7 +409,7 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
             return _accept(text, position + 1, line_end, strength, quoted=False, label=label)
         if FORMATTED.match(text, close + 1) or text.startswith(code_values.API_LISTING, close + 1):
             return None  # ``'{0}:{1}'.format(user, pw)``, ``"%s" % pw``: a format string of code; an API listing
-        return _accept(text, position + 1, close, strength, quoted=True, label=False, key=key)
+        return _accept(text, position + 1, close, strength, quoted=True, label=False, key=key, phrase=phrase)
     if terminator in QUOTES:
         form = FORM_FIELD.search(text, position, line_end)  # ``"token=abc&secret=xyz"``: a form body in a string
         if form is not None and text.find(terminator, position, form.start()) == -1:
@@ -411,7 +417,8 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     if first == "[" and strength == "strong":
         return _list_value(text, position, line_end)
     if first == "{" and text[position + 1:position + 2] in "\"'" and terminator != ";" and not any(
-            len(item) >= 16 and looks_random(item, base64_bits=3.5) for item in JSON_STRING.findall(text, position, line_end)):
+            len(item) >= 16 and looks_random(item, base64_bits=3.5)
+            for item in code_values.JSON_STRING.findall(text, position, line_end)):
         return None  # ``signingKey: {"kty": "oct", "k": "--"}``: an object holding no key material
     if first == "{" and terminator != ";":
         close = text.find("}", position, line_end)
@@ -441,32 +448,18 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
                    config=(terminator == "\n" and not label) or data, phrase=phrase, key=key)
 
 
-JSON_STRING = re.compile(r"\"([^\"\n]{1,1024})\"")
-# A byte array written out (``[]byte{0xaf, 0xbf, …}``, ``new byte[]{(byte) 0x1f, …}``,
-# ``StatelessResetToken{0x00, …}``): eight bytes or more, the key's value even in code.
-BYTE_ARRAY = re.compile(r"(?:new[ \t]+\w+[ \t]*\[\][ \t]*|\[\][\w.]*|[\w.]{1,80})?[ \t]*[{\[(][ \t]*"
-                        r"(?P<bytes>(?:(?:\(byte\)[ \t]*)?0[xX][0-9a-fA-F]{1,2}[ \t]*,[ \t]*){7,}"
-                        r"(?:\(byte\)[ \t]*)?0[xX][0-9a-fA-F]{1,2})")
-# SQL's ``SET password = PASSWORD('x')``: the hashing function's argument is the password itself.
-HASHED = re.compile(r"(?i)(?:old_)?password\([ \t]*(?P<q>['\"])(?P<literal>[^'\"\n]{1,200})(?P=q)[ \t]*\)")
-# A literal handed to a decoding call (``splitHexString("9ac3…")``, ``bytes.fromhex('…')``,
-# ``Base64.decode("…")``): the call only changes the secret's form.
-DECODED = re.compile(r"[\w.]{1,60}\([ \t]*(?P<q>[\"'])(?P<literal>[A-Za-z0-9+/=_\- ]{16,512})(?P=q)[ \t]*\)")
-
-
 def _literal_in_code(text: str, position: int, line_end: int, strength: str) -> tuple[int, int] | None:
     """A secret written as code's data: a byte array, or a random literal in a decoding call; ``(p, p)``
     when the value is such code but holds nothing secret; None when it is neither."""
     if strength == "pin":
         return None
-    found = BYTE_ARRAY.match(text, position, line_end)
+    found = code_values.byte_array(text, position, line_end)
     if found is not None:
-        numbers = re.findall(r"0[xX]([0-9a-fA-F]{1,2})", found.group("bytes"))
-        return found.span("bytes") if len({n.lower().zfill(2) for n in numbers}) >= 6 else (position, position)
-    found = HASHED.match(text, position, line_end) if strength == "strong" else None
+        return found
+    found = code_values.HASHED.match(text, position, line_end) if strength == "strong" else None
     if found is not None:
         return _accept(text, *found.span("literal"), strength, quoted=True, label=False) or (position, position)
-    found = DECODED.match(text, position, line_end)
+    found = code_values.DECODED.match(text, position, line_end)
     if found is not None:
         compact = found.group("literal").replace(" ", "").replace("-", "")
         if len(compact) >= 16 and looks_random(compact) and not code_values.NAME_CONSTANT.fullmatch(compact):
@@ -531,9 +524,18 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
 
 
 def _unmarked(text, start, end, position, line_end, strength, before, opening, key_quoted, at_line_start):
-    """No operator after the key: an XML key/value attribute pair, a directive, or prose."""
+    """No operator after the key: an XML key/value attribute pair, an element with attributes, a setter's
+    argument, a directive, or prose."""
     if key_quoted and re.search(r"(?i)(?:key|name|id|property)\s*=\s*$", before):
         return _attribute_pair(text, end + 1, strength)
+    if opening == "<":
+        tag = XML_ATTRIBUTES.match(text, end, line_end)  # ``<password name="admin">value</password>``
+        close = text.find("<", tag.end(), min(len(text), tag.end() + MAX_VALUE)) if tag else -1
+        return _accept(text, tag.end(), close, strength, quoted=True, label=False) if close != -1 else None
+    if text[end:end + 1] == "(" and key_words(re.split(r"\.|->|::", text[start:end])[-1])[:1] == ["set"]:
+        argument = SETTER_ARGUMENT.match(text, end, line_end)  # ``user.set_password("X")``, ``setApiKey('X')``
+        return _accept(text, *argument.span("literal"), strength, quoted=True, label=False,
+                       key=text[start:end]) if argument else None
     if strength == "weak":
         return None
     name = text[start:end]
@@ -569,6 +571,10 @@ def _pin(text: str, start: int, end: int, line_end: int) -> tuple[int, int] | No
     return match.span("pin")
 
 
+# The attributes of an element named after a credential, up to the ``>`` that opens its value.
+XML_ATTRIBUTES = re.compile(r"""(?:[ \t]+[\w:.\-]+[ \t]*=[ \t]*(?:"[^"<>\n]*"|'[^'<>\n]*'))+[ \t]*>""")
+# A setter's one quoted argument: ``set_password("X")``, ``setToken('X')``.
+SETTER_ARGUMENT = re.compile(r"""\([ \t]*(?P<q>["'])(?P<literal>[^"'\n]{1,1024})(?P=q)[ \t]*\)""")
 ENTITY_QUOTE = re.compile(r"&#34;|&quot;|&#39;|&apos;")
 FORM_FIELD = re.compile(r"&[A-Za-z_][\w.\-]*=")  # the next field of ``a=1&b=2``
 # ``(password=MA*)``: in an LDAP filter a value ending in ``*`` asks for a prefix.

@@ -245,5 +245,53 @@ class CodeDataTests(SanitizerCase):
         self.assert_kept("--password=PASSWORD\n")
 
 
+class FallbackSetterAndSpellingTests(SanitizerCase):
+    """A fallback after an environment lookup, an element with attributes, a setter's argument, a misspelt
+    key, a one-time-code seed and a passphrase of words are credentials; their look-alikes stay."""
+
+    def test_the_fallback_of_an_environment_lookup_goes(self):
+        value = credential()
+        for template in ('DB_PASS = os.getenv("DB_PASS") or "{v}"\n',
+                         'const pw = process.env.DB_PASSWORD || "{v}";\n',
+                         "const token = process.env.TOKEN ?? '{v}';\n", 'const pw = process.env.PW||"{v}";\n',
+                         'password = ENV["DB_PASSWORD"] || "{v}"\n'):
+            self.assert_gone(template.format(v=value), value)
+
+    def test_a_lookup_with_an_empty_or_no_fallback_stays(self):
+        self.assert_kept('const pw = process.env.DB_PASSWORD || "";\n')
+        self.assert_kept("token = token or {}\n")
+
+    def test_an_element_with_attributes_loses_its_value(self):
+        value = credential()
+        self.assert_gone(f'<password name="{word(5)}" encrypted="false">{value}</password>\n', value)
+        self.assert_kept('<password name="admin" encrypted="false">${ADMIN_PASSWORD}</password>\n')
+
+    def test_a_setters_literal_goes_and_its_variable_or_stand_in_stays(self):
+        value = credential()
+        for template in ('user.set_password("{v}")\n', 'user.setPassword("{v}");\n', "$conn->setPassword('{v}');\n",
+                         'client.setApiKey("{v}");\n'):
+            self.assert_gone(template.format(v=value), value)
+        self.assert_kept("user.setPassword(password);\n")
+        self.assert_kept('user.setPassword("fake-password");\n')
+        self.assert_kept(f'user.setName("{word(6)}");\n')
+
+    def test_a_misspelt_secret_key_is_read_as_meant(self):
+        value = credential()
+        for key in ("secert", "sercet", "client_secert"):
+            self.assert_gone(f'{key}: "{value}"\n', value)
+
+    def test_a_one_time_code_seed_goes_and_a_random_seed_stays(self):
+        value = "".join(RNG.choice(string.ascii_uppercase + "234567") for _ in range(16))
+        self.assert_gone(f'otp_seed = "{value}"\n', value)
+        self.assert_gone(f"TOTP_SEED={value}\n", value)
+        self.assert_kept(f"random_seed = {RNG.randint(1, 10 ** 6)}\n")
+        self.assert_kept(f'seed = "{word(8)}"\n')
+
+    def test_a_quoted_passphrase_of_six_words_goes(self):
+        value = " ".join(word(RNG.randint(4, 7)) for _ in range(6))
+        self.assert_gone(f'passphrase: "{value}"\n', value)
+        self.assert_gone(f'wifi_passphrase = "{value}"\n', value)
+
+
 if __name__ == "__main__":
     unittest.main()

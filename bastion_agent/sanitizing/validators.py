@@ -302,6 +302,7 @@ BOOLEANISH = frozenset({"true", "false", "yes", "no", "on", "off", "null", "none
 # The random inputs of a keyed hash or a cipher: a configured salt or nonce keys a hash as a secret does
 # (a weak word: its value must look random, so ``salt_rounds = 10`` stays).
 RANDOM_INPUTS = frozenset({"salt", "nonce"})
+OTP_WORDS = frozenset({"otp", "totp", "hotp", "mfa", "2fa", "twofactor"})
 
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
@@ -338,6 +339,8 @@ def classify_key_words(words: list[str], *, pins: bool = False, strong_word=None
             strength, last = "strong", index
         elif word.endswith("key") or word.startswith("auth") or "cred" in word:
             strength, last = strength or "weak", index
+        elif word == "seed" and index and words[index - 1] in OTP_WORDS:
+            strength, last = "strong", index  # ``otp_seed``, ``totp_seed``: the shared secret of one-time codes
         elif word in RANDOM_INPUTS and strength is None:
             strength, last = "weak", index  # ``OCELOT_SALT``; after a credential word it describes one
     if strength is None:
