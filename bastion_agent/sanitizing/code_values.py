@@ -21,6 +21,12 @@ Ruby, shell and C/C++ agree on the parts that matter here:
   enum's value or a null is a reference, not a credential. A quoted literal
   inside it (``[]byte("s3cr3t")``) keeps it undecided here.
 
+The same syntax shows where code holds a secret as data rather than as a
+quoted literal: a byte array (``[]byte{0xaf, …}``), a random literal handed
+to a decoding call (``splitHexString("9ac3…")``), the fallback after an
+environment lookup (``os.getenv("PW") or "…"``); the patterns for them are
+at the end of this module, and ``context`` reads them at a key's value.
+
 Everything is a few linear scans of one value (at most ``context.MAX_VALUE``
 characters): no backtracking regular expression.
 """
