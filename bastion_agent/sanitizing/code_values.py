@@ -21,6 +21,12 @@ Ruby, shell and C/C++ agree on the parts that matter here:
   enum's value or a null is a reference, not a credential. A quoted literal
   inside it (``[]byte("s3cr3t")``) keeps it undecided here.
 
+The same syntax shows where code holds a secret as data rather than as a
+quoted literal: a byte array (``[]byte{0xaf, …}``), a random literal handed
+to a decoding call (``splitHexString("9ac3…")``), the fallback after an
+environment lookup (``os.getenv("PW") or "…"``); the patterns for them are
+at the end of this module, and ``context`` reads them at a key's value.
+
 Everything is a few linear scans of one value (at most ``context.MAX_VALUE``
 characters): no backtracking regular expression.
 """
@@ -91,6 +97,23 @@ def _code_tail(tail: str) -> bool:
 NAME_LIKE = re.compile(r"[!&*@$]{0,2}[A-Za-z_$][A-Za-z_$]*\d*(?:(?:\?\.|\.|::|->)[A-Za-z_$][A-Za-z_$]*\d*)*")
 
 
+# One word of a camelCase or PascalCase name: letters, then the digits that close it (``S3``, ``sha256``,
+# ``Base64``); ``S1kq6eFgV`` has a digit inside a word and is no name.
+NAME_PIECE = re.compile(r"(?:[A-Z]?[a-z]+|[A-Z]+)\d*")
+
+
+def is_worded_name(expression: str) -> bool:
+    """``awsS3Config``, ``sha256Digest``, ``this.base64Key``: each camelCase word letters then digits, one word
+    of three lower-case letters or more: a programmer's name, not a generated value."""
+    worded = False
+    for part in re.split(r"\?\.|\.|::|->", expression.lstrip("!&*@$")):
+        pieces = re.findall(r"[A-Z]*[^A-Z]*", part.replace("_", ""))
+        if not all(NAME_PIECE.fullmatch(piece) for piece in pieces if piece):
+            return False
+        worded = worded or any(sum(ch.islower() for ch in piece) >= 3 for piece in pieces)
+    return worded
+
+
 def is_code_reference(value: str) -> bool:
     """Is this unquoted value code that names or computes a credential rather than holding one?"""
     value = value.strip()
@@ -105,6 +128,8 @@ def is_code_reference(value: str) -> bool:
         return True
     if lowered.startswith(OPERATOR_LEAD) or (punctuated and lowered.startswith(WEAK_LEAD)) or CMDLET.match(value):
         return True
+    if COMPARED_CALL.search(expression):
+        return True  # ``0!=b.indexOf("gme-")?"InvalidClientId":null``: a comparison of a call's result
     if CONNECTIVE.match(expression):
         return True  # ``token or {}``, ``refresh_token or self.token.get(...)``
     quoted = any(ch in expression for ch in "\"'`")
@@ -114,7 +139,7 @@ def is_code_reference(value: str) -> bool:
         return False
     if quoted:
         return False
-    if CHAIN.fullmatch(expression) and not NAME_LIKE.fullmatch(expression):
+    if CHAIN.fullmatch(expression) and not NAME_LIKE.fullmatch(expression) and not is_worded_name(expression):
         return False  # ``S1kq6eFgV;``: digits between letters, a generated value ended by a ';', not a name
     if CHAIN.fullmatch(expression) or _typed(expression) or expression[:1] in OPENERS:
         return True
@@ -139,6 +164,8 @@ def _call_or_type(expression: str) -> bool:
     return True
 
 
+# A comparison with a call on one side (``0!=b.indexOf(x)``, ``s.find(x) == -1``): an expression.
+COMPARED_CALL = re.compile(r"[!=]==?[ \t]*[\w.$]+\(|\w\([^()\n]*\)[ \t]*[!=]==?")
 PARAMETERS = re.compile(r"\([A-Za-z_$][\w$]*[ \t]*(?:[,:)]|$)")
 CONNECTIVE = re.compile(r"[A-Za-z_$][\w$.]*[ \t]+(?:or|and|if|\|\||&&|\?\?|\?)[ \t]")
 
@@ -152,6 +179,9 @@ def _typed(expression: str) -> bool:
 NAME_CONSTANT = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Z]{10,64}")
 # ``allauth.account.forms.SetPasswordForm``: a module or class path (three dotted identifiers or more).
 MODULE_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}")
+# ``passwordMock.newPassword``: a camelCase identifier, a dot, another (an object's property, bound by a template).
+PROPERTY_PATH = re.compile(r"[a-z][a-z]*(?:[A-Z][a-z]+)*(?:\.[a-z][a-z]*(?:[A-Z][a-z]+)*)+")
+NAMED_CREDENTIALS = frozenset({"password", "passwd", "pwd", "secret", "token", "passphrase", "credential", "credentials"})
 VERSION = re.compile(r"[~^=v]?\d+(?:\.\d+){1,3}(?:[\-+.][\w.]+)?")
 ARN = re.compile(r"arn:aws[\w\-]*:[\w\-]+:[\w\-]*:\d*:\S+")
 
@@ -167,6 +197,9 @@ def is_name_constant(value: str, key: str = "") -> bool:
         return True
     if MODULE_PATH.fullmatch(value) and not any(ch.isdigit() for ch in value):
         return True
+    if PROPERTY_PATH.fullmatch(value) and any(word.lower() in NAMED_CREDENTIALS
+                                              for word in KEY_WORD.findall(value.rsplit(".", 1)[-1])):
+        return True  # ``ng-model="passwordMock.newPassword"``: a property path to the field that holds one
     folded = value.lower().replace("_", "").replace("-", "")
     folded_key = key.lower().replace("_", "").replace("-", "").rsplit(".", 1)[-1]
     if bool(key) and folded == folded_key:
@@ -216,7 +249,7 @@ STAND_IN_WORDS = frozenset("""
 CREDENTIAL_WORDS = frozenset("""
     password passwd pass pwd pw secret token key api access refresh auth session client verifier credential
     credentials cred creds oauth bearer private signing encryption consumer code user username login admin new
-    my test super
+    my test super hash
     """.split())
 # Words of a sentence that describes what to put there: "the-password-to-your-cluster".
 FUNCTION_WORDS = frozenset("the a an to your from for of with here into".split())
@@ -224,6 +257,7 @@ KEY_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 WORD_SEPARATORS = re.compile(r"[-_ .]+")
 # A token or a verifier is generated by a machine: never a dictionary word, as a password may be.
 GENERATED_KEY = re.compile(r"(?i)(?:token|verifier)$")  # the key names the token itself
+CALL_CHAIN = re.compile(r"[A-Za-z_]\w*\([\w ,]*\)(?:\.[A-Za-z_]\w*\([\w ,]*\))*")
 PROMPT = re.compile(r"[A-Za-z][A-Za-z ]*:[ \t]*")  # "Enter password: "
 PRINTF_VERB = re.compile(r"%[-+# 0-9.]*[qvsdwx]")
 FILE_PATH = re.compile(r"[\w.\-]+(?:/[\w.\-]+)*\.(?:pem|key|crt|cer|der|p12|pfx|jks|keystore|pub|json|ya?ml|conf|cfg|ini)")
@@ -241,6 +275,11 @@ OBJECT_NAME = re.compile(r"[a-z]+(?:-[a-z]+){1,3}")
 OBJECT_KINDS = frozenset("""
     cert certs certificate certificates tls secret secrets key keys cred creds credentials
     """.split())
+# Lower-case words joined by ``-``, ``_`` or ``.``, perhaps a small index last (``etcd-cluster-0``,
+# ``session.app``): under a key or a token's name that shares one of its words, the name of a thing.
+DERIVED_NAME = re.compile(r"[a-z]+(?:[-_.][a-z]+)*[-_.](?:[a-z]+|\d{1,3})")
+# ``Token: (empty), ``: a label, its colon and a space, at the start of a message.
+MESSAGE_LABEL = re.compile(r"[A-Za-z][A-Za-z ]{0,30}:[ \t]")
 # ``Your S3 access key password``: a sentence telling the reader what goes there.
 DESCRIPTION = re.compile(r"(?i)your(?:[ \t]+[\w\-]+){2,8}\.?")
 # An LDAP extensible-match filter (RFC 4515): ``userPassword:2.5.13.18:=\xx``, ``cn:dn:=x``. The
@@ -304,6 +343,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return False
     if backtick and COMMAND.match(value) and ("$" in value or "|" in value):
         return True
+    if backtick and CALL_CHAIN.fullmatch(value):
+        return True  # `` `Base64(Header).Base64(Data)` ``: an expression in inline code, how a value is made
     if FILE_PATH.fullmatch(value):
         return True
     if " " in value and (PROMPT.fullmatch(value) or PRINTF_VERB.search(value)):
@@ -320,7 +361,15 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     if key_words and value.isascii() and all(ch.isalpha() or ch in "-_ ." for ch in value):
         value_words = [word.lower() for word in KEY_WORD.findall(value)]
         if sorted(value_words) == key_words:
-            return True
+            return True  # ``resetPasswordToken = 'password-reset-token'``: the setting's name
+        if value_words and set(value_words) < {word for word in key_words if len(word) > 1 and word.isalpha()}:
+            return True  # ``authKey: auth``, ``oauth_token=token``: one of the setting's own words
+    if key_words and RANDOM_KEY.search(key.strip("\"'`[] ")) and DERIVED_NAME.fullmatch(value):
+        value_words = set(WORD_SEPARATORS.split(value))
+        if key_words[-1:] and KEY_WORD.findall(key)[-1].lower() not in value_words and value_words & set(key_words):
+            return True  # ``--initial-cluster-token=etcd-cluster-0``, ``sessionKey: "session.app"``: a name, not drawn
+    if key_words and MESSAGE_LABEL.match(value) and value.split(":", 1)[0].strip().lower() in key_words:
+        return True  # ``token = "Token: (empty), "``: a message that labels the value it prints
     words = [word for word in WORD_SEPARATORS.split(value) if word]
     if not words or not all(word.isalpha() and word.isascii() and (word.islower() or word.istitle())
                             for word in words):
@@ -333,3 +382,32 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return True
     return (len(words) >= 3 and any(word in CREDENTIAL_WORDS for word in lowered)
             and any(word in FUNCTION_WORDS for word in lowered))
+
+
+# --- secrets written as code's data ---------------------------------------------------------
+
+JSON_STRING = re.compile(r"\"([^\"\n]{1,1024})\"")
+# A byte array written out (``[]byte{0xaf, 0xbf, …}``, ``new byte[]{(byte) 0x1f, …}``,
+# ``StatelessResetToken{0x00, …}``): eight bytes or more, the key's value even in code.
+BYTE_ARRAY = re.compile(r"(?:new[ \t]+\w+[ \t]*\[\][ \t]*|\[\][\w.]*|[\w.]{1,80})?[ \t]*[{\[(][ \t]*"
+                        r"(?P<bytes>(?:(?:\(byte\)[ \t]*)?0[xX][0-9a-fA-F]{1,2}[ \t]*,[ \t]*){7,}"
+                        r"(?:\(byte\)[ \t]*)?0[xX][0-9a-fA-F]{1,2})")
+# A lookup, then ``or``/``||``/``??`` and a quoted literal: the fallback a program runs with when the lookup is
+# empty (``os.getenv("DB_PASS") or "X"``, ``process.env.TOKEN ?? 'X'``, ``ENV["PW"] || "X"``).
+DEFAULTED = re.compile(r"""[\w.$]{1,120}(?:\([^()\n]{0,120}\)|\[[^\[\]\n]{0,120}\])?(?:[ \t]*(?:\|\||\?\?)[ \t]*|[ \t]+or[ \t]+)"""
+                       r"""(?P<q>["'])(?P<literal>[^"'\n]{1,1024})(?P=q)""")
+# SQL's ``SET password = PASSWORD('x')``: the hashing function's argument is the password itself.
+HASHED = re.compile(r"(?i)(?:old_)?password\([ \t]*(?P<q>['\"])(?P<literal>[^'\"\n]{1,200})(?P=q)[ \t]*\)")
+# A literal handed to a decoding call (``splitHexString("9ac3…")``, ``bytes.fromhex('…')``,
+# ``Base64.decode("…")``): the call only changes the secret's form.
+DECODED = re.compile(r"[\w.]{1,60}\([ \t]*(?P<q>[\"'])(?P<literal>[A-Za-z0-9+/=_\- ]{16,512})(?P=q)[ \t]*\)")
+
+
+def byte_array(text: str, position: int, line_end: int) -> tuple[int, int] | None:
+    """The span of the bytes of a byte array written at ``position`` (six of them different at least);
+    ``(position, position)`` for one of fewer different bytes (``{0x00, 0x00, …}``); None for no byte array."""
+    found = BYTE_ARRAY.match(text, position, line_end)
+    if found is None:
+        return None
+    numbers = re.findall(r"0[xX]([0-9a-fA-F]{1,2})", found.group("bytes"))
+    return found.span("bytes") if len({n.lower().zfill(2) for n in numbers}) >= 6 else (position, position)

@@ -41,7 +41,7 @@ from bastion_agent.sanitizing.copies import trie_pattern
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 2
+DETECTION_VERSION = 3
 
 # rule id -> header words (after ``normal_header``: lowercase, NFKC, separators
 # as single spaces, a trailing ":" / "#" / "no" / "number" form listed here).
@@ -694,6 +694,10 @@ AMBIGUOUS_HEADERS = {
 }
 
 
+# A sentence addressed to the reader: "Your mail password.", "Your account's PIN".
+ADDRESSED = re.compile(r"(?i)your(?:[ \t]+[\w'\-]+){1,8}[.!]?")
+
+
 def values_fit(rule: str, header: str, values: list[str]) -> bool:
     """Is a column under this header what the header names, judged by its values as well?
 
@@ -702,9 +706,11 @@ def values_fit(rule: str, header: str, values: list[str]) -> bool:
     column need at least half of their values to have the expected shape;
     a column of numbers under ``parent`` or ``Pass`` stays.
     """
+    filled = [value for value in values if value.strip()]
+    if rule == "password-column" and filled and all(ADDRESSED.fullmatch(value.strip()) for value in filled):
+        return False  # "Your mail password.": a guide telling its reader what goes there, no password
     if rule != "person-name" and header not in AMBIGUOUS_HEADERS.get(rule, ()):
         return True
-    filled = [value for value in values if value.strip()]
     if not filled:
         return True
     return 2 * sum(1 for value in filled if _fits(rule, header, value)) >= len(filled)

@@ -64,7 +64,8 @@ from bastion_agent.sanitizing.validators import (
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
 DETECTION_VERSION = 5
 
-STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier",
+STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
+         "secert", "sercet", "secrect", "seed",
          # the password words of de, nl, pt, es, pl, sv, no/da (fr "mot de passe" and de "Passwort" hold "pass")
          "kennw", "wachtw", "senha", "contrase", "hasl", "hasł", "senord", "geheim")
 # Letters of the key names of European languages count too (``contraseña``, ``lösenord``, ``hasło``).
@@ -106,7 +107,9 @@ def credential_key(name: str) -> str | None:
 # ``contraseña_db``, ``mot_de_passe``, ``hasło``, ``lösenord``; and words of other credentials.
 FOREIGN_WORDS = frozenset({"passwort", "kennwort", "wachtwoord", "senha", "contrasena", "contrasenya", "passe",
                            "motdepasse", "haslo", "hasla", "losenord", "passord", "geheim", "geheimnis",
-                           "psk", "verifier"})
+                           "psk", "verifier",
+                           # the common misspellings of secret: a key is read as its author meant it
+                           "secert", "sercet", "secrect"})
 FOLD = str.maketrans("łŁøØæÆß", "lLoOaAs")
 
 
@@ -168,8 +171,8 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
         if label and not _telling(value):
             return False  # "Password: see the vault": a label and prose
     if strength == "weak":
-        compact = value.replace("-", "")
-        return len(value) >= 16 and " " not in value and looks_random(compact, base64_bits=3.5)
+        compact = TEMPLATE_PARTS.sub("", value).replace("-", "")  # ``neo4j/[password]``: the placeholder is no part of it
+        return len(compact) >= 16 and " " not in value and looks_random(compact, base64_bits=3.5)
     return len(value) >= 4
 
 
@@ -273,6 +276,7 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     if SOURCE_FILE_KEY.fullmatch(name):
         return None  # ``src/chpasswd.c: s/exit/...``: a change log names a file, not a key
     opening = text[start - 1] if start > 0 else ""
+    flag = text[start] == "-"  # ``--password=X``: an option on a command line, whose value is one word
     after = end
     key_quoted = opening in QUOTES and text[end:end + 1] == opening
     if key_quoted:
@@ -320,11 +324,14 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         label = True  # ``Password: ...`` at the start of a line: a form label in prose
     else:
         label = kind == ":" and not at_line_start and not key_quoted
-    terminator = _terminator(text, start, "" if key_quoted else opening, before, at_line_start, label)
+    terminator = _terminator(text, start, "" if key_quoted else ("-" if flag and not opening.strip() else opening),
+                             before, at_line_start, label)
+    if flag and text[position:position + 1] == "-":
+        return None  # ``--password=-``, ``(-p+ --password=-)``: standard input, or an option's usage
     if opening == "(" and kind == "=" and LDAP_WILDCARD.match(text, position):
         return None  # ``(password=MA*)``: an LDAP filter's substring search, a guess being tried
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
-                       key=name)
+                       key=name, data=flag and kind == "=")
 
 
 def _operator(text: str, position: int, line_end: int) -> tuple[str, int] | None:
@@ -346,7 +353,7 @@ def _line_start(before: str, opening: str) -> bool:
     stripped = before.strip()
     if opening in QUOTES + "$":
         stripped = stripped[:-1] if stripped.endswith(opening) else stripped
-    return stripped in ("", "-", "export", "set", "setx", "declare -x", "ENV", "-D", "readonly", "local", "$",
+    return stripped in ("", "-", "export", "set", "\\set", "setx", "declare -x", "ENV", "-D", "readonly", "local", "$",
                         "var", "let", "const", "my", "our", "static")
 
 
@@ -355,10 +362,10 @@ def _terminator(text: str, start: int, opening: str, before: str, at_line_start:
     if opening in "\"'`" and opening:
         return opening  # ``putenv("PW=...")``, ``"--password=..."``: the string's own quote ends it
     previous = before.rstrip()[-1:] if before.rstrip() else ""
+    if opening in ("?", "&"):
+        return "&"  # a URL query or a form body: ``&`` right before the key says so, whatever came earlier
     if opening == ";" or previous == ";" or (";" in before and "=" in before):
         return ";"  # a connection string: Server=...;Password=...;
-    if opening in ("?", "&"):
-        return "&"  # a URL query
     if opening == "," or previous == ",":
         return ","  # mount -o user=x,password=y
     if opening in ("-", "/") or before.strip().startswith("export ") or before.strip() == "export":
@@ -380,7 +387,14 @@ _STOPS = {terminator: re.compile(f"[{re.escape(stops)}]") for terminator, stops 
 
 
 def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
-                label: bool, phrase: bool = False, key: str = "") -> tuple[int, int] | None:
+                label: bool, phrase: bool = False, key: str = "", data: bool = False) -> tuple[int, int] | None:
+    """``data``: an option's ``--name=value`` on a command line, where no code is: a bare word is the value."""
+    literal = _literal_in_code(text, position, line_end, strength)
+    if literal is not None:
+        return literal if literal[1] > literal[0] else None
+    default = code_values.DEFAULTED.match(text, position, line_end)
+    if default is not None:  # ``os.getenv("PW") or "X"``, ``process.env.PW || "X"``: the literal is used when unset
+        return _accept(text, *default.span("literal"), strength, quoted=True, label=False, key=key)
     first = text[position:position + 1]
     entity = ENTITY_QUOTE.match(text, position)
     if entity:  # ``&#34;value&#34;``: code shown in a web page, its quotes written as entities
@@ -395,13 +409,17 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
             return _accept(text, position + 1, line_end, strength, quoted=False, label=label)
         if FORMATTED.match(text, close + 1) or text.startswith(code_values.API_LISTING, close + 1):
             return None  # ``'{0}:{1}'.format(user, pw)``, ``"%s" % pw``: a format string of code; an API listing
-        return _accept(text, position + 1, close, strength, quoted=True, label=False, key=key)
+        return _accept(text, position + 1, close, strength, quoted=True, label=False, key=key, phrase=phrase)
     if terminator in QUOTES:
         form = FORM_FIELD.search(text, position, line_end)  # ``"token=abc&secret=xyz"``: a form body in a string
         if form is not None and text.find(terminator, position, form.start()) == -1:
             line_end = form.start()
     if first == "[" and strength == "strong":
         return _list_value(text, position, line_end)
+    if first == "{" and text[position + 1:position + 2] in "\"'" and terminator != ";" and not any(
+            len(item) >= 16 and looks_random(item, base64_bits=3.5)
+            for item in code_values.JSON_STRING.findall(text, position, line_end)):
+        return None  # ``signingKey: {"kty": "oct", "k": "--"}``: an object holding no key material
     if first == "{" and terminator != ";":
         close = text.find("}", position, line_end)
         if close != -1 and TEMPLATE_FIELD.fullmatch(text, position + 1, close):
@@ -420,11 +438,33 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     end = min(end, position + MAX_VALUE)
     while end > position and text[end - 1] in " \t\r":
         end -= 1
+    if terminator in QUOTES:
+        while end > position and text[end - 1] == "&":
+            end -= 1  # ``"oauth_token=abc&" "oauth_token_secret=…"``: a form body continued in the next string
     if terminator == " " and label:
         while end > position and text[end - 1] in ".,;:!?)\"'":
             end -= 1
-    return _accept(text, position, end, strength, quoted=False, label=label, config=terminator == "\n" and not label,
-                   phrase=phrase, key=key)
+    return _accept(text, position, end, strength, quoted=False, label=label,
+                   config=(terminator == "\n" and not label) or data, phrase=phrase, key=key)
+
+
+def _literal_in_code(text: str, position: int, line_end: int, strength: str) -> tuple[int, int] | None:
+    """A secret written as code's data: a byte array, or a random literal in a decoding call; ``(p, p)``
+    when the value is such code but holds nothing secret; None when it is neither."""
+    if strength == "pin":
+        return None
+    found = code_values.byte_array(text, position, line_end)
+    if found is not None:
+        return found
+    found = code_values.HASHED.match(text, position, line_end) if strength == "strong" else None
+    if found is not None:
+        return _accept(text, *found.span("literal"), strength, quoted=True, label=False) or (position, position)
+    found = code_values.DECODED.match(text, position, line_end)
+    if found is not None:
+        compact = found.group("literal").replace(" ", "").replace("-", "")
+        if len(compact) >= 16 and looks_random(compact) and not code_values.NAME_CONSTANT.fullmatch(compact):
+            return found.span("literal")
+    return None
 
 
 def _list_value(text: str, position: int, line_end: int) -> tuple[int, int] | None:
@@ -484,9 +524,18 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
 
 
 def _unmarked(text, start, end, position, line_end, strength, before, opening, key_quoted, at_line_start):
-    """No operator after the key: an XML key/value attribute pair, a directive, or prose."""
+    """No operator after the key: an XML key/value attribute pair, an element with attributes, a setter's
+    argument, a directive, or prose."""
     if key_quoted and re.search(r"(?i)(?:key|name|id|property)\s*=\s*$", before):
         return _attribute_pair(text, end + 1, strength)
+    if opening == "<":
+        tag = XML_ATTRIBUTES.match(text, end, line_end)  # ``<password name="admin">value</password>``
+        close = text.find("<", tag.end(), min(len(text), tag.end() + MAX_VALUE)) if tag else -1
+        return _accept(text, tag.end(), close, strength, quoted=True, label=False) if close != -1 else None
+    if text[end:end + 1] == "(" and key_words(re.split(r"\.|->|::", text[start:end])[-1])[:1] == ["set"]:
+        argument = SETTER_ARGUMENT.match(text, end, line_end)  # ``user.set_password("X")``, ``setApiKey('X')``
+        return _accept(text, *argument.span("literal"), strength, quoted=True, label=False,
+                       key=text[start:end]) if argument else None
     if strength == "weak":
         return None
     name = text[start:end]
@@ -496,8 +545,9 @@ def _unmarked(text, start, end, position, line_end, strength, before, opening, k
         # ``bindpw Tp4!Zx8c``, ``requirepass ...``, netrc ``password X``: a directive and one word
         rest = text[position:line_end].rstrip()
         last = key_words(name)[-1] if key_words(name) else ""
-        if (rest and " " not in rest and "\t" not in rest and name.islower() and rest[0] not in QUOTES + "<"
-                and ("pass" in last or last.endswith("pw")) and _directive_value(rest)):
+        setter = before.strip() in ("set", "\\set")  # psql ``\set PGPASS X``, a console's ``set SMBPass X``
+        if (rest and " " not in rest and "\t" not in rest and (name.islower() or setter) and rest[0] not in QUOTES + "<"
+                and rest[0] != "(" and ("pass" in last or last.endswith("pw")) and _directive_value(rest)):
             return _accept(text, position, position + len(rest), strength, quoted=False, label=False)
         return None
     words = key_words(name)
@@ -521,6 +571,10 @@ def _pin(text: str, start: int, end: int, line_end: int) -> tuple[int, int] | No
     return match.span("pin")
 
 
+# The attributes of an element named after a credential, up to the ``>`` that opens its value.
+XML_ATTRIBUTES = re.compile(r"""(?:[ \t]+[\w:.\-]+[ \t]*=[ \t]*(?:"[^"<>\n]*"|'[^'<>\n]*'))+[ \t]*>""")
+# A setter's one quoted argument: ``set_password("X")``, ``setToken('X')``.
+SETTER_ARGUMENT = re.compile(r"""\([ \t]*(?P<q>["'])(?P<literal>[^"'\n]{1,1024})(?P=q)[ \t]*\)""")
 ENTITY_QUOTE = re.compile(r"&#34;|&quot;|&#39;|&apos;")
 FORM_FIELD = re.compile(r"&[A-Za-z_][\w.\-]*=")  # the next field of ``a=1&b=2``
 # ``(password=MA*)``: in an LDAP filter a value ending in ``*`` asks for a prefix.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 # One argument of a call: a quoted string or a bare expression without commas or brackets.
 ARG = r"""(?:'[^'\n]{0,200}'|"[^"\n]{0,200}"|[$@\w.:\->\[\]]{1,100})"""
@@ -68,8 +68,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"NetworkCredential\([ \t]*" + ARG + SEP + QUOTED),
     _row("PowerShell SecureString", "ConvertTo-SecureString 'PW' -AsPlainText", ("convertto-securestring",),
          r"(?i)ConvertTo-SecureString[ \t]+(?:-String[ \t]+)?" + QUOTED),
-    _row("PowerShell -Password parameter", "Invoke-Spray -Password Summer2021!", ("-password",),
-         r"(?<=[ \t])-Password[ \t]+" + WORD),
+    _row("PowerShell -Password parameter", "Invoke-Spray -Password Summer2021!", ("password ",),
+         r"(?<=[ \t])-(?:[A-Z][A-Za-z]{0,40})?Password[ \t]+(?!-)" + WORD),
     _row("docker login --password-stdin", "echo 'PW' | docker login -u u --password-stdin", ("password-stdin",),
          r"(?i)\becho[ \t]+(?:-n[ \t]+)?" + WORD + r"[ \t]*\|[ \t]*(?:sudo[ \t]+)?[\w.\-]+[ \t]+[^\n|]{0,200}--password-stdin"),
     _row("sudo -S", "echo \"PW\" | sudo -S cmd", ("sudo",),

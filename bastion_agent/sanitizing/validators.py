@@ -72,7 +72,7 @@ PLACEHOLDER_WORDS = frozenset(
 # Whole-value templates: ${VAR}, {{ var }}, <placeholder>, %(name)s, $VAR, %VAR%, [PASSWORD]
 TEMPLATE_PARTS = re.compile(
     r"\$\{[^{}\s]*\}|\{\{[^{}]*\}\}|\{%[^{}]*%\}|<[^<>]*>|%\(\w+\)[sd]|%[sd]|\$\(?[A-Za-z_]\w*\)?|%[A-Za-z_]\w*%|"
-    r"\[[A-Z_ ]+\]|\{[A-Za-z_][A-Za-z_.]*\d?\}|\{\d*\}|\$\d"
+    r"\[[A-Z_ ]+\]|\[[a-z][a-z_ ]{2,40}\]|\{[A-Za-z_][A-Za-z_.]*\d?\}|\{\d*\}|\$\d"
 )
 
 # An indirect reference to where the secret really lives.
@@ -87,20 +87,34 @@ REFERENCE = re.compile(
 ENTITY_QUOTES = re.compile(r"^(?:&#34;|&quot;|&#39;|&apos;)|(?:&#34;|&quot;|&#39;|&apos;)$")
 
 
+def _mixed(value: str) -> bool:
+    return any(ch.isupper() for ch in value) and any(ch.islower() for ch in value) and any(ch.isdigit() for ch in value)
+
+
+MASKED_RUN = re.compile(r"x{4,}|X{4,}|\*{3,}|\.{3,}|#{4,}")
+
+
 def is_placeholder(value: str) -> bool:
     """An obvious stand-in rather than a real value."""
     stripped = ENTITY_QUOTES.sub("", value.strip()).strip("\"'`")
     lowered = stripped.lower()
     if not stripped or lowered in PLACEHOLDER_WORDS:
         return True
-    if re.fullmatch(r"[xX*#._\-0]+|(.)\1+", stripped) or re.search(r"x{6,}|X{6,}|\*{6,}|#{6,}|\.{6,}|0{8,}", stripped):
+    if re.fullmatch(r"[xX*#._\-0]+|(.)\1+", stripped):
         return True
+    # A value partly masked still shows the rest of a real credential (``ya29.c.EmKeBq9XI09_1HK1XXXXXXXXT0rJSA``):
+    # when twelve characters or more of a random shape (both cases and digits) are left unmasked, it is no
+    # stand-in. ``xoxp-5723…-####`` keeps only ids in the clear: its secret part is the masked one.
+    unmasked = MASKED_RUN.sub("", stripped)
+    if unmasked == stripped or len(unmasked) < 12 or not _mixed(unmasked) or not looks_random(unmasked, base64_bits=3.5):
+        if re.search(r"x{6,}|X{6,}|\*{6,}|#{6,}|\.{6,}|0{8,}", stripped):
+            return True
+        # Runs of x/X/* stand for elided characters: ghp_xxxxxxxx..., sha256~XXXX_PUT_YOUR_TOKEN_HERE
+        elided = sum(len(run) for run in re.findall(r"x{4,}|X{4,}|\*{3,}|\.{3,}|#{4,}", stripped))
+        if elided and elided * 2 >= len(stripped):
+            return True
     counts = Counter(lowered)
     if len(stripped) >= 8 and counts.most_common(1)[0][1] / len(stripped) > 0.6:
-        return True
-    # Runs of x/X/* stand for elided characters: ghp_xxxxxxxx..., sha256~XXXX_PUT_YOUR_TOKEN_HERE
-    elided = sum(len(run) for run in re.findall(r"x{4,}|X{4,}|\*{3,}|\.{3,}|#{4,}", stripped))
-    if elided and elided * 2 >= len(stripped):
         return True
     if re.search(r"(?i)your[_\- ]?(?:own[_\- ]?)?(?:api[_\- ]?)?(?:key|token|secret|password|pass)|put[_\- ]your|"
                  r"_here\b|here_?$|\benter[_\- ]your|replace[_\- ]?(?:me|with)|<[^>]*>", stripped):
@@ -259,6 +273,7 @@ NOT_SECRET_WORDS = frozenset({
     "passengers", "passage", "compass", "bypass", "passport", "surpass", "secretary", "secretion", "secreted",
     "author", "authors", "authority", "authored", "authoring", "keyed", "keystroke", "keyset", "passive",
     "passed", "passes", "passing", "encrypted", "turnkey", "credit", "credits", "pubkey", "publickey",
+    "passwdqc", "pwquality",  # PAM's password-quality checkers, named after what they check
 })
 NON_SECRET_SUFFIX = frozenset({
     "id", "ids", "url", "uri", "urls", "endpoint", "host", "hostname", "port", "path", "paths", "file", "filename",
@@ -277,6 +292,9 @@ NON_SECRET_SUFFIX = frozenset({
     "changed", "updated", "created", "valid", "invalid", "check", "input", "prompt", "dialog", "modal",
     "commit", "branch",  # ``pkg_passwd_commit = master``: a revision of a package named after passwords
     "scheme", "placement", "realm",  # ``default_pass_scheme = SHA512-CRYPT``: how a credential is kept or sent
+    "here",  # ``GENERATED_PASSWORD_HERE``: a stand-in saying where a password goes, not a key holding one
+    # ``secretProperty``, ``passwordAttr``: a slot of an object or a form, named after what it will hold
+    "property", "properties", "prop", "props", "attribute", "attributes", "attr", "attrs",
 })
 # ``public``: a public key, a .NET ``PublicKeyToken``, a publishable token are meant to be shared.
 NON_SECRET_PREFIX = frozenset({"max", "min", "num", "count", "is", "has", "show", "hide", "enable", "disable",
@@ -284,6 +302,10 @@ NON_SECRET_PREFIX = frozenset({"max", "min", "num", "count", "is", "has", "show"
                                # anti-forgery tokens: a nonce bound to one page's session, no credential
                                "csrf", "xsrf", "authenticity"})
 BOOLEANISH = frozenset({"true", "false", "yes", "no", "on", "off", "null", "none", "nil", "undefined"})
+# The random inputs of a keyed hash or a cipher: a configured salt or nonce keys a hash as a secret does
+# (a weak word: its value must look random, so ``salt_rounds = 10`` stays).
+RANDOM_INPUTS = frozenset({"salt", "nonce"})
+OTP_WORDS = frozenset({"otp", "totp", "hotp", "mfa", "2fa", "twofactor"})
 
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
@@ -320,6 +342,10 @@ def classify_key_words(words: list[str], *, pins: bool = False, strong_word=None
             strength, last = "strong", index
         elif word.endswith("key") or word.startswith("auth") or "cred" in word:
             strength, last = strength or "weak", index
+        elif word == "seed" and index and words[index - 1] in OTP_WORDS:
+            strength, last = "strong", index  # ``otp_seed``, ``totp_seed``: the shared secret of one-time codes
+        elif word in RANDOM_INPUTS and strength is None:
+            strength, last = "weak", index  # ``OCELOT_SALT``; after a credential word it describes one
     if strength is None:
         return None
     if any(word in NON_SECRET_SUFFIX or word in NAME_SUFFIX for word in words[last + 1:]):
@@ -401,6 +427,10 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
 SOURCE_FILE_KEY = re.compile(r"(?i).+\.(?:[ch]|cc|cpp|hh|hpp|py|js|ts|go|rs|java|rb|pl|pm|sh|el|md|txt|in|am|ac|[1-9])")
 
 
+# ``cond ? "Create credential" :``: the ``:`` after a string that follows ``?`` is a conditional's, not a key's.
+TERNARY = re.compile(r"\?[ \t]*[\"'][^\"'\n]*\Z")
+
+
 def check_assignment(match: re.Match, start: int, end: int):
     key = match.group("key")
     if SOURCE_FILE_KEY.fullmatch(key):
@@ -413,6 +443,12 @@ def check_assignment(match: re.Match, start: int, end: int):
     if match.string[max(0, match.start("key") - 6):match.start("key")] == "alias ":
         return False  # ``alias wpwd='wp widget delete'``: a shell alias names a command
     groups = match.groupdict()
+    if key.lower() == "key" and groups.get("op") == ":" and not groups.get("kq") and _starts_entry(
+            match.string, match.start("key")):
+        return False  # ``key: "heads-$CI_USER-2"``: a bare ``key`` entry names a map's or a cache's key
+    if groups.get("op") == ":" and groups.get("kq") and TERNARY.search(
+            match.string, max(0, match.start("key") - 200), match.start("key")):
+        return False  # ``x ? "Create credential" : "Save credential"``: a conditional's two strings
     if key.lower() in ATTRIBUTE_NAMES and groups.get("op") == "=" and _inside_tag(match.string, match.start("key")):
         return False  # <entry key="jetbrains.mps.v8_elimination" value="..."/>: key= names the setting
     if groups.get("op") == ",":
@@ -446,6 +482,13 @@ def check_assignment(match: re.Match, start: int, end: int):
     if not assignment_value_ok(value, strength, quoted, following):
         return False
     return [(vstart, vend)]
+
+
+def _starts_entry(text: str, position: int) -> bool:
+    """Only indentation, a list dash or an opening ``{``/``,`` before ``position`` on its line: a mapping's entry
+    (``access key: X`` in prose has a word before it)."""
+    before = text[text.rfind("\n", 0, position) + 1:position].strip()
+    return before in ("", "-") or before.endswith(("{", ","))
 
 
 def _inside_tag(text: str, position: int) -> bool:
@@ -575,6 +618,10 @@ def named_harmless(text: str, start: int) -> bool:
     return bool(name) and any(word in HARMLESS_NAME_WORDS for word in key_words(name.group(1)))
 
 
+# A key that names an identifier (``KeyId``, ``request_id``, ``"kid"``) right before a value.
+ID_KEY = re.compile(r"(?:(?<=[a-z])Id|(?<![A-Za-z])[Ii]d|ID|[_\-.]id|(?<![A-Za-z])kid)[\"']?[ \t]*[:=][ \t]*[\"']?\Z")
+
+
 def check_high_entropy(match: re.Match, start: int, end: int):
     value = match.string[start:end].rstrip("=")
     text = match.string
@@ -583,6 +630,8 @@ def check_high_entropy(match: re.Match, start: int, end: int):
     quoted = start > 0 and text[start - 1] in "\"'`" and text[end:end + 1] == text[start - 1]
     if is_hex(value) and (len(value) < 32 or not quoted or len(value) in DIGEST_LENGTHS):
         return False
+    if is_hex(value) and ID_KEY.search(text, max(0, start - 40), start):
+        return False  # ``"KeyId": "6962…"``, ``trace_id``: the name of a key or a record, not its secret
     if value.count("/") >= 2 and re.fullmatch(r"[a-z]+", value.split("/", 1)[0]):
         return False  # tools/javac/lambda/T8129740/CaptureInCtorChainingTest: a path
     if value.startswith("eyJ") and is_jwt_header(value):
@@ -833,6 +882,8 @@ def check_flag_password(match: re.Match, start: int, end: int):
         end = start + len(value)
     if not plausible_secret(value) or value.startswith(("$", "%", "(")):
         return False
+    if not quoted and value[:1] == "-" and value[1:2].isalpha():
+        return False  # ``ldapsearch -w -b dc=…``: the option had no value, the next option follows
     telling = any(ch.isdigit() for ch in value) or any(not ch.isalnum() for ch in value) or any(
         ch.isupper() for ch in value[1:])
     return [(start, end)] if telling else False
