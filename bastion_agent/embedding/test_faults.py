@@ -615,11 +615,17 @@ class EndlessAnswerTests(unittest.TestCase):
             self.assertEqual([thread for thread in abandoned if thread.is_alive()], [], "the request's thread lives on")
 
 
+def slow_after_the_first_batches(n: int, texts, body) -> Fault:
+    """Quick answers for the first batches, then a second each: the run is still midway when the test
+    signals it, however long a loaded machine keeps the test from sending the signal."""
+    return Fault(delay=0.05 if n < 4 else 1.0)
+
+
 class CrashSafetyTests(FaultCase):
     doc_count = 40  # 120 windows, 30 batches of 4
 
     def test_sigkill_midway_leaves_whole_batches_and_a_rerun_completes(self):
-        with FaultStub(rule=lambda n, texts, body: Fault(delay=0.05)) as stub:
+        with FaultStub(rule=slow_after_the_first_batches) as stub:
             process = self.start_embed(stub)
             try:
                 stored = self.wait_for_vectors(process, at_least=8)
@@ -644,7 +650,7 @@ class CrashSafetyTests(FaultCase):
         self.assert_every_vector_right()
 
     def test_sigint_midway_exits_130_with_a_summary_of_what_was_stored(self):
-        with FaultStub(rule=lambda n, texts, body: Fault(delay=0.05)) as stub:
+        with FaultStub(rule=slow_after_the_first_batches) as stub:
             process = self.start_embed(stub, EMBED_CONCURRENCY="2")
             try:
                 self.wait_for_vectors(process, at_least=8)
