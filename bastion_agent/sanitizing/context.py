@@ -50,6 +50,7 @@ from bastion_agent.sanitizing.validators import (
     SEQUENCES,
     SOURCE_FILE_KEY,
     TEMPLATE_PARTS,
+    weak_key_bits,
     classify_key_words,
     is_placeholder,
     is_whole_reference,
@@ -62,7 +63,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 5
+DETECTION_VERSION = 6
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          "secert", "sercet", "secrect", "seed",
@@ -172,7 +173,7 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
             return False  # "Password: see the vault": a label and prose
     if strength == "weak":
         compact = TEMPLATE_PARTS.sub("", value).replace("-", "")  # ``neo4j/[password]``: the placeholder is no part of it
-        return len(compact) >= 16 and " " not in value and looks_random(compact, base64_bits=3.5)
+        return len(compact) >= 16 and " " not in value and looks_random(compact, base64_bits=weak_key_bits(len(compact)))
     return len(value) >= 4
 
 

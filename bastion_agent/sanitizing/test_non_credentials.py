@@ -82,6 +82,17 @@ class HostileTests(unittest.TestCase):
         self.assertFalse(code_values.is_stand_in("12345678", "password"))
         self.assert_gone('db_password = "12345678"\n', "12345678")
 
+    def test_a_short_random_key_with_repeated_characters_goes(self):
+        # Three in a hundred random 16-character values repeat enough characters to read 3.3-3.5 bits a
+        # character; a weak key's value was kept below 3.5 whatever its length.
+        value = credential(16)
+        while not 3.3 <= validators.shannon_entropy(value) < 3.5:
+            value = credential(16)
+        self.assert_gone(f'"resource_key": "{value}"\n', value)
+        self.assert_gone(f"session_token = '{value}'\n", value)
+        self.assertEqual(self.sanitizer.redact('"resource_key": "aaaabbbbccccdd12"\n')[0],
+                         '"resource_key": "aaaabbbbccccdd12"\n')  # runs of letters: 2.5 bits, no key
+
     def test_a_password_in_sql_or_an_ldap_assignment_or_go_goes(self):
         value = credential()
         self.assert_gone(f"ALTER USER {word()} PASSWORD '{value}';\n", value)

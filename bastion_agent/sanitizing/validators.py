@@ -22,7 +22,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 6
+DETECTION_VERSION = 7
 
 # --- entropy --------------------------------------------------------------
 
@@ -54,6 +54,18 @@ def looks_random(value: str, *, base64_bits: float = 4.5, hex_bits: float = 3.0)
         return False
     limit = hex_bits if is_hex(value) else base64_bits
     return shannon_entropy(value) >= limit
+
+
+def weak_key_bits(length: int) -> float:
+    """The entropy a value under a weak key (``resource_key``, ``token``) must reach to be taken as random.
+
+    3.5 bits a character, lowered for short values toward what random strings
+    of that length reach: 16 characters drawn at random from 62 read 3.5 bits
+    or less three times in a hundred (a repeated character or two is enough),
+    and 3.1 or less about once in ten thousand. Words and identifiers are
+    told apart by the checks before this one, not by their entropy.
+    """
+    return min(3.5, math.log2(max(length, 2)) - 0.9)
 
 
 # --- placeholders, templates, references -----------------------------------
@@ -418,7 +430,7 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
         return False
     if strength == "weak":
         compact = value.replace("-", "")
-        return len(value) >= 16 and not any(ch.isspace() for ch in value) and looks_random(compact, base64_bits=3.5)
+        return len(value) >= 16 and not any(ch.isspace() for ch in value) and looks_random(compact, base64_bits=weak_key_bits(len(compact)))
     if quoted:
         return len(value) >= 4
     return len(value) >= 6
