@@ -51,6 +51,10 @@ from bastion_agent.sanitizing.validators import (
     SOURCE_FILE_KEY,
     TEMPLATE_PARTS,
     classify_key_words,
+    in_template_action,
+    is_doc_field,
+    names_a_credential,
+    is_passphrase,
     is_placeholder,
     is_whole_reference,
     key_words,
@@ -62,7 +66,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 4
+DETECTION_VERSION = 5
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier",
          # the password words of de, nl, pt, es, pl, sv, no/da (fr "mot de passe" and de "Passwort" hold "pass")
@@ -144,7 +148,7 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
     lowered = value.lower()
     if lowered in BOOLEANISH or is_placeholder(value) or not any(ch.isalnum() for ch in value):
         return False
-    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("/", "./", "~/", "../", "<")):
+    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("/", "./", "~/", "../", "<", "unix:/")):
         return False  # a URL (its user-info is the URL rule's) or a path
     if code_values.VERSION.fullmatch(value):
         return False  # ``credentials-binding:1.17``: a plugin's version
@@ -154,7 +158,8 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
     if (len(words) >= 3 and not phrase and all(MESSAGE_WORD.fullmatch(w) for w in words)
             and any(credential_key(word.strip(".,:;()")) for word in words)):
         return False  # "changes the master password", "Your S3 access key password": a description
-    if len(words) >= 6 and not (phrase and len(words) <= 12 and all(w.isalnum() for w in words)):
+    if len(words) >= 6 and not (phrase and len(words) <= 12 and all(w.isalnum() for w in words)
+                                or strength == "strong" and is_passphrase(value)):
         return False  # a sentence, a message (a passphrase's words are its value)
     if not quoted and config and re.fullmatch(r"[A-Za-z]+", value) and _config_word(value, strength):
         return True  # ``SMTP_PASSWORD=kxqmvbnrtwpzla``: letters alone, in a config file
@@ -179,7 +184,8 @@ CONFIG_WORDS = frozenset({"string", "str", "text", "int", "integer", "number", "
                           "null", "nil", "undefined", "unset", "default", "hidden", "redacted", "masked",
                           "sensitive", "value", "example", "sample", "dummy", "test", "prompt", "ask", "env",
                           "vault", "file", "disabled", "enabled", "auto", "random", "generated", "secure",
-                          "omitted", "notset", "placeholder", "xxx", "your", "mypassword", "yourpassword"})
+                          "omitted", "notset", "placeholder", "xxx", "your", "mypassword", "yourpassword",
+                          "inherit"})  # GitHub Actions: ``secrets: inherit`` passes the caller's secrets on
 
 
 def _config_word(value: str, strength: str) -> bool:
@@ -249,10 +255,17 @@ def _siblings(text: str) -> list[tuple[int, int]]:
     spans = []
     for start, end, strength in keyed_values.sibling_values(text, _sibling_strength):
         quoted = text[start - 1:start] in QUOTES or text[start - 1:start] in ">["
-        span = _accept(text, start, end, strength, quoted=quoted, label=False)
+        # ``value: kxqmvbnrtwpzla`` on its own line is YAML data to the line's end, as in a config file
+        config = not quoted and YAML_VALUE_FIELD.fullmatch(text, text.rfind("\n", 0, start) + 1, start) is not None
+        span = _accept(text, start, end, strength, quoted=quoted, label=False, config=config)
         if span is not None:
             spans.append(span)
     return spans
+
+
+# A connection string names its server or database before its password (``Server=...;User Id=sa;Password=``).
+CONNECTION_FIELD = re.compile(r"(?i)(?:server|data source|host|address|user id|uid|database|initial catalog)[ \t]*=[^;]*;")
+YAML_VALUE_FIELD = re.compile(r"[ \t]*value:[ \t]*")
 
 
 def _sibling_strength(name: str) -> str | None:
@@ -267,6 +280,9 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         return None
     if text[max(0, start - 6):start] == "alias ":
         return None  # ``alias wpwd='wp widget delete'``: a shell alias names a command
+    if is_doc_field(text, start):
+        return None  # ``:param passwd: **DEPRECATED**``: a docstring names a parameter
+    template = in_template_action(text, start)
     strength = credential_key(name)
     if strength is None or name.lower() == "key":
         return None  # a bare ``key`` names a map's key (XML key="...", YAML key: ...), not a credential
@@ -323,8 +339,9 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     terminator = _terminator(text, start, "" if key_quoted else opening, before, at_line_start, label)
     if opening == "(" and kind == "=" and LDAP_WILDCARD.match(text, position):
         return None  # ``(password=MA*)``: an LDAP filter's substring search, a guess being tried
+    connection = terminator == ";" and CONNECTION_FIELD.search(before) is not None
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
-                       key=name)
+                       key=name, config=connection, template=template)
 
 
 def _operator(text: str, position: int, line_end: int) -> tuple[str, int] | None:
@@ -380,7 +397,11 @@ _STOPS = {terminator: re.compile(f"[{re.escape(stops)}]") for terminator, stops 
 
 
 def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
-                label: bool, phrase: bool = False, key: str = "") -> tuple[int, int] | None:
+                label: bool, phrase: bool = False, key: str = "", config: bool = False,
+                template: bool = False) -> tuple[int, int] | None:
+    """The span of the value at ``position``, ended by its syntax's ``terminator``; ``config``: a field of
+    a connection string, data like a config file's (letters alone can be its password); ``template``: the
+    key sits inside a ``{{ ... }}`` action, where only a quoted value is a literal."""
     first = text[position:position + 1]
     entity = ENTITY_QUOTE.match(text, position)
     if entity:  # ``&#34;value&#34;``: code shown in a web page, its quotes written as entities
@@ -389,6 +410,8 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     if first == "\\" and text[position + 1:position + 2] == '"':
         close = text.find('\\"', position + 2, line_end)
         return _accept(text, position + 2, close, strength, quoted=True, label=False, key=key) if close != -1 else None
+    if template and first not in QUOTES:
+        return None  # ``{{- $password := .Values.auth.password }}``: an expression of the template
     if first and first in QUOTES and first != terminator:
         close = _closing(text, position, line_end)
         if close is None:
@@ -423,8 +446,8 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     if terminator == " " and label:
         while end > position and text[end - 1] in ".,;:!?)\"'":
             end -= 1
-    return _accept(text, position, end, strength, quoted=False, label=label, config=terminator == "\n" and not label,
-                   phrase=phrase, key=key)
+    return _accept(text, position, end, strength, quoted=False, label=label,
+                   config=(terminator == "\n" and not label) or config, phrase=phrase, key=key)
 
 
 def _list_value(text: str, position: int, line_end: int) -> tuple[int, int] | None:
@@ -476,6 +499,10 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
         return None  # ``BLOB = "PKCS8_PRIVATEKEY"``, ``X = "KDFKeySecret";``, ``"&pw=" + f(x)``: a name, code
     if not by_position and code_values.is_stand_in(value, key, backtick=quoted and text[start - 1:start] == "`"):
         return None  # ``token=different-token``, ``"Enter password: "``: a stand-in, a prompt, a path
+    if not quoted and value.isdigit() and key and credential_key(key_words(key)[-1] if key_words(key) else key) is None:
+        return None  # ``PASSWORD_NO_MATCH = 1133``: a number under a name ending in another word, a code
+    if key and names_a_credential(value, key):
+        return None  # ``adminPasswordKey: postgres-password``: the name of a Secret's key
     if not value_ok(value, strength, quoted=quoted, label=label, config=config, phrase=phrase):
         return None
     lead = len(value) - len(value.lstrip())

@@ -104,12 +104,14 @@ KEY_QUALIFIER = r"(?:api|access|secret|private|client|auth|master|encryption|sig
 KEY_IDENT = re.compile(
     r"(?i)^[A-Za-z0-9_.\-]*?(?:(?<![A-Za-z])|(?<=[a-z])(?=[A-Z])|(?<=_|\.|-))"
     rf"(?:{SECRET_WORD}|{KEY_QUALIFIER}[_\-.]?key)(?:[_\-]wo)?$")
-NAMES_A_SECRET_OBJECT = re.compile(r"(?i)(?:existing|extra\w*|passwords|tls|users|auto|pull|ref)[_\-.]?secrets?$")
+NAMES_A_SECRET_OBJECT = re.compile(r"(?i)(?:existing|extra\w*|passwords|tls|users|auto|pull|ref|certificates|scripts|user)[_\-.]?secrets?$"
+                                   r"|(?:allow|empty|use|require|skip)\w*[_\-.]?passw(?:or)?d$"
+                                   r"|public[_\-.]?key[_\-.]?token$")
 CAMEL_TAIL = re.compile(rf"(?:{SECRET_WORD}|{KEY_QUALIFIER}[_\-.]?key)(?:[_\-]wo)?$", re.I)
 
 # A key, its separator and its value; the key may be quoted, the value quoted or bare.
 ASSIGN = re.compile(
-    r"""(?P<key>["']?\$?[A-Za-z_][A-Za-z0-9_.\-]*["']?)\s*(?P<sep>:=|=>|[:=])[ \t]*"""
+    r"""(?<![\w\-.])(?P<key>["']?\$?[A-Za-z_][A-Za-z0-9_.\-]*["']?)\s*(?P<sep>:=|=>|[:=])[ \t]*"""
     r"""(?P<value>"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s,;)#\]}]*)""")
 K8S_NAME = re.compile(r"""^\s*(?:-\s+)?name:\s*["']?([A-Za-z0-9_.\-]+)["']?\s*$""")
 K8S_VALUE = re.compile(r"""^\s*value:[ \t]*(?P<value>"[^"\n]*"|'[^'\n]*'|\S.*?|)\s*$""")
@@ -120,7 +122,7 @@ XML_ELEMENT = re.compile(r"<(?P<tag>[A-Za-z0-9_:.\-]+)>(?:<!\[CDATA\[)?(?P<value
 XML_ADD = re.compile(r"""key\s*=\s*"(?P<key>[^"]+)"\s+value\s*=\s*"(?P<value>[^"]*)\"""")
 CONN = re.compile(r"(?i)(?:^|[;\"'])\s*(?:password|pwd)=(?P<value>[^;\"'<>]*)(?=;|\"|'|$)")
 CONN_LINE = re.compile(r"(?i)(?:server|data source|host|user id|uid|database|initial catalog)=[^;]*;")
-SQL = re.compile(r"(?i)\b(?:identified\s+by|password)\s+(?:=\s*)?(?P<value>'[^'\n]*'|\"[^\"\n]*\")")
+SQL = re.compile(r"(?i)(?<![$\w])(?:identified\s+by|password)\s+(?:=\s*)?(?P<value>'[^'\n]*'|\"[^\"\n]*\")")
 URL = re.compile(r"[a-z][a-z0-9+.\-]*://[^\s:/@'\"]+:(?P<value>[^\s@/'\"]+)@[^\s/'\"]")
 FLAG = re.compile(r"""--(?:[a-z\-]*-)?(?:password|passwd|token|secret)(?:=|\s+)(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s\\'"-][^\s\\]*)""")
 POSITIONAL = re.compile(
@@ -129,7 +131,7 @@ POSITIONAL = re.compile(
 POSITION_OF = {"mysqli_connect": 2, "mysql_connect": 2, "getConnection": 2, "NetworkCredential": 1, "PDO": 2}
 
 REFERENCE = re.compile(
-    r"""^["']?(?:\$\{|\$\(|\$[A-Za-z_]|\{\{|\{%|<%|%\(|var\.|local\.|module\.|data\.|each\.|"""
+    r"""^["']?(?:\$\{|\$\(|\$[A-Za-z_]|\$\d(?![$\w])|\$\$|\{\{|\{%|<%|%\(|var\.|local\.|module\.|data\.|each\.|"""
     r"""os\.environ|os\.getenv|getenv|env\(|process\.env|ENV\[|System\.getenv|Environment\.|"""
     r"""lookup\(|!Ref|!Sub|secretKeyRef|valueFrom|\[parameters\()""")
 NOT_VALUE = re.compile(r"""(?i)^(?:true|false|yes|no|on|off|\d+|\|-?|>-?|\{|\[|\(|&[A-Za-z]\w*|\*[A-Za-z]\w*)$""")
@@ -179,9 +181,15 @@ def is_secret_key(key: str) -> bool:
     return bool(KEY_IDENT.match(key))
 
 
+# ``${DB_PASSWORD:secret}`` / ``${PW:-secret}``: a reference with a literal default, neither kind.
+WITH_DEFAULT = re.compile(r"""^["']?\$\{[A-Za-z_]\w*:-?[^}$]+\}["']?$""")
+
+
 def value_kind(value: str, syntax: str) -> str:
     """``literal`` (plant here), ``reference`` (leave alone, watch the line) or ``none`` (not a slot)."""
     bare = value.strip()
+    if WITH_DEFAULT.match(bare):
+        return "none"
     if REFERENCE.match(bare):
         return "reference"
     quoted = len(bare) >= 2 and bare[0] == bare[-1] and bare[0] in "\"'"
@@ -189,7 +197,7 @@ def value_kind(value: str, syntax: str) -> str:
         inner = bare[1:-1]
         if REFERENCE.match(inner) or "${" in inner or "{{" in inner or "$(" in inner:
             return "reference"
-        return "literal"
+        return "none" if NOT_VALUE.match(inner) and inner else "literal"
     if syntax in CODE or syntax == "terraform":
         return "none" if NOT_VALUE.match(bare) or PLACEHOLDER_LITERAL.match(bare) else "reference"
     if NOT_VALUE.match(bare) or not bare and syntax not in ("env", "properties"):
