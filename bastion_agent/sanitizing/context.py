@@ -263,6 +263,9 @@ def _siblings(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# A YAML list item that is a flow mapping, opened before the key on its line: ``- { username: user1, ``
+# (not a JavaScript object, which an assignment or a call opens).
+FLOW_MAPPING = re.compile(r"^[ \t]*-[ \t]+\{[ \t]*[\w.\-]+:[ \t]")
 # A connection string names its server or database before its password (``Server=...;User Id=sa;Password=``).
 CONNECTION_FIELD = re.compile(r"(?i)(?:server|data source|host|address|user id|uid|database|initial catalog)[ \t]*=[^;]*;")
 YAML_VALUE_FIELD = re.compile(r"[ \t]*value:[ \t]*")
@@ -336,10 +339,13 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         label = True  # ``Password: ...`` at the start of a line: a form label in prose
     else:
         label = kind == ":" and not at_line_start and not key_quoted
-    terminator = _terminator(text, start, "" if key_quoted else opening, before, at_line_start, label)
+    flow = kind == ":" and not key_quoted and FLOW_MAPPING.search(before) is not None
+    if flow:
+        label = False  # ``- { username: user1, password: X }``: a YAML flow mapping holds data, not a label
+    terminator = "," if flow else _terminator(text, start, "" if key_quoted else opening, before, at_line_start, label)
     if opening == "(" and kind == "=" and LDAP_WILDCARD.match(text, position):
         return None  # ``(password=MA*)``: an LDAP filter's substring search, a guess being tried
-    connection = terminator == ";" and CONNECTION_FIELD.search(before) is not None
+    connection = flow or terminator == ";" and CONNECTION_FIELD.search(before) is not None
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
                        key=name, config=connection, template=template)
 
@@ -530,6 +536,10 @@ def _unmarked(text, start, end, position, line_end, strength, before, opening, k
     words = key_words(name)
     if not words or words[-1] not in PROSE_WORDS:
         return None
+    quoted = QUOTED_WORD.match(text, position, line_end) if position > end else None
+    if quoted is not None and _quoted_word(quoted.group("value")):
+        # ``with password "rsqrhxrisgpeo"``, debconf's ``root_password password 'X'``: the word, then one quoted token
+        return _accept(text, *quoted.span("value"), strength, quoted=True, label=False)
     prose = PROSE_VERB.match(text, position, line_end)
     if prose is None:
         return None
@@ -546,6 +556,16 @@ def _pin(text: str, start: int, end: int, line_end: int) -> tuple[int, int] | No
     if match is None or (text[start:end] != "PIN" and not match.group("verb") and "code" not in match.group(0)):
         return None
     return match.span("pin")
+
+
+# One quoted token of six characters or more right after a password word.
+QUOTED_WORD = re.compile(r"""(?P<q>["'\u201c])(?P<value>[^\s"'\u201d]{6,64})(?:(?P=q)|\u201d)(?![\w"'])""")
+
+
+def _quoted_word(value: str) -> bool:
+    """A quoted token after "password" that is a value: not a stand-in word, not a name of code, not a reference."""
+    return (value.lower() not in CONFIG_WORDS and not REFERENCE_WORD.fullmatch(value) and not is_whole_reference(value)
+            and not code_values.is_camel_name(value) and credential_key(value) is None)
 
 
 ENTITY_QUOTE = re.compile(r"&#34;|&quot;|&#39;|&apos;")

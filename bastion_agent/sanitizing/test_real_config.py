@@ -172,6 +172,19 @@ class RealConfigTests(unittest.TestCase):
     def test_code_that_sets_a_password_from_a_variable_stays(self):
         self.assert_kept(f"a = {RNG.randrange(9)}; password = userinput;\n")
 
+    def test_a_yaml_flow_mapping_value_of_letters_alone_goes_and_a_javascript_object_stays(self):
+        value = word(12)
+        self.assert_gone(f"        - {{ username: {word(5)}, password: {value} }}\n", value)
+        self.assert_kept(f"const {word(4)} = {{ user: u, password: pass }};\n")
+
+    def test_a_quoted_token_after_the_word_password_goes_and_a_prompt_stays(self):
+        value = word(13)
+        self.assert_gone(f'# a user called "{word(6)}" with password "{value}"\n', value)
+        value = mixed(20)
+        self.assert_gone(f"echo {word(7)}-server/root_password password '{value}' | debconf-set-selections\n", value)
+        self.assert_kept('read -p "Enter password " pw\n')
+        self.assert_kept('set password "${PW}"\n')
+
     # --- code that names a credential ----------------------------------------------------------------
 
     def test_references_in_code_stay(self):
