@@ -256,19 +256,14 @@ def _siblings(text: str) -> list[tuple[int, int]]:
     for start, end, strength in keyed_values.sibling_values(text, _sibling_strength):
         quoted = text[start - 1:start] in QUOTES or text[start - 1:start] in ">["
         # ``value: kxqmvbnrtwpzla`` on its own line is YAML data to the line's end, as in a config file
-        config = not quoted and YAML_VALUE_FIELD.fullmatch(text, text.rfind("\n", 0, start) + 1, start) is not None
+        line_start = text.rfind("\n", 0, start) + 1
+        config = not quoted and keyed_values.YAML_VALUE_FIELD.fullmatch(text, line_start, start) is not None
         span = _accept(text, start, end, strength, quoted=quoted, label=False, config=config)
         if span is not None:
             spans.append(span)
     return spans
 
 
-# A YAML list item that is a flow mapping, opened before the key on its line: ``- { username: user1, ``
-# (not a JavaScript object, which an assignment or a call opens).
-FLOW_MAPPING = re.compile(r"^[ \t]*-[ \t]+\{[ \t]*[\w.\-]+:[ \t]")
-# A connection string names its server or database before its password (``Server=...;User Id=sa;Password=``).
-CONNECTION_FIELD = re.compile(r"(?i)(?:server|data source|host|address|user id|uid|database|initial catalog)[ \t]*=[^;]*;")
-YAML_VALUE_FIELD = re.compile(r"[ \t]*value:[ \t]*")
 
 
 def _sibling_strength(name: str) -> str | None:
@@ -339,13 +334,14 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         label = True  # ``Password: ...`` at the start of a line: a form label in prose
     else:
         label = kind == ":" and not at_line_start and not key_quoted
-    flow = kind == ":" and not key_quoted and FLOW_MAPPING.search(before) is not None
-    if flow:
-        label = False  # ``- { username: user1, password: X }``: a YAML flow mapping holds data, not a label
+    flow = kind == ":" and not key_quoted and keyed_values.FLOW_MAPPING.search(before) is not None
+    commented = keyed_values.commented_setting(text, name, before, position, line_end)
+    if flow or commented:
+        label = False  # ``- { username: user1, password: X }``, ``# DB_PASSWORD=X``: data, not a label
     terminator = "," if flow else _terminator(text, start, "" if key_quoted else opening, before, at_line_start, label)
     if opening == "(" and kind == "=" and LDAP_WILDCARD.match(text, position):
         return None  # ``(password=MA*)``: an LDAP filter's substring search, a guess being tried
-    connection = flow or terminator == ";" and CONNECTION_FIELD.search(before) is not None
+    connection = flow or commented or terminator == ";" and keyed_values.CONNECTION_FIELD.search(before) is not None
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
                        key=name, config=connection, template=template)
 
@@ -536,7 +532,9 @@ def _unmarked(text, start, end, position, line_end, strength, before, opening, k
     words = key_words(name)
     if not words or words[-1] not in PROSE_WORDS:
         return None
-    quoted = QUOTED_WORD.match(text, position, line_end) if position > end else None
+    quoted = QUOTED_WORD.match(text, position, line_end) if position > end and not key_quoted else None
+    if quoted is not None and in_template_action(text, start):
+        quoted = None  # ``"key" "admin-password" "length" 10``: a template function's arguments
     if quoted is not None and _quoted_word(quoted.group("value")):
         # ``with password "rsqrhxrisgpeo"``, debconf's ``root_password password 'X'``: the word, then one quoted token
         return _accept(text, *quoted.span("value"), strength, quoted=True, label=False)
@@ -562,10 +560,14 @@ def _pin(text: str, start: int, end: int, line_end: int) -> tuple[int, int] | No
 QUOTED_WORD = re.compile(r"""(?P<q>["'\u201c])(?P<value>[^\s"'\u201d]{6,64})(?:(?P=q)|\u201d)(?![\w"'])""")
 
 
+SNAKE_NAME = re.compile(r"[a-z]+(?:_[a-z0-9]+)+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+
+
 def _quoted_word(value: str) -> bool:
     """A quoted token after "password" that is a value: not a stand-in word, not a name of code, not a reference."""
-    return (value.lower() not in CONFIG_WORDS and not REFERENCE_WORD.fullmatch(value) and not is_whole_reference(value)
-            and not code_values.is_camel_name(value) and credential_key(value) is None)
+    return (value.lower() not in CONFIG_WORDS and not SNAKE_NAME.fullmatch(value) and not is_whole_reference(value)
+            and not code_values.is_camel_name(value)
+            and not (code_values.NAME_LIKE.fullmatch(value) and credential_key(value) is not None))
 
 
 ENTITY_QUOTE = re.compile(r"&#34;|&quot;|&#39;|&apos;")

@@ -185,6 +185,17 @@ class RealConfigTests(unittest.TestCase):
         self.assert_kept('read -p "Enter password " pw\n')
         self.assert_kept('set password "${PW}"\n')
 
+    def test_a_commented_out_setting_goes_and_a_commented_note_stays(self):
+        value = word(13)
+        self.assert_gone(f"# DB_PASSWORD={value}\n", value)
+        value = word(12)
+        self.assert_gone(f"# truststore_password: {value}\n", value)
+        self.assert_kept("# DB_PASSWORD: change this\n# Password: see the vault\n// PASSWORD: required\n")
+
+    def test_a_chart_functions_arguments_stay(self):
+        self.assert_kept(f'  admin-password: {{{{ include "common.secrets.passwords.manage" (dict "secret" $name "key" '
+                         f'"admin-password" "length" {RNG.randrange(8, 20)} "providedValues" (list "auth.adminPassword")) }}}}\n')
+
     # --- code that names a credential ----------------------------------------------------------------
 
     def test_references_in_code_stay(self):

@@ -182,7 +182,7 @@ def is_secret_key(key: str) -> bool:
 
 
 # ``${DB_PASSWORD:secret}`` / ``${PW:-secret}``: a reference with a literal default, neither kind.
-WITH_DEFAULT = re.compile(r"""^["']?\$\{[A-Za-z_]\w*:-?[^}$]+\}["']?$""")
+WITH_DEFAULT = re.compile(r"""^["']?\$\{[A-Za-z_]\w*:-?[^}$]+\}?["']?$""")
 
 
 def value_kind(value: str, syntax: str) -> str:
@@ -197,6 +197,8 @@ def value_kind(value: str, syntax: str) -> str:
         inner = bare[1:-1]
         if REFERENCE.match(inner) or "${" in inner or "{{" in inner or "$(" in inner:
             return "reference"
+        if not inner and syntax in CODE:
+            return "none"  # ``string token = ""``: code's empty default, not where a credential is written
         return "none" if NOT_VALUE.match(inner) and inner else "literal"
     if syntax in CODE or syntax == "terraform":
         return "none" if NOT_VALUE.match(bare) or PLACEHOLDER_LITERAL.match(bare) else "reference"
