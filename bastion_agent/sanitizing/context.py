@@ -395,7 +395,7 @@ def _terminator(text: str, start: int, opening: str, before: str, at_line_start:
 TEMPLATE_FIELD = re.compile(r"[a-z_][a-z0-9_]*(?: [a-z0-9_]+){0,4}|\d+")
 _WIDE_STOPS = "\uff0c\uff1b\u3001\u3002"
 _STOPS = {terminator: re.compile(f"[{re.escape(stops)}]") for terminator, stops in
-          {" ": " \t" + _WIDE_STOPS, ";": ";", "&": "&# \t\"'`", ",": ", \t" + _WIDE_STOPS}.items()}
+          {" ": " \t" + _WIDE_STOPS, ";": ";\"", "&": "&# \t\"'`", ",": ", \t" + _WIDE_STOPS}.items()}
 
 
 def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
@@ -557,14 +557,18 @@ def _pin(text: str, start: int, end: int, line_end: int) -> tuple[int, int] | No
 
 
 # One quoted token of six characters or more right after a password word.
-QUOTED_WORD = re.compile(r"""(?P<q>["'\u201c])(?P<value>[^\s"'\u201d]{6,64})(?:(?P=q)|\u201d)(?![\w"'])""")
+QUOTED_WORD = re.compile(r"""(?P<q>["'\u201c])(?P<value>[^\s"'\u201d]{6,64}|[a-z]{2,12}(?: [a-z]{2,12}){2,11})"""
+                         r"""(?:(?P=q)|\u201d)(?![\w"'])""")
 
 
 SNAKE_NAME = re.compile(r"[a-z]+(?:_[a-z0-9]+)+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 
 
 def _quoted_word(value: str) -> bool:
-    """A quoted token after "password" that is a value: not a stand-in word, not a name of code, not a reference."""
+    """A quoted token (or a passphrase's words) after "password" that is a value: not a stand-in word,
+    not a name of code, not a reference."""
+    if " " in value:
+        return is_passphrase(value)
     return (value.lower() not in CONFIG_WORDS and not SNAKE_NAME.fullmatch(value) and not is_whole_reference(value)
             and not code_values.is_camel_name(value)
             and not (code_values.NAME_LIKE.fullmatch(value) and credential_key(value) is not None))

@@ -169,6 +169,10 @@ class RealConfigTests(unittest.TestCase):
         self.assert_gone(f'"CatalogConnection": "Server={word(5)},1433;Initial Catalog={word(6)};User Id=sa;'
                          f'Password={value};TrustServerCertificate=true"\n', value)
 
+    def test_a_passphrase_that_ends_a_quoted_connection_string_goes(self):
+        value = phrase(RNG.randrange(4, 8))
+        self.assert_gone(f'    "{word(6)}DB": "Host=localhost;Database={word(6)};Username=postgres;Password={value}"\n', value)
+
     def test_code_that_sets_a_password_from_a_variable_stays(self):
         self.assert_kept(f"a = {RNG.randrange(9)}; password = userinput;\n")
 
@@ -182,6 +186,9 @@ class RealConfigTests(unittest.TestCase):
         self.assert_gone(f'# a user called "{word(6)}" with password "{value}"\n', value)
         value = mixed(20)
         self.assert_gone(f"echo {word(7)}-server/root_password password '{value}' | debconf-set-selections\n", value)
+        value = phrase(RNG.randrange(4, 7))
+        self.assert_gone(f"echo {word(7)}-server/root_password password '{value}' | debconf-set-selections\n", value)
+        self.assert_kept('the password "is not set here" yet\n')
         self.assert_kept('read -p "Enter password " pw\n')
         self.assert_kept('set password "${PW}"\n')
 

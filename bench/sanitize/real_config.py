@@ -45,7 +45,8 @@ sanitized file by a line diff, so a placeholder that swallows a line break
 marks every line it touched):
 
 - **recall**: a planted value counts as found when no 8 consecutive
-  characters of it survive anywhere in the sanitized file;
+  characters of it survive anywhere in the sanitized file (8 characters the
+  file held nowhere else: a passphrase's words may stand in its own prose);
 - **changed per 1,000**: among lines that hold no planted value (reference
   lines included), how many the sanitizer changed, per 1,000 such lines;
 - **reference changed**: the share of reference lines the sanitizer changed.
@@ -124,7 +125,8 @@ CONN = re.compile(r"(?i)(?:^|[;\"'])\s*(?:password|pwd)=(?P<value>[^;\"'<>]*)(?=
 CONN_LINE = re.compile(r"(?i)(?:server|data source|host|user id|uid|database|initial catalog)=[^;]*;")
 SQL = re.compile(r"(?i)(?<![$\w])(?:identified\s+by|password)\s+(?:=\s*)?(?P<value>'[^'\n]*'|\"[^\"\n]*\")")
 URL = re.compile(r"[a-z][a-z0-9+.\-]*://[^\s:/@'\"]+:(?P<value>[^\s@/'\"]+)@[^\s/'\"]")
-FLAG = re.compile(r"""--(?:[a-z\-]*-)?(?:password|passwd|token|secret)(?:=|\s+)(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s\\'"-][^\s\\]*)""")
+FLAG = re.compile(r"""--(?:[a-z\-]*-)?(?:password|passwd|token|secret)(?:=|\s+)(?P<value>"[^"\n]*"|'[^'\n]*'|"""
+                  r"""(?![A-Z][A-Z0-9_]*\b)[^\s\\'"\-\[][^\s\\\]]*)""")  # not a usage line's metavar (API_TOKEN)
 POSITIONAL = re.compile(
     r"""(?:mysqli_connect|mysql_connect|getConnection|NetworkCredential|new\s+PDO)\s*\("""
     r"""(?:[^,()]*,){%s}\s*(?P<value>"[^"\n]*"|'[^'\n]*')""")
@@ -134,7 +136,7 @@ REFERENCE = re.compile(
     r"""^["']?(?:\$\{|\$\(|\$[A-Za-z_]|\$\d(?![$\w])|\$\$|\{\{|\{%|<%|%\(|var\.|local\.|module\.|data\.|each\.|"""
     r"""os\.environ|os\.getenv|getenv|env\(|process\.env|ENV\[|System\.getenv|Environment\.|"""
     r"""lookup\(|!Ref|!Sub|secretKeyRef|valueFrom|\[parameters\()""")
-NOT_VALUE = re.compile(r"""(?i)^(?:true|false|yes|no|on|off|\d+|\|-?|>-?|\{|\[|\(|&[A-Za-z]\w*|\*[A-Za-z]\w*)$""")
+NOT_VALUE = re.compile(r"""(?i)^(?:true|false|yes|no|on|off|read|write|\d+|\|-?|>-?|\{|\[|\(|&[A-Za-z]\w*|\*[A-Za-z]\w*)$""")
 PLACEHOLDER_LITERAL = re.compile(r"""(?i)^(?:""|''|null|~|none|nil|)$""")
 
 WORDS = (
@@ -350,8 +352,12 @@ def changed_lines(before: str, after: str) -> set[int]:
     return changed
 
 
-def survives(value: str, text: str) -> bool:
-    return any(value[i:i + SURVIVE] in text for i in range(len(value) - SURVIVE + 1))
+def survives(value: str, text: str, planted_text: str) -> bool:
+    """Do 8 consecutive characters of ``value`` remain in ``text`` that the file held nowhere else (a
+    passphrase's words may also stand in the file's prose)?"""
+    elsewhere = planted_text.replace(value, "\0")
+    return any(value[i:i + SURVIVE] in text and value[i:i + SURVIVE] not in elsewhere
+               for i in range(len(value) - SURVIVE + 1))
 
 
 def score(files: list[PlantedFile], outputs: list[str], examples: int) -> dict:
@@ -365,7 +371,7 @@ def score(files: list[PlantedFile], outputs: list[str], examples: int) -> dict:
         holding = {index for index, _value in planted.values}
         for index, value in planted.values:
             row["planted"] += 1
-            if survives(value, output):
+            if survives(value, output, planted.text):
                 _example(row["missed"], examples, planted.path, index, lines)
             else:
                 row["found"] += 1
