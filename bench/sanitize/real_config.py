@@ -199,8 +199,8 @@ def value_kind(value: str, syntax: str) -> str:
         inner = bare[1:-1]
         if REFERENCE.match(inner) or "${" in inner or "{{" in inner or "$(" in inner:
             return "reference"
-        if not inner and syntax in CODE:
-            return "none"  # ``string token = ""``: code's empty default, not where a credential is written
+        if syntax in CODE and (not inner or re.fullmatch(r"[a-z]+(?:_[a-z0-9]+)+", inner)):
+            return "none"  # ``token = ""``, ``AccessToken = "access_token"``: a default, a setting's name
         return "none" if NOT_VALUE.match(inner) and inner else "literal"
     if syntax in CODE or syntax == "terraform":
         return "none" if NOT_VALUE.match(bare) or PLACEHOLDER_LITERAL.match(bare) else "reference"
