@@ -264,8 +264,6 @@ def _siblings(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-
-
 def _sibling_strength(name: str) -> str | None:
     strength = credential_key(name)
     return None if strength is None or name.lower() == "key" or SOURCE_FILE_KEY.fullmatch(name) else strength
@@ -536,7 +534,7 @@ def _unmarked(text, start, end, position, line_end, strength, before, opening, k
     if quoted is not None and in_template_action(text, start):
         quoted = None  # ``"key" "admin-password" "length" 10``: a template function's arguments
     if quoted is not None and _quoted_word(quoted.group("value")):
-        # ``with password "rsqrhxrisgpeo"``, debconf's ``root_password password 'X'``: the word, then one quoted token
+        # ``with password "rsqrhxrisgpeo"``, debconf's ``root_password password 'X'``: the word, a quoted token
         return _accept(text, *quoted.span("value"), strength, quoted=True, label=False)
     prose = PROSE_VERB.match(text, position, line_end)
     if prose is None:
@@ -556,11 +554,9 @@ def _pin(text: str, start: int, end: int, line_end: int) -> tuple[int, int] | No
     return match.span("pin")
 
 
-# One quoted token of six characters or more right after a password word.
+# One quoted token of six characters or more, or a passphrase's words, right after a password word.
 QUOTED_WORD = re.compile(r"""(?P<q>["'\u201c])(?P<value>[^\s"'\u201d]{6,64}|[a-z]{2,12}(?: [a-z]{2,12}){2,11})"""
                          r"""(?:(?P=q)|\u201d)(?![\w"'])""")
-
-
 SNAKE_NAME = re.compile(r"[a-z]+(?:_[a-z0-9]+)+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 
 

@@ -107,6 +107,9 @@ class RealConfigTests(unittest.TestCase):
         settings = (f"passwordUpdateJob:\n  enabled: false\n  podSecurityContext:\n    enabled: true\n"
                     f"    fsGroup: {RNG.randrange(1000, 2000)}\n  seccompProfile:\n    type: \"RuntimeDefault\"\n")
         self.assert_kept(settings)
+        values = [mixed(), mixed()]
+        out = self.assert_gone(f"[{word(6)}]\nsecrets_for_{word(5)} =\n    {values[0]}\n    {values[1]}\n", values[0])
+        self.assertNotIn(values[1][:8], out)
         root, user = mixed(), phrase(4)
         out = self.assert_gone(f"previousPasswords:\n  rootPassword: \"{root}\"\n  password: \"{user}\"\n", root)
         self.assertNotIn(user.split()[0] + " " + user.split()[1], out)

@@ -565,10 +565,12 @@ BLOCK_MAPPING = re.compile(r"\s*-?\s*(?P<key>[\w.\-]+)\s*:(?:\s|$)")
 
 def check_secret_block(match: re.Match, start: int, end: int):
     words = key_words(match.group("key"))
-    if key_strength(match.group("key")) != "strong" or classify_key_words(words[-1:]) is None:
-        return False  # ``passwordUpdateJob:`` opens the settings of a job, not a password
+    if key_strength(match.group("key")) != "strong":
+        return False
     lines = [line for line in match.group("block").splitlines()
              if line.strip() and not MAPPING_OPENER.fullmatch(line) and not TEMPLATE_LINE.fullmatch(line)]
+    if classify_key_words(words[-1:]) is None and all(BLOCK_MAPPING.match(line) for line in lines):
+        return False  # ``passwordUpdateJob:`` opens a mapping of a job's settings, not a password
     if words == ["secrets"] and lines and all(_names_a_secret(line.strip(), match.string) for line in lines):
         return False  # a Compose service's ``secrets:`` list: the names of secrets defined below
     mappings = [BLOCK_MAPPING.match(line) for line in lines]
