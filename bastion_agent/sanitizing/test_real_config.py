@@ -75,6 +75,19 @@ class RealConfigTests(unittest.TestCase):
         out = self.assert_gone(f"{name}_USER={word(6)}\n{name}_PW={value}\n{name}_DB={word(6)}\n", value)
         self.assertIn(f"{name}_DB=", out)
 
+    def test_a_long_file_of_the_new_shapes_keeps_none_of_its_values(self):
+        values = [word(12) for _ in range(300)]
+        lines = []
+        for index, value in enumerate(values):
+            lines.append(f"  - {{ username: u{index}, password: {value} }}")
+            lines.append(f"{{{{- $password := .Values.auth.p{index} }}}}")
+            lines.append(f"# DB_PASSWORD_{index}={value[::-1]}")
+        out = self.redact("\n".join(lines) + "\n")
+        for value in values:
+            self.assertNotIn(value, out)
+            self.assertNotIn(value[::-1], out)
+        self.assertEqual(out.count("{{- $password := .Values.auth.p"), len(values))
+
     def test_a_key_written_a_piece_per_line_still_goes(self):
         key = "AKIA" + "".join(RNG.choice(string.ascii_uppercase + "234567") for _ in range(16))
         pieces = "\n".join(f"  {key[i:i + 5]}" for i in range(0, 20, 5))

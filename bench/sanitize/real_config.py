@@ -38,7 +38,11 @@ and its line is a *reference line*: ``${VAR}``, ``$VAR``, ``$(cat ...)``,
 ``{{ vault_x }}``, ``var.x``/``local.x``/``module.x``, ``os.environ[...]``,
 ``getenv``, ``env('X')``, ``secretKeyRef``/``valueFrom``, ``%(x)s``, an
 identifier, member access or call in code (``handler.CreateToken(...)``),
-booleans and numbers.
+booleans and numbers. A reference with a literal default
+(``${DB_PASSWORD:secret}``), code's empty default (``token = ""``), a
+setting's snake_case name in code (``AccessToken = "access_token"``), a
+permission (``id-token: write``) and a usage line's metavar
+(``--api-token API_TOKEN``) are neither.
 
 How a line counts (lines are those of the planted file, matched to the
 sanitized file by a line diff, so a placeholder that swallows a line break
