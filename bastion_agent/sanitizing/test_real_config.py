@@ -153,6 +153,15 @@ class RealConfigTests(unittest.TestCase):
     def test_github_actions_secrets_inherit_stays(self):
         self.assert_kept(f"jobs:\n  {word(6)}:\n    uses: ./.github/workflows/{word(5)}.yml\n    secrets: inherit\n")
 
+    def test_a_sql_select_list_stays_and_a_csv_of_names_goes(self):
+        view = word(6)
+        self.assert_kept(f"CREATE OR REPLACE VIEW v_{view}\nAS\nSELECT\n    emp_no,\n    first_name , last_name ,\n"
+                         f"    birth_date , hire_date,\n    {view}_name(emp_no) as department\nfrom\n    {view};\n")
+        first, last = word(6).capitalize(), word(8).capitalize()
+        out = self.redact(f"id,first_name,last_name,city\n{RNG.randrange(1, 99)},{first},{last},{word(5)}\n")
+        self.assertNotIn(first, out)
+        self.assertNotIn(last, out)
+
     # --- passphrases ----------------------------------------------------------------------------------
 
     def test_a_passphrase_of_six_words_or_more_goes_in_each_syntax(self):
