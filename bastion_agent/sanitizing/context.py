@@ -45,6 +45,7 @@ import unicodedata
 from bastion_agent.sanitizing import code_values, command_lines, keyed_values, signatures
 from bastion_agent.sanitizing.validators import (
     BOOLEANISH,
+    FUNCTION_WORDS,
     MESSAGE_WORD,
     HEADER_NAME,
     SEQUENCES,
@@ -156,8 +157,9 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
         return False
     words = value.split()
     if (len(words) >= 3 and not phrase and all(MESSAGE_WORD.fullmatch(w) for w in words)
-            and any(credential_key(word.strip(".,:;()")) for word in words)):
-        return False  # "changes the master password", "Your S3 access key password": a description
+            and any(credential_key(word.strip(".,:;()")) or word.lower().strip(".,:;!?()") in FUNCTION_WORDS
+                    for word in words)):
+        return False  # "changes the master password", "can't be blank": a description, a message
     if len(words) >= 6 and not (phrase and len(words) <= 12 and all(w.isalnum() for w in words)
                                 or strength == "strong" and is_passphrase(value)):
         return False  # a sentence, a message (a passphrase's words are its value)

@@ -172,6 +172,11 @@ class RealConfigTests(unittest.TestCase):
             with self.subTest(template=template):
                 self.assert_gone(template.format(v=value), value)
 
+    def test_a_validation_message_in_a_list_stays_and_a_list_of_passwords_goes(self):
+        self.assert_kept("    throw new HttpException(422, {errors: {password: [\"can't be blank\"]}});\n")
+        values = [mixed(), mixed()]
+        self.assert_gone(f'  "passwords": ["{values[0]}", "{values[1]}"]\n', values[1])
+
     def test_a_message_of_as_many_words_stays(self):
         for message in ("must be at least eight characters long", "the password you entered does not match",
                         "enter the new password for your account here"):

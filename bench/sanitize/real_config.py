@@ -140,7 +140,7 @@ REFERENCE = re.compile(
     r"""^["']?(?:\$\{|\$\(|\$[A-Za-z_]|\$\d(?![$\w])|\$\$|\{\{|\{%|<%|%\(|var\.|local\.|module\.|data\.|each\.|"""
     r"""os\.environ|os\.getenv|getenv|env\(|process\.env|ENV\[|System\.getenv|Environment\.|"""
     r"""lookup\(|!Ref|!Sub|secretKeyRef|valueFrom|\[parameters\()""")
-NOT_VALUE = re.compile(r"""(?i)^(?:true|false|yes|no|on|off|read|write|\d+|\|-?|>-?|\{|\[|\(|&[A-Za-z]\w*|\*[A-Za-z]\w*)$""")
+NOT_VALUE = re.compile(r"""(?i)^(?:true|false|yes|no|on|off|read|write|\d+|[~^>=<]*\d+(?:\.[\dx*]+)+\S*|\|-?|>-?|\{|\[|\(|&[A-Za-z]\w*|\*[A-Za-z]\w*)$""")
 PLACEHOLDER_LITERAL = re.compile(r"""(?i)^(?:""|''|null|~|none|nil|)$""")
 
 WORDS = (
@@ -206,6 +206,8 @@ def value_kind(value: str, syntax: str) -> str:
         if syntax in CODE and (not inner or re.fullmatch(r"[a-z]+(?:_[a-z0-9]+)+", inner)):
             return "none"  # ``token = ""``, ``AccessToken = "access_token"``: a default, a setting's name
         return "none" if NOT_VALUE.match(inner) and inner else "literal"
+    if syntax == "shell" and not NOT_VALUE.match(bare) and bare:
+        return "literal"  # ``JWT_SECRET=dxLm...= npm run dev``: a shell assignment's bare word is data
     if syntax in CODE or syntax == "terraform":
         return "none" if NOT_VALUE.match(bare) or PLACEHOLDER_LITERAL.match(bare) else "reference"
     if NOT_VALUE.match(bare) or not bare and syntax not in ("env", "properties"):
