@@ -335,7 +335,8 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     else:
         label = kind == ":" and not at_line_start and not key_quoted
     flow = kind == ":" and not key_quoted and keyed_values.FLOW_MAPPING.search(before) is not None
-    commented = keyed_values.commented_setting(text, name, before, position, line_end)
+    commented = (keyed_values.commented_setting(text, name, before, position, line_end)
+                 or kind == "=" and keyed_values.ENV_FLAG.search(before) is not None)
     if flow or commented:
         label = False  # ``- { username: user1, password: X }``, ``# DB_PASSWORD=X``: data, not a label
     terminator = "," if flow else _terminator(text, start, "" if key_quoted else opening, before, at_line_start, label)

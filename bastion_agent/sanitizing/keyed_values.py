@@ -133,6 +133,8 @@ FLOW_MAPPING = re.compile(r"^[ \t]*-[ \t]+\{[ \t]*[\w.\-]+:[ \t]")
 CONNECTION_FIELD = re.compile(r"(?i)(?:server|data source|host|address|user id|uid|database|initial catalog)[ \t]*=[^;]*;")
 # ``value: kxqmvbnrtwpzla`` on its own line: a Kubernetes env entry's value, YAML data to the line's end.
 YAML_VALUE_FIELD = re.compile(r"[ \t]*value:[ \t]*")
+# ``docker run -e POSTGRES_PASSWORD=X``, ``--env X=...``: a container's environment given on a command line.
+ENV_FLAG = re.compile(r"(?:^|[\s\"'])(?:-e|--env)[ \t]*\Z")
 COMMENT_MARK = re.compile(r"[ \t]*(?:#{1,3}|//|;|--)[ \t]*")
 SETTING_NAME = re.compile(r"[A-Za-z][\w\-]*[_.][\w.\-]+|[A-Z][A-Z0-9]+")
 

@@ -229,6 +229,13 @@ class RealConfigTests(unittest.TestCase):
         self.assert_gone(f"# truststore_password: {value}\n", value)
         self.assert_kept("# DB_PASSWORD: change this\n# Password: see the vault\n// PASSWORD: required\n")
 
+    def test_a_container_environment_flag_of_letters_alone_goes_and_its_references_stay(self):
+        value = word(13)
+        self.assert_gone(f"docker run -e POSTGRES_PASSWORD={value} -d postgres\n", value)
+        value = word(12)
+        self.assert_gone(f"echo >&2 '  Did you forget to add -e WSREP_SST_PASSWORD={value} ?'\n", value)
+        self.assert_kept("docker run -e POSTGRES_PASSWORD=$PW --env DB_PASSWORD_FILE=/run/secrets/db -d postgres\n")
+
     def test_a_chart_functions_arguments_stay(self):
         self.assert_kept(f'  admin-password: {{{{ include "common.secrets.passwords.manage" (dict "secret" $name "key" '
                          f'"admin-password" "length" {RNG.randrange(8, 20)} "providedValues" (list "auth.adminPassword")) }}}}\n')

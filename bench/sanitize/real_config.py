@@ -302,7 +302,7 @@ def _line_slots(line: str, syntax: str):
                 and not match.group("key")[0] in "\"'" or _in_template(line, match.start()):
             continue
         start, end, kind = _span(match, syntax)
-        if kind == "literal" and syntax in CODE and not match.group("value")[:1] in "\"'":
+        if kind == "literal" and syntax in CODE - {"shell"} and not match.group("value")[:1] in "\"'":
             kind = "reference"
         if kind != "none" and fresh(start, end):
             yield start, end, kind
