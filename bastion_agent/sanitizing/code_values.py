@@ -37,7 +37,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 5
+DETECTION_VERSION = 6
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -86,10 +86,16 @@ COMMENT = re.compile(r"\s//")  # not ``#``: in INI and shell a ``#`` inside a va
 def _code_tail(tail: str) -> bool:
     """What follows the expression is only punctuation (``;``, ``,``, ``)})``), quoted keys or a ``//`` comment:
     the end of a statement, not more of a value (``Ev1;71 w&tG0`` goes on)."""
+    if KEYWORD_ARGUMENT.match(tail):
+        return True  # ``password=pass_sha256, host=host``: the next keyword argument of a call
     comment = COMMENT.search(tail)
     if comment:
         tail = tail[:comment.start()]
     return not any(ch.isalnum() for ch in QUOTED.sub("", tail))
+
+
+# ``, host=host``: a comma, a space (mount options ``user=x,password=y`` have none), a name and "=".
+KEYWORD_ARGUMENT = re.compile(r",[ \t]+[A-Za-z_]\w*[ \t]*=(?!=)")
 
 
 # A name as people write one (``CHAIN``'s shape): each part letters (and _ or $), digits only at its end
@@ -167,7 +173,9 @@ def _call_or_type(expression: str) -> bool:
 # A comparison with a call on one side (``0!=b.indexOf(x)``, ``s.find(x) == -1``): an expression.
 COMPARED_CALL = re.compile(r"[!=]==?[ \t]*[\w.$]+\(|\w\([^()\n]*\)[ \t]*[!=]==?")
 PARAMETERS = re.compile(r"\([A-Za-z_$][\w$]*[ \t]*(?:[,:)]|$)")
-CONNECTIVE = re.compile(r"[A-Za-z_$][\w$.]*[ \t]+(?:or|and|if|\|\||&&|\?\?|\?)[ \t]")
+# ``token or {}``, ``!local.is_replica && ...``, PHP's ``static::$password ??= Hash::make(...)``.
+CONNECTIVE = re.compile(r"!?[A-Za-z_$][\w$]*(?:(?:\?\.|\.|::|->)[A-Za-z_$][\w$]*)*[ \t]+"
+                        r"(?:or|and|if|\|\||&&|\?\?=?|\?)[ \t]")
 
 
 def _typed(expression: str) -> bool:

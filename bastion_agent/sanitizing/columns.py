@@ -41,7 +41,7 @@ from bastion_agent.sanitizing.copies import trie_pattern
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 3
+DETECTION_VERSION = 4
 
 # rule id -> header words (after ``normal_header``: lowercase, NFKC, separators
 # as single spaces, a trailing ":" / "#" / "no" / "number" form listed here).
@@ -680,8 +680,14 @@ def _fits(rule: str, header: str, value: str) -> bool:
     if rule == "address-column":
         return any(ch.isalpha() for ch in value) and not _HEX.fullmatch(value.strip())
     if rule == "person-name":
-        return any(ch.isalpha() for ch in value) and not _NUMERIC.fullmatch(value.strip())
+        return (any(ch.isalpha() for ch in value) and not _NUMERIC.fullmatch(value.strip())
+                and not _CODE_CELL.search(value))
     return True
+
+
+# ``birth_date``, ``emp_dept_name(emp_no) as department``, ``employees;``: a SQL select list read as a
+# table, not names (a person's name holds no "_", ";" or "=", nor a word followed by "(").
+_CODE_CELL = re.compile(r"[_;=<>{}]|\w\(")
 
 
 AMBIGUOUS_HEADERS = {

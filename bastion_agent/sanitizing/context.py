@@ -45,6 +45,7 @@ import unicodedata
 from bastion_agent.sanitizing import code_values, command_lines, keyed_values, signatures
 from bastion_agent.sanitizing.validators import (
     BOOLEANISH,
+    FUNCTION_WORDS,
     MESSAGE_WORD,
     HEADER_NAME,
     SEQUENCES,
@@ -52,6 +53,10 @@ from bastion_agent.sanitizing.validators import (
     TEMPLATE_PARTS,
     weak_key_bits,
     classify_key_words,
+    in_template_action,
+    is_doc_field,
+    names_a_credential,
+    is_passphrase,
     is_placeholder,
     is_whole_reference,
     key_words,
@@ -63,7 +68,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 6
+DETECTION_VERSION = 7
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          "secert", "sercet", "secrect", "seed",
@@ -148,7 +153,7 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
     lowered = value.lower()
     if lowered in BOOLEANISH or is_placeholder(value) or not any(ch.isalnum() for ch in value):
         return False
-    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("/", "./", "~/", "../", "<")):
+    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("/", "./", "~/", "../", "<", "unix:/")):
         return False  # a URL (its user-info is the URL rule's) or a path
     if code_values.VERSION.fullmatch(value):
         return False  # ``credentials-binding:1.17``: a plugin's version
@@ -156,9 +161,11 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
         return False
     words = value.split()
     if (len(words) >= 3 and not phrase and all(MESSAGE_WORD.fullmatch(w) for w in words)
-            and any(credential_key(word.strip(".,:;()")) for word in words)):
-        return False  # "changes the master password", "Your S3 access key password": a description
-    if len(words) >= 6 and not (phrase and len(words) <= 12 and all(w.isalnum() for w in words)):
+            and any(credential_key(word.strip(".,:;()")) or word.lower().strip(".,:;!?()") in FUNCTION_WORDS
+                    for word in words)):
+        return False  # "changes the master password", "can't be blank": a description, a message
+    if len(words) >= 6 and not (phrase and len(words) <= 12 and all(w.isalnum() for w in words)
+                                or strength == "strong" and is_passphrase(value)):
         return False  # a sentence, a message (a passphrase's words are its value)
     if not quoted and config and re.fullmatch(r"[A-Za-z]+", value) and _config_word(value, strength):
         return True  # ``SMTP_PASSWORD=kxqmvbnrtwpzla``: letters alone, in a config file
@@ -183,7 +190,8 @@ CONFIG_WORDS = frozenset({"string", "str", "text", "int", "integer", "number", "
                           "null", "nil", "undefined", "unset", "default", "hidden", "redacted", "masked",
                           "sensitive", "value", "example", "sample", "dummy", "test", "prompt", "ask", "env",
                           "vault", "file", "disabled", "enabled", "auto", "random", "generated", "secure",
-                          "omitted", "notset", "placeholder", "xxx", "your", "mypassword", "yourpassword"})
+                          "omitted", "notset", "placeholder", "xxx", "your", "mypassword", "yourpassword",
+                          "inherit"})  # GitHub Actions: ``secrets: inherit`` passes the caller's secrets on
 
 
 def _config_word(value: str, strength: str) -> bool:
@@ -253,7 +261,10 @@ def _siblings(text: str) -> list[tuple[int, int]]:
     spans = []
     for start, end, strength in keyed_values.sibling_values(text, _sibling_strength):
         quoted = text[start - 1:start] in QUOTES or text[start - 1:start] in ">["
-        span = _accept(text, start, end, strength, quoted=quoted, label=False)
+        # ``value: kxqmvbnrtwpzla`` on its own line is YAML data to the line's end, as in a config file
+        line_start = text.rfind("\n", 0, start) + 1
+        config = not quoted and keyed_values.YAML_VALUE_FIELD.fullmatch(text, line_start, start) is not None
+        span = _accept(text, start, end, strength, quoted=quoted, label=False, config=config)
         if span is not None:
             spans.append(span)
     return spans
@@ -271,6 +282,9 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         return None
     if text[max(0, start - 6):start] == "alias ":
         return None  # ``alias wpwd='wp widget delete'``: a shell alias names a command
+    if is_doc_field(text, start):
+        return None  # ``:param passwd: **DEPRECATED**``: a docstring names a parameter
+    template = in_template_action(text, start)
     strength = credential_key(name)
     if strength is None or name.lower() == "key":
         return None  # a bare ``key`` names a map's key (XML key="...", YAML key: ...), not a credential
@@ -325,14 +339,20 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         label = True  # ``Password: ...`` at the start of a line: a form label in prose
     else:
         label = kind == ":" and not at_line_start and not key_quoted
-    terminator = _terminator(text, start, "" if key_quoted else ("-" if flag and not opening.strip() else opening),
-                             before, at_line_start, label)
+    flow = kind == ":" and not key_quoted and keyed_values.FLOW_MAPPING.search(before) is not None
+    commented = (keyed_values.commented_setting(text, name, before, position, line_end)
+                 or kind == "=" and keyed_values.ENV_FLAG.search(before) is not None)
+    if flow or commented:
+        label = False  # ``- { username: user1, password: X }``, ``# DB_PASSWORD=X``: data, not a label
+    terminator = "," if flow else _terminator(
+        text, start, "" if key_quoted else ("-" if flag and not opening.strip() else opening), before, at_line_start, label)
     if flag and text[position:position + 1] == "-":
         return None  # ``--password=-``, ``(-p+ --password=-)``: standard input, or an option's usage
     if opening == "(" and kind == "=" and LDAP_WILDCARD.match(text, position):
         return None  # ``(password=MA*)``: an LDAP filter's substring search, a guess being tried
+    connection = flow or commented or terminator == ";" and keyed_values.CONNECTION_FIELD.search(before) is not None
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
-                       key=name, data=flag and kind == "=")
+                       key=name, data=flag and kind == "=", config=connection, template=template)
 
 
 def _operator(text: str, position: int, line_end: int) -> tuple[str, int] | None:
@@ -384,12 +404,16 @@ def _terminator(text: str, start: int, opening: str, before: str, at_line_start:
 TEMPLATE_FIELD = re.compile(r"[a-z_][a-z0-9_]*(?: [a-z0-9_]+){0,4}|\d+")
 _WIDE_STOPS = "\uff0c\uff1b\u3001\u3002"
 _STOPS = {terminator: re.compile(f"[{re.escape(stops)}]") for terminator, stops in
-          {" ": " \t" + _WIDE_STOPS, ";": ";", "&": "&# \t\"'`", ",": ", \t" + _WIDE_STOPS}.items()}
+          {" ": " \t" + _WIDE_STOPS, ";": ";\"", "&": "&# \t\"'`", ",": ", \t" + _WIDE_STOPS}.items()}
 
 
 def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
-                label: bool, phrase: bool = False, key: str = "", data: bool = False) -> tuple[int, int] | None:
-    """``data``: an option's ``--name=value`` on a command line, where no code is: a bare word is the value."""
+                label: bool, phrase: bool = False, key: str = "", data: bool = False, config: bool = False,
+                template: bool = False) -> tuple[int, int] | None:
+    """The span of the value at ``position``, ended by its syntax's ``terminator``; ``data``: an option's
+    ``--name=value`` on a command line, where no code is: a bare word is the value; ``config``: a field of
+    a connection string, data like a config file's (letters alone can be its password); ``template``: the
+    key sits inside a ``{{ ... }}`` action, where only a quoted value is a literal."""
     literal = _literal_in_code(text, position, line_end, strength)
     if literal is not None:
         return literal if literal[1] > literal[0] else None
@@ -404,6 +428,8 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     if first == "\\" and text[position + 1:position + 2] == '"':
         close = text.find('\\"', position + 2, line_end)
         return _accept(text, position + 2, close, strength, quoted=True, label=False, key=key) if close != -1 else None
+    if template and first not in QUOTES:
+        return None  # ``{{- $password := .Values.auth.password }}``: an expression of the template
     if first and first in QUOTES and first != terminator:
         close = _closing(text, position, line_end)
         if close is None:
@@ -446,7 +472,7 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
         while end > position and text[end - 1] in ".,;:!?)\"'":
             end -= 1
     return _accept(text, position, end, strength, quoted=False, label=label,
-                   config=(terminator == "\n" and not label) or data, phrase=phrase, key=key)
+                   config=(terminator == "\n" and not label) or data or config, phrase=phrase, key=key)
 
 
 def _literal_in_code(text: str, position: int, line_end: int, strength: str) -> tuple[int, int] | None:
@@ -517,6 +543,10 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
         return None  # ``BLOB = "PKCS8_PRIVATEKEY"``, ``X = "KDFKeySecret";``, ``"&pw=" + f(x)``: a name, code
     if not by_position and code_values.is_stand_in(value, key, backtick=quoted and text[start - 1:start] == "`"):
         return None  # ``token=different-token``, ``"Enter password: "``: a stand-in, a prompt, a path
+    if not quoted and value.isdigit() and key and credential_key(key_words(key)[-1] if key_words(key) else key) is None:
+        return None  # ``PASSWORD_NO_MATCH = 1133``: a number under a name ending in another word, a code
+    if key and names_a_credential(value, key):
+        return None  # ``adminPasswordKey: postgres-password``: the name of a Secret's key
     if not value_ok(value, strength, quoted=quoted, label=label, config=config, phrase=phrase):
         return None
     lead = len(value) - len(value.lstrip())
@@ -554,6 +584,12 @@ def _unmarked(text, start, end, position, line_end, strength, before, opening, k
     words = key_words(name)
     if not words or words[-1] not in PROSE_WORDS:
         return None
+    quoted = QUOTED_WORD.match(text, position, line_end) if position > end and not key_quoted else None
+    if quoted is not None and in_template_action(text, start):
+        quoted = None  # ``"key" "admin-password" "length" 10``: a template function's arguments
+    if quoted is not None and _quoted_word(quoted.group("value")):
+        # ``with password "rsqrhxrisgpeo"``, debconf's ``root_password password 'X'``: the word, a quoted token
+        return _accept(text, *quoted.span("value"), strength, quoted=True, label=False)
     prose = PROSE_VERB.match(text, position, line_end)
     if prose is None:
         return None
@@ -576,6 +612,24 @@ def _pin(text: str, start: int, end: int, line_end: int) -> tuple[int, int] | No
 XML_ATTRIBUTES = re.compile(r"""(?:[ \t]+[\w:.\-]+[ \t]*=[ \t]*(?:"[^"<>\n]*"|'[^'<>\n]*'))+[ \t]*>""")
 # A setter's one quoted argument: ``set_password("X")``, ``setToken('X')``.
 SETTER_ARGUMENT = re.compile(r"""\([ \t]*(?P<q>["'])(?P<literal>[^"'\n]{1,1024})(?P=q)[ \t]*\)""")
+
+
+# One quoted token of six characters or more, or a passphrase's words, right after a password word.
+QUOTED_WORD = re.compile(r"""(?P<q>["'\u201c])(?P<value>[^\s"'\u201d]{6,64}|[a-z]{2,12}(?: [a-z]{2,12}){2,11})"""
+                         r"""(?:(?P=q)|\u201d)(?![\w"'])""")
+SNAKE_NAME = re.compile(r"[a-z]+(?:_[a-z0-9]+)+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+
+
+def _quoted_word(value: str) -> bool:
+    """A quoted token (or a passphrase's words) after "password" that is a value: not a stand-in word,
+    not a name of code, not a reference."""
+    if " " in value:
+        return is_passphrase(value)
+    return (value.lower() not in CONFIG_WORDS and not SNAKE_NAME.fullmatch(value) and not is_whole_reference(value)
+            and not code_values.is_camel_name(value)
+            and not (code_values.NAME_LIKE.fullmatch(value) and credential_key(value) is not None))
+
+
 ENTITY_QUOTE = re.compile(r"&#34;|&quot;|&#39;|&apos;")
 FORM_FIELD = re.compile(r"&[A-Za-z_][\w.\-]*=")  # the next field of ``a=1&b=2``
 # ``(password=MA*)``: in an LDAP filter a value ending in ``*`` asks for a prefix.

@@ -33,7 +33,7 @@ import re
 from bastion_agent.sanitizing.normalise import View, _Builder
 
 # The version of what this module finds or how it replaces it (detection_version.py).
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 Edit = tuple[int, int, str]
 
@@ -44,7 +44,9 @@ HYPHEN_HINTS = (re.compile(r"-(?<=\d\d-)[A-Z0-9]{2,4}-"), re.compile(r"\.(?<=\d\
 # A hyphen at a line's end between two letters or digits: a word or a number broken by its writer.
 SOFT_BREAK = re.compile(r"-[ \t]*\r?\n[ \t]*(?=[A-Za-z0-9])")
 # Three or more short lines that each hold one token and nothing else: a key written a piece per line.
-PIECE_LINES = re.compile(r"\n[ \t]*[A-Za-z0-9+/=_\-]{3,40}[ \t]*(?:\r?\n[ \t]*[A-Za-z0-9+/=_\-]{3,40}[ \t]*){2,8}(?=\r?\n|\Z)")
+# "=" only ends a piece (base64 padding): ``AWS_REGION=us-east-1`` is a line of a .env file, not a piece.
+_PIECE = r"[A-Za-z0-9+/_\-]{3,40}={0,2}"
+PIECE_LINES = re.compile(r"\n[ \t]*" + _PIECE + r"[ \t]*(?:\r?\n[ \t]*" + _PIECE + r"[ \t]*){2,8}(?=\r?\n|\Z)")
 # A string literal's closing quote, a concatenation operator and the next literal's opening quote.
 # Both literals hold token characters at the join (an empty "" or a "\n" is no piece of a key); literals
 # side by side (Python, C) need a space or a line break between them.

@@ -13,6 +13,11 @@ sees at once which value the key names:
   unattend file's ``<AdministratorPassword><Value>…</Value>``;
 - **a list under a credential key**: ``"tokens": ["99b8…", "79eb…"]``.
 
+It also holds the line shapes that tell ``context.py`` a bare value is data
+(letters alone can be its password) rather than a word of prose or code: a
+YAML flow mapping's item, a connection string, a Kubernetes ``value:``
+line, a setting commented out.
+
 Each form is a bounded, linear scan near a credential-named key that
 ``context.py`` found (its key vocabulary decides which names count): the
 sibling is looked for within ``SIBLING_REACH`` characters, so a
@@ -25,7 +30,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 SIBLING_REACH = 512  # how far after a name field its value field may sit
 MAX_VALUE = 1024
@@ -117,3 +122,28 @@ def list_items(text: str, position: int, line_end: int) -> list[tuple[int, int]]
         spans.append((position + 1 + item.start(group), position + 1 + item.end(group)))
         index = item.end()
     return spans if spans and index == len(inner) else None
+
+
+# --- line shapes that say a bare value is data, not a word of prose or code ----------------------------
+
+# A YAML list item that is a flow mapping, opened before the key on its line: ``- { username: user1, ``
+# (not a JavaScript object, which an assignment or a call opens).
+FLOW_MAPPING = re.compile(r"^[ \t]*-[ \t]+\{[ \t]*[\w.\-]+:[ \t]")
+# A connection string names its server or database before its password (``Server=...;User Id=sa;Password=``).
+CONNECTION_FIELD = re.compile(r"(?i)(?:server|data source|host|address|user id|uid|database|initial catalog)[ \t]*=[^;]*;")
+# ``value: kxqmvbnrtwpzla`` on its own line: a Kubernetes env entry's value, YAML data to the line's end.
+YAML_VALUE_FIELD = re.compile(r"[ \t]*value:[ \t]*")
+# ``docker run -e POSTGRES_PASSWORD=X``, ``--env X=...``: a container's environment given on a command line.
+ENV_FLAG = re.compile(r"(?:^|[\s\"'])(?:-e|--env)[ \t]*\Z")
+COMMENT_MARK = re.compile(r"[ \t]*(?:#{1,3}|//|;|--)[ \t]*")
+SETTING_NAME = re.compile(r"[A-Za-z][\w\-]*[_.][\w.\-]+|[A-Z][A-Z0-9]+")
+
+
+def commented_setting(text: str, name: str, before: str, position: int, line_end: int) -> bool:
+    """``# DB_PASSWORD=kxqmvbnrtwpzla``, ``# truststore_password: X``: a setting commented out, its name
+    a setting's (``_``, ``.`` or capitals), its value one token to the end of the line (``# DB_PASSWORD:
+    change this`` is a note)."""
+    if COMMENT_MARK.fullmatch(before) is None or not SETTING_NAME.fullmatch(name):
+        return False
+    rest = text[position:line_end].lstrip(":= \t").rstrip()
+    return bool(rest) and not any(ch.isspace() for ch in rest)

@@ -22,7 +22,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 7
+DETECTION_VERSION = 8
 
 # --- entropy --------------------------------------------------------------
 
@@ -134,8 +134,13 @@ def is_placeholder(value: str) -> bool:
     return False
 
 
+# A shell command substitution that reads the secret from where it lives or makes a new one
+# (``$(cat /run/secrets/db-password)``, ``$(< "$FILE")``, ``$(openssl rand -base64 24)``); Compose writes
+# the "$" twice. One that prints a literal (``$(echo ...)``, ``$(printf ...)``) is not a reference.
+COMMAND_SUBSTITUTION = r"\$\$?\((?![ \t]*(?:echo|printf)\b)[^()\n]{1,200}\)|\$\$\{[^}\n]*\}|\$\$[A-Za-z_]\w*"
 WHOLE_REFERENCE = re.compile(
-    r"(?:\s*(?:" + TEMPLATE_PARTS.pattern + r"|\$[A-Za-z_]\w*|%[A-Za-z_]\w*%|\$\{[^}\n]*\}|\{\{[^\n]*?\}\}))+\s*"
+    r"(?:\s*(?:" + TEMPLATE_PARTS.pattern + r"|\$[A-Za-z_]\w*|%[A-Za-z_]\w*%|\$\{[^}\n]*\}|\{\{[^\n]*?\}\}|"
+    + COMMAND_SUBSTITUTION + r"))+\s*"
 )
 
 
@@ -181,7 +186,8 @@ def is_count(text: str, start: int, end: int) -> bool:
 
 def plausible_secret(value: str) -> bool:
     """Neither a placeholder, nor a template, nor a reference, and has a letter or digit."""
-    return has_alnum(value) and not is_placeholder(value) and not is_templated(value) and not is_reference(value)
+    return (has_alnum(value) and not is_placeholder(value) and not is_templated(value) and not is_reference(value)
+            and not is_whole_reference(value))
 
 
 # --- checksums ---------------------------------------------------------------
@@ -401,11 +407,68 @@ def looks_like_code(value: str, following: str) -> bool:
     if following[:1] in ("(", "[") or _REFERENCE_LIKE.fullmatch(value):
         return True
     if _DOTTED.fullmatch(value):
-        return all(len(part) < 16 or shannon_entropy(part) < 3.5 for part in value.split("."))
+        return all(len(part) < 16 or shannon_entropy(part) < 3.5 or CAMEL_WORDS.fullmatch(part)
+                   for part in value.split("."))
     return False
 
 
+# A Kubernetes label or annotation key: a DNS name, "/", a lower-case name (``kubernetes.io/e2e-az-name``).
+QUALIFIED_NAME = re.compile(r"[a-z0-9\-]+(?:\.[a-z0-9\-]+)*\.[a-z]{2,}/[a-z0-9][a-z0-9._\-]*")
+# ``TestAuthentication``, ``defectiveHandler``: words of three letters or more, each capitalised; a name.
+CAMEL_WORDS = re.compile(r"(?:[A-Z][a-z]{2,})+|[a-z]{3,}(?:[A-Z][a-z]{2,})+")
+# ``:param passwd:``, ``@param password``: documentation names a parameter, it does not assign one.
+DOC_FIELD = re.compile(r"[:@](?:param|parameter|arg|argument|type|ivar|cvar|var|keyword|kwarg)[ \t]+\Z")
+
+
+# ``postgres-password``, ``mariadb-root-password``: words joined by "-", "_" or "." ending in a credential word.
+CREDENTIAL_NAME = re.compile(r"[a-z][a-z0-9]*(?:[-_.][a-z0-9]+)+")
+
+
+def names_a_credential(value: str, key: str) -> bool:
+    """Is the value the name of a credential rather than one: under a key that names where a password
+    is kept (Helm's ``adminPasswordKey: postgres-password``, the key of a Kubernetes Secret), lower-case
+    words whose last names a credential? Under ``password:`` itself such a value is the password."""
+    key_parts = key_words(key)
+    if len(key_parts) < 2 or key_parts[-1] != "key" or key_parts[-2] not in POINTER_WORDS:
+        return False
+    if not CREDENTIAL_NAME.fullmatch(value):
+        return False
+    words = key_words(value)
+    return len(words) >= 2 and classify_key_words(words[-1:]) is not None
+
+
+POINTER_WORDS = frozenset({"password", "passwords", "passwd", "pwd", "token", "tokens"})
+
+
+def in_template_action(text: str, position: int) -> bool:
+    """Is ``position`` inside a ``{{ ... }}`` action on its line (Go templates, Helm, Jinja), where
+    ``$password := .Values.auth.password`` is template code, not a value?"""
+    line_start = text.rfind("\n", 0, position) + 1
+    opening = text.rfind("{{", line_start, position)
+    return opening != -1 and text.find("}}", opening, position) == -1
+
+
+def is_doc_field(text: str, key_start: int) -> bool:
+    """Is the key at ``key_start`` the name of a docstring's parameter field (``:param passwd: ...``)?"""
+    return DOC_FIELD.search(text, max(0, key_start - 16), key_start) is not None
+
+
 MESSAGE_WORD = re.compile(r"\(?[A-Za-z][A-Za-z'\-]*[.,:;!?)]?")  # a word of a message, not of a password
+# The small words every sentence needs and a passphrase drawn from a word list almost never holds.
+FUNCTION_WORDS = frozenset({"a", "an", "the", "is", "are", "was", "be", "been", "to", "of", "for", "in", "on", "at",
+                            "and", "or", "not", "no", "with", "your", "you", "this", "that", "it", "its", "will",
+                            "must", "should", "can", "from", "by", "as", "if", "please", "here", "there", "we",
+                            "our", "my", "has", "have", "do", "does", "set", "use", "used", "enter", "new", "when"})
+
+
+def is_passphrase(value: str) -> bool:
+    """``"amber beacon goblet violet velvet signal"``: three to twelve lower-case words, one space apart,
+    none of them a function word: a passphrase drawn from a word list, where a message of as many words
+    has "the", "to", "is", "your"."""
+    words = value.split(" ")
+    return (3 <= len(words) <= 12 and all(2 <= len(word) <= 12 and word.isalpha() and word.islower() for word in words)
+            and not any(word in FUNCTION_WORDS for word in words))
+
 
 
 def assignment_value_ok(value: str, strength: str, quoted: bool, following: str) -> bool:
@@ -418,16 +481,19 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
         return False  # ``(check_password): Likewise.``: a sentence of a GNU change log
     if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("<", "/", "./", "~/", "../")):
         return False
-    if len(value.split()) >= 6:  # a sentence (a message, a label), not a secret
-        return False
+    if len(value.split()) >= 6 and not (strength == "strong" and is_passphrase(value)):
+        return False  # a sentence (a message, a label), not a secret; a passphrase's words are its value
     words = value.split()
     if len(words) >= 3 and all(MESSAGE_WORD.fullmatch(w) for w in words) and any(
             key_strength(word.strip(".,:;()")) for word in words):
         return False  # "Enter new password: ", "super amazing secret": a message about a credential
     if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
         return False  # an alphabet constant, a header name
+
     if not quoted and looks_like_code(value, following):
         return False
+    if strength == "weak" and QUALIFIED_NAME.fullmatch(value):
+        return False  # ``key: "kubernetes.io/e2e-az-name"``: a label's key, a domain then a name
     if strength == "weak":
         compact = value.replace("-", "")
         return len(value) >= 16 and not any(ch.isspace() for ch in value) and looks_random(compact, base64_bits=weak_key_bits(len(compact)))
@@ -454,6 +520,10 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``userPassword:2.5.13.18:=\xx``: an LDAP filter's assertion, a guess being tried
     if match.string[max(0, match.start("key") - 6):match.start("key")] == "alias ":
         return False  # ``alias wpwd='wp widget delete'``: a shell alias names a command
+    if is_doc_field(match.string, match.start("key")):
+        return False  # ``:param passwd: **DEPRECATED** Alias for password.``: a docstring's field
+    if match.group("value")[:1] not in "\"'`" and in_template_action(match.string, match.start("key")):
+        return False  # ``{{- $password := .Values.auth.password }}``: template code
     groups = match.groupdict()
     if key.lower() == "key" and groups.get("op") == ":" and not groups.get("kq") and _starts_entry(
             match.string, match.start("key")):
@@ -481,6 +551,8 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``"&pw=" + f("pw")``; ``NCRYPT_KDF_SECRET_VALUE = "KDFKeySecret"``: code, a name
     if quoted and match.string.startswith(code_values.API_LISTING, vend + 1):
         return False  # ``Type.FIELD = "HMAC" -> string``: a .NET public-API listing, not an assignment
+    if names_a_credential(value, key):
+        return False  # ``adminPasswordKey: postgres-password``: the name of a Secret's key
     if code_values.is_stand_in(value, key, backtick=raw.startswith("`")):
         return False  # ``"access_token": "fake-token"``, ``"Enter password: "``: a stand-in, a prompt
     if quoted and strength == "weak" and re.fullmatch(r"[a-z]+(?:_[a-z0-9]+){2,}", value):
@@ -510,15 +582,20 @@ def _inside_tag(text: str, position: int) -> bool:
     return opening != -1 and text.find(">", opening, position) == -1
 
 
+# ``podSecurityContext:`` alone on its line opens a nested mapping: a key, never a value.
+MAPPING_OPENER = re.compile(r"\s*-?\s*[\w.\-\"']+\s*:\s*")
+
+
 def block_value_spans(block: str, offset: int, *, minimum: int = 4) -> Spans:
-    """The values of the lines of an indented block (``key: value`` keeps its key)."""
+    """The values of the lines of an indented block (``key: value`` keeps its key; a nested mapping's
+    own key line is no value)."""
     spans: Spans = []
     position = offset
     for line in block.splitlines(keepends=True):
         content = line.rstrip("\r\n")
         stripped = content.strip()
         lead = len(content) - len(content.lstrip())
-        if stripped and not stripped.startswith(("#", ";", "//")):
+        if stripped and not stripped.startswith(("#", ";", "//")) and not MAPPING_OPENER.fullmatch(content):
             value_start = lead
             mapping = re.match(r"\s*-?\s*[\w.\-\"']+\s*:\s+(?=\S)", content)
             if mapping:
@@ -535,19 +612,43 @@ def block_value_spans(block: str, offset: int, *, minimum: int = 4) -> Spans:
 
 # The fields of a block that points at a secret kept elsewhere (a Kubernetes volume's ``secret:``,
 # ``secretKeyRef:``): names, keys, paths and modes, never the secret itself.
-REFERENCE_FIELDS = frozenset({"secretname", "name", "key", "items", "path", "defaultmode", "mode", "optional"})
+# Compose's top-level ``secrets:`` names each secret and says where it is read from (``file:``,
+# ``environment:``, ``external:``); only ``content:`` would hold the value itself.
+REFERENCE_FIELDS = frozenset({"secretname", "name", "key", "items", "path", "defaultmode", "mode", "optional",
+                              "file", "environment", "external"})
+# ``{{- if .Values.auth.usePasswordFiles }}``, ``# a comment``: a Helm chart's control line, no field of the block.
+TEMPLATE_LINE = re.compile(r"\s*(?:\{\{.*\}\}|#.*)\s*")
+# A name in a service's ``secrets:`` list (``- db-password``): lower-case words, as Compose and Kubernetes name things.
+SECRET_NAME = re.compile(r"[a-z0-9][a-z0-9_.\-]{0,62}")
 BLOCK_MAPPING = re.compile(r"\s*-?\s*(?P<key>[\w.\-]+)\s*:(?:\s|$)")
 
 
 def check_secret_block(match: re.Match, start: int, end: int):
+    words = key_words(match.group("key"))
     if key_strength(match.group("key")) != "strong":
         return False
-    lines = [line for line in match.group("block").splitlines() if line.strip()]
+    lines = [line for line in match.group("block").splitlines()
+             if line.strip() and not MAPPING_OPENER.fullmatch(line) and not TEMPLATE_LINE.fullmatch(line)]
+    if classify_key_words(words[-1:]) is None and all(BLOCK_MAPPING.match(line) for line in lines):
+        return False  # ``passwordUpdateJob:`` opens a mapping of a job's settings, not a password
+    if words == ["secrets"] and lines and all(_names_a_secret(line.strip(), match.string) for line in lines):
+        return False  # a Compose service's ``secrets:`` list: the names of secrets defined below
     mappings = [BLOCK_MAPPING.match(line) for line in lines]
     if lines and all(mappings) and all(m.group("key").replace("-", "").replace("_", "").lower() in REFERENCE_FIELDS
                                        for m in mappings):
         return False  # a Kubernetes volume's ``secret:`` holds ``secretName:``/``items:``: fields, not a value
     return block_value_spans(match.group("block"), match.start("block")) or False
+
+
+def _names_a_secret(line: str, text: str) -> bool:
+    """``- db-password`` in a ``secrets:`` list: a name that names a credential, or that the file defines
+    as a key of its own (Compose's top-level ``secrets:`` mapping)."""
+    if not line.startswith("- "):
+        return False
+    name = line[2:].strip()
+    if not SECRET_NAME.fullmatch(name):
+        return False
+    return key_strength(name) is not None or re.search(r"(?m)^[ \t]+" + re.escape(name) + r":[ \t]*$", text) is not None
 
 
 KIND_SECRET = re.compile(r"(?im)^[ \t]*kind:[ \t]*[\"']?secret\b")

@@ -1,0 +1,263 @@
+"""Config and code as other people write them: compose, Kubernetes, Helm, .env, connection strings, code.
+
+Each class comes from files of public repositories that the bench
+``bench/sanitize/real_config.py`` plants fresh values in (those files stay
+outside the repository; the fixtures here are small, realistic copies of
+their shapes, with fresh values each run). For every class a value planted
+where the authors put a credential must go, and beside it a look-alike
+that names a credential without holding one must stay byte for byte. The
+hostile tests come first: what must never leak, and what must never swallow
+the lines around it.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+import unittest
+
+from bastion_agent.sanitizing.scanner import Sanitizer
+from bastion_agent.testing.fresh_values import RNG, credential
+
+# Letters that spell no credential's word by chance (no p, k, t, s, e, w: no "pw", "key", "token", "secret").
+PLAIN_LETTERS = "abcdfghijlmnoruvxyz"
+# Words of a passphrase list, none a function word of a sentence, none a credential's word.
+PHRASE_WORDS = ("amber", "anchor", "bamboo", "barrel", "cabin", "candle", "canyon", "cobalt", "coral", "crater",
+                "dragon", "ember", "falcon", "fennel", "glacier", "granite", "harbor", "hazel", "island", "jungle",
+                "lantern", "lizard", "marble", "meadow", "nickel", "orchid", "otter", "pebble", "quartz", "raven",
+                "saddle", "salmon", "timber", "tunnel", "velvet", "walnut", "willow", "zephyr")
+
+
+def word(length: int = 9) -> str:
+    return "".join(RNG.choice(PLAIN_LETTERS) for _ in range(length))
+
+
+def phrase(count: int) -> str:
+    return " ".join(RNG.sample(PHRASE_WORDS, count))
+
+
+def mixed(length: int = 16) -> str:
+    """Letters and digits, a digit inside (not a name: digits between letters)."""
+    head = "".join(RNG.choice(string.ascii_letters) for _ in range(length // 2))
+    tail = "".join(RNG.choice(string.ascii_letters + string.digits) for _ in range(length - length // 2 - 2))
+    return head + RNG.choice("23456789") + RNG.choice(string.ascii_lowercase) + tail
+
+
+class RealConfigTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.sanitizer = Sanitizer()
+
+    def redact(self, text: str) -> str:
+        return self.sanitizer.redact(text)[0]
+
+    def assert_gone(self, text: str, value: str) -> str:
+        out = self.redact(text)
+        for start in range(max(1, len(value) - 7)):
+            self.assertNotIn(value[start:start + 8], out, f"{value!r} survives in {out!r}")
+        return out
+
+    def assert_kept(self, text: str) -> None:
+        self.assertEqual(self.redact(text), text)
+
+    # --- hostile: nothing leaks, nothing swallows its neighbours --------------------------------------
+
+    def test_a_secret_in_a_dotenv_file_goes_and_the_lines_after_it_stay(self):
+        value = mixed()
+        region = f"{word(2)}-{word(4)}-{RNG.randrange(1, 9)}"
+        text = (f"AWS_ACCESS_KEY_ID=\nAWS_SECRET_ACCESS_KEY={value}\nAWS_DEFAULT_REGION={region}\nAWS_BUCKET=\n"
+                "AWS_USE_PATH_STYLE_ENDPOINT=false\n")
+        out = self.assert_gone(text, value)
+        for line in (f"AWS_DEFAULT_REGION={region}", "AWS_BUCKET=", "AWS_USE_PATH_STYLE_ENDPOINT=false"):
+            self.assertIn(line + "\n", out)
+        name = word(6).upper()
+        value = word(10)
+        out = self.assert_gone(f"{name}_USER={word(6)}\n{name}_PW={value}\n{name}_DB={word(6)}\n", value)
+        self.assertIn(f"{name}_DB=", out)
+
+    def test_a_long_file_of_the_new_shapes_keeps_none_of_its_values(self):
+        values = [word(12) for _ in range(300)]
+        lines = []
+        for index, value in enumerate(values):
+            lines.append(f"  - {{ username: u{index}, password: {value} }}")
+            lines.append(f"{{{{- $password := .Values.auth.p{index} }}}}")
+            lines.append(f"# DB_PASSWORD_{index}={value[::-1]}")
+        out = self.redact("\n".join(lines) + "\n")
+        for value in values:
+            self.assertNotIn(value, out)
+            self.assertNotIn(value[::-1], out)
+        self.assertEqual(out.count("{{- $password := .Values.auth.p"), len(values))
+
+    def test_a_key_written_a_piece_per_line_still_goes(self):
+        key = "AKIA" + "".join(RNG.choice(string.ascii_uppercase + "234567") for _ in range(16))
+        pieces = "\n".join(f"  {key[i:i + 5]}" for i in range(0, 20, 5))
+        self.assert_gone(f"aws key:\n{pieces}\n", key)
+
+    def test_a_value_planted_in_a_secrets_list_still_goes(self):
+        value = mixed(24)
+        self.assert_gone(f"secrets:\n  - {value}\n", value)
+
+    # --- Compose ----------------------------------------------------------------------------------------
+
+    def test_compose_secrets_names_and_files_stay(self):
+        name = f"{word(5)}-password"
+        self.assert_kept(f"services:\n  db:\n    image: mysql\n    secrets:\n      - {name}\n"
+                         f"    environment:\n      - MYSQL_ROOT_PASSWORD_FILE=/run/secrets/{name}\n"
+                         f"secrets:\n  {name}:\n    file: {word(3)}/password.txt\n")
+        other = word(7)
+        self.assert_kept(f"  backend:\n    secrets:\n      - {other}\nsecrets:\n  {other}:\n    environment: {word(6).upper()}\n")
+
+    def test_a_password_read_by_a_command_substitution_stays_and_a_literal_goes(self):
+        name = f"{word(4)}-password"
+        self.assert_kept(f"      test: ['CMD-SHELL', 'mysqladmin ping -h 127.0.0.1 --password=\"$$(cat /run/secrets/{name})\" --silent']\n")
+        self.assert_kept(f'MYSQL_ROOT_PASSWORD="$(openssl rand -base64 {RNG.randrange(16, 40)})"; export MYSQL_ROOT_PASSWORD\n')
+        value = mixed()
+        self.assert_gone(f"      test: ['CMD-SHELL', 'mysqladmin ping --password=\"{value}\" --silent']\n", value)
+
+    # --- Helm values and templates ---------------------------------------------------------------------
+
+    def test_a_block_about_a_password_stays_and_a_block_of_passwords_goes(self):
+        settings = (f"passwordUpdateJob:\n  enabled: false\n  podSecurityContext:\n    enabled: true\n"
+                    f"    fsGroup: {RNG.randrange(1000, 2000)}\n  seccompProfile:\n    type: \"RuntimeDefault\"\n")
+        self.assert_kept(settings)
+        values = [mixed(), mixed()]
+        out = self.assert_gone(f"[{word(6)}]\nsecrets_for_{word(5)} =\n    {values[0]}\n    {values[1]}\n", values[0])
+        self.assertNotIn(values[1][:8], out)
+        root, user = mixed(), phrase(4)
+        out = self.assert_gone(f"previousPasswords:\n  rootPassword: \"{root}\"\n  password: \"{user}\"\n", root)
+        self.assertNotIn(user.split()[0] + " " + user.split()[1], out)
+
+    def test_a_template_expression_stays_and_a_quoted_literal_in_a_template_goes(self):
+        self.assert_kept("{{- $password := .Values.auth.password }}\n{{- $rootPassword := .Values.passwordUpdateJob."
+                         "previousPasswords.rootPassword }}\n")
+        value = mixed()
+        self.assert_gone(f'{{{{- $password := "{value}" }}}}\n', value)
+
+    def test_the_name_of_a_secrets_key_stays_and_a_password_named_like_one_goes(self):
+        engine = word(6)
+        self.assert_kept(f"  adminPasswordKey: {engine}-password\n  replicationPasswordKey: replication-password\n")
+        head = word(7)
+        self.assert_gone(f"password: {head}-password\n", head)
+
+    def test_a_volume_of_a_secret_with_chart_conditions_stays(self):
+        name = f"{word(6)}-root-password"
+        self.assert_kept(f"        - name: {word(5)}\n          secret:\n            secretName: {{{{ include \"x.secretName\" . }}}}\n"
+                         f"            {{{{- if .Values.auth.usePasswordFiles }}}}\n            items:\n"
+                         f"              - key: {name}\n                path: {name}\n            {{{{- end }}}}\n")
+
+    def test_a_label_key_stays_and_a_random_value_under_key_goes(self):
+        self.assert_kept(f'    ## key: "kubernetes.io/{word(3)}-{word(2)}-name"\n')
+        value = mixed(32)
+        self.assert_gone(f'    key: "{value}"\n', value)
+
+    def test_github_actions_secrets_inherit_stays(self):
+        self.assert_kept(f"jobs:\n  {word(6)}:\n    uses: ./.github/workflows/{word(5)}.yml\n    secrets: inherit\n")
+
+    def test_a_sql_select_list_stays_and_a_csv_of_names_goes(self):
+        view = word(6)
+        self.assert_kept(f"CREATE OR REPLACE VIEW v_{view}\nAS\nSELECT\n    emp_no,\n    first_name , last_name ,\n"
+                         f"    birth_date , hire_date,\n    {view}_name(emp_no) as department\nfrom\n    {view};\n")
+        first, last = word(6).capitalize(), word(8).capitalize()
+        out = self.redact(f"id,first_name,last_name,city\n{RNG.randrange(1, 99)},{first},{last},{word(5)}\n")
+        self.assertNotIn(first, out)
+        self.assertNotIn(last, out)
+
+    # --- passphrases ----------------------------------------------------------------------------------
+
+    def test_a_passphrase_of_six_words_or_more_goes_in_each_syntax(self):
+        for template in ('  password: "{v}"\n', '{{"host": "127.0.0.1", "password": "{v}", "database": "x"}}\n',
+                         'conn = pymysql.connect(user="u", password="{v}", **db)\n', '  "passwd": "{v}",\n',
+                         '<user username="role1" password="{v}" roles="role1"/>\n'):
+            value = phrase(RNG.randrange(6, 10))
+            with self.subTest(template=template):
+                self.assert_gone(template.format(v=value), value)
+
+    def test_a_validation_message_in_a_list_stays_and_a_list_of_passwords_goes(self):
+        self.assert_kept("    throw new HttpException(422, {errors: {password: [\"can't be blank\"]}});\n")
+        values = [mixed(), mixed()]
+        self.assert_gone(f'  "passwords": ["{values[0]}", "{values[1]}"]\n', values[1])
+
+    def test_a_message_of_as_many_words_stays(self):
+        for message in ("must be at least eight characters long", "the password you entered does not match",
+                        "enter the new password for your account here"):
+            with self.subTest(message=message):
+                self.assert_kept(f'  password: "{message}"\n')
+                self.assert_kept(f'msg = "{message}"\n')
+
+    # --- name/value pairs and connection strings -------------------------------------------------------
+
+    def test_a_kubernetes_value_of_letters_alone_goes(self):
+        value = word(13)
+        self.assert_gone(f"        - name: MYSQL_ROOT_PASSWORD\n          value: {value}\n", value)
+
+    def test_kubernetes_switches_and_file_paths_stay(self):
+        self.assert_kept('            - name: ALLOW_EMPTY_PASSWORD\n              value: "yes"\n'
+                         f"            - name: POSTGRES_PASSWORD_FILE\n              value: /opt/{word(6)}/secrets/password\n")
+
+    def test_a_connection_strings_password_of_letters_alone_goes(self):
+        value = word(13)
+        self.assert_gone(f'"CatalogConnection": "Server={word(5)},1433;Initial Catalog={word(6)};User Id=sa;'
+                         f'Password={value};TrustServerCertificate=true"\n', value)
+
+    def test_a_passphrase_that_ends_a_quoted_connection_string_goes(self):
+        value = phrase(RNG.randrange(4, 8))
+        self.assert_gone(f'    "{word(6)}DB": "Host=localhost;Database={word(6)};Username=postgres;Password={value}"\n', value)
+
+    def test_code_that_sets_a_password_from_a_variable_stays(self):
+        self.assert_kept(f"a = {RNG.randrange(9)}; password = userinput;\n")
+
+    def test_a_yaml_flow_mapping_value_of_letters_alone_goes_and_a_javascript_object_stays(self):
+        value = word(12)
+        self.assert_gone(f"        - {{ username: {word(5)}, password: {value} }}\n", value)
+        self.assert_kept(f"const {word(4)} = {{ user: u, password: pass }};\n")
+
+    def test_a_quoted_token_after_the_word_password_goes_and_a_prompt_stays(self):
+        value = word(13)
+        self.assert_gone(f'# a user called "{word(6)}" with password "{value}"\n', value)
+        value = mixed(20)
+        self.assert_gone(f"echo {word(7)}-server/root_password password '{value}' | debconf-set-selections\n", value)
+        value = phrase(RNG.randrange(4, 7))
+        self.assert_gone(f"echo {word(7)}-server/root_password password '{value}' | debconf-set-selections\n", value)
+        self.assert_kept('the password "is not set here" yet\n')
+        self.assert_kept('read -p "Enter password " pw\n')
+        self.assert_kept('set password "${PW}"\n')
+
+    def test_a_commented_out_setting_goes_and_a_commented_note_stays(self):
+        value = word(13)
+        self.assert_gone(f"# DB_PASSWORD={value}\n", value)
+        value = word(12)
+        self.assert_gone(f"# truststore_password: {value}\n", value)
+        self.assert_kept("# DB_PASSWORD: change this\n# Password: see the vault\n// PASSWORD: required\n")
+
+    def test_a_container_environment_flag_of_letters_alone_goes_and_its_references_stay(self):
+        value = word(13)
+        self.assert_gone(f"docker run -e POSTGRES_PASSWORD={value} -d postgres\n", value)
+        value = word(12)
+        self.assert_gone(f"echo >&2 '  Did you forget to add -e WSREP_SST_PASSWORD={value} ?'\n", value)
+        self.assert_kept("docker run -e POSTGRES_PASSWORD=$PW --env DB_PASSWORD_FILE=/run/secrets/db -d postgres\n")
+
+    def test_a_chart_functions_arguments_stay(self):
+        self.assert_kept(f'  admin-password: {{{{ include "common.secrets.passwords.manage" (dict "secret" $name "key" '
+                         f'"admin-password" "length" {RNG.randrange(8, 20)} "providedValues" (list "auth.adminPassword")) }}}}\n')
+
+    # --- code that names a credential ----------------------------------------------------------------
+
+    def test_references_in_code_stay(self):
+        self.assert_kept(f'        user="{word(6)}", password=pass_{word(4)}, host=host, port=port, ssl=None\n')
+        self.assert_kept('                b"mysql_cleartext_password": TestAuthentication.DefectiveHandler\n')
+        self.assert_kept("  password_wo = !local.is_replica && var.manage_master_user_password ? null : var.password_wo\n")
+        self.assert_kept("            'password' => static::$password ??= Hash::make('password'),\n")
+        self.assert_kept("        :param passwd: **DEPRECATED** Alias for password.\n")
+        self.assert_kept(f"PASSWORD_NO_MATCH = {RNG.randrange(1000, 2000)}\nPASSWORD_NOT_ALLOWED = {RNG.randrange(1000, 2000)}\n")
+
+    def test_literals_beside_those_references_go(self):
+        value = mixed()
+        self.assert_gone(f'        user="{word(6)}", password={value}, host=host\n', value)
+        value = mixed()
+        self.assert_gone(f"            'password' => '{value}',\n", value)
+        value = "".join(random.SystemRandom().choice(string.digits) for _ in range(6))
+        self.assert_gone(f"DB_PASSWORD={value}\n", value)
+
+
+if __name__ == "__main__":
+    unittest.main()
