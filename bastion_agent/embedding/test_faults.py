@@ -672,8 +672,12 @@ class CrashSafetyTests(FaultCase):
         root = Path(__file__).resolve().parents[2]
         env = {key: value for key, value in os.environ.items() if not key.startswith(("EMBED_", "BASTION_"))}
         env.update(EMBED_URL=stub.url, EMBED_BATCH="4", EMBED_BATCH_FIXED="1", PYTHONPATH=str(root), **env_values)
+        # A shell starts its background jobs with SIGINT ignored, and Python keeps an ignored SIGINT: the
+        # embed would never see the test's signal when the suite itself runs in the background.
+        with_sigint = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                       "runpy.run_module('bastion_agent', run_name='__main__', alter_sys=True)")
         return subprocess.Popen(
-            [sys.executable, "-m", "bastion_agent", "embed", str(self.manifest_path), "--out", str(self.layout.root)],
+            [sys.executable, "-c", with_sigint, "embed", str(self.manifest_path), "--out", str(self.layout.root)],
             cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
 
