@@ -38,37 +38,34 @@ memchr-speed passes; each hit costs a look at its identifier and its line.
 
 from __future__ import annotations
 
-import functools
 import re
-import unicodedata
 
 from bastion_agent.sanitizing import code_values, command_lines, keyed_values, signatures
+from bastion_agent.sanitizing.assigned_values import (
+    CODE_EXPRESSION,
+    CONFIG_WORDS,
+    ENV_ASSIGNMENT,
+    REFERENCE_WORD,
+    credential_key,
+    is_directive_value,
+    is_telling,
+    value_ok,
+)
 from bastion_agent.sanitizing.validators import (
-    BOOLEANISH,
-    FUNCTION_WORDS,
-    MESSAGE_WORD,
-    HEADER_NAME,
-    SEQUENCES,
     SOURCE_FILE_KEY,
-    TEMPLATE_PARTS,
-    weak_key_bits,
-    classify_key_words,
     in_template_action,
     is_doc_field,
     names_a_credential,
     is_passphrase,
-    is_placeholder,
     is_whole_reference,
     key_words,
-    is_reference,
-    looks_like_code,
     looks_random,
 )
 
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 7
+DETECTION_VERSION = 8
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          "secert", "sercet", "secrect", "seed",
@@ -83,134 +80,8 @@ REACH = 4096  # how far from a key its line is read, either way
 MAX_VALUE = 1024  # a value longer than this on its line is a blob, not a credential: its first 1 KiB goes
 # Words of a password's family: the only keys whose value is read from prose ("the password is X").
 PROSE_WORDS = frozenset({"password", "passwort", "passphrase", "passcode", "pw", "pwd", "pin", "passwd"})
-CODE_EXPRESSION = re.compile(r"[A-Za-z_$][\w.$]*(?:\s*(?:\(|\[|\.\w+\().*|\s*(?:\|\||&&|\?\?|\?|\+)\s*.*)")
-REFERENCE_WORD = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z]+(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+")
 SPACE = " \t"
 FORMATTED = re.compile(r"\.(?:format|formatted|replace|join|split|strip)\(|[ \t]*%[ \t]*[(\w]|[ \t]*\+[ \t]*\w")
-
-
-# --- the key vocabulary -------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=4096)  # code repeats its identifiers: classify each once
-def credential_key(name: str) -> str | None:
-    """"strong", "weak", "pin" or None: does the identifier ``name`` name a credential?
-
-    Strong: a password-, secret- or token-like word (``db.password``,
-    ``bindpw``, ``apiKey``, ``client_secret``); weak: ``key``, ``auth``,
-    ``cred``-like words, whose value must also look random; "pin": a PIN,
-    whose value is 4 to 12 digits.
-    """
-    words = key_words(_ascii(name))
-    strength = classify_key_words(words, pins=True, strong_word=_pw_word)
-    if strength == "weak" and "consumer" in words:
-        return "strong"  # OAuth 1 ``oauth_consumer_key``: the client's credential
-    return strength
-
-
-# The password and secret words of German, Dutch, Portuguese, Spanish, French, Polish, Swedish and
-# Norwegian/Danish (Italian writes "password"), ASCII-folded: ``WACHTWOORD``, ``SENHA_BANCO``,
-# ``contraseña_db``, ``mot_de_passe``, ``hasło``, ``lösenord``; and words of other credentials.
-FOREIGN_WORDS = frozenset({"passwort", "kennwort", "wachtwoord", "senha", "contrasena", "contrasenya", "passe",
-                           "motdepasse", "haslo", "hasla", "losenord", "passord", "geheim", "geheimnis",
-                           "psk", "verifier",
-                           # the common misspellings of secret: a key is read as its author meant it
-                           "secert", "sercet", "secrect"})
-FOLD = str.maketrans("łŁøØæÆß", "lLoOaAs")
-
-
-@functools.lru_cache(maxsize=4096)
-def _ascii(name: str) -> str:
-    """The name with its accents dropped (``contraseña`` -> ``contrasena``), for the key vocabulary."""
-    if name.isascii():
-        return name
-    decomposed = unicodedata.normalize("NFKD", name.translate(FOLD))
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
-
-
-def _pw_word(word: str) -> bool:
-    """``bindpw``, ``rootpw``, ``adminpw``: a short word ending in ``pw`` (nslcd, slapd, kickstart);
-    or a password word of another language."""
-    return (word.endswith("pw") and 2 < len(word) <= 8) or word in FOREIGN_WORDS
-
-
-# --- values ---------------------------------------------------------------------------
-
-
-def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bool = False,
-             phrase: bool = False) -> bool:
-    """Is this value of a credential key a credential (not a reference, a placeholder, code or prose)?
-
-    ``config``: the key starts its line and its value runs to the line's end (``.env``, INI, YAML),
-    where a bare value is data, not a variable: letters alone can be a password there.
-    ``phrase``: the key names a passphrase, whose value may be several words.
-    """
-    value = value.strip()
-    if not value or is_whole_reference(value):
-        return False
-    if strength == "pin":
-        return value.isdigit() and 4 <= len(value) <= 12
-    lowered = value.lower()
-    if lowered in BOOLEANISH or is_placeholder(value) or not any(ch.isalnum() for ch in value):
-        return False
-    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("/", "./", "~/", "../", "<", "unix:/")):
-        return False  # a URL (its user-info is the URL rule's) or a path
-    if code_values.VERSION.fullmatch(value):
-        return False  # ``credentials-binding:1.17``: a plugin's version
-    if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
-        return False
-    words = value.split()
-    if (len(words) >= 3 and not phrase and all(MESSAGE_WORD.fullmatch(w) for w in words)
-            and any(credential_key(word.strip(".,:;()")) or word.lower().strip(".,:;!?()") in FUNCTION_WORDS
-                    for word in words)):
-        return False  # "changes the master password", "can't be blank": a description, a message
-    if len(words) >= 6 and not (phrase and len(words) <= 12 and all(w.isalnum() for w in words)
-                                or strength == "strong" and is_passphrase(value)):
-        return False  # a sentence, a message (a passphrase's words are its value)
-    if not quoted and config and re.fullmatch(r"[A-Za-z]+", value) and _config_word(value, strength):
-        return True  # ``SMTP_PASSWORD=kxqmvbnrtwpzla``: letters alone, in a config file
-    if not quoted:
-        if value.endswith(":") or value.startswith(":") or CODE_EXPRESSION.fullmatch(value):
-            return False
-        if re.fullmatch(r"[A-Za-z]+", value) or REFERENCE_WORD.fullmatch(value) or is_reference(value):
-            return False  # a word or an identifier: in code a variable, in text a label
-        if looks_like_code(value, ""):
-            return False  # settings.API_TOKEN, config.db.password
-        if label and not _telling(value):
-            return False  # "Password: see the vault": a label and prose
-    if strength == "weak":
-        compact = TEMPLATE_PARTS.sub("", value).replace("-", "")  # ``neo4j/[password]``: the placeholder is no part of it
-        return len(compact) >= 16 and " " not in value and looks_random(compact, base64_bits=weak_key_bits(len(compact)))
-    return len(value) >= 4
-
-
-# Letters-only values of a config key that are not passwords: types, switches, stand-ins.
-CONFIG_WORDS = frozenset({"string", "str", "text", "int", "integer", "number", "bool", "boolean", "secret",
-                          "password", "passwd", "token", "required", "optional", "changeme", "empty", "none",
-                          "null", "nil", "undefined", "unset", "default", "hidden", "redacted", "masked",
-                          "sensitive", "value", "example", "sample", "dummy", "test", "prompt", "ask", "env",
-                          "vault", "file", "disabled", "enabled", "auto", "random", "generated", "secure",
-                          "omitted", "notset", "placeholder", "xxx", "your", "mypassword", "yourpassword",
-                          "inherit"})  # GitHub Actions: ``secrets: inherit`` passes the caller's secrets on
-
-
-def _config_word(value: str, strength: str) -> bool:
-    """A letters-only config value that can be a password (``SMTP_PASSWORD=kxqmvbnrtwpzla``): a strong
-    key, four letters or more, not a type, a switch or a stand-in, and not a camelCase name of a
-    credential (``mySecret = clientSecret`` is code; ``kxqpwdzl`` holds "pwd" by chance and goes)."""
-    named = any(ch.isupper() for ch in value[1:]) and credential_key(value) is not None
-    return strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS and not named
-
-
-def _directive_value(value: str) -> bool:
-    """A directive's value has a digit, or a symbol that is not the punctuation of a sentence."""
-    return any(ch.isdigit() for ch in value) or any(not ch.isalnum() and ch not in ".,;:!?" for ch in value)
-
-
-def _telling(value: str) -> bool:
-    """Has a digit, a symbol or a capital after its first letter: not a word of a sentence."""
-    return (any(ch.isdigit() for ch in value) or any(not ch.isalnum() and not ch.isspace() for ch in value)
-            or any(ch.isupper() for ch in value[1:]))
 
 
 # --- the scanner -------------------------------------------------------------------------
@@ -497,7 +368,7 @@ def _literal_in_code(text: str, position: int, line_end: int, strength: str) -> 
 def _list_value(text: str, position: int, line_end: int) -> tuple[int, int] | None:
     """``"tokens": ["99b8…", "79eb…"]``: the items, when every one looks like a credential (not ``["read", "write"]``)."""
     items = keyed_values.list_items(text, position, line_end)
-    if not items or not all(e - s >= 8 and _telling(text[s:e]) and value_ok(text[s:e], "strong", quoted=True, label=False)
+    if not items or not all(e - s >= 8 and is_telling(text[s:e]) and value_ok(text[s:e], "strong", quoted=True, label=False)
                             for s, e in items):
         return None
     return items[0][0], items[-1][1]
@@ -547,7 +418,8 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
         return None  # ``PASSWORD_NO_MATCH = 1133``: a number under a name ending in another word, a code
     if key and names_a_credential(value, key):
         return None  # ``adminPasswordKey: postgres-password``: the name of a Secret's key
-    if not value_ok(value, strength, quoted=quoted, label=label, config=config, phrase=phrase):
+    env_line = not quoted and ENV_ASSIGNMENT.match(text, text.rfind("\n", 0, start) + 1, start) is not None
+    if not value_ok(value, strength, quoted=quoted, label=label, config=config, phrase=phrase, env_line=env_line):
         return None
     lead = len(value) - len(value.lstrip())
     end -= len(value) - len(value.rstrip())
@@ -578,7 +450,7 @@ def _unmarked(text, start, end, position, line_end, strength, before, opening, k
         last = key_words(name)[-1] if key_words(name) else ""
         setter = before.strip() in ("set", "\\set")  # psql ``\set PGPASS X``, a console's ``set SMBPass X``
         if (rest and " " not in rest and "\t" not in rest and (name.islower() or setter) and rest[0] not in QUOTES + "<"
-                and rest[0] != "(" and ("pass" in last or last.endswith("pw")) and _directive_value(rest)):
+                and rest[0] != "(" and ("pass" in last or last.endswith("pw")) and is_directive_value(rest)):
             return _accept(text, position, position + len(rest), strength, quoted=False, label=False)
         return None
     words = key_words(name)

@@ -27,8 +27,9 @@ import hashlib
 import json
 from dataclasses import asdict
 
-from bastion_agent.sanitizing import (code_values, columns, command_lines, context, copies, disguises, keyed_values,
-                                      names, normalise, recognised, scanner, signatures, validators)
+from bastion_agent.sanitizing import (assigned_values, code_values, columns, command_lines, context, copies,
+                                      disguises, keyed_values, names, normalise, recognised, scanner, signatures,
+                                      validators)
 from bastion_agent.sanitizing.rules import CATEGORIES, RULES
 from bastion_agent.sanitizing.settings import SanitizeSettings
 
@@ -38,6 +39,7 @@ DETECTOR_MODULES = {
     "validators": validators,
     "normalise": normalise,
     "context": context,
+    "assigned_values": assigned_values,
     "command_lines": command_lines,
     "copies": copies,
     "columns": columns,

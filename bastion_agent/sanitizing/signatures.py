@@ -12,7 +12,7 @@ position.
 
 Every pattern is linear: arguments are bounded runs of characters that
 cannot hold their own delimiter, so no nested repetition can backtrack.
-What is found is still judged as a value (``context.value_ok``): a
+What is found is still judged as a value (``assigned_values.value_ok``): a
 variable, a placeholder or ``${PW}`` in the secret's place stays.
 """
 

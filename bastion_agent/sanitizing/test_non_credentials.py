@@ -93,6 +93,20 @@ class HostileTests(unittest.TestCase):
         self.assertEqual(self.sanitizer.redact('"resource_key": "aaaabbbbccccdd12"\n')[0],
                          '"resource_key": "aaaabbbbccccdd12"\n')  # runs of letters: 2.5 bits, no key
 
+    def test_an_env_line_value_that_reads_like_a_camel_case_name_goes(self):
+        # A random value can read as a camelCase identifier (``vvOhyeFhEc94``); in shell and ``.env``
+        # syntax a bare value is the string itself, so it goes. In code, with spaces around ``=``, a
+        # camelCase word is a variable and stays.
+        value = "".join(RNG.choice("bcdfghjkmnpqrstvwxz") for _ in range(2)) + "".join(
+            RNG.choice("BCDFGHJKLMNPQRSTVWXZ") + RNG.choice("aeiouy") + RNG.choice("bcdfghjkmnpqrstvwxz")
+            for _ in range(3)) + str(RNG.randrange(10, 100))
+        for line in (f"WACHTWOORD={value}\n", f"export SMTP_PASSWORD={value}\n", f"x=1\nSENHA_BANCO={value}\n"):
+            with self.subTest(line=line):
+                self.assert_gone(line, value)
+        for code in ("password = userPassword\n", "PASSWORD = defaultPassword\n", "db.password=configPassword;\n"):
+            with self.subTest(code=code):
+                self.assertEqual(self.sanitizer.redact(code)[0], code)
+
     def test_a_password_in_sql_or_an_ldap_assignment_or_go_goes(self):
         value = credential()
         self.assert_gone(f"ALTER USER {word()} PASSWORD '{value}';\n", value)
