@@ -22,7 +22,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 8
+DETECTION_VERSION = 9
 
 # --- entropy --------------------------------------------------------------
 
@@ -526,7 +526,7 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``{{- $password := .Values.auth.password }}``: template code
     groups = match.groupdict()
     if key.lower() == "key" and groups.get("op") == ":" and not groups.get("kq") and _starts_entry(
-            match.string, match.start("key")):
+            match.string, match.start("key")) and not _random_string(match.group("value")):
         return False  # ``key: "heads-$CI_USER-2"``: a bare ``key`` entry names a map's or a cache's key
     if groups.get("op") == ":" and groups.get("kq") and TERNARY.search(
             match.string, max(0, match.start("key") - 200), match.start("key")):
@@ -566,6 +566,15 @@ def check_assignment(match: re.Match, start: int, end: int):
     if not assignment_value_ok(value, strength, quoted, following):
         return False
     return [(vstart, vend)]
+
+
+def _random_string(raw: str) -> bool:
+    """A value, quoted or not, that reads as random characters, as a generated key does: not a name, and
+    not a string that interpolates a variable (``heads-$CI_USER-2``)."""
+    value = raw.strip().strip("\"'`")
+    if re.search(r"\$\{?[A-Za-z_]", value):
+        return False
+    return len(value) >= 16 and looks_random(value, base64_bits=weak_key_bits(len(value)))
 
 
 def _starts_entry(text: str, position: int) -> bool:
