@@ -47,6 +47,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bastion_agent.core import records
+
 VECTOR_WEIGHT = 0.6  # the best nDCG@10 on Cranfield (docs/search.md): the prior, before each query's lists are read
 FLOOR_SAMPLE = 48  # windows whose pairwise cosines calibrate the vector evidence
 # How far each side's weight follows how well its list separates (``query_weight``): 0 keeps
@@ -80,20 +82,13 @@ class Scored:
 def scored(score: float, chunk_id: str, relevance: int, vector_score: float | None = None,
            vector_rank: int | None = None, keyword_score: float | None = None, keyword_rank: int | None = None,
            vector_relevance: int | None = None, keyword_relevance: int | None = None) -> Scored:
-    """``Scored(...)``, the same record, made by filling its fields at once.
-
-    ``Scored`` is frozen, so its generated ``__init__`` sets its nine fields
-    one ``object.__setattr__`` at a time: a microsecond a window, ten to a
-    hundred windows a query. A frozen dataclass without slots, factories or
-    ``__post_init__`` is exactly its fields' dict once that ``__init__`` has
-    run, so this writes the dict (``test_fusion`` holds the parameters to
-    the record's fields, in order, with their defaults).
-    """
-    made = object.__new__(Scored)
-    made.__dict__.update(score=score, chunk_id=chunk_id, relevance=relevance, vector_score=vector_score,
-                         vector_rank=vector_rank, keyword_score=keyword_score, keyword_rank=keyword_rank,
-                         vector_relevance=vector_relevance, keyword_relevance=keyword_relevance)
-    return made
+    """``Scored(...)``, the same record, made by filling its fields at once (``records.filled``: ten to a
+    hundred windows a query; ``test_fusion`` holds these parameters to the record's fields, in order, with
+    their defaults)."""
+    return records.filled(Scored, {"score": score, "chunk_id": chunk_id, "relevance": relevance,
+                                   "vector_score": vector_score, "vector_rank": vector_rank,
+                                   "keyword_score": keyword_score, "keyword_rank": keyword_rank,
+                                   "vector_relevance": vector_relevance, "keyword_relevance": keyword_relevance})
 
 
 def vector_evidence(cosine: float, floor: float) -> float:

@@ -123,10 +123,6 @@ _HIT_FIELDS = dataclasses.fields(Hit)
 _HIT_NAMES = frozenset(field.name for field in _HIT_FIELDS)
 _HIT_DEFAULTS = {field.name: field.default for field in _HIT_FIELDS if field.default is not dataclasses.MISSING}
 _HIT_REQUIRED = _HIT_NAMES - _HIT_DEFAULTS.keys()
-# Whether a hit can be made by filling its fields' dict: a frozen dataclass without
-# slots, factories or a __post_init__ is exactly that once its __init__ has run.
-_HIT_PLAIN = (not hasattr(Hit, "__slots__") and not hasattr(Hit, "__post_init__")
-              and all(field.default_factory is dataclasses.MISSING for field in _HIT_FIELDS))
 
 
 def new_hit(item, **given) -> Hit:
@@ -134,10 +130,10 @@ def new_hit(item, **given) -> Hit:
 
     Hit's generated ``__init__`` sets its 21 fields one ``object.__setattr__``
     at a time (it is frozen); ten hits a query cost 0.1-0.3 ms that way,
-    a tenth of a walk. So the fields' dict is filled at once: the defaults,
-    the ranking's fields, then ``given``. Anything else (a ranking with a
-    field Hit lacks, a missing field, a Hit that gains slots, factories or
-    a ``__post_init__``) goes through ``records.build`` as before.
+    a tenth of a walk. So the fields' dict is filled at once
+    (``records.filled``): the defaults, the ranking's fields, then ``given``.
+    A ranking with a field Hit lacks, or a missing field, goes through
+    ``records.build`` as before.
     """
     return _filled(item, given)
 
@@ -148,16 +144,14 @@ def _filled(item, given: dict) -> Hit:
     if record is not Hit:  # a test's subclass with a field of its own: built the general way
         return records.build(record, item, **given)
     held = getattr(item, "__dict__", None)
-    if not _HIT_PLAIN or held is None or not held.keys() <= _HIT_NAMES or not given.keys() <= _HIT_NAMES:
+    if held is None or not held.keys() <= _HIT_NAMES or not given.keys() <= _HIT_NAMES:
         return records.build(Hit, item, **given)
     fields = dict(_HIT_DEFAULTS)
     fields.update(held)
     fields.update(given)
     if not _HIT_REQUIRED <= fields.keys():
         return records.build(Hit, item, **given)
-    hit = object.__new__(Hit)
-    hit.__dict__.update(fields)
-    return hit
+    return records.filled(Hit, fields)
 
 
 _NO_PAGE = page_maps.where(None, 0)  # what a window of a document without a page map says of its page
