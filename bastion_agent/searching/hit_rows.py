@@ -91,15 +91,10 @@ class HitRows:
         return hits
 
     def hit(self, item, row: tuple, mode: str, groups: frozenset | None, names: tuple[str, ...]) -> Hit:
-        """One hit: the ranking's fields by name, the window's columns, and what ``groups`` is shown of its document.
-
-        A document without a page map is on no page (``pages.where``'s
-        answer for it, made once here rather than once a hit).
-        """
+        """One hit: the ranking's fields by name, the window's columns, and what ``groups`` is shown of its document."""
         chunk_id, doc, idx, start, end, text = row[:_WINDOW_COLUMNS]
         shown = self.shown(doc, names, row[_WINDOW_COLUMNS:-1], row[-1], groups)
-        where = _NO_PAGE if not shown.page_map else page_maps.where(
-            shown.page_map, start + len(text) - len(text.lstrip()))
+        where = page_where(shown.page_map, start, text)
         given = {"doc": doc, "idx": idx, "chunk_id": chunk_id, "start": start, "end": end, "text": text,
                  "mode": mode, "ocr": where.ocr, "page": where.page}
         for name, value in shown.values:
@@ -159,8 +154,14 @@ _NO_PAGE = page_maps.where(None, 0)  # what a window of a document without a pag
 
 def page_of(page_map, start: int, text: str) -> dict:
     """``ocr`` and ``page`` of a window: those of the page its first visible character is on."""
-    where = page_maps.where(page_map, start + len(text) - len(text.lstrip()))
+    where = page_where(page_map, start, text)
     return {"ocr": where.ocr, "page": where.page}
+
+
+def page_where(page_map, start: int, text: str):
+    """The page a window's first visible character is on (a document without a page map: on none, made
+    once, not once a hit)."""
+    return page_maps.where(page_map, start + len(text) - len(text.lstrip())) if page_map else _NO_PAGE
 
 
 def shown_of(names: tuple[str, ...], document: tuple, pages, groups) -> Shown:
