@@ -29,8 +29,7 @@ from bastion_agent.sanitizing.validators import (
     is_whole_reference,
     key_words,
     looks_like_code,
-    looks_random,
-    weak_key_bits,
+    looks_random_for_a_weak_key,
 )
 
 # The version of what this module finds: bump it with any change that makes some text sanitize
@@ -138,7 +137,7 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
             return False  # "Password: see the vault": a label and prose
     if strength == "weak":
         compact = TEMPLATE_PARTS.sub("", value).replace("-", "")  # ``neo4j/[password]``: the placeholder is no part of it
-        return len(compact) >= 16 and " " not in value and looks_random(compact, base64_bits=weak_key_bits(len(compact)))
+        return len(compact) >= 16 and " " not in value and looks_random_for_a_weak_key(compact)
     return len(value) >= 4
 
 

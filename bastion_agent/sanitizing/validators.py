@@ -56,8 +56,8 @@ def looks_random(value: str, *, base64_bits: float = 4.5, hex_bits: float = 3.0)
     return shannon_entropy(value) >= limit
 
 
-def weak_key_bits(length: int) -> float:
-    """The entropy a value under a weak key (``resource_key``, ``token``) must reach to be taken as random.
+def looks_random_for_a_weak_key(value: str) -> bool:
+    """``looks_random`` with the entropy bound a value under a weak key (``resource_key``, ``token``) must reach.
 
     3.5 bits a character, lowered for short values toward what random strings
     of that length reach: 16 characters drawn at random from 62 read 3.5 bits
@@ -65,7 +65,7 @@ def weak_key_bits(length: int) -> float:
     and 3.1 or less about once in ten thousand. Words and identifiers are
     told apart by the checks before this one, not by their entropy.
     """
-    return min(3.5, math.log2(max(length, 2)) - 0.9)
+    return looks_random(value, base64_bits=min(3.5, math.log2(max(len(value), 2)) - 0.9))
 
 
 # --- placeholders, templates, references -----------------------------------
@@ -496,7 +496,7 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
         return False  # ``key: "kubernetes.io/e2e-az-name"``: a label's key, a domain then a name
     if strength == "weak":
         compact = value.replace("-", "")
-        return len(value) >= 16 and not any(ch.isspace() for ch in value) and looks_random(compact, base64_bits=weak_key_bits(len(compact)))
+        return len(value) >= 16 and not any(ch.isspace() for ch in value) and looks_random_for_a_weak_key(compact)
     if quoted:
         return len(value) >= 4
     return len(value) >= 6
@@ -574,7 +574,7 @@ def _random_string(raw: str) -> bool:
     value = raw.strip().strip("\"'`")
     if re.search(r"\$\{?[A-Za-z_]", value):
         return False
-    return len(value) >= 16 and looks_random(value, base64_bits=weak_key_bits(len(value)))
+    return len(value) >= 16 and looks_random_for_a_weak_key(value)
 
 
 def _starts_entry(text: str, position: int) -> bool:
