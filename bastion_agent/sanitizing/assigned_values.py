@@ -34,7 +34,7 @@ from bastion_agent.sanitizing.validators import (
 
 # The version of what this module finds: bump it with any change that makes some text sanitize
 # differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 CODE_EXPRESSION = re.compile(r"[A-Za-z_$][\w.$]*(?:\s*(?:\(|\[|\.\w+\().*|\s*(?:\|\||&&|\?\?|\?|\+)\s*.*)")
 REFERENCE_WORD = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z]+(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+")
@@ -129,7 +129,7 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
         if value.endswith(":") or value.startswith(":") or CODE_EXPRESSION.fullmatch(value):
             return False
         if re.fullmatch(r"[A-Za-z]+", value) or is_reference(value) or (
-                REFERENCE_WORD.fullmatch(value) and not env_line):
+                REFERENCE_WORD.fullmatch(value) and not env_line and not _config_camel(value, strength, config)):
             return False  # a word or an identifier: in code a variable, in text a label
         if looks_like_code(value, ""):
             return False  # settings.API_TOKEN, config.db.password
@@ -157,6 +157,12 @@ def _config_word(value: str, strength: str) -> bool:
     credential (``mySecret = clientSecret`` is code; ``kxqpwdzl`` holds "pwd" by chance and goes)."""
     named = any(ch.isupper() for ch in value[1:]) and credential_key(value) is not None
     return strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS and not named
+
+
+def _config_camel(value: str, strength: str, config: bool) -> bool:
+    """``value: fribxUdl7d76`` in a config file: data shaped like camelCase by chance, which goes as letters
+    alone do there (``_config_word``); snake_case and UPPER_CASE stay the names of other settings."""
+    return config and "_" not in value and _config_word(value, strength)
 
 
 def is_directive_value(value: str) -> bool:

@@ -16,7 +16,7 @@ import unittest
 import uuid
 from unittest import mock
 
-from bastion_agent.sanitizing import code_values, keyed_values, signatures
+from bastion_agent.sanitizing import assigned_values, code_values, keyed_values, signatures
 from bastion_agent.sanitizing.scanner import Sanitizer
 
 RNG = random.Random(secrets.randbits(64))
@@ -265,6 +265,21 @@ class KeyedTests(unittest.TestCase):
                 clean, _ = sanitizer.redact(template.format(v=value))
                 self.assertFalse(survives(value, clean), clean)
                 self.assertEqual(sanitizer.redact(lookalike)[0], lookalike)
+
+    def test_a_value_shaped_like_camel_case_by_chance_goes_wherever_the_key_sits(self):
+        # One random key in fifteen reads as camelCase (a lower-case start, then capitals each before
+        # lower case or digits); in a config file's data it is the string itself, not a variable.
+        sanitizer = Sanitizer()
+        shaped = [value for value in (password(12)[:9] + RNG.choice("23456789") + "x7" for _ in range(4000))
+                  if assigned_values.REFERENCE_WORD.fullmatch(value)][:20]
+        self.assertGreaterEqual(len(shaped), 5)
+        for value in shaped + ["fribxUdl7d76", "hHqn4ww3Xj38"]:
+            for template in ("env:\n  - name: DB_PASSWORD\n    value: {v}\n", "db:\n  password: {v}\n",
+                             "DB_PASSWORD={v}\n"):
+                with self.subTest(value=value, template=template):
+                    self.assertFalse(survives(value, sanitizer.redact(template.format(v=value))[0]))
+        lookalike = "env:\n  - name: DB_PASSWORD\n    value: db_password\n"  # a name of another setting
+        self.assertEqual(sanitizer.redact(lookalike)[0], lookalike)
 
 
 class SignatureTests(unittest.TestCase):
