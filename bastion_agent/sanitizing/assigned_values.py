@@ -34,7 +34,7 @@ from bastion_agent.sanitizing.validators import (
 
 # The version of what this module finds: bump it with any change that makes some text sanitize
 # differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 2
+DETECTION_VERSION = 3
 
 CODE_EXPRESSION = re.compile(r"[A-Za-z_$][\w.$]*(?:\s*(?:\(|\[|\.\w+\().*|\s*(?:\|\||&&|\?\?|\?|\+)\s*.*)")
 REFERENCE_WORD = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z]+(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+")
@@ -155,7 +155,8 @@ def _config_word(value: str, strength: str) -> bool:
     """A letters-only config value that can be a password (``SMTP_PASSWORD=kxqmvbnrtwpzla``): a strong
     key, four letters or more, not a type, a switch or a stand-in, and not a camelCase name of a
     credential (``mySecret = clientSecret`` is code; ``kxqpwdzl`` holds "pwd" by chance and goes)."""
-    named = any(ch.isupper() for ch in value[1:]) and credential_key(value) is not None
+    named = (any(ch.isupper() for ch in value[1:]) and credential_key(value) is not None
+             and code_values.is_worded_name(value))  # ``rS9pZ6PwY9x7`` holds "Pw" by chance: no name
     return strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS and not named
 
 

@@ -37,7 +37,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 6
+DETECTION_VERSION = 7
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -45,6 +45,8 @@ NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", 
 CHAIN = re.compile(r"[!&*@$]{0,2}[A-Za-z_$][\w$]*(?:(?:\?\.|\.|::|->)[A-Za-z_$][\w$]*)*")
 HEX = re.compile(r"-?0[xX][0-9a-fA-F]{1,16}[uUlL]{0,3}")  # a number; 32 hex digits are a key
 ARITHMETIC = re.compile(r"-?\d+(?:\s*(?:[-+*/|&^]|<<|>>)\s*-?\w+)+")
+# ``95433402-e7fa-4a36-8d77-…``: a GUID whose first group is all digits reads as a subtraction; it is a value
+GUID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 # A PowerShell cmdlet call, ``ConvertTo-SecureString 'x' -AsPlainText``: its argument is the signature table's.
 CMDLET = re.compile(r"(?:Get|Set|New|ConvertTo|ConvertFrom|Read|Invoke|Import|Export)-[A-Z]\w+(?:\s|$)")
 OPERATOR_LEAD = ("&&", "||", "??", "not ", "await ", "new ", "typeof ", "yield ", "$(", "`", "(${", "<%=",
@@ -130,7 +132,8 @@ def is_code_reference(value: str) -> bool:
         return True
     expression, punctuated = head(value)
     lowered = expression.lower()
-    if not expression or lowered in NULLS or HEX.fullmatch(expression) or ARITHMETIC.fullmatch(expression):
+    if not expression or lowered in NULLS or HEX.fullmatch(expression) or (
+            ARITHMETIC.fullmatch(expression) and not GUID.fullmatch(expression)):
         return True
     if lowered.startswith(OPERATOR_LEAD) or (punctuated and lowered.startswith(WEAK_LEAD)) or CMDLET.match(value):
         return True
@@ -199,7 +202,8 @@ def is_name_constant(value: str, key: str = "") -> bool:
     with at most two digits (``"PKCS8_PRIVATEKEY"``, ``"PRIVATEBLOB"``), the key's own name
     (``ResetPassword: 'ResetPassword'``), a module path (``'allauth.account.forms.SetPasswordForm'``),
     a version (``"^1.4.6"``) or an AWS resource name."""
-    if NAME_CONSTANT.fullmatch(value) and sum(ch.isdigit() for ch in value) <= 2:
+    if NAME_CONSTANT.fullmatch(value) and sum(ch.isdigit() for ch in value) <= 2 and (
+            "_" in value or is_spelled_in_capitals(value)):
         return True  # ``ADMIN_2024`` has too many digits for a constant's name: it may be a password
     if VERSION.fullmatch(value) or ARN.fullmatch(value):
         return True
@@ -216,6 +220,21 @@ def is_name_constant(value: str, key: str = "") -> bool:
     # ``NID_x``): a constant table maps names to the names they stand for
     return (len(value) >= 10 and bool(re.search(r"[-_]|[a-z][A-Z]", value)) and folded_key.endswith(folded)
             and 0 < len(folded_key) - len(folded) <= 4)
+
+
+# The words a constant about key material is named with (``PRIVATEBLOB``, ``KDFKEYSECRET``).
+KEY_MATERIAL_WORDS = ("KEY", "BLOB", "SECRET", "PASS", "TOKEN", "PRIVATE", "PUBLIC", "CERT", "HASH", "CRED", "AUTH")
+
+
+def is_spelled_in_capitals(value: str) -> bool:
+    """``PRIVATEBLOB``, ``KDFKEYSECRET``: capitals with no separator name a constant when they read as words
+    (vowels at a word's rate, no long run without one, few rare letters) and one of them names key material;
+    ``HSMFNYPOVOFVTNNZ``, a base32 seed, does neither."""
+    vowels = sum(ch in "AEIOUY" for ch in value)
+    longest_run = max(len(run) for run in re.split("[AEIOUY]", value))
+    rare = sum(ch in "JKQVWXZ" for ch in value)
+    return (vowels >= 0.3 * len(value) and longest_run <= 4 and rare <= 2
+            and any(word in value for word in KEY_MATERIAL_WORDS))
 
 
 def is_same_name_member(value: str, key: str) -> bool:

@@ -273,13 +273,23 @@ class KeyedTests(unittest.TestCase):
         shaped = [value for value in (password(12)[:9] + RNG.choice("23456789") + "x7" for _ in range(4000))
                   if assigned_values.REFERENCE_WORD.fullmatch(value)][:20]
         self.assertGreaterEqual(len(shaped), 5)
-        for value in shaped + ["fribxUdl7d76", "hHqn4ww3Xj38"]:
+        for value in shaped + ["fribxUdl7d76", "hHqn4ww3Xj38", "rS9pZ6PwY9x7"]:  # the last holds "Pw" by chance
             for template in ("env:\n  - name: DB_PASSWORD\n    value: {v}\n", "db:\n  password: {v}\n",
                              "DB_PASSWORD={v}\n"):
                 with self.subTest(value=value, template=template):
                     self.assertFalse(survives(value, sanitizer.redact(template.format(v=value))[0]))
         lookalike = "env:\n  - name: DB_PASSWORD\n    value: db_password\n"  # a name of another setting
         self.assertEqual(sanitizer.redact(lookalike)[0], lookalike)
+
+    def test_a_guid_of_digits_first_is_a_value_not_a_subtraction(self):
+        sanitizer = Sanitizer()
+        drawn = (str(uuid.uuid4()) for _ in range(2000))
+        for value in ["95433402-e7fa-4a36-8d77-9cfd50e1ef69", "85992714-5903-4449-b461-fef53deea1c2"] + [
+                value for value in drawn if value[:8].isdigit()][:10]:
+            with self.subTest(value=value):
+                self.assertFalse(survives(value, sanitizer.redact(f"client_secret: {value}\n")[0]))
+        kept = "timeout: 3600 - 60\n"  # arithmetic stays
+        self.assertEqual(sanitizer.redact(kept)[0], kept)
 
 
 class SignatureTests(unittest.TestCase):

@@ -287,6 +287,14 @@ class FallbackSetterAndSpellingTests(SanitizerCase):
         self.assert_kept(f"random_seed = {RNG.randint(1, 10 ** 6)}\n")
         self.assert_kept(f'seed = "{word(8)}"\n')
 
+    def test_a_seed_of_capitals_alone_is_no_constant_name(self):
+        # One base32 seed in 28 has no digit; capitals alone read as a constant's name only when they
+        # spell words about key material (``"PRIVATEBLOB"``), as the look-alike does.
+        for value in ["HSMFNYPOVOFVTNNZ", "TLOHLLQUFXAOVADY"] + [
+                "".join(RNG.choice(string.ascii_uppercase) for _ in range(16)) for _ in range(20)]:
+            self.assert_gone(f'otp_seed = "{value}"\n', value)
+        self.assert_kept('NCRYPT_PRIVATE_KEY_BLOB = "PRIVATEBLOB"\n')
+
     def test_a_quoted_passphrase_of_six_words_goes(self):
         value = " ".join(word(RNG.randint(4, 7)) for _ in range(6))
         self.assert_gone(f'passphrase: "{value}"\n', value)
