@@ -105,6 +105,19 @@ class HostileTests(unittest.TestCase):
         self.assertFalse(survives(card, clean))
         self.assertEqual(clean.count("\n"), text.count("\n"))
 
+    def test_long_words_commands_and_prepositions(self):
+        """A value of 100,000 words, a backquoted command of 20,000 arguments and a name of 5,000
+        prepositions are read to their end, and a key planted after them still goes."""
+        secret = draw(ALNUM, 32)
+        text = ('widget="' + "SearchButton" * 50000 + '"\n'
+                + "APP_KEY=`get" + " /x -y" * 20000 + "`\n"
+                + "token" + "WithFor" * 5000 + " = 1\n"
+                + f'api_token = "{secret}"\n')
+        clean, _ = Sanitizer().redact(text)
+        self.assertFalse(survives(secret, clean))
+        self.assertIn("SearchButton" * 50000, clean)
+        self.assertEqual(clean.count("\n"), text.count("\n"))
+
     def test_an_iban_head_does_not_hide_a_number_far_from_it(self):
         """The IBAN look-behind reads only the groups just before: a phone on the next line still goes."""
         number = "030 " + digits(4) + " " + digits(4)
@@ -266,8 +279,13 @@ class NamesAndReferencesTests(SanitizerCase):
         self.assert_gone(f"const accessKey = `{secret}`;\n", secret)  # a template literal in JavaScript
 
     def test_an_identifier_spelt_in_words_stays(self):
-        words = "".join(RNG.sample(WIDGET_WORDS, 6))
-        self.assert_kept(f'amazon.de#@#div[data-cel-widget="desktop-rhf_{words}K{RNG.randint(2, 9)}"]\n')
+        for _ in range(1000):  # one whose characters pass the entropy test, as a random string's do
+            words = RNG.sample(WIDGET_WORDS, 6)
+            name = f"desktop-rhf_{''.join(words[:3])}RHF{''.join(words[3:5])}K{RNG.randint(2, 9)}{words[5]}"
+            if validators.looks_random(name):
+                break
+        self.assertTrue(validators.looks_random(name))
+        self.assert_kept(f'amazon.de#@#div[data-cel-widget="{name}"]\n')
         secret = draw(ALNUM, 48)
         self.assert_gone(f'div[data-cel-widget="{secret}"]\n', secret)
 
