@@ -798,13 +798,12 @@ def check_high_entropy(match: re.Match, start: int, end: int):
         return False  # tools/javac/lambda/T8129740/CaptureInCtorChainingTest: a path
     if value.startswith("eyJ") and is_jwt_header(value):
         return False  # the first part of a JWT: the jwt rule judges the token it starts
-    if reads_as_words(value):
-        return False  # ``desktop-rhf_SponsoredProductsRemoteRHFSearch…``: an identifier spelt in words
     if SEQUENCES.search(value) or value.startswith(NOT_A_KEY_PREFIXES):
         # Bare hex strings are digests: commit hashes, checksums, key fingerprints (a hex
         # secret behind ``secret =`` is secret-assignment's; a quoted one still counts).
         return False
-    return looks_random(value) and not is_placeholder(value)
+    # ``desktop-rhf_SponsoredProductsRemoteRHFSearch…``: an identifier spelt in words, random only by its letters
+    return looks_random(value) and not is_placeholder(value) and not reads_as_words(value)
 
 
 FILE_EXTENSIONS = frozenset("txt md pdf doc docx odt rtf csv tsv xls xlsx ods json xml yaml yml html htm eml msg "
