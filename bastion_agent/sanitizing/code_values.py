@@ -37,7 +37,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 7
+DETECTION_VERSION = 8
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -289,10 +289,14 @@ PROMPT = re.compile(r"[A-Za-z][A-Za-z ]*:[ \t]*")  # "Enter password: "
 PRINTF_VERB = re.compile(r"%[-+# 0-9.]*[qvsdwx]")
 FILE_PATH = re.compile(r"[\w.\-]+(?:/[\w.\-]+)*\.(?:pem|key|crt|cer|der|p12|pfx|jks|keystore|pub|json|ya?ml|conf|cfg|ini)")
 COMMAND = re.compile(r"[a-z][\w\-]*[ \t]")  # ``awk '{print $2}' list``: a command's words
+COMMAND_ARGUMENT = re.compile(r"[ \t](?:/|--?[A-Za-z])")  # an argument that is a path or an option
 # A key or a token is drawn at random by a machine; a run in counting order (``123456789``,
 # ``1234567890abcdef``, ``abcdef123456``) or a hex word (``0xdeadbeef``) is what a person types in
 # its place. A password keeps them: people do choose ``12345678``.
-RANDOM_KEY = re.compile(r"(?i)(?:token|key|verifier|nonce)$")
+RANDOM_KEY = re.compile(r"(?i)(?:token|key|verifier|nonce)\d{0,2}$")  # ``token1``, ``key2``: one of several
+# A vendor's prefix before a token's random part (``xoxp-``, ``ghp_``, ``sk_live_``): ``xoxp-1234567890``
+# counts as its body does.
+VENDOR_PREFIX = re.compile(r"(?i)[a-z]{2,5}(?:[-_][a-z]{2,5})?[-_]")
 COUNTING = ("0123456789", "1234567890", "abcdefghijklmnopqrstuvwxyz")
 HEX_WORDS = frozenset("deadbeef cafebabe feedface deadc0de badc0ffee c0ffee 8badf00d".split())
 # What a stored credential's name ends with (``traefik-cert``, ``jenkins-secrets``, ``db-creds``):
@@ -340,6 +344,15 @@ def is_counting(value: str) -> bool:
     return len(runs) <= 3 and all(len(piece) >= 3 for piece in runs)
 
 
+def _counting_shape(value: str) -> bool:
+    """Counting characters (``1234567890``), also after a vendor's prefix (``xoxp-1234567890``); a hex
+    word after a prefix (``qts-deadbeef``) is too short a body to tell a test's value from a real one."""
+    if is_counting(value):
+        return True
+    body = VENDOR_PREFIX.sub("", value, 1)
+    return body != value and body.lower() not in HEX_WORDS and is_counting(body)
+
+
 def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     """A quoted literal that stands in for a credential rather than being one:
 
@@ -368,8 +381,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     value = value.strip()
     if not value or len(value) > 80:
         return False
-    if backtick and COMMAND.match(value) and ("$" in value or "|" in value):
-        return True
+    if backtick and COMMAND.match(value) and ("$" in value or "|" in value or COMMAND_ARGUMENT.search(value)):
+        return True  # `` `etcdctl get /app_secret` ``: a command reading the secret, as ``$(…)`` is
     if backtick and CALL_CHAIN.fullmatch(value):
         return True  # `` `Base64(Header).Base64(Data)` ``: an expression in inline code, how a value is made
     if FILE_PATH.fullmatch(value):
@@ -382,7 +395,7 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return True
     if DESCRIPTION.fullmatch(value) and any(word.lower() in CREDENTIAL_WORDS for word in value.split()[1:]):
         return True
-    if RANDOM_KEY.search(key.strip("\"'`[] ")) and is_counting(value):
+    if RANDOM_KEY.search(key.strip("\"'`[] ")) and _counting_shape(value):
         return True
     key_words = sorted(word.lower() for word in KEY_WORD.findall(key.rsplit(".", 1)[-1]))
     if key_words and value.isascii() and all(ch.isalpha() or ch in "-_ ." for ch in value):

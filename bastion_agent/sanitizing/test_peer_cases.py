@@ -14,6 +14,8 @@ work hard, and the planted values still go.
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 import re
 import secrets
@@ -101,6 +103,19 @@ class HostileTests(unittest.TestCase):
                 + f"card {card}\n")
         clean, _ = Sanitizer().redact(text)
         self.assertFalse(survives(card, clean))
+        self.assertEqual(clean.count("\n"), text.count("\n"))
+
+    def test_long_words_commands_and_prepositions(self):
+        """A value of 100,000 words, a backquoted command of 20,000 arguments and a name of 5,000
+        prepositions are read to their end, and a key planted after them still goes."""
+        secret = draw(ALNUM, 32)
+        text = ('widget="' + "SearchButton" * 50000 + '"\n'
+                + "APP_KEY=`get" + " /x -y" * 20000 + "`\n"
+                + "token" + "WithFor" * 5000 + " = 1\n"
+                + f'api_token = "{secret}"\n')
+        clean, _ = Sanitizer().redact(text)
+        self.assertFalse(survives(secret, clean))
+        self.assertIn("SearchButton" * 50000, clean)
         self.assertEqual(clean.count("\n"), text.count("\n"))
 
     def test_an_iban_head_does_not_hide_a_number_far_from_it(self):
@@ -219,6 +234,68 @@ class CredentialTests(SanitizerCase):
         self.assert_kept(f"the key AIzaSy{'abcdefghijklmnopqrstuvwxyz'}{digits(7)} in the guide\n")
         key = "AIzaSy" + draw(ALNUM + "_-", 33)
         self.assert_gone(f"the key {key} in the app\n", key)
+
+
+# Words of a page's widget names, six of them joined make a fresh identifier each run.
+WIDGET_WORDS = ("Remote", "Search", "Product", "Banner", "Widget", "Layout", "Footer", "Header", "Slider",
+                "Carousel", "Detail", "Review", "Rating", "Button", "Pagination", "Desktop", "Mobile", "Sidebar")
+
+
+def unsigned_jwt() -> str:
+    """A fresh JWT with ``"alg": "none"`` and no signature: header, claims, an empty third part."""
+    def part(data: str) -> str:
+        return base64.urlsafe_b64encode(data.encode()).decode().rstrip("=")
+    return f'{part(json.dumps({"alg": "none"}))}.{part(json.dumps({"sub": draw(ALNUM, 9)}))}.'
+
+
+class NamesAndReferencesTests(SanitizerCase):
+    """What a name says it holds, a command in backquotes, an identifier spelt in words, a counting stand-in."""
+
+    def test_a_phrase_after_a_credential_word_describes_it(self):
+        token = unsigned_jwt()
+        self.assert_gone(f'String tokenWithNoneAlg = "{token}";\n', token)
+        self.assert_gone(f'String tokenWithNoneAlg = "{token}";\n', token.split(".")[1])
+        self.assert_kept(f"the example token {token} in the guide\n")  # unsigned, no name: proves nothing
+        vault = f"app{RNG.randint(1, 9)}-qat-{digits(10)}"
+        self.assert_kept(f"keyVaultToStoreSecrets: {vault}\n")  # a vault's name, where secrets are kept
+        secret = draw(ALNUM, 24)
+        self.assert_gone(f"secretToStore: {secret}\n", secret)
+        self.assert_gone(f"vault_token: {secret}\n", secret)
+
+    def test_a_bucket_key_names_an_object(self):
+        name = f"{RNG.choice(WIDGET_WORDS)}{RNG.choice(WIDGET_WORDS)}-{RNG.randint(1, 9)}.{RNG.randint(0, 9)}"
+        self.assert_kept(f'"bucket_key": "{name}"\n')
+        self.assert_kept(f'object_key = "{name}"\n')
+        secret = draw(ALNUM, 40)
+        self.assert_gone(f'"bucket_access_key": "{secret}"\n', secret)
+        self.assert_gone(f'"bucket_secret": "{secret}"\n', secret)
+
+    def test_a_backquoted_command_reads_the_secret(self):
+        path = "/" + "".join(RNG.choice(string.ascii_lowercase) for _ in range(8)) + "_secret"
+        self.assert_kept(f"-e APP_ACCESS_KEY=`etcdctl get {path}`\n")
+        self.assert_kept(f"-e APP_ACCESS_KEY=`vault read -field=value {path[1:]}`\n")
+        secret = draw(ALNUM, 24)
+        self.assert_gone(f"-e APP_ACCESS_KEY=`echo {secret}`\n", secret)  # a command that prints a literal
+        self.assert_gone(f"const accessKey = `{secret}`;\n", secret)  # a template literal in JavaScript
+
+    def test_an_identifier_spelt_in_words_stays(self):
+        for _ in range(1000):  # one whose characters pass the entropy test, as a random string's do
+            words = RNG.sample(WIDGET_WORDS, 6)
+            name = f"desktop-rhf_{''.join(words[:3])}RHF{''.join(words[3:5])}K{RNG.randint(2, 9)}{words[5]}"
+            if validators.looks_random(name):
+                break
+        self.assertTrue(validators.looks_random(name))
+        self.assert_kept(f'amazon.de#@#div[data-cel-widget="{name}"]\n')
+        secret = draw(ALNUM, 48)
+        self.assert_gone(f'div[data-cel-widget="{secret}"]\n', secret)
+
+    def test_counting_digits_behind_a_vendor_prefix_stand_in(self):
+        self.assert_kept(f'"token{RNG.randint(1, 9)}": "xoxp-1234567890"\n')
+        body = str(RNG.randint(1, 9))
+        while len(body) < 10:  # digits drawn at random, no two in counting order
+            body += RNG.choice([d for d in string.digits if int(d) != (int(body[-1]) + 1) % 10])
+        self.assert_gone(f'"token{RNG.randint(1, 9)}": "xoxp-{body}"\n', body)
+        self.assert_gone('"access_token": "qts-deadbeef"\n', "deadbeef")  # a hex word after a prefix: too short to tell
 
 
 if __name__ == "__main__":

