@@ -123,8 +123,8 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
     if len(words) >= 6 and not (phrase and len(words) <= 12 and all(w.isalnum() for w in words)
                                 or strength == "strong" and is_passphrase(value)):
         return False  # a sentence, a message (a passphrase's words are its value)
-    if not quoted and config and re.fullmatch(r"[A-Za-z]+", value) and _config_word(value, strength):
-        return True  # ``SMTP_PASSWORD=kxqmvbnrtwpzla``: letters alone, in a config file
+    if not quoted and (config or env_line) and re.fullmatch(r"[A-Za-z]+", value) and _config_word(value, strength):
+        return True  # ``SMTP_PASSWORD=kxqmvbnrtwpzla``, ``export DO_API_TOKEN=kxq…``: letters alone, as data
     if not quoted:
         if value.endswith(":") or value.startswith(":") or CODE_EXPRESSION.fullmatch(value):
             return False

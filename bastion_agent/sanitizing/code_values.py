@@ -321,6 +321,40 @@ def is_counting(value: str) -> bool:
     return len(runs) <= 3 and all(len(piece) >= 3 for piece in runs)
 
 
+# An OpenPGP fingerprint (40 hex digits, maybe in groups of four) or a long key id (16): public, published on
+# keyservers so that anyone can check a signature. Named by a bare ``key`` or a GPG key's id, and read where the
+# text says it is GPG's (``gpg --recv-keys``, a keyserver, apt's ``signed-by``), it names a key, it is none.
+PGP_ID = re.compile(r"(?:0x)?(?:[0-9A-Fa-f]{40}|[0-9A-Fa-f]{16}|[0-9A-Fa-f]{4}(?: {1,2}[0-9A-Fa-f]{4}){9})")
+PGP_KEY_WORDS = frozenset({"key", "keys", "gpg", "pgp", "gnupg", "id", "ids", "keyid", "fingerprint", "fpr",
+                           "release", "repo", "apt", "signing"})
+PGP_CONTEXT = re.compile(r"(?i)\bgpg\b|\bpgp\b|gnupg|--recv-keys?\b|keyserver|signed-by|apt-key|--keyring")
+PGP_REACH = 400
+
+
+def is_pgp_fingerprint(text: str, position: int, key: str, value: str) -> bool:
+    """Is ``value`` (at ``position`` of ``text``, under ``key``) an OpenPGP fingerprint or key id: its shape,
+    a key named only by GPG's words, GPG named within ``PGP_REACH`` characters? A secret's key (``secret_key``,
+    ``api_key``, ``private_key``) holding 40 hex digits is a secret whatever the text says."""
+    if not PGP_ID.fullmatch(value.strip()):
+        return False
+    words = {word.lower() for word in KEY_WORD.findall(key)}
+    if not words or not words <= PGP_KEY_WORDS or not words & {"key", "keys", "keyid", "fingerprint", "fpr"}:
+        return False
+    if "signing" in words and not words & {"gpg", "pgp", "gnupg"}:
+        return False  # ``signing_key``: an HMAC key unless it says it is GPG's
+    return PGP_CONTEXT.search(text, max(0, position - PGP_REACH), position + PGP_REACH) is not None
+
+
+def is_wordlike(word: str) -> bool:
+    """Could a person say it: a vowel in four letters at least, never four consonants in a row (``fitbit``,
+    ``testtoken``). Letters drawn at random (``kqzvbrtmwnpx``) rarely are."""
+    runs = CONSONANT_RUN.findall(word.lower())
+    return max((len(run) for run in runs), default=0) <= 3 and 4 * sum(ch in "aeiouy" for ch in word.lower()) >= len(word)
+
+
+CONSONANT_RUN = re.compile(r"[^aeiouy]+")
+
+
 def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     """A quoted literal that stands in for a credential rather than being one:
 
@@ -329,7 +363,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
       stand-in's; or three words or more with a credential's word and a function word
       (``the-password-to-your-cluster``, ``insert-token-received-from-botfather``), a description;
     - one lower-case word under a token's key (``access_token: "fitbit"``, ``token: "text"``): a
-      token is generated, a word is a test's label (a password may be a word and keeps it);
+      token is generated, a word is a test's label (a password may be a word and keeps it); past
+      nine letters only a word a person could say (``is_wordlike``): ``kqzvbrtmwnpx`` was drawn;
     - a prompt or a message with a format verb (``Enter password: ``, ``password for %q failed``);
     - a relative path to a file of keys or settings (``certs/client.key``, ``admin-key.pem``);
     - the words of its own key again, in any order (``resetPasswordToken = 'password-reset-token'``,
@@ -384,7 +419,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return False
     lowered = [word.lower() for word in words]
     if len(words) == 1:
-        return bool(GENERATED_KEY.search(key.strip("\"'`[]"))) and words[0].islower() and len(value) <= 12
+        return (bool(GENERATED_KEY.search(key.strip("\"'`[]"))) and words[0].islower()
+                and (len(value) <= 9 or len(value) <= 12 and is_wordlike(value)))
     if all(word in STAND_IN_WORDS or word in CREDENTIAL_WORDS for word in lowered) and any(
             word in STAND_IN_WORDS for word in lowered):
         return True

@@ -211,11 +211,14 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     else:
         label = kind == ":" and not at_line_start and not key_quoted
     flow = kind == ":" and not key_quoted and keyed_values.FLOW_MAPPING.search(before) is not None
+    helm = keyed_values.HELM_SET.search(before) if kind == "=" else None
     commented = (keyed_values.commented_setting(text, name, before, position, line_end)
-                 or kind == "=" and keyed_values.ENV_FLAG.search(before) is not None)
+                 or kind == "=" and keyed_values.ENV_FLAG.search(before) is not None or helm is not None)
     if flow or commented:
         label = False  # ``- { username: user1, password: X }``, ``# DB_PASSWORD=X``: data, not a label
-    terminator = "," if flow else _terminator(
+    if helm is not None and helm.group(0)[:1] in "(\"'":
+        line_end = _option_closing(text, position, line_end, {"(": ")"}.get(helm.group(0)[0], helm.group(0)[0]))
+    terminator = "," if flow else HELM_PAIR if helm is not None else _terminator(
         text, start, "" if key_quoted else ("-" if flag and not opening.strip() else opening), before, at_line_start, label)
     if flag and text[position:position + 1] == "-":
         return None  # ``--password=-``, ``(-p+ --password=-)``: standard input, or an option's usage
@@ -224,6 +227,15 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     connection = flow or commented or terminator == ";" and keyed_values.CONNECTION_FIELD.search(before) is not None
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
                        key=name, data=flag and kind == "=", config=connection, template=template)
+
+
+def _option_closing(text: str, position: int, line_end: int, closer: str) -> int:
+    """``(--set a.password=X)``, ``"--set a.password=X"``: where the parenthesis or quote opened before the
+    option closes (at a ``closer`` before a space, a stop or the line's end), or ``line_end``."""
+    close = text.find(closer, position, line_end)
+    while close != -1 and close + 1 < line_end and not text[close + 1].isspace() and text[close + 1] not in ".,;:)":
+        close = text.find(closer, close + 1, line_end)
+    return line_end if close == -1 else close
 
 
 def _operator(text: str, position: int, line_end: int) -> tuple[str, int] | None:
@@ -273,9 +285,13 @@ def _terminator(text: str, start: int, opening: str, before: str, at_line_start:
 # A template's field in braces (``str.format``, docs): lower-case words or an index. Not after ``;``,
 # where ODBC quotes a password in braces (``Pwd={a;b}``).
 TEMPLATE_FIELD = re.compile(r"[a-z_][a-z0-9_]*(?: [a-z0-9_]+){0,4}|\d+")
+# ``--set a=b,auth.password=X``: a chart value on a command line, ended by the comma of the next pair, a
+# space or the shell's quote (helm reads ``\,`` for a comma inside a value).
+HELM_PAIR = "--set"
 _WIDE_STOPS = "\uff0c\uff1b\u3001\u3002"
 _STOPS = {terminator: re.compile(f"[{re.escape(stops)}]") for terminator, stops in
-          {" ": " \t" + _WIDE_STOPS, ";": ";\"", "&": "&# \t\"'`", ",": ", \t" + _WIDE_STOPS}.items()}
+          {" ": " \t" + _WIDE_STOPS, ";": ";\"", "&": "&# \t\"'`", ",": ", \t" + _WIDE_STOPS,
+                              HELM_PAIR: ", \t\"'"}.items()}
 
 
 def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
@@ -302,7 +318,7 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     if template and first not in QUOTES:
         return None  # ``{{- $password := .Values.auth.password }}``: an expression of the template
     if first and first in QUOTES and first != terminator:
-        close = _closing(text, position, line_end)
+        close = _shell_closing(text, position, line_end) if first == '"' else _closing(text, position, line_end)
         if close is None:
             return _accept(text, position + 1, line_end, strength, quoted=False, label=label)
         if FORMATTED.match(text, close + 1) or text.startswith(code_values.API_LISTING, close + 1):
@@ -374,6 +390,34 @@ def _list_value(text: str, position: int, line_end: int) -> tuple[int, int] | No
     return items[0][0], items[-1][1]
 
 
+def _shell_closing(text: str, position: int, line_end: int) -> int | None:
+    """Where a double quote opened at ``position`` closes when what it holds starts as shell's ``${...}`` or
+    ``$(...)``: quotes inside the expansion are its own (``"${PW:-$(< "$F")}"``), so the closing quote is
+    the first one after the expansion's end. Any other string: ``_closing``."""
+    if text[position + 1:position + 3] not in ("${", "$("):
+        return _closing(text, position, line_end)
+    depth, index, inner = 0, position + 1, None  # ``inner``: the quote open inside the expansion
+    while index < line_end:
+        ch = text[index]
+        if ch == "\\":
+            index += 2
+            continue
+        if inner is not None:
+            if ch == inner:
+                inner = None
+        elif ch in "\"'" and depth > 0:
+            inner = ch
+        elif ch == '"':
+            return index
+        elif ch == "$" and text[index + 1:index + 2] in "({":
+            depth += 1
+            index += 1
+        elif ch in ")}" and depth > 0:
+            depth -= 1
+        index += 1
+    return None
+
+
 def _closing(text: str, position: int, line_end: int) -> int | None:
     """Where the quote opened at ``position`` closes on its line (backslash escapes; '' in single quotes)."""
     quote = text[position]
@@ -418,6 +462,8 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
         return None  # ``PASSWORD_NO_MATCH = 1133``: a number under a name ending in another word, a code
     if key and names_a_credential(value, key):
         return None  # ``adminPasswordKey: postgres-password``: the name of a Secret's key
+    if key and code_values.is_pgp_fingerprint(text, start, key, value):
+        return None  # ``GPG_KEY=BCA4…785C`` beside ``gpg --recv-keys``: a public key's fingerprint
     env_line = not quoted and ENV_ASSIGNMENT.match(text, text.rfind("\n", 0, start) + 1, start) is not None
     if not value_ok(value, strength, quoted=quoted, label=label, config=config, phrase=phrase, env_line=env_line):
         return None

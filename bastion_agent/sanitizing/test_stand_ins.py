@@ -23,6 +23,26 @@ def lower_word(length: int) -> str:
     return "".join(RNG.choice(string.ascii_lowercase) for _ in range(length))
 
 
+def spoken_word(length: int) -> str:
+    """A word a person could say, of ``length`` letters: syllables of a consonant and a vowel, some closed
+    by a second consonant (never more than two consonants in a row)."""
+    consonants, vowels = "bcdfghjklmnpqrstvwxz", "aeiou"
+    letters = []
+    while len(letters) < length:
+        letters += [RNG.choice(consonants), RNG.choice(vowels)]
+        if RNG.random() < 0.3:
+            letters.append(RNG.choice(consonants))
+    return "".join(letters[:length])
+
+
+def drawn_letters(length: int) -> str:
+    """Lower-case letters drawn at random that no one would say: a run of four consonants at least."""
+    while True:
+        letters = lower_word(length)
+        if not code_values.is_wordlike(letters):
+            return letters
+
+
 class HostileStandInTests(unittest.TestCase):
     """Values of a credential's shape, written where stand-ins live, are removed whole."""
 
@@ -118,9 +138,19 @@ class StandInTests(unittest.TestCase):
         self.assert_kept(f"'API_TOKEN': 'insert-token-from-{place}'\n")
 
     def test_one_lower_case_word_under_a_token_key_stays(self):
-        word = lower_word(RNG.randint(3, 10))
+        word = spoken_word(RNG.randint(3, 12))
+        self.assertTrue(code_values.is_wordlike(word), word)
         self.assert_kept(f'self.assertEqual(token, {{"access_token": "{word}"}})\n')
         self.assert_kept(f'client.token = "{word}"\n')
+
+    def test_letters_drawn_at_random_under_a_token_key_go(self):
+        """Past nine letters a token's one lower-case word must be one a person could say: drawn letters
+        (``export DO_API_TOKEN='kqzvbrtmwnpx'`` in a docstring's example) are a token."""
+        letters = drawn_letters(RNG.randint(10, 12))
+        for text in (f"    export DO_API_TOKEN='{letters}' or\n", f'client.token = "{letters}"\n',
+                     f"    export DO_API_TOKEN={letters}\n"):
+            out, _ = self.sanitizer.redact(text)
+            self.assertNotIn(letters, out)
 
     def test_a_prompt_and_a_message_template_stay(self):
         self.assert_kept("ConfirmSecret = `Repeat your secret: `\n")

@@ -509,6 +509,12 @@ SOURCE_FILE_KEY = re.compile(r"(?i).+\.(?:[ch]|cc|cpp|hh|hpp|py|js|ts|go|rs|java
 TERNARY = re.compile(r"\?[ \t]*[\"'][^\"'\n]*\Z")
 
 
+# ``"${PGPASSWORD:-$(< "$F")}"``, ``"${TOKEN:=$DEFAULT_TOKEN}"``: a shell default that is itself an expansion
+# (a command's output, a file read, another variable) is a reference; the quotes inside ``$( )`` belong to the
+# command, so the string seen up to the next quote is no value.
+SHELL_DEFAULT_REFERENCE = re.compile(r"\"\$\{[A-Za-z_]\w*:?[-=]\$[({A-Za-z_]")
+
+
 def check_assignment(match: re.Match, start: int, end: int):
     key = match.group("key")
     if SOURCE_FILE_KEY.fullmatch(key):
@@ -541,6 +547,8 @@ def check_assignment(match: re.Match, start: int, end: int):
     vstart = match.start("value")
     if groups.get("xop") and (raw[:1] in "\"'`\\" or match.string[match.start("key") - 1: match.start("key")] != "<"):
         return False  # ``<password>value</password>`` only: an XML element holds a bare value
+    if SHELL_DEFAULT_REFERENCE.match(raw):
+        return False  # ``PW="${PW:-$(< "$F")}"``: unset, the variable is read from a file; the quotes are the command's
     value, vstart, vend, quoted = unquote(raw, vstart)
     following = match.string[vend + (1 if quoted else 0): vend + 2]
     if quoted and code_values.is_name_constant(value, key):
@@ -553,6 +561,8 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``Type.FIELD = "HMAC" -> string``: a .NET public-API listing, not an assignment
     if names_a_credential(value, key):
         return False  # ``adminPasswordKey: postgres-password``: the name of a Secret's key
+    if code_values.is_pgp_fingerprint(match.string, vstart, key, value):
+        return False  # ``key='BCA4…785C'; gpg --recv-keys "$key"``: a public key's fingerprint
     if code_values.is_stand_in(value, key, backtick=raw.startswith("`")):
         return False  # ``"access_token": "fake-token"``, ``"Enter password: "``: a stand-in, a prompt
     if quoted and strength == "weak" and re.fullmatch(r"[a-z]+(?:_[a-z0-9]+){2,}", value):
