@@ -37,7 +37,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 6
+DETECTION_VERSION = 7
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -275,6 +275,8 @@ COMMAND = re.compile(r"[a-z][\w\-]*[ \t]")  # ``awk '{print $2}' list``: a comma
 # its place. A password keeps them: people do choose ``12345678``.
 RANDOM_KEY = re.compile(r"(?i)(?:token|key|verifier|nonce)$")
 COUNTING = ("0123456789", "1234567890", "abcdefghijklmnopqrstuvwxyz")
+# ``deadbeefdeadbeef…``, ``abcabcabc``: one piece typed again and again, as no machine draws a key.
+REPEATED = re.compile(r"(.{1,8})\1{2,}")
 HEX_WORDS = frozenset("deadbeef cafebabe feedface deadc0de badc0ffee c0ffee 8badf00d".split())
 # What a stored credential's name ends with (``traefik-cert``, ``jenkins-secrets``, ``db-creds``):
 # lower-case words joined by hyphens, as Kubernetes and vaults name the objects that hold secrets.
@@ -373,8 +375,9 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
       by hyphens, the last a kind of credential), as Kubernetes and vaults name the objects that
       hold secrets; a sentence addressed to the reader (``Your S3 access key password``);
     - ``backtick``: a shell command substitution (`` `awk '{print $2}' list` ``), a program's output;
-    - under a key or token's name, characters in counting order or a hex word (``1234567890abcdef``,
-      ``0xdeadbeef``): a machine draws keys at random, a person types these in their place;
+    - under a key or token's name, characters in counting order, a hex word or one piece repeated
+      (``1234567890abcdef``, ``0xdeadbeef``, ``deadbeefdeadbeef``): a machine draws keys at random, a
+      person types these in their place;
     - ``eyJ`` and a word (``eyJrefresh``): a JWT's first letters standing in for one; a list of
       command-line options (`` --timeout= --socket=``): a program's usage; a format verb alone
       (``Token: %#x``): the program fills it in.
@@ -398,7 +401,7 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return True
     if DESCRIPTION.fullmatch(value) and any(word.lower() in CREDENTIAL_WORDS for word in value.split()[1:]):
         return True
-    if RANDOM_KEY.search(key.strip("\"'`[] ")) and is_counting(value):
+    if RANDOM_KEY.search(key.strip("\"'`[] ")) and (is_counting(value) or REPEATED.fullmatch(value.lower())):
         return True
     key_words = sorted(word.lower() for word in KEY_WORD.findall(key.rsplit(".", 1)[-1]))
     if key_words and value.isascii() and all(ch.isalpha() or ch in "-_ ." for ch in value):

@@ -41,7 +41,7 @@ from bastion_agent.sanitizing.copies import trie_pattern
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 4
+DETECTION_VERSION = 5
 
 # rule id -> header words (after ``normal_header``: lowercase, NFKC, separators
 # as single spaces, a trailing ":" / "#" / "no" / "number" form listed here).

@@ -65,7 +65,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 8
+DETECTION_VERSION = 9
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          "secert", "sercet", "secrect", "seed",
@@ -211,13 +211,11 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     else:
         label = kind == ":" and not at_line_start and not key_quoted
     flow = kind == ":" and not key_quoted and keyed_values.FLOW_MAPPING.search(before) is not None
-    helm = keyed_values.HELM_SET.search(before) if kind == "=" else None
+    helm, line_end = _helm_set(text, before, kind, position, line_end)
     commented = (keyed_values.commented_setting(text, name, before, position, line_end)
                  or kind == "=" and keyed_values.ENV_FLAG.search(before) is not None or helm is not None)
     if flow or commented:
         label = False  # ``- { username: user1, password: X }``, ``# DB_PASSWORD=X``: data, not a label
-    if helm is not None and helm.group(0)[:1] in "(\"'":
-        line_end = _option_closing(text, position, line_end, {"(": ")"}.get(helm.group(0)[0], helm.group(0)[0]))
     terminator = "," if flow else HELM_PAIR if helm is not None else _terminator(
         text, start, "" if key_quoted else ("-" if flag and not opening.strip() else opening), before, at_line_start, label)
     if flag and text[position:position + 1] == "-":
@@ -227,6 +225,15 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     connection = flow or commented or terminator == ";" and keyed_values.CONNECTION_FIELD.search(before) is not None
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
                        key=name, data=flag and kind == "=", config=connection, template=template)
+
+
+def _helm_set(text: str, before: str, kind: str, position: int, line_end: int) -> tuple[re.Match | None, int]:
+    """``--set a.password=X`` on a helm command line: the match of the option before the key (or None), and
+    where the value's line ends: at the parenthesis or quote that opened before ``--set``, if one did."""
+    helm = keyed_values.HELM_SET.search(before) if kind == "=" else None
+    if helm is not None and helm.group(0)[:1] in "(\"'":
+        line_end = _option_closing(text, position, line_end, {"(": ")"}.get(helm.group(0)[0], helm.group(0)[0]))
+    return helm, line_end
 
 
 def _option_closing(text: str, position: int, line_end: int, closer: str) -> int:

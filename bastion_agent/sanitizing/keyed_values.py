@@ -30,7 +30,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 2
+DETECTION_VERSION = 3
 
 SIBLING_REACH = 512  # how far after a name field its value field may sit
 MAX_VALUE = 1024
