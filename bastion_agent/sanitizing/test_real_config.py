@@ -303,6 +303,14 @@ class RealConfigTests(unittest.TestCase):
         self.assert_gone(f"api_key={secret}\ngpg --recv-keys {key_id}\n", secret)
         self.assert_gone(f'key = "{secret}"\n', secret)  # no GPG named near: 40 hex digits under a key go
 
+    def test_digit_groups_inside_a_fingerprint_are_no_phone_and_alone_they_are(self):
+        digits = [f"0{RNG.randrange(100, 1000)}", str(RNG.randrange(1000, 10000)), str(RNG.randrange(1000, 10000))]
+        hexes = [RNG.choice("ABCDEF") + "".join(RNG.choice("0123456789ABCDEF") for _ in range(3)) for _ in range(7)]
+        grouped = " ".join(hexes[:3] + digits + hexes[3:])
+        self.assert_kept(f"\tkey='{grouped}'; \\\n\tgpg --batch --recv-keys \"$key\"\n")
+        out = self.redact(f"Tel {' '.join(digits)} please\n")
+        self.assertNotIn(" ".join(digits), out)
+
 
 if __name__ == "__main__":
     unittest.main()
