@@ -230,7 +230,7 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
 def _helm_set(text: str, before: str, kind: str, position: int, line_end: int) -> tuple[re.Match | None, int]:
     """``--set a.password=X`` on a helm command line: the match of the option before the key (or None), and
     where the value's line ends: at the parenthesis or quote that opened before ``--set``, if one did."""
-    helm = keyed_values.HELM_SET.search(before) if kind == "=" else None
+    helm = keyed_values.HELM_SET.search(before) if kind == "=" and "--set" in before else None
     if helm is not None and helm.group(0)[:1] in "(\"'":
         line_end = _option_closing(text, position, line_end, {"(": ")"}.get(helm.group(0)[0], helm.group(0)[0]))
     return helm, line_end
