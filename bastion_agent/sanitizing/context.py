@@ -162,6 +162,8 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     if SOURCE_FILE_KEY.fullmatch(name):
         return None  # ``src/chpasswd.c: s/exit/...``: a change log names a file, not a key
     opening = text[start - 1] if start > 0 else ""
+    if opening == "{" and text[start - 2:start] == "${" and SHELL_DEFAULT.match(text, end):
+        return _accept(text, *SHELL_DEFAULT.match(text, end).span("literal"), strength, quoted=True, label=False, key=name)
     flag = text[start] == "-"  # ``--password=X``: an option on a command line, whose value is one word
     after = end
     key_quoted = opening in QUOTES and text[end:end + 1] == opening
@@ -225,6 +227,11 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     connection = flow or commented or terminator == ";" and keyed_values.CONNECTION_FIELD.search(before) is not None
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
                        key=name, data=flag and kind == "=", config=connection, template=template)
+
+
+# ``${DB_PASSWORD:-X}``, ``${PW:=X}``, ``"${PW:-"X"}"``: the literal a shell uses when the variable is unset
+# (not another expansion: ``${PW:-$(< "$F")}`` is a reference).
+SHELL_DEFAULT = re.compile(r":?[-=](?P<q>[\"']?)(?P<literal>[^\"'$`}\s][^\"'$`}\n]{0,1000}?)(?P=q)\}")
 
 
 def _helm_set(text: str, before: str, kind: str, position: int, line_end: int) -> tuple[re.Match | None, int]:

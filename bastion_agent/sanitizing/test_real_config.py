@@ -291,6 +291,15 @@ class RealConfigTests(unittest.TestCase):
         value = mixed()
         self.assert_gone(f'PGPASSWORD="{value}" pg_dumpall --clean\n', value)
 
+    def test_a_shell_defaults_literal_goes(self):
+        """``${PW:-X}``: the literal a shell uses when the variable is unset is the password then."""
+        for template in ('PGPASSWORD="${{PGPASSWORD:-{v}}}" psql\n', "PGPASSWORD=${{PGPASSWORD:-{v}}}\n",
+                         'DB_PASSWORD="${{DB_PASSWORD:-"{v}"}}"\n', ': "${{API_TOKEN:={v}}}"\n'):
+            value = mixed()
+            self.assert_gone(template.format(v=value), value)
+        value = word(13)
+        self.assert_gone(f"psql -h db ${{PASSWORD:-{value}}}\n", value)
+
     def test_an_openpgp_fingerprint_beside_gpg_stays_and_the_same_digits_under_a_secret_go(self):
         fingerprint = "".join(RNG.choice("0123456789ABCDEF") for _ in range(40))
         grouped = " ".join(fingerprint[i:i + 4] for i in range(0, 40, 4))
