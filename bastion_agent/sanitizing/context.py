@@ -157,10 +157,8 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         return None  # ``:param passwd: **DEPRECATED**``: a docstring names a parameter
     template = in_template_action(text, start)
     strength = credential_key(name)
-    if strength is None or name.lower() == "key":
-        return None  # a bare ``key`` names a map's key (XML key="...", YAML key: ...), not a credential
-    if SOURCE_FILE_KEY.fullmatch(name):
-        return None  # ``src/chpasswd.c: s/exit/...``: a change log names a file, not a key
+    if strength is None or name.lower() == "key" or SOURCE_FILE_KEY.fullmatch(name):
+        return None  # a bare ``key`` names a map's key (XML key="..."); ``src/chpasswd.c:`` a change log's file
     opening = text[start - 1] if start > 0 else ""
     if opening == "{" and text[start - 2:start] == "${" and SHELL_DEFAULT.match(text, end):
         return _accept(text, *SHELL_DEFAULT.match(text, end).span("literal"), strength, quoted=True, label=False, key=name)
