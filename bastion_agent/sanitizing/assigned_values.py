@@ -34,13 +34,17 @@ from bastion_agent.sanitizing.validators import (
 
 # The version of what this module finds: bump it with any change that makes some text sanitize
 # differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 3
+DETECTION_VERSION = 4
 
 CODE_EXPRESSION = re.compile(r"[A-Za-z_$][\w.$]*(?:\s*(?:\(|\[|\.\w+\().*|\s*(?:\|\||&&|\?\?|\?|\+)\s*.*)")
 REFERENCE_WORD = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z]+(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+")
 # ``export DB_PASSWORD=X``, ``WACHTWOORD=X``: an environment variable set in shell or ``.env`` syntax, where a bare
 # value is the string itself (a reference would be written ``$X``).
 ENV_ASSIGNMENT = re.compile(r"[ \t]*(?:export[ \t]+)?[A-Z][A-Z0-9_]*=\Z")
+
+
+# A mark that says characters were left out: ``[...]``, ``[…]``, ``…`` inside a value.
+ELIDED = re.compile(r"\[(?:\.\.\.|…)\]|\w…\w")
 
 
 # --- the key vocabulary -------------------------------------------------------------
@@ -113,8 +117,8 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
         return False  # a URL (its user-info is the URL rule's) or a path
     if code_values.VERSION.fullmatch(value):
         return False  # ``credentials-binding:1.17``: a plugin's version
-    if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value):
-        return False
+    if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value) or ELIDED.search(value):
+        return False  # ``fPk/Gya[...]4/j5bSuhDQ``: a value shown cut short, as documents quote a key's shape
     words = value.split()
     if (len(words) >= 3 and not phrase and all(MESSAGE_WORD.fullmatch(w) for w in words)
             and any(credential_key(word.strip(".,:;()")) or word.lower().strip(".,:;!?()") in FUNCTION_WORDS
@@ -123,8 +127,8 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
     if len(words) >= 6 and not (phrase and len(words) <= 12 and all(w.isalnum() for w in words)
                                 or strength == "strong" and is_passphrase(value)):
         return False  # a sentence, a message (a passphrase's words are its value)
-    if not quoted and config and re.fullmatch(r"[A-Za-z]+", value) and _config_word(value, strength):
-        return True  # ``SMTP_PASSWORD=kxqmvbnrtwpzla``: letters alone, in a config file
+    if not quoted and (config or env_line) and re.fullmatch(r"[A-Za-z]+", value) and _config_word(value, strength):
+        return True  # ``SMTP_PASSWORD=kxqmvbnrtwpzla``, ``export DO_API_TOKEN=kxq…``: letters alone, as data
     if not quoted:
         if value.endswith(":") or value.startswith(":") or CODE_EXPRESSION.fullmatch(value):
             return False

@@ -37,7 +37,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 8
+DETECTION_VERSION = 9
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -222,19 +222,16 @@ def is_name_constant(value: str, key: str = "") -> bool:
             and 0 < len(folded_key) - len(folded) <= 4)
 
 
-# The words a constant about key material is named with (``PRIVATEBLOB``, ``KDFKEYSECRET``).
+# The words a constant about key material is named with (``PRIVATEBLOB``, ``RSAPRIVATEKEY``).
 KEY_MATERIAL_WORDS = ("KEY", "BLOB", "SECRET", "PASS", "TOKEN", "PRIVATE", "PUBLIC", "CERT", "HASH", "CRED", "AUTH")
 
 
 def is_spelled_in_capitals(value: str) -> bool:
-    """``PRIVATEBLOB``, ``KDFKEYSECRET``: capitals with no separator name a constant when they read as words
-    (vowels at a word's rate, no long run without one, few rare letters) and one of them names key material;
-    ``HSMFNYPOVOFVTNNZ``, a base32 seed, does neither."""
-    vowels = sum(ch in "AEIOUY" for ch in value)
-    longest_run = max(len(run) for run in re.split("[AEIOUY]", value))
+    """``PRIVATEBLOB``, ``RSAPRIVATEKEY``: capitals with no separator name a constant when they read as words
+    (``is_wordlike``, few rare letters) and one of them names key material; ``HSMFNYPOVOFVTNNZ``, a base32
+    seed, does neither."""
     rare = sum(ch in "JKQVWXZ" for ch in value)
-    return (vowels >= 0.3 * len(value) and longest_run <= 4 and rare <= 2
-            and any(word in value for word in KEY_MATERIAL_WORDS))
+    return is_wordlike(value) and rare <= 2 and any(word in value for word in KEY_MATERIAL_WORDS)
 
 
 def is_same_name_member(value: str, key: str) -> bool:
@@ -298,6 +295,8 @@ RANDOM_KEY = re.compile(r"(?i)(?:token|key|verifier|nonce)\d{0,2}$")  # ``token1
 # counts as its body does.
 VENDOR_PREFIX = re.compile(r"(?i)[a-z]{2,5}(?:[-_][a-z]{2,5})?[-_]")
 COUNTING = ("0123456789", "1234567890", "abcdefghijklmnopqrstuvwxyz")
+# ``deadbeefdeadbeef…``, ``abcabcabc``: one piece typed again and again, as no machine draws a key.
+REPEATED = re.compile(r"(.{1,8})\1{2,}")
 HEX_WORDS = frozenset("deadbeef cafebabe feedface deadc0de badc0ffee c0ffee 8badf00d".split())
 # What a stored credential's name ends with (``traefik-cert``, ``jenkins-secrets``, ``db-creds``):
 # lower-case words joined by hyphens, as Kubernetes and vaults name the objects that hold secrets.
@@ -353,6 +352,40 @@ def _counting_shape(value: str) -> bool:
     return body != value and body.lower() not in HEX_WORDS and is_counting(body)
 
 
+# An OpenPGP fingerprint (40 hex digits, maybe in groups of four) or a long key id (16): public, published on
+# keyservers so that anyone can check a signature. Named by a bare ``key`` or a GPG key's id, and read where the
+# text says it is GPG's (``gpg --recv-keys``, a keyserver, apt's ``signed-by``), it names a key, it is none.
+PGP_ID = re.compile(r"(?:0x)?(?:[0-9A-Fa-f]{40}|[0-9A-Fa-f]{16}|[0-9A-Fa-f]{4}(?: {1,2}[0-9A-Fa-f]{4}){9})")
+PGP_KEY_WORDS = frozenset({"key", "keys", "gpg", "pgp", "gnupg", "id", "ids", "keyid", "fingerprint", "fpr",
+                           "release", "repo", "apt", "signing"})
+PGP_CONTEXT = re.compile(r"(?i)\bgpg\b|\bpgp\b|gnupg|--recv-keys?\b|keyserver|signed-by|apt-key|--keyring")
+PGP_REACH = 400
+
+
+def is_pgp_fingerprint(text: str, position: int, key: str, value: str) -> bool:
+    """Is ``value`` (at ``position`` of ``text``, under ``key``) an OpenPGP fingerprint or key id: its shape,
+    a key named only by GPG's words, GPG named within ``PGP_REACH`` characters? A secret's key (``secret_key``,
+    ``api_key``, ``private_key``) holding 40 hex digits is a secret whatever the text says."""
+    if not PGP_ID.fullmatch(value.strip()):
+        return False
+    words = {word.lower() for word in KEY_WORD.findall(key)}
+    if not words or not words <= PGP_KEY_WORDS or not words & {"key", "keys", "keyid", "fingerprint", "fpr"}:
+        return False
+    if "signing" in words and not words & {"gpg", "pgp", "gnupg"}:
+        return False  # ``signing_key``: an HMAC key unless it says it is GPG's
+    return PGP_CONTEXT.search(text, max(0, position - PGP_REACH), position + PGP_REACH) is not None
+
+
+def is_wordlike(word: str) -> bool:
+    """Could a person say it: a vowel in four letters at least, never four consonants in a row (``fitbit``,
+    ``testtoken``). Letters drawn at random (``kqzvbrtmwnpx``) rarely are."""
+    runs = CONSONANT_RUN.findall(word.lower())
+    return max((len(run) for run in runs), default=0) <= 3 and 4 * sum(ch in "aeiouy" for ch in word.lower()) >= len(word)
+
+
+CONSONANT_RUN = re.compile(r"[^aeiouy]+")
+
+
 def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     """A quoted literal that stands in for a credential rather than being one:
 
@@ -361,7 +394,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
       stand-in's; or three words or more with a credential's word and a function word
       (``the-password-to-your-cluster``, ``insert-token-received-from-botfather``), a description;
     - one lower-case word under a token's key (``access_token: "fitbit"``, ``token: "text"``): a
-      token is generated, a word is a test's label (a password may be a word and keeps it);
+      token is generated, a word is a test's label (a password may be a word and keeps it); past
+      nine letters only a word a person could say (``is_wordlike``): ``kqzvbrtmwnpx`` was drawn;
     - a prompt or a message with a format verb (``Enter password: ``, ``password for %q failed``);
     - a relative path to a file of keys or settings (``certs/client.key``, ``admin-key.pem``);
     - the words of its own key again, in any order (``resetPasswordToken = 'password-reset-token'``,
@@ -370,8 +404,9 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
       by hyphens, the last a kind of credential), as Kubernetes and vaults name the objects that
       hold secrets; a sentence addressed to the reader (``Your S3 access key password``);
     - ``backtick``: a shell command substitution (`` `awk '{print $2}' list` ``), a program's output;
-    - under a key or token's name, characters in counting order or a hex word (``1234567890abcdef``,
-      ``0xdeadbeef``): a machine draws keys at random, a person types these in their place;
+    - under a key or token's name, characters in counting order, a hex word or one piece repeated
+      (``1234567890abcdef``, ``0xdeadbeef``, ``deadbeefdeadbeef``): a machine draws keys at random, a
+      person types these in their place;
     - ``eyJ`` and a word (``eyJrefresh``): a JWT's first letters standing in for one; a list of
       command-line options (`` --timeout= --socket=``): a program's usage; a format verb alone
       (``Token: %#x``): the program fills it in.
@@ -395,7 +430,7 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return True
     if DESCRIPTION.fullmatch(value) and any(word.lower() in CREDENTIAL_WORDS for word in value.split()[1:]):
         return True
-    if RANDOM_KEY.search(key.strip("\"'`[] ")) and _counting_shape(value):
+    if RANDOM_KEY.search(key.strip("\"'`[] ")) and (_counting_shape(value) or REPEATED.fullmatch(value.lower())):
         return True
     key_words = sorted(word.lower() for word in KEY_WORD.findall(key.rsplit(".", 1)[-1]))
     if key_words and value.isascii() and all(ch.isalpha() or ch in "-_ ." for ch in value):
@@ -416,7 +451,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return False
     lowered = [word.lower() for word in words]
     if len(words) == 1:
-        return bool(GENERATED_KEY.search(key.strip("\"'`[]"))) and words[0].islower() and len(value) <= 12
+        return (bool(GENERATED_KEY.search(key.strip("\"'`[]"))) and words[0].islower()
+                and (len(value) <= 9 or len(value) <= 12 and is_wordlike(value)))
     if all(word in STAND_IN_WORDS or word in CREDENTIAL_WORDS for word in lowered) and any(
             word in STAND_IN_WORDS for word in lowered):
         return True

@@ -41,7 +41,7 @@ from bastion_agent.sanitizing.copies import trie_pattern
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 4
+DETECTION_VERSION = 5
 
 # rule id -> header words (after ``normal_header``: lowercase, NFKC, separators
 # as single spaces, a trailing ":" / "#" / "no" / "number" form listed here).
@@ -627,13 +627,28 @@ def _table_at(scanner: _Scanner, line_start: int, enabled) -> tuple[int, list] |
             if starts is None:
                 starts = [start - line_start for start, _ in header]  # once per table: the header's columns
             found.extend(_aligned(header, line_start, cells, position, rules, starts))
-        else:
+        elif not _names_columns(text, cells):
             _take_cells(text, cells, rules, width, delimiter in ",;", found)
         first = False
         position = next_position
     if first:
         return None
     return position, _fitting(text, header, found)
+
+
+# ``birth_date , gender,`` under ``first_name , last_name ,``: a SQL select list wrapped over lines, read as a table.
+# A cell that is a column's name written as an identifier (snake_case, a sensitive column's name) says its row
+# names more columns; a record never holds ``birth_date`` as a value.
+COLUMN_IDENTIFIER = re.compile(r"[a-z]+(?:_[a-z]+)+")
+
+
+def _names_columns(text: str, cells: list[tuple[int, int]]) -> bool:
+    """Does this row name columns (an identifier of a sensitive column among its cells) rather than hold values?"""
+    for start, end in cells:
+        cell = text[start:end].strip()
+        if COLUMN_IDENTIFIER.fullmatch(cell) and column_rule(cell) is not None:
+            return True
+    return False
 
 
 def _fitting(text: str, header: list[tuple[int, int]], found: list[tuple[int, int, str, int]]) -> list:

@@ -65,7 +65,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 8
+DETECTION_VERSION = 9
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          "secert", "sercet", "secrect", "seed",
@@ -157,11 +157,11 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         return None  # ``:param passwd: **DEPRECATED**``: a docstring names a parameter
     template = in_template_action(text, start)
     strength = credential_key(name)
-    if strength is None or name.lower() == "key":
-        return None  # a bare ``key`` names a map's key (XML key="...", YAML key: ...), not a credential
-    if SOURCE_FILE_KEY.fullmatch(name):
-        return None  # ``src/chpasswd.c: s/exit/...``: a change log names a file, not a key
+    if strength is None or name.lower() == "key" or SOURCE_FILE_KEY.fullmatch(name):
+        return None  # a bare ``key`` names a map's key (XML key="..."); ``src/chpasswd.c:`` a change log's file
     opening = text[start - 1] if start > 0 else ""
+    if opening == "{" and text[start - 2:start] == "${" and SHELL_DEFAULT.match(text, end):
+        return _accept(text, *SHELL_DEFAULT.match(text, end).span("literal"), strength, quoted=True, label=False, key=name)
     flag = text[start] == "-"  # ``--password=X``: an option on a command line, whose value is one word
     after = end
     key_quoted = opening in QUOTES and text[end:end + 1] == opening
@@ -211,11 +211,12 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     else:
         label = kind == ":" and not at_line_start and not key_quoted
     flow = kind == ":" and not key_quoted and keyed_values.FLOW_MAPPING.search(before) is not None
+    helm, line_end = _helm_set(text, before, kind, position, line_end)
     commented = (keyed_values.commented_setting(text, name, before, position, line_end)
-                 or kind == "=" and keyed_values.ENV_FLAG.search(before) is not None)
+                 or kind == "=" and keyed_values.ENV_FLAG.search(before) is not None or helm is not None)
     if flow or commented:
         label = False  # ``- { username: user1, password: X }``, ``# DB_PASSWORD=X``: data, not a label
-    terminator = "," if flow else _terminator(
+    terminator = "," if flow else HELM_PAIR if helm is not None else _terminator(
         text, start, "" if key_quoted else ("-" if flag and not opening.strip() else opening), before, at_line_start, label)
     if flag and text[position:position + 1] == "-":
         return None  # ``--password=-``, ``(-p+ --password=-)``: standard input, or an option's usage
@@ -224,6 +225,29 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     connection = flow or commented or terminator == ";" and keyed_values.CONNECTION_FIELD.search(before) is not None
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
                        key=name, data=flag and kind == "=", config=connection, template=template)
+
+
+# ``${DB_PASSWORD:-X}``, ``${PW:=X}``, ``"${PW:-"X"}"``: the literal a shell uses when the variable is unset
+# (not another expansion: ``${PW:-$(< "$F")}`` is a reference).
+SHELL_DEFAULT = re.compile(r":?[-=](?P<q>[\"']?)(?P<literal>[^\"'$`}\s][^\"'$`}\n]{0,1000}?)(?P=q)\}")
+
+
+def _helm_set(text: str, before: str, kind: str, position: int, line_end: int) -> tuple[re.Match | None, int]:
+    """``--set a.password=X`` on a helm command line: the match of the option before the key (or None), and
+    where the value's line ends: at the parenthesis or quote that opened before ``--set``, if one did."""
+    helm = keyed_values.HELM_SET.search(before) if kind == "=" and "--set" in before else None
+    if helm is not None and helm.group(0)[:1] in "(\"'":
+        line_end = _option_closing(text, position, line_end, {"(": ")"}.get(helm.group(0)[0], helm.group(0)[0]))
+    return helm, line_end
+
+
+def _option_closing(text: str, position: int, line_end: int, closer: str) -> int:
+    """``(--set a.password=X)``, ``"--set a.password=X"``: where the parenthesis or quote opened before the
+    option closes (at a ``closer`` before a space, a stop or the line's end), or ``line_end``."""
+    close = text.find(closer, position, line_end)
+    while close != -1 and close + 1 < line_end and not text[close + 1].isspace() and text[close + 1] not in ".,;:)":
+        close = text.find(closer, close + 1, line_end)
+    return line_end if close == -1 else close
 
 
 def _operator(text: str, position: int, line_end: int) -> tuple[str, int] | None:
@@ -273,9 +297,13 @@ def _terminator(text: str, start: int, opening: str, before: str, at_line_start:
 # A template's field in braces (``str.format``, docs): lower-case words or an index. Not after ``;``,
 # where ODBC quotes a password in braces (``Pwd={a;b}``).
 TEMPLATE_FIELD = re.compile(r"[a-z_][a-z0-9_]*(?: [a-z0-9_]+){0,4}|\d+")
+# ``--set a=b,auth.password=X``: a chart value on a command line, ended by the comma of the next pair, a
+# space or the shell's quote (helm reads ``\,`` for a comma inside a value).
+HELM_PAIR = "--set"
 _WIDE_STOPS = "\uff0c\uff1b\u3001\u3002"
 _STOPS = {terminator: re.compile(f"[{re.escape(stops)}]") for terminator, stops in
-          {" ": " \t" + _WIDE_STOPS, ";": ";\"", "&": "&# \t\"'`", ",": ", \t" + _WIDE_STOPS}.items()}
+          {" ": " \t" + _WIDE_STOPS, ";": ";\"", "&": "&# \t\"'`", ",": ", \t" + _WIDE_STOPS,
+                              HELM_PAIR: ", \t\"'"}.items()}
 
 
 def _read_value(text: str, position: int, line_end: int, strength: str, terminator: str,
@@ -302,7 +330,7 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     if template and first not in QUOTES:
         return None  # ``{{- $password := .Values.auth.password }}``: an expression of the template
     if first and first in QUOTES and first != terminator:
-        close = _closing(text, position, line_end)
+        close = _shell_closing(text, position, line_end) if first == '"' else _closing(text, position, line_end)
         if close is None:
             return _accept(text, position + 1, line_end, strength, quoted=False, label=label)
         if FORMATTED.match(text, close + 1) or text.startswith(code_values.API_LISTING, close + 1):
@@ -374,6 +402,34 @@ def _list_value(text: str, position: int, line_end: int) -> tuple[int, int] | No
     return items[0][0], items[-1][1]
 
 
+def _shell_closing(text: str, position: int, line_end: int) -> int | None:
+    """Where a double quote opened at ``position`` closes when what it holds starts as shell's ``${...}`` or
+    ``$(...)``: quotes inside the expansion are its own (``"${PW:-$(< "$F")}"``), so the closing quote is
+    the first one after the expansion's end. Any other string: ``_closing``."""
+    if text[position + 1:position + 3] not in ("${", "$("):
+        return _closing(text, position, line_end)
+    depth, index, inner = 0, position + 1, None  # ``inner``: the quote open inside the expansion
+    while index < line_end:
+        ch = text[index]
+        if ch == "\\":
+            index += 2
+            continue
+        if inner is not None:
+            if ch == inner:
+                inner = None
+        elif ch in "\"'" and depth > 0:
+            inner = ch
+        elif ch == '"':
+            return index
+        elif ch == "$" and text[index + 1:index + 2] in "({":
+            depth += 1
+            index += 1
+        elif ch in ")}" and depth > 0:
+            depth -= 1
+        index += 1
+    return None
+
+
 def _closing(text: str, position: int, line_end: int) -> int | None:
     """Where the quote opened at ``position`` closes on its line (backslash escapes; '' in single quotes)."""
     quote = text[position]
@@ -418,6 +474,8 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
         return None  # ``PASSWORD_NO_MATCH = 1133``: a number under a name ending in another word, a code
     if key and names_a_credential(value, key):
         return None  # ``adminPasswordKey: postgres-password``: the name of a Secret's key
+    if key and code_values.is_pgp_fingerprint(text, start, key, value):
+        return None  # ``GPG_KEY=BCA4…785C`` beside ``gpg --recv-keys``: a public key's fingerprint
     env_line = not quoted and ENV_ASSIGNMENT.match(text, text.rfind("\n", 0, start) + 1, start) is not None
     if not value_ok(value, strength, quoted=quoted, label=label, config=config, phrase=phrase, env_line=env_line):
         return None

@@ -30,7 +30,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 2
+DETECTION_VERSION = 3
 
 SIBLING_REACH = 512  # how far after a name field its value field may sit
 MAX_VALUE = 1024
@@ -135,6 +135,11 @@ CONNECTION_FIELD = re.compile(r"(?i)(?:server|data source|host|address|user id|u
 YAML_VALUE_FIELD = re.compile(r"[ \t]*value:[ \t]*")
 # ``docker run -e POSTGRES_PASSWORD=X``, ``--env X=...``: a container's environment given on a command line.
 ENV_FLAG = re.compile(r"(?:^|[\s\"'])(?:-e|--env)[ \t]*\Z")
+# ``helm install ... --set externalDatabase.password=X`` (also after other pairs, ``--set a=b,auth.password=X``):
+# a chart value given on a command line is data, as in the values file it overrides; letters alone can be
+# its password.
+HELM_SET = re.compile(r"(?:^|[\s\"'(])--set(?:-string)?(?:(?:[ \t]+|=)[\w.\-\[\]]+=[^\s,=]*"
+                      r"(?:,[\w.\-\[\]]+=[^\s,=]*)*)?[ \t,=]*\Z")
 COMMENT_MARK = re.compile(r"[ \t]*(?:#{1,3}|//|;|--)[ \t]*")
 SETTING_NAME = re.compile(r"[A-Za-z][\w\-]*[_.][\w.\-]+|[A-Z][A-Z0-9]+")
 

@@ -157,6 +157,8 @@ class RealConfigTests(unittest.TestCase):
         view = word(6)
         self.assert_kept(f"CREATE OR REPLACE VIEW v_{view}\nAS\nSELECT\n    emp_no,\n    first_name , last_name ,\n"
                          f"    birth_date , hire_date,\n    {view}_name(emp_no) as department\nfrom\n    {view};\n")
+        self.assert_kept(f"SELECT\n    emp_no,\n    first_name , last_name ,\n    birth_date , gender,\n    hire_date,\n"
+                         f"from\n    {view};\n")  # ``gender`` under ``last_name``: a column's name, not a person's
         first, last = word(6).capitalize(), word(8).capitalize()
         out = self.redact(f"id,first_name,last_name,city\n{RNG.randrange(1, 99)},{first},{last},{word(5)}\n")
         self.assertNotIn(first, out)
@@ -257,6 +259,66 @@ class RealConfigTests(unittest.TestCase):
         self.assert_gone(f"            'password' => '{value}',\n", value)
         value = "".join(random.SystemRandom().choice(string.digits) for _ in range(6))
         self.assert_gone(f"DB_PASSWORD={value}\n", value)
+
+
+    # --- the leftovers of the real config bench -----------------------------------------------------
+
+    def test_a_helm_set_password_of_letters_alone_goes(self):
+        """``--set a.b.password=X`` on a helm command line is a chart value, data as in the values file."""
+        value = word(13)
+        self.assert_gone(f"helm install rel bitnami/wordpress --set externalDatabase.password={value} --set x=1\n", value)
+        value = word(14)
+        self.assert_gone(f"and set a value for the external database password (--set externalDatabase.password={value})\n",
+                         value)
+        value, user = word(12), word(7)
+        out = self.assert_gone(f"helm upgrade app ./chart --set-string auth.password={value},auth.username={user}\n", value)
+        self.assertIn(f",auth.username={user}", out)  # the next pair of the list is no part of the value
+        value = word(15)
+        out = self.assert_gone(f'You can attach it by specifying "--set auth.rootPassword={value}" when installing\n', value)
+        self.assertIn('" when installing', out)
+
+    def test_helm_set_switches_references_and_settings_stay(self):
+        self.assert_kept(f"helm upgrade app ./chart --set image.tag={word(6)} --set auth.enabled=true "
+                         f"--set auth.password=$DB_PASSWORD --set automountServiceAccountToken=false\n")
+        self.assert_kept(f"helm install {word(5)} ./chart --set auth.password=changeme --set replicaCount=3\n")
+
+    def test_a_shell_default_read_from_a_file_or_a_variable_stays(self):
+        """``"${PW:-$(< "$F")}"``: the quotes inside the command substitution are the command's."""
+        name = word(8).upper()
+        self.assert_kept(f'PGPASSWORD="${{PGPASSWORD:-$(< "${name}_FILE")}}" pg_dumpall --clean '
+                         f'--file="${{DIR}}/dump-$(date \'+%Y-%m-%d\').pgdump"\n')
+        self.assert_kept(f'export TOKEN="${{TOKEN:=${name}}}"\nDB_PASSWORD="$(cat /run/secrets/{name.lower()})"\n')
+        value = mixed()
+        self.assert_gone(f'PGPASSWORD="{value}" pg_dumpall --clean\n', value)
+
+    def test_a_shell_defaults_literal_goes(self):
+        """``${PW:-X}``: the literal a shell uses when the variable is unset is the password then."""
+        for template in ('PGPASSWORD="${{PGPASSWORD:-{v}}}" psql\n', "PGPASSWORD=${{PGPASSWORD:-{v}}}\n",
+                         'DB_PASSWORD="${{DB_PASSWORD:-"{v}"}}"\n', ': "${{API_TOKEN:={v}}}"\n'):
+            value = mixed()
+            self.assert_gone(template.format(v=value), value)
+        value = word(13)
+        self.assert_gone(f"psql -h db ${{PASSWORD:-{value}}}\n", value)
+
+    def test_an_openpgp_fingerprint_beside_gpg_stays_and_the_same_digits_under_a_secret_go(self):
+        fingerprint = "".join(RNG.choice("0123456789ABCDEF") for _ in range(40))
+        grouped = " ".join(fingerprint[i:i + 4] for i in range(0, 40, 4))
+        self.assert_kept(f"\tkey='{fingerprint}'; \\\n\tgpg --batch --keyserver keyserver.ubuntu.com --recv-keys \"$key\"\n")
+        self.assert_kept(f"\tkey='{grouped}'; \\\n\tgpg --batch --recv-keys \"$key\"\n")
+        self.assert_kept(f"ENV GPG_KEY {fingerprint}\nENV GPG_KEYS={fingerprint}\nRUN gpg --recv-keys \"$GPG_KEYS\"\n")
+        secret = fingerprint.lower()
+        self.assert_gone(f'secret_key = "{secret}"  # checked with gpg --verify\n', secret)
+        key_id = "".join(RNG.choice("ABCDEF") for _ in range(16))  # shares no 8 characters with the secret
+        self.assert_gone(f"api_key={secret}\ngpg --recv-keys {key_id}\n", secret)
+        self.assert_gone(f'key = "{secret}"\n', secret)  # no GPG named near: 40 hex digits under a key go
+
+    def test_digit_groups_inside_a_fingerprint_are_no_phone_and_alone_they_are(self):
+        digits = [f"0{RNG.randrange(100, 1000)}", str(RNG.randrange(1000, 10000)), str(RNG.randrange(1000, 10000))]
+        hexes = [RNG.choice("ABCDEF") + "".join(RNG.choice("0123456789ABCDEF") for _ in range(3)) for _ in range(7)]
+        grouped = " ".join(hexes[:3] + digits + hexes[3:])
+        self.assert_kept(f"\tkey='{grouped}'; \\\n\tgpg --batch --recv-keys \"$key\"\n")
+        out = self.redact(f"Tel {' '.join(digits)} please\n")
+        self.assertNotIn(" ".join(digits), out)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ tests come first and draw fresh values each run.
 
 from __future__ import annotations
 
+import base64
+import json
 import string
 import unittest
 
@@ -21,6 +23,26 @@ from bastion_agent.testing.fresh_values import RNG, credential
 
 def lower_word(length: int) -> str:
     return "".join(RNG.choice(string.ascii_lowercase) for _ in range(length))
+
+
+def spoken_word(length: int) -> str:
+    """A word a person could say, of ``length`` letters: syllables of a consonant and a vowel, some closed
+    by a second consonant (never more than two consonants in a row)."""
+    consonants, vowels = "bcdfghjklmnpqrstvwxz", "aeiou"
+    letters = []
+    while len(letters) < length:
+        letters += [RNG.choice(consonants), RNG.choice(vowels)]
+        if RNG.random() < 0.3:
+            letters.append(RNG.choice(consonants))
+    return "".join(letters[:length])
+
+
+def drawn_letters(length: int) -> str:
+    """Lower-case letters drawn at random that no one would say: a run of four consonants at least."""
+    while True:
+        letters = lower_word(length)
+        if not code_values.is_wordlike(letters):
+            return letters
 
 
 class HostileStandInTests(unittest.TestCase):
@@ -118,9 +140,44 @@ class StandInTests(unittest.TestCase):
         self.assert_kept(f"'API_TOKEN': 'insert-token-from-{place}'\n")
 
     def test_one_lower_case_word_under_a_token_key_stays(self):
-        word = lower_word(RNG.randint(3, 10))
+        word = spoken_word(RNG.randint(3, 12))
+        self.assertTrue(code_values.is_wordlike(word), word)
         self.assert_kept(f'self.assertEqual(token, {{"access_token": "{word}"}})\n')
         self.assert_kept(f'client.token = "{word}"\n')
+
+    def test_letters_drawn_at_random_under_a_token_key_go(self):
+        """Past nine letters a token's one lower-case word must be one a person could say: drawn letters
+        (``export DO_API_TOKEN='kqzvbrtmwnpx'`` in a docstring's example) are a token."""
+        letters = drawn_letters(RNG.randint(10, 12))
+        for text in (f"    export DO_API_TOKEN='{letters}' or\n", f'client.token = "{letters}"\n',
+                     f"    export DO_API_TOKEN={letters}\n"):
+            out, _ = self.sanitizer.redact(text)
+            self.assertNotIn(letters, out)
+
+    def test_one_piece_repeated_under_a_token_key_stays_and_a_drawn_hex_token_goes(self):
+        """``deadbeefdeadbeef…``: a person typed one piece again and again; a machine draws a token."""
+        piece = "".join(RNG.choice("abcdef") for _ in range(RNG.randint(4, 8)))
+        self.assert_kept(f"export GITROB_ACCESS_TOKEN={piece * (40 // len(piece) + 1)}\n")
+        drawn = "".join(RNG.choice("0123456789abcdef") for _ in range(40))
+        out, _ = self.sanitizer.redact(f"export GITROB_ACCESS_TOKEN={drawn}\n")
+        self.assertNotIn(drawn[:20], out)
+        self.assertNotIn(drawn[20:], out)
+
+    def test_a_value_shown_cut_short_stays_and_the_whole_value_goes(self):
+        """``fPk/Gya[...]4/j5bSuhDQ``, ``eyJ….eyJzdWIiOiIxMj...Fh7HgQ``: a document quotes a credential's shape
+        with characters left out; the same characters unbroken are a credential."""
+        alphabet = string.ascii_letters + string.digits + "/+"
+        head, tail = "".join(RNG.choice(alphabet) for _ in range(7)), "".join(RNG.choice(alphabet) for _ in range(10))
+        self.assert_kept(f"export AWS_SECRET_ACCESS_KEY={head}[...]{tail}\n")
+        whole = head + "".join(RNG.choice(alphabet) for _ in range(23)) + tail
+        out, _ = self.sanitizer.redact(f"export AWS_SECRET_ACCESS_KEY={whole}\n")
+        self.assertNotIn(whole[8:24], out)
+        header = base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').decode().rstrip("=")
+        claims = base64.urlsafe_b64encode(json.dumps({"sub": lower_word(12)}).encode()).decode().rstrip("=")
+        signature = "".join(RNG.choice(string.ascii_letters + string.digits + "-_") for _ in range(43))
+        self.assert_kept(f"{header}.{claims[:14]}...{signature[-6:]}:secret\n")
+        out, _ = self.sanitizer.redact(f"token: {header}.{claims}.{signature}\n")
+        self.assertNotIn(signature, out)
 
     def test_a_prompt_and_a_message_template_stay(self):
         self.assert_kept("ConfirmSecret = `Repeat your secret: `\n")

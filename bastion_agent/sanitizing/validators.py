@@ -15,6 +15,7 @@ import ipaddress
 import json
 import math
 import re
+import string
 from collections import Counter
 
 from bastion_agent.sanitizing import code_values
@@ -22,7 +23,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 10
+DETECTION_VERSION = 11
 
 # --- entropy --------------------------------------------------------------
 
@@ -528,6 +529,12 @@ SOURCE_FILE_KEY = re.compile(r"(?i).+\.(?:[ch]|cc|cpp|hh|hpp|py|js|ts|go|rs|java
 TERNARY = re.compile(r"\?[ \t]*[\"'][^\"'\n]*\Z")
 
 
+# ``"${PGPASSWORD:-$(< "$F")}"``, ``"${TOKEN:=$DEFAULT_TOKEN}"``: a shell default that is itself an expansion
+# (a command's output, a file read, another variable) is a reference; the quotes inside ``$( )`` belong to the
+# command, so the string seen up to the next quote is no value.
+SHELL_DEFAULT_REFERENCE = re.compile(r"\"\$\{[A-Za-z_]\w*:?[-=]\$[({A-Za-z_]")
+
+
 def check_assignment(match: re.Match, start: int, end: int):
     key = match.group("key")
     if SOURCE_FILE_KEY.fullmatch(key):
@@ -560,6 +567,8 @@ def check_assignment(match: re.Match, start: int, end: int):
     vstart = match.start("value")
     if groups.get("xop") and (raw[:1] in "\"'`\\" or match.string[match.start("key") - 1: match.start("key")] != "<"):
         return False  # ``<password>value</password>`` only: an XML element holds a bare value
+    if SHELL_DEFAULT_REFERENCE.match(raw):
+        return False  # ``PW="${PW:-$(< "$F")}"``: unset, the variable is read from a file; the quotes are the command's
     value, vstart, vend, quoted = unquote(raw, vstart)
     following = match.string[vend + (1 if quoted else 0): vend + 2]
     if quoted and code_values.is_name_constant(value, key):
@@ -572,6 +581,8 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``Type.FIELD = "HMAC" -> string``: a .NET public-API listing, not an assignment
     if names_a_credential(value, key):
         return False  # ``adminPasswordKey: postgres-password``: the name of a Secret's key
+    if code_values.is_pgp_fingerprint(match.string, vstart, key, value):
+        return False  # ``key='BCA4…785C'; gpg --recv-keys "$key"``: a public key's fingerprint
     if code_values.is_stand_in(value, key, backtick=raw.startswith("`")):
         return False  # ``"access_token": "fake-token"``, ``"Enter password: "``: a stand-in, a prompt
     if quoted and strength == "weak" and re.fullmatch(r"[a-z]+(?:_[a-z0-9]+){2,}", value):
@@ -837,6 +848,8 @@ def check_jwt(match: re.Match, start: int, end: int):
     value = match.string[start:end]
     if not value.startswith("eyJ"):
         return True
+    if ".." in value:
+        return False  # ``eyJhbGci….eyJzdWIiOiIxMj...Fh7HgQ``: a token shown cut short (a JWT never holds "..")
     parts = value.split(".")
     header, claims = _json_part(parts[0]), _json_part(parts[1]) if len(parts) > 1 else None
     if not isinstance(header, dict) or not isinstance(claims, dict):
@@ -883,6 +896,35 @@ def left_ok(text: str, start: int, extra: str = "") -> bool:
 IBAN_HEAD = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: [A-Z0-9]{4})* $")
 
 
+# Groups of four hex digits, and a group with a letter beside them: the quads of a fingerprint or a hex dump.
+QUADS = re.compile(r"[0-9A-Fa-f]{4}(?: {1,2}[0-9A-Fa-f]{4})+")
+QUAD_BEFORE = re.compile(r"(?<![0-9A-Za-z])[0-9A-Fa-f]{4} {1,2}$")
+QUAD_AFTER = re.compile(r" {1,2}[0-9A-Fa-f]{4}(?![0-9A-Za-z])")
+MAX_QUADS = 16  # a fingerprint has ten; a hex dump's line sixteen
+
+
+def inside_hex_quads(text: str, start: int, end: int) -> bool:
+    """Are the quads at ``start:end`` (digits, or hex digits: an IBAN's ``BE87 630B …``) among quads of hex
+    digits one of which has a letter: a fingerprint's groups (``C252 0441 5082 7590 6BA8 …``), no phone,
+    card or IBAN?"""
+    if QUADS.fullmatch(text, start, end) is None:
+        return False
+    neighbours, left, right = [], start, end
+    for _ in range(MAX_QUADS):
+        found = QUAD_BEFORE.search(text, max(0, left - 7), left)
+        if found is None:
+            break
+        neighbours.append(found.group().strip())
+        left = found.start()
+    for _ in range(MAX_QUADS):
+        found = QUAD_AFTER.match(text, right)
+        if found is None:
+            break
+        neighbours.append(found.group().strip())
+        right = found.end()
+    return any(not quad.isdigit() for quad in neighbours)
+
+
 def check_phone(match: re.Match, start: int, end: int):
     if not left_ok(match.string, start, "+-./~:"):
         return False
@@ -892,6 +934,8 @@ def check_phone(match: re.Match, start: int, end: int):
     digits = digit_count(value)
     if re.fullmatch(r"\+?\d+\.\d+", value):
         return False  # a signed decimal number
+    if inside_hex_quads(match.string, start, end):
+        return False  # ``C252 0441 5082 7590 6BA8 …``: digit groups inside a run of hex quads (a key's fingerprint)
     if value.startswith("+"):
         return 8 <= digits <= 15
     if value.startswith("00"):
@@ -922,7 +966,7 @@ def check_card(match: re.Match, start: int, end: int):
     if not left_ok(match.string, start, "-."):
         return False
     digits = re.sub(r"\D", "", match.string[start:end])
-    if not (13 <= len(digits) <= 19 and luhn_ok(digits)):
+    if not (13 <= len(digits) <= 19 and luhn_ok(digits)) or inside_hex_quads(match.string, start, end):
         return False
     if IBAN_HEAD.search(match.string, max(0, start - 48), start):
         return False  # the digit groups of an IBAN-shaped value (``RS35 2600 0560 …``): the iban rule judges it
@@ -932,7 +976,7 @@ def check_card(match: re.Match, start: int, end: int):
 
 
 def check_iban(match: re.Match, start: int, end: int):
-    if not left_ok(match.string, start):
+    if not left_ok(match.string, start) or inside_hex_quads(match.string, start, end):
         return False
     text = match.string[start:end]
     expected = IBAN_LENGTHS.get(text[:2].upper())
@@ -1111,9 +1155,26 @@ DE_TAX_LABEL = re.compile(r"(?i)\b(?:steuer[ \-]?id|steuer[ \-]?identifikationsn
                           r"[^\n\d]{0,20}$")
 
 
+HEX_RUN = 32  # a hash's or a fingerprint's hex digits: MD5 has 32, SHA-1 and OpenPGP 40
+
+
+def inside_hex_run(text: str, start: int, end: int) -> bool:
+    """Is ``text[start:end]`` part of a run of ``HEX_RUN`` hex digits or more, with a hex letter right
+    beside it (``…AE2CA88421638572F921…``): digits of a hash, not a number of their own?"""
+    left, right = start, end
+    while left > 0 and left > start - 64 and text[left - 1] in string.hexdigits:
+        left -= 1
+    while right < len(text) and right < end + 64 and text[right] in string.hexdigits:
+        right += 1
+    beside = text[start - 1:start] + text[end:end + 1]
+    return right - left >= HEX_RUN and any(ch in "abcdefABCDEF" for ch in beside)
+
+
 def check_de_tax_id(match: re.Match, start: int, end: int):
     """The full structure check; under the id's own label, the check digit alone (a number written
     where the form asks for the tax id is one, even if its digits break the repetition rule)."""
+    if inside_hex_run(match.string, start, end):
+        return False  # ``…AE2CA88421638572F921…``: digits inside a hash or a key's fingerprint
     digits = re.sub(r"\D", "", match.string[start:end])
     if de_tax_id_ok(digits):
         return True
