@@ -37,7 +37,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 6
+DETECTION_VERSION = 7
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -321,6 +321,36 @@ def is_counting(value: str) -> bool:
     return len(runs) <= 3 and all(len(piece) >= 3 for piece in runs)
 
 
+# Words a test writes where a token's drawn part would be: ``sk-lf-invalid``, ``hvb.shorttoken``,
+# ``duffel_test_abc123``, ``FlyV1 fm2_short``.
+STUB_WORDS = ("invalid", "short", "truncated", "fake", "dummy", "example", "sample", "placeholder", "test",
+              "abc123", "token", "key", "secret")
+VENDOR_PREFIX = re.compile(r"[A-Za-z]{1,6}\d?")  # ``sk``, ``hvb``, ``CFPAT``, ``FlyV1``, ``fm2``: no drawn part
+STUB_KEY = re.compile(r"(?i)(?:token|key|verifier|nonce)\d{0,2}$")  # ``langfuse_secret_key1`` too
+
+
+def is_vendor_stub(value: str) -> bool:
+    """A vendor's prefix with nothing drawn after it: the prefix alone (``CFPAT-``), then only words of a
+    test (``sk-abc123invalid``, ``hvb.shorttoken``), or a count of at most four digits (``API-1234``,
+    ``tfp_1``). A token's secret is the random part after its prefix; 1234 or "invalid" is none, and four
+    digits are too few to be drawn. Every part before the last is a vendor's prefix, a few letters and
+    at most one digit (``VENDOR_PREFIX``): a value in groups of random characters (``7Kq2-x9Pz-invalid``)
+    keeps its drawn groups and stays a secret."""
+    parts = re.split(r"[-_. ]", value.strip())
+    if len(parts) < 2 or len(value) > 32 or not all(part.isascii() and (part.isalnum() or not part)
+                                                    for part in parts):
+        return False
+    *prefix, last = parts
+    if not all(VENDOR_PREFIX.fullmatch(part) for part in prefix):
+        return False
+    if last.isdigit():
+        return len(last) <= 4 and last in "0123456789"
+    rest = last.lower()
+    for word in STUB_WORDS:
+        rest = rest.replace(word, "")
+    return not rest
+
+
 def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     """A quoted literal that stands in for a credential rather than being one:
 
@@ -364,6 +394,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     if DESCRIPTION.fullmatch(value) and any(word.lower() in CREDENTIAL_WORDS for word in value.split()[1:]):
         return True
     if RANDOM_KEY.search(key.strip("\"'`[] ")) and is_counting(value):
+        return True
+    if STUB_KEY.search(key.strip("\"'`[] ")) and is_vendor_stub(value):
         return True
     key_words = sorted(word.lower() for word in KEY_WORD.findall(key.rsplit(".", 1)[-1]))
     if key_words and value.isascii() and all(ch.isalpha() or ch in "-_ ." for ch in value):

@@ -20,7 +20,7 @@ import secrets
 import string
 import unittest
 
-from bastion_agent.sanitizing import validators
+from bastion_agent.sanitizing import code_values, validators
 from bastion_agent.sanitizing.scanner import Sanitizer
 
 RNG = random.Random(secrets.randbits(64))
@@ -79,6 +79,15 @@ def nino() -> str:
 
 def ssn() -> str:
     return f"{RNG.randint(1, 665):03d}.{RNG.randint(1, 99):02d}.{RNG.randint(1, 9999):04d}"
+
+
+def vendor_prefix() -> str:
+    """Two to five letters, perhaps a digit: a made-up vendor's prefix, never a word that says "stand-in"
+    (``put-invalid`` is one by its words alone)."""
+    while True:
+        prefix = "".join(RNG.choice(string.ascii_lowercase) for _ in range(RNG.randint(2, 5)))
+        if prefix not in code_values.STAND_IN_WORDS | code_values.CREDENTIAL_WORDS | validators.PLACEHOLDER_WORDS:
+            return prefix + RNG.choice(["", str(RNG.randint(1, 9))])
 
 
 def survives(value: str, clean: str) -> bool:
@@ -214,6 +223,33 @@ class CredentialTests(SanitizerCase):
         value = draw(ALNUM, 24)
         self.assert_gone(f'const SN_{"_".join(words)}Key = "{value}"\n', value)  # a literal of its own
         self.assert_gone(f'db_password = "{value[:6]}-{value[6:]}"\n', value[6:])
+
+    def test_a_vendor_prefix_with_nothing_drawn_after_it_stays(self):
+        """A token's prefix alone, then a test's words or a count (``sk-lf-invalid``, ``hvb.shorttoken``,
+        ``API-1234``, ``CFPAT-``) under a token's or a key's name stays; the same prefix before a drawn
+        body goes, and so do the same words under a password's name (people choose such passwords)."""
+        prefix = vendor_prefix()
+        tails = ("invalid", "short", "shorttoken", "abc123invalid", "test_abc123", "fake", "1234", "1", "")
+        names = ("token", "apiKey", "secret_key1", "access_token", "deepseek.key")
+        for tail in tails:
+            for name in names:
+                stub = f"{prefix}{RNG.choice('-_.')}{tail}"
+                with self.subTest(stub=stub, name=name):
+                    self.assert_kept(f'{name} = "{stub}"\n')
+                    self.assert_kept(f"{name}: {stub}\n")
+        body = draw(ALNUM, RNG.randint(16, 28))
+        for name in names[:4]:  # a strong name: under a bare ``key`` a value must read random as a whole
+            with self.subTest(name=name, drawn=True):
+                self.assert_gone(f'{name} = "{prefix}-{body}"\n', body)
+                self.assert_gone(f'{name} = "{prefix}-{body[:10]}-invalid"\n', body[:10])
+        while True:
+            four = digits(4)
+            if four not in "0123456789" and four not in "9876543210":
+                break
+        self.assert_gone(f'apiKey := "{prefix}-{four}"\n', f"{prefix}-{four}")
+        for tail in ("invalid", "test-1234", "short"):
+            with self.subTest(password=tail):
+                self.assert_gone(f'password = "{prefix}-{tail}"\n', f"{prefix}-{tail}")
 
     def test_documented_example_keys_stay(self):
         self.assert_kept(f"the key AIzaSy{'abcdefghijklmnopqrstuvwxyz'}{digits(7)} in the guide\n")
