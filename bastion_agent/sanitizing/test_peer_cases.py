@@ -14,6 +14,7 @@ work hard, and the planted values still go.
 
 from __future__ import annotations
 
+import base64
 import random
 import re
 import secrets
@@ -250,6 +251,39 @@ class CredentialTests(SanitizerCase):
         for tail in ("invalid", "test-1234", "short"):
             with self.subTest(password=tail):
                 self.assert_gone(f'password = "{prefix}-{tail}"\n', f"{prefix}-{tail}")
+
+    def test_base64_of_a_placeholder_stays_and_of_a_secret_goes(self):
+        """``MGE6eHh4…`` is ``0a:xxxx…`` and ``Y2hhbmdlbWU=`` is ``changeme``: an example written in the
+        encoding its field wants stays, under a token's name and in a Kubernetes Secret's data; the same
+        shape holding drawn characters, or random bytes, goes."""
+        ident = f"{RNG.randint(1, 99)}:"
+        masked = ident + "x" * RNG.randint(16, 40)
+        stand_ins = (masked, RNG.choice(["changeme", "placeholder", "redacted"]),
+                     f"your_{RNG.choice(['token', 'api_key', 'password'])}_here")
+        encode = lambda raw: base64.b64encode(raw.encode() if isinstance(raw, str) else raw).decode()  # noqa: E731
+        drawn = []
+        for make in (lambda: ident + draw(ALNUM, RNG.randint(16, 40)), lambda: draw(ALNUM + "!#%", RNG.randint(18, 30))):
+            plain = make()
+            while not any(ch.isdigit() for ch in encode(plain)):  # letters alone under a name: another rule's case
+                plain = make()
+            drawn.append(plain)
+        secret_data = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\ndata:\n  password: {}\n"
+        for plain in stand_ins:
+            value = encode(plain)
+            with self.subTest(plain=plain):
+                self.assert_kept(f"jira_token: {value}\n")
+                self.assert_kept(f'api_token = "{value}"\n')
+                self.assert_kept(secret_data.format(value))
+        noise = secrets.token_bytes(RNG.randint(18, 40))
+        # ``9/bQ…`` unquoted reads as a path and letters alone as a name: other rules' choices, not this one's
+        while set(encode(noise)) & set("/+") or not any(ch.isdigit() for ch in encode(noise)):
+            noise = secrets.token_bytes(len(noise))
+        for plain in drawn + [noise]:
+            value = encode(plain)
+            with self.subTest(drawn=value):
+                self.assert_gone(f"jira_token: {value}\n", value)
+                self.assert_gone(f'api_token = "{value}"\n', value)
+                self.assert_gone(secret_data.format(value), value)
 
     def test_documented_example_keys_stay(self):
         self.assert_kept(f"the key AIzaSy{'abcdefghijklmnopqrstuvwxyz'}{digits(7)} in the guide\n")

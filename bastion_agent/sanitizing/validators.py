@@ -22,7 +22,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 9
+DETECTION_VERSION = 10
 
 # --- entropy --------------------------------------------------------------
 
@@ -182,6 +182,23 @@ def is_count(text: str, start: int, end: int) -> bool:
     """Is ``text[start:end]`` a bare number of at most nine digits under a key that also names a count?"""
     value = text[start:end]
     return value.isdigit() and len(value) <= 9 and COUNT_KEY.search(text, max(0, start - 40), start) is not None
+
+
+BASE64_TEXT = re.compile(r"[A-Za-z0-9+/]{8,512}={0,2}")
+
+
+def encodes_placeholder(value: str) -> bool:
+    """Base64 whose decoding is printable text and a stand-in (``Y2hhbmdlbWU=`` is ``changeme``,
+    ``MGE6eHh4eHh4…`` is ``0a:xxxxxx…``): a Kubernetes Secret's or a token's example, encoded as the
+    field wants it. A drawn key decodes to bytes, almost never to printable text, and a printable
+    decoding keeps its value unless it is itself a placeholder."""
+    if not BASE64_TEXT.fullmatch(value) or len(value) % 4 == 1:
+        return False
+    try:
+        decoded = base64.b64decode(value + "=" * (-len(value) % 4), validate=True).decode("ascii")
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return decoded.isprintable() and is_placeholder(decoded)
 
 
 def plausible_secret(value: str) -> bool:
@@ -563,7 +580,7 @@ def check_assignment(match: re.Match, start: int, end: int):
         line_end = match.string.find("\n", vend, vend + 1024)
         if code_values.is_code_reference(match.string[vstart:line_end if line_end != -1 else vend + 1024]):
             return False  # ``ERROR_PASSWORD = 0x052B,``, ``password: cfg?.password,``: code, not a value
-    if not assignment_value_ok(value, strength, quoted, following):
+    if not assignment_value_ok(value, strength, quoted, following) or encodes_placeholder(value):
         return False
     return [(vstart, vend)]
 
@@ -612,7 +629,8 @@ def block_value_spans(block: str, offset: int, *, minimum: int = 4) -> Spans:
             elif stripped.startswith("- "):
                 value_start = lead + 2
             value = content[value_start:].strip().strip("\"'")
-            if len(value) >= minimum and value not in (">", "|", ">-", "|-") and plausible_secret(value):
+            if (len(value) >= minimum and value not in (">", "|", ">-", "|-") and plausible_secret(value)
+                    and not encodes_placeholder(value)):
                 first = content.index(value, value_start) if value in content[value_start:] else value_start
                 spans.append((position + first, position + first + len(value)))
         position += len(line)
