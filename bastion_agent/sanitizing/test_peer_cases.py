@@ -253,15 +253,15 @@ class CredentialTests(SanitizerCase):
                 self.assert_gone(f'password = "{prefix}-{tail}"\n', f"{prefix}-{tail}")
 
     def test_base64_of_a_placeholder_stays_and_of_a_secret_goes(self):
-        """``MGE6eHh4…`` is ``0a:xxxx…`` and ``Y2hhbmdlbWU=`` is ``changeme``: an example written in the
-        encoding its field wants stays, under a token's name and in a Kubernetes Secret's data; the same
-        shape holding drawn characters, or random bytes, goes."""
+        """``MGE6eHh4…`` is ``0a:xxxx…``: an example that masks or asks for a value, written in the
+        encoding its field wants, stays under a token's name and in a Kubernetes Secret's data; the same
+        shape holding drawn characters, random bytes, or a default password (``changeme``) goes."""
         ident = f"{RNG.randint(1, 99)}:"
         masked = ident + "x" * RNG.randint(16, 40)
-        stand_ins = (masked, RNG.choice(["changeme", "placeholder", "redacted"]),
-                     f"your_{RNG.choice(['token', 'api_key', 'password'])}_here")
+        stand_ins = (masked, f"your_{RNG.choice(['token', 'api_key', 'password'])}_here",
+                     "<" + "".join(RNG.choice(string.ascii_lowercase) for _ in range(RNG.randint(4, 12))) + ">")
         encode = lambda raw: base64.b64encode(raw.encode() if isinstance(raw, str) else raw).decode()  # noqa: E731
-        drawn = []
+        drawn = [RNG.choice(["changeme", "mypassword", "secret"])]  # a chart's default password: in use
         for make in (lambda: ident + draw(ALNUM, RNG.randint(16, 40)), lambda: draw(ALNUM + "!#%", RNG.randint(18, 30))):
             plain = make()
             while not any(ch.isdigit() for ch in encode(plain)):  # letters alone under a name: another rule's case

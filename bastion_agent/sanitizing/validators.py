@@ -188,17 +188,18 @@ BASE64_TEXT = re.compile(r"[A-Za-z0-9+/]{8,512}={0,2}")
 
 
 def encodes_placeholder(value: str) -> bool:
-    """Base64 whose decoding is printable text and a stand-in (``Y2hhbmdlbWU=`` is ``changeme``,
-    ``MGE6eHh4eHh4…`` is ``0a:xxxxxx…``): a Kubernetes Secret's or a token's example, encoded as the
-    field wants it. A drawn key decodes to bytes, almost never to printable text, and a printable
-    decoding keeps its value unless it is itself a placeholder."""
+    """Base64 whose decoding is printable text that masks or asks for a value (``MGE6eHh4eHh4…`` is
+    ``0a:xxxxxx…``, ``eW91cl90b2tlbl9oZXJl`` is ``your_token_here``): a Kubernetes Secret's or a
+    token's example, encoded as the field wants it. A single placeholder word is not enough here:
+    ``bXlwYXNzd29yZA==`` (``mypassword``) or ``changeme`` in a Secret is the default a chart deploys
+    with, a password in use. A drawn key decodes to bytes, almost never to printable text."""
     if not BASE64_TEXT.fullmatch(value) or len(value) % 4 == 1:
         return False
     try:
         decoded = base64.b64decode(value + "=" * (-len(value) % 4), validate=True).decode("ascii")
     except (ValueError, UnicodeDecodeError):
         return False
-    return decoded.isprintable() and is_placeholder(decoded)
+    return decoded.isprintable() and decoded.strip().lower() not in PLACEHOLDER_WORDS and is_placeholder(decoded)
 
 
 def plausible_secret(value: str) -> bool:
