@@ -370,6 +370,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     - ``backtick``: a shell command substitution (`` `awk '{print $2}' list` ``), a program's output;
     - under a key or token's name, characters in counting order or a hex word (``1234567890abcdef``,
       ``0xdeadbeef``): a machine draws keys at random, a person types these in their place;
+    - under a key or token's name, a vendor's prefix with nothing drawn after it (``sk-lf-invalid``,
+      ``API-1234``, ``CFPAT-``: ``is_vendor_stub``);
     - ``eyJ`` and a word (``eyJrefresh``): a JWT's first letters standing in for one; a list of
       command-line options (`` --timeout= --socket=``): a program's usage; a format verb alone
       (``Token: %#x``): the program fills it in.

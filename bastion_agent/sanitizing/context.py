@@ -416,7 +416,7 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
     if not by_position and code_values.is_stand_in(value, key, backtick=quoted and text[start - 1:start] == "`"):
         return None  # ``token=different-token``, ``"Enter password: "``: a stand-in, a prompt, a path
     if not by_position and encodes_placeholder(value):
-        return None  # ``password: Y2hhbmdlbWU=``: "changeme" in base64, an example encoded as the field wants it
+        return None  # ``token: MGE6eHh4eHh4…``: "0a:xxxxxx…" in base64, an example encoded as the field wants it
     if not quoted and value.isdigit() and key and credential_key(key_words(key)[-1] if key_words(key) else key) is None:
         return None  # ``PASSWORD_NO_MATCH = 1133``: a number under a name ending in another word, a code
     if key and names_a_credential(value, key):
