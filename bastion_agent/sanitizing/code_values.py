@@ -37,7 +37,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 9
+DETECTION_VERSION = 10
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -386,6 +386,35 @@ def is_wordlike(word: str) -> bool:
 CONSONANT_RUN = re.compile(r"[^aeiouy]+")
 
 
+# Words a test writes where a token's drawn part would be: ``sk-lf-invalid``, ``hvb.shorttoken``,
+# ``duffel_test_abc123``, ``FlyV1 fm2_short``.
+STUB_WORDS = ("invalid", "short", "truncated", "fake", "dummy", "example", "sample", "placeholder", "test",
+              "abc123", "token", "key", "secret")
+PREFIX_PART = re.compile(r"[A-Za-z]{1,6}\d?")  # ``sk``, ``hvb``, ``CFPAT``, ``FlyV1``, ``fm2``: no drawn part
+
+
+def is_vendor_stub(value: str) -> bool:
+    """A vendor's prefix with nothing drawn after it: the prefix alone (``CFPAT-``), then only words of a
+    test (``sk-abc123invalid``, ``hvb.shorttoken``), or a count of at most four digits (``API-1234``,
+    ``tfp_1``). A token's secret is the random part after its prefix; 1234 or "invalid" is none, and four
+    digits are too few to be drawn. Every part before the last is a vendor's prefix, a few letters and
+    at most one digit (``PREFIX_PART``): a value in groups of random characters (``7Kq2-x9Pz-invalid``)
+    keeps its drawn groups and stays a secret."""
+    parts = re.split(r"[-_. ]", value.strip())
+    if len(parts) < 2 or len(value) > 32 or not all(part.isascii() and (part.isalnum() or not part)
+                                                    for part in parts):
+        return False
+    *prefix, last = parts
+    if not all(PREFIX_PART.fullmatch(part) for part in prefix):
+        return False
+    if last.isdigit():
+        return len(last) <= 4 and last in "0123456789"
+    rest = last.lower()
+    for word in STUB_WORDS:
+        rest = rest.replace(word, "")
+    return not rest
+
+
 def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     """A quoted literal that stands in for a credential rather than being one:
 
@@ -407,6 +436,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     - under a key or token's name, characters in counting order, a hex word or one piece repeated
       (``1234567890abcdef``, ``0xdeadbeef``, ``deadbeefdeadbeef``): a machine draws keys at random, a
       person types these in their place;
+    - under a key or token's name, a vendor's prefix with nothing drawn after it (``sk-lf-invalid``,
+      ``API-1234``, ``CFPAT-``: ``is_vendor_stub``);
     - ``eyJ`` and a word (``eyJrefresh``): a JWT's first letters standing in for one; a list of
       command-line options (`` --timeout= --socket=``): a program's usage; a format verb alone
       (``Token: %#x``): the program fills it in.
@@ -431,6 +462,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
     if DESCRIPTION.fullmatch(value) and any(word.lower() in CREDENTIAL_WORDS for word in value.split()[1:]):
         return True
     if RANDOM_KEY.search(key.strip("\"'`[] ")) and (_counting_shape(value) or REPEATED.fullmatch(value.lower())):
+        return True
+    if RANDOM_KEY.search(key.strip("\"'`[] ")) and is_vendor_stub(value):
         return True
     key_words = sorted(word.lower() for word in KEY_WORD.findall(key.rsplit(".", 1)[-1]))
     if key_words and value.isascii() and all(ch.isalpha() or ch in "-_ ." for ch in value):

@@ -53,6 +53,7 @@ from bastion_agent.sanitizing.assigned_values import (
 )
 from bastion_agent.sanitizing.validators import (
     SOURCE_FILE_KEY,
+    encodes_placeholder,
     in_template_action,
     is_doc_field,
     names_a_credential,
@@ -65,7 +66,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 9
+DETECTION_VERSION = 10
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          "secert", "sercet", "secrect", "seed",
@@ -470,6 +471,8 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
         return None  # ``BLOB = "PKCS8_PRIVATEKEY"``, ``X = "KDFKeySecret";``, ``"&pw=" + f(x)``: a name, code
     if not by_position and code_values.is_stand_in(value, key, backtick=quoted and text[start - 1:start] == "`"):
         return None  # ``token=different-token``, ``"Enter password: "``: a stand-in, a prompt, a path
+    if not by_position and encodes_placeholder(value):
+        return None  # ``token: MGE6eHh4eHh4…``: "0a:xxxxxx…" in base64, an example encoded as the field wants it
     if not quoted and value.isdigit() and key and credential_key(key_words(key)[-1] if key_words(key) else key) is None:
         return None  # ``PASSWORD_NO_MATCH = 1133``: a number under a name ending in another word, a code
     if key and names_a_credential(value, key):

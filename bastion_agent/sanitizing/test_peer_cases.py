@@ -22,7 +22,7 @@ import secrets
 import string
 import unittest
 
-from bastion_agent.sanitizing import validators
+from bastion_agent.sanitizing import code_values, validators
 from bastion_agent.sanitizing.scanner import Sanitizer
 
 RNG = random.Random(secrets.randbits(64))
@@ -81,6 +81,15 @@ def nino() -> str:
 
 def ssn() -> str:
     return f"{RNG.randint(1, 665):03d}.{RNG.randint(1, 99):02d}.{RNG.randint(1, 9999):04d}"
+
+
+def vendor_prefix() -> str:
+    """Two to five letters, perhaps a digit: a made-up vendor's prefix, never a word that says "stand-in"
+    (``put-invalid`` is one by its words alone)."""
+    while True:
+        prefix = "".join(RNG.choice(string.ascii_lowercase) for _ in range(RNG.randint(2, 5)))
+        if prefix not in code_values.STAND_IN_WORDS | code_values.CREDENTIAL_WORDS | validators.PLACEHOLDER_WORDS:
+            return prefix + RNG.choice(["", str(RNG.randint(1, 9))])
 
 
 def survives(value: str, clean: str) -> bool:
@@ -229,6 +238,66 @@ class CredentialTests(SanitizerCase):
         value = draw(ALNUM, 24)
         self.assert_gone(f'const SN_{"_".join(words)}Key = "{value}"\n', value)  # a literal of its own
         self.assert_gone(f'db_password = "{value[:6]}-{value[6:]}"\n', value[6:])
+
+    def test_a_vendor_prefix_with_nothing_drawn_after_it_stays(self):
+        """A token's prefix alone, then a test's words or a count (``sk-lf-invalid``, ``hvb.shorttoken``,
+        ``API-1234``, ``CFPAT-``) under a token's or a key's name stays; the same prefix before a drawn
+        body goes, and so do the same words under a password's name (people choose such passwords)."""
+        prefix = vendor_prefix()
+        tails = ("invalid", "short", "shorttoken", "abc123invalid", "test_abc123", "fake", "1234", "1", "")
+        names = ("token", "apiKey", "secret_key1", "access_token", "deepseek.key")
+        for tail in tails:
+            for name in names:
+                stub = f"{prefix}{RNG.choice('-_.')}{tail}"
+                with self.subTest(stub=stub, name=name):
+                    self.assert_kept(f'{name} = "{stub}"\n')
+                    self.assert_kept(f"{name}: {stub}\n")
+        body = draw(ALNUM, RNG.randint(16, 28))
+        for name in names[:4]:  # a strong name: under a bare ``key`` a value must read random as a whole
+            with self.subTest(name=name, drawn=True):
+                self.assert_gone(f'{name} = "{prefix}-{body}"\n', body)
+                self.assert_gone(f'{name} = "{prefix}-{body[:10]}-invalid"\n', body[:10])
+        while True:
+            four = digits(4)
+            if four not in "0123456789" and four not in "9876543210":
+                break
+        self.assert_gone(f'apiKey := "{prefix}-{four}"\n', f"{prefix}-{four}")
+        for tail in ("invalid", "test-1234", "short"):
+            with self.subTest(password=tail):
+                self.assert_gone(f'password = "{prefix}-{tail}"\n', f"{prefix}-{tail}")
+
+    def test_base64_of_a_placeholder_stays_and_of_a_secret_goes(self):
+        """``MGE6eHh4…`` is ``0a:xxxx…``: an example that masks or asks for a value, written in the
+        encoding its field wants, stays under a token's name and in a Kubernetes Secret's data; the same
+        shape holding drawn characters, random bytes, or a default password (``changeme``) goes."""
+        ident = f"{RNG.randint(1, 99)}:"
+        masked = ident + "x" * RNG.randint(16, 40)
+        stand_ins = (masked, f"your_{RNG.choice(['token', 'api_key', 'password'])}_here",
+                     "<" + "".join(RNG.choice(string.ascii_lowercase) for _ in range(RNG.randint(4, 12))) + ">")
+        encode = lambda raw: base64.b64encode(raw.encode() if isinstance(raw, str) else raw).decode()  # noqa: E731
+        drawn = [RNG.choice(["changeme", "mypassword", "secret"])]  # a chart's default password: in use
+        for make in (lambda: ident + draw(ALNUM, RNG.randint(16, 40)), lambda: draw(ALNUM + "!#%", RNG.randint(18, 30))):
+            plain = make()
+            while not any(ch.isdigit() for ch in encode(plain)):  # letters alone under a name: another rule's case
+                plain = make()
+            drawn.append(plain)
+        secret_data = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\ndata:\n  password: {}\n"
+        for plain in stand_ins:
+            value = encode(plain)
+            with self.subTest(plain=plain):
+                self.assert_kept(f"jira_token: {value}\n")
+                self.assert_kept(f'api_token = "{value}"\n')
+                self.assert_kept(secret_data.format(value))
+        noise = secrets.token_bytes(RNG.randint(18, 40))
+        # ``9/bQ…`` unquoted reads as a path and letters alone as a name: other rules' choices, not this one's
+        while set(encode(noise)) & set("/+") or not any(ch.isdigit() for ch in encode(noise)):
+            noise = secrets.token_bytes(len(noise))
+        for plain in drawn + [noise]:
+            value = encode(plain)
+            with self.subTest(drawn=value):
+                self.assert_gone(f"jira_token: {value}\n", value)
+                self.assert_gone(f'api_token = "{value}"\n', value)
+                self.assert_gone(secret_data.format(value), value)
 
     def test_documented_example_keys_stay(self):
         self.assert_kept(f"the key AIzaSy{'abcdefghijklmnopqrstuvwxyz'}{digits(7)} in the guide\n")

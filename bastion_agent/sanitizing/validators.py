@@ -23,7 +23,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 11
+DETECTION_VERSION = 12
 
 # --- entropy --------------------------------------------------------------
 
@@ -183,6 +183,24 @@ def is_count(text: str, start: int, end: int) -> bool:
     """Is ``text[start:end]`` a bare number of at most nine digits under a key that also names a count?"""
     value = text[start:end]
     return value.isdigit() and len(value) <= 9 and COUNT_KEY.search(text, max(0, start - 40), start) is not None
+
+
+BASE64_TEXT = re.compile(r"[A-Za-z0-9+/]{8,512}={0,2}")
+
+
+def encodes_placeholder(value: str) -> bool:
+    """Base64 whose decoding is printable text that masks or asks for a value (``MGE6eHh4eHh4…`` is
+    ``0a:xxxxxx…``, ``eW91cl90b2tlbl9oZXJl`` is ``your_token_here``): a Kubernetes Secret's or a
+    token's example, encoded as the field wants it. A single placeholder word is not enough here:
+    ``bXlwYXNzd29yZA==`` (``mypassword``) or ``changeme`` in a Secret is the default a chart deploys
+    with, a password in use. A drawn key decodes to bytes, almost never to printable text."""
+    if not BASE64_TEXT.fullmatch(value) or len(value) % 4 == 1:
+        return False
+    try:
+        decoded = base64.b64decode(value + "=" * (-len(value) % 4), validate=True).decode("ascii")
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return decoded.isprintable() and decoded.strip().lower() not in PLACEHOLDER_WORDS and is_placeholder(decoded)
 
 
 def plausible_secret(value: str) -> bool:
@@ -593,7 +611,7 @@ def check_assignment(match: re.Match, start: int, end: int):
         line_end = match.string.find("\n", vend, vend + 1024)
         if code_values.is_code_reference(match.string[vstart:line_end if line_end != -1 else vend + 1024]):
             return False  # ``ERROR_PASSWORD = 0x052B,``, ``password: cfg?.password,``: code, not a value
-    if not assignment_value_ok(value, strength, quoted, following):
+    if not assignment_value_ok(value, strength, quoted, following) or encodes_placeholder(value):
         return False
     return [(vstart, vend)]
 
@@ -642,7 +660,8 @@ def block_value_spans(block: str, offset: int, *, minimum: int = 4) -> Spans:
             elif stripped.startswith("- "):
                 value_start = lead + 2
             value = content[value_start:].strip().strip("\"'")
-            if len(value) >= minimum and value not in (">", "|", ">-", "|-") and plausible_secret(value):
+            if (len(value) >= minimum and value not in (">", "|", ">-", "|-") and plausible_secret(value)
+                    and not encodes_placeholder(value)):
                 first = content.index(value, value_start) if value in content[value_start:] else value_start
                 spans.append((position + first, position + first + len(value)))
         position += len(line)

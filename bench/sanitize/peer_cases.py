@@ -33,6 +33,15 @@ How a case counts, the same for every tool:
   (``recall_all_pieces``). gitleaks names no value, so a positive counts as
   removed when the text changed; Presidio gives spans.
 - a negative is **falsely flagged** when the text changed at all.
+- **by design** (bastion only): a flagged negative whose every changed run of
+  characters is random (``random_run``: twelve characters or more, letters
+  and digits or both cases, 3 bits a character or more) and has a credential
+  word before it on its line (``CREDENTIAL_WORD``: key, token, secret,
+  password, auth, bearer...). docs/sanitize.md says why such a value goes
+  whatever vendor's shape it lacks; ``by_design`` counts them and
+  ``false_flags_without_by_design`` is the rate on the other negatives, beside
+  ``false_flags_clean`` (the negatives holding no value the suite labels
+  secret elsewhere).
 
 The peers (detect-secrets and CredSweeper from ``--peer-venv``) see every
 case as a file of its own and are scored by the line rule: a positive is
@@ -52,6 +61,7 @@ import ast
 import collections
 import ipaddress
 import json
+import math
 import re
 import subprocess
 import sys
@@ -328,10 +338,47 @@ def value_lines(text: str, value: str) -> set[int]:
 @dataclass
 class Verdict:
     """What one tool did with one case: broke the credential (removed a piece that is no locator),
-    removed all its pieces, changed the text."""
+    removed all its pieces, changed the text; for a negative bastion changed, whether every change was
+    a random value under a credential word (``by_design``)."""
     longest: bool
     every: bool
     changed: bool
+    by_design: bool = False
+
+
+# A word that names a credential: a random value after it on its line is removed on purpose.
+CREDENTIAL_WORD = re.compile(r"(?i)key|token|secret|pass(?:word|wd)?|pwd|auth|credential|bearer")
+
+
+def random_run(value: str) -> bool:
+    """Twelve characters or more, with letters and digits or both cases, at 3 bits a character or more."""
+    value = value.strip()
+    if len(value) < 12:
+        return False
+    has = (any(c.isdigit() for c in value), any(c.islower() for c in value), any(c.isupper() for c in value))
+    if sum(has) < 2:
+        return False
+    counts = collections.Counter(value)
+    bits = -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
+    return bits >= 3.0
+
+
+def changed_runs(mask: bytearray) -> list[tuple[int, int]]:
+    runs, at = [], mask.find(1)
+    while at >= 0:
+        end = mask.find(0, at)
+        end = len(mask) if end < 0 else end
+        runs.append((at, end))
+        at = mask.find(1, end)
+    return runs
+
+
+def by_design(text: str, mask: bytearray) -> bool:
+    """Every changed run is random and a credential word stands before it on its line."""
+    runs = changed_runs(mask)
+    return bool(runs) and all(
+        random_run(text[start:end]) and CREDENTIAL_WORD.search(text, text.rfind("\n", 0, start) + 1, start)
+        for start, end in runs)
 
 
 def bastion_verdicts(cases: list[Case], masks: list[bytearray]) -> list[Verdict]:
@@ -339,7 +386,7 @@ def bastion_verdicts(cases: list[Case], masks: list[bytearray]) -> list[Verdict]
     for case, mask in zip(cases, masks):
         changed = any(mask)
         if not case.positive or case.by_change:
-            out.append(Verdict(changed, changed, changed))
+            out.append(Verdict(changed, changed, changed, changed and not case.positive and by_design(case.text, mask)))
             continue
         kept = [survives(case.text, v, mask) for v in case.values]
         secrets = [k for v, k in zip(case.values, kept) if not is_locator(v)] or kept
@@ -370,11 +417,13 @@ def figures(cases: list[Case], verdicts: list[Verdict]) -> dict:
     removed = sum(v.longest for _, v in pos)
     flagged = sum(v.changed for _, v in neg)
     clean = [v for c, v in neg if not c.holds_labelled]
+    designed = sum(v.by_design for _, v in neg)
     return {"positives": len(pos), "removed": removed, "recall": share(removed, len(pos)),
             "recall_all_pieces": share(sum(v.every for _, v in pos), len(pos)),
             "negatives": len(neg), "flagged": flagged, "false_flags": share(flagged, len(neg)),
             "clean_negatives": len(clean), "clean_flagged": sum(v.changed for v in clean),
-            "false_flags_clean": share(sum(v.changed for v in clean), len(clean))}
+            "false_flags_clean": share(sum(v.changed for v in clean), len(clean)),
+            "by_design": designed, "false_flags_without_by_design": share(flagged - designed, len(neg) - designed)}
 
 
 def per_family(cases: list[Case], verdicts: dict[str, list[Verdict]]) -> dict:
@@ -438,12 +487,14 @@ def suite_report(loaded: Loaded, venv: Path, peers: bool, misses: int) -> dict:
 
 def table(reports: dict) -> str:
     rows = ["| suite | tool | recall (a secret piece) | recall (all pieces) | false flags | "
-            "false flags, negatives holding no labelled secret |", "|---|---|---|---|---|---|"]
+            "false flags, negatives holding no labelled secret | by design | false flags without them |",
+            "|---|---|---|---|---|---|---|---|"]
     for suite, report in reports.items():
         for tool, fig in report["tools"].items():
             rows.append(f"| {suite} | {tool} | {fig['recall']} % ({fig['removed']}/{fig['positives']}) | "
                         f"{fig['recall_all_pieces']} % | {fig['false_flags']} % ({fig['flagged']}/{fig['negatives']}) | "
-                        f"{fig['false_flags_clean']} % ({fig['clean_flagged']}/{fig['clean_negatives']}) |")
+                        f"{fig['false_flags_clean']} % ({fig['clean_flagged']}/{fig['clean_negatives']}) | "
+                        f"{fig['by_design']} | {fig['false_flags_without_by_design']} % |")
     return "\n".join(rows)
 
 
