@@ -34,7 +34,7 @@ from bastion_agent.sanitizing.validators import (
 
 # The version of what this module finds: bump it with any change that makes some text sanitize
 # differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 4
+DETECTION_VERSION = 5
 
 CODE_EXPRESSION = re.compile(r"[A-Za-z_$][\w.$]*(?:\s*(?:\(|\[|\.\w+\().*|\s*(?:\|\||&&|\?\?|\?|\+)\s*.*)")
 REFERENCE_WORD = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z]+(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+")
@@ -113,8 +113,9 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
     lowered = value.lower()
     if lowered in BOOLEANISH or is_placeholder(value) or not any(ch.isalnum() for ch in value):
         return False
-    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("/", "./", "~/", "../", "<", "unix:/")):
-        return False  # a URL (its user-info is the URL rule's) or a path
+    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("/", "./", "~/", "../", "<", "unix:/")) and (
+            not code_values.is_base64_blob(value)):
+        return False  # a URL (its user-info is the URL rule's) or a path (not base64 that starts with a slash)
     if code_values.VERSION.fullmatch(value):
         return False  # ``credentials-binding:1.17``: a plugin's version
     if SEQUENCES.search(value) or HEADER_NAME.fullmatch(value) or ELIDED.search(value):
@@ -160,7 +161,7 @@ def _config_word(value: str, strength: str) -> bool:
     key, four letters or more, not a type, a switch or a stand-in, and not a camelCase name of a
     credential (``mySecret = clientSecret`` is code; ``kxqpwdzl`` holds "pwd" by chance and goes)."""
     named = (any(ch.isupper() for ch in value[1:]) and credential_key(value) is not None
-             and code_values.is_worded_name(value))  # ``rS9pZ6PwY9x7`` holds "Pw" by chance: no name
+             and (value.isalpha() or code_values.is_worded_name(value)))  # ``rS9pZ6PwY9x7`` holds "Pw" by chance
     return strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS and not named
 
 

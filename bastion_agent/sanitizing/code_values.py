@@ -37,7 +37,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 10
+DETECTION_VERSION = 11
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -47,6 +47,20 @@ HEX = re.compile(r"-?0[xX][0-9a-fA-F]{1,16}[uUlL]{0,3}")  # a number; 32 hex dig
 ARITHMETIC = re.compile(r"-?\d+(?:\s*(?:[-+*/|&^]|<<|>>)\s*-?\w+)+")
 # ``95433402-e7fa-4a36-8d77-…``: a GUID whose first group is all digits reads as a subtraction; it is a value
 GUID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+BASE64_TEXT = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
+
+
+def is_base64_blob(value: str) -> bool:
+    """``/oK3fj3NOUKI+LIAh+hyJWZ2/WJTiQ==``, ``2+HoaiukYLKaw5IxNQb69FY2``: base64 of random bytes may start
+    with ``/`` or with a digit and ``+``, and is then neither a path nor a sum. Base64's alphabet alone, and
+    ``=`` padding or a piece of ten characters or more mixing capitals and small letters that no
+    programmer would name (``someLongVariableName2`` is a name: ``is_worded_name``)."""
+    if not BASE64_TEXT.fullmatch(value):
+        return False
+    if value.endswith("=") and "/" in value.rstrip("="):
+        return True
+    return any(len(piece) >= 10 and any(ch.isupper() for ch in piece) and any(ch.islower() for ch in piece)
+               and not is_worded_name(piece) for piece in re.split(r"[+/=]", value))
 # A PowerShell cmdlet call, ``ConvertTo-SecureString 'x' -AsPlainText``: its argument is the signature table's.
 CMDLET = re.compile(r"(?:Get|Set|New|ConvertTo|ConvertFrom|Read|Invoke|Import|Export)-[A-Z]\w+(?:\s|$)")
 OPERATOR_LEAD = ("&&", "||", "??", "not ", "await ", "new ", "typeof ", "yield ", "$(", "`", "(${", "<%=",
@@ -133,7 +147,7 @@ def is_code_reference(value: str) -> bool:
     expression, punctuated = head(value)
     lowered = expression.lower()
     if not expression or lowered in NULLS or HEX.fullmatch(expression) or (
-            ARITHMETIC.fullmatch(expression) and not GUID.fullmatch(expression)):
+            ARITHMETIC.fullmatch(expression) and not GUID.fullmatch(expression) and not is_base64_blob(expression)):
         return True
     if lowered.startswith(OPERATOR_LEAD) or (punctuated and lowered.startswith(WEAK_LEAD)) or CMDLET.match(value):
         return True

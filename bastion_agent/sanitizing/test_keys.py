@@ -9,6 +9,7 @@ built to make them work hard, leak nothing and do bounded work.
 
 from __future__ import annotations
 
+import base64
 import random
 import secrets
 import string
@@ -278,8 +279,9 @@ class KeyedTests(unittest.TestCase):
                              "DB_PASSWORD={v}\n"):
                 with self.subTest(value=value, template=template):
                     self.assertFalse(survives(value, sanitizer.redact(template.format(v=value))[0]))
-        lookalike = "env:\n  - name: DB_PASSWORD\n    value: db_password\n"  # a name of another setting
-        self.assertEqual(sanitizer.redact(lookalike)[0], lookalike)
+        for lookalike in ("env:\n  - name: DB_PASSWORD\n    value: db_password\n",  # a name of another setting
+                          "engine = connect(\n    user=\"postgres\",\n    password=PGPASSWORD\n)\n"):  # a variable
+            self.assertEqual(sanitizer.redact(lookalike)[0], lookalike)
 
     def test_a_guid_of_digits_first_is_a_value_not_a_subtraction(self):
         sanitizer = Sanitizer()
@@ -290,6 +292,19 @@ class KeyedTests(unittest.TestCase):
                 self.assertFalse(survives(value, sanitizer.redact(f"client_secret: {value}\n")[0]))
         kept = "timeout: 3600 - 60\n"  # arithmetic stays
         self.assertEqual(sanitizer.redact(kept)[0], kept)
+
+    def test_base64_that_starts_with_a_slash_or_a_sum_is_a_value(self):
+        # One base64 key in 64 starts with "/" (read as a path), one in 30 with a digit and "+" (a sum).
+        sanitizer = Sanitizer()
+        drawn = [base64.b64encode(secrets.token_bytes(RNG.randint(18, 40))).decode() for _ in range(3000)]
+        shaped = [value for value in drawn if value[0] == "/" or value[0].isdigit() and value[1] == "+"][:12]
+        for value in shaped + ["/oK3fj3NOUKI+LIAh+hyJWZ2/WJTiQ==", "2+HoaiukYLKaw5IxNQb69FY2"]:
+            for template in ("jira_token: {v}\n", 'api_token = "{v}"\n'):
+                with self.subTest(value=value, template=template):
+                    self.assertFalse(survives(value, sanitizer.redact(template.format(v=value))[0]))
+        for kept in ("password_file: /run/secrets/dbPassword\n", "token_path = /var/lib/app/tokenStore\n",
+                     "max_tokens: 4096 + reserve\n"):
+            self.assertEqual(sanitizer.redact(kept)[0], kept)
 
 
 class SignatureTests(unittest.TestCase):

@@ -23,7 +23,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 12
+DETECTION_VERSION = 13
 
 # --- entropy --------------------------------------------------------------
 
@@ -517,8 +517,9 @@ def assignment_value_ok(value: str, strength: str, quoted: bool, following: str)
         return False  # ``node::credentials::HasOnly``, ``password: label:``: code or a label
     if not quoted and re.fullmatch(r"[A-Za-z]+[.:]", value):
         return False  # ``(check_password): Likewise.``: a sentence of a GNU change log
-    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("<", "/", "./", "~/", "../")):
-        return False
+    if re.match(r"[a-z][a-z0-9+.\-]*://", value, re.I) or value.startswith(("<", "/", "./", "~/", "../")) and (
+            not code_values.is_base64_blob(value)):
+        return False  # a URL or a path, not base64 that starts with a slash
     if len(value.split()) >= 6 and not (strength == "strong" and is_passphrase(value)):
         return False  # a sentence (a message, a label), not a secret; a passphrase's words are its value
     words = value.split()
