@@ -177,9 +177,10 @@ RULES: tuple[Rule, ...] = (
     Rule("cloudflare-api-key", "cloud",
        TOKEN_START + r"v1\.0-[a-f0-9]{24}-[a-f0-9]{146}" + TOKEN_END + "|" + keyed("cloudflare", r"[\w\-]{40}|[a-f0-9]{37}"),
        keywords=("v1.0-", "cloudflare"), entropy=3.0),
-    # the vendor's name as a word (SUMO_, sumologic, SumoLogic), not the start of ``sumOfValues``
+    # the vendor's name as a word (SUMO_, sumologic, SumoLogic), not the start of ``sumOfValues``; an access
+    # id is 14 characters (3.81 bits at most): 3.0 bits cut 1 random id in 900 (``suf5ugggIgRru8``), 2.5 none
     Rule("sumologic-key", "cloud", keyed(r"(?-i:sumo|Sumo|SUMO)(?:logic|Logic|LOGIC)?(?![a-z])",
-                                         r"su[a-zA-Z0-9]{12}|[a-zA-Z0-9]{64}"), keywords=("sumo",), entropy=3.0,
+                                         r"su[a-zA-Z0-9]{12}|[a-zA-Z0-9]{64}"), keywords=("sumo",), entropy=2.5,
        validator="has_digit"),
     Rule("kubernetes-secret", "cloud",
        r"(?m)^(?P<indent>[ \t]*)(?:data|stringData):[ \t]*\r?\n(?P<block>(?:(?P=indent)[ \t]+[^\n]*(?:\n|$))+)",

@@ -221,6 +221,18 @@ class CredentialTests(SanitizerCase):
         self.assert_gone(f'SUMO_ACCESS_ID = "{access_id}"\n', access_id)
         self.assert_gone(f'sumologic.accessId = "{access_id}"\n', access_id)
 
+    def test_a_sumo_access_id_with_repeated_characters_goes(self):
+        # 1 random id in 900 has under 3 bits of entropy (``suf5ugggIgRru8``): it is still an id, not a stand-in.
+        while True:  # eight distinct characters, one of them five times: 2.98 bits, whatever the draw
+            chars = RNG.sample([ch for ch in ALNUM if ch not in "su"], 8)
+            if any(ch.isdigit() for ch in chars):
+                break
+        repeated = "su" + "".join(chars[0] + other for other in chars[1:5]) + chars[0] + "".join(chars[5:])
+        for access_id in ("suf5ugggIgRru8", "suuN5On5QN5p5k", repeated):
+            with self.subTest(access_id=access_id):
+                self.assert_gone(f'SUMO_ACCESS_ID = "{access_id}"\n', access_id)
+        self.assert_kept('SUMO_ACCESS_ID = "suaaaaaaaaaaa1"\n')  # one letter over and over: a stand-in
+
     def test_an_anthropic_key_goes_whatever_its_last_characters(self):
         """gitleaks calls a key not ending in ``AA`` no key, CredSweeper labels one a secret: a long random
         body behind the vendor's prefix leaks most of a key either way, so both go."""
