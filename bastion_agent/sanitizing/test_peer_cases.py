@@ -161,7 +161,8 @@ class PersonalDataTests(SanitizerCase):
     def test_an_iban_in_one_case(self):
         good = iban()
         self.assert_gone(f"{good.lower()}\n", good.lower()[4:])
-        mixed = good[:4] + "".join(RNG.choice("aB") for _ in range(2)) + good[6:]
+        # one lower-case letter always: "BB" made an IBAN in one case, whose checksum held 1 time in 97
+        mixed = good[:4] + "".join(RNG.sample("aB", 2)) + good[6:]
         self.assertFalse(validators.check_iban(re.match(r".+", mixed), 0, len(mixed)))
 
     def test_cards_uatp_and_labelled(self):
