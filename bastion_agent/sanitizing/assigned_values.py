@@ -158,11 +158,22 @@ CONFIG_WORDS = frozenset({"string", "str", "text", "int", "integer", "number", "
 
 def _config_word(value: str, strength: str) -> bool:
     """A letters-only config value that can be a password (``SMTP_PASSWORD=kxqmvbnrtwpzla``): a strong
-    key, four letters or more, not a type, a switch or a stand-in, and not a camelCase name of a
-    credential (``mySecret = clientSecret`` is code; ``kxqpwdzl`` holds "pwd" by chance and goes)."""
+    key, four letters or more, not a type, a switch or a stand-in, and not a camelCase or capitals name of
+    a credential (``mySecret = clientSecret``, ``password=PGPASSWORD`` are code; ``kxqpwdzl`` and
+    ``veNeDkApSJvBOHFPYXPpwZQ`` hold "pw" by chance and go)."""
     named = (any(ch.isupper() for ch in value[1:]) and credential_key(value) is not None
-             and (value.isalpha() or code_values.is_worded_name(value)))  # ``rS9pZ6PwY9x7`` holds "Pw" by chance
+             and (value.isupper() or _spoken_name(value)))  # ``rS9pZ6PwY9x7`` holds "Pw" by chance
     return strength == "strong" and len(value) >= 4 and value.lower() not in CONFIG_WORDS and not named
+
+
+def _spoken_name(value: str) -> bool:
+    """``clientSecret``, ``dbPassword2``: a programmer's name, each camelCase word letters then digits
+    (``is_worded_name``) and each of four letters or more one a person could say (``is_wordlike``);
+    ``YfbigneTmbwnPwFyahk`` splits into such pieces by chance, but ``Tmbwn`` is no word, and
+    ``sifNpygWiwHwPwFq`` has more pieces of one or two letters than a name has."""
+    pieces = re.findall(r"[A-Z]?[a-z]+|[A-Z]+", value)
+    return (code_values.is_worded_name(value) and sum(len(piece) < 3 for piece in pieces) <= 2
+            and all(code_values.is_wordlike(piece) for piece in pieces if len(piece) >= 4))
 
 
 def _config_camel(value: str, strength: str, config: bool) -> bool:

@@ -47,20 +47,8 @@ HEX = re.compile(r"-?0[xX][0-9a-fA-F]{1,16}[uUlL]{0,3}")  # a number; 32 hex dig
 ARITHMETIC = re.compile(r"-?\d+(?:\s*(?:[-+*/|&^]|<<|>>)\s*-?\w+)+")
 # ``95433402-e7fa-4a36-8d77-…``: a GUID whose first group is all digits reads as a subtraction; it is a value
 GUID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
-BASE64_TEXT = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
+BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{16,512}={0,2}")  # sixteen characters or more: a key's length
 
-
-def is_base64_blob(value: str) -> bool:
-    """``/oK3fj3NOUKI+LIAh+hyJWZ2/WJTiQ==``, ``2+HoaiukYLKaw5IxNQb69FY2``: base64 of random bytes may start
-    with ``/`` or with a digit and ``+``, and is then neither a path nor a sum. Base64's alphabet alone, and
-    ``=`` padding or a piece of ten characters or more mixing capitals and small letters that no
-    programmer would name (``someLongVariableName2`` is a name: ``is_worded_name``)."""
-    if not BASE64_TEXT.fullmatch(value):
-        return False
-    if value.endswith("=") and "/" in value.rstrip("="):
-        return True
-    return any(len(piece) >= 10 and any(ch.isupper() for ch in piece) and any(ch.islower() for ch in piece)
-               and not is_worded_name(piece) for piece in re.split(r"[+/=]", value))
 # A PowerShell cmdlet call, ``ConvertTo-SecureString 'x' -AsPlainText``: its argument is the signature table's.
 CMDLET = re.compile(r"(?:Get|Set|New|ConvertTo|ConvertFrom|Read|Invoke|Import|Export)-[A-Z]\w+(?:\s|$)")
 OPERATOR_LEAD = ("&&", "||", "??", "not ", "await ", "new ", "typeof ", "yield ", "$(", "`", "(${", "<%=",
@@ -134,6 +122,19 @@ def is_worded_name(expression: str) -> bool:
             return False
         worded = worded or any(sum(ch.islower() for ch in piece) >= 3 for piece in pieces)
     return worded
+
+
+def is_base64_blob(value: str) -> bool:
+    """``/oK3fj3NOUKI+LIAh+hyJWZ2/WJTiQ==``, ``2+HoaiukYLKaw5IxNQb69FY2``: base64 of random bytes may start
+    with ``/`` or with a digit and ``+``, and is then neither a path nor a sum. Base64's alphabet alone, and
+    ``=`` padding or a piece of ten characters or more mixing capitals and small letters that no
+    programmer would name (``someLongVariableName2`` is a name: ``is_worded_name``)."""
+    if not BASE64_RUN.fullmatch(value):
+        return False
+    if value.endswith("=") and "/" in value.rstrip("="):
+        return True
+    return any(len(piece) >= 10 and any(ch.isupper() for ch in piece) and any(ch.islower() for ch in piece)
+               and not is_worded_name(piece) for piece in re.split(r"[+/=]", value))
 
 
 def is_code_reference(value: str) -> bool:
@@ -390,14 +391,14 @@ def is_pgp_fingerprint(text: str, position: int, key: str, value: str) -> bool:
     return PGP_CONTEXT.search(text, max(0, position - PGP_REACH), position + PGP_REACH) is not None
 
 
+CONSONANT_RUN = re.compile(r"[^aeiouy]+")
+
+
 def is_wordlike(word: str) -> bool:
     """Could a person say it: a vowel in four letters at least, never four consonants in a row (``fitbit``,
     ``testtoken``). Letters drawn at random (``kqzvbrtmwnpx``) rarely are."""
     runs = CONSONANT_RUN.findall(word.lower())
     return max((len(run) for run in runs), default=0) <= 3 and 4 * sum(ch in "aeiouy" for ch in word.lower()) >= len(word)
-
-
-CONSONANT_RUN = re.compile(r"[^aeiouy]+")
 
 
 # Words a test writes where a token's drawn part would be: ``sk-lf-invalid``, ``hvb.shorttoken``,
@@ -475,9 +476,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return True
     if DESCRIPTION.fullmatch(value) and any(word.lower() in CREDENTIAL_WORDS for word in value.split()[1:]):
         return True
-    if RANDOM_KEY.search(key.strip("\"'`[] ")) and (_counting_shape(value) or REPEATED.fullmatch(value.lower())):
-        return True
-    if RANDOM_KEY.search(key.strip("\"'`[] ")) and is_vendor_stub(value):
+    if RANDOM_KEY.search(key.strip("\"'`[] ")) and (
+            _counting_shape(value) or REPEATED.fullmatch(value.lower()) or is_vendor_stub(value)):
         return True
     key_words = sorted(word.lower() for word in KEY_WORD.findall(key.rsplit(".", 1)[-1]))
     if key_words and value.isascii() and all(ch.isalpha() or ch in "-_ ." for ch in value):

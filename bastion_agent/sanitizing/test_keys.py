@@ -274,7 +274,9 @@ class KeyedTests(unittest.TestCase):
         shaped = [value for value in (password(12)[:9] + RNG.choice("23456789") + "x7" for _ in range(4000))
                   if assigned_values.REFERENCE_WORD.fullmatch(value)][:20]
         self.assertGreaterEqual(len(shaped), 5)
-        for value in shaped + ["fribxUdl7d76", "hHqn4ww3Xj38", "rS9pZ6PwY9x7"]:  # the last holds "Pw" by chance
+        letters = ["".join(RNG.choice(string.ascii_letters) for _ in range(12)) + "Pw" + "".join(
+            RNG.choice(string.ascii_letters) for _ in range(12)) for _ in range(5)]  # letters alone, "Pw" inside
+        for value in shaped + letters + ["fribxUdl7d76", "hHqn4ww3Xj38", "rS9pZ6PwY9x7", "veNeDkApSJvBOHFPYXPpwZQ"]:
             for template in ("env:\n  - name: DB_PASSWORD\n    value: {v}\n", "db:\n  password: {v}\n",
                              "DB_PASSWORD={v}\n"):
                 with self.subTest(value=value, template=template):
