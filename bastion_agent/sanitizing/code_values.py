@@ -37,7 +37,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 11
+DETECTION_VERSION = 12
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -124,17 +124,21 @@ def is_worded_name(expression: str) -> bool:
     return worded
 
 
+# A path's segment or a name: lower case (``postgresql``, ``c++``), capitals (``DB``), or words each with a vowel
+# (``SomeUser``, ``dbPassword``, ``Keychains``); ``KcYnUskt`` mixes cases as only drawn characters do.
+NAME_SEGMENT = re.compile(r"[a-z0-9+]+|[A-Z0-9]+|[a-z]*(?:[A-Z][a-z]*[aeiouy][a-z]*)+\d*")
+
+
 def is_base64_blob(value: str) -> bool:
     """``/oK3fj3NOUKI+LIAh+hyJWZ2/WJTiQ==``, ``2+HoaiukYLKaw5IxNQb69FY2``: base64 of random bytes may start
-    with ``/`` or with a digit and ``+``, and is then neither a path nor a sum. Base64's alphabet alone, and
-    ``=`` padding or a piece of ten characters or more mixing capitals and small letters that no
-    programmer would name (``someLongVariableName2`` is a name: ``is_worded_name``)."""
+    with ``/`` or with a digit and ``+``, and is then neither a path nor a sum. Base64's alphabet alone,
+    and ``=`` padding, a ``+`` between letters or digits (``c++/11`` is a path), or a segment between
+    slashes that is no name (``NAME_SEGMENT``)."""
     if not BASE64_RUN.fullmatch(value):
         return False
-    if value.endswith("=") and "/" in value.rstrip("="):
+    if value.endswith("=") or re.search(r"[A-Za-z0-9]\+[A-Za-z0-9]", value):
         return True
-    return any(len(piece) >= 10 and any(ch.isupper() for ch in piece) and any(ch.islower() for ch in piece)
-               and not is_worded_name(piece) for piece in re.split(r"[+/=]", value))
+    return not all(NAME_SEGMENT.fullmatch(segment) for segment in value.split("/") if segment)
 
 
 def is_code_reference(value: str) -> bool:
@@ -218,7 +222,7 @@ def is_name_constant(value: str, key: str = "") -> bool:
     (``ResetPassword: 'ResetPassword'``), a module path (``'allauth.account.forms.SetPasswordForm'``),
     a version (``"^1.4.6"``) or an AWS resource name."""
     if NAME_CONSTANT.fullmatch(value) and sum(ch.isdigit() for ch in value) <= 2 and (
-            "_" in value or is_spelled_in_capitals(value)):
+            "_" in value or is_spelled_in_capitals(value) and not SEED_KEY.search(key)):
         return True  # ``ADMIN_2024`` has too many digits for a constant's name: it may be a password
     if VERSION.fullmatch(value) or ARN.fullmatch(value):
         return True
@@ -237,6 +241,8 @@ def is_name_constant(value: str, key: str = "") -> bool:
             and 0 < len(folded_key) - len(folded) <= 4)
 
 
+# A one-time code's seed is base32, capitals alone one time in 28: under such a key they are the seed, never a name.
+SEED_KEY = re.compile(r"(?i)otp|seed|mfa|2fa")
 # The words a constant about key material is named with (``PRIVATEBLOB``, ``RSAPRIVATEKEY``).
 KEY_MATERIAL_WORDS = ("KEY", "BLOB", "SECRET", "PASS", "TOKEN", "PRIVATE", "PUBLIC", "CERT", "HASH", "CRED", "AUTH")
 

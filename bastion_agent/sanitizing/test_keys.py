@@ -300,11 +300,13 @@ class KeyedTests(unittest.TestCase):
         sanitizer = Sanitizer()
         drawn = [base64.b64encode(secrets.token_bytes(RNG.randint(18, 40))).decode() for _ in range(3000)]
         shaped = [value for value in drawn if value[0] == "/" or value[0].isdigit() and value[1] == "+"][:12]
-        for value in shaped + ["/oK3fj3NOUKI+LIAh+hyJWZ2/WJTiQ==", "2+HoaiukYLKaw5IxNQb69FY2"]:
+        for value in shaped + ["/oK3fj3NOUKI+LIAh+hyJWZ2/WJTiQ==", "2+HoaiukYLKaw5IxNQb69FY2", "/RouyDeNon5WdJU3RqjSTQLQ",
+                               "/uMz4HoUtJWAX8YmszsRzct8", "/TIliiaCn+BMMPloh+p/Z1+WWHD5"]:
             for template in ("jira_token: {v}\n", 'api_token = "{v}"\n'):
                 with self.subTest(value=value, template=template):
                     self.assertFalse(survives(value, sanitizer.redact(template.format(v=value))[0]))
-        for kept in ("password_file: /run/secrets/dbPassword\n", "token_path = /var/lib/app/tokenStore\n",
+        for kept in ("password: /run/secrets/dbPassword\n", "token: /var/lib/app/tokenStore\n",
+                     'api_token = "/Users/JohnDoe/Library/Keychains"\n', "password: /usr/include/c++/11\n",
                      "max_tokens: 4096 + reserve\n"):
             self.assertEqual(sanitizer.redact(kept)[0], kept)
 

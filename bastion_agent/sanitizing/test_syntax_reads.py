@@ -290,7 +290,7 @@ class FallbackSetterAndSpellingTests(SanitizerCase):
     def test_a_seed_of_capitals_alone_is_no_constant_name(self):
         # One base32 seed in 28 has no digit; capitals alone read as a constant's name only when they
         # spell words about key material (``"PRIVATEBLOB"``), as the look-alike does.
-        for value in ["HSMFNYPOVOFVTNNZ", "TLOHLLQUFXAOVADY"] + [
+        for value in ["HSMFNYPOVOFVTNNZ", "TLOHLLQUFXAOVADY", "TRUYRARHSUANRKEY"] + [
                 "".join(RNG.choice(string.ascii_uppercase) for _ in range(16)) for _ in range(20)]:
             self.assert_gone(f'otp_seed = "{value}"\n', value)
         self.assert_kept('NCRYPT_PRIVATE_KEY_BLOB = "PRIVATEBLOB"\n')
