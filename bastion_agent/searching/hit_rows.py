@@ -46,6 +46,14 @@ class Shown:
     page_map: object  # the parsed ``document_pages.pages`` (None: the document has no pages)
 
 
+def listed_ids(count: int) -> str:
+    """``WITH ids(id) AS (VALUES (?), ...)``: ``count`` ids to look up one by one. ``chunk_id IN (...)`` would
+    walk the index on from each id it finds, one step more when another window's id sorts after it, so the
+    work of a search would tell whether a hidden window's id follows a hit's; an equality join seeks each
+    id alone."""
+    return "WITH ids(id) AS (VALUES " + ",".join("(?)" for _ in range(count)) + ")"
+
+
 class HitRows:
     """Reads the rows of ranked windows and builds their hits, for one connection (one loaded index)."""
 
@@ -59,13 +67,11 @@ class HitRows:
         if self._with_pages is None:
             self._with_pages = self.db.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'document_pages'").fetchone() is not None
-        marks = ",".join("?" * count)
         document = document_hits.select_list("d")
-        if self._with_pages:
-            return (f"SELECT {_WINDOW}, {document}, p.pages FROM chunks c LEFT JOIN documents d ON d.doc = c.doc"
-                    f" LEFT JOIN document_pages p ON p.doc = c.doc WHERE c.chunk_id IN ({marks})")
-        return (f"SELECT {_WINDOW}, {document}, NULL FROM chunks c LEFT JOIN documents d ON d.doc = c.doc"
-                f" WHERE c.chunk_id IN ({marks})")
+        pages = "p.pages" if self._with_pages else "NULL"
+        joined = " LEFT JOIN document_pages p ON p.doc = c.doc" if self._with_pages else ""
+        return (f"{listed_ids(count)} SELECT {_WINDOW}, {document}, {pages} FROM ids CROSS JOIN chunks c"
+                f" ON c.chunk_id = ids.id LEFT JOIN documents d ON d.doc = c.doc{joined}")
 
     def rows(self, chunk_ids: list[str]) -> dict[str, tuple]:
         """Each listed window still in ``chunks``, by chunk id: its window's and its document's columns."""

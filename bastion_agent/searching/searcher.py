@@ -24,7 +24,7 @@ from bastion_agent.core.records import Hit
 from bastion_agent.embedding import vectorstore
 from bastion_agent.embedding.client import EmbedClient
 from bastion_agent.embedding.endpoint import EndpointConfig
-from bastion_agent.searching.hit_rows import HitRows
+from bastion_agent.searching.hit_rows import HitRows, listed_ids
 
 DEFAULT_K = 5
 
@@ -537,9 +537,8 @@ class SearchIndex:
         """The cosine of each listed window's vector with the query, from the vector file (windows without one are left out)."""
         if query_vector is None or not chunk_ids or self.vectors is None:
             return {}
-        marks = ",".join("?" * len(chunk_ids))
-        found = self.db.execute(f"SELECT rowid, chunk_id FROM vectors WHERE chunk_id IN ({marks}) AND model = ? AND dim = ?",
-                                (*chunk_ids, self.key, self.dim)).fetchall()
+        found = self.db.execute(f"{listed_ids(len(chunk_ids))} SELECT v.rowid, v.chunk_id FROM ids CROSS JOIN vectors v"
+                                " ON v.chunk_id = ids.id AND v.model = ? AND v.dim = ?", (*chunk_ids, self.key, self.dim)).fetchall()
         positions = self.vectors.positions_of([rowid for rowid, _ in found])
         placed = [(position, chunk) for position, (_, chunk) in zip(positions, found) if position is not None]
         scores = self.vectors.cosines(query_vector, [position for position, _ in placed])
