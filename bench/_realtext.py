@@ -163,6 +163,11 @@ def manifest_stub():
                            search_mode=None)
 
 
+def stderr(line: str) -> None:
+    """A bench's progress line, on stderr so that stdout holds only its JSON figures."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def build(folder: Path, n: int, log=print) -> dict:
     """The store of ``n`` windows in ``folder`` (reused when complete); returns its ``complete.json``."""
     marker = folder / "complete.json"

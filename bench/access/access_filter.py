@@ -183,7 +183,7 @@ def hidden_timing(folder: Path, layout: Layout, queries: int) -> dict:
 
 
 def measure(folder: Path, n: int, queries: int) -> dict:
-    built = _realtext.build(folder, n, log=lambda line: print(line, file=sys.stderr, flush=True))
+    built = _realtext.build(folder, n, log=_realtext.stderr)
     layout = Layout(folder / "out")
     shares = label(layout)
     pairs = [(text, bag_of_words(text, _realtext.DIM)) for text in questions(queries)]

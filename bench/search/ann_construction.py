@@ -122,8 +122,7 @@ def main() -> None:
     parser.add_argument("--faiss-index", type=Path, help="FAISS's own float32 graph of the same rows (read only)")
     args = parser.parse_args()
 
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    log = _realtext.stderr
 
     import faiss
 

@@ -86,8 +86,7 @@ def main() -> None:
     parser.add_argument("--settings", default="128:96,160:96,192:96,256:96,192:200")
     args = parser.parse_args()
 
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    log = _realtext.stderr
 
     load_before = os.getloadavg()
     folder = args.keep / str(args.windows)

@@ -60,8 +60,7 @@ def main() -> None:
     parser.add_argument("--reaches", default="", help="other values of ann_recall.REACH to draw the sample with")
     args = parser.parse_args()
 
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    log = _realtext.stderr
 
     import faiss
 

@@ -154,7 +154,7 @@ def cold_cli(manifest: Path, out: Path, url: str, mode: str, query: str, runs: i
 
 
 def measure(folder: Path, n: int, queries: int, old_queries: int, stub: StubServer) -> dict:
-    built = _realtext.build(folder, n, log=lambda line: print(line, file=sys.stderr, flush=True))
+    built = _realtext.build(folder, n, log=_realtext.stderr)
     layout = Layout(folder / "out")
     manifest = _realtext.write_manifest(folder)
     texts = questions(queries)

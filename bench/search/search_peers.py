@@ -496,8 +496,7 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=0, metavar="N", help="also time N rounds of cold CLI searches")
     args = parser.parse_args()
 
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    log = _realtext.stderr
 
     load_before = os.getloadavg()
     folder = args.keep / str(args.windows)

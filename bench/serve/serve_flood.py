@@ -119,7 +119,7 @@ def main() -> None:
     holder = None if args.keep else tempfile.TemporaryDirectory(prefix="bastion-flood-")
     folder = (args.keep or Path(holder.name)) / str(args.windows)
     folder.mkdir(parents=True, exist_ok=True)
-    built = _realtext.build(folder, args.windows, log=lambda line: print(line, file=sys.stderr, flush=True))
+    built = _realtext.build(folder, args.windows, log=_realtext.stderr)
     manifest, layout = _realtext.write_manifest(folder), Layout(folder / "out")
     with open(manifest, "a", encoding="utf-8") as handle:  # this bench floods connections, not the token's searches
         handle.write("\n[serve]\nsearches_per_minute = 60000\nsearch_burst = 10000\n")

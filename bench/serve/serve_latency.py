@@ -174,7 +174,7 @@ def stub_process():
 def measure(folder: Path, n: int, queries: int, burst: int, stub_url: str, before: Path | None = None) -> dict:
     """serve over new connections, over one kept-alive connection, and in process: interleaved per query and mode."""
     asked = questions(queries)
-    built = _realtext.build(folder, n, log=lambda line: print(line, file=sys.stderr, flush=True))
+    built = _realtext.build(folder, n, log=_realtext.stderr)
     manifest, layout = _realtext.write_manifest(folder), Layout(folder / "out")
     result: dict = {"windows": built["windows"], "dim": DIM, "load_before": [round(x, 2) for x in os.getloadavg()]}
     process, base, start_seconds = start_serve(manifest, layout, stub_url)
