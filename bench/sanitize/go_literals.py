@@ -183,6 +183,15 @@ class Reader:
 
     def skip(self, i: int) -> int:
         """The index after one element that is not an expression (a nested literal): to its ``,`` or ``}``."""
+        return self._level_end(i, commas=True)
+
+    def close(self, i: int, closer: str) -> int:
+        """The index after the ``closer`` that ends the bracket open before ``i`` (at another closer: that one)."""
+        i = self._level_end(i, commas=False)
+        return i + 1 if i < len(self.toks) and self.toks[i].text == closer else i
+
+    def _level_end(self, i: int, *, commas: bool) -> int:
+        """The first closing bracket (or, with ``commas``, ``,``) at the bracket depth of ``i``, or the end."""
         depth = 0
         while i < len(self.toks):
             text = self.toks[i].text
@@ -192,20 +201,7 @@ class Reader:
                 if depth == 0:
                     return i
                 depth -= 1
-            elif text == "," and depth == 0:
+            elif commas and text == "," and depth == 0:
                 return i
-            i += 1
-        return i
-
-    def close(self, i: int, closer: str) -> int:
-        depth = 0
-        while i < len(self.toks):
-            text = self.toks[i].text
-            if text in "({[":
-                depth += 1
-            elif text in ")}]":
-                if depth == 0:
-                    return i + 1 if text == closer else i
-                depth -= 1
             i += 1
         return i
