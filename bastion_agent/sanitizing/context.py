@@ -66,7 +66,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 10
+DETECTION_VERSION = 11
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          "secert", "sercet", "secrect", "seed",
@@ -331,9 +331,11 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     if template and first not in QUOTES:
         return None  # ``{{- $password := .Values.auth.password }}``: an expression of the template
     if first and first in QUOTES and first != terminator:
-        close = _shell_closing(text, position, line_end) if first == '"' else _closing(text, position, line_end)
-        if close is None:
-            return _accept(text, position + 1, line_end, strength, quoted=False, label=label)
+        # an expansion's closing quote is looked for within a value's longest, so repeated keys stay linear
+        close = (_shell_closing(text, position, min(line_end, position + 2 + MAX_VALUE)) if first == '"'
+                 else _closing(text, position, line_end))
+        if close is None:  # unclosed: the value runs on, at most a value's longest
+            return _accept(text, position + 1, min(line_end, position + 1 + MAX_VALUE), strength, quoted=False, label=label)
         if FORMATTED.match(text, close + 1) or text.startswith(code_values.API_LISTING, close + 1):
             return None  # ``'{0}:{1}'.format(user, pw)``, ``"%s" % pw``: a format string of code; an API listing
         return _accept(text, position + 1, close, strength, quoted=True, label=False, key=key, phrase=phrase)
@@ -403,19 +405,23 @@ def _list_value(text: str, position: int, line_end: int) -> tuple[int, int] | No
     return items[0][0], items[-1][1]
 
 
+# The characters ``_shell_closing`` acts on: it jumps from one to the next.
+SHELL_MARK = re.compile(r"[\\\"'$)}]")
+
+
 def _shell_closing(text: str, position: int, line_end: int) -> int | None:
     """Where a double quote opened at ``position`` closes when what it holds starts as shell's ``${...}`` or
     ``$(...)``: quotes inside the expansion are its own (``"${PW:-$(< "$F")}"``), so the closing quote is
     the first one after the expansion's end. Any other string: ``_closing``."""
     if text[position + 1:position + 3] not in ("${", "$("):
         return _closing(text, position, line_end)
-    depth, index, inner = 0, position + 1, None  # ``inner``: the quote open inside the expansion
-    while index < line_end:
-        ch = text[index]
+    depth, inner = 0, None  # ``inner``: the quote open inside the expansion
+    found = SHELL_MARK.search(text, position + 1, line_end)
+    while found is not None:
+        index, ch = found.start(), found.group()
         if ch == "\\":
-            index += 2
-            continue
-        if inner is not None:
+            index += 1
+        elif inner is not None:
             if ch == inner:
                 inner = None
         elif ch in "\"'" and depth > 0:
@@ -427,7 +433,7 @@ def _shell_closing(text: str, position: int, line_end: int) -> int | None:
             index += 1
         elif ch in ")}" and depth > 0:
             depth -= 1
-        index += 1
+        found = SHELL_MARK.search(text, index + 1, line_end)
     return None
 
 

@@ -177,6 +177,16 @@ class ContextTests(unittest.TestCase):
         self.assertTrue(clean.startswith("password=[REDACTED:credential-value]"), clean[:80])
 
 
+    def test_an_unclosed_shell_expansion_runs_at_most_a_values_longest(self):
+        # ``PW="${PW:-$(`` repeated: every key's quote is open to the line's end. Each value read is cut at
+        # context.MAX_VALUE, so each key costs at most that much, and the line still goes whole.
+        line = 'PW="${PW:-$(' * 400
+        spans = context.scan(line)
+        self.assertTrue(spans)
+        self.assertLessEqual(max(end - start for start, end in spans), context.MAX_VALUE)
+        self.assertNotIn("PW:-$(PW", redact(line).replace("[REDACTED:credential-value]", ""))
+
+
 class CopyTests(unittest.TestCase):
     def test_a_copy_in_the_same_text_goes(self):
         value = token()
