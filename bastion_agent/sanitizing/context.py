@@ -331,9 +331,7 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     if template and first not in QUOTES:
         return None  # ``{{- $password := .Values.auth.password }}``: an expression of the template
     if first and first in QUOTES and first != terminator:
-        # an expansion's closing quote is looked for within a value's longest, so repeated keys stay linear
-        close = (_shell_closing(text, position, min(line_end, position + 2 + MAX_VALUE)) if first == '"'
-                 else _closing(text, position, line_end))
+        close = _shell_closing(text, position, line_end) if first == '"' else _closing(text, position, line_end)
         if close is None:  # unclosed: the value runs on, at most a value's longest
             return _accept(text, position + 1, min(line_end, position + 1 + MAX_VALUE), strength, quoted=False, label=label)
         if FORMATTED.match(text, close + 1) or text.startswith(code_values.API_LISTING, close + 1):
@@ -412,9 +410,11 @@ SHELL_MARK = re.compile(r"[\\\"'$)}]")
 def _shell_closing(text: str, position: int, line_end: int) -> int | None:
     """Where a double quote opened at ``position`` closes when what it holds starts as shell's ``${...}`` or
     ``$(...)``: quotes inside the expansion are its own (``"${PW:-$(< "$F")}"``), so the closing quote is
-    the first one after the expansion's end. Any other string: ``_closing``."""
+    the first one after the expansion's end, looked for within a value's longest so that a line of keys
+    whose expansions never close stays linear. Any other string: ``_closing``."""
     if text[position + 1:position + 3] not in ("${", "$("):
         return _closing(text, position, line_end)
+    line_end = min(line_end, position + 2 + MAX_VALUE)
     depth, inner = 0, None  # ``inner``: the quote open inside the expansion
     found = SHELL_MARK.search(text, position + 1, line_end)
     while found is not None:

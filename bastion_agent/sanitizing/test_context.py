@@ -185,6 +185,12 @@ class ContextTests(unittest.TestCase):
         self.assertTrue(spans)
         self.assertLessEqual(max(end - start for start, end in spans), context.MAX_VALUE)
         self.assertNotIn("PW:-$(PW", redact(line).replace("[REDACTED:credential-value]", ""))
+        # A plain quoted value longer than that still ends at its own quote, and goes whole (an Entra
+        # refresh token is about 1,050 characters).
+        value = "0." + "".join(token(21) + random.choice("._-") for _ in range(52))
+        clean = redact(f'"refresh_token": "{value}",\n')
+        self.assertGreater(len(value), context.MAX_VALUE)
+        self.assertFalse(any(value[i:i + 8] in clean for i in range(len(value) - 7)), clean[:120])
 
 
 class CopyTests(unittest.TestCase):

@@ -42,6 +42,10 @@ How a case counts, the same for every tool:
   ``false_flags_without_by_design`` is the rate on the other negatives, beside
   ``false_flags_clean`` (the negatives holding no value the suite labels
   secret elsewhere).
+- **floor** (bastion only): ``false_flags_floor`` is the rate left if every
+  other flagged negative were kept, that is the flagged negatives that are by
+  design or hold a secret the suite's own positives label: how low the false
+  flags can go without keeping a key.
 
 The peers (detect-secrets and CredSweeper from ``--peer-venv``) see every
 case as a file of its own and are scored by the line rule: a positive is
@@ -418,12 +422,14 @@ def figures(cases: list[Case], verdicts: list[Verdict]) -> dict:
     flagged = sum(v.changed for _, v in neg)
     clean = [v for c, v in neg if not c.holds_labelled]
     designed = sum(v.by_design for _, v in neg)
+    floor = sum(v.changed and (v.by_design or c.holds_labelled) for c, v in neg)
     return {"positives": len(pos), "removed": removed, "recall": share(removed, len(pos)),
             "recall_all_pieces": share(sum(v.every for _, v in pos), len(pos)),
             "negatives": len(neg), "flagged": flagged, "false_flags": share(flagged, len(neg)),
             "clean_negatives": len(clean), "clean_flagged": sum(v.changed for v in clean),
             "false_flags_clean": share(sum(v.changed for v in clean), len(clean)),
-            "by_design": designed, "false_flags_without_by_design": share(flagged - designed, len(neg) - designed)}
+            "by_design": designed, "false_flags_without_by_design": share(flagged - designed, len(neg) - designed),
+            "false_flags_floor": share(floor, len(neg))}
 
 
 def per_family(cases: list[Case], verdicts: dict[str, list[Verdict]]) -> dict:
@@ -487,14 +493,15 @@ def suite_report(loaded: Loaded, venv: Path, peers: bool, misses: int) -> dict:
 
 def table(reports: dict) -> str:
     rows = ["| suite | tool | recall (a secret piece) | recall (all pieces) | false flags | "
-            "false flags, negatives holding no labelled secret | by design | false flags without them |",
-            "|---|---|---|---|---|---|---|---|"]
+            "false flags, negatives holding no labelled secret | by design | false flags without them | floor |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for suite, report in reports.items():
         for tool, fig in report["tools"].items():
             rows.append(f"| {suite} | {tool} | {fig['recall']} % ({fig['removed']}/{fig['positives']}) | "
                         f"{fig['recall_all_pieces']} % | {fig['false_flags']} % ({fig['flagged']}/{fig['negatives']}) | "
                         f"{fig['false_flags_clean']} % ({fig['clean_flagged']}/{fig['clean_negatives']}) | "
-                        f"{fig['by_design']} | {fig['false_flags_without_by_design']} % |")
+                        f"{fig['by_design']} | {fig['false_flags_without_by_design']} % | "
+                        f"{fig.get('false_flags_floor', '')} % |")
     return "\n".join(rows)
 
 
