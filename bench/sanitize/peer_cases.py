@@ -45,7 +45,8 @@ How a case counts, the same for every tool:
 - **floor** (bastion only): ``false_flags_floor`` is the rate left if every
   other flagged negative were kept, that is the flagged negatives that are by
   design or hold a secret the suite's own positives label: how low the false
-  flags can go without keeping a key.
+  flags can go without keeping a key (a labelled key counts when the change
+  touched it).
 
 The peers (detect-secrets and CredSweeper from ``--peer-venv``) see every
 case as a file of its own and are scored by the line rule: a positive is
@@ -102,6 +103,7 @@ class Case:
     positive: bool = False
     by_change: bool = False  # a positive whose value the peer does not name: removed when the text changed
     holds_labelled: bool = False  # a negative holding a value the same suite labels a secret elsewhere
+    labelled: list[str] = field(default_factory=list)  # those values
 
 
 @dataclass
@@ -288,7 +290,19 @@ def mark_labelled(cases: list[Case]) -> None:
              if len(v) >= PIECE and not is_locator(v)}
     for case in cases:
         if not case.positive:
-            case.holds_labelled = any(mark in case.text for mark in marks)
+            case.labelled = [mark for mark in marks if mark in case.text]
+            case.holds_labelled = bool(case.labelled)
+
+
+def changes_labelled(case: Case, mask: bytearray) -> bool:
+    """Did the change touch a value the suite labels a secret elsewhere (``mark_labelled``)?"""
+    for value in case.labelled:
+        at = case.text.find(value)
+        while at >= 0:
+            if any(mask[at:at + len(value)]):
+                return True
+            at = case.text.find(value, at + 1)
+    return False
 
 
 def survives(text: str, value: str, mask: bytearray) -> bool:
@@ -348,6 +362,7 @@ class Verdict:
     every: bool
     changed: bool
     by_design: bool = False
+    labelled: bool = False  # for a negative bastion changed, the change touched a key the suite labels secret
 
 
 # A word that names a credential: a random value after it on its line is removed on purpose.
@@ -390,7 +405,9 @@ def bastion_verdicts(cases: list[Case], masks: list[bytearray]) -> list[Verdict]
     for case, mask in zip(cases, masks):
         changed = any(mask)
         if not case.positive or case.by_change:
-            out.append(Verdict(changed, changed, changed, changed and not case.positive and by_design(case.text, mask)))
+            negative = changed and not case.positive
+            out.append(Verdict(changed, changed, changed, negative and by_design(case.text, mask),
+                               negative and changes_labelled(case, mask)))
             continue
         kept = [survives(case.text, v, mask) for v in case.values]
         secrets = [k for v, k in zip(case.values, kept) if not is_locator(v)] or kept
@@ -422,7 +439,7 @@ def figures(cases: list[Case], verdicts: list[Verdict]) -> dict:
     flagged = sum(v.changed for _, v in neg)
     clean = [v for c, v in neg if not c.holds_labelled]
     designed = sum(v.by_design for _, v in neg)
-    floor = sum(v.changed and (v.by_design or c.holds_labelled) for c, v in neg)
+    floor = sum(v.changed and (v.by_design or v.labelled) for _, v in neg)
     return {"positives": len(pos), "removed": removed, "recall": share(removed, len(pos)),
             "recall_all_pieces": share(sum(v.every for _, v in pos), len(pos)),
             "negatives": len(neg), "flagged": flagged, "false_flags": share(flagged, len(neg)),
