@@ -59,6 +59,9 @@ def main() -> None:
                              "to a build timed in the same run")
     parser.add_argument("--reaches", default="", help="other values of ann_recall.REACH to draw the sample with")
     args = parser.parse_args()
+    if args.windows < ann.MIN_ROWS:
+        parser.error(f"--windows {args.windows}: a store of fewer than {ann.MIN_ROWS} windows has no graph "
+                     "to measure (embedding/ann.py MIN_ROWS)")
 
     log = _realtext.stderr
 
