@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The peers' own test cases as strings: trufflehog's, Presidio's and gitleaks' suites, bastion beside the peers.
+"""The peers' own test cases as strings: trufflehog's, Presidio's, gitleaks' and detect-secrets' suites, bastion beside the peers.
 
 ``bench/sanitize/peer_suites.py`` scores the sample *files* of CredSweeper and
-detect-secrets. Three more peers keep their suites as test tables in code;
+detect-secrets. Four peers keep cases as test tables in code;
 this reads those tables at run time from a checkout given on the command
 line (nothing of theirs is copied here) and scores every case:
 
@@ -20,6 +20,20 @@ line (nothing of theirs is copied here) and scores every case:
 - **gitleaks** (``--gitleaks DIR``): the ``tps`` and ``fps`` lists of
   ``cmd/generate/config/rules/*.go``, each element that is a literal string
   (generated samples are left out and counted).
+- **detect-secrets** (``--detect-secrets DIR``): every row of every
+  ``pytest.mark.parametrize`` table of ``tests/plugins/*_test.py``, expanded
+  as pytest expands it (a class's table crossed with its methods'; the
+  keyword plugin's generator over file types, each row written under its
+  file type's extension). ``py_literals`` evaluates the strings the tables
+  build (``.format``, f-strings, ``+``, ``*``, slices, ``textwrap.dedent``)
+  from the syntax tree, never importing the tests. A row is a positive when
+  ``should_flag``/``should_be_caught`` is true, ``num_results`` above zero,
+  ``expected_secret`` set (its value, scored by the span rule) or its table
+  has no expectation column (those tables assert a finding on each row);
+  otherwise a negative. A positive with no named value counts as removed
+  when the text changed. Rows whose text cannot be computed statically (a
+  value drawn by ``randint``) and tables that scan no text (verification
+  helpers, settings) are left out and counted with the reason.
 
 How a case counts, the same for every tool:
 
@@ -50,7 +64,7 @@ flagged when they report anything. ``--no-peers`` leaves them out.
 
 Prints JSON on stdout and a table on stderr.
 
-Usage: python3 bench/sanitize/peer_cases.py [--trufflehog DIR] [--presidio DIR] [--gitleaks DIR]
+Usage: python3 bench/sanitize/peer_cases.py [--trufflehog DIR] [--presidio DIR] [--gitleaks DIR] [--detect-secrets DIR]
        [--peer-venv DIR] [--no-peers] [--code DIR] [--misses N] [--only FAMILY]
 """
 
