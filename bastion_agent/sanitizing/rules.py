@@ -508,7 +508,7 @@ RULES: tuple[Rule, ...] = (
        keywords=("<add",), validator="assignment", anchor="keyword"),
     Rule("secret-assignment", "assignment",
        r"(?i)(?<![\w.\-])(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd|auth|cred|key)[\w.\-]{0,80}?)"
-       r"(?:\[[0-9]{0,6}\](?=[ \t]*=[^=]))?"  # a C array declarator: ``char password[] = "…"``, ``secret[25] = "…"``
+       r"(?:\[[0-9]{0,6}\](?=[ \t]*=[ \t]*\"))?"  # a C array declarator: ``char password[] = "…"``, ``secret[25] = "…"``
        r"(?P<kq>[\"'`]?\]?)"
        r"(?:[ \t]*:?[ \t]*(?:string|str|String|const|final|char\s*\*|bytes)\b)?"
        r"(?:[ \t]*(?P<op>:{1,3}=|=>|[?.+]?=|==|:|,)[ \t]*|(?P<xop>>)\s*)"
