@@ -37,7 +37,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 12
+DETECTION_VERSION = 13
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -508,6 +508,8 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
                             for word in words):
         return False
     lowered = [word.lower() for word in words]
+    if len(words) == 1 and spelled_stand_in(lowered[0]):
+        return True  # ``password = "somefakekey"``: a fake's words written together
     if len(words) == 1:
         return (bool(GENERATED_KEY.search(key.strip("\"'`[]"))) and words[0].islower()
                 and (len(value) <= 9 or len(value) <= 12 and is_wordlike(value)))
@@ -516,6 +518,30 @@ def is_stand_in(value: str, key: str = "", *, backtick: bool = False) -> bool:
         return True
     return (len(words) >= 3 and any(word in CREDENTIAL_WORDS for word in lowered)
             and any(word in FUNCTION_WORDS for word in lowered))
+
+
+# Words that say outright that a value is not a real one; a word spelled from a stand-in's words needs one.
+FAKE_MARKS = frozenset("fake dummy mock sample example placeholder".split())
+SPELLING_WORDS = STAND_IN_WORDS | CREDENTIAL_WORDS | FUNCTION_WORDS
+
+
+def spelled_stand_in(word: str) -> bool:
+    """A word that splits whole into a stand-in's, a credential's and function words, one of them a mark of a fake
+    (``somefakekey``, ``dummypassword``, ``myexamplesecret``): the words of a test's fake written without
+    separators. A drawn or chosen password leaves a piece no such word covers (``fakeqzvrtm``)."""
+    if not word.isalpha() or len(word) > 40:
+        return False
+    # states[i]: the ways word[:i] splits into known words: (False,) without a mark yet, (True,) with one
+    states: list[set[bool]] = [set() for _ in range(len(word) + 1)]
+    states[0].add(False)
+    for i in range(len(word)):
+        if not states[i]:
+            continue
+        for j in range(i + 2, min(len(word), i + 12) + 1):
+            piece = word[i:j]
+            if piece in SPELLING_WORDS:
+                states[j].update(mark or piece in FAKE_MARKS for mark in states[i])
+    return True in states[len(word)]
 
 
 # --- secrets written as code's data ---------------------------------------------------------

@@ -449,11 +449,24 @@ RULES: tuple[Rule, ...] = (
        r"(?i)(?:#define|%define|%global)(?:[ \t]+|\\t)+(?P<key>[\w.\-]{0,60}?(?:pass|pwd|secret|token)[\w.\-]{0,60}?)"
        r"(?:[ \t]+|\\t)+(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,200}\\?\"|'[^'\n]{1,200}'|[^\s\"'\\(){}]{1,200}(?=[ \t]*\r?(?:\n|$)))",
        keywords=("#define", "%define", "%global"), validator="assignment", anchor="keyword"),
-    # A literal compared with a credential (``if (password !== "X")``) is the credential.
+    # A literal compared with a credential (``if (password !== "X")``, ``if (api_key != "X")``) is the credential;
+    # so is one on the left (``if ("X" == password)``, the "Yoda" order some style guides ask for).
     Rule("compared-secret", "assignment",
-       r"(?i)(?<![\w.\-])(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd)[\w.\-]{0,80}?)[ \t]*(?P<op>!==?|===?)[ \t]*"
+       r"(?i)(?<![\w.\-])(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd|key)[\w.\-]{0,80}?)[ \t]*(?P<op>!==?|===?)[ \t]*"
        r"(?P<value>\"(?:[^\"\\\n]|\\.){1,200}\"|'(?:[^'\\\n]|\\.){1,200}')",
-       keywords=("secret", "token", "pass", "pwd"), validator="compared_secret"),
+       keywords=("secret", "token", "pass", "pwd", "key"), validator="compared_secret"),
+    Rule("compared-secret", "assignment",
+       r"(?i)(?<![\w\\])(?P<value>\"(?:[^\"\\\n]|\\.){1,200}\"|'(?:[^'\\\n]|\\.){1,200}')[ \t]*(?P<op>!==?|===?)[ \t]*"
+       r"(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd|key)[\w.\-]{0,80}?)(?![\w.\-(\[])",
+       keywords=("secret", "token", "pass", "pwd", "key"), validator="compared_secret"),
+    # A credential word opening a statement, its one argument a quoted literal: a directive of a config file or a
+    # call without parentheses (Chef's and Ruby's DSLs: ``password "X"``; ``secret "X";``). The bare command names
+    # ``passwd`` and ``pwd`` take a user or nothing, so only the full words count; the value has no space (a prompt
+    # or a message has).
+    Rule("directive-secret", "assignment",
+       r"(?im)^[ \t]*(?P<key>[\w.\-]{0,80}?(?:password|passphrase|secret|token)[\w.\-]{0,80}?)[ \t]+"
+       r"(?P<value>\"[^\"\s\\]{1,200}\"|'[^'\s\\]{1,200}')[ \t]*;?[ \t]*\r?$",
+       keywords=("password", "passphrase", "secret", "token"), validator="directive_secret", anchor="line"),
     # Shortened password keys (PSWD, PASWRD, PSSWORD, pw) beside a value: ``X3_PSWD=...``, ``user:admin pw:...``.
     Rule("short-password-key", "assignment",
        r"(?i)(?<![A-Za-z0-9])(?P<key>(?:[\w.]{0,40}[_.\-])?(?:p(?:s{1,2}w(?:o?r)?d|as(?:w(?:o?r)?d))|pw))"
@@ -495,6 +508,7 @@ RULES: tuple[Rule, ...] = (
        keywords=("<add",), validator="assignment", anchor="keyword"),
     Rule("secret-assignment", "assignment",
        r"(?i)(?<![\w.\-])(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd|auth|cred|key)[\w.\-]{0,80}?)"
+       r"(?:\[[0-9]{0,6}\](?=[ \t]*=[ \t]*\"))?"  # a C array declarator: ``char password[] = "…"``, ``secret[25] = "…"``
        r"(?P<kq>[\"'`]?\]?)"
        r"(?:[ \t]*:?[ \t]*(?:string|str|String|const|final|char\s*\*|bytes)\b)?"
        r"(?:[ \t]*(?P<op>:{1,3}=|=>|[?.+]?=|==|:|,)[ \t]*|(?P<xop>>)\s*)"

@@ -92,6 +92,25 @@ FORMS = [
     ("JS !== literal", 'if (password !== "{v}") {{\n', password,
      ['if (password !== confirmPassword) {\n', 'if (token === "Bearer") {\n']),
     ("Python == literal", 'if secret == "{v}":\n', password, ['if secret == "":\n']),
+    # found by reading detect-secrets' own test tables (bench/sanitize/peer_cases.py --detect-secrets)
+    ("literal on the left", 'if ("{v}" == password) {{\n', password,
+     ['if ("" == password) {\n', 'if ("admin" === password) {\n', 'if ("Bearer" == token_type) {\n',
+      'if ("ArrowUp" === event.key) {\n', 'if (expected != password) {\n']),
+    ("literal on the left, key name", "assert '{v}' !== my_private_key\n", password,
+     ["assert 'Title2' !== sortKey\n"]),
+    ("!= and a key's name", 'if (api_key != "{v}") {{\n', password,
+     ['if (event.key != "Enter2") {\n', 'if (api_key != "") {\n']),
+    ("C array declarator", 'static const char password[] = "{v}";\n', password,
+     ['char password[PASS_MAX];\n', 'char password[64] = "";\n', 'char password[128] = {0};\n',
+      'if (password[0] == \'\\0\') return;\n']),
+    ("C array declarator, sized", 'char api_secret[41] = "{v}";\n', password,
+     ["tokens[3] = \"the\";\n", "char db_pass[] = 'Kq7vLm2x9!';\n"]),
+    ("directive", 'password "{v}";\n', password,
+     ['password "Enter your password";\n', 'passwd "alice"\n', 'password "#{db_password}"\n',
+      'token "${TOKEN}";\n', "private_key \"half-quoted';\n",
+      'import (\n\tsecretmanager "cloud.google.com/go/secretmanager/apiv1"\n\ttoken "golang.org/x/oauth2"\n)\n']),
+    ("paren-less call in a block", 'user "deploy" do\n  password "{v}"\n  action :create\nend\n', password,
+     ['user "deploy" do\n  password node["app"]["password"]\nend\n']),
     ("PSWD", "X3_PSWD={v}\n", password, ["X3_PSWD=$X3_PASSWORD_FROM_VAULT\n"]),
     ("PASWRD :=", "PASWRD:={v}\n", password, ["PASWRD := getPaswrd()\n"]),
     ("pw: in a pair", "user:admin pw:{v}\n", password, ["pw: 120\n", "pw = 300\n"]),
@@ -131,6 +150,22 @@ class HostileTests(unittest.TestCase):
         self.assertFalse(survives(secret, clean))
         self.assertEqual(clean.count("\n"), text.count("\n"))
         self.assertIn("a" * 50000, clean)  # no rule took the unfinished runs
+
+    def test_long_unfinished_comparisons_directives_and_declarators(self):
+        """A literal on the left, a directive and an array declarator, each left open or repeated: the scan
+        finishes, leaves the runs alone and still removes the value planted after them."""
+        secret = password()
+        text = ('"' * 20000 + " == password\n"
+                + "password " + '"' * 20000 + "\n"
+                + "password \"" + "b" * 50000 + "\n"
+                + "char password[" + "9" * 20000 + "\n"
+                + ('"x" == ' * 5000) + "token\n"
+                + f'if ("{secret}" == password) {{}}\n')
+        clean, _ = Sanitizer().redact(text)
+        self.assertFalse(survives(secret, clean))
+        self.assertEqual(clean.count("\n"), text.count("\n"))
+        self.assertIn("b" * 50000, clean)
+        self.assertIn("9" * 20000, clean)
 
     def test_a_found_flag_value_does_not_spread_to_names(self):
         """A usage line's metavariable is no token, so its name elsewhere in the file stays."""

@@ -273,6 +273,7 @@ POSITIVES = [
     ("sk-hex-key", "deepseek {v}\n", "sk-" + rand(HEX, 32)),
     ("macro-password", '#define DB_PASSWORD "{v}"\n', rand(B62, 10) + "7!"),
     ("compared-secret", 'if (password !== "{v}") {{\n', rand(B62, 10) + "7!"),
+    ("directive-secret", 'password "{v}";\n', rand(B62, 10) + "7!"),
     ("short-password-key", "user:admin pw:{v}\n", rand(B62, 10) + "7!"),
     ("curl-option-password", 'curl_easy_setopt(h, CURLOPT_USERPWD, "ops:{v}");\n', rand(B62, 10) + "7!"),
     ("cli-token", "vault login --token {v}\n", rand(B62, 20) + "7"),

@@ -134,6 +134,22 @@ class StandInTests(unittest.TestCase):
             self.assertTrue(code_values.is_stand_in(phrase), phrase)
             self.assert_kept(f'    client.refresh_token = "{phrase}"\n')
 
+    def test_a_fakes_words_written_together_stay_and_drawn_letters_beside_the_mark_go(self):
+        """``password = "somefakekey"``: a fake's words without separators; ``fake`` then drawn consonants is a
+        password someone chose, and goes."""
+        for _ in range(5):
+            words = [RNG.choice(sorted(code_values.FAKE_MARKS)),
+                     RNG.choice(sorted(code_values.CREDENTIAL_WORDS - {"pw"})),
+                     RNG.choice(["", "some", "my", "the", "other", "test"])]
+            RNG.shuffle(words)
+            self.assert_kept(f'password = "{"".join(words)}"\n')
+            mark = RNG.choice(sorted(code_values.FAKE_MARKS))
+            drawn = "".join(RNG.choice("bcdfghjklmnqrstvxz") for _ in range(8))  # no vowel: no word of a fake
+            for value in (mark + drawn, drawn + mark):
+                out, _ = self.sanitizer.redact(f'password = "{value}"\n')
+                self.assertNotIn(value, out)
+                self.assertNotIn(drawn, out)
+
     def test_a_description_of_what_to_put_there_stays(self):
         place = lower_word(7)
         self.assert_kept(f"store.password = the-password-to-your-{place}\n")

@@ -23,7 +23,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 13
+DETECTION_VERSION = 14
 
 # --- entropy --------------------------------------------------------------
 
@@ -1217,17 +1217,41 @@ def check_vendor_token(match: re.Match, start: int, end: int):
     """A vendor's token shape, unless it marks itself as an example (``…tokenexample``, ``sbp_…abcdef``)."""
     return not EXAMPLE_MARK.search(match.string[start:end])
 
+COMPARED_WORD = re.compile(r"(?i)secret|token|pass|pwd")
+
+
 def check_compared_secret(match: re.Match, start: int, end: int):
     """``if (password !== "X")``: a literal compared with a credential is one, when it reads as one.
 
     Code compares a credential with names of modes and states too
-    (``token === "Bearer"``), so the literal must not read as a word.
+    (``token === "Bearer"``), so the literal must not read as a word. A
+    name whose only credential word is a bare ``key`` names a key of a map,
+    a keyboard or a cache (``event.key === "ArrowUp"``, ``sortKey != "Name"``):
+    only a key a secret is made of (``api_key``, ``private_key``) counts.
     """
+    key = match.group("key")
+    if key_strength(key) != "strong" and not COMPARED_WORD.search(key):
+        return False
     spans = check_assignment(match, start, end)
     if not spans:
         return False
     (vstart, vend), = spans
     return spans if reads_as_secret(match.string[vstart:vend]) else False
+
+
+# A module or package path: Go's ``secretmanager "cloud.google.com/go/secretmanager/apiv1"`` import alias has the
+# shape of a directive, and ``crypto/rand`` or ``golang.org/x/crypto/ssh`` is what it names: a host then a path,
+# or lower-case segments (a password with a slash has capitals or symbols: ``Kq7v/Lm2x!``).
+MODULE_PATH = re.compile(r"[a-z0-9\-]+(?:\.[a-z0-9\-]+)+(?:/[\w.\-~@]+)+/?|[a-z0-9_\-]+(?:/[a-z0-9_.\-]+)+")
+
+
+def check_directive_secret(match: re.Match, start: int, end: int):
+    """``password "X";``: a credential word used as a directive or a call without parentheses, its one
+    argument a quoted literal, is the credential when the literal reads as one (as a compared literal),
+    unless it is a module's path (a Go import under an alias that names a secret manager)."""
+    if MODULE_PATH.fullmatch(match.group("value")[1:-1]):
+        return False
+    return check_compared_secret(match, start, end)
 
 
 def check_flag_token(match: re.Match, start: int, end: int):
@@ -1267,6 +1291,7 @@ def check_short_password(match: re.Match, start: int, end: int):
 CHECKS = {
     "cli_password": check_cli_password,
     "compared_secret": check_compared_secret,
+    "directive_secret": check_directive_secret,
     "flag_token": check_flag_token,
     "vendor_token": check_vendor_token,
     "short_password": check_short_password,

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The peers' own test cases as strings: trufflehog's, Presidio's and gitleaks' suites, bastion beside the peers.
+"""The peers' own test cases as strings: trufflehog's, Presidio's, gitleaks' and detect-secrets' suites, bastion beside the peers.
 
 ``bench/sanitize/peer_suites.py`` scores the sample *files* of CredSweeper and
-detect-secrets. Three more peers keep their suites as test tables in code;
+detect-secrets. Four peers keep cases as test tables in code;
 this reads those tables at run time from a checkout given on the command
 line (nothing of theirs is copied here) and scores every case:
 
@@ -20,6 +20,20 @@ line (nothing of theirs is copied here) and scores every case:
 - **gitleaks** (``--gitleaks DIR``): the ``tps`` and ``fps`` lists of
   ``cmd/generate/config/rules/*.go``, each element that is a literal string
   (generated samples are left out and counted).
+- **detect-secrets** (``--detect-secrets DIR``): every row of every
+  ``pytest.mark.parametrize`` table of ``tests/plugins/*_test.py``, expanded
+  as pytest expands it (a class's table crossed with its methods'; the
+  keyword plugin's generator over file types, each row written under its
+  file type's extension). ``py_literals`` evaluates the strings the tables
+  build (``.format``, f-strings, ``+``, ``*``, slices, ``textwrap.dedent``)
+  from the syntax tree, never importing the tests. A row is a positive when
+  ``should_flag``/``should_be_caught`` is true, ``num_results`` above zero,
+  ``expected_secret`` set (its value, scored by the span rule) or its table
+  has no expectation column (those tables assert a finding on each row);
+  otherwise a negative. A positive with no named value counts as removed
+  when the text changed. Rows whose text cannot be computed statically (a
+  value drawn by ``randint``) and tables that scan no text (verification
+  helpers, settings) are left out and counted with the reason.
 
 How a case counts, the same for every tool:
 
@@ -55,7 +69,7 @@ flagged when they report anything. ``--no-peers`` leaves them out.
 
 Prints JSON on stdout and a table on stderr.
 
-Usage: python3 bench/sanitize/peer_cases.py [--trufflehog DIR] [--presidio DIR] [--gitleaks DIR]
+Usage: python3 bench/sanitize/peer_cases.py [--trufflehog DIR] [--presidio DIR] [--gitleaks DIR] [--detect-secrets DIR]
        [--peer-venv DIR] [--no-peers] [--code DIR] [--misses N] [--only FAMILY]
 """
 
@@ -77,6 +91,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import creddata  # noqa: E402  (puts the measured bastion_agent on the path, honouring --code)
 import go_literals  # noqa: E402
+import py_literals  # noqa: E402
 
 PIECE = 8
 # Presidio's recognizers whose family bastion claims to remove, test file -> family. The others are
@@ -104,6 +119,7 @@ class Case:
     by_change: bool = False  # a positive whose value the peer does not name: removed when the text changed
     holds_labelled: bool = False  # a negative holding a value the same suite labels a secret elsewhere
     labelled: list[str] = field(default_factory=list)  # those values
+    suffix: str = ".txt"  # the file type the test scans the text as (detect-secrets' keyword plugin cares)
 
 
 @dataclass
@@ -252,6 +268,67 @@ def gitleaks_cases(root: Path) -> Loaded:
     return Loaded(cases, skipped)
 
 
+# The arguments of a detect-secrets table that hold the scanned text, and those that say whether it is a secret.
+DS_PAYLOAD = ("payload", "line", "file_content")
+DS_FLAG = ("should_flag", "should_be_caught")
+
+
+def ds_scanned(func: ast.FunctionDef, bound: dict, reader: py_literals.Reader):
+    """The text a detect-secrets test scans: its payload argument, or the expression it passes as
+    ``line=`` built from its arguments (the entropy tables format a quoting template with the secret)."""
+    for name in DS_PAYLOAD:
+        if name in bound:
+            return bound[name]
+    for node in ast.walk(func):
+        if isinstance(node, ast.keyword) and node.arg == "line" and not isinstance(node.value, ast.Name):
+            return reader.value(node.value, bound)
+    return None
+
+
+def ds_expected(bound: dict) -> tuple[bool, list[str]]:
+    """(a finding expected, the values the test names): ``expected_secret`` names the value, a flag or a
+    count of results only says whether; a table with none of them asserts a finding on every row."""
+    if "expected_secret" in bound:
+        value = bound["expected_secret"]
+        return bool(value), [value] if value else []
+    for name in DS_FLAG:
+        if name in bound:
+            return bool(bound[name]), []
+    if "num_results" in bound:
+        return bound["num_results"] > 0, []
+    return True, []
+
+
+def detect_secrets_cases(root: Path) -> Loaded:
+    """Each row of every ``pytest.mark.parametrize`` table of ``tests/plugins/*_test.py``, expanded as
+    pytest expands it (a class's table crossed with its methods', the keyword plugin's generator over
+    file types); a row whose text cannot be computed statically is left out with the reason."""
+    cases, skipped = [], collections.Counter()
+    for path in sorted((root / "tests" / "plugins").glob("*_test.py")):
+        family = path.name[:-len("_test.py")]
+        for func, names, rows, reader in py_literals.test_tables(ast.parse(path.read_text(encoding="utf-8"))):
+            for number, row in enumerate(rows):
+                if isinstance(row, py_literals.Unreadable):
+                    skipped[f"{path.name}: {row.reason}"] += 1
+                    continue
+                bound = dict(zip(names, row))
+                try:
+                    text = ds_scanned(func, bound, reader)
+                except py_literals.NotRead as error:
+                    text = py_literals.Unreadable(error.reason)
+                if not isinstance(text, str):
+                    reason = text.reason if isinstance(text, py_literals.Unreadable) else "no scanned text"
+                    skipped[f"{path.name}::{func.name}: {reason}"] += 1
+                    continue
+                positive, values = ds_expected(bound)
+                values = [v for v in values if v in text]
+                extension = bound.get("file_extension")
+                case = Case("detect-secrets", family, f"{path.name}::{func.name}[{number}]", text, values, positive,
+                            by_change=positive and not values, suffix=f".{extension}" if extension else ".txt")
+                cases.append(case)
+    return Loaded(cases, skipped)
+
+
 def list_literals(reader: go_literals.Reader, start: int, end: int):
     """("tps"|"fps", elements) of every ``tps := []string{…}``, ``tps = append(tps, …)`` in [start, end)."""
     toks = reader.toks
@@ -320,14 +397,19 @@ def survives(text: str, value: str, mask: bytearray) -> bool:
 
 
 def bastion_masks(cases: list[Case], folder: Path) -> list[bytearray]:
-    rows = {f"{n:05d}.txt": [] for n in range(len(cases))}
+    rows = {case_file(n, c): [] for n, c in enumerate(cases)}
     masks, _, _ = creddata.bastion_masks(rows, folder)
-    return [masks[f"{n:05d}.txt"] for n in range(len(cases))]
+    return [masks[case_file(n, c)] for n, c in enumerate(cases)]
+
+
+def case_file(n: int, case: Case) -> str:
+    """The name a case is written under: its number, and the file type the peer's test gave it, if any."""
+    return f"{n:05d}{case.suffix}"
 
 
 def write_cases(cases: list[Case], folder: Path) -> None:
     for n, case in enumerate(cases):
-        (folder / f"{n:05d}.txt").write_bytes(case.text.encode("utf-8", errors="replace"))
+        (folder / case_file(n, case)).write_bytes(case.text.encode("utf-8", errors="replace"))
 
 
 LOCATOR = re.compile(r"(?i)^(?:[a-z][a-z0-9+.\-]*://\S*|[^\s@]+@[\w\-]+(?:\.[\w\-]+)+|"
@@ -418,7 +500,7 @@ def bastion_verdicts(cases: list[Case], masks: list[bytearray]) -> list[Verdict]
 def peer_verdicts(cases: list[Case], reported: dict[str, set[int]]) -> list[Verdict]:
     out = []
     for n, case in enumerate(cases):
-        lines = reported.get(f"{n:05d}.txt", set())
+        lines = reported.get(case_file(n, case), set())
         if not case.positive or case.by_change:
             out.append(Verdict(bool(lines), bool(lines), bool(lines)))
             continue
@@ -460,7 +542,7 @@ def per_family(cases: list[Case], verdicts: dict[str, list[Verdict]]) -> dict:
 
 def peer_runs(cases: list[Case], folder: Path, venv: Path) -> dict[str, list[Verdict] | str]:
     out: dict[str, list[Verdict] | str] = {}
-    names = [f"{n:05d}.txt" for n in range(len(cases))]
+    names = [case_file(n, c) for n, c in enumerate(cases)]
     runs = (("detect_secrets", lambda: creddata.run_detect_secrets(venv, folder, names)),
             ("credsweeper", lambda: creddata.run_credsweeper(venv, folder)))
     for tool, run in runs:
@@ -524,13 +606,14 @@ def table(reports: dict) -> str:
 
 LOADERS = {"trufflehog": (trufflehog_cases, "pkg/detectors"),
            "presidio": (presidio_cases, "presidio-analyzer/tests"),
-           "gitleaks": (gitleaks_cases, "cmd/generate/config/rules")}
+           "gitleaks": (gitleaks_cases, "cmd/generate/config/rules"),
+           "detect_secrets": (detect_secrets_cases, "tests/plugins")}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for name, (_, needs) in LOADERS.items():
-        parser.add_argument(f"--{name}", help=f"root of a {name} checkout ({needs}/)")
+        parser.add_argument(f"--{name.replace('_', '-')}", help=f"root of a {name} checkout ({needs}/)")
     parser.add_argument("--peer-venv", default=str(creddata.PEER_VENV))
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--code", help="a checkout whose bastion_agent to measure (read by bench/sanitize/creddata.py)")
@@ -539,7 +622,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     chosen = {name: getattr(args, name) for name in LOADERS if getattr(args, name)}
     if not chosen:
-        print("peer_cases: give --trufflehog DIR, --presidio DIR and/or --gitleaks DIR", file=sys.stderr)
+        print("peer_cases: give --trufflehog DIR, --presidio DIR, --gitleaks DIR and/or --detect-secrets DIR", file=sys.stderr)
         return 2
     reports = {}
     for name, root in chosen.items():
