@@ -192,6 +192,20 @@ class KeptTests(unittest.TestCase):
     def test_a_sentence_addressed_to_the_reader_stays(self):
         self.assert_kept(f"S3_SECRET_ACCESS_KEY: Your {word(2).upper()}{RNG.randrange(2, 9)} access key password\n")
 
+    def test_a_mailbox_nobody_reads_stays_and_a_persons_address_beside_it_goes(self):
+        domain = f"{word(6)}.{RNG.choice(['com', 'io', 'de', 'org'])}"
+        person = f"{word(5)}.{word(6)}"
+        for mailbox in ("noreply", "no-reply", "NoReply", "do-not-reply", "donotreply", "mailer-daemon",
+                        "postmaster", "bounces"):
+            with self.subTest(mailbox=mailbox):
+                self.assert_kept(f"From: {mailbox}@{domain}\n")
+        for address in (f"{person}@{domain}", f"{RNG.randrange(10 ** 6, 10 ** 8)}+{word(6)}@users.noreply.github.com",
+                        f"bounces+{word(5)}={domain}@lists.{domain}", f"noreply.{word(5)}@{domain}"):
+            with self.subTest(address=address):
+                out, _ = self.sanitizer.redact(f"From: noreply@{domain}\nReply-To: {address}\n")
+                self.assertNotIn(address.split("@")[0], out)
+                self.assertIn(f"noreply@{domain}", out)
+
 
 if __name__ == "__main__":
     unittest.main()

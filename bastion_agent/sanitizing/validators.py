@@ -23,7 +23,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 14
+DETECTION_VERSION = 15
 
 # --- entropy --------------------------------------------------------------
 
@@ -272,9 +272,18 @@ RESERVED_URL_HOSTS = ("example.com", "example.org", "example.net")
 RESERVED_URL_TLDS = (".example", ".test", ".invalid")
 
 
+# Mailboxes no person reads: a service sends from them and bounces come back to them (a sender's "do not
+# reply", RFC 5321's postmaster, a mailer daemon). The whole local part must be one of these: a VERP
+# return path (``bounces+jane=corp.io@lists.org``) or ``123+jane@users.noreply.github.com`` names a person.
+NOBODY_MAILBOX = re.compile(r"(?i)no-?reply|do-?not-?reply|mailer-daemon|postmaster|bounces?")
+
+
 def personal_email(value: str) -> bool:
-    """An address outside the documentation domains of RFC 2606 / RFC 6761."""
-    domain = value.rsplit("@", 1)[-1].lower().rstrip(".")
+    """An address outside the documentation domains of RFC 2606 / RFC 6761, and not a mailbox nobody reads."""
+    local, _, domain = value.rpartition("@")
+    if NOBODY_MAILBOX.fullmatch(local):
+        return False
+    domain = domain.lower().rstrip(".")
     if domain in RESERVED_EMAIL_DOMAINS or domain.endswith(tuple("." + d for d in RESERVED_EMAIL_DOMAINS)):
         return False
     if domain.endswith(RESERVED_EMAIL_TLDS) or "." not in domain:
