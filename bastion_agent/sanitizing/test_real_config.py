@@ -367,8 +367,8 @@ class RealConfigTests(unittest.TestCase):
     def test_a_setting_commented_out_of_a_list_or_an_indented_block_goes(self):
         for template in ("      #- OIDC_RP_CLIENT_SECRET={v}\n", "  # snmpAuthenticationPassword: {v}\n",
                          "#     #password: {v}\n", "#     token: {v}\n", "# - DNS_ADMIN_PASSWORD={v} #DNS console\n",
-                         "#      crowdsecLapiKey: {v} # <--- replace this later\n"):
-            value = word(13) if "Lapi" not in template else mixed()
+                         "#      crowdsecApiKey: {v} # <--- replace this later\n"):
+            value = word(13)
             self.assert_gone(template.format(v=value), value)
         self.assert_kept(f"# token: the {word(5)} of the session\n")
         self.assert_kept(f"# password: {word(6)} {word(5)} {word(4)}\n")
@@ -417,6 +417,18 @@ class RealConfigTests(unittest.TestCase):
         host = f"{first}.{RNG.randrange(16, 250)}.{RNG.randrange(1, 250)}.{RNG.randrange(1, 250)}"
         out = self.redact(f"      - {host}/24\nserver {host}\n")
         self.assertNotIn(host, out)
+
+
+    def test_settings_aligned_beside_their_comments_are_no_table(self):
+        value, name, user = mixed(), word(7), word(5)
+        text = (f"MYSQL_ROOT_PASSWORD = '{value}'                 # Database password\n"
+                f"MYSQL_DATABASE = '{name}'                         # Database name\n"
+                f"MYSQL_USER = '{user}'                                 # Database username\n")
+        out = self.assert_gone(text, value)
+        self.assertIn(f"MYSQL_DATABASE = '{name}'                         # Database name\n", out)
+        self.assertIn(f"MYSQL_USER = '{user}'                                 # Database username\n", out)
+        cell = mixed(10)
+        self.assert_gone(f"name      password     role\n{word(6)}    {cell}    admin\n", cell)
 
 
 if __name__ == "__main__":

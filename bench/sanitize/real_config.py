@@ -306,15 +306,16 @@ def _line_slots(line: str, syntax: str):
         if not is_secret_key(match.group("key")) or match.group("sep") == ":" and syntax in CODE - {"python"} \
                 and not match.group("key")[0] in "\"'" or _in_template(line, match.start()):
             continue
-        start, end, kind = _span(match, "env" if comment and match.group("value")[:1] not in "\"'" else syntax)
-        if kind == "literal" and syntax in CODE - {"shell"} and not comment and not match.group("value")[:1] in "\"'":
+        as_data = comment and match.group("value")[:1] not in "\"'" and not line[match.end():].strip()
+        start, end, kind = _span(match, "env" if as_data else syntax)
+        if kind == "literal" and syntax in CODE - {"shell"} and not as_data and not match.group("value")[:1] in "\"'":
             kind = "reference"
         if kind != "none" and fresh(start, end):
             yield start, end, kind
 
 
-# A comment line of code (``#``, ``//``, ``/*``, `` * ``, ``--``): ``KEY=value`` in it is an example of
-# configuration, its bare value data, not an identifier of the code.
+# A comment line of code (``#``, ``//``, ``/*``, `` * ``, ``--``): ``KEY=value`` ending it is an example of
+# configuration, its bare value data, not an identifier of the code (``token = X XOR y`` is prose).
 CODE_COMMENT = re.compile(r"^\s*(?:#|//|/\*|\*|--)")
 
 
