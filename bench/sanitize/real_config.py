@@ -42,7 +42,11 @@ booleans and numbers. A reference with a literal default
 (``${DB_PASSWORD:secret}``), code's empty default (``token = ""``), a
 setting's snake_case name in code (``AccessToken = "access_token"``), a
 permission (``id-token: write``) and a usage line's metavar
-(``--api-token API_TOKEN``) are neither.
+(``--api-token API_TOKEN``) are neither; a format field (``PASSWORD '%s'``,
+``{}``) is a reference; a URL and a ``<your password>`` stand-in are no
+value; a key that names a Secret (``envFromSecret``) or a message
+(``no_token``) is no slot; on a comment line of code, ``KEY=value`` ending
+the line is data, as in a config file.
 
 How a line counts (lines are those of the planted file, matched to the
 sanitized file by a line diff, so a placeholder that swallows a line break
