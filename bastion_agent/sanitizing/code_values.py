@@ -165,6 +165,8 @@ def is_code_reference(value: str) -> bool:
         return True  # ``0!=b.indexOf("gme-")?"InvalidClientId":null``: a comparison of a call's result
     if CONNECTIVE.match(expression):
         return True  # ``token or {}``, ``refresh_token or self.token.get(...)``
+    if CLOSING_ARGUMENT.match(value):
+        return True  # ``Github(login_or_token=GITHUB_TOKEN).get_repo(...)``: a name closing its call
     quoted = any(ch in expression for ch in "\"'`")
     if _call_or_type(expression) and not quoted:
         return True
@@ -547,6 +549,9 @@ def byte_array(text: str, position: int, line_end: int) -> tuple[int, int] | Non
     return found.span("bytes") if len({n.lower().zfill(2) for n in numbers}) >= 6 else (position, position)
 
 
+# An identifier that closes the call it is handed to, the call's result then used (``X).get_repo(``,
+# ``X)[0]``): code; prose's ``(password=hunter2)`` ends its parenthesis with nothing after it.
+CLOSING_ARGUMENT = re.compile(r"[A-Za-z_][\w.]*\)+[.\[]")
 # ``password: bytes = b""``, ``password: Optional[str] = None``, ``password: string;``: Python's and
 # TypeScript's annotation of a field's type (a built-in type's name, then a default or the statement's end).
 ANNOTATION = re.compile(r"[ \t]*(?:Optional\[)?(?:str|bytes|bool|int|float|string|boolean|number|any|unknown)\b"

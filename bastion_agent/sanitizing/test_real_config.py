@@ -431,5 +431,16 @@ class RealConfigTests(unittest.TestCase):
         self.assert_gone(f"name      password     role\n{word(6)}    {cell}    admin\n", cell)
 
 
+    def test_a_name_closing_its_call_and_nginx_upstreams_stay(self):
+        name = word(6).upper()
+        self.assert_kept(f"repo = Github(login_or_token={name}_TOKEN).get_repo({name}_REPO)\n")
+        self.assert_kept(f"    fastcgi_pass {word(5)}:9000;\n    proxy_pass http://{word(5)}:8080;\n")
+        self.assert_kept(f"    uwsgi_pass unix:/run/{word(5)}.sock;\n")
+        value = mixed()
+        self.assert_gone(f"proxy_password = {value}\n", value)
+        value = mixed()
+        self.assert_gone(f"connect(host, password={value})\n", value)
+
+
 if __name__ == "__main__":
     unittest.main()

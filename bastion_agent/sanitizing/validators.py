@@ -377,6 +377,8 @@ def classify_key_words(words: list[str], *, pins: bool = False, strong_word=None
             continue
         if word == "key" and index > 0 and words[index - 1] in OBJECT_KEY_OWNERS:
             continue  # ``bucket_key``, ``object_key``: an object store names an object by its key
+        if word == "pass" and index > 0 and words[index - 1] in UPSTREAM_PROTOCOLS:
+            continue  # nginx's ``fastcgi_pass php:9000;``, ``proxy_pass``: where a request is passed on
         if pins and (word == "pin" or (word == "code" and index and words[index - 1] == "pin")):
             strength, last = strength or "pin", index
         elif (word in STRONG_EXACT or any(strong in word for strong in STRONG_WORDS)
@@ -399,6 +401,8 @@ def classify_key_words(words: list[str], *, pins: bool = False, strong_word=None
     return strength
 
 
+# The protocols of nginx's ``X_pass`` directives, which name the upstream a request is handed to.
+UPSTREAM_PROTOCOLS = frozenset({"proxy", "fastcgi", "uwsgi", "scgi", "grpc", "memcached"})
 # A bucket's or an object's key is the name of a stored object (S3, GCS, Azure blobs), not a secret.
 OBJECT_KEY_OWNERS = frozenset({"bucket", "object", "blob"})
 # Words that start a phrase describing the name before them: ``tokenWithNoneAlg`` is a token (with no
