@@ -37,7 +37,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 13
+DETECTION_VERSION = 14
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -165,6 +165,8 @@ def is_code_reference(value: str) -> bool:
         return True  # ``0!=b.indexOf("gme-")?"InvalidClientId":null``: a comparison of a call's result
     if CONNECTIVE.match(expression):
         return True  # ``token or {}``, ``refresh_token or self.token.get(...)``
+    if CLOSING_ARGUMENT.match(value):
+        return True  # ``Github(login_or_token=GITHUB_TOKEN).get_repo(...)``: a name closing its call
     quoted = any(ch in expression for ch in "\"'`")
     if _call_or_type(expression) and not quoted:
         return True
@@ -571,3 +573,29 @@ def byte_array(text: str, position: int, line_end: int) -> tuple[int, int] | Non
         return None
     numbers = re.findall(r"0[xX]([0-9a-fA-F]{1,2})", found.group("bytes"))
     return found.span("bytes") if len({n.lower().zfill(2) for n in numbers}) >= 6 else (position, position)
+
+
+# An identifier that closes the call it is handed to, the call's result then used (``X).get_repo(``,
+# ``X)[0]``): code; prose's ``(password=hunter2)`` ends its parenthesis with nothing after it.
+CLOSING_ARGUMENT = re.compile(r"[A-Za-z_][\w.]*\)+[.\[]")
+# ``password: bytes = b""``, ``password: Optional[str] = None``, ``password: string;``: Python's and
+# TypeScript's annotation of a field's type (a built-in type's name, then a default or the statement's end).
+ANNOTATION = re.compile(r"[ \t]*(?:Optional\[)?(?:str|bytes|bool|int|float|string|boolean|number|any|unknown)\b"
+                        r"\]?(?:[ \t]*\|[ \t]*(?:None|null|undefined))?[ \t]*(?:=(?!=)|;|$)", re.M)
+# ``typeof x.password ===``: JavaScript's type test, compared with a type's name.
+TYPE_TEST = re.compile(r"\btypeof(?:[ \t(]+[\w.$]*)?\Z")
+
+
+def names_no_value(text: str, kind: str, position: int, width: int, line_end: int, key_quoted: bool, before: str,
+                   opening: str) -> bool:
+    """The operator after a credential's name starts no value: a declared type, an LDAP assertion, a tuple,
+    a type test, a tag that is not one."""
+    if kind == ":" and not key_quoted and ANNOTATION.match(text, position + width, line_end):
+        return True  # ``password: bytes = b""``, ``password: string;``: a declared type, not a value
+    if kind == ":" and LDAP_EXTENSIBLE.match(text, position):
+        return True  # ``userPassword:2.5.13.18:=\xx``: an LDAP filter's assertion, a guess being tried
+    if kind == "," and not key_quoted:
+        return True  # ``token, rest = ...``: a tuple, not a pair
+    if kind == "=" and TYPE_TEST.search(before):
+        return True  # ``typeof this.password === 'function'``: a type's name, not the value
+    return kind == ">" and opening != "<"

@@ -41,7 +41,7 @@ from bastion_agent.sanitizing.copies import trie_pattern
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 5
+DETECTION_VERSION = 6
 
 # rule id -> header words (after ``normal_header``: lowercase, NFKC, separators
 # as single spaces, a trailing ":" / "#" / "no" / "number" form listed here).
@@ -477,8 +477,10 @@ def _spaced_cells(text: str, start: int, end: int) -> list[tuple[int, int]]:
 
 
 def _spaced_header(text: str, header: list[tuple[int, int]]) -> bool:
-    """A space-aligned header names its columns in a word or three; ``fullname:  the file to compile`` is a docstring."""
-    return all(len(text[s:e].split()) <= 3 and not text[s:e].endswith((":", "=")) for s, e in header)
+    """A space-aligned header names its columns in a word or three; ``fullname:  the file to compile`` is a
+    docstring, ``DB_USER = 'app'    # Database username`` a setting and its comment."""
+    return all(len(text[s:e].split()) <= 3 and not text[s:e].endswith((":", "=")) and "=" not in text[s:e]
+               and not text[s:e].startswith(("#", "//", ";", "--")) for s, e in header)
 
 
 def _aligned(header: list[tuple[int, int]], header_start: int, cells: list[tuple[int, int]], row_start: int,

@@ -66,7 +66,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 11
+DETECTION_VERSION = 13
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          "secert", "sercet", "secrect", "seed",
@@ -161,8 +161,9 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     if strength is None or name.lower() == "key" or SOURCE_FILE_KEY.fullmatch(name):
         return None  # a bare ``key`` names a map's key (XML key="..."); ``src/chpasswd.c:`` a change log's file
     opening = text[start - 1] if start > 0 else ""
-    if opening == "{" and text[start - 2:start] == "${" and SHELL_DEFAULT.match(text, end):
-        return _accept(text, *SHELL_DEFAULT.match(text, end).span("literal"), strength, quoted=True, label=False, key=name)
+    if opening == "{" and text[start - 2:start] == "${" and (text[end:end + 2] in (":?", "?") or SHELL_DEFAULT.match(text, end)):
+        default = SHELL_DEFAULT.match(text, end)  # ``${PW:?Missing PW}``: the message a shell prints when unset
+        return _accept(text, *default.span("literal"), strength, quoted=True, label=False, key=name) if default else None
     flag = text[start] == "-"  # ``--password=X``: an option on a command line, whose value is one word
     after = end
     key_quoted = opening in QUOTES and text[end:end + 1] == opening
@@ -183,11 +184,7 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     if operator is None:
         return _unmarked(text, start, end, position, line_end, strength, before, opening, key_quoted, at_line_start)
     kind, width = operator
-    if kind == ":" and code_values.LDAP_EXTENSIBLE.match(text, position):
-        return None  # ``userPassword:2.5.13.18:=\xx``: an LDAP filter's assertion, a guess being tried
-    if kind == "," and not key_quoted:
-        return None  # ``token, rest = ...``: a tuple, not a pair
-    if kind == ">" and opening != "<":
+    if code_values.names_no_value(text, kind, position, width, line_end, key_quoted, before, opening):
         return None
     position += width
     if kind == ">" and text.startswith("<![CDATA[", position):
@@ -223,7 +220,9 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
         return None  # ``--password=-``, ``(-p+ --password=-)``: standard input, or an option's usage
     if opening == "(" and kind == "=" and LDAP_WILDCARD.match(text, position):
         return None  # ``(password=MA*)``: an LDAP filter's substring search, a guess being tried
-    connection = flow or commented or terminator == ";" and keyed_values.CONNECTION_FIELD.search(before) is not None
+    listed = kind == "=" and opening in "\"'" and opening and before.strip() == "-"  # compose's ``- 'PW=X'``
+    connection = flow or commented or listed or (terminator == ";" and keyed_values.CONNECTION_FIELD.search(before) is not None
+                                       or terminator == " " and keyed_values.KEYWORD_CONNECTION.search(before) is not None)
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
                        key=name, data=flag and kind == "=", config=connection, template=template)
 
@@ -356,7 +355,8 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
         if close != -1:
             return _accept(text, position + 1, close, strength, quoted=True, label=False)
     if terminator == "\n":
-        end = line_end
+        comment = keyed_values.TRAILING_COMMENT.search(text, position, line_end)
+        end = comment.start() if comment is not None else line_end
     else:
         limit = min(line_end, position + MAX_VALUE)  # never past a value's longest: repeated keys stay linear
         stop = _STOPS.get(terminator) or re.compile(re.escape(terminator))

@@ -30,7 +30,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 3
+DETECTION_VERSION = 4
 
 SIBLING_REACH = 512  # how far after a name field its value field may sit
 MAX_VALUE = 1024
@@ -140,15 +140,29 @@ ENV_FLAG = re.compile(r"(?:^|[\s\"'])(?:-e|--env)[ \t]*\Z")
 # its password.
 HELM_SET = re.compile(r"(?:^|[\s\"'(])--set(?:-string)?(?:(?:[ \t]+|=)[\w.\-\[\]]+=[^\s,=]*"
                       r"(?:,[\w.\-\[\]]+=[^\s,=]*)*)?[ \t,=]*\Z")
-COMMENT_MARK = re.compile(r"[ \t]*(?:#{1,3}|//|;|--)[ \t]*")
-SETTING_NAME = re.compile(r"[A-Za-z][\w\-]*[_.][\w.\-]+|[A-Z][A-Z0-9]+")
+# A comment's mark, then (a setting commented out of a list or an indented block) a list dash or a
+# second mark: ``#- X=...``, ``#     #password: ...``.
+COMMENT_MARK = re.compile(r"[ \t]*(?:#{1,3}|//|;|--)[ \t]*(?:(?:-|#{1,3})[ \t]*)?")
+# An indented block commented out keeps its indentation: ``#     token: X`` (two spaces or more).
+INDENTED_COMMENT = re.compile(r"[ \t]*#[ \t]{2,}(?:#[ \t]*)?|[ \t]*#[ \t]*#[ \t]*")
+SETTING_NAME = re.compile(r"[A-Za-z][\w\-]*[_.][\w.\-]+|[A-Z][A-Z0-9]+|[a-z]+(?:[A-Z][a-z0-9]+)+")
+LOWER_WORD = re.compile(r"[a-z]+")
+# ``PAPERLESS_SECRET_KEY: X # adjust this key``: YAML, .env and INI end a bare value at a comment (a ``#``
+# after whitespace, then a space: ``pa #ss`` keeps its ``#``).
+TRAILING_COMMENT = re.compile(r"[ \t]+#[ \t]")
+# ``# crowdsecLapiKey: X # <--- replace this later``: a note after the setting, as in a live line.
+TRAILING_NOTE = re.compile(r"[ \t]+#")
+# ``host=db port=5432 user=app password=X dbname=app``: libpq's keyword/value connection string.
+KEYWORD_CONNECTION = re.compile(r"(?:^|[\s\"'=])(?:host|hostaddr|port|user|dbname)=[^\s=]+[ \t]")
 
 
 def commented_setting(text: str, name: str, before: str, position: int, line_end: int) -> bool:
     """``# DB_PASSWORD=kxqmvbnrtwpzla``, ``# truststore_password: X``: a setting commented out, its name
     a setting's (``_``, ``.`` or capitals), its value one token to the end of the line (``# DB_PASSWORD:
     change this`` is a note)."""
-    if COMMENT_MARK.fullmatch(before) is None or not SETTING_NAME.fullmatch(name):
+    if COMMENT_MARK.fullmatch(before) is None:
         return False
-    rest = text[position:line_end].lstrip(":= \t").rstrip()
+    if not SETTING_NAME.fullmatch(name) and not (LOWER_WORD.fullmatch(name) and INDENTED_COMMENT.fullmatch(before)):
+        return False
+    rest = TRAILING_NOTE.split(text[position:line_end], 1)[0].lstrip(":= \t").rstrip()
     return bool(rest) and not any(ch.isspace() for ch in rest)

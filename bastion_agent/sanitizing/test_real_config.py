@@ -321,5 +321,126 @@ class RealConfigTests(unittest.TestCase):
         self.assertNotIn(" ".join(digits), out)
 
 
+    # --- shapes of the second folder of other people's repositories --------------------------------
+
+    def test_a_schema_block_about_a_password_stays_and_a_block_of_passwords_goes(self):
+        prose = f"{word(8)} defines a key of a Secret containing the password for\n"
+        crd = ("      password:\n        description: |-\n          " + prose + "          " + word(9) + ".\n"
+               "        properties:\n          key:\n            description: The key of the secret to select.\n"
+               "            type: string\n        required:\n        - key\n        type: object\n"
+               "        x-kubernetes-map-type: atomic\n")
+        self.assert_kept(crd)
+        self.assert_kept(f"    {word(6).capitalize()}Token:\n      type: object\n      properties:\n"
+                         f"        access:\n          $ref: '#/components/schemas/{word(5)}'\n")
+        self.assert_kept(f"  bearerTokenSecret:\n    description: |-\n      {word(7)} defines a key of a Secret\n"
+                         f"      used by the {word(6)} for authentication.\n\n      Deprecated: use it.\n")
+        value = mixed()
+        self.assert_gone(f"db_passwords:\n  {word(5)}: {value}\n  {word(6)}: {mixed()}\n", value)
+        listed = mixed()
+        self.assert_gone(f"secrets:\n  {word(4)}:\n    - {listed}\n", listed)
+
+    def test_fields_nested_in_a_secrets_block_keep_their_own_names(self):
+        user, value = word(6), word(11)
+        text = (f"secrets:\n  {word(5)}-creds:\n    annotations:\n      my-annotation: Test secret for {word(6)}\n"
+                f"    stringData:\n      user: {user}\n      password: {value}\n")
+        out = self.assert_gone(text, value)
+        self.assertIn(f"user: {user}\n", out)
+        self.assertIn("my-annotation: Test secret for", out)
+
+    def test_a_chart_template_inside_a_secrets_data_stays(self):
+        text = ("apiVersion: v1\nkind: Secret\nmetadata:\n  name: x\nstringData:\n  my.cnf: |\n      [client]\n"
+                "      host={{ .Values.mysql.host }}\n      {{- if .Values.mysql.pass }}\n"
+                f"      password={{{{ .Values.{word(5)}.pass }}}}\n      {{{{- end }}}}\n")
+        self.assert_kept(text)
+
+    def test_a_bare_value_ends_at_a_trailing_comment(self):
+        for key in ("SRCDS_TOKEN", "PAPERLESS_SECRET_KEY", "OIDC_RP_CLIENT_SECRET"):
+            value = word(14)
+            out = self.assert_gone(f"    environment:\n      - {key}={value}        # {word(4)} from https://x.io/y\n",
+                                   value)
+            self.assertIn(" from https://x.io/y\n", out)
+            value = word(13)
+            self.assert_gone(f"      {key}: {value} # adjust this {word(5)} if you plan to\n", value)
+        self.assert_kept("      - SECRET_DISABLE_USERS=false        # Disable user registration\n")
+        self.assert_kept(f"      - SECRET_{word(5).upper()}=true # {word(6)} it\n")
+
+    def test_a_setting_commented_out_of_a_list_or_an_indented_block_goes(self):
+        for template in ("      #- OIDC_RP_CLIENT_SECRET={v}\n", "  # snmpAuthenticationPassword: {v}\n",
+                         "#     #password: {v}\n", "#     token: {v}\n", "# - DNS_ADMIN_PASSWORD={v} #DNS console\n",
+                         "#      crowdsecApiKey: {v} # <--- replace this later\n"):
+            value = word(13)
+            self.assert_gone(template.format(v=value), value)
+        self.assert_kept(f"# token: the {word(5)} of the session\n")
+        self.assert_kept(f"# password: {word(6)} {word(5)} {word(4)}\n")
+
+    def test_a_shell_parameters_error_message_stays_and_its_default_goes(self):
+        name = word(5).upper()
+        self.assert_kept(f': "${{{name}_PASS:?Missing {name}_PASS}}"\n: "${{{name}_TOKEN?unset}}"\n')
+        value = word(12)
+        self.assert_gone(f'POSTGRES_PASSWORD: ${{PG_PASS:-{value}}}\n', value)
+
+    def test_a_libpq_keyword_connection_strings_password_of_letters_alone_goes(self):
+        value = word(13)
+        text = f"dataSourceName = host=db port=5432 user={word(6)} password={value} dbname={word(6)} sslmode=disable\n"
+        out = self.assert_gone(text, value)
+        self.assertIn("sslmode=disable", out)
+        self.assert_kept(f"{word(6)} password={word(6)} ok\n")  # prose: no host, port, user or dbname before it
+
+    def test_a_compose_list_items_quoted_password_of_letters_alone_goes(self):
+        for quote in "'\"":
+            value = word(13)
+            self.assert_gone(f"    environment:\n      - {quote}MYSQL_ROOT_PASSWORD={value}{quote}\n", value)
+        self.assert_kept("    environment:\n      - 'MYSQL_ROOT_PASSWORD=${ROOT_PW}'\n")
+
+    def test_type_annotations_and_type_tests_stay(self):
+        self.assert_kept('    password: bytes = b""\n    needs_password: bool = False\n')
+        self.assert_kept("  token?: string;\n  password: Optional[str] = None\n")
+        self.assert_kept("    if (typeof this.password === 'function') {\n")
+        value = mixed()
+        self.assert_gone(f'    password: str = "{value}"\n', value)
+        value = mixed()
+        self.assert_gone(f"    if (this.password === '{value}') {{\n", value)
+
+    def test_names_of_mechanisms_and_ctypes_signatures_stay(self):
+        self.assert_kept("PQchangePassword.restype = PGresult_ptr\nPQchangePassword.argtypes = [PGconn_ptr]\n")
+        self.assert_kept("SET password_encryption = 'scram-sha-256';\n")
+        self.assert_kept('PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]\n')
+        value = mixed()
+        self.assert_gone(f"password_encryption_key = '{value}'\n", value)
+
+    def test_a_network_range_stays_and_a_hosts_address_goes(self):
+        first = RNG.choice((104, 141, 162, 188))  # globally routable whatever follows
+        prefix = RNG.randrange(13, 17)
+        second = RNG.randrange(16, 250) & ~((1 << (16 - prefix)) - 1)  # host bits zero: a network
+        network = f"{first}.{second}.0.0/{prefix}"
+        self.assert_kept(f"      - {network}\n#set_real_ip_from {network};\n")
+        host = f"{first}.{RNG.randrange(16, 250)}.{RNG.randrange(1, 250)}.{RNG.randrange(1, 250)}"
+        out = self.redact(f"      - {host}/24\nserver {host}\n")
+        self.assertNotIn(host, out)
+
+
+    def test_settings_aligned_beside_their_comments_are_no_table(self):
+        value, name, user = mixed(), word(7), word(5)
+        text = (f"MYSQL_ROOT_PASSWORD = '{value}'                 # Database password\n"
+                f"MYSQL_DATABASE = '{name}'                         # Database name\n"
+                f"MYSQL_USER = '{user}'                                 # Database username\n")
+        out = self.assert_gone(text, value)
+        self.assertIn(f"MYSQL_DATABASE = '{name}'                         # Database name\n", out)
+        self.assertIn(f"MYSQL_USER = '{user}'                                 # Database username\n", out)
+        cell = mixed(10)
+        self.assert_gone(f"name      password     role\n{word(6)}    {cell}    admin\n", cell)
+
+
+    def test_a_name_closing_its_call_and_nginx_upstreams_stay(self):
+        name = word(6).upper()
+        self.assert_kept(f"repo = Github(login_or_token={name}_TOKEN).get_repo({name}_REPO)\n")
+        self.assert_kept(f"    fastcgi_pass {word(5)}:9000;\n    proxy_pass http://{word(5)}:8080;\n")
+        self.assert_kept(f"    uwsgi_pass unix:/run/{word(5)}.sock;\n")
+        value = mixed()
+        self.assert_gone(f"proxy_password = {value}\n", value)
+        value = mixed()
+        self.assert_gone(f"connect(host, password={value})\n", value)
+
+
 if __name__ == "__main__":
     unittest.main()

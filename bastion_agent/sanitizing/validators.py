@@ -23,7 +23,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 15
+DETECTION_VERSION = 16
 
 # --- entropy --------------------------------------------------------------
 
@@ -341,6 +341,10 @@ NON_SECRET_SUFFIX = frozenset({
     "here",  # ``GENERATED_PASSWORD_HERE``: a stand-in saying where a password goes, not a key holding one
     # ``secretProperty``, ``passwordAttr``: a slot of an object or a form, named after what it will hold
     "property", "properties", "prop", "props", "attribute", "attributes", "attr", "attrs",
+    # ``PQchangePassword.restype``: ctypes declares a foreign function's signature on these attributes
+    "restype", "argtypes", "errcheck",
+    # ``password_encryption = 'scram-sha-256'``, ``PASSWORD_HASHERS``: the mechanism applied to a credential
+    "encryption", "hasher", "hashers", "encoder",
 })
 # ``public``: a public key, a .NET ``PublicKeyToken``, a publishable token are meant to be shared.
 NON_SECRET_PREFIX = frozenset({"max", "min", "num", "count", "is", "has", "show", "hide", "enable", "disable",
@@ -382,6 +386,8 @@ def classify_key_words(words: list[str], *, pins: bool = False, strong_word=None
             continue
         if word == "key" and index > 0 and words[index - 1] in OBJECT_KEY_OWNERS:
             continue  # ``bucket_key``, ``object_key``: an object store names an object by its key
+        if word == "pass" and index > 0 and words[index - 1] in UPSTREAM_PROTOCOLS:
+            continue  # nginx's ``fastcgi_pass php:9000;``, ``proxy_pass``: where a request is passed on
         if pins and (word == "pin" or (word == "code" and index and words[index - 1] == "pin")):
             strength, last = strength or "pin", index
         elif (word in STRONG_EXACT or any(strong in word for strong in STRONG_WORDS)
@@ -404,6 +410,8 @@ def classify_key_words(words: list[str], *, pins: bool = False, strong_word=None
     return strength
 
 
+# The protocols of nginx's ``X_pass`` directives, which name the upstream a request is handed to.
+UPSTREAM_PROTOCOLS = frozenset({"proxy", "fastcgi", "uwsgi", "scgi", "grpc", "memcached"})
 # A bucket's or an object's key is the name of a stored object (S3, GCS, Azure blobs), not a secret.
 OBJECT_KEY_OWNERS = frozenset({"bucket", "object", "blob"})
 # Words that start a phrase describing the name before them: ``tokenWithNoneAlg`` is a token (with no
@@ -649,6 +657,9 @@ def _inside_tag(text: str, position: int) -> bool:
     return opening != -1 and text.find(">", opening, position) == -1
 
 
+# ``password={{ .Values.mysql.pass }}``, ``{{- end }}``: a line whose value is a chart's template action
+# (an INI file rendered into a Secret): a reference, filled in when the chart is installed.
+TEMPLATE_VALUE = re.compile(r"(?:[\w.\-]+[ \t]*[=:][ \t]*)?[\"']?\{\{[^{}]*\}\}[\"']?")
 # ``podSecurityContext:`` alone on its line opens a nested mapping: a key, never a value.
 MAPPING_OPENER = re.compile(r"\s*-?\s*[\w.\-\"']+\s*:\s*")
 
@@ -662,7 +673,8 @@ def block_value_spans(block: str, offset: int, *, minimum: int = 4) -> Spans:
         content = line.rstrip("\r\n")
         stripped = content.strip()
         lead = len(content) - len(content.lstrip())
-        if stripped and not stripped.startswith(("#", ";", "//")) and not MAPPING_OPENER.fullmatch(content):
+        if (stripped and not stripped.startswith(("#", ";", "//")) and not MAPPING_OPENER.fullmatch(content)
+                and not TEMPLATE_VALUE.fullmatch(stripped)):
             value_start = lead
             mapping = re.match(r"\s*-?\s*[\w.\-\"']+\s*:\s+(?=\S)", content)
             if mapping:
@@ -701,11 +713,82 @@ def check_secret_block(match: re.Match, start: int, end: int):
         return False  # ``passwordUpdateJob:`` opens a mapping of a job's settings, not a password
     if words == ["secrets"] and lines and all(_names_a_secret(line.strip(), match.string) for line in lines):
         return False  # a Compose service's ``secrets:`` list: the names of secrets defined below
+    if _schema_block(lines):
+        return False  # a CRD's or an OpenAPI document's ``password:`` describes the field: type, prose, nesting
     mappings = [BLOCK_MAPPING.match(line) for line in lines]
     if lines and all(mappings) and all(m.group("key").replace("-", "").replace("_", "").lower() in REFERENCE_FIELDS
                                        for m in mappings):
         return False  # a Kubernetes volume's ``secret:`` holds ``secretName:``/``items:``: fields, not a value
-    return block_value_spans(match.group("block"), match.start("block")) or False
+    spans = block_value_spans(match.group("block"), match.start("block"))
+    return _own_values(match.string, match.group("block"), match.start("block"), spans) or False
+
+
+def _own_values(text: str, block: str, offset: int, spans: Spans) -> Spans:
+    """The spans that are the block's own values: a value deeper in the block belongs to the nearest key
+    above it (``stringData:`` / ``user: admin``, ``description: |-`` / its prose), and stays when that key
+    names no credential and the value does not look random."""
+    lines, position = [], offset
+    for line in block.splitlines(keepends=True):
+        content = line.rstrip("\r\n")
+        if content.strip():
+            field = SCHEMA_FIELD.match(content)
+            lines.append((position, position + len(content), len(content) - len(content.lstrip()),
+                          field.group("key") if field else None, content[field.end():].strip() if field else ""))
+        position += len(line)
+    if not lines:
+        return spans
+    first = min(row[2] for row in lines)
+    kept = []
+    for start, end in spans:
+        index = next((i for i, row in enumerate(lines) if row[0] <= start <= row[1]), None)
+        if index is None:
+            kept.append((start, end))
+            continue
+        _start, _end, indent, key, value = lines[index]
+        owner = key if key is not None and value else None
+        if owner is not None and indent == first:
+            kept.append((start, end))
+            continue
+        owner_indent = indent
+        if owner is None:
+            row = next((row for row in reversed(lines[:index]) if row[2] < indent and row[3] is not None), None)
+            owner, owner_indent = (row[3], row[2]) if row is not None else (None, indent)
+        value = text[start:end]
+        if owner is None or key_strength(owner) is not None or looks_random(value):
+            kept.append((start, end))
+        elif owner_indent == first and owner.lower() not in SCHEMA_FIELDS and value.count(" ") < 2:
+            kept.append((start, end))  # ``api:`` / ``- X``: a first field of ``secrets:`` names what it holds
+    return kept
+
+
+# The keywords of a JSON Schema (Kubernetes CRDs, OpenAPI components): a block whose own fields are these
+# describes a field, and the prose of its ``description`` is documentation.
+SCHEMA_FIELDS = frozenset({"type", "description", "properties", "items", "required", "format", "default", "enum",
+                           "pattern", "minlength", "maxlength", "minimum", "maximum", "title", "nullable",
+                           "example", "examples", "additionalproperties", "oneof", "anyof", "allof", "readonly",
+                           "writeonly", "deprecated", "$ref"})
+SCHEMA_SHAPE = frozenset({"type", "properties", "items", "$ref", "oneof", "anyof", "allof"})
+SCHEMA_FIELD = re.compile(r"\s*-?\s*[\"']?(?P<key>\$?[\w.\-]+)[\"']?\s*:(?:\s|$)")
+
+
+def _schema_block(lines: list[str]) -> bool:
+    """Every field at the block's own indentation is a JSON Schema keyword (or an ``x-`` extension), and
+    one of them gives the field a type or a shape."""
+    if not lines:
+        return False
+    indent = min(len(line) - len(line.lstrip()) for line in lines)
+    keys = []
+    for line in lines:
+        if len(line) - len(line.lstrip()) != indent:
+            continue
+        field = SCHEMA_FIELD.match(line)
+        if field is None and line.lstrip().startswith("- "):
+            continue  # ``required:`` / ``- key``: YAML may write a list at its key's indentation
+        if field is None:
+            return False
+        keys.append(field.group("key").lower())
+    return (all(key in SCHEMA_FIELDS or key.startswith("x-") for key in keys)
+            and any(key in SCHEMA_SHAPE for key in keys))
 
 
 def _names_a_secret(line: str, text: str) -> bool:
@@ -1063,7 +1146,25 @@ def check_public_ip(match: re.Match, start: int, end: int):
     line_start = text.rfind("\n", 0, start) + 1
     if not text[line_start:start].strip() and SECTION_TITLE.match(text, end):
         return False  # "2.3.4.1 Arrays": a section number at the start of its line
+    if _network_range(text, start, end):
+        return False  # ``103.21.244.0/22``: a network's range (host bits zero), no one host's address
     return [(start, end)] if public_ip(text[start:end]) else False
+
+
+PREFIX_LENGTH = re.compile(r"/(\d{1,2})(?![\d.])")
+
+
+def _network_range(text: str, start: int, end: int) -> bool:
+    """The address is a CIDR block whose host bits are all zero (``104.16.0.0/13``): firewall, proxy and
+    resolver settings list such ranges; an address with host bits set (``203.0.113.7/24``) is one host."""
+    prefix = PREFIX_LENGTH.match(text, end)
+    if prefix is None or not 0 < int(prefix.group(1)) < 32:
+        return False
+    try:
+        ipaddress.ip_network(f"{text[start:end]}/{prefix.group(1)}", strict=True)
+    except ValueError:
+        return False
+    return True
 
 
 HEX_OR_COLON = frozenset("0123456789abcdefABCDEF")

@@ -42,7 +42,11 @@ booleans and numbers. A reference with a literal default
 (``${DB_PASSWORD:secret}``), code's empty default (``token = ""``), a
 setting's snake_case name in code (``AccessToken = "access_token"``), a
 permission (``id-token: write``) and a usage line's metavar
-(``--api-token API_TOKEN``) are neither.
+(``--api-token API_TOKEN``) are neither; a format field (``PASSWORD '%s'``,
+``{}``) is a reference; a URL and a ``<your password>`` stand-in are no
+value; a key that names a Secret (``envFromSecret``) or a message
+(``no_token``) is no slot; on a comment line of code, ``KEY=value`` ending
+the line is data, as in a config file.
 
 How a line counts (lines are those of the planted file, matched to the
 sanitized file by a line diff, so a placeholder that swallows a line break
@@ -107,17 +111,19 @@ CODE = frozenset({"python", "php", "java", "dotnet", "javascript", "go", "shell"
 SECRET_WORD = r"(?:password|passwd|pwd|pass|passphrase|secret|token|apikey)"
 KEY_QUALIFIER = r"(?:api|access|secret|private|client|auth|master|encryption|signing)"
 KEY_IDENT = re.compile(
-    r"(?i)^[A-Za-z0-9_.\-]*?(?:(?<![A-Za-z])|(?<=[a-z])(?=[A-Z])|(?<=_|\.|-))"
+    r"(?i)^[A-Za-z0-9_.\-]*?(?:(?<![A-Za-z])|(?-i:(?<=[a-z])(?=[A-Z]))|(?<=_|\.|-))"
     rf"(?:{SECRET_WORD}|{KEY_QUALIFIER}[_\-.]?key)(?:[_\-]wo)?$")
 NAMES_A_SECRET_OBJECT = re.compile(r"(?i)(?:existing|extra\w*|passwords|tls|users|auto|pull|ref|certificates|scripts|user)[_\-.]?secrets?$"
                                    r"|(?:allow|empty|use|require|skip)\w*[_\-.]?passw(?:or)?d$"
-                                   r"|public[_\-.]?key[_\-.]?token$")
+                                   r"|public[_\-.]?key[_\-.]?token$"
+                                   r"|from[_\-.]?secrets?$"  # ``envFromSecret``: the name of a Secret to read
+                                   r"|(?:^|[_\-.])(?:no|invalid|missing|expired)[_\-.]?(?:token|password|secret)$")
 CAMEL_TAIL = re.compile(rf"(?:{SECRET_WORD}|{KEY_QUALIFIER}[_\-.]?key)(?:[_\-]wo)?$", re.I)
 
 # A key, its separator and its value; the key may be quoted, the value quoted or bare.
 ASSIGN = re.compile(
-    r"""(?<![\w\-.])(?P<key>["']?\$?[A-Za-z_][A-Za-z0-9_.\-]*["']?)\s*(?P<sep>:=|=>|[:=])[ \t]*"""
-    r"""(?P<value>"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s,;)#\]}]*)""")
+    r"""(?<![\w\-./])(?<!\$\{)(?P<key>["']?\$?[A-Za-z_][A-Za-z0-9_.\-]*["']?)\s*(?P<sep>:=|=>|[:=])[ \t]*"""
+    r"""(?P<value>"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s,;)#\]}"']*)""")
 K8S_NAME = re.compile(r"""^\s*(?:-\s+)?name:\s*["']?([A-Za-z0-9_.\-]+)["']?\s*$""")
 K8S_VALUE = re.compile(r"""^\s*value:[ \t]*(?P<value>"[^"\n]*"|'[^'\n]*'|\S.*?|)\s*$""")
 XML_NAME = re.compile(r"<name>\s*([A-Za-z0-9_.\-]+)\s*</name>")
@@ -137,10 +143,12 @@ POSITIONAL = re.compile(
 POSITION_OF = {"mysqli_connect": 2, "mysql_connect": 2, "getConnection": 2, "NetworkCredential": 1, "PDO": 2}
 
 REFERENCE = re.compile(
-    r"""^["']?(?:\$\{|\$\(|\$[A-Za-z_]|\$\d(?![$\w])|\$\$|\{\{|\{%|<%|%\(|var\.|local\.|module\.|data\.|each\.|"""
+    r"""^["']?(?:\$\{|\$\(|\$[A-Za-z_]|\$\d(?![$\w])|\$\$(?![A-Za-z0-9]+\$\$)|\{\{|\{%|<%|%\(|var\.|local\.|module\.|data\.|each\.|"""
     r"""os\.environ|os\.getenv|getenv|env\(|process\.env|ENV\[|System\.getenv|Environment\.|"""
     r"""lookup\(|!Ref|!Sub|secretKeyRef|valueFrom|\[parameters\()""")
-NOT_VALUE = re.compile(r"""(?i)^(?:true|false|yes|no|on|off|read|write|\d+|[~^>=<]*\d+(?:\.[\dx*]+)+\S*|\|-?|>-?|\{|\[|\(|&[A-Za-z]\w*|\*[A-Za-z]\w*)$""")
+NOT_VALUE = re.compile(r"""(?i)^(?:true|false|yes|no|on|off|read|write|\d+|https?://\S*|<.*|[~^>=<]*\d+(?:\.[\dx*]+)+\S*|\|-?|>-?|\{|\[|\(|&[A-Za-z]\w*|\*[A-Za-z]\w*)$""")
+# ``'%s'``, ``'{}'``, ``'?'``, ``'$1'``: a format string's or a prepared statement's field, filled in by code.
+FORMAT_FIELD = re.compile(r"%[sdvq]|\{\d*\}|\?|\$\d+|:[a-z_]\w*")
 PLACEHOLDER_LITERAL = re.compile(r"""(?i)^(?:""|''|null|~|none|nil|)$""")
 
 WORDS = (
@@ -188,7 +196,7 @@ def is_secret_key(key: str) -> bool:
 
 
 # ``${DB_PASSWORD:secret}`` / ``${PW:-secret}``: a reference with a literal default, neither kind.
-WITH_DEFAULT = re.compile(r"""^["']?\$\{[A-Za-z_]\w*:-?[^}$]+\}?["']?$""")
+WITH_DEFAULT = re.compile(r"""^["']?\$?\$\{[A-Za-z_][\w\-]*:-?[^}$]+\}?["']?$""")
 
 
 def value_kind(value: str, syntax: str) -> str:
@@ -196,12 +204,12 @@ def value_kind(value: str, syntax: str) -> str:
     bare = value.strip()
     if WITH_DEFAULT.match(bare):
         return "none"
-    if REFERENCE.match(bare):
+    if REFERENCE.match(bare) or FORMAT_FIELD.fullmatch(bare):
         return "reference"
     quoted = len(bare) >= 2 and bare[0] == bare[-1] and bare[0] in "\"'"
     if quoted:
         inner = bare[1:-1]
-        if REFERENCE.match(inner) or "${" in inner or "{{" in inner or "$(" in inner:
+        if REFERENCE.match(inner) or "${" in inner or "{{" in inner or "$(" in inner or FORMAT_FIELD.fullmatch(inner):
             return "reference"
         if syntax in CODE and (not inner or re.fullmatch(r"[a-z]+(?:_[a-z0-9]+)+", inner)):
             return "none"  # ``token = ""``, ``AccessToken = "access_token"``: a default, a setting's name
@@ -297,15 +305,22 @@ def _line_slots(line: str, syntax: str):
             if fresh(match.start("value"), match.end("value")):
                 yield match.start("value"), match.end("value"), "literal"
     yield from _element_slots(line, fresh)
+    comment = syntax in CODE and CODE_COMMENT.match(line) is not None
     for match in ASSIGN.finditer(line):
         if not is_secret_key(match.group("key")) or match.group("sep") == ":" and syntax in CODE - {"python"} \
                 and not match.group("key")[0] in "\"'" or _in_template(line, match.start()):
             continue
-        start, end, kind = _span(match, syntax)
-        if kind == "literal" and syntax in CODE - {"shell"} and not match.group("value")[:1] in "\"'":
+        as_data = comment and match.group("value")[:1] not in "\"'" and not line[match.end():].strip()
+        start, end, kind = _span(match, "env" if as_data else syntax)
+        if kind == "literal" and syntax in CODE - {"shell"} and not as_data and not match.group("value")[:1] in "\"'":
             kind = "reference"
         if kind != "none" and fresh(start, end):
             yield start, end, kind
+
+
+# A comment line of code (``#``, ``//``, ``/*``, `` * ``, ``--``): ``KEY=value`` ending it is an example of
+# configuration, its bare value data, not an identifier of the code (``token = X XOR y`` is prose).
+CODE_COMMENT = re.compile(r"^\s*(?:#|//|/\*|\*|--)")
 
 
 def _in_template(line: str, position: int) -> bool:
