@@ -534,8 +534,7 @@ def spelled_stand_in(word: str) -> bool:
     if not word.isalpha() or len(word) > 40:
         return False
     # states[i]: the ways word[:i] splits into known words: (False,) without a mark yet, (True,) with one
-    states: list[set[bool]] = [set() for _ in range(len(word) + 1)]
-    states[0].add(False)
+    states: list[set[bool]] = [{False}] + [set() for _ in range(len(word))]
     for i in range(len(word)):
         if not states[i]:
             continue
