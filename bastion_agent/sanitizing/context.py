@@ -52,6 +52,7 @@ from bastion_agent.sanitizing.assigned_values import (
     value_ok,
 )
 from bastion_agent.sanitizing.validators import (
+    CODE_SPAN_STATEMENT,
     SOURCE_FILE_KEY,
     encodes_placeholder,
     in_template_action,
@@ -66,7 +67,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 11
+DETECTION_VERSION = 12
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          "secert", "sercet", "secrect", "seed",
@@ -330,6 +331,9 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
         return _accept(text, position + 2, close, strength, quoted=True, label=False, key=key) if close != -1 else None
     if template and first not in QUOTES:
         return None  # ``{{- $password := .Values.auth.password }}``: an expression of the template
+    statement = CODE_SPAN_STATEMENT.match(text, position + 1) if first == "`" else None
+    if statement is not None and credential_key(statement.group("name")) is not None:
+        return None  # ``Token: `export DO_API_TOKEN=…` ``: a command in a code span; its own key is read on its own
     if first and first in QUOTES and first != terminator:
         # an expansion's closing quote is looked for within a value's longest, so repeated keys stay linear
         close = (_shell_closing(text, position, min(line_end, position + 2 + MAX_VALUE)) if first == '"'

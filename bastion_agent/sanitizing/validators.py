@@ -23,7 +23,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 13
+DETECTION_VERSION = 14
 
 # --- entropy --------------------------------------------------------------
 
@@ -66,7 +66,29 @@ def looks_random_for_a_weak_key(value: str) -> bool:
     and 3.1 or less about once in ten thousand. Words and identifiers are
     told apart by the checks before this one, not by their entropy.
     """
-    return looks_random(value, base64_bits=min(3.5, math.log2(max(len(value), 2)) - 0.9))
+    bits = min(3.5, math.log2(max(len(value), 2)) - 0.9)
+    return looks_random(value, base64_bits=bits) or (is_padded_binary_base64(value) and shannon_entropy(value) >= bits)
+
+
+PADDED_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)")
+
+
+def is_padded_binary_base64(value: str) -> bool:
+    """Base64 with its ``=`` padding (RFC 4648) of bytes that are no text (not printable UTF-8), in both cases: random bytes
+    encoded, as a salt, a key or a nonce is written (``zzWITpnDximUNKYLiUam/w==`` is 16 bytes). Such a value
+    need not hold a digit: 22 characters drawn from 64 hold none once in forty draws, so the digit that
+    ``looks_random`` asks of a drawn string is asked only of values without this shape."""
+    if not PADDED_BASE64.fullmatch(value) or value.lower() == value or value.upper() == value:
+        return False
+    try:
+        decoded = base64.b64decode(value, validate=True)
+    except ValueError:
+        return False
+    try:
+        text = decoded.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return not all(ch.isprintable() or ch in "\t\r\n" for ch in text)
 
 
 # --- placeholders, templates, references -----------------------------------
@@ -588,6 +610,12 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``<password>value</password>`` only: an XML element holds a bare value
     if SHELL_DEFAULT_REFERENCE.match(raw):
         return False  # ``PW="${PW:-$(< "$F")}"``: unset, the variable is read from a file; the quotes are the command's
+    statement = CODE_SPAN_STATEMENT.match(raw, 1) if raw[:1] == "`" else None
+    if statement is not None and key_strength(statement.group("name")) is not None:
+        return False  # ``Token: `export DO_API_TOKEN=…` ``: a command in a code span; its own key is read on its own
+    if strength == "weak" and raw[:1] not in "\"'`" and TEMPLATE_OPENING.match(match.string, match.end("value")) and (
+            _worded_prefix(raw)):
+        return False  # ``key: v1-deps-{{ checksum "yarn.lock" }}``: words a template completes, not a generated key
     value, vstart, vend, quoted = unquote(raw, vstart)
     following = match.string[vend + (1 if quoted else 0): vend + 2]
     if quoted and code_values.is_name_constant(value, key):
@@ -615,6 +643,24 @@ def check_assignment(match: re.Match, start: int, end: int):
     if not assignment_value_ok(value, strength, quoted, following) or encodes_placeholder(value):
         return False
     return [(vstart, vend)]
+
+
+# A code span (Markdown's backticks) that starts by assigning to a credential's name, shell ``export`` or not:
+# a statement shown to the reader, whose own key and value the rules read where they stand inside it (any
+# other name before ``=`` may be a password's own characters: ``Password: `ab=cd` ``).
+CODE_SPAN_STATEMENT = re.compile(r"(?:(?:export|set|setx|\$)[ \t]+)?(?P<name>[A-Za-z_][\w.\-]*)=")
+# A template expression that continues an unquoted value: Jinja, Go templates, CircleCI, GitHub Actions, shell.
+TEMPLATE_OPENING = re.compile(r"\{\{|\{%|\$\{")
+
+
+def _worded_prefix(value: str) -> bool:
+    """``v1-dependencies-``, ``npm-cache-v2-``: words (and a short count or version) joined by ``-``, ``_`` or
+    ``.``, as a cache key's fixed part reads; a drawn string (``Xk9pQ2mZ7fRt…``) is no such prefix."""
+    pieces = [piece for piece in re.split(r"[-_.]+", value) if piece]
+    return bool(pieces) and all(
+        re.fullmatch(r"[A-Za-z]*\d{0,3}", piece) and (len(piece.rstrip("0123456789")) <= 3
+                                                    or code_values.is_wordlike(piece.rstrip("0123456789")))
+        for piece in pieces)
 
 
 def _random_string(raw: str) -> bool:
@@ -724,7 +770,16 @@ def check_key_block(match: re.Match, start: int, end: int):
     if body is None:  # no END within the budget: the armour lines that follow
         body = match.group("open") or ""
     body = re.sub(r"\\[nr]|[\s\"'+,]", "", body)
+    if len(body) >= KEY_BODY_MEASURED and shannon_entropy(body) < KEY_BODY_BITS:
+        return False  # ``s3cr3ts3cr3t…``, ``XXXX…`` between the armour lines: a stand-in, no key material
     return len(body) >= 16
+
+
+# A key's body is base64 of DER (or of ciphertext, once encrypted): 32 base64 characters of it carry
+# more than 4 bits each. A body of a few symbols repeated (a word typed over and over, a mask) is
+# written by a person in a key's place: under 2.5 bits a character (five symbols or so) over 32 or more.
+KEY_BODY_MEASURED = 32
+KEY_BODY_BITS = 2.5
 
 
 def check_slack_token(match: re.Match, start: int, end: int):
@@ -754,10 +809,18 @@ def check_url_credentials(match: re.Match, start: int, end: int):
     return len(password) >= 3 and has_alnum(password) and not is_placeholder(password) and not is_whole_reference(password)
 
 
+# The users and groups Kubernetes reserves under ``system:`` (its RBAC documentation): ``kubectl config
+# set-context --user=system:kube-scheduler`` names a kubeconfig entry, it is no ``user:password`` pair.
+KUBERNETES_IDENTITY = re.compile(
+    r"system:(?:kube-[a-z][a-z\-]*|masters|nodes|anonymous|authenticated|unauthenticated|monitoring"
+    r"|node:[a-z0-9][a-z0-9.\-]*|serviceaccounts?(?::[a-z0-9][a-z0-9.\-]*){0,2}"
+    r"|bootstrappers(?::[a-z0-9][a-z0-9:.\-]*)?)")
+
+
 def check_cli_user(match: re.Match, start: int, end: int):
     value = match.string[start:end]
     bare = value.replace('"', "").replace("'", "")
-    if ":" not in bare or is_placeholder(bare) or is_templated(bare):
+    if ":" not in bare or is_placeholder(bare) or is_templated(bare) or KUBERNETES_IDENTITY.fullmatch(bare):
         return False
     parts = [part for part in bare.split(":", 1) if part]
     usable = [part for part in parts if plausible_secret(part) and not part.startswith(("[", "{$"))]
