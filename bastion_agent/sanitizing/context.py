@@ -331,6 +331,9 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
         return _accept(text, position + 2, close, strength, quoted=True, label=False, key=key) if close != -1 else None
     if template and first not in QUOTES:
         return None  # ``{{- $password := .Values.auth.password }}``: an expression of the template
+    doubled = keyed_values.DOUBLED_QUOTED.match(text, position, line_end)
+    if doubled is not None:  # ``EXEC('CREATE LOGIN x WITH PASSWORD = ''X'' ')``: SQL run from a string
+        return _accept(text, *doubled.span("literal"), strength, quoted=True, label=False, key=key)
     statement = CODE_SPAN_STATEMENT.match(text, position + 1) if first == "`" else None
     if statement is not None and credential_key(statement.group("name")) is not None:
         return None  # ``Token: `export DO_API_TOKEN=…` ``: a command in a code span; its own key is read on its own

@@ -1,4 +1,5 @@
-"""Forms a writer puts around a value, read by what the form says: armour, identities, code spans, templates, base64.
+"""Forms a writer puts around a value, read by what the form says: armour, identities, code spans, templates,
+base64, SQL in a string.
 
 Each class of text below is read by a rule that holds wherever the form is
 written, not by the lines it was first seen on:
@@ -13,7 +14,9 @@ written, not by the lines it was first seen on:
 - ``key: v1-deps-{{ checksum "yarn.lock" }}``: words a template completes
   are a cache key's fixed part, not a generated key;
 - padded base64 of random bytes under a salt's or a key's name is random
-  even without a digit (``zzWITpnDximUNKYLiUam/w==``).
+  even without a digit (``zzWITpnDximUNKYLiUam/w==``);
+- SQL run from a string (``EXEC('... PASSWORD = ''X'' ')``) doubles the
+  quotes of the statement it runs: the value ends at the same run of quotes.
 
 Hostile tests first: each real form beside the look-alike that stays; every
 value is drawn fresh each run.
@@ -40,6 +43,14 @@ def letters(length: int) -> str:
     while True:
         value = "".join(RNG.choice(string.ascii_lowercase) for _ in range(length))
         if value not in validators.PLACEHOLDER_WORDS and not any(stem in value for stem in context.STEMS):
+            return value
+
+
+def drawn_letters(length: int) -> str:
+    """Letters of both cases drawn at random, holding no stem of a credential's name in any case."""
+    while True:
+        value = "".join(RNG.choice(string.ascii_letters) for _ in range(length))
+        if not any(stem in value.lower() for stem in context.STEMS):
             return value
 
 
@@ -102,7 +113,7 @@ class HostileFormTests(SanitizerCase):
         self.assert_gone(f"Password: `ab={value}`\n", "ab=" + value)  # ``ab`` names no credential: all of it
 
     def test_a_drawn_prefix_before_a_template_goes(self):
-        value = "".join(RNG.choice(string.ascii_letters) for _ in range(18)) + str(RNG.randint(10, 99))
+        value = drawn_letters(18) + str(RNG.randint(10, 99))
         self.assert_gone(f"secret_key: {value}-{{{{ .Branch }}}}\n", value)
 
     def test_padded_base64_of_random_bytes_goes_without_a_digit(self):
@@ -113,6 +124,14 @@ class HostileFormTests(SanitizerCase):
         value = base64.b64encode(os.urandom(16)).decode()
         self.assert_gone(f"APP_SALT={value}\n", value)
 
+
+    def test_a_password_in_sql_run_from_a_string_goes(self):
+        value = credential(12)
+        q2, q4 = "'" * 2, "'" * 4
+        self.assert_gone(f"EXEC('CREATE LOGIN {letters(6)} WITH PASSWORD = {q2}{value}{q2} ')\n", value)
+        self.assert_gone(f"exec sp_executesql N'ALTER LOGIN sa WITH PASSWORD = {q2}{value}{q2}'\n", value)
+        self.assert_gone(f"EXECUTE('EXECUTE({q2}CREATE LOGIN x WITH PASSWORD = {q4}{value}{q4} {q2}) AT \"S1\"')\n", value)
+        self.assert_gone(f"  EXECUTE 'ALTER ROLE {letters(5)} LOGIN PASSWORD {q2}{value}{q2}';\n", value)
 
 class LookAlikeTests(SanitizerCase):
     """What each rule keeps: forms that describe a credential without holding one."""
@@ -146,8 +165,13 @@ class LookAlikeTests(SanitizerCase):
         if "=" not in value:
             value = base64.b64encode((sentence + ".").encode()).decode()
         self.assertFalse(validators.is_padded_binary_base64(value))
-        self.assertFalse(validators.is_padded_binary_base64("A" * 22 + "=="))
+        self.assertFalse(validators.looks_random_for_a_weak_key("A" * 22 + "=="))  # zeros: a fill, not a draw
 
+
+    def test_a_password_joined_into_sql_run_from_a_string_stays(self):
+        q3, q4 = "'" * 3, "'" * 4
+        self.assert_kept(f"  EXECUTE 'ALTER ROLE app LOGIN PASSWORD {q3} || {letters(6)} || {q4};\n")
+        self.assert_kept("SET @pw = ''; SELECT 1;\n")
 
 if __name__ == "__main__":
     unittest.main()

@@ -67,18 +67,21 @@ def looks_random_for_a_weak_key(value: str) -> bool:
     told apart by the checks before this one, not by their entropy.
     """
     bits = min(3.5, math.log2(max(len(value), 2)) - 0.9)
-    return looks_random(value, base64_bits=bits) or (is_padded_binary_base64(value) and shannon_entropy(value) >= bits)
+    return looks_random(value, base64_bits=bits) or (is_padded_binary_base64(value)
+                                                     and shannon_entropy(value) >= PADDED_BINARY_BITS)
 
 
+# Bytes that decode to no text are the strong sign; the entropy only keeps out a fill (``AAAA…==``, zeros).
+PADDED_BINARY_BITS = 3.0
 PADDED_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)")
 
 
 def is_padded_binary_base64(value: str) -> bool:
-    """Base64 with its ``=`` padding (RFC 4648) of bytes that are no text (not printable UTF-8), in both cases: random bytes
+    """Base64 with its ``=`` padding (RFC 4648) of bytes that are no text (not printable UTF-8): random bytes
     encoded, as a salt, a key or a nonce is written (``zzWITpnDximUNKYLiUam/w==`` is 16 bytes). Such a value
     need not hold a digit: 22 characters drawn from 64 hold none once in forty draws, so the digit that
     ``looks_random`` asks of a drawn string is asked only of values without this shape."""
-    if not PADDED_BASE64.fullmatch(value) or value.lower() == value or value.upper() == value:
+    if not PADDED_BASE64.fullmatch(value):
         return False
     try:
         decoded = base64.b64decode(value, validate=True)
@@ -1147,8 +1150,9 @@ def check_has_digit(match: re.Match, start: int, end: int):
 
 
 # Inside the quotes, the host language's string closed, a variable joined and the string opened
-# again (``'` + newpw + `'``, ``'" . $pw . "'``, ``'" || pw || "'``): the value is a reference.
-CONCATENATED = re.compile(r"""\s*([`"'])\s*(?:\+|\.|\|\|)\s*[A-Za-z_$][\w.$\[\]()]*\s*(?:\+|\.|\|\|)\s*\1\s*""")
+# again (``'` + newpw + `'``, ``'" . $pw . "'``, ``'" || pw || "'``; in SQL run from a string, PL/pgSQL's
+# ``PASSWORD ''' || pw || ''''``, whose statement doubles its quote): the value is a reference.
+CONCATENATED = re.compile(r"""\s*(''|[`"'])\s*(?:\+|\.|\|\|)\s*[A-Za-z_$][\w.$\[\]()]*\s*(?:\+|\.|\|\|)\s*\1\s*""")
 
 
 def check_cli_password(match: re.Match, start: int, end: int):
