@@ -1,5 +1,5 @@
 """Forms a writer puts around a value, read by what the form says: armour, identities, code spans, templates,
-base64, SQL in a string.
+base64, SQL in a string, the references of file formats.
 
 Each class of text below is read by a rule that holds wherever the form is
 written, not by the lines it was first seen on:
@@ -16,7 +16,12 @@ written, not by the lines it was first seen on:
 - padded base64 of random bytes under a salt's or a key's name is random
   even without a digit (``zzWITpnDximUNKYLiUam/w==``);
 - SQL run from a string (``EXEC('... PASSWORD = ''X'' ')``) doubles the
-  quotes of the statement it runs: the value ends at the same run of quotes.
+  quotes of the statement it runs: the value ends at the same run of quotes;
+- a reference whose syntax a file format declares names where the value
+  lives: CloudFormation's ``!Ref``/``!GetAtt``, Home Assistant's ``!secret``,
+  an ARM template's ``[parameters('x')]``, Concourse's ``((x))``, Ruby's
+  ``"#{ENV['X']}"``, Razor's ``@Model.X``; any other YAML tag is passed and
+  the value after it read (``!Sub "X…${AWS::Region}"`` loses X).
 
 Hostile tests first: each real form beside the look-alike that stays; every
 value is drawn fresh each run.
@@ -133,6 +138,16 @@ class HostileFormTests(SanitizerCase):
         self.assert_gone(f"EXECUTE('EXECUTE({q2}CREATE LOGIN x WITH PASSWORD = {q4}{value}{q4} {q2}) AT \"S1\"')\n", value)
         self.assert_gone(f"  EXECUTE 'ALTER ROLE {letters(5)} LOGIN PASSWORD {q2}{value}{q2}';\n", value)
 
+    def test_a_literal_after_a_yaml_tag_or_in_a_template_expression_goes(self):
+        value = credential(14)
+        self.assert_gone(f'  MasterUserPassword: !Sub "{value}${{AWS::Region}}"\n', value)
+        self.assert_gone(f"  token: !Base64 {value}\n", value)
+        self.assert_gone(f"password=!{value} {letters(4)}\n", value)  # ``=`` is no mapping: no tag there
+        self.assert_gone(f"db_password: !{value}\n", value)
+        self.assert_gone(f"api_key: !env_var API_KEY {value}\n", value)  # a default after the name is a literal
+        self.assert_gone(f"\"adminPassword\": \"[concat('{value}', parameters('suffix'))]\",\n", value)
+        self.assert_gone(f"password: (({value}))\n", value)
+
 class LookAlikeTests(SanitizerCase):
     """What each rule keeps: forms that describe a credential without holding one."""
 
@@ -172,6 +187,23 @@ class LookAlikeTests(SanitizerCase):
         q3, q4 = "'" * 3, "'" * 4
         self.assert_kept(f"  EXECUTE 'ALTER ROLE app LOGIN PASSWORD {q3} || {letters(6)} || {q4};\n")
         self.assert_kept("SET @pw = ''; SELECT 1;\n")
+
+    def test_references_a_file_format_declares_stay(self):
+        name = letters(6)
+        for line in (f"  MasterUserPassword: !Ref {name.capitalize()}Password",
+                     f"      Password: !GetAtt {name.capitalize()}Secret.Password",
+                     f"  ApiKey: !ImportValue {name}-api-key",
+                     f"  DbPassword: !FindInMap [Secrets, {name}, Password]",
+                     f"  MasterUserPassword: !Sub '{{{{resolve:secretsmanager:{name}:SecretString:password}}}}'",
+                     f"mqtt_password: !secret {name}_password",
+                     "api_key: !env_var API_KEY",
+                     f"    \"adminPassword\": \"[parameters('{name}Password')]\",",
+                     f"    \"secret\": \"[variables('{name}')]\",",
+                     f"  password: (({name}_password))",
+                     "  password = \"#{ENV['PASSWORD']}\"",
+                     '<input type="password" name="password" value="@Model.Password" />'):
+            with self.subTest(line=line):
+                self.assert_kept(line + "\n")
 
 if __name__ == "__main__":
     unittest.main()

@@ -170,13 +170,55 @@ WHOLE_REFERENCE = re.compile(
 )
 
 
+# References whose syntax a file format declares, each the whole value: an Azure Resource Manager template's
+# ``[parameters('adminPassword')]`` / ``[variables('pw')]``, Concourse's ``((db_password))``, a Ruby or
+# CoffeeScript string that is one interpolation (``"#{ENV['PASSWORD']}"``), a Razor view's ``@Model.Password``.
+FORMAT_REFERENCE = re.compile(
+    r"\s*(?:\[(?:parameters|variables)\('[\w.\-]{1,100}'\)(?:\.[\w.]+)?\]|\(\([\w.\-/: ]{1,100}\)\)"
+    r"|#\{[^{}\n]{1,200}\}|@(?:Model|ViewBag|ViewData)\.[\w.]{1,100})\s*")
+# YAML tags that name where a value is: CloudFormation's ``!Ref DbPassword``, ``!GetAtt Secret.Password``,
+# ``!ImportValue Name``, ``!FindInMap [Map, Key, Name]``; Home Assistant's ``!secret mqtt_password`` and
+# ``!env_var API_KEY`` (without a default: a default after the name is a literal). ``!Sub`` is judged by
+# the string it substitutes into.
+TAGGED_REFERENCE = re.compile(
+    r"!(?:Ref|GetAtt|ImportValue)[ \t]+[A-Za-z][\w:.\-]{0,100}|!FindInMap[ \t]+\[[\w\s,:.\-!]{1,200}\]"
+    r"|!secret[ \t]+[\w.\-]{1,100}|!env_var[ \t]+[A-Za-z_]\w{0,100}|!Sub[ \t]+(?P<q>[\"']?)(?P<sub>[^\n]{1,500})(?P=q)")
+
+
+def is_tagged_reference(text: str, start: int) -> bool:
+    """Does a YAML tag that names where the value lives (``TAGGED_REFERENCE``) fill the rest of the line
+    from ``start``? ``!Sub '{{resolve:secretsmanager:db}}'`` is one; ``!Sub 'Pa55${Suffix}'`` is not."""
+    end = text.find("\n", start, start + 1024)
+    rest = text[start:end if end != -1 else start + 1024].rstrip(" \t\r,;")
+    found = TAGGED_REFERENCE.fullmatch(rest) if rest.startswith("!") else None
+    return found is not None and (found.group("sub") is None or is_whole_reference(found.group("sub")))
+
+
+# A YAML tag before a value (``!Sub "…"``, ``!Base64 …``, ``!vault |``, ``!env_var``): it says how to read
+# the value. Only after a mapping's ``:``, and a name of letters (``password=!Xq7 mLp`` is a password).
+YAML_TAG = re.compile(r"(?<=:)[ \t]*!(?!!)[A-Za-z][A-Za-z_]{1,40}[ \t]+(?=\S)")
+
+
+def after_tag(text: str, position: int, line_end: int) -> int | None:
+    """Where the value at ``position`` starts once a YAML tag is passed (the tag is no part of it), or None
+    when the tag names where the value lives (``is_tagged_reference``): ``!Sub "Xq7#…${AWS::Region}"``
+    loses its literal, ``!Ref DbPassword`` stays."""
+    if text[position:position + 1] != "!":
+        return position
+    colon = len(text[:position].rstrip(" \t")) - 1  # the tag's match starts at the mapping's ``:``
+    tag = YAML_TAG.match(text, colon + 1, line_end) if colon >= 0 and text[colon] == ":" else None
+    if tag is None:
+        return position
+    return None if is_tagged_reference(text, position) else tag.end()
+
+
 def is_whole_reference(value: str) -> bool:
     """The value is nothing but references: ``${DB_PASSWORD}``, ``{{ .Values.pw }}``, ``%(pw)s``, ``<secret>``.
 
     Punctuation between references counts as part of them (``{0}:{1}``,
     ``${USER}:${PASS}``); a letter or digit outside does not: ``pre${X}post`` goes.
     """
-    if WHOLE_REFERENCE.fullmatch(value):
+    if WHOLE_REFERENCE.fullmatch(value) or FORMAT_REFERENCE.fullmatch(value):
         return True
     rest = TEMPLATE_PARTS.sub("", value)
     return rest != value and not any(ch.isalnum() for ch in rest)
@@ -613,6 +655,8 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``<password>value</password>`` only: an XML element holds a bare value
     if SHELL_DEFAULT_REFERENCE.match(raw):
         return False  # ``PW="${PW:-$(< "$F")}"``: unset, the variable is read from a file; the quotes are the command's
+    if raw[:1] == "!" and after_tag(match.string, vstart, len(match.string)) != vstart:
+        return False  # ``!Ref DbPassword``, ``!Sub "X…"``: a YAML tag, no value; the context scanner reads past it
     statement = CODE_SPAN_STATEMENT.match(raw, 1) if raw[:1] == "`" else None
     if statement is not None and key_strength(statement.group("name")) is not None:
         return False  # ``Token: `export DO_API_TOKEN=…` ``: a command in a code span; its own key is read on its own
