@@ -205,8 +205,10 @@ def after_tag(text: str, position: int, line_end: int) -> int | None:
     loses its literal, ``!Ref DbPassword`` stays."""
     if text[position:position + 1] != "!":
         return position
-    colon = len(text[:position].rstrip(" \t")) - 1  # the tag's match starts at the mapping's ``:``
-    tag = YAML_TAG.match(text, colon + 1, line_end) if colon >= 0 and text[colon] == ":" else None
+    colon, floor = position - 1, max(-1, position - 64)  # the tag's match starts at the mapping's ``:``
+    while colon > floor and text[colon] in " \t":
+        colon -= 1  # bounded: a long run of blanks costs no more than 64 steps, whatever the text's length
+    tag = YAML_TAG.match(text, colon + 1, line_end) if colon > floor and text[colon] == ":" else None
     if tag is None:
         return position
     return None if is_tagged_reference(text, position) else tag.end()
