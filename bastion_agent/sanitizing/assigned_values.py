@@ -23,6 +23,7 @@ from bastion_agent.sanitizing.validators import (
     SEQUENCES,
     TEMPLATE_PARTS,
     classify_key_words,
+    is_padded_binary_base64,
     is_passphrase,
     is_placeholder,
     is_reference,
@@ -34,7 +35,7 @@ from bastion_agent.sanitizing.validators import (
 
 # The version of what this module finds: bump it with any change that makes some text sanitize
 # differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 5
+DETECTION_VERSION = 6
 
 CODE_EXPRESSION = re.compile(r"[A-Za-z_$][\w.$]*(?:\s*(?:\(|\[|\.\w+\().*|\s*(?:\|\||&&|\?\?|\?|\+)\s*.*)")
 REFERENCE_WORD = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z]+(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+")
@@ -131,8 +132,9 @@ def value_ok(value: str, strength: str, *, quoted: bool, label: bool, config: bo
     if not quoted and (config or env_line) and re.fullmatch(r"[A-Za-z]+", value) and _config_word(value, strength):
         return True  # ``SMTP_PASSWORD=kxqmvbnrtwpzla``, ``export DO_API_TOKEN=kxq…``: letters alone, as data
     if not quoted:
-        if value.endswith(":") or value.startswith(":") or CODE_EXPRESSION.fullmatch(value):
-            return False
+        if value.endswith(":") or value.startswith(":") or CODE_EXPRESSION.fullmatch(value) and (
+                not is_padded_binary_base64(value)):
+            return False  # ``user + ":" + pw``: code; ``CmnmcixuxhcE+cLfExZnDQ==`` is base64 of random bytes
         if re.fullmatch(r"[A-Za-z]+", value) or is_reference(value) or (
                 REFERENCE_WORD.fullmatch(value) and not env_line and not _config_camel(value, strength, config)):
             return False  # a word or an identifier: in code a variable, in text a label

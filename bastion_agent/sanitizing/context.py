@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 
-from bastion_agent.sanitizing import code_values, command_lines, keyed_values, signatures
+from bastion_agent.sanitizing import code_values, command_lines, keyed_values, signatures, validators
 from bastion_agent.sanitizing.assigned_values import (
     CODE_EXPRESSION,
     CONFIG_WORDS,
@@ -66,7 +66,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 13
+DETECTION_VERSION = 14
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          "secert", "sercet", "secrect", "seed",
@@ -319,6 +319,8 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
     default = code_values.DEFAULTED.match(text, position, line_end)
     if default is not None:  # ``os.getenv("PW") or "X"``, ``process.env.PW || "X"``: the literal is used when unset
         return _accept(text, *default.span("literal"), strength, quoted=True, label=False, key=key)
+    if (position := validators.after_tag(text, position, line_end)) is None:  # ``!Sub "X…"``: the value follows
+        return None  # ``Password: !GetAtt DbSecret.Password``, ``api_key: !env_var API_KEY``: where it lives
     first = text[position:position + 1]
     entity = ENTITY_QUOTE.match(text, position)
     if entity:  # ``&#34;value&#34;``: code shown in a web page, its quotes written as entities
@@ -329,6 +331,12 @@ def _read_value(text: str, position: int, line_end: int, strength: str, terminat
         return _accept(text, position + 2, close, strength, quoted=True, label=False, key=key) if close != -1 else None
     if template and first not in QUOTES:
         return None  # ``{{- $password := .Values.auth.password }}``: an expression of the template
+    doubled = keyed_values.DOUBLED_QUOTED.match(text, position, line_end)
+    if doubled is not None:  # ``EXEC('CREATE LOGIN x WITH PASSWORD = ''X'' ')``: SQL run from a string
+        return _accept(text, *doubled.span("literal"), strength, quoted=True, label=False, key=key)
+    statement = validators.CODE_SPAN_STATEMENT.match(text, position + 1) if first == "`" else None
+    if statement is not None and credential_key(statement.group("name")) is not None:
+        return None  # ``Token: `export DO_API_TOKEN=…` ``: a command in a code span; its own key is read on its own
     if first and first in QUOTES and first != terminator:
         close = _shell_closing(text, position, line_end) if first == '"' else _closing(text, position, line_end)
         if close is None:  # unclosed: the value runs on, at most a value's longest

@@ -30,7 +30,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 4
+DETECTION_VERSION = 5
 
 SIBLING_REACH = 512  # how far after a name field its value field may sit
 MAX_VALUE = 1024
@@ -133,6 +133,9 @@ FLOW_MAPPING = re.compile(r"^[ \t]*-[ \t]+\{[ \t]*[\w.\-]+:[ \t]")
 CONNECTION_FIELD = re.compile(r"(?i)(?:server|data source|host|address|user id|uid|database|initial catalog)[ \t]*=[^;]*;")
 # ``value: kxqmvbnrtwpzla`` on its own line: a Kubernetes env entry's value, YAML data to the line's end.
 YAML_VALUE_FIELD = re.compile(r"[ \t]*value:[ \t]*")
+# A string inside a SQL string: dynamic SQL (``EXEC('...')``, PL/pgSQL ``EXECUTE '...'``) writes each quote of
+# the statement it runs twice, and four times one level further in; the value ends at the same run of quotes.
+DOUBLED_QUOTED = re.compile(r"(?P<q>''(?:'')?)(?!')(?P<literal>[^'\s]{1,200})(?P=q)")
 # ``docker run -e POSTGRES_PASSWORD=X``, ``--env X=...``: a container's environment given on a command line.
 ENV_FLAG = re.compile(r"(?:^|[\s\"'])(?:-e|--env)[ \t]*\Z")
 # ``helm install ... --set externalDatabase.password=X`` (also after other pairs, ``--set a=b,auth.password=X``):

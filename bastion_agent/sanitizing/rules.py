@@ -441,7 +441,7 @@ RULES: tuple[Rule, ...] = (
     Rule("sql-password", "url-credentials",
        r"(?i)(?<![\w\-])(?:CREATE|ALTER|GRANT)[ \t][^\n;]{0,300}?[ \t]"
        r"(?:IDENTIFIED[ \t]+BY[ \t]+(?:PASSWORD[ \t]+)?|PASSWORD[ \t]+(?=['\"]))"
-       r"(?P<secret>'(?:[^'\n]|'')+'|\"[^\"\n]+\"|[^\s;'\"]+)",
+       r"(?P<secret>''(?:'')?[^'\s]{1,200}''|'(?:[^'\n]|'')+'|\"[^\"\n]+\"|[^\s;'\"]+)",  # ''X'': run from a string
        keywords=("password", "identified"), validator="cli_password"),
     # A password set by a macro: C's #define, an RPM spec's %define/%global (also JSON-escaped; a bare
     # value only when it ends the line, as in a spec file).

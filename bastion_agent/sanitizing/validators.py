@@ -23,7 +23,7 @@ from bastion_agent.sanitizing import code_values
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 16
+DETECTION_VERSION = 17
 
 # --- entropy --------------------------------------------------------------
 
@@ -66,7 +66,32 @@ def looks_random_for_a_weak_key(value: str) -> bool:
     and 3.1 or less about once in ten thousand. Words and identifiers are
     told apart by the checks before this one, not by their entropy.
     """
-    return looks_random(value, base64_bits=min(3.5, math.log2(max(len(value), 2)) - 0.9))
+    bits = min(3.5, math.log2(max(len(value), 2)) - 0.9)
+    return looks_random(value, base64_bits=bits) or (is_padded_binary_base64(value)
+                                                     and shannon_entropy(value) >= PADDED_BINARY_BITS)
+
+
+# Bytes that decode to no text are the strong sign; the entropy only keeps out a fill (``AAAA…==``, zeros).
+PADDED_BINARY_BITS = 3.0
+PADDED_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)")
+
+
+def is_padded_binary_base64(value: str) -> bool:
+    """Base64 with its ``=`` padding (RFC 4648) of bytes that are no text (not printable UTF-8): random bytes
+    encoded, as a salt, a key or a nonce is written (``zzWITpnDximUNKYLiUam/w==`` is 16 bytes). Such a value
+    need not hold a digit: 22 characters drawn from 64 hold none once in forty draws, so the digit that
+    ``looks_random`` asks of a drawn string is asked only of values without this shape."""
+    if not PADDED_BASE64.fullmatch(value):
+        return False
+    try:
+        decoded = base64.b64decode(value, validate=True)
+    except ValueError:
+        return False
+    try:
+        text = decoded.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return not all(ch.isprintable() or ch in "\t\r\n" for ch in text)
 
 
 # --- placeholders, templates, references -----------------------------------
@@ -145,13 +170,57 @@ WHOLE_REFERENCE = re.compile(
 )
 
 
+# References whose syntax a file format declares, each the whole value: an Azure Resource Manager template's
+# ``[parameters('adminPassword')]`` / ``[variables('pw')]``, Concourse's ``((db_password))``, a Ruby or
+# CoffeeScript string that is one interpolation (``"#{ENV['PASSWORD']}"``), a Razor view's ``@Model.Password``.
+FORMAT_REFERENCE = re.compile(
+    r"\s*(?:\[(?:parameters|variables)\('[\w.\-]{1,100}'\)(?:\.[\w.]+)?\]|\(\([\w.\-/: ]{1,100}\)\)"
+    r"|#\{[^{}\n]{1,200}\}|@(?:Model|ViewBag|ViewData)\.[\w.]{1,100})\s*")
+# YAML tags that name where a value is: CloudFormation's ``!Ref DbPassword``, ``!GetAtt Secret.Password``,
+# ``!ImportValue Name``, ``!FindInMap [Map, Key, Name]``; Home Assistant's ``!secret mqtt_password`` and
+# ``!env_var API_KEY`` (without a default: a default after the name is a literal). ``!Sub`` is judged by
+# the string it substitutes into.
+TAGGED_REFERENCE = re.compile(
+    r"!(?:Ref|GetAtt|ImportValue)[ \t]+[A-Za-z][\w:.\-]{0,100}|!FindInMap[ \t]+\[[\w\s,:.\-!]{1,200}\]"
+    r"|!secret[ \t]+[\w.\-]{1,100}|!env_var[ \t]+[A-Za-z_]\w{0,100}|!Sub[ \t]+(?P<q>[\"']?)(?P<sub>[^\n]{1,500})(?P=q)")
+
+
+def is_tagged_reference(text: str, start: int) -> bool:
+    """Does a YAML tag that names where the value lives (``TAGGED_REFERENCE``) fill the rest of the line
+    from ``start``? ``!Sub '{{resolve:secretsmanager:db}}'`` is one; ``!Sub 'Pa55${Suffix}'`` is not."""
+    end = text.find("\n", start, start + 1024)
+    rest = text[start:end if end != -1 else start + 1024].rstrip(" \t\r,;")
+    found = TAGGED_REFERENCE.fullmatch(rest) if rest.startswith("!") else None
+    return found is not None and (found.group("sub") is None or is_whole_reference(found.group("sub")))
+
+
+# A YAML tag before a value (``!Sub "…"``, ``!Base64 …``, ``!vault |``, ``!env_var``): it says how to read
+# the value. Only after a mapping's ``:``, and a name of letters (``password=!Xq7 mLp`` is a password).
+YAML_TAG = re.compile(r"(?<=:)[ \t]*!(?!!)[A-Za-z][A-Za-z_]{1,40}[ \t]+(?=\S)")
+
+
+def after_tag(text: str, position: int, line_end: int) -> int | None:
+    """Where the value at ``position`` starts once a YAML tag is passed (the tag is no part of it), or None
+    when the tag names where the value lives (``is_tagged_reference``): ``!Sub "Xq7#…${AWS::Region}"``
+    loses its literal, ``!Ref DbPassword`` stays."""
+    if text[position:position + 1] != "!":
+        return position
+    colon, floor = position - 1, max(-1, position - 64)  # the tag's match starts at the mapping's ``:``
+    while colon > floor and text[colon] in " \t":
+        colon -= 1  # bounded: a long run of blanks costs no more than 64 steps, whatever the text's length
+    tag = YAML_TAG.match(text, colon + 1, line_end) if colon > floor and text[colon] == ":" else None
+    if tag is None:
+        return position
+    return None if is_tagged_reference(text, position) else tag.end()
+
+
 def is_whole_reference(value: str) -> bool:
     """The value is nothing but references: ``${DB_PASSWORD}``, ``{{ .Values.pw }}``, ``%(pw)s``, ``<secret>``.
 
     Punctuation between references counts as part of them (``{0}:{1}``,
     ``${USER}:${PASS}``); a letter or digit outside does not: ``pre${X}post`` goes.
     """
-    if WHOLE_REFERENCE.fullmatch(value):
+    if WHOLE_REFERENCE.fullmatch(value) or FORMAT_REFERENCE.fullmatch(value):
         return True
     rest = TEMPLATE_PARTS.sub("", value)
     return rest != value and not any(ch.isalnum() for ch in rest)
@@ -605,6 +674,14 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``<password>value</password>`` only: an XML element holds a bare value
     if SHELL_DEFAULT_REFERENCE.match(raw):
         return False  # ``PW="${PW:-$(< "$F")}"``: unset, the variable is read from a file; the quotes are the command's
+    if raw[:1] == "!" and after_tag(match.string, vstart, len(match.string)) != vstart:
+        return False  # ``!Ref DbPassword``, ``!Sub "X…"``: a YAML tag, no value; the context scanner reads past it
+    statement = CODE_SPAN_STATEMENT.match(raw, 1) if raw[:1] == "`" else None
+    if statement is not None and key_strength(statement.group("name")) is not None:
+        return False  # ``Token: `export DO_API_TOKEN=…` ``: a command in a code span; its own key is read on its own
+    if strength == "weak" and raw[:1] not in "\"'`" and TEMPLATE_OPENING.match(match.string, match.end("value")) and (
+            _worded_prefix(raw)):
+        return False  # ``key: v1-deps-{{ checksum "yarn.lock" }}``: words a template completes, not a generated key
     value, vstart, vend, quoted = unquote(raw, vstart)
     following = match.string[vend + (1 if quoted else 0): vend + 2]
     if quoted and code_values.is_name_constant(value, key):
@@ -632,6 +709,24 @@ def check_assignment(match: re.Match, start: int, end: int):
     if not assignment_value_ok(value, strength, quoted, following) or encodes_placeholder(value):
         return False
     return [(vstart, vend)]
+
+
+# A code span (Markdown's backticks) that starts by assigning to a credential's name, shell ``export`` or not:
+# a statement shown to the reader, whose own key and value the rules read where they stand inside it (any
+# other name before ``=`` may be a password's own characters: ``Password: `ab=cd` ``).
+CODE_SPAN_STATEMENT = re.compile(r"(?:(?:export|set|setx|\$)[ \t]+)?(?P<name>[A-Za-z_][\w.\-]*)=")
+# A template expression that continues an unquoted value: Jinja, Go templates, CircleCI, GitHub Actions, shell.
+TEMPLATE_OPENING = re.compile(r"\{\{|\{%|\$\{")
+
+
+def _worded_prefix(value: str) -> bool:
+    """``v1-dependencies-``, ``npm-cache-v2-``: words (and a short count or version) joined by ``-``, ``_`` or
+    ``.``, as a cache key's fixed part reads; a drawn string (``Xk9pQ2mZ7fRt…``) is no such prefix."""
+    pieces = [piece for piece in re.split(r"[-_.]+", value) if piece]
+    return bool(pieces) and all(
+        re.fullmatch(r"[A-Za-z]*\d{0,3}", piece) and (len(piece.rstrip("0123456789")) <= 3
+                                                    or code_values.is_wordlike(piece.rstrip("0123456789")))
+        for piece in pieces)
 
 
 def _random_string(raw: str) -> bool:
@@ -816,7 +911,16 @@ def check_key_block(match: re.Match, start: int, end: int):
     if body is None:  # no END within the budget: the armour lines that follow
         body = match.group("open") or ""
     body = re.sub(r"\\[nr]|[\s\"'+,]", "", body)
+    if len(body) >= KEY_BODY_MEASURED and shannon_entropy(body) < KEY_BODY_BITS:
+        return False  # ``s3cr3ts3cr3t…``, ``XXXX…`` between the armour lines: a stand-in, no key material
     return len(body) >= 16
+
+
+# A key's body is base64 of DER (or of ciphertext, once encrypted): 32 base64 characters of it carry
+# more than 4 bits each. A body of a few symbols repeated (a word typed over and over, a mask) is
+# written by a person in a key's place: under 2.5 bits a character (five symbols or so) over 32 or more.
+KEY_BODY_MEASURED = 32
+KEY_BODY_BITS = 2.5
 
 
 def check_slack_token(match: re.Match, start: int, end: int):
@@ -846,10 +950,18 @@ def check_url_credentials(match: re.Match, start: int, end: int):
     return len(password) >= 3 and has_alnum(password) and not is_placeholder(password) and not is_whole_reference(password)
 
 
+# The users and groups Kubernetes reserves under ``system:`` (its RBAC documentation): ``kubectl config
+# set-context --user=system:kube-scheduler`` names a kubeconfig entry, it is no ``user:password`` pair.
+KUBERNETES_IDENTITY = re.compile(
+    r"system:(?:kube-[a-z][a-z\-]*|masters|nodes|anonymous|authenticated|unauthenticated|monitoring"
+    r"|node:[a-z0-9][a-z0-9.\-]*|serviceaccounts?(?::[a-z0-9][a-z0-9.\-]*){0,2}"
+    r"|bootstrappers(?::[a-z0-9][a-z0-9:.\-]*)?)")
+
+
 def check_cli_user(match: re.Match, start: int, end: int):
     value = match.string[start:end]
     bare = value.replace('"', "").replace("'", "")
-    if ":" not in bare or is_placeholder(bare) or is_templated(bare):
+    if ":" not in bare or is_placeholder(bare) or is_templated(bare) or KUBERNETES_IDENTITY.fullmatch(bare):
         return False
     parts = [part for part in bare.split(":", 1) if part]
     usable = [part for part in parts if plausible_secret(part) and not part.startswith(("[", "{$"))]
@@ -1194,8 +1306,9 @@ def check_has_digit(match: re.Match, start: int, end: int):
 
 
 # Inside the quotes, the host language's string closed, a variable joined and the string opened
-# again (``'` + newpw + `'``, ``'" . $pw . "'``, ``'" || pw || "'``): the value is a reference.
-CONCATENATED = re.compile(r"""\s*([`"'])\s*(?:\+|\.|\|\|)\s*[A-Za-z_$][\w.$\[\]()]*\s*(?:\+|\.|\|\|)\s*\1\s*""")
+# again (``'` + newpw + `'``, ``'" . $pw . "'``, ``'" || pw || "'``; in SQL run from a string, PL/pgSQL's
+# ``PASSWORD ''' || pw || ''''``, whose statement doubles its quote): the value is a reference.
+CONCATENATED = re.compile(r"""\s*(''|[`"'])\s*(?:\+|\.|\|\|)\s*[A-Za-z_$][\w.$\[\]()]*\s*(?:\+|\.|\|\|)\s*\1\s*""")
 
 
 def check_cli_password(match: re.Match, start: int, end: int):

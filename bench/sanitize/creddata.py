@@ -33,9 +33,11 @@ names it, ``--no-peers`` leaves them out. Their own public test suites stay
 in ``bench/sanitize/peers.py``. ``--code DIR`` measures another checkout's
 ``bastion_agent`` (main's, for the "before" column); ``--misses N`` lists N
 missed T rows and N flagged F rows per category, for development on this
-split only.
+split only; ``--per-repo`` adds each repository's counts and resamples the
+repositories (drawn with replacement, a fixed seed) to say how far a split
+of other repositories of the same kind may fall from this one.
 
-Usage: python3 bench/sanitize/creddata.py [--code DIR] [--peer-venv DIR] [--no-peers] [--misses N]
+Usage: python3 bench/sanitize/creddata.py [--code DIR] [--peer-venv DIR] [--no-peers] [--misses N] [--per-repo]
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import argparse
 import collections
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -67,6 +70,9 @@ PIECE = 8
 GUID_ONLY = {"UUID", "AWS S3 Bucket"}
 # Rules whose removals are a policy, not a misreading: personal data and password hashes.
 BY_DESIGN = frozenset({"email", "password-hash"})
+# Repositories drawn with replacement to estimate a split of others (``--per-repo``): fixed, so reruns agree.
+RESAMPLES = 5000
+RESAMPLE_SEED = 39
 PEM_HEADER = re.compile(r"^\s*(?:-----|[A-Za-z][\w\-]*:\s)")
 
 
@@ -258,7 +264,7 @@ def without_by_design(rows: dict[str, list[dict]], span_hit, by_design) -> dict:
             "F_without_by_design": f"{counts['flagged']}/{rest}"}
 
 
-def bastion_report(rows: dict[str, list[dict]], data: Path, misses: int) -> dict:
+def bastion_report(rows: dict[str, list[dict]], data: Path, misses: int, per_repo: bool = False) -> dict:
     masks, others, seconds = bastion_masks(rows, data)
     texts = {name: read_text(data / name) for name in rows}
     starts = {name: line_starts(text) for name, text in texts.items()}
@@ -283,7 +289,53 @@ def bastion_report(rows: dict[str, list[dict]], data: Path, misses: int) -> dict
     report = {"span_rule": span, "line_rule": score(rows, line_hit), "seconds": round(seconds, 2)}
     if misses:
         report["misses"] = examples(rows, texts, starts, span_hit, misses)
+    if per_repo:
+        repos = per_repository(rows, span_hit, by_design)
+        report["per_repository"] = {name: {"T_without_uuid_s3": f"{c['T*+']}/{c['T*']}", "F": f"{c['F+']}/{c['F']}",
+                                           "F_by_design": c["F~"]} for name, c in sorted(repos.items())}
+        report["resampled_repositories"] = resampled(repos)
     return report
+
+
+def per_repository(rows: dict[str, list[dict]], span_hit, by_design) -> dict[str, collections.Counter]:
+    """repository -> its counts (span rule): ``T*``/``T*+`` real rows without UUID/S3 and those found,
+    ``F``/``F+`` harmless rows and those flagged, ``F~`` flagged only by a ``BY_DESIGN`` rule."""
+    repos: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for name, file_rows in rows.items():
+        counts = repos[name.split("/", 1)[0]]
+        for row in file_rows:
+            if row["truth"] == "T" and not set((row["category"] or "").split(":")) <= GUID_ONLY:
+                counts["T*"] += 1
+                counts["T*+"] += span_hit(row)
+            elif row["truth"] == "F":
+                hit = span_hit(row)
+                counts["F"] += 1
+                counts["F+"] += hit
+                counts["F~"] += hit and by_design(row)
+    return repos
+
+
+def resampled(repos: dict[str, collections.Counter], draws: int = RESAMPLES) -> dict:
+    """What a split of as many other repositories of the same kind might give: the repositories drawn
+    with replacement ``draws`` times (a fixed seed), the 5th, 50th and 95th percentiles of recall
+    without UUID/S3 and of the false-flag rate, and how often each target holds."""
+    rng = random.Random(RESAMPLE_SEED)
+    names, recalls, flags = sorted(repos), [], []
+    for _ in range(draws):
+        drawn = [repos[rng.choice(names)] for _ in names]
+        real, harmless = sum(c["T*"] for c in drawn), sum(c["F"] for c in drawn)
+        recalls.append(sum(c["T*+"] for c in drawn) / real if real else 1.0)
+        flags.append(sum(c["F+"] for c in drawn) / harmless if harmless else 0.0)
+    recalls.sort()
+    flags.sort()
+
+    def spread(values):
+        return [round(values[int(share * (len(values) - 1))], 4) for share in (0.05, 0.5, 0.95)]
+
+    return {"draws": draws, "recall_without_uuid_s3_p5_p50_p95": spread(recalls),
+            "false_flags_p5_p50_p95": spread(flags),
+            "recall_target_held": round(sum(r >= 0.90 for r in recalls) / draws, 3),
+            "false_flag_target_held": round(sum(f <= 0.03 for f in flags) / draws, 3)}
 
 
 def examples(rows, texts, starts, span_hit, limit: int) -> dict:
@@ -333,6 +385,8 @@ def main(argv=None) -> int:
     parser.add_argument("--peer-venv", default=str(PEER_VENV), help="a bench-only venv with detect-secrets and credsweeper")
     parser.add_argument("--no-peers", action="store_true", help="score bastion only")
     parser.add_argument("--misses", type=int, default=0, help="list N missed/flagged rows per category")
+    parser.add_argument("--per-repo", action="store_true",
+                        help="add each repository's counts and a resampling of the repositories")
     parser.add_argument("--data", default=str(DATA))
     args = parser.parse_args(argv)
     data = Path(args.data)
@@ -341,7 +395,7 @@ def main(argv=None) -> int:
         return 2
     rows = load_rows(data)
     report = {"data": str(data), "code": str(Path(scanner.__file__).resolve().parents[2]),
-              "bastion": bastion_report(rows, data, args.misses)}
+              "bastion": bastion_report(rows, data, args.misses, args.per_repo)}
     if not args.no_peers:
         report.update(peer_report(rows, data, Path(args.peer_venv)))
     report["side_by_side"] = side_by_side(report)
