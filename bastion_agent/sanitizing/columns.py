@@ -158,8 +158,9 @@ SPACE_GAP = re.compile(r" {2,}|\t")
 # One pass per delimiter: the first word of every cell that starts after it (spaces, a quote, "*" or "#"
 # before it). A pattern led by a literal is skipped through at memchr speed, a class is not.
 _LEADS = ("\n", "\t", ",", ";", "|", SPACED)
-# The lead of each pass: a space-aligned table's cell follows two spaces after a cell, not an indentation.
-_LEAD_PATTERNS = {d: re.escape(d) + (r"(?<=\S  ) *" if d == SPACED else "") for d in _LEADS}
+# The lead of each pass: a space-aligned table's cell follows two spaces after a cell, not an indentation
+# (more spaces are the padding class's: a second ``*`` over spaces backtracks quadratically on blank runs).
+_LEAD_PATTERNS = {d: re.escape(d) + (r"(?<=\S  )" if d == SPACED else "") for d in _LEADS}
 _CELL_WORDS = tuple(re.compile(_LEAD_PATTERNS[d] + r"[ \t\"'*#_]*([^\W\d_]+)") for d in _LEADS)
 # The same passes over the lowercased text with the vocabulary inside the pattern (a trie of FIRST_WORDS,
 # then no further letter): prose has a comma every few words, and each match of ``_CELL_WORDS`` would cost

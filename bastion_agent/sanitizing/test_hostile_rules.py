@@ -6,6 +6,7 @@ import json
 import unittest
 
 from bastion_agent.core.budget import REASON_TIME
+from bastion_agent.testing.fresh_values import credential
 from bastion_agent.testing.limited_sweep import LimitedSweepCase
 
 
@@ -25,6 +26,24 @@ class BacktrackingRuleTests(LimitedSweepCase):
         self.assertEqual(sanitized["documents"], 1)  # the notes; the hostile text is not indexed
         listing = (self.out / "sanitized" / "listing.jsonl").read_text()
         self.assertNotIn("aaa.txt", listing)
+
+
+class BlankRunTests(LimitedSweepCase):
+    def test_a_megabyte_of_blanks_after_a_label_is_read_within_the_budget(self):
+        # A space-aligned table's cell pattern once backtracked over every blank of a run (100,000 blanks
+        # took minutes); read once, a megabyte of them takes milliseconds, far inside this budget.
+        secret = credential()
+        (self.docs / "blank.txt").write_text("x:" + " " * 1_000_000 + f"\npassword: {secret}\n", encoding="utf-8")
+        text = self.manifest.read_text().replace('root = "docs"', f'root = "docs"\nbudget_seconds = {BUDGET_SECONDS}')
+        self.manifest.write_text(text)
+        self.sweep("extract", "sanitize")
+        sanitized = json.loads((self.out / "sanitize.summary.json").read_text())
+        self.assertEqual(sanitized["skipped_by_reason"], {})
+        self.assertEqual(sanitized["documents"], 2)
+        self.assertIn("blank.txt", (self.out / "sanitized" / "listing.jsonl").read_text())
+        for path in (self.out / "sanitized").rglob("*"):
+            if path.is_file():
+                self.assertNotIn(secret, path.read_text(encoding="utf-8", errors="replace"))
 
 
 if __name__ == "__main__":
