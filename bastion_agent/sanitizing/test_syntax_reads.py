@@ -16,8 +16,8 @@ import string
 import unittest
 
 from bastion_agent.sanitizing import code_values
-from bastion_agent.sanitizing.scanner import Sanitizer
 from bastion_agent.testing.fresh_values import RNG, credential
+from bastion_agent.testing.sanitizer_case import SanitizerCase
 
 
 def word(length: int) -> str:
@@ -31,21 +31,6 @@ def hex_string(length: int) -> str:
 def byte_list(count: int) -> list[str]:
     values = RNG.sample(range(256), count)  # distinct bytes: a drawn key, not a pattern
     return [f"0x{value:02x}" for value in values]
-
-
-class SanitizerCase(unittest.TestCase):
-    def setUp(self):
-        self.sanitizer = Sanitizer()
-
-    def assert_gone(self, text: str, value: str):
-        out, counts = self.sanitizer.redact(text)
-        for piece in (value[i:i + 6] for i in range(0, max(1, len(value) - 5), 3)):
-            self.assertNotIn(piece, out, f"a piece of {value!r} survived in {out!r}")
-        self.assertGreater(sum(counts.values()), 0)
-
-    def assert_kept(self, text: str):
-        out, _ = self.sanitizer.redact(text)
-        self.assertEqual(out, text, f"changed: {out!r}")
 
 
 class HostileSyntaxTests(SanitizerCase):

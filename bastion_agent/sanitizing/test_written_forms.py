@@ -35,8 +35,8 @@ import string
 import unittest
 
 from bastion_agent.sanitizing import context, validators
-from bastion_agent.sanitizing.scanner import Sanitizer
 from bastion_agent.testing.fresh_values import RNG, credential
+from bastion_agent.testing.sanitizer_case import SanitizerCase
 
 CACHE_WORDS = ("deps", "dependencies", "cache", "gems", "yarn", "node", "modules", "build", "venv", "pip")
 STAND_IN_PIECES = ("s3cr3t", "secret", "xxxx", "XXXX", "key", "abcd", "0000")
@@ -75,21 +75,6 @@ def digitless_salt() -> str:
 
 def armour(body: str) -> str:
     return f"-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n"
-
-
-class SanitizerCase(unittest.TestCase):
-    def setUp(self):
-        self.sanitizer = Sanitizer()
-
-    def assert_gone(self, text: str, value: str):
-        out, counts = self.sanitizer.redact(text)
-        for piece in (value[i:i + 6] for i in range(0, max(1, len(value) - 5), 3)):
-            self.assertNotIn(piece, out, f"a piece of {value!r} survived in {out!r}")
-        self.assertGreater(sum(counts.values()), 0)
-
-    def assert_kept(self, text: str):
-        out, _ = self.sanitizer.redact(text)
-        self.assertEqual(out, text, f"changed: {out!r}")
 
 
 class HostileFormTests(SanitizerCase):
