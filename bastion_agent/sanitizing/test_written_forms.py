@@ -114,7 +114,6 @@ class HostileFormTests(SanitizerCase):
         value = base64.b64encode(os.urandom(16)).decode()
         self.assert_gone(f"APP_SALT={value}\n", value)
 
-
     def test_a_password_in_sql_run_from_a_string_goes(self):
         value = credential(12)
         q2, q4 = "'" * 2, "'" * 4
@@ -132,6 +131,7 @@ class HostileFormTests(SanitizerCase):
         self.assert_gone(f"api_key: !env_var API_KEY {value}\n", value)  # a default after the name is a literal
         self.assert_gone(f"\"adminPassword\": \"[concat('{value}', parameters('suffix'))]\",\n", value)
         self.assert_gone(f"password: (({value}))\n", value)
+
 
 class LookAlikeTests(SanitizerCase):
     """What each rule keeps: forms that describe a credential without holding one."""
