@@ -37,7 +37,7 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 14
+DETECTION_VERSION = 15
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -167,8 +167,11 @@ def is_code_reference(value: str) -> bool:
         return True  # ``token or {}``, ``refresh_token or self.token.get(...)``
     if CLOSING_ARGUMENT.match(value):
         return True  # ``Github(login_or_token=GITHUB_TOKEN).get_repo(...)``: a name closing its call
+    cast = CAST.match(expression)
+    if cast and expression[cast.end():][:1] not in "\"'`":
+        return is_code_reference(value[cast.end():])  # ``(string) env('PW')``: a cast changes a type, not a source
     quoted = any(ch in expression for ch in "\"'`")
-    if _call_or_type(expression) and not quoted:
+    if _call_or_type(expression) and (not quoted or _names_only(expression)):
         return True
     if not punctuated:
         return False
@@ -179,6 +182,22 @@ def is_code_reference(value: str) -> bool:
     if CHAIN.fullmatch(expression) or _typed(expression) or expression[:1] in OPENERS:
         return True
     return expression.isdigit() and value[len(expression):].lstrip().startswith(",") and len(expression) > 8
+
+
+# A C-family cast before an expression: ``(string) $x``, ``(int)``, ``(byte)``.
+CAST = re.compile(r"\((?:string|int|integer|bool|boolean|float|double|array|object|byte|char|long|short|"
+                  r"uint|ulong|unsigned)\)[ \t]*")
+# A quoted argument that names something: a setting's key (``'WEBDAV_PASSWORD'``, ``"dropbox_access_token"``,
+# words joined by ``_``) or one character (``stringInput($request, 't')``: a query parameter's name).
+NAME_ARGUMENT = re.compile(r"([\"'])(?:[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[A-Za-z])\1")
+
+
+def _names_only(expression: str) -> bool:
+    """Every quoted literal in a call is the name of a setting or a parameter, none a value: the call
+    looks a credential up (``env('DB_PASSWORD')``, ``Cache::get('dropbox_access_token')``); a literal of
+    any other shape (``Hash::make('secret')``, ``decode("9ac3…")``) keeps the call undecided."""
+    rest = NAME_ARGUMENT.sub("", expression)
+    return rest != expression and not any(ch in rest for ch in "\"'`")
 
 
 def _call_or_type(expression: str) -> bool:

@@ -66,7 +66,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 14
+DETECTION_VERSION = 15
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          "secert", "sercet", "secrect", "seed",
@@ -221,7 +221,7 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     if opening == "(" and kind == "=" and LDAP_WILDCARD.match(text, position):
         return None  # ``(password=MA*)``: an LDAP filter's substring search, a guess being tried
     listed = kind == "=" and opening in "\"'" and opening and before.strip() == "-"  # compose's ``- 'PW=X'``
-    connection = flow or commented or listed or (terminator == ";" and keyed_values.CONNECTION_FIELD.search(before) is not None
+    connection = flow or commented or listed or (terminator == ";" and keyed_values.CONNECTION_FIELD.search(text, line_start, start) is not None
                                        or terminator == " " and keyed_values.KEYWORD_CONNECTION.search(before) is not None)
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
                        key=name, data=flag and kind == "=", config=connection, template=template)
