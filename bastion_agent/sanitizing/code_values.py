@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import re
 
+from bastion_agent.sanitizing import code_lookups
+
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
 DETECTION_VERSION = 15
@@ -148,7 +150,7 @@ def is_base64_blob(value: str) -> bool:
 
 def is_code_reference(value: str) -> bool:
     """Is this unquoted value code that names or computes a credential rather than holding one?"""
-    value = value.strip()
+    value = code_lookups.without_cast(value.strip())  # ``(string) env('PW')``: a cast changes a type, not a source
     if not value:
         return True
     listing = value.find(API_LISTING)
@@ -167,11 +169,8 @@ def is_code_reference(value: str) -> bool:
         return True  # ``token or {}``, ``refresh_token or self.token.get(...)``
     if CLOSING_ARGUMENT.match(value):
         return True  # ``Github(login_or_token=GITHUB_TOKEN).get_repo(...)``: a name closing its call
-    cast = CAST.match(expression)
-    if cast and expression[cast.end():][:1] not in "\"'`":
-        return is_code_reference(value[cast.end():])  # ``(string) env('PW')``: a cast changes a type, not a source
     quoted = any(ch in expression for ch in "\"'`")
-    if _call_or_type(expression) and (not quoted or _names_only(expression)):
+    if _call_or_type(expression) and (not quoted or code_lookups.names_only(expression)):
         return True
     if not punctuated:
         return False
@@ -182,22 +181,6 @@ def is_code_reference(value: str) -> bool:
     if CHAIN.fullmatch(expression) or _typed(expression) or expression[:1] in OPENERS:
         return True
     return expression.isdigit() and value[len(expression):].lstrip().startswith(",") and len(expression) > 8
-
-
-# A C-family cast before an expression: ``(string) $x``, ``(int)``, ``(byte)``.
-CAST = re.compile(r"\((?:string|int|integer|bool|boolean|float|double|array|object|byte|char|long|short|"
-                  r"uint|ulong|unsigned)\)[ \t]*")
-# A quoted argument that names something: a setting's key (``'WEBDAV_PASSWORD'``, ``"dropbox_access_token"``,
-# words joined by ``_``) or one character (``stringInput($request, 't')``: a query parameter's name).
-NAME_ARGUMENT = re.compile(r"([\"'])(?:[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[A-Za-z])\1")
-
-
-def _names_only(expression: str) -> bool:
-    """Every quoted literal in a call is the name of a setting or a parameter, none a value: the call
-    looks a credential up (``env('DB_PASSWORD')``, ``Cache::get('dropbox_access_token')``); a literal of
-    any other shape (``Hash::make('secret')``, ``decode("9ac3…")``) keeps the call undecided."""
-    rest = NAME_ARGUMENT.sub("", expression)
-    return rest != expression and not any(ch in rest for ch in "\"'`")
 
 
 def _call_or_type(expression: str) -> bool:
@@ -279,13 +262,6 @@ def is_spelled_in_capitals(value: str) -> bool:
     seed, does neither."""
     rare = sum(ch in "JKQVWXZ" for ch in value)
     return is_wordlike(value) and rare <= 2 and any(word in value for word in KEY_MATERIAL_WORDS)
-
-
-def is_same_name_member(value: str, key: str) -> bool:
-    """``BlindKeySignatures = Ed25519.BlindKeySignatures``: an unquoted member access that ends in the key's
-    own name re-exports a name from another module; no literal is assigned."""
-    head, _, last = value.strip().rstrip(";,").rpartition(".")
-    return bool(head) and bool(re.fullmatch(r"[A-Za-z_][\w.]*", head)) and last == key.rsplit(".", 1)[-1]
 
 
 # ``"&password=" + mydomval("password")`` read as the quoted value ``+ mydomval(``: the quotes closed
@@ -614,6 +590,8 @@ def names_no_value(text: str, kind: str, position: int, width: int, line_end: in
         return True  # ``userPassword:2.5.13.18:=\xx``: an LDAP filter's assertion, a guess being tried
     if kind == "," and not key_quoted:
         return True  # ``token, rest = ...``: a tuple, not a pair
+    if kind == ":" and not key_quoted and code_lookups.closes_a_label(text, before, position + width, line_end):
+        return True  # ``Write-Host "ACR $name credentials:" -ForegroundColor Yellow``: a message's label, closed
     if kind == "=" and TYPE_TEST.search(before):
         return True  # ``typeof this.password === 'function'``: a type's name, not the value
     return kind == ">" and opening != "<"

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 
-from bastion_agent.sanitizing import code_values, command_lines, keyed_values, signatures, validators
+from bastion_agent.sanitizing import code_lookups, code_values, command_lines, keyed_values, signatures, validators
 from bastion_agent.sanitizing.assigned_values import (
     CODE_EXPRESSION,
     CONFIG_WORDS,
@@ -477,7 +477,7 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
         value = stripped
         if value.endswith(";") and CODE_EXPRESSION.fullmatch(value[:-1].strip() or "x"):
             return None
-        if code_values.is_code_reference(value) or (key and code_values.is_same_name_member(value, key)):
+        if code_values.is_code_reference(value) or (key and code_lookups.is_same_name_member(value, key)):
             return None  # ``getPassword();``, ``credentials.password,``, ``X = pkg.X``: code, not a value
     if quoted and not by_position and (code_values.is_name_constant(value, key) or code_values.is_code_between_strings(value)
                    or (code_values.is_camel_name(value) and credential_key(value) is not None

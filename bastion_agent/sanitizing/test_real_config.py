@@ -490,5 +490,35 @@ class RealConfigTests(unittest.TestCase):
         self.assert_kept(f"Host={word(5)};Password={word(3)}Password;Database={user}\n")
 
 
+    def test_a_makefile_recipe_under_secrets_stays_and_a_tabbed_value_goes(self):
+        name = f"{word(6)}-{word(5)}"
+        recipe = (f"secrets:\n\tdocker rm -f {name} || true\n\tdocker run --name {name} -i -w /tmp \\\n"
+                  f"\t\t$(IMAGE) \\\n\t\t/bin/sh -c \"{word(7)} ca --out /tmp/{word(5)}.p12\" && \\\n"
+                  f"\tkubectl create secret generic {name} --from-file={word(5)}.p12\n")
+        self.assert_kept(recipe)
+        value = mixed()
+        self.assert_gone(f"password:\n\t{value}\n", value)
+        value = mixed()
+        self.assert_gone(f"secrets:\n\t{word(4)}: {value}\n", value)
+
+    def test_a_label_that_closes_its_message_holds_no_value(self):
+        self.assert_kept(f'    Write-Host "ACR ${word(8)} credentials:" -ForegroundColor Yellow\n')
+        self.assert_kept(f'args = "--user {word(5)} --password:" + {word(4)}\n')
+        value = mixed()
+        self.assert_gone(f'cfg = "user={word(5)} password:"{value}""\n', value)
+        value = mixed()
+        self.assert_gone(f"  - 'password: {value}'\n", value)
+
+
+    def test_a_member_set_from_its_own_parameter_stays_and_a_literal_there_goes(self):
+        number = RNG.randrange(1, 9)
+        self.assert_kept(f"        self._password{number} = password{number}\n        self.token{number} = token{number}\n")
+        self.assert_kept(f"        this.secret{number} = secret{number};\n")
+        value = mixed()
+        self.assert_gone(f"        self._password{number} = {value}\n", value)
+        value = f"{word(4)}{number}{word(5)}{RNG.randrange(10, 99)}"  # a parameter's name with more to it is data
+        self.assert_gone(f"        self.token{number} = {value}\n", value)
+
+
 if __name__ == "__main__":
     unittest.main()

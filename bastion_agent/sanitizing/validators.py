@@ -18,7 +18,7 @@ import re
 import string
 from collections import Counter
 
-from bastion_agent.sanitizing import code_values
+from bastion_agent.sanitizing import code_lookups, code_values
 
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
@@ -711,7 +711,7 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``"access_token": "fake-token"``, ``"Enter password: "``: a stand-in, a prompt
     if quoted and strength == "weak" and re.fullmatch(r"[a-z]+(?:_[a-z0-9]+){2,}", value):
         return False  # ``"key": "benchmark_ml_job_2"``: a snake_case name under a map's key
-    if not quoted and code_values.is_same_name_member(value, key):
+    if not quoted and code_lookups.is_same_name_member(value, key):
         return False  # ``Signatures = Ed25519.Signatures``: a name re-exported from another module
     if not quoted:
         line_end = match.string.find("\n", vend, vend + 1024)
@@ -809,6 +809,10 @@ SECRET_NAME = re.compile(r"[a-z0-9][a-z0-9_.\-]{0,62}")
 BLOCK_MAPPING = re.compile(r"\s*-?\s*(?P<key>[\w.\-]+)\s*:(?:\s|$)")
 
 
+# The marks of a shell command line: a continuation, a chain, a substitution, an option.
+RECIPE_MARK = re.compile(r"\\$|&&|\|\||\$\(|[ \t]--?[A-Za-z]")
+
+
 def check_secret_block(match: re.Match, start: int, end: int):
     words = key_words(match.group("key"))
     if key_strength(match.group("key")) != "strong":
@@ -817,6 +821,9 @@ def check_secret_block(match: re.Match, start: int, end: int):
              if line.strip() and not MAPPING_OPENER.fullmatch(line) and not TEMPLATE_LINE.fullmatch(line)]
     if classify_key_words(words[-1:]) is None and all(BLOCK_MAPPING.match(line) for line in lines):
         return False  # ``passwordUpdateJob:`` opens a mapping of a job's settings, not a password
+    if not match.group("indent") and lines and all(line.startswith("\t") for line in lines) and any(
+            RECIPE_MARK.search(line) for line in lines):
+        return False  # a Makefile target ``secrets:`` and its recipe: commands indented by a tab (YAML allows none)
     if words == ["secrets"] and lines and all(_names_a_secret(line.strip(), match.string) for line in lines):
         return False  # a Compose service's ``secrets:`` list: the names of secrets defined below
     if _schema_block(lines):

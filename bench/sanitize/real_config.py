@@ -26,7 +26,8 @@ Where a credential goes (a *slot*), by the syntax the authors wrote:
 - connection strings ``...;Password=...;`` / ``Pwd=...``;
 - SQL ``IDENTIFIED BY '...'`` and ``PASSWORD '...'``;
 - URLs ``scheme://user:...@host``;
-- command-line flags ``--password=...`` / ``--password ...``;
+- command-line flags ``--password=...`` / ``--password ...`` (a ``--no-…`` switch,
+  ``--no-ask-password``, takes no value);
 - positional arguments of driver calls (``mysqli_connect(h, u, '...')``,
   ``getConnection(url, u, "...")``, ``new NetworkCredential(u, "...")``).
 
@@ -135,7 +136,7 @@ CONN = re.compile(r"(?i)(?:^|[;\"'])\s*(?:password|pwd)=(?P<value>[^;\"'<>]*)(?=
 CONN_LINE = re.compile(r"(?i)(?:server|data source|host|user id|uid|database|initial catalog)=[^;]*;")
 SQL = re.compile(r"(?i)(?<![$\w])(?:identified\s+by|password)\s+(?:=\s*)?(?P<value>'[^'\n]*'|\"[^\"\n]*\")")
 URL = re.compile(r"[a-z][a-z0-9+.\-]*://[^\s:/@'\"]+:(?P<value>[^\s@/'\"]+)@[^\s/'\"]")
-FLAG = re.compile(r"""--(?:[a-z\-]*-)?(?:password|passwd|token|secret)(?:=|\s+)(?P<value>"[^"\n]*"|'[^'\n]*'|"""
+FLAG = re.compile(r"""--(?!no-)(?:[a-z\-]*-)?(?:password|passwd|token|secret)(?:=|\s+)(?P<value>"[^"\n]*"|'[^'\n]*'|"""
                   r"""(?![A-Z][A-Z0-9_]*\b)[^\s\\'"\-\[][^\s\\\]]*)""")  # not a usage line's metavar (API_TOKEN)
 POSITIONAL = re.compile(
     r"""(?:mysqli_connect|mysql_connect|getConnection|NetworkCredential|new\s+PDO)\s*\("""
