@@ -19,14 +19,16 @@ import re
 
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 1
+DETECTION_VERSION = 2
 
 # A C-family cast before an expression: ``(string) $x``, ``(int)``, ``(byte)``.
 CAST = re.compile(r"\((?:string|int|integer|bool|boolean|float|double|array|object|byte|char|long|short|"
                   r"uint|ulong|unsigned)\)[ \t]*")
 # A quoted argument that names something: a setting's key (``'WEBDAV_PASSWORD'``, ``"dropbox_access_token"``:
-# words joined by ``_``) or one letter (``stringInput($request, 't')``: a query parameter's name).
-NAME_ARGUMENT = re.compile(r"([\"'])(?:[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[A-Za-z])\1")
+# words joined by ``_``), one letter (``stringInput($request, 't')``: a query parameter's name) or a credential
+# word alone (``viewData('token')``, ``input('password')``: the field's own name, a stand-in when hashed).
+NAME_ARGUMENT = re.compile(r"([\"'])(?:[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[A-Za-z]|"
+                           r"(?i:password|passwd|pass|secret|token|key|api_?key|credentials?))\1")
 # The names of the object a method sets its own members on (Python, JavaScript/Java/C#, PHP, Ruby).
 MEMBER_OWNERS = frozenset({"self", "this", "$this", "cls", "@"})
 # What follows a label that closes its string (``"… credentials:"``): an option, code punctuation or the

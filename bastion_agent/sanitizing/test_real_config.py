@@ -470,6 +470,8 @@ class RealConfigTests(unittest.TestCase):
         self.assert_kept(f"        $existingPassword = (string) env('{name}_PASSWORD');\n")
         self.assert_kept(f"        $accessToken = Cache::get('{word(7)}_access_token');\n")
         self.assert_kept(f"            token: self::stringInput($request, '{RNG.choice(string.ascii_lowercase)}'),\n")
+        field = RNG.choice(("token", "password", "secret"))
+        self.assert_kept(f"        $token = $response->{word(6)}Data('{field}');\n")
         self.assert_kept(f'            ->getJson("/rest/{word(6)}.view?apiKey={{$user->{word(5)}_api_key}}&f=json")\n')
         value = mixed()
         self.assert_gone(f"        $password = (string) '{value}';\n", value)
