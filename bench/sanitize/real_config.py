@@ -27,7 +27,8 @@ Where a credential goes (a *slot*), by the syntax the authors wrote:
 - SQL ``IDENTIFIED BY '...'`` and ``PASSWORD '...'``;
 - URLs ``scheme://user:...@host``;
 - command-line flags ``--password=...`` / ``--password ...`` (a ``--no-…`` switch,
-  ``--no-ask-password``, takes no value);
+  ``--no-ask-password``, takes no value; kubectl's ``--from-file=key=./path``
+  names a file);
 - positional arguments of driver calls (``mysqli_connect(h, u, '...')``,
   ``getConnection(url, u, "...")``, ``new NetworkCredential(u, "...")``).
 
@@ -121,9 +122,10 @@ NAMES_A_SECRET_OBJECT = re.compile(r"(?i)(?:existing|extra\w*|passwords|tls|user
                                    r"|(?:^|[_\-.])(?:no|invalid|missing|expired)[_\-.]?(?:token|password|secret)$")
 CAMEL_TAIL = re.compile(rf"(?:{SECRET_WORD}|{KEY_QUALIFIER}[_\-.]?key)(?:[_\-]wo)?$", re.I)
 
-# A key, its separator and its value; the key may be quoted, the value quoted or bare.
+# A key, its separator and its value; the key may be quoted, the value quoted or bare (not kubectl's
+# ``--from-file=key=./path``: the value is a file to read).
 ASSIGN = re.compile(
-    r"""(?<![\w\-./])(?<!\$\{)(?P<key>["']?\$?[A-Za-z_][A-Za-z0-9_.\-]*["']?)\s*(?P<sep>:=|=>|[:=])[ \t]*"""
+    r"""(?<![\w\-./])(?<!\$\{)(?<!--from-file=)(?P<key>["']?\$?[A-Za-z_][A-Za-z0-9_.\-]*["']?)\s*(?P<sep>:=|=>|[:=])[ \t]*"""
     r"""(?P<value>"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s,;)#\]}"']*)""")
 K8S_NAME = re.compile(r"""^\s*(?:-\s+)?name:\s*["']?([A-Za-z0-9_.\-]+)["']?\s*$""")
 K8S_VALUE = re.compile(r"""^\s*value:[ \t]*(?P<value>"[^"\n]*"|'[^'\n]*'|\S.*?|)\s*$""")
