@@ -442,6 +442,15 @@ class RealConfigTests(unittest.TestCase):
         self.assert_gone(f"connect(host, password={value})\n", value)
 
 
+    def test_hostile_lookups_and_labels_end_and_keep_the_secret_beside_them_out(self):
+        # a call of thousands of name-shaped arguments, a label closing in a run of quotes and options
+        names = ", ".join(f"'{word(3)}_{word(3)}'" for _ in range(5000))
+        value = mixed()
+        text = (f"$token = lookup({names});\n" + 'x = "password:" ' + "-a " * 20000 + "\n"
+                + '"' * 50000 + "\n" + f"DB_PASSWORD={value}\n")
+        out = self.assert_gone(text, value)
+        self.assertIn(f"$token = lookup({names});\n", out)
+
     def test_names_around_a_credential_word_that_hold_no_value_stay(self):
         # a Secret's namespace, an annotation's key, a lexer's position, a cipher suite's name
         space = f"{word(5)}-{word(7)}"
