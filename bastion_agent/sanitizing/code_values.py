@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import re
 
+from bastion_agent.sanitizing import code_lookups
+
 # The version of what this module finds: bump it with any change that makes some text
 # sanitize differently (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 14
+DETECTION_VERSION = 15
 
 NULLS = frozenset({"null", "nil", "none", "undefined", "nullptr", "null_mut()", "true", "false", "void 0",
                    "default", "string.empty", '""', "''", "[]", "{}", "()"})
@@ -148,7 +150,7 @@ def is_base64_blob(value: str) -> bool:
 
 def is_code_reference(value: str) -> bool:
     """Is this unquoted value code that names or computes a credential rather than holding one?"""
-    value = value.strip()
+    value = code_lookups.without_cast(value.strip())  # ``(string) env('PW')``: a cast changes a type, not a source
     if not value:
         return True
     listing = value.find(API_LISTING)
@@ -168,7 +170,7 @@ def is_code_reference(value: str) -> bool:
     if CLOSING_ARGUMENT.match(value):
         return True  # ``Github(login_or_token=GITHUB_TOKEN).get_repo(...)``: a name closing its call
     quoted = any(ch in expression for ch in "\"'`")
-    if _call_or_type(expression) and not quoted:
+    if _call_or_type(expression) and (not quoted or code_lookups.names_only(expression)):
         return True
     if not punctuated:
         return False
@@ -260,13 +262,6 @@ def is_spelled_in_capitals(value: str) -> bool:
     seed, does neither."""
     rare = sum(ch in "JKQVWXZ" for ch in value)
     return is_wordlike(value) and rare <= 2 and any(word in value for word in KEY_MATERIAL_WORDS)
-
-
-def is_same_name_member(value: str, key: str) -> bool:
-    """``BlindKeySignatures = Ed25519.BlindKeySignatures``: an unquoted member access that ends in the key's
-    own name re-exports a name from another module; no literal is assigned."""
-    head, _, last = value.strip().rstrip(";,").rpartition(".")
-    return bool(head) and bool(re.fullmatch(r"[A-Za-z_][\w.]*", head)) and last == key.rsplit(".", 1)[-1]
 
 
 # ``"&password=" + mydomval("password")`` read as the quoted value ``+ mydomval(``: the quotes closed
@@ -595,6 +590,8 @@ def names_no_value(text: str, kind: str, position: int, width: int, line_end: in
         return True  # ``userPassword:2.5.13.18:=\xx``: an LDAP filter's assertion, a guess being tried
     if kind == "," and not key_quoted:
         return True  # ``token, rest = ...``: a tuple, not a pair
+    if kind == ":" and not key_quoted and code_lookups.closes_a_label(text, before, position + width, line_end):
+        return True  # ``Write-Host "ACR $name credentials:" -ForegroundColor Yellow``: a message's label, closed
     if kind == "=" and TYPE_TEST.search(before):
         return True  # ``typeof this.password === 'function'``: a type's name, not the value
     return kind == ">" and opening != "<"

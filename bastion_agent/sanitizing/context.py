@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 
-from bastion_agent.sanitizing import code_values, command_lines, keyed_values, signatures, validators
+from bastion_agent.sanitizing import code_lookups, code_values, command_lines, keyed_values, signatures, validators
 from bastion_agent.sanitizing.assigned_values import (
     CODE_EXPRESSION,
     CONFIG_WORDS,
@@ -66,7 +66,7 @@ from bastion_agent.sanitizing.validators import (
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 14
+DETECTION_VERSION = 15
 
 STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "pin", "psk", "verifier", "salt", "nonce",
          "secert", "sercet", "secrect", "seed",
@@ -221,7 +221,7 @@ def _keyed(text: str, start: int, end: int) -> tuple[int, int] | None:
     if opening == "(" and kind == "=" and LDAP_WILDCARD.match(text, position):
         return None  # ``(password=MA*)``: an LDAP filter's substring search, a guess being tried
     listed = kind == "=" and opening in "\"'" and opening and before.strip() == "-"  # compose's ``- 'PW=X'``
-    connection = flow or commented or listed or (terminator == ";" and keyed_values.CONNECTION_FIELD.search(before) is not None
+    connection = flow or commented or listed or (terminator == ";" and keyed_values.CONNECTION_FIELD.search(text, line_start, start) is not None
                                        or terminator == " " and keyed_values.KEYWORD_CONNECTION.search(before) is not None)
     return _read_value(text, position, line_end, strength, terminator, label, phrase="phrase" in name.lower(),
                        key=name, data=flag and kind == "=", config=connection, template=template)
@@ -477,7 +477,7 @@ def _accept(text: str, start: int, end: int, strength: str, *, quoted: bool, lab
         value = stripped
         if value.endswith(";") and CODE_EXPRESSION.fullmatch(value[:-1].strip() or "x"):
             return None
-        if code_values.is_code_reference(value) or (key and code_values.is_same_name_member(value, key)):
+        if code_values.is_code_reference(value) or (key and code_lookups.is_same_name_member(value, key)):
             return None  # ``getPassword();``, ``credentials.password,``, ``X = pkg.X``: code, not a value
     if quoted and not by_position and (code_values.is_name_constant(value, key) or code_values.is_code_between_strings(value)
                    or (code_values.is_camel_name(value) and credential_key(value) is not None

@@ -27,9 +27,9 @@ import hashlib
 import json
 from dataclasses import asdict
 
-from bastion_agent.sanitizing import (assigned_values, code_values, columns, command_lines, context, copies,
-                                      disguises, keyed_values, names, normalise, recognised, scanner, signatures,
-                                      validators)
+from bastion_agent.sanitizing import (assigned_values, code_lookups, code_values, columns, command_lines, context,
+                                      copies, disguises, keyed_values, names, normalise, recognised, scanner,
+                                      signatures, validators)
 from bastion_agent.sanitizing.rules import CATEGORIES, RULES
 from bastion_agent.sanitizing.settings import SanitizeSettings
 
@@ -45,6 +45,7 @@ DETECTOR_MODULES = {
     "columns": columns,
     "names": names,
     "code_values": code_values,
+    "code_lookups": code_lookups,
     "keyed_values": keyed_values,
     "signatures": signatures,
     "disguises": disguises,

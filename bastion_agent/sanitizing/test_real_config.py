@@ -442,5 +442,95 @@ class RealConfigTests(unittest.TestCase):
         self.assert_gone(f"connect(host, password={value})\n", value)
 
 
+    def test_hostile_lookups_and_labels_end_and_keep_the_secret_beside_them_out(self):
+        # a call of thousands of name-shaped arguments, a label closing in a run of quotes and options
+        names = ", ".join(f"'{word(3)}_{word(3)}'" for _ in range(5000))
+        value = mixed()
+        text = (f"$token = lookup({names});\n" + 'x = "password:" ' + "-a " * 20000 + "\n"
+                + '"' * 50000 + "\n" + f"DB_PASSWORD={value}\n")
+        out = self.assert_gone(text, value)
+        self.assertIn(f"$token = lookup({names});\n", out)
+
+    def test_names_around_a_credential_word_that_hold_no_value_stay(self):
+        # a Secret's namespace, an annotation's key, a lexer's position, a cipher suite's name
+        space = f"{word(5)}-{word(7)}"
+        self.assert_kept(f'#        secretNamespace: "{space}"\n')
+        self.assert_kept(f'\t\t\tcmapi.CertificateRequestPrivateKeyAnnotationKey: "{word(6)}",\n')
+        self.assert_kept(f"    currTokenBeg = {word(5)}Ofs++ - 1;\n    tokenStart = {word(6)}Pos;\n")
+        suite = f"TLS_PSK_WITH_{word(4).upper()}_128_GCM_SHA256"
+        self.assert_kept(f'    "{suite}": "PSK-{word(4).upper()}128-GCM-SHA256",\n')
+        # the same words before a credential word leave it one, and a value under it goes
+        for key in ("secret", "namespace_password", "sort_token", "private_key", "PrimaryKey"):
+            value = mixed()
+            self.assert_gone(f'{key}: "{value}"\n', value)
+        value = mixed()
+        self.assert_gone(f'"TLS_PSK": "{value}"\n', value)
+
+    def test_a_generated_function_name_called_stays_and_a_random_run_goes(self):
+        name = f"Convert_v1_{word(6).capitalize()}Solver{word(5).capitalize()}Meta_To_{word(4)}_{word(7).capitalize()}"
+        self.assert_kept(f"\tif err := {name}(&in.Solver, &out.Solver, s); err != nil {{\n")
+        value = f"{mixed(20)}+{mixed(20)}/{mixed(6)}"  # a random run keeps going, before a bracket too
+        self.assert_gone(f'\tdigest = "{value}"\n', value)
+        value = f"{mixed(20)}+{mixed(20)}/{mixed(6)}"
+        self.assert_gone(f'\tdigest = "{value}(a)"\n', value)
+
+    def test_php_lookups_casts_and_interpolations_stay_and_literals_go(self):
+        name = word(6).upper()
+        self.assert_kept(f"        $existingPassword = (string) env('{name}_PASSWORD');\n")
+        self.assert_kept(f"        $accessToken = Cache::get('{word(7)}_access_token');\n")
+        self.assert_kept(f"            token: self::stringInput($request, '{RNG.choice(string.ascii_lowercase)}'),\n")
+        field = RNG.choice(("token", "password", "secret"))
+        self.assert_kept(f"        $token = $response->{word(6)}Data('{field}');\n")
+        self.assert_kept(f'            ->getJson("/rest/{word(6)}.view?apiKey={{$user->{word(5)}_api_key}}&f=json")\n')
+        value = mixed()
+        self.assert_gone(f"        $password = (string) '{value}';\n", value)
+        value = mixed()
+        self.assert_gone(f"        $user = create_user(['password' => Hash::make('{value}')]);\n", value)
+        value = mixed()
+        self.assert_gone(f"        $token = self::stringInput($request, '{value}');\n", value)
+        value = mixed()
+        self.assert_gone(f'            ->getJson("/rest/{word(6)}.view?apiKey={value}&f=json")\n', value)
+
+
+    def test_letters_alone_right_after_a_connection_field_go_and_names_there_stay(self):
+        value, user = word(15), word(6)
+        self.assert_gone(f'new NpgsqlConnection("User ID={user}_tests;Password={value};Database={user}");\n', value)
+        value = word(12)
+        self.assert_gone(f"Host={word(5)};Password={value};Database={user}\n", value)
+        self.assert_kept(f'var cs = $"Host={word(5)};Password={{password}};Database={user}";\n')
+        owner = RNG.choice(("db", "admin", "user", "root", "app"))  # a name of a credential: code's
+        self.assert_kept(f"Host={word(5)};Password={owner}Password;Database={user}\n")
+
+
+    def test_a_makefile_recipe_under_secrets_stays_and_a_tabbed_value_goes(self):
+        name = f"{word(6)}-{word(5)}"
+        recipe = (f"secrets:\n\tdocker rm -f {name} || true\n\tdocker run --name {name} -i -w /tmp \\\n"
+                  f"\t\t$(IMAGE) \\\n\t\t/bin/sh -c \"{word(7)} ca --out /tmp/{word(5)}.p12\" && \\\n"
+                  f"\tkubectl create secret generic {name} --from-file={word(5)}.p12\n")
+        self.assert_kept(recipe)
+        value = mixed()
+        self.assert_gone(f"password:\n\t{value}\n", value)
+        value = mixed()
+        self.assert_gone(f"secrets:\n\t{word(4)}: {value}\n", value)
+
+    def test_a_label_that_closes_its_message_holds_no_value(self):
+        self.assert_kept(f'    Write-Host "ACR ${word(8)} credentials:" -ForegroundColor Yellow\n')
+        self.assert_kept(f'args = "--user {word(5)} --password:" + {word(4)}\n')
+        value = mixed()
+        self.assert_gone(f'cfg = "user={word(5)} password:"{value}""\n', value)
+        value = mixed()
+        self.assert_gone(f"  - 'password: {value}'\n", value)
+
+
+    def test_a_member_set_from_its_own_parameter_stays_and_a_literal_there_goes(self):
+        number = RNG.randrange(1, 9)
+        self.assert_kept(f"        self._password{number} = password{number}\n        self.token{number} = token{number}\n")
+        self.assert_kept(f"        this.secret{number} = secret{number};\n")
+        value = mixed()
+        self.assert_gone(f"        self._password{number} = {value}\n", value)
+        value = f"{word(4)}{number}{word(5)}{RNG.randrange(10, 99)}"  # a parameter's name with more to it is data
+        self.assert_gone(f"        self.token{number} = {value}\n", value)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -18,12 +18,12 @@ import re
 import string
 from collections import Counter
 
-from bastion_agent.sanitizing import code_values
+from bastion_agent.sanitizing import code_lookups, code_values
 
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
 # sanitizes its texts again (detection_version.py; docs/sanitize.md, "The cache key").
-DETECTION_VERSION = 17
+DETECTION_VERSION = 18
 
 # --- entropy --------------------------------------------------------------
 
@@ -110,7 +110,9 @@ PLACEHOLDER_WORDS = frozenset(
 # Whole-value templates: ${VAR}, {{ var }}, <placeholder>, %(name)s, $VAR, %VAR%, [PASSWORD]
 TEMPLATE_PARTS = re.compile(
     r"\$\{[^{}\s]*\}|\{\{[^{}]*\}\}|\{%[^{}]*%\}|<[^<>]*>|%\(\w+\)[sd]|%[sd]|\$\(?[A-Za-z_]\w*\)?|%[A-Za-z_]\w*%|"
-    r"\[[A-Z_ ]+\]|\[[a-z][a-z_ ]{2,40}\]|\{[A-Za-z_][A-Za-z_.]*\d?\}|\{\d*\}|\$\d"
+    r"\[[A-Z_ ]+\]|\[[a-z][a-z_ ]{2,40}\]|\{[A-Za-z_][A-Za-z_.]*\d?\}|\{\d*\}|\$\d|"
+    # PHP's interpolation inside a double-quoted string: ``"?apiKey={$user->api_key}"``, ``{$cfg['pw']}``
+    r"\{\$[A-Za-z_]\w*(?:(?:\??->|::)[A-Za-z_]\w*|\[[^\[\]{}\n]{1,80}\])*\}"
 )
 
 # An indirect reference to where the secret really lives.
@@ -414,6 +416,10 @@ NON_SECRET_SUFFIX = frozenset({
     "restype", "argtypes", "errcheck",
     # ``password_encryption = 'scram-sha-256'``, ``PASSWORD_HASHERS``: the mechanism applied to a credential
     "encryption", "hasher", "hashers", "encoder",
+    # ``secretNamespace``, ``privateKeyAnnotationKey``: where a Secret lives, the metadata that marks one
+    "namespace", "namespaces", "annotation", "annotations",
+    # ``currTokenBeg``, ``tokenStart``, ``passwordOffset``: a lexer's position in a text, a number
+    "beg", "begin", "start", "end", "pos", "position", "offset",
 })
 # ``public``: a public key, a .NET ``PublicKeyToken``, a publishable token are meant to be shared.
 NON_SECRET_PREFIX = frozenset({"max", "min", "num", "count", "is", "has", "show", "hide", "enable", "disable",
@@ -448,6 +454,8 @@ def classify_key_words(words: list[str], *, pins: bool = False, strong_word=None
     switches (``max_password``) makes it no credential. ``strong_word`` lets
     a caller count more words as strong (the context scanner's ``bindpw``).
     """
+    if words[:1] in (["tls"], ["ssl"]) and "with" in words[2:]:
+        return None  # ``TLS_PSK_WITH_AES_128_GCM_SHA256``: a cipher suite's IANA name, a list of algorithms
     words = _head_words(words)
     strength, last = None, -1
     for index, word in enumerate(words):
@@ -482,7 +490,10 @@ def classify_key_words(words: list[str], *, pins: bool = False, strong_word=None
 # The protocols of nginx's ``X_pass`` directives, which name the upstream a request is handed to.
 UPSTREAM_PROTOCOLS = frozenset({"proxy", "fastcgi", "uwsgi", "scgi", "grpc", "memcached"})
 # A bucket's or an object's key is the name of a stored object (S3, GCS, Azure blobs), not a secret.
-OBJECT_KEY_OWNERS = frozenset({"bucket", "object", "blob"})
+# An annotation's, a label's, a cache's or a sort's key names an entry of a map the same way (not Azure's
+# ``PrimaryKey``: that one is an access key).
+OBJECT_KEY_OWNERS = frozenset({"bucket", "object", "blob", "annotation", "label", "cache", "sort", "lookup",
+                               "partition"})
 # Words that start a phrase describing the name before them: ``tokenWithNoneAlg`` is a token (with no
 # algorithm), ``keyVaultToStoreSecrets`` a vault (to store secrets in).
 PREPOSITIONS = frozenset({"with", "without", "for", "to", "from"})
@@ -700,7 +711,7 @@ def check_assignment(match: re.Match, start: int, end: int):
         return False  # ``"access_token": "fake-token"``, ``"Enter password: "``: a stand-in, a prompt
     if quoted and strength == "weak" and re.fullmatch(r"[a-z]+(?:_[a-z0-9]+){2,}", value):
         return False  # ``"key": "benchmark_ml_job_2"``: a snake_case name under a map's key
-    if not quoted and code_values.is_same_name_member(value, key):
+    if not quoted and code_lookups.is_same_name_member(value, key):
         return False  # ``Signatures = Ed25519.Signatures``: a name re-exported from another module
     if not quoted:
         line_end = match.string.find("\n", vend, vend + 1024)
@@ -798,6 +809,10 @@ SECRET_NAME = re.compile(r"[a-z0-9][a-z0-9_.\-]{0,62}")
 BLOCK_MAPPING = re.compile(r"\s*-?\s*(?P<key>[\w.\-]+)\s*:(?:\s|$)")
 
 
+# The marks of a shell command line: a continuation, a chain, a substitution, an option.
+RECIPE_MARK = re.compile(r"\\$|&&|\|\||\$\(|[ \t]--?[A-Za-z]")
+
+
 def check_secret_block(match: re.Match, start: int, end: int):
     words = key_words(match.group("key"))
     if key_strength(match.group("key")) != "strong":
@@ -806,6 +821,9 @@ def check_secret_block(match: re.Match, start: int, end: int):
              if line.strip() and not MAPPING_OPENER.fullmatch(line) and not TEMPLATE_LINE.fullmatch(line)]
     if classify_key_words(words[-1:]) is None and all(BLOCK_MAPPING.match(line) for line in lines):
         return False  # ``passwordUpdateJob:`` opens a mapping of a job's settings, not a password
+    if not match.group("indent") and lines and all(line.startswith("\t") for line in lines) and any(
+            RECIPE_MARK.search(line) for line in lines):
+        return False  # a Makefile target ``secrets:`` and its recipe: commands indented by a tab (YAML allows none)
     if words == ["secrets"] and lines and all(_names_a_secret(line.strip(), match.string) for line in lines):
         return False  # a Compose service's ``secrets:`` list: the names of secrets defined below
     if _schema_block(lines):
@@ -1019,6 +1037,9 @@ def reads_as_words(value: str) -> bool:
     return words >= 5 and covered >= 5.5 * words and covered >= 0.75 * sum(ch.isalnum() for ch in value)
 
 
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def check_high_entropy(match: re.Match, start: int, end: int):
     value = match.string[start:end].rstrip("=")
     text = match.string
@@ -1033,6 +1054,8 @@ def check_high_entropy(match: re.Match, start: int, end: int):
         return False  # tools/javac/lambda/T8129740/CaptureInCtorChainingTest: a path
     if value.startswith("eyJ") and is_jwt_header(value):
         return False  # the first part of a JWT: the jwt rule judges the token it starts
+    if text[end:end + 1] == "(" and IDENTIFIER.fullmatch(value) and "_" in value:
+        return False  # ``err := Convert_v1_Foo_To_v2_Foo(in, out)``: a generated function's name, called
     if SEQUENCES.search(value) or value.startswith(NOT_A_KEY_PREFIXES):
         # Bare hex strings are digests: commit hashes, checksums, key fingerprints (a hex
         # secret behind ``secret =`` is secret-assignment's; a quoted one still counts).

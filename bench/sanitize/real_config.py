@@ -26,7 +26,9 @@ Where a credential goes (a *slot*), by the syntax the authors wrote:
 - connection strings ``...;Password=...;`` / ``Pwd=...``;
 - SQL ``IDENTIFIED BY '...'`` and ``PASSWORD '...'``;
 - URLs ``scheme://user:...@host``;
-- command-line flags ``--password=...`` / ``--password ...``;
+- command-line flags ``--password=...`` / ``--password ...`` (a ``--no-…`` switch,
+  ``--no-ask-password``, takes no value; kubectl's ``--from-file=key=./path``
+  names a file);
 - positional arguments of driver calls (``mysqli_connect(h, u, '...')``,
   ``getConnection(url, u, "...")``, ``new NetworkCredential(u, "...")``).
 
@@ -120,9 +122,10 @@ NAMES_A_SECRET_OBJECT = re.compile(r"(?i)(?:existing|extra\w*|passwords|tls|user
                                    r"|(?:^|[_\-.])(?:no|invalid|missing|expired)[_\-.]?(?:token|password|secret)$")
 CAMEL_TAIL = re.compile(rf"(?:{SECRET_WORD}|{KEY_QUALIFIER}[_\-.]?key)(?:[_\-]wo)?$", re.I)
 
-# A key, its separator and its value; the key may be quoted, the value quoted or bare.
+# A key, its separator and its value; the key may be quoted, the value quoted or bare (not kubectl's
+# ``--from-file=key=./path``: the value is a file to read).
 ASSIGN = re.compile(
-    r"""(?<![\w\-./])(?<!\$\{)(?P<key>["']?\$?[A-Za-z_][A-Za-z0-9_.\-]*["']?)\s*(?P<sep>:=|=>|[:=])[ \t]*"""
+    r"""(?<![\w\-./])(?<!\$\{)(?<!--from-file=)(?P<key>["']?\$?[A-Za-z_][A-Za-z0-9_.\-]*["']?)\s*(?P<sep>:=|=>|[:=])[ \t]*"""
     r"""(?P<value>"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s,;)#\]}"']*)""")
 K8S_NAME = re.compile(r"""^\s*(?:-\s+)?name:\s*["']?([A-Za-z0-9_.\-]+)["']?\s*$""")
 K8S_VALUE = re.compile(r"""^\s*value:[ \t]*(?P<value>"[^"\n]*"|'[^'\n]*'|\S.*?|)\s*$""")
@@ -135,7 +138,7 @@ CONN = re.compile(r"(?i)(?:^|[;\"'])\s*(?:password|pwd)=(?P<value>[^;\"'<>]*)(?=
 CONN_LINE = re.compile(r"(?i)(?:server|data source|host|user id|uid|database|initial catalog)=[^;]*;")
 SQL = re.compile(r"(?i)(?<![$\w])(?:identified\s+by|password)\s+(?:=\s*)?(?P<value>'[^'\n]*'|\"[^\"\n]*\")")
 URL = re.compile(r"[a-z][a-z0-9+.\-]*://[^\s:/@'\"]+:(?P<value>[^\s@/'\"]+)@[^\s/'\"]")
-FLAG = re.compile(r"""--(?:[a-z\-]*-)?(?:password|passwd|token|secret)(?:=|\s+)(?P<value>"[^"\n]*"|'[^'\n]*'|"""
+FLAG = re.compile(r"""--(?!no-)(?:[a-z\-]*-)?(?:password|passwd|token|secret)(?:=|\s+)(?P<value>"[^"\n]*"|'[^'\n]*'|"""
                   r"""(?![A-Z][A-Z0-9_]*\b)[^\s\\'"\-\[][^\s\\\]]*)""")  # not a usage line's metavar (API_TOKEN)
 POSITIONAL = re.compile(
     r"""(?:mysqli_connect|mysql_connect|getConnection|NetworkCredential|new\s+PDO)\s*\("""
