@@ -516,8 +516,10 @@ RULES: tuple[Rule, ...] = (
        r"(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,1000}\\?\"|'(?:[^'\\\n]|\\.){1,1000}'|`[^`\n]{1,1000}`"
        r"|(?:[^\s\"'`,;&<>(){}\[\]\\|\uff0c\uff1b\u3001\u3002]|\\(?![nrt\\\"']))+)",
        keywords=("secret", "token", "pass", "pwd", "auth", "cred", "key"), validator="assignment"),
+    # The blanks after the operator are read by one quantifier (two around an optional indicator would split a
+    # long run of blanks every way before failing: quadratic on a line of tabs after a key).
     Rule("secret-block", "assignment",
-       r"(?im)^(?P<indent>[ \t]*)(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd)[\w.\-]{0,80}?)[ \t]*[:=][ \t]*(?:[|>][\-+]?)?[ \t]*\r?\n"
+       r"(?im)^(?P<indent>[ \t]*)(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd)[\w.\-]{0,80}?)[ \t]*[:=][ \t]*(?:[|>][\-+]?[ \t]*)?\r?\n"
        r"(?:[ \t]*\r?\n){0,8}"  # YAML allows blank lines before the value
        r"(?P<block>(?:(?P=indent)[ \t]+\S[^\n]*(?:\n|$))+)",
        keywords=("secret", "token", "pass", "pwd"), validator="secret_block", anchor="line"),
