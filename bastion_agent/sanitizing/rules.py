@@ -510,7 +510,7 @@ RULES: tuple[Rule, ...] = (
        r"(?i)(?<![\w.\-])(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd|auth|cred|key)[\w.\-]{0,80}?)"
        r"(?:\[[0-9]{0,6}\](?=[ \t]*=[ \t]*\"))?"  # a C array declarator: ``char password[] = "…"``, ``secret[25] = "…"``
        r"(?P<kq>[\"'`]?\]?)"
-       r"(?:[ \t]*:?[ \t]*(?:string|str|String|const|final|char\s*\*|bytes)\b)?"
+       r"(?:[ \t]*(?::[ \t]*)?(?:string|str|String|const|final|char\s*\*|bytes)\b)?"  # one blank run (two split it every way)
        r"(?:[ \t]*(?P<op>:{1,3}=|=>|[?.+]?=|==|:|,)[ \t]*|(?P<xop>>)\s*)"
        r"(?:!!\w+[ \t]+)?(?:(?:bearer|basic|token)[ \t]+)?"
        r"(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,1000}\\?\"|'(?:[^'\\\n]|\\.){1,1000}'|`[^`\n]{1,1000}`"

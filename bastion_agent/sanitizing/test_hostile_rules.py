@@ -82,6 +82,11 @@ class RunScalingTests(LimitedSweepCase):
         # a minute); each character is now walked once.
         self.assert_read_within_budget("escaped.txt", "token=" + "%2F" * 700_000)
 
+    def test_many_keys_each_before_a_line_of_blanks_are_read_within_the_budget(self):
+        # The assignment rule split the blanks after each key between two quantifiers every way (its window is
+        # bounded, so a fifth of a second per key); five hundred such keys took about two minutes.
+        self.assert_read_within_budget("keys.txt", ("password" + " " * 4000 + "\n") * 500)
+
 
 if __name__ == "__main__":
     unittest.main()
