@@ -444,10 +444,11 @@ RULES: tuple[Rule, ...] = (
        r"(?P<secret>''(?:'')?[^'\s]{1,200}''|'(?:[^'\n]|'')+'|\"[^\"\n]+\"|[^\s;'\"]+)",  # ''X'': run from a string
        keywords=("password", "identified"), validator="cli_password"),
     # A password set by a macro: C's #define, an RPM spec's %define/%global (also JSON-escaped; a bare
-    # value only when it ends the line, as in a spec file).
+    # value only when it ends the line, as in a spec file). One blank or escaped tab per step: a run of blanks
+    # inside a repeated run (``(?:[ \t]+|\\t)+``) split them every way, exponential (25 blanks: three seconds).
     Rule("macro-password", "assignment",
-       r"(?i)(?:#define|%define|%global)(?:[ \t]+|\\t)+(?P<key>[\w.\-]{0,60}?(?:pass|pwd|secret|token)[\w.\-]{0,60}?)"
-       r"(?:[ \t]+|\\t)+(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,200}\\?\"|'[^'\n]{1,200}'|[^\s\"'\\(){}]{1,200}(?=[ \t]*\r?(?:\n|$)))",
+       r"(?i)(?:#define|%define|%global)(?:[ \t]|\\t)+(?P<key>[\w.\-]{0,60}?(?:pass|pwd|secret|token)[\w.\-]{0,60}?)"
+       r"(?:[ \t]|\\t)+(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,200}\\?\"|'[^'\n]{1,200}'|[^\s\"'\\(){}]{1,200}(?=[ \t]*\r?(?:\n|$)))",
        keywords=("#define", "%define", "%global"), validator="assignment", anchor="keyword"),
     # A literal compared with a credential (``if (password !== "X")``, ``if (api_key != "X")``) is the credential;
     # so is one on the left (``if ("X" == password)``, the "Yoda" order some style guides ask for).

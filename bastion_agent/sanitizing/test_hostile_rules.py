@@ -87,6 +87,11 @@ class RunScalingTests(LimitedSweepCase):
         # bounded, so a fifth of a second per key); five hundred such keys took about two minutes.
         self.assert_read_within_budget("keys.txt", ("password" + " " * 4000 + "\n") * 500)
 
+    def test_a_macro_before_a_run_of_blanks_is_read_within_the_budget(self):
+        # The macro rule repeated a run of blanks inside a repeated group: exponential, 25 blanks after
+        # ``#define`` took seconds and a thousand never finish; one step per blank reads them at once.
+        self.assert_read_within_budget("macro.h", "#define" + " " * 1000)
+
 
 if __name__ == "__main__":
     unittest.main()

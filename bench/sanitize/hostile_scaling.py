@@ -93,8 +93,12 @@ def timed(sanitizer, text: str, repeat: int) -> float:
     return best
 
 
-def measure(sanitizer, make, n: int, repeat: int) -> dict:
+def measure(sanitizer, make, n: int, repeat: int, cap: float = 0.0) -> dict:
+    """Times at n and 4n; over ``cap`` seconds at n, 4n is not run (a superlinear shape would take minutes)
+    and is estimated as 16 times n, flagged ``estimated``."""
     small = timed(sanitizer, make(n), repeat)
+    if cap and small > cap:
+        return {"us_per_char": round(small / n * 1e6, 3), "ratio": 16.0, "seconds_4n": None, "estimated": True}
     big = timed(sanitizer, make(4 * n), repeat)
     return {"us_per_char": round(big / (4 * n) * 1e6, 3), "ratio": round(big / max(small, 1e-6), 2),
             "seconds_4n": round(big, 4)}
@@ -106,6 +110,7 @@ def main() -> None:
     parser.add_argument("--screen", type=int, default=1000, help="screening size over every shape")
     parser.add_argument("--top", type=int, default=40, help="how many of the worst to time again at --n")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--cap", type=float, default=10.0, help="seconds at n over which 4n is estimated, not run")
     parser.add_argument("--per-source", type=int, default=6, help="stems per source, evenly spaced (0: all)")
     parser.add_argument("--stems", default="", help="comma-separated stems instead of every known one")
     args = parser.parse_args()
@@ -117,8 +122,9 @@ def main() -> None:
     screened = []
     for stem, source in chosen.items():
         for name, make in shapes(stem).items():
-            row = measure(sanitizer, make, args.screen, 1)
+            row = measure(sanitizer, make, args.screen, 1, cap=0.5)
             screened.append(({"stem": stem, "source": source, "shape": name, **row}, make))
+        print(f"{stem}: {time.process_time() - started:.0f} s", file=sys.stderr, flush=True)
     screen_seconds = time.process_time() - started
     # Worst by either measure: the steepest growth, then the slowest per character.
     by_ratio = sorted(screened, key=lambda r: -r[0]["ratio"])[: args.top]
@@ -126,7 +132,7 @@ def main() -> None:
     picked = {id(make): (row, make) for row, make in by_ratio + by_rate}.values()
     confirmed = []
     for row, make in picked:
-        again = measure(sanitizer, make, args.n, args.repeat)
+        again = measure(sanitizer, make, args.n, args.repeat, cap=args.cap)
         confirmed.append({"stem": row["stem"], "source": row["source"], "shape": row["shape"],
                           "screen_ratio": row["ratio"], "screen_us_per_char": row["us_per_char"], **again})
     confirmed.sort(key=lambda r: (-(r["ratio"] > 6), -r["ratio"] * max(r["us_per_char"], 1)))
