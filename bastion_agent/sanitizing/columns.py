@@ -161,13 +161,20 @@ _LEADS = ("\n", "\t", ",", ";", "|", SPACED)
 # The lead of each pass: a space-aligned table's cell follows two spaces after a cell, not an indentation
 # (more spaces are the padding class's: a second ``*`` over spaces backtracks quadratically on blank runs).
 _LEAD_PATTERNS = {d: re.escape(d) + (r"(?<=\S  )" if d == SPACED else "") for d in _LEADS}
-_CELL_WORDS = tuple(re.compile(_LEAD_PATTERNS[d] + r"[ \t\"'*#_]*([^\W\d_]+)") for d in _LEADS)
+# A tab is a lead and also padding, so a pass that failed at a tab would be tried again at every later tab of
+# the run, each reading the rest of it (quadratic on a run of tabs). The tab's pass reads the padding once
+# (possessive) and makes the word optional: a match without its word consumes the run and is dropped. A word
+# can only start where the padding ends (padding holds no letter), so the kept matches are the same.
+_PADDING = r"[ \t\"'*#_]*"
+_CELL_WORDS = tuple(re.compile(_LEAD_PATTERNS[d] + _PADDING + ("+(?:" if d == "\t" else "(?:") + r"(?P<word>[^\W\d_]+))"
+                               + ("?" if d == "\t" else "")) for d in _LEADS)
 # The same passes over the lowercased text with the vocabulary inside the pattern (a trie of FIRST_WORDS,
 # then no further letter): prose has a comma every few words, and each match of ``_CELL_WORDS`` would cost
 # a Python step to be looked up and, nearly always, dropped. Lowering keeps every character a letter or
 # not a letter (checked over all of Unicode), so the matches are the ones ``_CELL_WORDS`` keeps.
-_CELL_HEADER_WORDS = tuple(re.compile(_LEAD_PATTERNS[d] + r"[ \t\"'*#_]*" + trie_pattern(sorted(FIRST_WORDS))
-                                      + r"(?![^\W\d_])") for d in _LEADS)
+_CELL_HEADER_WORDS = tuple(re.compile(_LEAD_PATTERNS[d] + _PADDING + ("+(?P<word>" if d == "\t" else "(?P<word>")
+                                      + trie_pattern(sorted(FIRST_WORDS)) + r"(?![^\W\d_]))"
+                                      + ("?" if d == "\t" else "")) for d in _LEADS)
 _SEPARATORS = re.compile(r"[\s_\-./'’()\[\]]+")
 _PIPE_RULE = re.compile(r"[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*")
 _GRID_RULE = re.compile(r"[ \t]*\+[\-=+: ]*\+[ \t]*")
@@ -368,11 +375,12 @@ def _hit_positions(text: str, lowered: str):
     if text[:1] not in "\t,;|\n":
         yield 0
     if len(lowered) == len(text):
-        hits = [match.start() for pattern in _CELL_HEADER_WORDS for match in pattern.finditer(lowered)]
+        hits = [match.start() for pattern in _CELL_HEADER_WORDS for match in pattern.finditer(lowered)
+                if match.start("word") >= 0]
     else:  # a character whose lower case is longer would shift the offsets: look each word up
         words = FIRST_WORDS
         hits = [match.start() for pattern in _CELL_WORDS for match in pattern.finditer(text)
-                if match.group(1).lower() in words]
+                if match.group("word") is not None and match.group("word").lower() in words]
     hits.sort()
     for start in hits:
         yield start + 1 if text[start] == "\n" else start

@@ -130,7 +130,10 @@ _FIRST_WORDS |= {"authorised", "authorized", "apellido", "reply"}
 # that starts with one of them costs a Python step; prose starts most lines with other words. One pass
 # per lead character: a pattern led by a literal is skipped through in C, one led by a class is tried at
 # every position (three times slower on prose). ``_leads`` merges the passes as one pass would read them.
-_LEAD_WORDS = tuple(re.compile(re.escape(lead) + r"[ \t>*]*" + trie_pattern(sorted(_FIRST_WORDS)) + r"(?![^\W\d_])")
+# A tab is both a lead and padding: its pass reads the padding possessively with the word optional (a match
+# without it consumes the run and is dropped), else each tab of a long run would read the rest of the run again.
+_LEAD_WORDS = tuple(re.compile(re.escape(lead) + r"[ \t>*]*" + ("+(?P<word>" if lead == "\t" else "(?P<word>")
+                               + trie_pattern(sorted(_FIRST_WORDS)) + r"(?![^\W\d_]))" + ("?" if lead == "\t" else ""))
                     for lead in "\n\t|")
 # Literals of the date-of-birth labels, found with str.find; the label pattern is matched at each.
 _DOB_WORDS = ("birth", "dob", "d.o.b", "geb", "naissance", "né", "nacimiento", "nascita", "born")
@@ -298,7 +301,8 @@ def _leads(lowered: str) -> list[int]:
     tab's own match ends where the line break's does, and like one pass over
     ``[\\n\\t|]`` the merge keeps only the first of matches that overlap.
     """
-    matches = sorted((match.start(), match.end()) for pattern in _LEAD_WORDS for match in pattern.finditer(lowered))
+    matches = sorted((match.start(), match.end()) for pattern in _LEAD_WORDS for match in pattern.finditer(lowered)
+                     if match.start("word") >= 0)
     leads, consumed = [], -1
     for start, end in matches:
         if start >= consumed:

@@ -114,8 +114,12 @@ class View:
         changed = [self.piece_view[k] for k, linear in enumerate(self.piece_linear) if not linear]
         for position in sorted(changed + self.deletions):
             start = max(0, position - reach)
-            end = min(len(text), position + reach)
-            while start > 0 and not text[start - 1].isspace() and position - start < 4 * reach:
+            # Each walk to whitespace stops or starts where it can still change the result: a start inside the
+            # last window merges with it anyway, and that window's end was walked to already (no blank before
+            # it from here), so dense rewrites (``%2F`` repeated) cost each character once, not ``8 * reach``.
+            end = min(len(text), max(position + reach, windows[-1][1] if windows else 0))
+            while start > 0 and not text[start - 1].isspace() and position - start < 4 * reach and not (
+                    windows and start <= windows[-1][1]):
                 start -= 1
             while end < len(text) and not text[end].isspace() and end - position < 4 * reach:
                 end += 1

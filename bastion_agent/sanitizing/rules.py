@@ -444,10 +444,11 @@ RULES: tuple[Rule, ...] = (
        r"(?P<secret>''(?:'')?[^'\s]{1,200}''|'(?:[^'\n]|'')+'|\"[^\"\n]+\"|[^\s;'\"]+)",  # ''X'': run from a string
        keywords=("password", "identified"), validator="cli_password"),
     # A password set by a macro: C's #define, an RPM spec's %define/%global (also JSON-escaped; a bare
-    # value only when it ends the line, as in a spec file).
+    # value only when it ends the line, as in a spec file). One blank or escaped tab per step: a run of blanks
+    # inside a repeated run (``(?:[ \t]+|\\t)+``) split them every way, exponential (25 blanks: three seconds).
     Rule("macro-password", "assignment",
-       r"(?i)(?:#define|%define|%global)(?:[ \t]+|\\t)+(?P<key>[\w.\-]{0,60}?(?:pass|pwd|secret|token)[\w.\-]{0,60}?)"
-       r"(?:[ \t]+|\\t)+(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,200}\\?\"|'[^'\n]{1,200}'|[^\s\"'\\(){}]{1,200}(?=[ \t]*\r?(?:\n|$)))",
+       r"(?i)(?:#define|%define|%global)(?:[ \t]|\\t)+(?P<key>[\w.\-]{0,60}?(?:pass|pwd|secret|token)[\w.\-]{0,60}?)"
+       r"(?:[ \t]|\\t)+(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,200}\\?\"|'[^'\n]{1,200}'|[^\s\"'\\(){}]{1,200}(?=[ \t]*\r?(?:\n|$)))",
        keywords=("#define", "%define", "%global"), validator="assignment", anchor="keyword"),
     # A literal compared with a credential (``if (password !== "X")``, ``if (api_key != "X")``) is the credential;
     # so is one on the left (``if ("X" == password)``, the "Yoda" order some style guides ask for).
@@ -510,14 +511,16 @@ RULES: tuple[Rule, ...] = (
        r"(?i)(?<![\w.\-])(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd|auth|cred|key)[\w.\-]{0,80}?)"
        r"(?:\[[0-9]{0,6}\](?=[ \t]*=[ \t]*\"))?"  # a C array declarator: ``char password[] = "…"``, ``secret[25] = "…"``
        r"(?P<kq>[\"'`]?\]?)"
-       r"(?:[ \t]*:?[ \t]*(?:string|str|String|const|final|char\s*\*|bytes)\b)?"
+       r"(?:[ \t]*(?::[ \t]*)?(?:string|str|String|const|final|char\s*\*|bytes)\b)?"  # one blank run (two split it every way)
        r"(?:[ \t]*(?P<op>:{1,3}=|=>|[?.+]?=|==|:|,)[ \t]*|(?P<xop>>)\s*)"
        r"(?:!!\w+[ \t]+)?(?:(?:bearer|basic|token)[ \t]+)?"
        r"(?P<value>\\?\"(?:[^\"\\\n]|\\[^\"\n]){1,1000}\\?\"|'(?:[^'\\\n]|\\.){1,1000}'|`[^`\n]{1,1000}`"
        r"|(?:[^\s\"'`,;&<>(){}\[\]\\|\uff0c\uff1b\u3001\u3002]|\\(?![nrt\\\"']))+)",
        keywords=("secret", "token", "pass", "pwd", "auth", "cred", "key"), validator="assignment"),
+    # The blanks after the operator are read by one quantifier (two around an optional indicator would split a
+    # long run of blanks every way before failing: quadratic on a line of tabs after a key).
     Rule("secret-block", "assignment",
-       r"(?im)^(?P<indent>[ \t]*)(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd)[\w.\-]{0,80}?)[ \t]*[:=][ \t]*(?:[|>][\-+]?)?[ \t]*\r?\n"
+       r"(?im)^(?P<indent>[ \t]*)(?P<key>[\w.\-]{0,80}?(?:secret|token|pass|pwd)[\w.\-]{0,80}?)[ \t]*[:=][ \t]*(?:[|>][\-+]?[ \t]*)?\r?\n"
        r"(?:[ \t]*\r?\n){0,8}"  # YAML allows blank lines before the value
        r"(?P<block>(?:(?P=indent)[ \t]+\S[^\n]*(?:\n|$))+)",
        keywords=("secret", "token", "pass", "pwd"), validator="secret_block", anchor="line"),
