@@ -47,8 +47,8 @@ def without_cast(value: str) -> str:
 
 def names_only(expression: str) -> bool:
     """Every quoted literal in a call is the name of a setting or a parameter, none a value: the call
-    looks a credential up (``env('DB_PASSWORD')``, ``Cache::get('dropbox_access_token')``); a literal of
-    any other shape (``Hash::make('secret')``, ``decode("9ac3…")``) keeps the call undecided."""
+    looks a credential up (``env('DB_PASSWORD')``, ``Cache::get('dropbox_access_token')``, ``viewData('token')``);
+    a literal of any other shape (``Hash::make('s3cr3t!')``, ``decode("9ac3…")``) keeps the call undecided."""
     rest = NAME_ARGUMENT.sub("", expression)
     return rest != expression and not any(ch in rest for ch in "\"'`")
 
