@@ -36,7 +36,7 @@ import functools
 import re
 import unicodedata
 
-from bastion_agent.sanitizing.copies import trie_pattern
+from bastion_agent.sanitizing.copies import lead_pass, trie_pattern
 
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
@@ -161,20 +161,15 @@ _LEADS = ("\n", "\t", ",", ";", "|", SPACED)
 # The lead of each pass: a space-aligned table's cell follows two spaces after a cell, not an indentation
 # (more spaces are the padding class's: a second ``*`` over spaces backtracks quadratically on blank runs).
 _LEAD_PATTERNS = {d: re.escape(d) + (r"(?<=\S  )" if d == SPACED else "") for d in _LEADS}
-# A tab is a lead and also padding, so a pass that failed at a tab would be tried again at every later tab of
-# the run, each reading the rest of it (quadratic on a run of tabs). The tab's pass reads the padding once
-# (possessive) and makes the word optional: a match without its word consumes the run and is dropped. A word
-# can only start where the padding ends (padding holds no letter), so the kept matches are the same.
+# A tab is a lead and also padding: ``lead_pass`` reads a run of tabs once (a match may then lack its word).
 _PADDING = r"[ \t\"'*#_]*"
-_CELL_WORDS = tuple(re.compile(_LEAD_PATTERNS[d] + _PADDING + ("+(?:" if d == "\t" else "(?:") + r"(?P<word>[^\W\d_]+))"
-                               + ("?" if d == "\t" else "")) for d in _LEADS)
+_CELL_WORDS = tuple(lead_pass(_LEAD_PATTERNS[d], _PADDING, r"[^\W\d_]+", tab=d == "\t") for d in _LEADS)
 # The same passes over the lowercased text with the vocabulary inside the pattern (a trie of FIRST_WORDS,
 # then no further letter): prose has a comma every few words, and each match of ``_CELL_WORDS`` would cost
 # a Python step to be looked up and, nearly always, dropped. Lowering keeps every character a letter or
 # not a letter (checked over all of Unicode), so the matches are the ones ``_CELL_WORDS`` keeps.
-_CELL_HEADER_WORDS = tuple(re.compile(_LEAD_PATTERNS[d] + _PADDING + ("+(?P<word>" if d == "\t" else "(?P<word>")
-                                      + trie_pattern(sorted(FIRST_WORDS)) + r"(?![^\W\d_]))"
-                                      + ("?" if d == "\t" else "")) for d in _LEADS)
+_CELL_HEADER_WORDS = tuple(lead_pass(_LEAD_PATTERNS[d], _PADDING, trie_pattern(sorted(FIRST_WORDS)) + r"(?![^\W\d_])",
+                                     tab=d == "\t") for d in _LEADS)
 _SEPARATORS = re.compile(r"[\s_\-./'’()\[\]]+")
 _PIPE_RULE = re.compile(r"[ \t]*\|?[ \t]*:?-{2,}:?[ \t]*(?:\|[ \t]*:?-{2,}:?[ \t]*)*\|?[ \t]*")
 _GRID_RULE = re.compile(r"[ \t]*\+[\-=+: ]*\+[ \t]*")

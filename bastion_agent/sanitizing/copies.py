@@ -201,3 +201,17 @@ def _node_pattern(node: dict) -> str:
         return ""
     body = branches[0] if len(branches) == 1 and not ending else "(?:" + "|".join(branches) + ")"
     return "(?:" + body + ")?" if ending else body
+
+
+def lead_pass(lead: str, padding: str, word: str, *, tab: bool) -> re.Pattern:
+    """One pass of a scan for cells or markers: a ``lead`` pattern, ``padding`` (a class with ``*``), then
+    ``word`` as the group ``word``.
+
+    When the lead is a tab it is padding too, so a pass failing at one tab of a long run would be tried again
+    at every later tab, each reading the rest of the run (quadratic). That pass reads the padding possessively
+    and makes the word optional: a match without its word consumes the run, and the caller drops it
+    (``match.start("word") < 0``). A word can only start where the padding ends, so the kept matches are the
+    same as without the change."""
+    if tab:
+        return re.compile(f"{lead}{padding}+(?P<word>{word})?")
+    return re.compile(f"{lead}{padding}(?P<word>{word})")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from bastion_agent.sanitizing.copies import trie_pattern
+from bastion_agent.sanitizing.copies import lead_pass, trie_pattern
 
 # The version of what this module finds or how it replaces it: bump it with any
 # change that makes some text sanitize differently, so that every installation
@@ -130,11 +130,9 @@ _FIRST_WORDS |= {"authorised", "authorized", "apellido", "reply"}
 # that starts with one of them costs a Python step; prose starts most lines with other words. One pass
 # per lead character: a pattern led by a literal is skipped through in C, one led by a class is tried at
 # every position (three times slower on prose). ``_leads`` merges the passes as one pass would read them.
-# A tab is both a lead and padding: its pass reads the padding possessively with the word optional (a match
-# without it consumes the run and is dropped), else each tab of a long run would read the rest of the run again.
-_LEAD_WORDS = tuple(re.compile(re.escape(lead) + r"[ \t>*]*" + ("+(?P<word>" if lead == "\t" else "(?P<word>")
-                               + trie_pattern(sorted(_FIRST_WORDS)) + r"(?![^\W\d_]))" + ("?" if lead == "\t" else ""))
-                    for lead in "\n\t|")
+# A tab is both a lead and padding: ``lead_pass`` reads a run of tabs once (a match may then lack its word).
+_LEAD_WORDS = tuple(lead_pass(re.escape(lead), r"[ \t>*]*", trie_pattern(sorted(_FIRST_WORDS)) + r"(?![^\W\d_])",
+                              tab=lead == "\t") for lead in "\n\t|")
 # Literals of the date-of-birth labels, found with str.find; the label pattern is matched at each.
 _DOB_WORDS = ("birth", "dob", "d.o.b", "geb", "naissance", "né", "nacimiento", "nascita", "born")
 _MONTHS = ("jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|jun(?:e)?|jul(?:y)?|aug(?:ust)?|"
