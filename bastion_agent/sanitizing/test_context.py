@@ -176,7 +176,6 @@ class ContextTests(unittest.TestCase):
         # A value runs at most context.MAX_VALUE characters: its first KiB goes, the scan stays linear.
         self.assertTrue(clean.startswith("password=[REDACTED:credential-value]"), clean[:80])
 
-
     def test_an_unclosed_shell_expansion_runs_at_most_a_values_longest(self):
         # ``PW="${PW:-$(`` repeated: every key's quote is open to the line's end. Each value read is cut at
         # context.MAX_VALUE, so each key costs at most that much, and the line still goes whole.

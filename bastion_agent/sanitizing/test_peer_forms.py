@@ -184,7 +184,6 @@ class TokenFormatTests(unittest.TestCase):
                     self.assertFalse(survives(value, clean), clean)
                 self.assertEqual(sanitizer.redact(lookalike)[0], lookalike)
 
-
     def test_a_documented_example_stays(self):
         """A vendor shape that marks itself as an example (the word, a counting run) is left for the reader."""
         sanitizer = Sanitizer()

@@ -418,7 +418,6 @@ class RealConfigTests(unittest.TestCase):
         out = self.redact(f"      - {host}/24\nserver {host}\n")
         self.assertNotIn(host, out)
 
-
     def test_settings_aligned_beside_their_comments_are_no_table(self):
         value, name, user = mixed(), word(7), word(5)
         text = (f"MYSQL_ROOT_PASSWORD = '{value}'                 # Database password\n"
@@ -430,7 +429,6 @@ class RealConfigTests(unittest.TestCase):
         cell = mixed(10)
         self.assert_gone(f"name      password     role\n{word(6)}    {cell}    admin\n", cell)
 
-
     def test_a_name_closing_its_call_and_nginx_upstreams_stay(self):
         name = word(6).upper()
         self.assert_kept(f"repo = Github(login_or_token={name}_TOKEN).get_repo({name}_REPO)\n")
@@ -440,7 +438,6 @@ class RealConfigTests(unittest.TestCase):
         self.assert_gone(f"proxy_password = {value}\n", value)
         value = mixed()
         self.assert_gone(f"connect(host, password={value})\n", value)
-
 
     def test_hostile_lookups_and_labels_end_and_keep_the_secret_beside_them_out(self):
         # a call of thousands of name-shaped arguments, a label closing in a run of quotes and options
@@ -491,7 +488,6 @@ class RealConfigTests(unittest.TestCase):
         value = mixed()
         self.assert_gone(f'            ->getJson("/rest/{word(6)}.view?apiKey={value}&f=json")\n', value)
 
-
     def test_letters_alone_right_after_a_connection_field_go_and_names_there_stay(self):
         value, user = word(15), word(6)
         self.assert_gone(f'new NpgsqlConnection("User ID={user}_tests;Password={value};Database={user}");\n', value)
@@ -500,7 +496,6 @@ class RealConfigTests(unittest.TestCase):
         self.assert_kept(f'var cs = $"Host={word(5)};Password={{password}};Database={user}";\n')
         owner = RNG.choice(("db", "admin", "user", "root", "app"))  # a name of a credential: code's
         self.assert_kept(f"Host={word(5)};Password={owner}Password;Database={user}\n")
-
 
     def test_a_makefile_recipe_under_secrets_stays_and_a_tabbed_value_goes(self):
         name = f"{word(6)}-{word(5)}"
@@ -520,7 +515,6 @@ class RealConfigTests(unittest.TestCase):
         self.assert_gone(f'cfg = "user={word(5)} password:"{value}""\n', value)
         value = mixed()
         self.assert_gone(f"  - 'password: {value}'\n", value)
-
 
     def test_a_member_set_from_its_own_parameter_stays_and_a_literal_there_goes(self):
         number = RNG.randrange(1, 9)

@@ -167,7 +167,6 @@ class LookAlikeTests(SanitizerCase):
         self.assertFalse(validators.is_padded_binary_base64(value))
         self.assertFalse(validators.looks_random_for_a_weak_key("A" * 22 + "=="))  # zeros: a fill, not a draw
 
-
     def test_a_password_joined_into_sql_run_from_a_string_stays(self):
         q3, q4 = "'" * 3, "'" * 4
         self.assert_kept(f"  EXECUTE 'ALTER ROLE app LOGIN PASSWORD {q3} || {letters(6)} || {q4};\n")
